@@ -1,0 +1,94 @@
+"""The executor seam: ``ToolAgent``, the ``Prompt`` it renders and the ``ToolRoundInfo`` it sees."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit.proposals import ProposedAction
+
+__all__ = ["PriorCall", "Prompt", "RoleSpec", "ToolAgent", "ToolRoundInfo"]
+
+Ctx = TypeVar("Ctx")
+Ctx_contra = TypeVar("Ctx_contra", contravariant=True)
+Args_co = TypeVar("Args_co", bound=BaseModel, covariant=True)
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Prompt:
+    """A rendered prompt, split so that provider prompt caching works."""
+
+    system: str
+    """Stable rules and instructions: byte-identical across rounds and runs."""
+    dynamic: str
+    """This run's data: the request, prior results, where the round sits in the budget."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoleSpec:
+    """Which model plays the executor, and how it is asked."""
+
+    model: str
+    """The primary model."""
+    fallback_model: str | None = None
+    """Asked once after the primary's attempts fail (never after a throttle)."""
+    temperature: float | None = None
+    """Sampling temperature; ``None`` leaves the server's default."""
+    max_tokens: int | None = None
+    """Completion token limit per call."""
+    prompt_type: str = ""
+    """A label for this role's prompt, carried into requests, traces and logs."""
+    seed: int | None = None
+    """Sampling seed, for servers that honour one."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PriorCall(Generic[R]):
+    """One call the executor made in an earlier round, and what came of it."""
+
+    round: int
+    """The round of the call."""
+    tool_name: str
+    """The tool called."""
+    args: BaseModel
+    """The call's arguments."""
+    batch: Sequence[R] = ()
+    """What the tool returned (empty when it did not run)."""
+    observation: str | None = None
+    """The tool's ``ToolRetry`` message, or the note that the call was proposed for approval."""
+    proposed: bool = False
+    """The call was above the autonomy ceiling and awaits a human."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolRoundInfo(Generic[R]):
+    """What the executor sees when it renders a round."""
+
+    round: int
+    """This round, from 1."""
+    max_rounds: int | None
+    """The ceiling; ``None`` when the caller asked for unlimited rounds."""
+    is_final_round: bool
+    """No call after this round's will run: commit to what you have."""
+    prior_results: tuple[Sequence[R], ...] = ()
+    """One batch per executed call, in order."""
+    prior_calls: tuple[PriorCall[R], ...] = ()
+    """Every earlier call with its batch or observation, in order."""
+    proposals: tuple[ProposedAction[Any], ...] = ()
+    """Calls proposed so far (with ``AfterProposal.CONTINUE``)."""
+
+
+class ToolAgent(Protocol[Ctx_contra, Args_co, R]):
+    """The executor: names its model and renders each round's prompt. It does no I/O."""
+
+    def role(self) -> RoleSpec:
+        """The model and settings for the executor's structured call."""
+        ...
+
+    def render(self, ctx: Ctx_contra, info: ToolRoundInfo[R]) -> Prompt:
+        """Build the round's prompt from the caller's context and the results so far."""
+        ...

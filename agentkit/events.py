@@ -1,0 +1,138 @@
+"""The moments of a run, as frozen, ``kind``-tagged values (observer hooks receive them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel
+
+from agentkit.agent import ToolRoundInfo
+from agentkit.results import ToolLoopResult, Usage
+from agentkit.tiers import Tier
+
+if TYPE_CHECKING:
+    from agentkit.errors import AgentkitError
+    from agentkit.proposals import ProposedAction
+
+__all__ = [
+    "DegenerationDetected",
+    "Event",
+    "LLMCallFinished",
+    "ProposalCaptured",
+    "RoundStarted",
+    "RunFinished",
+    "RunStarted",
+    "ToolCallStarted",
+    "ToolResultReturned",
+]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunStarted:
+    """A run began."""
+
+    kind: Literal["run_start"] = "run_start"
+    run_id: str
+    agent: str
+    """The executor's class name."""
+    model: str
+    """The primary model."""
+    tools: tuple[str, ...]
+    """The tool names offered."""
+    max_rounds: int | None
+    """The round ceiling (``None``: unlimited)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoundStarted:
+    """A round began; ``info`` is what the executor renders from."""
+
+    kind: Literal["round_start"] = "round_start"
+    run_id: str
+    info: ToolRoundInfo[Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LLMCallFinished:
+    """One model attempt finished (retries and fallbacks each get one)."""
+
+    kind: Literal["llm_call"] = "llm_call"
+    run_id: str
+    role: str
+    """The role's ``prompt_type`` (or ``"executor"``)."""
+    round: int
+    model: str
+    attempt: int
+    """1-based over all attempts of the round's call, fallback included."""
+    seconds: float
+    usage: Usage
+    error: AgentkitError | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolCallStarted:
+    """The loop is about to run a tool."""
+
+    kind: Literal["tool_call"] = "tool_call"
+    run_id: str
+    round: int
+    tool_name: str
+    tier: Tier
+    args: BaseModel
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolResultReturned:
+    """A tool call finished (with a batch, a ``ToolRetry`` observation or an error)."""
+
+    kind: Literal["tool_result"] = "tool_result"
+    run_id: str
+    round: int
+    tool_name: str
+    batch_size: int
+    seconds: float
+    observation: str | None = None
+    error: AgentkitError | None = None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProposalCaptured:
+    """A call above the autonomy ceiling became a proposal (it did not run)."""
+
+    kind: Literal["proposal"] = "proposal"
+    run_id: str
+    proposal: ProposedAction[Any]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DegenerationDetected:
+    """The executor repeated a recent call; the run ends STALEMATE."""
+
+    kind: Literal["degeneration"] = "degeneration"
+    run_id: str
+    round: int
+    tool_name: str
+    args: BaseModel
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunFinished:
+    """A run ended; ``result`` is what the caller gets."""
+
+    kind: Literal["run_end"] = "run_end"
+    run_id: str
+    result: ToolLoopResult[Any]
+
+
+Event = (
+    RunStarted
+    | RoundStarted
+    | LLMCallFinished
+    | ToolCallStarted
+    | ToolResultReturned
+    | ProposalCaptured
+    | DegenerationDetected
+    | RunFinished
+)
+"""Any event; match on ``event.kind``."""

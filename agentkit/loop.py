@@ -1,0 +1,139 @@
+"""``run_tool_loop`` and ``run_tool_loop_tiered``: the bounded tool loop, plain and tier-gated.
+
+Both are thin wrappers over one loop body (``agentkit._loop.run_core``); they differ only in what
+they accept and in the result they return.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, TypeVar, overload
+
+from pydantic import BaseModel
+
+from agentkit._loop import Toolbox, gate, run_core
+from agentkit.agent import ToolAgent
+from agentkit.config import LoopConfig
+from agentkit.degeneration import SameFunc
+from agentkit.errors import UsageError
+from agentkit.observe import ObserverArg, observers_of
+from agentkit.results import TieredLoopResult, ToolLoopResult
+from agentkit.structured import StructuredCaller
+from agentkit.tools import Tool
+
+__all__ = ["run_tool_loop", "run_tool_loop_sync", "run_tool_loop_tiered"]
+
+Ctx = TypeVar("Ctx")
+Args = TypeVar("Args", bound=BaseModel)
+R = TypeVar("R")
+
+
+async def run_tool_loop(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, Args, R],
+    tool: Tool[Args, R] | Sequence[Tool[Any, R]],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[Args] | None = None,
+    observer: ObserverArg = None,
+) -> ToolLoopResult[R]:
+    """Run the bounded tool loop with tools that may all run live.
+
+    Each round the executor renders a prompt and emits one validated ``ToolStep``; the loop stops
+    on ``done``, the round ceiling, a repeated call, a budget, a deadline or an error, and always
+    returns a result whose ``items`` hold every batch gathered.
+
+    Args:
+        caller: The structured-call seam (``OpenAICaller``, ``ScriptedCaller``, ...).
+        agent: The executor.
+        tool: One tool, or a sequence of tools (the step then names the tool it calls).
+        ctx: The caller's data for ``agent.render``.
+        config: Ceilings and policies; ``LoopConfig()`` when omitted.
+        same: Degeneration comparator; default compares args by value.
+        observer: One observer, several, or none.
+
+    Raises:
+        UsageError: a tool that could not run live under ``config.autonomy`` (use
+            ``run_tool_loop_tiered``), bad tool names, or another wiring mistake. Raised before
+            any model call.
+    """
+    config = config or LoopConfig()
+    box = Toolbox.build(tool, config)
+    for candidate in box.tools.values():
+        verdict, tier = gate(candidate, config)
+        if verdict == "propose":
+            raise UsageError(
+                f"tool {candidate.name!r} is Tier.{tier.name} and cannot run live under autonomy "
+                f"Tier.{config.autonomy.name}; use run_tool_loop_tiered so its calls become proposals"
+            )
+    result = await run_core(caller, agent, box, ctx, config, same, observers_of(observer), may_propose=False)
+    return ToolLoopResult(
+        items=result.items,
+        rounds=result.rounds,
+        outcome=result.outcome,
+        stop_reason=result.stop_reason,
+        error=result.error,
+        usage=result.usage,
+        trace=result.trace,
+        run_id=result.run_id,
+    )
+
+
+@overload
+async def run_tool_loop_tiered(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, Args, R],
+    tools: Tool[Args, R],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[Args] | None = None,
+    observer: ObserverArg = None,
+) -> TieredLoopResult[Args, R]: ...
+@overload
+async def run_tool_loop_tiered(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, BaseModel, R],
+    tools: Sequence[Tool[Any, R]],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[BaseModel] | None = None,
+    observer: ObserverArg = None,
+) -> TieredLoopResult[BaseModel, R]: ...
+async def run_tool_loop_tiered(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, Any, R],
+    tools: Tool[Any, R] | Sequence[Tool[Any, R]],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[Any] | None = None,
+    observer: ObserverArg = None,
+) -> TieredLoopResult[Any, R]:
+    """Run the tool loop with tier gating: calls above the autonomy ceiling become proposals.
+
+    A call runs live only when its tool's tier is at or below ``config.autonomy`` **and**
+    ``max_rung_for(tier)`` is ``AUTO``; external-reversible and irreversible calls never run. A
+    gated call becomes a ``ProposedAction`` and, by default, the run stops (APPLIED, PROPOSED).
+    A tool with no tier is never called: the run ends ERROR, TOOL_DECLARES_NO_TIER.
+    """
+    config = config or LoopConfig()
+    box = Toolbox.build(tools, config)
+    return await run_core(caller, agent, box, ctx, config, same, observers_of(observer), may_propose=True)
+
+
+def run_tool_loop_sync(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, Args, R],
+    tool: Tool[Args, R] | Sequence[Tool[Any, R]],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[Args] | None = None,
+    observer: ObserverArg = None,
+) -> ToolLoopResult[R]:
+    """``run_tool_loop`` for scripts: runs it to completion in a new event loop."""
+    return asyncio.run(run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=observer))

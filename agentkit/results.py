@@ -1,0 +1,116 @@
+"""What the loops return: results, round records and token usage."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit.outcome import Outcome, StopReason
+from agentkit.tiers import Tier
+
+if TYPE_CHECKING:
+    from typing import Self
+
+    from agentkit.errors import AgentkitError
+    from agentkit.proposals import ProposedAction
+
+__all__ = ["RoundRecord", "TieredLoopResult", "ToolLoopResult", "Usage"]
+
+R = TypeVar("R")
+Args = TypeVar("Args", bound=BaseModel)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Usage:
+    """Model usage, summed over every request made (failed attempts included)."""
+
+    requests: int = 0
+    """HTTP requests (or scripted replies) made to the model."""
+    input_tokens: int = 0
+    """Prompt tokens the provider reported."""
+    output_tokens: int = 0
+    """Completion tokens the provider reported."""
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            requests=self.requests + other.requests,
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoundRecord:
+    """What happened in one round of a tool loop."""
+
+    round: int
+    """The round number, from 1."""
+    done: bool
+    """The executor said it was done this round."""
+    rationale: str = ""
+    """The executor's stated reason for its step."""
+    tool_name: str | None = None
+    """The tool the executor called, if it called one."""
+    call: BaseModel | None = None
+    """The validated arguments of the call."""
+    tier: Tier | None = None
+    """The called tool's declared tier."""
+    executed: bool = False
+    """The tool ran (it was neither proposed, refused nor a repeat)."""
+    proposed: bool = False
+    """The call was above the autonomy ceiling and became a proposal."""
+    batch_size: int = 0
+    """How many items the tool returned."""
+    observation: str | None = None
+    """The ``ToolRetry`` message the tool raised, if it did."""
+    error: str | None = None
+    """The error that ended the run in this round, if one did."""
+    llm_seconds: float = 0.0
+    """Time spent in the structured call, retries included."""
+    tool_seconds: float = 0.0
+    """Time spent in the tool call."""
+    usage: Usage = field(default_factory=Usage)
+    """Model usage of this round."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ToolLoopResult(Generic[R]):
+    """The ending of ``run_tool_loop``: always returned, never raised."""
+
+    items: list[R]
+    """Every item gathered, batches concatenated in call order; kept whatever the ending."""
+    rounds: int
+    """Rounds started (model calls made, not counting retries)."""
+    outcome: Outcome
+    """What the run produced."""
+    stop_reason: StopReason
+    """Why the run ended."""
+    error: AgentkitError | None = None
+    """Set exactly when ``outcome`` is ``Outcome.ERROR``."""
+    usage: Usage = field(default_factory=Usage)
+    """Model usage summed over the run."""
+    trace: tuple[RoundRecord, ...] = ()
+    """One record per round."""
+    run_id: str = ""
+    """A unique id for the run (also stamped on its proposals)."""
+
+    def raise_for_error(self) -> Self:
+        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TieredLoopResult(ToolLoopResult[R], Generic[Args, R]):
+    """The ending of ``run_tool_loop_tiered``: a ``ToolLoopResult`` plus the proposals."""
+
+    proposed: list[ProposedAction[Args]] = field(default_factory=list)
+    """Calls above the autonomy ceiling, in the order the executor made them; none ran."""

@@ -1,0 +1,221 @@
+"""The structured-call seam and ``generate_structured``, the atom every loop is built from.
+
+``generate_structured`` owns retry, fallback and the throttle contract, so no loop does:
+
+* the primary model is tried ``RetryPolicy.primary_attempts`` times (2), then the fallback
+  model ``RetryPolicy.fallback_attempts`` times (1);
+* only transient ``ProviderError``s and ``StructuredOutputError``s are retried; a schema failure
+  is re-asked with the validation error text (``StructuredRequest.reask``);
+* ``Throttled`` (HTTP 429) is never retried and never failed over: it propagates at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, Protocol, TypeVar
+
+from pydantic import BaseModel
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential_jitter,
+)
+
+from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled
+from agentkit.results import Usage
+
+__all__ = [
+    "Attempt",
+    "Completion",
+    "RetryPolicy",
+    "StructuredCaller",
+    "StructuredRequest",
+    "generate_structured",
+    "usage_of",
+]
+
+M = TypeVar("M", bound=BaseModel)
+M_co = TypeVar("M_co", bound=BaseModel, covariant=True)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class StructuredRequest:
+    """One structured call: the prompt and the model settings."""
+
+    system: str
+    """Stable instructions (kept byte-identical across rounds so provider prompt caching works)."""
+    dynamic: str
+    """This run's data: the request, prior results, the round's position in the budget."""
+    model: str
+    """The model to ask."""
+    fallback_model: str | None = None
+    """The model to ask once the primary's attempts are spent."""
+    temperature: float | None = None
+    """Sampling temperature; ``None`` leaves the server's default."""
+    max_tokens: int | None = None
+    """Completion token limit; a reply cut off by it is an error, never parsed."""
+    prompt_type: str = ""
+    """A label for the prompt (observability and routing)."""
+    seed: int | None = None
+    """Sampling seed, for servers that honour one."""
+    reask: str | None = None
+    """The validation error of the previous attempt, to be shown to the model."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Completion(Generic[M_co]):
+    """A validated reply."""
+
+    value: M_co
+    """The reply, validated against the requested schema."""
+    usage: Usage
+    """Usage of this call (for ``generate_structured``: of every attempt)."""
+    model: str
+    """The model that answered."""
+
+
+class StructuredCaller(Protocol):
+    """The one seam between agentkit and a model.
+
+    Implementations make one call (their own re-asks on a schema failure are allowed) and either
+    return a validated ``Completion`` or raise an ``AgentkitError``: ``Throttled`` for HTTP 429,
+    ``ProviderError`` (``transient`` for 5xx, timeouts and lost connections) or
+    ``StructuredOutputError``. Usage of a failed call goes on the error's ``usage`` attribute.
+    """
+
+    async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
+        """Ask ``request.model`` for one reply that validates against ``schema``."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How ``generate_structured`` retries and fails over."""
+
+    primary_attempts: int = 2
+    """Attempts on the primary model."""
+    fallback_attempts: int = 1
+    """Attempts on the fallback model, when the request names one."""
+    wait_initial: float = 0.2
+    """Seconds before the first retry; the wait doubles, with jitter, up to ``wait_max``."""
+    wait_max: float = 2.0
+    """Longest wait between two attempts."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Attempt:
+    """One attempt of ``generate_structured``, reported to ``on_attempt``."""
+
+    model: str
+    """The model asked."""
+    attempt: int
+    """1-based count over all attempts of this call, fallback included."""
+    seconds: float
+    """Latency of the attempt."""
+    usage: Usage
+    """Usage of the attempt."""
+    error: AgentkitError | None
+    """Why the attempt failed, if it did."""
+
+
+def usage_of(error: BaseException) -> Usage:
+    """The usage a failed call reported on its error (one request when it reported none)."""
+    usage = error.usage if isinstance(error, AgentkitError) else None
+    return usage if usage is not None else Usage(requests=1)
+
+
+def _retryable(error: BaseException) -> bool:
+    if isinstance(error, Throttled):
+        return False
+    if isinstance(error, ProviderError):
+        return error.transient
+    return isinstance(error, StructuredOutputError)
+
+
+def _as_agentkit_error(error: Exception) -> AgentkitError:
+    if isinstance(error, AgentkitError):
+        return error
+    wrapped = ProviderError(f"model call failed: {type(error).__name__}: {error}")
+    wrapped.__cause__ = error
+    return wrapped
+
+
+async def generate_structured(
+    caller: StructuredCaller,
+    request: StructuredRequest,
+    schema: type[M],
+    policy: RetryPolicy | None = None,
+    *,
+    on_attempt: Callable[[Attempt], None] | None = None,
+) -> Completion[M]:
+    """Ask for one validated reply, with retry, fallback and the throttle contract.
+
+    Raises:
+        Throttled: at the first HTTP 429, whatever attempt it came on.
+        AgentkitError: the last attempt's error once every attempt is spent; its ``usage``
+            attribute then holds the usage of all attempts.
+    """
+    policy = policy or RetryPolicy()
+    plan = [(request.model, policy.primary_attempts)]
+    if request.fallback_model and policy.fallback_attempts > 0:
+        plan.append((request.fallback_model, policy.fallback_attempts))
+    total = Usage()
+    counter = 0
+    last: AgentkitError | None = None
+    current = request
+
+    async def attempt(model: str) -> Completion[M]:
+        nonlocal total, counter, last, current
+        counter += 1
+        started = time.perf_counter()
+        try:
+            completion = await caller.complete(dataclasses.replace(current, model=model), schema)
+        except Exception as raw:
+            error = _as_agentkit_error(raw)
+            used = usage_of(error)
+            total += used
+            last = error
+            if isinstance(error, StructuredOutputError):
+                current = dataclasses.replace(current, reask=str(error))
+            if on_attempt is not None:
+                on_attempt(
+                    Attempt(
+                        model=model, attempt=counter, seconds=time.perf_counter() - started, usage=used, error=error
+                    )
+                )
+            raise error from (None if error is raw else raw)
+        total += completion.usage
+        if on_attempt is not None:
+            on_attempt(
+                Attempt(
+                    model=model,
+                    attempt=counter,
+                    seconds=time.perf_counter() - started,
+                    usage=completion.usage,
+                    error=None,
+                )
+            )
+        return completion
+
+    for model, attempts in plan:
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(max(attempts, 1)),
+            retry=retry_if_exception(_retryable),
+            wait=wait_exponential_jitter(initial=policy.wait_initial, max=policy.wait_max),
+            reraise=True,
+        )
+        try:
+            completion: Completion[M] = await retrying(attempt, model)
+        except AgentkitError as error:
+            if not _retryable(error):
+                error.usage = total
+                raise
+            continue
+        return Completion(value=completion.value, usage=total, model=completion.model)
+    assert last is not None
+    last.usage = total
+    raise last

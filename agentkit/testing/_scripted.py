@@ -1,0 +1,114 @@
+"""``ScriptedCaller``: the test double for the structured-call seam, scripted reply by reply."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from agentkit.errors import AgentkitError, StructuredOutputError, UsageError
+from agentkit.results import Usage
+from agentkit.structured import Completion, StructuredRequest
+
+__all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ScriptExhausted(UsageError):
+    """The script ran dry: the code under test made more model calls than were scripted."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ScriptedReply:
+    """A scripted reply with its own usage and model name."""
+
+    value: BaseModel | Mapping[str, Any] | str | BaseException
+    """What the reply is: a model instance, a dict, raw JSON text, or an exception to raise."""
+    usage: Usage = field(default_factory=lambda: Usage(requests=1))
+    """The usage this reply reports."""
+    model: str | None = None
+    """The model that answered; the request's model when omitted."""
+
+
+Step = BaseModel | Mapping[str, Any] | str | BaseException | ScriptedReply
+
+
+class ScriptedCaller:
+    """A ``StructuredCaller`` that replays a script, one entry per call.
+
+    Each entry is a model instance, a dict or raw JSON text (all validated against the requested
+    schema exactly as a real reply is, so an invalid entry fails validation), an exception to
+    raise, or a ``ScriptedReply``. Every request is recorded in ``requests``, including those
+    whose entry is an exception. Each call reports ``Usage(requests=1)`` unless scripted otherwise.
+    """
+
+    def __init__(self, steps: Iterable[Step] = ()) -> None:
+        self._script: deque[Step] = deque(steps)
+        self.requests: list[StructuredRequest] = []
+        """Every request made, in order."""
+
+    def add(self, *steps: Step) -> None:
+        """Append entries to the script."""
+        self._script.extend(steps)
+
+    @property
+    def remaining(self) -> int:
+        """Entries not yet used."""
+        return len(self._script)
+
+    def assert_complete(self) -> None:
+        """Fail when entries of the script were never used."""
+        if self._script:
+            raise AssertionError(
+                f"{len(self._script)} scripted repl{'y' if len(self._script) == 1 else 'ies'} never used"
+            )
+
+    async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
+        """Validate the next entry against ``schema`` and return it (or raise it)."""
+        self.requests.append(request)
+        if not self._script:
+            raise ScriptExhausted(
+                f"the script ran dry at request {len(self.requests)} ({schema.__name__}); add more replies"
+            )
+        entry = self._script.popleft()
+        reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
+        if isinstance(reply.value, BaseException):
+            if isinstance(reply.value, AgentkitError) and reply.value.usage is None:
+                reply.value.usage = reply.usage
+            raise reply.value
+        value = _validate(reply.value, schema, reply.usage)
+        return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
+
+
+def _validate(value: BaseModel | Mapping[str, Any] | str, schema: type[M], usage: Usage) -> M:
+    try:
+        if isinstance(value, schema):
+            return value
+        if isinstance(value, BaseModel):
+            return schema.model_validate(value.model_dump())
+        if isinstance(value, str):
+            return schema.model_validate_json(value)
+        return schema.model_validate(value)
+    except ValidationError as invalid:
+        raw = value if isinstance(value, str) else repr(value)
+        error = StructuredOutputError(
+            f"reply does not match schema {schema.__name__}: {invalid}", schema_name=schema.__name__, raw=raw
+        )
+        error.usage = usage
+        raise error from invalid
+
+
+def call_step(args: BaseModel | Mapping[str, Any], *, tool: str | None = None, rationale: str = "") -> dict[str, Any]:
+    """A scripted step that calls a tool; name the ``tool`` when the loop has a set of tools."""
+    payload = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
+    call = payload if tool is None else {"tool": tool, "args": payload}
+    return {"rationale": rationale, "done": False, "call": call}
+
+
+def done_step(rationale: str = "") -> dict[str, Any]:
+    """A scripted step that stops the loop."""
+    return {"rationale": rationale, "done": True, "call": None}

@@ -1,0 +1,172 @@
+"""Tools: the ``Tool`` protocol, the ``@tool`` decorator, and validation of a set of tools."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import typing
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar, overload
+
+from pydantic import BaseModel
+
+from agentkit.errors import UsageError
+from agentkit.tiers import Tier, tier_choices
+
+__all__ = ["FunctionTool", "Tool", "declared_tier", "tool", "validate_tool_names"]
+
+Args = TypeVar("Args", bound=BaseModel)
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+RESERVED_NAMES = frozenset({"done", "call", "rationale", "tool", "args"})
+_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+class Tool(Protocol[Args, R_co]):
+    """A named operation the loop runs for the executor; one call returns a batch.
+
+    ``tier`` must be a ``Tier``: a tool without one is never called.
+    """
+
+    @property
+    def name(self) -> str:
+        """The name the model calls the tool by (``^[a-zA-Z0-9_-]{1,64}$``)."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """What the tool does, for the model."""
+        ...
+
+    @property
+    def args_type(self) -> type[Args]:
+        """The pydantic model of the tool's arguments."""
+        ...
+
+    @property
+    def tier(self) -> Tier:
+        """How reversible the tool's effect is."""
+        ...
+
+    async def call(self, args: Args) -> Sequence[R_co]:
+        """Run the tool; raise ``ToolRetry`` when the call itself was wrong."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FunctionTool(Generic[Args, R]):
+    """A ``Tool`` made from a typed function by ``@tool``."""
+
+    name: str
+    description: str
+    args_type: type[Args]
+    tier: Tier
+    fn: Callable[[Args], Sequence[R]] | Callable[[Args], Awaitable[Sequence[R]]]
+    """The decorated function."""
+    in_thread: bool = False
+    """Run a sync function in a worker thread (for blocking I/O)."""
+
+    async def call(self, args: Args) -> Sequence[R]:
+        """Run the function with ``args``."""
+        if self.in_thread:
+            result: Any = await asyncio.to_thread(self.fn, args)
+        else:
+            result = self.fn(args)
+        if inspect.isawaitable(result):
+            result = await result
+        return typing.cast("Sequence[R]", result)
+
+
+class _ToolDecorator:
+    def __init__(self, tier: Tier, name: str | None, description: str | None, in_thread: bool) -> None:
+        self._tier = tier
+        self._name = name
+        self._description = description
+        self._in_thread = in_thread
+
+    @overload
+    def __call__(self, fn: Callable[[Args], Awaitable[Sequence[R]]]) -> FunctionTool[Args, R]: ...
+    @overload
+    def __call__(self, fn: Callable[[Args], Sequence[R]]) -> FunctionTool[Args, R]: ...
+    def __call__(self, fn: Callable[[Args], Any]) -> FunctionTool[Args, Any]:
+        name = self._name or fn.__name__
+        return FunctionTool(
+            name=name,
+            description=self._description or inspect.cleandoc(fn.__doc__ or "") or name,
+            args_type=_args_type_of(fn),
+            tier=self._tier,
+            fn=fn,
+            in_thread=self._in_thread,
+        )
+
+
+def tool(
+    *,
+    tier: Tier,
+    name: str | None = None,
+    description: str | None = None,
+    in_thread: bool = False,
+) -> _ToolDecorator:
+    """Turn a typed function ``(args: Args) -> Sequence[R]`` (sync or async) into a ``Tool``.
+
+    The name comes from the function, the description from its docstring, the arguments' type
+    from its first parameter's annotation (a pydantic model). ``tier`` is required: there is no
+    default tier.
+
+    Example:
+        >>> @tool(tier=Tier.READ_ONLY)
+        ... def search(args: SearchArgs) -> list[Doc]:
+        ...     '''Search the corpus.'''
+    """
+    if not isinstance(tier, Tier):
+        raise UsageError(f"@tool(tier=...) needs a Tier, got {tier!r}; choose one of {tier_choices()}")
+    return _ToolDecorator(tier, name, description, in_thread)
+
+
+def _args_type_of(fn: Callable[..., Any]) -> type[Any]:
+    params = list(inspect.signature(fn).parameters.values())
+    hints = typing.get_type_hints(fn)
+    if not params or params[0].name not in hints:
+        raise UsageError(f"@tool function {fn.__name__!r} needs one annotated parameter, (args: YourArgsModel)")
+    annotation = hints[params[0].name]
+    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+        raise UsageError(
+            f"@tool function {fn.__name__!r}: its parameter must be annotated with a pydantic model, got {annotation!r}"
+        )
+    return annotation
+
+
+def declared_tier(candidate: object) -> Tier | None:
+    """The tool's tier if it declares a real ``Tier``; ``None`` when it is missing or not a ``Tier``."""
+    tier = getattr(candidate, "tier", None)
+    return tier if isinstance(tier, Tier) else None
+
+
+def validate_tool_names(tools: Sequence[Tool[Any, Any]]) -> None:
+    """Refuse empty, malformed, reserved or duplicate names, and a missing ``args_type``.
+
+    Raises:
+        UsageError: naming the tool and the fix.
+    """
+    if not tools:
+        raise UsageError("no tools given; pass one Tool or a non-empty sequence of tools")
+    seen: set[str] = set()
+    for candidate in tools:
+        name = getattr(candidate, "name", None)
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"tool {candidate!r} has an empty name; give it a name matching {_TOOL_NAME.pattern}")
+        if not _TOOL_NAME.match(name):
+            raise UsageError(f"tool name {name!r} is not valid for the model; use letters, digits, '_' or '-' (1-64)")
+        if name in RESERVED_NAMES:
+            raise UsageError(
+                f"tool name {name!r} collides with a step field; rename it (reserved: {sorted(RESERVED_NAMES)})"
+            )
+        if name in seen:
+            raise UsageError(f"two tools are named {name!r}; tool names must be unique in a set")
+        seen.add(name)
+        args_type = getattr(candidate, "args_type", None)
+        if not (isinstance(args_type, type) and issubclass(args_type, BaseModel)):
+            raise UsageError(f"tool {name!r} has no pydantic args_type; got {args_type!r}")
