@@ -22,7 +22,8 @@ from tenacity import (
     AsyncRetrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential_jitter,
+    wait_exponential,
+    wait_random,
 )
 
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled
@@ -205,7 +206,7 @@ async def generate_structured(
         retrying = AsyncRetrying(
             stop=stop_after_attempt(max(attempts, 1)),
             retry=retry_if_exception(_retryable),
-            wait=wait_exponential_jitter(initial=policy.wait_initial, max=policy.wait_max),
+            wait=wait_exponential(multiplier=policy.wait_initial, max=policy.wait_max) + wait_random(0, policy.wait_initial),
             reraise=True,
         )
         try:

@@ -1,0 +1,107 @@
+"""assert_type checks for the core API (mypy only)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import assert_type
+
+from pydantic import BaseModel
+
+from agentkit import (
+    FunctionTool,
+    LoopConfig,
+    Outcome,
+    Prompt,
+    ProviderError,
+    RoleSpec,
+    RoundRecord,
+    StopReason,
+    StructuredRequest,
+    Tier,
+    TieredLoopResult,
+    ToolLoopResult,
+    ToolRoundInfo,
+    ToolStep,
+    Usage,
+    generate_structured,
+    parse_tier,
+    run_tool_loop,
+    run_tool_loop_sync,
+    run_tool_loop_tiered,
+    tool,
+)
+from agentkit.errors import AgentkitError, TierParseError
+from agentkit.structured import Completion
+from agentkit.testing import ScriptedCaller
+
+
+class SearchArgs(BaseModel):
+    query: str
+
+
+class DeleteArgs(BaseModel):
+    id: str
+
+
+class Doc(BaseModel):
+    id: str
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: SearchArgs) -> list[Doc]:
+    """Search."""
+    return []
+
+
+@tool(tier=Tier.READ_ONLY)
+async def asearch(args: SearchArgs) -> Sequence[Doc]:
+    """Search, async."""
+    return []
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def delete(args: DeleteArgs) -> list[Doc]:
+    """Delete."""
+    return []
+
+
+class Agent:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        return Prompt(system="s", dynamic=ctx)
+
+
+async def check() -> None:
+    assert_type(search, FunctionTool[SearchArgs, Doc])
+    assert_type(asearch, FunctionTool[SearchArgs, Doc])
+    caller = ScriptedCaller()
+
+    result = await run_tool_loop(caller, Agent(), search, "ctx")
+    assert_type(result, ToolLoopResult[Doc])
+    assert_type(result.items, list[Doc])
+    assert_type(result.outcome, Outcome)
+    assert_type(result.stop_reason, StopReason)
+    assert_type(result.error, AgentkitError | None)
+    assert_type(result.usage, Usage)
+    assert_type(result.trace, tuple[RoundRecord, ...])
+    assert_type(result.raise_for_error(), ToolLoopResult[Doc])
+
+    assert_type(await run_tool_loop(caller, Agent(), asearch, "ctx", LoopConfig(max_rounds=None)), ToolLoopResult[Doc])
+    assert_type(run_tool_loop_sync(caller, Agent(), search, "ctx"), ToolLoopResult[Doc])
+
+    tiered = await run_tool_loop_tiered(caller, Agent(), delete, "ctx")
+    assert_type(tiered, TieredLoopResult[DeleteArgs, Doc])
+    assert_type(tiered.proposed[0].args, DeleteArgs)
+    assert_type(tiered.items, list[Doc])
+
+    mixed = await run_tool_loop_tiered(caller, Agent(), [search, delete], "ctx")
+    assert_type(mixed.items, list[Doc])
+
+    completion = await generate_structured(caller, StructuredRequest(system="", dynamic="", model="m"), SearchArgs)
+    assert_type(completion, Completion[SearchArgs])
+    assert_type(completion.value, SearchArgs)
+    assert_type(ToolStep[SearchArgs].model_validate({}).call, SearchArgs | None)
+    assert_type(parse_tier("x"), tuple[Tier, TierParseError | None])
+    assert_type(ProviderError("x").usage, Usage | None)
