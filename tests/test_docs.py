@@ -1,0 +1,57 @@
+"""Every Python block in README.md and docs/ runs, unless it is marked as not run with a reason.
+
+A page's blocks run in order in one namespace, so a page can build an example step by step.
+Top-level ``await`` is allowed. A block preceded by ``<!-- not-run: reason -->`` is skipped; the
+reason must be given.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+BLOCK = re.compile(r"(?P<marker><!--\s*not-run:(?P<reason>[^>]*)-->\s*\n)?```python\n(?P<code>.*?)```", re.DOTALL)
+
+
+def blocks(page: Path) -> list[tuple[int, str, str | None]]:
+    text = page.read_text(encoding="utf-8")
+    found = []
+    for match in BLOCK.finditer(text):
+        line = text.count("\n", 0, match.start("code")) + 1
+        reason = match.group("reason")
+        found.append((line, match.group("code"), None if reason is None else reason.strip()))
+    return found
+
+
+def run_page(page: Path) -> None:
+    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    for line, code, reason in blocks(page):
+        if reason is not None:
+            assert reason, f"{page.name}:{line}: a not-run block must say why"
+            continue
+        # Padding keeps the page's line numbers in tracebacks.
+        source = "\n" * (line - 1) + code
+        compiled = compile(source, str(page), "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+        outcome = eval(compiled, namespace)
+        if inspect.iscoroutine(outcome):
+            # A block with top-level await runs in its own event loop; blocks that call
+            # asyncio.run themselves run with no loop around them.
+            asyncio.run(outcome)
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=lambda p: str(p.relative_to(ROOT)))
+def test_doc_examples_run(page: Path) -> None:
+    """Each page's Python examples run top to bottom without error."""
+    run_page(page)
+
+
+def test_readme_example_is_found() -> None:
+    """The docs test finds the README's example, so a broken pattern cannot silently skip everything."""
+    assert blocks(ROOT / "README.md")
