@@ -21,6 +21,7 @@ __all__ = [
     "LLMCallFinished",
     "ProposalCaptured",
     "RoundStarted",
+    "RunAborted",
     "RunFinished",
     "RunStarted",
     "ToolCallStarted",
@@ -125,6 +126,20 @@ class RunFinished:
     result: ToolLoopResult[Any]
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunAborted:
+    """A run was cancelled, or raised (a wiring mistake such as ``UsageError``): no result exists.
+
+    It lets an observer close what it opened for the run (spans, timers); the exception itself
+    still propagates to the caller.
+    """
+
+    kind: Literal["run_abort"] = "run_abort"
+    run_id: str
+    error: BaseException
+    """What ended the run: ``asyncio.CancelledError``, a ``UsageError``, ..."""
+
+
 Event = (
     RunStarted
     | RoundStarted
@@ -134,5 +149,6 @@ Event = (
     | ProposalCaptured
     | DegenerationDetected
     | RunFinished
+    | RunAborted
 )
 """Any event; match on ``event.kind``."""

@@ -1,7 +1,14 @@
-"""``Observer``: hooks called as a run happens. An observer can never change a run's outcome."""
+"""Observers: hooks called as a run happens. An observer can never change a run's outcome.
+
+``Observer`` is the base class (a no-op hook per moment, plus ``on_event`` for every event);
+``LoggingObserver`` writes one structured log line per event; ``dispatch`` delivers an event to
+a run's observers, isolating their failures. The OpenTelemetry observer lives in
+``agentkit.otel`` (an optional extra) and the event stream in ``agentkit.stream``.
+"""
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 
@@ -11,13 +18,14 @@ from agentkit.events import (
     LLMCallFinished,
     ProposalCaptured,
     RoundStarted,
+    RunAborted,
     RunFinished,
     RunStarted,
     ToolCallStarted,
     ToolResultReturned,
 )
 
-__all__ = ["Observer", "ObserverArg", "dispatch", "observers_of"]
+__all__ = ["LoggingObserver", "Observer", "ObserverArg", "dispatch", "event_fields", "observers_of"]
 
 logger = logging.getLogger("agentkit.observe")
 
@@ -25,9 +33,16 @@ logger = logging.getLogger("agentkit.observe")
 class Observer:
     """Base class with a no-op hook per moment of a run; override the ones you need.
 
-    Hooks are synchronous and should be quick. An exception raised by a hook is logged through
-    ``logging`` (logger ``agentkit.observe``) and swallowed: it never changes the run.
+    For each event, ``on_event`` is called first, then the hook named for the event. New hooks
+    are added here with a no-op body, so a subclass never breaks when one is added.
+
+    Hooks are synchronous, run on the loop's task and should be quick. An exception raised by a
+    hook is logged once through ``logging`` (logger ``agentkit.observe``, level ERROR, with the
+    traceback) and swallowed: it never changes the run, its items or the other observers.
     """
+
+    def on_event(self, event: Event) -> None:
+        """Any event, before its own hook (for observers that treat every event alike)."""
 
     def on_run_start(self, event: RunStarted) -> None:
         """A run began."""
@@ -51,7 +66,10 @@ class Observer:
         """The executor repeated itself."""
 
     def on_run_end(self, event: RunFinished) -> None:
-        """A run ended."""
+        """A run ended with a result."""
+
+    def on_run_abort(self, event: RunAborted) -> None:
+        """A run was cancelled or raised; there is no result."""
 
 
 ObserverArg = Observer | Sequence[Observer] | None
@@ -67,26 +85,156 @@ def observers_of(observer: ObserverArg) -> tuple[Observer, ...]:
     return tuple(observer)
 
 
+def _on_event(observer: Observer, event: Event) -> None:
+    observer.on_event(event)
+
+
+def _on_hook(observer: Observer, event: Event) -> None:
+    match event:
+        case RunStarted():
+            observer.on_run_start(event)
+        case RoundStarted():
+            observer.on_round_start(event)
+        case LLMCallFinished():
+            observer.on_llm_call(event)
+        case ToolCallStarted():
+            observer.on_tool_call(event)
+        case ToolResultReturned():
+            observer.on_tool_result(event)
+        case ProposalCaptured():
+            observer.on_proposal(event)
+        case DegenerationDetected():
+            observer.on_degeneration(event)
+        case RunFinished():
+            observer.on_run_end(event)
+        case RunAborted():
+            observer.on_run_abort(event)
+
+
 def dispatch(observers: tuple[Observer, ...], event: Event) -> None:
-    """Deliver ``event`` to each observer's hook for it, isolating failures."""
+    """Deliver ``event`` to each observer (``on_event``, then its own hook), isolating failures.
+
+    A hook that raises is logged once and skipped; the next hook and observer still run.
+    """
     for observer in observers:
-        try:
-            match event:
-                case RunStarted():
-                    observer.on_run_start(event)
-                case RoundStarted():
-                    observer.on_round_start(event)
-                case LLMCallFinished():
-                    observer.on_llm_call(event)
-                case ToolCallStarted():
-                    observer.on_tool_call(event)
-                case ToolResultReturned():
-                    observer.on_tool_result(event)
-                case ProposalCaptured():
-                    observer.on_proposal(event)
-                case DegenerationDetected():
-                    observer.on_degeneration(event)
-                case RunFinished():
-                    observer.on_run_end(event)
-        except Exception:
-            logger.exception("observer %s failed in its %s hook; the run goes on", type(observer).__name__, event.kind)
+        for deliver in (_on_event, _on_hook):
+            try:
+                deliver(observer, event)
+            except Exception:
+                logger.exception(
+                    "observer %s failed on the %s event (run %s); the run goes on",
+                    type(observer).__name__,
+                    event.kind,
+                    event.run_id,
+                )
+
+
+def event_fields(event: Event, *, include_args: bool = True) -> dict[str, object]:
+    """The event's salient fields as flat, JSON-friendly values (for logs and exporters).
+
+    Args:
+        event: Any event.
+        include_args: Include tool-call arguments (as compact JSON); turn off when they may hold
+            data that must not reach logs.
+    """
+    fields: dict[str, object] = {"run_id": event.run_id}
+    match event:
+        case RunStarted():
+            fields |= {"agent": event.agent, "model": event.model, "tools": ",".join(event.tools)}
+            fields["max_rounds"] = event.max_rounds
+        case RoundStarted():
+            info = event.info
+            fields |= {"round": info.round, "max_rounds": info.max_rounds, "final": info.is_final_round}
+            fields["prior_calls"] = len(info.prior_calls)
+        case LLMCallFinished():
+            fields |= {"role": event.role, "round": event.round, "model": event.model, "attempt": event.attempt}
+            fields |= {"seconds": round(event.seconds, 4), "requests": event.usage.requests}
+            fields |= {"input_tokens": event.usage.input_tokens, "output_tokens": event.usage.output_tokens}
+            fields["error"] = _error_text(event.error)
+        case ToolCallStarted():
+            fields |= {"round": event.round, "tool": event.tool_name, "tier": event.tier.name}
+            fields["args"] = event.args.model_dump_json() if include_args else None
+        case ToolResultReturned():
+            fields |= {"round": event.round, "tool": event.tool_name, "batch_size": event.batch_size}
+            fields |= {"seconds": round(event.seconds, 4), "observation": event.observation}
+            fields["error"] = _error_text(event.error)
+        case ProposalCaptured():
+            proposal = event.proposal
+            fields |= {"round": proposal.round, "tool": proposal.tool_name, "tier": proposal.tier.name}
+            fields["digest"] = proposal.digest
+        case DegenerationDetected():
+            fields |= {"round": event.round, "tool": event.tool_name}
+            fields["args"] = event.args.model_dump_json() if include_args else None
+        case RunFinished():
+            result = event.result
+            fields |= {"outcome": result.outcome.value, "stop_reason": result.stop_reason.value}
+            fields |= {"rounds": result.rounds, "items": len(result.items), "requests": result.usage.requests}
+            fields |= {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens}
+            fields["error"] = _error_text(result.error)
+        case RunAborted():
+            fields["error"] = _error_text(event.error)
+    return {key: value for key, value in fields.items() if value is not None or key not in _OPTIONAL}
+
+
+_OPTIONAL = frozenset({"args", "error", "observation"})
+
+
+def _error_text(error: BaseException | None) -> str | None:
+    return None if error is None else f"{type(error).__name__}: {error}"
+
+
+def _logfmt(value: object) -> str:
+    text = "none" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    if not text or any(c in text for c in ' ="\n'):
+        return json.dumps(text, ensure_ascii=False)
+    return text
+
+
+def _is_failure(event: Event) -> bool:
+    match event:
+        case LLMCallFinished() | ToolResultReturned():
+            return event.error is not None
+        case RunFinished():
+            return event.result.error is not None
+        case RunAborted():
+            return True
+        case _:
+            return False
+
+
+class LoggingObserver(Observer):
+    """Writes one concise, structured log line per event through stdlib ``logging``.
+
+    The message is ``agentkit.<kind> key=value ...`` (logfmt); the same fields travel on the
+    record as ``record.agentkit`` (a dict with ``event`` and the fields) for structured handlers.
+    Failures (a failed model attempt or tool call, an ERROR ending, an aborted run) are logged at
+    ``error_level``, everything else at ``level``.
+
+    Args:
+        logger: Where to log; ``logging.getLogger("agentkit.events")`` by default.
+        level: Level of ordinary events.
+        error_level: Level of failures.
+        include_args: Log tool-call arguments (turn off when they may hold sensitive data).
+    """
+
+    def __init__(
+        self,
+        logger: logging.Logger | None = None,
+        *,
+        level: int = logging.INFO,
+        error_level: int = logging.WARNING,
+        include_args: bool = True,
+    ) -> None:
+        self.logger = logger or logging.getLogger("agentkit.events")
+        self.level = level
+        self.error_level = error_level
+        self.include_args = include_args
+
+    def on_event(self, event: Event) -> None:
+        """Log ``event`` as one line."""
+        level = self.error_level if _is_failure(event) else self.level
+        if not self.logger.isEnabledFor(level):
+            return
+        fields = event_fields(event, include_args=self.include_args)
+        line = " ".join(f"{key}={_logfmt(value)}" for key, value in fields.items())
+        self.logger.log(level, "agentkit.%s %s", event.kind, line, extra={"agentkit": {"event": event.kind, **fields}})
