@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentkit.errors import UsageError
 from agentkit.tiers import Tier
+from agentkit.tools import Tool
 
-__all__ = ["ProposedAction", "call_digest"]
+__all__ = ["ProposedAction", "call_digest", "load_proposal"]
 
 Args = TypeVar("Args", bound=BaseModel)
 
@@ -66,3 +69,33 @@ class ProposedAction(BaseModel, Generic[Args]):
     def digest_matches(self) -> bool:
         """Whether ``digest`` still matches the tool name and args (they were not altered)."""
         return call_digest(self.tool_name, self.args) == self.digest
+
+
+class _Named(BaseModel):
+    tool_name: str
+
+
+@overload
+def load_proposal(data: str | bytes, tools: Tool[Args, Any]) -> ProposedAction[Args]: ...
+@overload
+def load_proposal(data: str | bytes, tools: Sequence[Tool[Any, Any]]) -> ProposedAction[BaseModel]: ...
+def load_proposal(data: str | bytes, tools: Tool[Any, Any] | Sequence[Tool[Any, Any]]) -> ProposedAction[Any]:
+    """Reload a stored proposal with its args typed by the tool it names.
+
+    ``ProposedAction[YourArgs].model_validate_json`` does this for one args type; a proposal from a
+    multi-tool loop names its tool, and this picks that tool's ``args_type``.
+
+    Raises:
+        UsageError: the proposal names a tool that is not among ``tools``.
+        pydantic.ValidationError: the data is not a proposal, or its args do not validate.
+    """
+    candidates = list(tools) if isinstance(tools, Sequence) else [tools]
+    by_name = {candidate.name: candidate for candidate in candidates}
+    named = _Named.model_validate_json(data)
+    found = by_name.get(named.tool_name)
+    if found is None:
+        raise UsageError(
+            f"stored proposal names tool {named.tool_name!r}, which is not among {sorted(by_name)}; "
+            "pass the tool set it was proposed with"
+        )
+    return ProposedAction[found.args_type].model_validate_json(data)  # type: ignore[name-defined]  # a run-time type

@@ -1,0 +1,224 @@
+"""Approval: the one door through which a call above the autonomy ceiling runs.
+
+A human approves a ``ProposedAction`` with ``approve``; the ``Approval`` binds that person to the
+exact call (the proposal's digest of tool name and canonical args). ``execute_approved`` runs the
+call once and only once, and only if the tool, its tier and the args are still exactly what was
+approved. ``reject`` records the other answer.
+
+Example:
+    >>> approval = approve(result.proposed[0], approved_by="ops@example.com")
+    >>> batch = await execute_approved(approval, delete_file)
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit.errors import AgentkitError, ToolError, UsageError
+from agentkit.proposals import ProposedAction, call_digest
+from agentkit.tiers import Tier, tier_choices
+from agentkit.tools import Tool, declared_tier
+
+__all__ = ["Approval", "ApprovalError", "Rejection", "approve", "execute_approved", "reject"]
+
+Args = TypeVar("Args", bound=BaseModel)
+R = TypeVar("R")
+
+
+class ApprovalError(AgentkitError):
+    """An approval was refused or an approved call was refused; the tool was not called."""
+
+
+class _Once:
+    """The single-use state an ``Approval`` carries; claiming it is atomic across tasks and threads."""
+
+    __slots__ = ("_claimed", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._claimed = False
+
+    def claim(self) -> bool:
+        """Mark used; ``True`` only for the first caller."""
+        with self._lock:
+            if self._claimed:
+                return False
+            self._claimed = True
+            return True
+
+    @property
+    def claimed(self) -> bool:
+        return self._claimed
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Approval(Generic[Args]):
+    """A person's consent to run exactly one proposed call, exactly once.
+
+    Made by ``approve``; spent by ``execute_approved``. Copies made with ``dataclasses.replace``
+    share the single-use state, so no copy of an approval can run a second time.
+    """
+
+    proposal: ProposedAction[Args]
+    """The proposal that was approved."""
+    approved_by: str
+    """Who approved it."""
+    digest: str
+    """The proposal's digest when it was approved: the call that may run."""
+    approved_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    """When it was approved (UTC)."""
+    note: str = ""
+    """The approver's comment."""
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    """A unique id for this approval."""
+    _once: _Once = field(default_factory=_Once, repr=False, compare=False)
+
+    @property
+    def executed(self) -> bool:
+        """Whether ``execute_approved`` has already used this approval (successfully or not)."""
+        return self._once.claimed
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Rejection(Generic[Args]):
+    """A person's refusal of a proposed call; nothing runs."""
+
+    proposal: ProposedAction[Args]
+    """The proposal that was rejected."""
+    rejected_by: str
+    """Who rejected it."""
+    digest: str
+    """The proposal's digest when it was rejected."""
+    reason: str = ""
+    """Why, for the record (and for the executor, if the caller tells it)."""
+    rejected_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    """When it was rejected (UTC)."""
+
+
+def approve(proposal: ProposedAction[Args], *, approved_by: str, note: str = "") -> Approval[Args]:
+    """Approve exactly this proposed call.
+
+    Args:
+        proposal: A proposal from a tiered loop or a gated program.
+        approved_by: Who approves (a person or an account; must not be empty).
+        note: A comment for the record.
+
+    Raises:
+        UsageError: ``approved_by`` is empty.
+        ApprovalError: the proposal's digest no longer matches its tool name and args (it was
+            altered after it was proposed), so there is no exact call to approve.
+    """
+    _check_person(approved_by, "approved_by")
+    _check_intact(proposal)
+    return Approval(proposal=proposal, approved_by=approved_by, digest=proposal.digest, note=note)
+
+
+def reject(proposal: ProposedAction[Args], *, rejected_by: str, reason: str = "") -> Rejection[Args]:
+    """Reject a proposed call; the returned ``Rejection`` is the record of it.
+
+    Raises:
+        UsageError: ``rejected_by`` is empty.
+    """
+    _check_person(rejected_by, "rejected_by")
+    return Rejection(proposal=proposal, rejected_by=rejected_by, digest=proposal.digest, reason=reason)
+
+
+async def execute_approved(approval: Approval[Args], tool: Tool[Any, R]) -> Sequence[R]:
+    """Run an approved call, once; refuse anything that is not exactly what was approved.
+
+    The approval is spent as the call starts, whether the tool then succeeds or fails: an
+    irreversible call may have half-happened, so a retry needs a new proposal and a new approval.
+
+    Args:
+        approval: From ``approve``.
+        tool: The tool to run; its name and tier must be the proposal's (checked here, at run
+            time, since a proposal from a multi-tool loop carries no static link to one tool).
+
+    Returns:
+        The tool's batch.
+
+    Raises:
+        ApprovalError: the tool's name differs from the proposal's, the tool declares no tier or
+            a different tier, the args were altered after approval, or this approval was already
+            used. The tool is not called.
+        ToolError: the tool raised; the original exception is its ``__cause__``.
+    """
+    proposal = approval.proposal
+    name = getattr(tool, "name", None)
+    if name != proposal.tool_name:
+        raise ApprovalError(
+            f"approval {approval.id} is for tool {proposal.tool_name!r}, not {name!r}; "
+            f"pass the tool named {proposal.tool_name!r}"
+        )
+    tier = declared_tier(tool)
+    if tier is None:
+        raise ApprovalError(f"tool {proposal.tool_name!r} declares no tier; choose one of {tier_choices()}")
+    if tier is not proposal.tier:
+        raise ApprovalError(
+            f"tool {proposal.tool_name!r} is now Tier.{tier.name} but Tier.{proposal.tier.name} was approved; "
+            "propose the call again so it is approved at its current tier"
+        )
+    args = _args_to_run(tool, proposal)
+    if call_digest(proposal.tool_name, args) != approval.digest:
+        raise ApprovalError(
+            f"the args of the call to {proposal.tool_name!r} changed after approval {approval.id}; "
+            "nothing ran. Propose and approve the new call instead"
+        )
+    if not approval._once.claim():
+        raise ApprovalError(
+            f"approval {approval.id} for {proposal.tool_name!r} was already executed; an approval runs once"
+        )
+    try:
+        batch = await tool.call(args)
+    except Exception as raised:
+        message = f"tool {proposal.tool_name!r} failed: {type(raised).__name__}: {raised}"
+        error = ToolError(message, tool_name=proposal.tool_name)
+        raise error from raised
+    return batch
+
+
+def _args_to_run(tool: Tool[Any, Any], proposal: ProposedAction[Any]) -> BaseModel:
+    """A private copy of the args, of the tool's args type, so nothing can change them mid-call."""
+    args_type = getattr(tool, "args_type", None)
+    if not (inspect.isclass(args_type) and issubclass(args_type, BaseModel)):
+        raise ApprovalError(f"tool {proposal.tool_name!r} has no pydantic args_type; got {args_type!r}")
+    args = proposal.args
+    if isinstance(args, args_type):
+        return args.model_copy(deep=True)
+    # A proposal reloaded without its args type holds a dict or another model; revalidate it, and
+    # the digest check that follows proves the result is still the approved call.
+    raw = args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+    try:
+        return args_type.model_validate(raw)
+    except ValueError as invalid:
+        raise ApprovalError(
+            f"the approved args do not validate as {args_type.__name__} for {proposal.tool_name!r}: {invalid}"
+        ) from invalid
+
+
+def _check_intact(proposal: ProposedAction[Any]) -> None:
+    if not isinstance(proposal.tier, Tier):
+        raise ApprovalError(f"proposal for {proposal.tool_name!r} has no tier; choose one of {tier_choices()}")
+    if not isinstance(proposal.args, BaseModel):
+        raise ApprovalError(
+            f"proposal for {proposal.tool_name!r} holds untyped args ({type(proposal.args).__name__}); reload it "
+            "with ProposedAction[YourArgs].model_validate_json(...) or load_proposal(data, tools)"
+        )
+    if not proposal.digest_matches():
+        raise ApprovalError(
+            f"proposal for {proposal.tool_name!r} does not match its digest (altered after it was proposed); "
+            "refusing to approve it"
+        )
+
+
+def _check_person(who: str, parameter: str) -> None:
+    if not isinstance(who, str) or not who.strip():
+        raise UsageError(f"{parameter} must name who decided (a person or an account); got {who!r}")

@@ -1,0 +1,485 @@
+"""Program gating: check a whole program of calls from a model before any of it runs.
+
+Some models plan in one go: they emit a list of calls (``[{"tool": ..., "args": {...}}, ...]``)
+instead of one call per round. Here the calls are made against declared ``Capability``\\ s:
+
+1. ``CapabilitySet.render()`` writes the model-facing list from the declarations (sorted,
+   stable), so no prompt ever describes a capability by hand;
+2. ``gate_program`` verifies the **whole** program first (an unknown capability, invalid args or
+   a missing tier rejects all of it, so nothing is half-applied), then splits it by tier into
+   ``plan.apply`` (may run live under the ceiling) and ``plan.propose`` (``ProposedAction``\\ s
+   for a human, the same type the tiered loop returns, approved with ``approve``);
+3. ``apply_plan`` runs ``plan.apply`` only, in order, past failures, and reports every error.
+
+A capability that can never run live (external-reversible, irreversible) is propose-only: it is
+declared without a handler, so no code path here can run it. Approved proposals run through
+``execute_approved`` with a real ``Tool``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import typing
+import uuid
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Never, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentkit.errors import AgentkitError, ToolError, UsageError
+from agentkit.proposals import ProposedAction
+from agentkit.tiers import AutonomyRung, Tier, max_rung_for, tier_choices
+from agentkit.tools import declared_tier
+
+__all__ = [
+    "ApplyReport",
+    "CallResult",
+    "Capability",
+    "CapabilitySet",
+    "Plan",
+    "PlannedCall",
+    "ProgramCall",
+    "ProgramError",
+    "ProgramIssue",
+    "apply_plan",
+    "capability",
+    "gate_program",
+    "propose_only",
+]
+
+Args = TypeVar("Args", bound=BaseModel)
+R = TypeVar("R")
+R_co = TypeVar("R_co", covariant=True)
+
+Handler = Callable[[Args], Sequence[R]] | Callable[[Args], Awaitable[Sequence[R]]]
+"""What applies a capability's call: a sync or async function returning a batch."""
+
+_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+class ProgramError(AgentkitError):
+    """A program was rejected as a whole; ``issues`` lists every problem found."""
+
+    def __init__(self, message: str, *, issues: Sequence[ProgramIssue] = ()) -> None:
+        super().__init__(message)
+        self.issues = tuple(issues)
+        """Every problem, one per offending call."""
+
+
+def runs_live(tier: Tier, ceiling: Tier) -> bool:
+    """The gate: at or below the caller's ceiling **and** a tier the floor policy lets auto-run."""
+    return tier <= ceiling and max_rung_for(tier) is AutonomyRung.AUTO
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Capability(Generic[Args, R_co]):
+    """One thing a program may ask for: a name, a description, a tier and typed args.
+
+    ``handler`` applies the call; a capability without one is propose-only. A capability whose
+    tier can never run live (external-reversible, irreversible) must be propose-only.
+
+    Raises:
+        UsageError: a missing or non-``Tier`` tier, a bad name, a non-pydantic ``args_type``,
+            or a handler on a capability that can never run live.
+    """
+
+    name: str
+    """The name the model calls it by (``^[a-zA-Z0-9_-]{1,64}$``)."""
+    description: str
+    """What it does, for the model."""
+    tier: Tier
+    """How reversible its effect is; there is no default."""
+    args_type: type[Args]
+    """The pydantic model of its arguments."""
+    handler: Handler[Args, R_co] | None = None
+    """Applies a call; ``None`` makes the capability propose-only."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise UsageError(f"capability name {self.name!r} is not valid; use letters, digits, '_' or '-' (1-64)")
+        if declared_tier(self) is None:
+            raise UsageError(f"capability {self.name!r} declares no tier; choose one of {tier_choices()}")
+        if not (inspect.isclass(self.args_type) and issubclass(self.args_type, BaseModel)):
+            raise UsageError(f"capability {self.name!r} needs a pydantic args_type; got {self.args_type!r}")
+        if self.handler is not None and max_rung_for(self.tier) is AutonomyRung.ASK:
+            raise UsageError(
+                f"capability {self.name!r} is Tier.{self.tier.name}, which never runs live, so it cannot have a "
+                "handler; declare it propose-only (handler=None) and run approved calls with execute_approved"
+            )
+
+    @property
+    def propose_only(self) -> bool:
+        """Whether the capability has no handler (its calls can only be proposed)."""
+        return self.handler is None
+
+
+def propose_only(name: str, *, description: str, tier: Tier, args_type: type[Args]) -> Capability[Args, Never]:
+    """Declare a capability without a handler: its calls can only ever be proposed.
+
+    Typed as producing no items, so it joins a ``CapabilitySet`` of any result type.
+    """
+    return Capability(name=name, description=description, tier=tier, args_type=args_type)
+
+
+def capability(
+    *, tier: Tier, name: str | None = None, description: str | None = None
+) -> Callable[[Handler[Args, R]], Capability[Args, R]]:
+    """Turn a typed function ``(args: Args) -> Sequence[R]`` (sync or async) into a ``Capability``.
+
+    Like ``@tool``: the name comes from the function, the description from its docstring, the
+    args type from its first parameter's annotation; ``tier`` is required.
+    """
+    if not isinstance(tier, Tier):
+        raise UsageError(f"@capability(tier=...) needs a Tier, got {tier!r}; choose one of {tier_choices()}")
+
+    def wrap(fn: Handler[Args, R]) -> Capability[Args, R]:
+        fn_name = getattr(fn, "__name__", "capability")
+        return Capability(
+            name=name or fn_name,
+            description=description or inspect.cleandoc(fn.__doc__ or "") or fn_name,
+            tier=tier,
+            args_type=_args_type_of(fn),
+            handler=fn,
+        )
+
+    return wrap
+
+
+def _args_type_of(fn: Callable[..., Any]) -> type[Any]:
+    params = list(inspect.signature(fn).parameters.values())
+    hints = typing.get_type_hints(fn)
+    annotation = hints.get(params[0].name) if params else None
+    if not (inspect.isclass(annotation) and issubclass(annotation, BaseModel)):
+        raise UsageError(
+            f"@capability function {getattr(fn, '__name__', fn)!r} needs its first parameter annotated with a "
+            f"pydantic model, (args: YourArgsModel); got {annotation!r}"
+        )
+    return annotation
+
+
+class CapabilitySet(Generic[R]):
+    """The capabilities a program may use, validated once and rendered for the model.
+
+    Raises:
+        UsageError: no capabilities, or two with the same name.
+    """
+
+    def __init__(self, *capabilities: Capability[Any, R]) -> None:
+        self._by_name: dict[str, Capability[Any, R]] = {}
+        for declared in capabilities:
+            if not isinstance(declared, Capability):
+                raise UsageError(f"{declared!r} is not a Capability; declare it with Capability(...) or @capability")
+            if declared.name in self._by_name:
+                raise UsageError(f"two capabilities are named {declared.name!r}; names must be unique in a set")
+            self._by_name[declared.name] = declared
+        if not self._by_name:
+            raise UsageError("a CapabilitySet needs at least one Capability")
+
+    def __iter__(self) -> Iterator[Capability[Any, R]]:
+        return iter(self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._by_name
+
+    def get(self, name: str) -> Capability[Any, R] | None:
+        """The capability called ``name``, if there is one."""
+        return self._by_name.get(name)
+
+    @property
+    def names(self) -> list[str]:
+        """The capability names, sorted."""
+        return sorted(self._by_name)
+
+    def render(self, *, ceiling: Tier | None = None) -> str:
+        """The model-facing list of capabilities, sorted by name, byte-stable across calls.
+
+        Each entry gives the name, the tier, the description and the args' JSON schema (compact,
+        keys sorted). With ``ceiling``, each entry also says whether its calls run at once or
+        wait for approval, so the model can plan for it.
+        """
+        entries = []
+        for name in self.names:
+            declared = self._by_name[name]
+            declared_or_none = declared_tier(declared)
+            # Tier.READ_ONLY is 0, so only an explicit None check tells "no tier" from "read-only".
+            tier = Tier.IRREVERSIBLE if declared_or_none is None else declared_or_none
+            when = ""
+            if ceiling is not None:
+                when = "; runs at once" if runs_live(tier, ceiling) else "; needs human approval"
+            description = " ".join(declared.description.split())
+            schema = json.dumps(
+                _without_titles(declared.args_type.model_json_schema()), sort_keys=True, separators=(",", ":")
+            )
+            entries.append(f"- {name} ({tier.name.lower()}{when}): {description}\n  args: {schema}")
+        return "\n".join(entries)
+
+
+def _without_titles(schema: Any) -> Any:
+    """Drop pydantic's ``title`` keywords (noise for the model); keep fields that are named title."""
+    if isinstance(schema, list):
+        return [_without_titles(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    cleaned: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in ("properties", "$defs") and isinstance(value, dict):
+            cleaned[key] = {name: _without_titles(sub) for name, sub in value.items()}
+        else:
+            cleaned[key] = _without_titles(value)
+    return cleaned
+
+
+class ProgramCall(BaseModel):
+    """One call of a program, as the model emits it: ``{"tool": name, "args": {...}}``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str = Field(description="The capability to call.")
+    args: dict[str, Any] = Field(default_factory=dict, description="The capability's arguments.")
+    rationale: str = Field(default="", description="Why this call.")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProgramIssue:
+    """Why one call of a program was not acceptable."""
+
+    index: int
+    """The call's position in the program, from 0."""
+    tool_name: str | None
+    """The capability it named, when it named one."""
+    message: str
+    """What is wrong and how to fix it (suitable to show the model)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PlannedCall:
+    """A verified call that may run live."""
+
+    index: int
+    """The call's position in the program, from 0."""
+    tool_name: str
+    """The capability to call."""
+    tier: Tier
+    """The capability's tier when the program was gated."""
+    args: BaseModel
+    """The validated arguments."""
+    rationale: str = ""
+    """The model's stated reason."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Plan(Generic[R]):
+    """A gated program: what may run live, what needs a human, or why it was rejected."""
+
+    apply: tuple[PlannedCall, ...] = ()
+    """Calls that may run live, in program order (empty when rejected)."""
+    propose: tuple[ProposedAction[BaseModel], ...] = ()
+    """Calls that need approval, in program order (empty when rejected)."""
+    issues: tuple[ProgramIssue, ...] = ()
+    """Every problem found; any problem rejects the whole program."""
+    ceiling: Tier
+    """The autonomy ceiling the program was gated under."""
+    run_id: str = ""
+    """Stamped on the proposals."""
+    capabilities: CapabilitySet[R] = field(repr=False, compare=False)
+    """The set the program was verified against (``apply_plan`` runs its handlers)."""
+
+    @property
+    def rejected(self) -> bool:
+        """Whether the program was rejected as a whole."""
+        return bool(self.issues)
+
+    def error(self) -> ProgramError | None:
+        """The rejection as one error listing every issue, or ``None``."""
+        if not self.issues:
+            return None
+        lines = "; ".join(f"call {issue.index}: {issue.message}" for issue in self.issues)
+        return ProgramError(f"program rejected, nothing applied: {lines}", issues=self.issues)
+
+    def raise_for_error(self) -> Plan[R]:
+        """Raise the rejection as a ``ProgramError``; otherwise return the plan itself."""
+        error = self.error()
+        if error is not None:
+            raise error
+        return self
+
+
+def gate_program(
+    calls: Sequence[ProgramCall | Mapping[str, Any]],
+    ceiling: Tier,
+    *,
+    capabilities: CapabilitySet[R],
+    run_id: str | None = None,
+    round: int = 1,
+) -> Plan[R]:
+    """Verify a whole program, then split it by tier into calls to apply and calls to propose.
+
+    Every call is checked before any is sorted: an unknown capability, args that do not validate
+    or a capability with no tier rejects the **whole** program (``plan.issues`` lists every
+    problem; ``plan.apply`` and ``plan.propose`` are empty). A verified call goes to
+    ``plan.apply`` when its tier is at or below ``ceiling`` and may auto-run at all, otherwise it
+    becomes a ``ProposedAction`` in ``plan.propose``.
+
+    Args:
+        calls: The program, as ``ProgramCall``\\ s or mappings of the same shape.
+        ceiling: The highest tier allowed to run live (external-reversible and irreversible never do).
+        capabilities: The declared capabilities.
+        run_id: Stamped on the proposals; a fresh id when omitted.
+        round: Stamped on the proposals (the model turn that produced the program).
+
+    Raises:
+        UsageError: ``ceiling`` is not a ``Tier``.
+    """
+    if not isinstance(ceiling, Tier):
+        raise UsageError(f"ceiling must be a Tier, got {ceiling!r}; choose one of {tier_choices()}")
+    run_id = run_id or uuid.uuid4().hex
+    verified: list[PlannedCall] = []
+    issues: list[ProgramIssue] = []
+    for index, raw in enumerate(calls):
+        checked = _verify(index, raw, capabilities)
+        if isinstance(checked, ProgramIssue):
+            issues.append(checked)
+        else:
+            verified.append(checked)
+    if issues:
+        return Plan(issues=tuple(issues), ceiling=ceiling, run_id=run_id, capabilities=capabilities)
+    apply = tuple(call for call in verified if runs_live(call.tier, ceiling))
+    propose = tuple(
+        ProposedAction[BaseModel].create(
+            tool_name=call.tool_name,
+            tier=call.tier,
+            args=call.args,
+            rationale=call.rationale,
+            round=round,
+            run_id=run_id,
+        )
+        for call in verified
+        if not runs_live(call.tier, ceiling)
+    )
+    return Plan(apply=apply, propose=propose, ceiling=ceiling, run_id=run_id, capabilities=capabilities)
+
+
+def _verify(index: int, raw: object, capabilities: CapabilitySet[Any]) -> PlannedCall | ProgramIssue:
+    try:
+        call = raw if isinstance(raw, ProgramCall) else ProgramCall.model_validate(raw)
+    except ValidationError as invalid:
+        message = f'not a call of the shape {{"tool": name, "args": {{...}}}}: {_errors(invalid)}'
+        return ProgramIssue(index=index, tool_name=None, message=message)
+    declared = capabilities.get(call.tool)
+    if declared is None:
+        message = f"unknown capability {call.tool!r}; choose one of {capabilities.names}"
+        return ProgramIssue(index=index, tool_name=call.tool, message=message)
+    tier = declared_tier(declared)
+    if tier is None:
+        message = f"capability {call.tool!r} declares no tier; choose one of {tier_choices()}"
+        return ProgramIssue(index=index, tool_name=call.tool, message=message)
+    try:
+        # An argument the capability does not declare would be dropped silently; refuse it, unless
+        # the args model says for itself what to do with extra data.
+        extra = None if "extra" in declared.args_type.model_config else "forbid"
+        args = declared.args_type.model_validate(call.args, extra=extra)
+    except ValidationError as invalid:
+        return ProgramIssue(index=index, tool_name=call.tool, message=f"invalid args: {_errors(invalid)}")
+    return PlannedCall(index=index, tool_name=call.tool, tier=tier, args=args, rationale=call.rationale)
+
+
+def _errors(invalid: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or '(root)'}: {error['msg']}" for error in invalid.errors()
+    )
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallResult(Generic[R]):
+    """What became of one applied call."""
+
+    call: PlannedCall
+    """The call."""
+    batch: Sequence[R] = ()
+    """What its handler returned (empty on error)."""
+    error: AgentkitError | None = None
+    """Why it did not run or failed, if it did not succeed."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the call ran and succeeded."""
+        return self.error is None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApplyReport(Generic[R]):
+    """What ``apply_plan`` did: one result per call of ``plan.apply``, and every error."""
+
+    results: tuple[CallResult[R], ...] = ()
+    """One per call of ``plan.apply``, in order."""
+    rejection: ProgramError | None = None
+    """Set when the plan was rejected (then nothing ran)."""
+
+    @property
+    def items(self) -> list[R]:
+        """Every successful call's batch, concatenated in order."""
+        return [item for result in self.results for item in result.batch]
+
+    @property
+    def errors(self) -> list[AgentkitError]:
+        """Every error: the rejection, or each failed call's, in order."""
+        found: list[AgentkitError] = [self.rejection] if self.rejection is not None else []
+        return found + [result.error for result in self.results if result.error is not None]
+
+    @property
+    def ok(self) -> bool:
+        """Whether every call ran and succeeded (and the plan was not rejected)."""
+        return not self.errors
+
+
+async def apply_plan(plan: Plan[R]) -> ApplyReport[R]:
+    """Run ``plan.apply`` in order with each capability's handler; never ``plan.propose``.
+
+    A failing call does not stop the rest; each call's outcome is in the report. A call is re-
+    checked before it runs, so a hand-made or altered plan cannot run more than its tiers allow:
+    a call that is unknown to the set, no longer runs live under ``plan.ceiling``, has args of
+    the wrong type or has no handler is an error, never run and never skipped silently.
+    """
+    rejection = plan.error()
+    if rejection is not None:
+        return ApplyReport(rejection=rejection)
+    results = [await _apply_one(call, plan) for call in plan.apply]
+    return ApplyReport(results=tuple(results))
+
+
+async def _apply_one(call: PlannedCall, plan: Plan[R]) -> CallResult[R]:
+    name = call.tool_name
+    declared = plan.capabilities.get(name)
+    refusal: str | None = None
+    tier = declared_tier(declared) if declared is not None else None
+    if declared is None:
+        refusal = f"unknown capability {name!r}; not applied"
+    elif tier is None:
+        refusal = f"capability {name!r} declares no tier; choose one of {tier_choices()}"
+    elif not runs_live(tier, plan.ceiling):
+        refusal = f"capability {name!r} is Tier.{tier.name} and may not run live under Tier.{plan.ceiling.name}"
+    elif not isinstance(call.args, declared.args_type):
+        refusal = f"args for {name!r} are {type(call.args).__name__}, not {declared.args_type.__name__}"
+    elif declared.handler is None:
+        refusal = f"capability {name!r} has no handler (it is propose-only); give it one or propose the call"
+    if refusal is not None or declared is None or declared.handler is None:
+        return CallResult(call=call, error=ToolError(refusal or "not applied", tool_name=name))
+    try:
+        batch: Any = declared.handler(call.args.model_copy(deep=True))
+        if inspect.isawaitable(batch):
+            batch = await batch
+        if not isinstance(batch, Sequence) or isinstance(batch, str | bytes):
+            raise TypeError(f"returned {type(batch).__name__}; a handler returns a sequence (a batch) of items")
+    except Exception as raised:
+        error = ToolError(f"capability {name!r} failed: {type(raised).__name__}: {raised}", tool_name=name)
+        error.__cause__ = raised
+        return CallResult(call=call, error=error)
+    return CallResult(call=call, batch=typing.cast("Sequence[R]", batch))
