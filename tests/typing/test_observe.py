@@ -1,0 +1,141 @@
+"""assert_type checks for observers, the event stream and the OpenTelemetry observer (mypy only)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Literal, assert_never, assert_type
+
+from opentelemetry.sdk.trace import TracerProvider
+from pydantic import BaseModel
+
+from agentkit import Observer, Prompt, RoleSpec, Tier, TieredLoopResult, ToolLoopResult, ToolRoundInfo, tool
+from agentkit.events import (
+    DegenerationDetected,
+    Event,
+    LLMCallFinished,
+    ProposalCaptured,
+    RoundStarted,
+    RunAborted,
+    RunFinished,
+    RunStarted,
+    ToolCallStarted,
+    ToolResultReturned,
+)
+from agentkit.observe import LoggingObserver, event_fields
+from agentkit.otel import OTelObserver
+from agentkit.results import Usage
+from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
+from agentkit.testing import ScriptedCaller
+
+
+class SearchArgs(BaseModel):
+    query: str
+
+
+class DeleteArgs(BaseModel):
+    id: str
+
+
+class Doc(BaseModel):
+    id: str
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: SearchArgs) -> list[Doc]:
+    """Search."""
+    return []
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def delete(args: DeleteArgs) -> list[Doc]:
+    """Delete."""
+    return []
+
+
+class Finder:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        return Prompt(system="s", dynamic=ctx)
+
+
+class Tokens(Observer):
+    def __init__(self) -> None:
+        self.usage = Usage()
+
+    def on_llm_call(self, event: LLMCallFinished) -> None:
+        self.usage += event.usage
+
+
+async def stream_plain() -> None:
+    caller = ScriptedCaller()
+    stream = iter_tool_loop(caller, Finder(), search, "ctx", observer=[Tokens(), LoggingObserver()])
+    assert_type(stream, RunStream[ToolLoopResult[Doc]])
+    async with stream as run:
+        assert_type(run, RunStream[ToolLoopResult[Doc]])
+        async for event in run:
+            assert_type(event, Event)
+            assert_type(
+                event.kind,
+                Literal[
+                    "run_start",
+                    "round_start",
+                    "llm_call",
+                    "tool_call",
+                    "tool_result",
+                    "proposal",
+                    "degeneration",
+                    "run_end",
+                    "run_abort",
+                ],
+            )
+            describe(event)
+    assert_type(run.result, ToolLoopResult[Doc])
+    assert_type(run.result.items, list[Doc])
+    assert_type(await run.wait(), ToolLoopResult[Doc])
+
+
+async def stream_tiered() -> None:
+    caller = ScriptedCaller()
+    async with iter_tool_loop_tiered(caller, Finder(), search, "ctx") as run:
+        async for _ in run:
+            pass
+    assert_type(run.result, TieredLoopResult[SearchArgs, Doc])
+    async with iter_tool_loop_tiered(caller, Finder(), [search, delete], "ctx") as several:
+        async for _ in several:
+            pass
+    assert_type(several.result, TieredLoopResult[BaseModel, Doc])
+
+
+def describe(event: Event) -> str:
+    match event:
+        case RunStarted():
+            return event.model
+        case RoundStarted():
+            return str(event.info.round)
+        case LLMCallFinished():
+            return str(event.usage.total_tokens)
+        case ToolCallStarted():
+            return event.tier.name
+        case ToolResultReturned():
+            return str(event.batch_size)
+        case ProposalCaptured():
+            return event.proposal.digest
+        case DegenerationDetected():
+            return event.tool_name
+        case RunFinished():
+            return event.result.outcome.value
+        case RunAborted():
+            return type(event.error).__name__
+        case _:
+            assert_never(event)
+
+
+def observers() -> None:
+    otel = OTelObserver(TracerProvider().get_tracer("t"))
+    assert_type(otel, OTelObserver)
+    assert_type(OTelObserver(), OTelObserver)
+    logs = LoggingObserver(logging.getLogger("app"), level=logging.DEBUG, include_args=False)
+    assert_type(logs, LoggingObserver)
+    assert_type(event_fields(RunAborted(run_id="r", error=ValueError())), dict[str, object])
