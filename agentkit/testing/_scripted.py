@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from agentkit.errors import AgentkitError, StructuredOutputError, UsageError
 from agentkit.results import Usage
 from agentkit.structured import Completion, StructuredRequest
+from agentkit.text import TextCompletion
 
 __all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
 
@@ -34,7 +35,7 @@ class ScriptedReply:
     """The model that answered; the request's model when omitted."""
 
 
-Step = BaseModel | Mapping[str, Any] | str | BaseException | ScriptedReply
+Step = BaseModel | Mapping[str, Any] | str | BaseException | ScriptedReply | TextCompletion
 
 
 class ScriptedCaller:
@@ -44,6 +45,9 @@ class ScriptedCaller:
     schema exactly as a real reply is, so an invalid entry fails validation), an exception to
     raise, or a ``ScriptedReply``. Every request is recorded in ``requests``, including those
     whose entry is an exception. Each call reports ``Usage(requests=1)`` unless scripted otherwise.
+
+    It is also a ``TextCaller``: for ``complete_text`` a ``str`` entry is the prose reply as-is
+    (empty included), a ``TextCompletion`` is returned unchanged, and exceptions raise.
     """
 
     def __init__(self, steps: Iterable[Step] = ()) -> None:
@@ -75,13 +79,39 @@ class ScriptedCaller:
                 f"the script ran dry at request {len(self.requests)} ({schema.__name__}); add more replies"
             )
         entry = self._script.popleft()
+        if isinstance(entry, TextCompletion):
+            raise UsageError(
+                f"request {len(self.requests)} asked for {schema.__name__} but the script has a text reply"
+            )
         reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
-        if isinstance(reply.value, BaseException):
-            if isinstance(reply.value, AgentkitError) and reply.value.usage is None:
-                reply.value.usage = reply.usage
-            raise reply.value
+        _raise_if_exception(reply)
+        assert not isinstance(reply.value, BaseException)
         value = _validate(reply.value, schema, reply.usage)
         return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
+
+    async def complete_text(self, request: StructuredRequest) -> TextCompletion:
+        """Return the next entry as a prose reply (``TextCaller``): a ``str`` is the text as-is."""
+        self.requests.append(request)
+        if not self._script:
+            raise ScriptExhausted(f"the script ran dry at request {len(self.requests)} (text); add more replies")
+        entry = self._script.popleft()
+        if isinstance(entry, TextCompletion):
+            return entry
+        reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
+        _raise_if_exception(reply)
+        if not isinstance(reply.value, str):
+            raise UsageError(
+                f"request {len(self.requests)} asked for text but the script has {type(reply.value).__name__}; "
+                "script a str (or a ScriptedReply of one) for a text reply"
+            )
+        return TextCompletion(text=reply.value, usage=reply.usage, model=reply.model or request.model)
+
+
+def _raise_if_exception(reply: ScriptedReply) -> None:
+    if isinstance(reply.value, BaseException):
+        if isinstance(reply.value, AgentkitError) and reply.value.usage is None:
+            reply.value.usage = reply.usage
+        raise reply.value
 
 
 def _validate(value: BaseModel | Mapping[str, Any] | str, schema: type[M], usage: Usage) -> M:

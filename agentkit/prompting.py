@@ -1,0 +1,186 @@
+"""The reflective prompt: the standard framing of a tool-loop round, so ``render()`` is a few lines.
+
+``reflective_prompt`` puts everything stable (the doctrine, how a round works, the tools, an
+optional worked example) in ``Prompt.system``, byte-identical across rounds so provider prompt
+caching works, and everything that changes (the request, where the round sits in the budget, the
+earlier calls with their results, observations and proposals, the final-round instruction) in
+``Prompt.dynamic``::
+
+    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        return reflective_prompt(DOCTRINE, ctx, info, render_item=lambda doc: doc.title)
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit.agent import PriorCall, Prompt, ToolRoundInfo
+from agentkit.proposals import ProposedAction, call_digest
+from agentkit.tools import Tool
+
+__all__ = ["USE_THE_TOOL", "reflective_prompt", "worked_example"]
+
+R = TypeVar("R")
+
+USE_THE_TOOL = (
+    "Use the tool to find what the request needs; do not answer from memory. "
+    "Only what the tool returned counts as known."
+)
+"""A doctrine line for retrieval agents: look it up, never recall it (small models need it said)."""
+
+_HOW_A_ROUND_WORKS = """\
+How each round works:
+- Reply with exactly one step. To call a tool, set "done" to false and give the "call". When the \
+results so far answer the request, or nothing is needed, set "done" to true and give no call.
+- First reflect on the earlier results: what do they establish, and what is still missing?
+- Do not repeat a call you have already made: a repeated call ends the run.
+- A call marked as proposed did not run; it awaits a human's approval. Do not propose it again.
+- Rounds are limited; each prompt says which round this is. On the final round, commit."""
+
+_FINAL_ROUND = (
+    "This is the final round: commit now. If the results above answer the request, set done to "
+    "true. Otherwise make the one call most likely to complete it; you will not see its results."
+)
+_NEXT_ROUND = "Reflect on the results above, then reply with your next step."
+_FIRST_ROUND = "Nothing has been looked up yet. Reply with your first step."
+
+
+def reflective_prompt(
+    doctrine: str,
+    request: str,
+    info: ToolRoundInfo[R],
+    *,
+    render_item: Callable[[R], str] | None = None,
+    example: str | None = None,
+    tools: Sequence[Tool[Any, Any]] = (),
+) -> Prompt:
+    """The standard reflect-on-results prompt for one tool-loop round.
+
+    Args:
+        doctrine: The agent's stable rules: its job, what counts as enough, what to avoid
+            (``USE_THE_TOOL`` is a ready line for retrieval agents).
+        request: What this run is asked to do.
+        info: The round, as the loop passes it to ``render``.
+        render_item: One result item as prompt text; pydantic items default to compact JSON,
+            anything else to ``str``.
+        example: A worked example for the system part (see ``worked_example``).
+        tools: Tools to list by name and description in the system part.
+
+    Returns:
+        A ``Prompt`` whose ``system`` depends only on ``doctrine``, ``example`` and ``tools``.
+    """
+    system = [doctrine.strip(), _HOW_A_ROUND_WORKS]
+    if tools:
+        system.append("Tools:\n" + "\n".join(f"- {t.name}: {t.description.strip()}" for t in tools))
+    if example:
+        system.append(example.strip())
+    show = render_item or _default_item
+    dynamic = [f"Request:\n{request.strip()}", _budget_line(info)]
+    earlier = _earlier_calls(info, show)
+    if earlier:
+        dynamic.append(earlier)
+    waiting = _unlisted_proposals(info)
+    if waiting:
+        dynamic.append(waiting)
+    if info.is_final_round:
+        dynamic.append(_FINAL_ROUND)
+    else:
+        dynamic.append(_NEXT_ROUND if earlier or waiting else _FIRST_ROUND)
+    return Prompt(system="\n\n".join(system), dynamic="\n\n".join(dynamic))
+
+
+def worked_example(
+    request: str,
+    call: BaseModel | Mapping[str, Any],
+    results: Sequence[str],
+    *,
+    tool: str | None = None,
+    search_rationale: str = "I have nothing yet; I look it up.",
+    done_rationale: str = "The result answers the request; I am done.",
+) -> str:
+    """One short demonstration of a search-then-done exchange, in the step's wire format.
+
+    Args:
+        request: The example request.
+        call: The example call's arguments.
+        results: The example results, as they would be rendered.
+        tool: The tool's name when the loop has a set of tools (the call is then
+            ``{"tool": name, "args": {...}}``); omit it for a single tool.
+        search_rationale: The rationale of the searching step.
+        done_rationale: The rationale of the closing step.
+    """
+    args = call.model_dump(mode="json") if isinstance(call, BaseModel) else dict(call)
+    wire = args if tool is None else {"tool": tool, "args": args}
+    search = {"rationale": search_rationale, "done": False, "call": wire}
+    done = {"rationale": done_rationale, "done": True, "call": None}
+    lines = [
+        "Example of a good exchange (search, then done):",
+        f"Request: {request}",
+        f"Round 1 reply: {_json(search)}",
+        "Results:",
+        *(f"  - {line}" for line in results),
+        f"Round 2 reply: {_json(done)}",
+    ]
+    return "\n".join(lines)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _default_item(item: object) -> str:
+    if isinstance(item, BaseModel):
+        return item.model_dump_json()
+    return str(item)
+
+
+def _budget_line(info: ToolRoundInfo[Any]) -> str:
+    if info.max_rounds is None:
+        return f"Round {info.round} (no fixed limit on rounds)."
+    left = info.max_rounds - info.round
+    after = "this is the last one" if left <= 0 else f"{left} more after this one"
+    return f"Round {info.round} of {info.max_rounds} ({after})."
+
+
+def _call_text(tool_name: str, args: BaseModel) -> str:
+    return f"{tool_name} {args.model_dump_json()}"
+
+
+def _earlier_calls(info: ToolRoundInfo[R], show: Callable[[R], str]) -> str:
+    if info.prior_calls:
+        entries = [_prior_call(n, call, show) for n, call in enumerate(info.prior_calls, 1)]
+        return "Earlier calls and what came of them:\n" + "\n".join(entries)
+    if info.prior_results:
+        # An info built without call records still carries the batches to reflect on.
+        entries = [_batch(f"{n}. Results", batch, show) for n, batch in enumerate(info.prior_results, 1)]
+        return "Earlier results:\n" + "\n".join(entries)
+    return ""
+
+
+def _prior_call(n: int, call: PriorCall[R], show: Callable[[R], str]) -> str:
+    head = f"{n}. Round {call.round}: {_call_text(call.tool_name, call.args)}"
+    if call.proposed:
+        return f"{head}\n   proposed for human approval; it did not run"
+    if call.observation is not None:
+        return f"{head}\n   the tool did not run it: {call.observation}"
+    return _batch(head, call.batch, show)
+
+
+def _batch(head: str, batch: Sequence[R], show: Callable[[R], str]) -> str:
+    if not batch:
+        return f"{head}\n   returned nothing"
+    noun = "result" if len(batch) == 1 else "results"
+    return f"{head}\n   returned {len(batch)} {noun}:\n" + "\n".join(f"   - {show(item)}" for item in batch)
+
+
+def _unlisted_proposals(info: ToolRoundInfo[Any]) -> str:
+    listed = {call_digest(c.tool_name, c.args) for c in info.prior_calls if c.proposed}
+    waiting: list[ProposedAction[Any]] = [p for p in info.proposals if p.digest not in listed]
+    if not waiting:
+        return ""
+    lines = [f"- Round {p.round}: {_call_text(p.tool_name, p.args)} ({p.tier.name})" for p in waiting]
+    return "Awaiting human approval (did not run; do not propose again):\n" + "\n".join(lines)
