@@ -26,6 +26,7 @@ from agentkit import (
     ToolLoopResult,
     ToolRetry,
     ToolRoundInfo,
+    UsageError,
     run_tool_loop,
     run_tool_loop_tiered,
     tool,
@@ -543,3 +544,38 @@ def test_logging_observer_stays_silent_below_its_logger_level(caplog: pytest.Log
     with caplog.at_level(logging.ERROR, logger="agentkit.test.quiet"):
         dispatch((observer,), RunStarted(run_id="r", agent="A", model="m", tools=("t",), max_rounds=None))
     assert not [record for record in caplog.records if record.name == "agentkit.test.quiet"]
+
+
+ABORT_PENDING = pytest.mark.xfail(
+    reason="core: run_core does not emit RunAborted yet when a run is cancelled or raises", strict=True
+)
+
+
+@ABORT_PENDING
+async def test_a_run_that_raises_ends_with_run_abort() -> None:
+    """A wiring mistake found mid-run (the script ran dry) ends the hooks with run_abort, then raises."""
+    recorder = Recorder()
+    with pytest.raises(UsageError):
+        await run_tool_loop(ScriptedCaller([]), Finder(), search, "ctx", LoopConfig(retry=NO_WAIT), observer=recorder)
+    assert recorder.kinds == ["run_start", "round_start", "llm_call", "run_abort"]
+
+
+@ABORT_PENDING
+async def test_a_cancelled_run_ends_with_run_abort() -> None:
+    """A run cancelled inside a tool call ends the hooks with run_abort carrying the CancelledError."""
+    recorder, called = Recorder(), asyncio.Event()
+
+    class Called(Observer):
+        def on_tool_call(self, event: ToolCallStarted) -> None:
+            called.set()
+
+    caller = ScriptedCaller([call_step(Query(query="a"))])
+    task = asyncio.create_task(run_tool_loop(caller, Finder(), slow, "ctx", observer=[recorder, Called()]))
+    await called.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert recorder.kinds == ["run_start", *ROUND[:3], "run_abort"]
+    final = recorder.events[-1]
+    assert isinstance(final, RunAborted)
+    assert isinstance(final.error, asyncio.CancelledError)
