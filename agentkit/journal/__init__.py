@@ -1,0 +1,44 @@
+"""The durable run journal and proposal inbox.
+
+``JournalObserver`` records runs as they happen; the journal's inbox lets a human approve or reject
+each proposal and lets a worker execute an approved one exactly once. Two backends share one
+contract: ``SQLiteJournal`` (a file, no server; the default) and ``PostgresJournal`` (extra
+``postgres``, for many workers on many machines). ``open_journal`` picks one from a path or URL.
+"""
+
+from agentkit.journal._contract import Journal, open_journal
+from agentkit.journal._errors import DigestMismatch, JournalError, JournalUnavailable, TransitionRefused, UnknownId
+from agentkit.journal._postgres import PostgresJournal
+from agentkit.journal._records import (
+    Execution,
+    ProposalRecord,
+    ProposalState,
+    RoundEntry,
+    RunRecord,
+    RunState,
+    Transition,
+)
+from agentkit.journal._sqlite import SQLiteJournal
+from agentkit.journal._store import DEFAULT_STUCK_AFTER
+from agentkit.journal.observer import JournalObserver
+
+__all__ = [
+    "DEFAULT_STUCK_AFTER",
+    "DigestMismatch",
+    "Execution",
+    "Journal",
+    "JournalError",
+    "JournalObserver",
+    "JournalUnavailable",
+    "PostgresJournal",
+    "ProposalRecord",
+    "ProposalState",
+    "RoundEntry",
+    "RunRecord",
+    "RunState",
+    "SQLiteJournal",
+    "Transition",
+    "TransitionRefused",
+    "UnknownId",
+    "open_journal",
+]

@@ -1,0 +1,117 @@
+"""The ``Journal`` protocol both backends implement, and ``open_journal`` which picks one."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any, Protocol, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit.events import Event
+from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
+from agentkit.journal._store import DEFAULT_STUCK_AFTER
+from agentkit.proposals import ProposedAction
+from agentkit.tools import Tool
+
+__all__ = ["Journal", "open_journal"]
+
+Args = TypeVar("Args", bound=BaseModel)
+R = TypeVar("R")
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+class Journal(Protocol):
+    """A durable record of runs and an inbox of proposals; ``SQLiteJournal`` and ``PostgresJournal``.
+
+    Every method but ``record`` is async. Ids are strings; records are frozen. An unknown id raises
+    ``UnknownId`` and a change the current state does not allow raises ``TransitionRefused``; in
+    both cases nothing is written. Both are ``JournalError``\\s.
+    """
+
+    @property
+    def where(self) -> str:
+        """The database, for messages (a path, or a URL without its password)."""
+        ...
+
+    def record(self, event: Event) -> None:
+        """Write one run event synchronously (``JournalObserver`` calls this from its hooks)."""
+        ...
+
+    async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
+        """Put a proposal in the inbox as pending; recording the same proposal again returns the same record."""
+        ...
+
+    async def get(self, id: str) -> ProposalRecord:
+        """The proposal with that id."""
+        ...
+
+    async def pending(self) -> list[ProposalRecord]:
+        """Proposals waiting for a human, oldest first."""
+        ...
+
+    async def proposals(self, *, state: ProposalState | None = None, limit: int | None = None) -> list[ProposalRecord]:
+        """Proposals, in one state if given, oldest first."""
+        ...
+
+    async def history(self, id: str) -> list[Transition]:
+        """Every state change of a proposal, with who and when."""
+        ...
+
+    async def approve(self, id: str, approved_by: str) -> ProposalRecord:
+        """pending -> approved."""
+        ...
+
+    async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
+        """pending or approved -> rejected."""
+        ...
+
+    async def execute(self, id: str, tool: Tool[Args, R], *, worker: str | None = None) -> Execution[R]:
+        """Run an approved proposal exactly once: approved -> executing -> executed or failed."""
+        ...
+
+    async def stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
+        """Executions claimed longer ago than ``older_than`` and never finished."""
+        ...
+
+    async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
+        """A human's decision on an abandoned execution: executing -> executed, failed or approved."""
+        ...
+
+    async def runs(self, *, limit: int = 20) -> list[RunRecord]:
+        """The most recent runs, newest first."""
+        ...
+
+    async def run(self, run_id: str) -> RunRecord:
+        """One run."""
+        ...
+
+    async def rounds(self, run_id: str) -> list[RoundEntry]:
+        """A run's rounds, in order."""
+        ...
+
+    async def close(self) -> None:
+        """Close the connection."""
+        ...
+
+
+def open_journal(url: str | os.PathLike[str], *, create: bool = True) -> Journal:
+    """Open the journal at ``url``: a ``postgresql://`` URL, or else the path of a SQLite file.
+
+    Args:
+        url: Where the journal lives.
+        create: Create the database's schema (and a SQLite file) when missing; ``False`` refuses
+            instead, as the command line does.
+
+    Raises:
+        JournalUnavailable: see ``SQLiteJournal`` and ``PostgresJournal``.
+    """
+    target = os.fspath(url)
+    if target.startswith(_POSTGRES_SCHEMES):
+        from agentkit.journal._postgres import PostgresJournal
+
+        return PostgresJournal(target, create=create)
+    from agentkit.journal._sqlite import SQLiteJournal
+
+    return SQLiteJournal(target, create=create)

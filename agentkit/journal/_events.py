@@ -1,0 +1,142 @@
+"""Run events as journal rows, and the rounds of an unfinished run rebuilt from those rows."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any, assert_never
+
+from pydantic import BaseModel
+
+from agentkit.events import (
+    DegenerationDetected,
+    Event,
+    LLMCallFinished,
+    ProposalCaptured,
+    RoundStarted,
+    RunAborted,
+    RunFinished,
+    RunStarted,
+    ToolCallStarted,
+    ToolResultReturned,
+)
+from agentkit.journal._records import RoundEntry
+from agentkit.results import RoundRecord, Usage
+from agentkit.tiers import Tier
+
+__all__ = ["canonical_json", "entry_of_record", "event_data", "fold_events"]
+
+
+def canonical_json(args: BaseModel) -> str:
+    """The arguments as the digest sees them: keys sorted, no whitespace, UTF-8."""
+    return json.dumps(args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _usage(usage: Usage) -> dict[str, int]:
+    return {"requests": usage.requests, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+
+
+def event_data(event: Event) -> tuple[int | None, dict[str, Any]]:
+    """The round an event belongs to and its JSON payload (only what a reader of the journal needs)."""
+    match event:
+        case RunStarted():
+            return None, {"agent": event.agent, "model": event.model, "tools": list(event.tools)}
+        case RoundStarted():
+            return event.info.round, {"max_rounds": event.info.max_rounds}
+        case LLMCallFinished():
+            data: dict[str, Any] = {"role": event.role, "model": event.model, "attempt": event.attempt}
+            data |= {"seconds": event.seconds, "usage": _usage(event.usage)}
+            return event.round, data | {"error": None if event.error is None else str(event.error)}
+        case ToolCallStarted():
+            return event.round, {"tool": event.tool_name, "tier": int(event.tier), "args": canonical_json(event.args)}
+        case ToolResultReturned():
+            data = {"tool": event.tool_name, "batch_size": event.batch_size, "seconds": event.seconds}
+            data |= {"observation": event.observation, "error": None if event.error is None else str(event.error)}
+            return event.round, data
+        case ProposalCaptured():
+            p = event.proposal
+            data = {"tool": p.tool_name, "tier": int(p.tier), "args": canonical_json(p.args), "digest": p.digest}
+            return p.round, data | {"rationale": p.rationale}
+        case DegenerationDetected():
+            return event.round, {"tool": event.tool_name, "args": canonical_json(event.args)}
+        case RunFinished():
+            result = event.result
+            data = {"outcome": result.outcome.value, "stop_reason": result.stop_reason.value, "rounds": result.rounds}
+            return None, data | {
+                "usage": _usage(result.usage),
+                "error": None if result.error is None else str(result.error),
+            }
+        case RunAborted():
+            return None, {"error": f"{type(event.error).__name__}: {event.error}"}
+        case _:
+            assert_never(event)
+
+
+def entry_of_record(run_id: str, record: RoundRecord, *, repeated: bool) -> RoundEntry:
+    """A trace record as a journal round."""
+    return RoundEntry(
+        run_id=run_id,
+        round=record.round,
+        done=record.done,
+        rationale=record.rationale,
+        tool_name=record.tool_name,
+        tier=record.tier,
+        args_json=None if record.call is None else canonical_json(record.call),
+        executed=record.executed,
+        proposed=record.proposed,
+        repeated=repeated,
+        batch_size=record.batch_size,
+        observation=record.observation,
+        error=record.error,
+        llm_seconds=record.llm_seconds,
+        tool_seconds=record.tool_seconds,
+        usage=record.usage,
+    )
+
+
+def _fold(entry: RoundEntry, kind: str, data: Mapping[str, Any]) -> RoundEntry:
+    match kind:
+        case "llm_call":
+            usage = entry.usage + Usage(**data["usage"])
+            return replace(entry, usage=usage, llm_seconds=entry.llm_seconds + data["seconds"])
+        case "tool_call":
+            return replace(entry, tool_name=data["tool"], tier=Tier(data["tier"]), args_json=data["args"])
+        case "tool_result":
+            ran = data["error"] is None and data["observation"] is None
+            return replace(
+                entry,
+                executed=ran,
+                batch_size=data["batch_size"],
+                tool_seconds=data["seconds"],
+                observation=data["observation"],
+                error=data["error"],
+            )
+        case "proposal":
+            return replace(
+                entry,
+                tool_name=data["tool"],
+                tier=Tier(data["tier"]),
+                args_json=data["args"],
+                rationale=data["rationale"],
+                proposed=True,
+            )
+        case "degeneration":
+            return replace(entry, tool_name=data["tool"], args_json=data["args"], repeated=True)
+        case _:
+            return entry
+
+
+def fold_events(run_id: str, rows: Iterable[tuple[str, int | None, Mapping[str, Any]]]) -> list[RoundEntry]:
+    """Rebuild the rounds of a run from its event rows ``(kind, round, data)``, in journal order.
+
+    Used for a run whose end was never recorded (it is still going, or its process died): every
+    round that started is there, with what its events recorded before the run stopped.
+    """
+    entries: dict[int, RoundEntry] = {}
+    for kind, round, data in rows:
+        if round is None:
+            continue
+        entry = entries.get(round) or RoundEntry(run_id=run_id, round=round, from_trace=False)
+        entries[round] = _fold(entry, kind, data)
+    return [entries[r] for r in sorted(entries)]

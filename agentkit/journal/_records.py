@@ -1,0 +1,194 @@
+"""What the journal returns: frozen records of runs, rounds, proposals and their transitions."""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit.errors import ToolError
+from agentkit.outcome import Outcome, StopReason
+from agentkit.results import Usage
+from agentkit.tiers import Tier
+
+__all__ = ["Execution", "ProposalRecord", "ProposalState", "RoundEntry", "RunRecord", "RunState", "Transition"]
+
+Args = TypeVar("Args", bound=BaseModel)
+R = TypeVar("R")
+
+
+class ProposalState(enum.StrEnum):
+    """Where a proposal is in its lifecycle (see ``docs/journal.md`` for the diagram)."""
+
+    PENDING = "pending"
+    """Waiting for a human."""
+    APPROVED = "approved"
+    """A human approved it; a worker may execute it once."""
+    REJECTED = "rejected"
+    """A human refused it (final)."""
+    EXECUTING = "executing"
+    """A worker claimed it and is running the tool. Left here by a crashed worker: see ``stuck()``."""
+    EXECUTED = "executed"
+    """The tool ran and returned a batch (final)."""
+    FAILED = "failed"
+    """The tool raised, or a human resolved an abandoned execution as not done (final)."""
+
+
+class RunState(enum.StrEnum):
+    """Whether the journal saw a run end, and how."""
+
+    UNFINISHED = "unfinished"
+    """Still running, or its process died before the end was recorded."""
+    FINISHED = "finished"
+    """The run's result (outcome, usage, trace) is recorded."""
+    ABORTED = "aborted"
+    """The run was cancelled or raised (a wiring mistake): it ended without a result."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Transition:
+    """One state change of a proposal: who moved it, when, and from where to where."""
+
+    proposal_id: str
+    """The proposal."""
+    from_state: ProposalState | None
+    """The state before (``None`` when the proposal was recorded)."""
+    to_state: ProposalState
+    """The state after."""
+    actor: str
+    """Who made the change: a person, a worker (``host:pid``) or ``run:<run_id>``."""
+    at: datetime
+    """When (UTC)."""
+    note: str = ""
+    """The rejection reason, the resolution note, or the error of a failed execution."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ProposalRecord:
+    """A proposal as the journal holds it: the call, its digest, its state and who moved it there."""
+
+    id: str
+    """The journal's id for the proposal."""
+    state: ProposalState
+    """Where it is in its lifecycle."""
+    tool_name: str
+    """The tool to call."""
+    tier: Tier
+    """The tool's declared tier when the call was proposed."""
+    args_json: str
+    """The call's arguments as canonical JSON (what the digest covers)."""
+    digest: str
+    """``call_digest(tool_name, args)`` as proposed: execution refuses args that do not reproduce it."""
+    rationale: str = ""
+    """The executor's stated reason."""
+    round: int
+    """The round of the run that proposed it."""
+    run_id: str = ""
+    """The run that proposed it."""
+    proposed_at: datetime
+    """When it was proposed (UTC)."""
+    approved_by: str | None = None
+    approved_at: datetime | None = None
+    rejected_by: str | None = None
+    rejected_at: datetime | None = None
+    reason: str | None = None
+    """Why it was rejected."""
+    claimed_by: str | None = None
+    """The worker that claimed it for execution."""
+    claimed_at: datetime | None = None
+    finished_at: datetime | None = None
+    """When the execution's outcome was recorded."""
+    batch_json: str | None = None
+    """The executed tool's batch as JSON (items that are not JSON are stored as their text)."""
+    batch_size: int | None = None
+    error: str | None = None
+    """Why the execution failed."""
+    resolved_by: str | None = None
+    """The human who decided an abandoned execution."""
+    resolved_at: datetime | None = None
+    note: str | None = None
+    """The resolution note."""
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """The arguments as plain JSON data."""
+        data: dict[str, Any] = json.loads(self.args_json)
+        return data
+
+    def args_as(self, args_type: type[Args]) -> Args:
+        """The arguments validated as ``args_type`` (the tool's ``args_type``)."""
+        return args_type.model_validate_json(self.args_json)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Execution(Generic[R]):
+    """The ending of ``Journal.execute``: the proposal as recorded, and what the tool returned."""
+
+    proposal: ProposalRecord
+    """The proposal after execution: ``EXECUTED`` or ``FAILED``."""
+    batch: tuple[R, ...] = ()
+    """The tool's batch (empty when it failed)."""
+    error: ToolError | None = None
+    """Set exactly when the tool failed."""
+
+    @property
+    def ok(self) -> bool:
+        """Whether the tool ran and returned a batch."""
+        return self.error is None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunRecord:
+    """A run as the journal holds it."""
+
+    id: str
+    """The run's id (``ToolLoopResult.run_id``)."""
+    state: RunState
+    """``FINISHED`` once the end was recorded."""
+    agent: str
+    """The executor's class name."""
+    model: str
+    """The primary model."""
+    config: dict[str, Any]
+    """What the run was configured with (tools, round ceiling), as JSON data."""
+    started_at: datetime | None
+    """When it started (``None`` if only its end was recorded)."""
+    ended_at: datetime | None = None
+    outcome: Outcome | None = None
+    stop_reason: StopReason | None = None
+    error: str | None = None
+    rounds: int = 0
+    """Rounds started (for an unfinished run: rounds seen so far)."""
+    usage: Usage = field(default_factory=Usage)
+    """Model usage (for an unfinished run: summed over the calls recorded so far)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoundEntry:
+    """One round of a run as the journal holds it."""
+
+    run_id: str
+    round: int
+    done: bool = False
+    """The executor said it was done."""
+    rationale: str = ""
+    tool_name: str | None = None
+    tier: Tier | None = None
+    args_json: str | None = None
+    """The call's arguments as canonical JSON."""
+    executed: bool = False
+    proposed: bool = False
+    repeated: bool = False
+    """The call repeated a recent one (the run ended STALEMATE)."""
+    batch_size: int = 0
+    observation: str | None = None
+    error: str | None = None
+    llm_seconds: float = 0.0
+    tool_seconds: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+    from_trace: bool = True
+    """Written from the finished run's trace; ``False``: rebuilt from the events of a run without a result."""

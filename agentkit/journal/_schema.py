@@ -1,0 +1,115 @@
+"""The journal's tables, one DDL text for both databases, and the forward migrations.
+
+Each migration is a list of statements; ``{ts}``, ``{serial}``, ``{bool}`` and ``{real}`` are filled
+per database. The version lives in a one-row table; a journal is migrated forward on open, inside
+one transaction, so a half-applied migration never exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "render"]
+
+VERSION_TABLE = "agentkit_schema"
+
+_V1 = (
+    f"CREATE TABLE {VERSION_TABLE} (version INTEGER NOT NULL)",
+    """CREATE TABLE agentkit_runs (
+        id TEXT PRIMARY KEY,
+        agent TEXT NOT NULL DEFAULT '',
+        model TEXT NOT NULL DEFAULT '',
+        config TEXT NOT NULL DEFAULT '{{}}',
+        started_at {ts},
+        ended_at {ts},
+        outcome TEXT,
+        stop_reason TEXT,
+        error TEXT,
+        rounds INTEGER,
+        requests INTEGER,
+        input_tokens INTEGER,
+        output_tokens INTEGER
+    )""",
+    "CREATE INDEX agentkit_runs_started ON agentkit_runs (started_at)",
+    """CREATE TABLE agentkit_events (
+        id {serial},
+        run_id TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        round INTEGER,
+        at {ts} NOT NULL,
+        data TEXT NOT NULL
+    )""",
+    "CREATE INDEX agentkit_events_run ON agentkit_events (run_id, id)",
+    """CREATE TABLE agentkit_rounds (
+        run_id TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        done {bool} NOT NULL,
+        rationale TEXT NOT NULL,
+        tool_name TEXT,
+        tier INTEGER,
+        args TEXT,
+        executed {bool} NOT NULL,
+        proposed {bool} NOT NULL,
+        repeated {bool} NOT NULL,
+        batch_size INTEGER NOT NULL,
+        observation TEXT,
+        error TEXT,
+        llm_seconds {real} NOT NULL,
+        tool_seconds {real} NOT NULL,
+        requests INTEGER NOT NULL,
+        input_tokens INTEGER NOT NULL,
+        output_tokens INTEGER NOT NULL,
+        PRIMARY KEY (run_id, round)
+    )""",
+    """CREATE TABLE agentkit_proposals (
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL
+            CHECK (state IN ('pending', 'approved', 'rejected', 'executing', 'executed', 'failed')),
+        tool_name TEXT NOT NULL,
+        tier INTEGER NOT NULL,
+        args TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        rationale TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        proposed_at {ts} NOT NULL,
+        approved_by TEXT,
+        approved_at {ts},
+        rejected_by TEXT,
+        rejected_at {ts},
+        reason TEXT,
+        claimed_by TEXT,
+        claimed_at {ts},
+        claim TEXT,
+        finished_at {ts},
+        batch TEXT,
+        batch_size INTEGER,
+        error TEXT,
+        resolved_by TEXT,
+        resolved_at {ts},
+        note TEXT,
+        UNIQUE (run_id, round, digest)
+    )""",
+    "CREATE INDEX agentkit_proposals_state ON agentkit_proposals (state, proposed_at)",
+    """CREATE TABLE agentkit_transitions (
+        id {serial},
+        proposal_id TEXT NOT NULL REFERENCES agentkit_proposals (id),
+        from_state TEXT,
+        to_state TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        at {ts} NOT NULL,
+        note TEXT NOT NULL
+    )""",
+    "CREATE INDEX agentkit_transitions_proposal ON agentkit_transitions (proposal_id, id)",
+)
+
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+"""``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
+
+SCHEMA_VERSION = len(MIGRATIONS)
+"""The version this code writes and reads."""
+
+
+def render(statement: str, types: Mapping[str, str]) -> str:
+    """Fill a statement's column-type placeholders for one database."""
+    return statement.format_map(types)

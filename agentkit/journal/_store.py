@@ -1,0 +1,512 @@
+"""The journal over SQL: one implementation of the contract, shared by SQLite and PostgreSQL.
+
+A backend supplies a ``Connection`` (transactions, queries, column types, time conversion); this
+module holds every statement and every rule. Writes run in one transaction each, under a lock, so a
+journal object may be shared by the observer (in the event loop's thread) and by the inbox methods
+(in worker threads via ``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from datetime import timedelta
+from typing import Any, Self, TypeVar
+
+import pydantic_core
+from pydantic import BaseModel, ValidationError
+
+from agentkit.errors import ToolError, ToolRetry, UsageError
+from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
+from agentkit.journal._errors import DigestMismatch, JournalError, JournalUnavailable, TransitionRefused, UnknownId
+from agentkit.journal._events import event_data
+from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
+from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
+from agentkit.journal._sql import (
+    Connection,
+    abort_run,
+    append_event,
+    finish_run,
+    folded,
+    insert_proposal,
+    insert_run,
+    log_transition,
+    now,
+    proposal_of,
+    round_of,
+    run_of,
+    transition_of,
+)
+from agentkit.proposals import ProposedAction, call_digest
+from agentkit.tiers import tier_choices
+from agentkit.tools import Tool, declared_tier
+
+__all__ = ["DEFAULT_STUCK_AFTER", "SQLJournal"]
+
+Args = TypeVar("Args", bound=BaseModel)
+R = TypeVar("R")
+
+DEFAULT_STUCK_AFTER = timedelta(minutes=10)
+"""How long a claim may stay ``executing`` before ``stuck()`` lists it by default."""
+
+_HINTS = {
+    ProposalState.PENDING: "a human must approve it first",
+    ProposalState.APPROVED: "it is approved and waits for a worker to execute it",
+    ProposalState.REJECTED: "it was rejected, which is final; propose the call again if it is still wanted",
+    ProposalState.EXECUTING: "a worker claimed it; if that worker died, list it with stuck() and resolve() it",
+    ProposalState.EXECUTED: "it was executed, which is final",
+    ProposalState.FAILED: "its execution failed, which is final; propose the call again to retry",
+}
+
+
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _named(value: str, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UsageError(f"{what} must be a non-empty string (who or why, for the audit trail); got {value!r}")
+    return value.strip()
+
+
+class SQLJournal:
+    """The journal contract over a SQL ``Connection``; ``SQLiteJournal`` and ``PostgresJournal`` build on it."""
+
+    def __init__(self, conn: Connection, *, where: str, create: bool) -> None:
+        self._conn = conn
+        self._where = where
+        self._lock = threading.Lock()
+        self._closed = False
+        try:
+            self._migrate(create)
+        except JournalUnavailable:
+            conn.close()
+            raise
+        except JournalError as error:
+            conn.close()
+            raise JournalUnavailable(f"cannot open the journal at {where}: {error}") from error
+
+    @property
+    def where(self) -> str:
+        """The database this journal writes to (a path, or a URL without its password)."""
+        return self._where
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    @contextmanager
+    def _tx(self, *, write: bool) -> Iterator[Connection]:
+        with self._lock:
+            if self._closed:
+                raise JournalError(f"the journal at {self._where} is closed; open it again")
+            db = self._conn
+            try:
+                db.begin(write=write)
+            except db.errors as error:
+                raise JournalError(f"the journal at {self._where} failed to start a transaction: {error}") from error
+            try:
+                yield db
+            except BaseException as error:
+                with suppress(Exception):
+                    db.rollback()
+                if isinstance(error, db.errors):
+                    raise JournalError(f"the journal at {self._where} failed: {error}") from error
+                raise
+            try:
+                db.commit()
+            except db.errors as error:
+                with suppress(Exception):
+                    db.rollback()
+                raise JournalError(f"the journal at {self._where} failed to commit: {error}") from error
+
+    def _migrate(self, create: bool) -> None:
+        with self._tx(write=True) as db:
+            db.lock_schema()
+            if db.table_exists(VERSION_TABLE):
+                rows = db.query(f"SELECT version FROM {VERSION_TABLE}")
+                version = int(rows[0]["version"]) if rows else 0
+            elif create:
+                version = 0
+            else:
+                raise JournalUnavailable(
+                    f"{self._where} holds no agentkit journal (no {VERSION_TABLE} table); "
+                    "point --db at a journal, or open it from code to create one"
+                )
+            if version > SCHEMA_VERSION:
+                raise JournalUnavailable(
+                    f"the journal at {self._where} has schema version {version}, newer than this agentkit "
+                    f"understands ({SCHEMA_VERSION}); upgrade agentkit"
+                )
+            for statements in MIGRATIONS[version:]:
+                for statement in statements:
+                    db.execute(render(statement, db.types))
+            if version == 0:
+                db.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (?)", (SCHEMA_VERSION,))
+            elif version < SCHEMA_VERSION:
+                db.execute(f"UPDATE {VERSION_TABLE} SET version = ?", (SCHEMA_VERSION,))
+
+    def schema_version(self) -> int:
+        """The schema version stored in the journal."""
+        with self._tx(write=False) as db:
+            return int(db.query(f"SELECT version FROM {VERSION_TABLE}")[0]["version"])
+
+    # -- run events (synchronous: the observer calls this from its hooks) ------------------------
+
+    def record(self, event: Event) -> None:
+        """Write one run event, in one transaction, before returning.
+
+        A run's start inserts its row, a proposal enters the inbox as ``pending``, and the run's
+        end records its outcome, usage and every round of its trace. Every event is also appended
+        to the event log, so a run whose process dies keeps every round it completed.
+        """
+        round, data = event_data(event)
+        at = now()
+        with self._tx(write=True) as db:
+            match event:
+                case RunStarted():
+                    insert_run(db, event, at)
+                case ProposalCaptured():
+                    data["proposal_id"] = insert_proposal(db, event.proposal, f"run:{event.run_id}", at)
+                case RunFinished():
+                    finish_run(db, event, at)
+                case RunAborted():
+                    abort_run(db, event, at)
+                case _:
+                    pass
+            append_event(db, event, round, data, at)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _fetch(self, db: Connection, id: str) -> ProposalRecord:
+        rows = db.query("SELECT * FROM agentkit_proposals WHERE id = ?", (id,))
+        if not rows:
+            raise UnknownId(
+                f"no proposal {id!r} in the journal at {self._where}; list them with `agentkit proposals list`", id=id
+            )
+        return proposal_of(db, rows[0])
+
+    def _get(self, id: str) -> ProposalRecord:
+        with self._tx(write=False) as db:
+            return self._fetch(db, id)
+
+    def _proposals(self, *, state: ProposalState | None = None, limit: int | None = None) -> list[ProposalRecord]:
+        sql = "SELECT * FROM agentkit_proposals"
+        params: list[object] = []
+        if state is not None:
+            sql += " WHERE state = ?"
+            params.append(ProposalState(state).value)
+        sql += " ORDER BY proposed_at, id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._tx(write=False) as db:
+            return [proposal_of(db, row) for row in db.query(sql, params)]
+
+    def _stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
+        with self._tx(write=False) as db:
+            rows = db.query(
+                "SELECT * FROM agentkit_proposals WHERE state = ? AND claimed_at <= ? ORDER BY claimed_at, id",
+                (ProposalState.EXECUTING.value, db.to_db_time(now() - older_than)),
+            )
+            return [proposal_of(db, row) for row in rows]
+
+    def _history(self, id: str) -> list[Transition]:
+        with self._tx(write=False) as db:
+            self._fetch(db, id)
+            rows = db.query("SELECT * FROM agentkit_transitions WHERE proposal_id = ? ORDER BY id", (id,))
+            return [transition_of(db, row) for row in rows]
+
+    def _runs(self, *, limit: int = 20) -> list[RunRecord]:
+        with self._tx(write=False) as db:
+            rows = db.query(
+                "SELECT * FROM agentkit_runs ORDER BY COALESCE(started_at, ended_at) DESC, id LIMIT ?", (limit,)
+            )
+            return [run_of(db, row) for row in rows]
+
+    def _run(self, run_id: str) -> RunRecord:
+        with self._tx(write=False) as db:
+            rows = db.query("SELECT * FROM agentkit_runs WHERE id = ?", (run_id,))
+            if not rows:
+                raise UnknownId(
+                    f"no run {run_id!r} in the journal at {self._where}; list them with `agentkit journal runs`",
+                    id=run_id,
+                )
+            return run_of(db, rows[0])
+
+    def _rounds(self, run_id: str) -> list[RoundEntry]:
+        with self._tx(write=False) as db:
+            rows = db.query("SELECT * FROM agentkit_rounds WHERE run_id = ? ORDER BY round", (run_id,))
+            if not rows:
+                return folded(db, run_id)
+            return [round_of(row) for row in rows]
+
+    # -- transitions ----------------------------------------------------------------------------
+
+    def _move(
+        self,
+        id: str,
+        verb: str,
+        allowed: tuple[ProposalState, ...],
+        after: ProposalState,
+        actor: str,
+        note: str,
+        sets: Mapping[str, object],
+    ) -> ProposalRecord:
+        at = now()
+        with self._tx(write=True) as db:
+            before = self._fetch(db, id).state
+            if before not in allowed:
+                states = " or ".join(s.value for s in allowed)
+                raise TransitionRefused(
+                    f"cannot {verb} proposal {id!r}: it is {before.value}, and only a {states} proposal can be "
+                    f"{verb.removesuffix('e')}ed; {_HINTS[before]}",
+                    id=id,
+                    state=before.value,
+                )
+            values = {name: db.to_db_time(at) if value is _AT else value for name, value in sets.items()}
+            assignments = "".join(f", {name} = ?" for name in values)
+            changed = db.execute(
+                f"UPDATE agentkit_proposals SET state = ?{assignments} WHERE id = ? AND state = ?",
+                (after.value, *values.values(), id, before.value),
+            )
+            if changed != 1:
+                raise TransitionRefused(
+                    f"cannot {verb} proposal {id!r}: it changed meanwhile; look again", id=id, state=""
+                )
+            log_transition(db, id, before, after, actor, at, note)
+            return self._fetch(db, id)
+
+    def _approve(self, id: str, approved_by: str) -> ProposalRecord:
+        by = _named(approved_by, "approved_by")
+        sets = {"approved_by": by, "approved_at": _AT}
+        return self._move(id, "approve", (ProposalState.PENDING,), ProposalState.APPROVED, by, "", sets)
+
+    def _reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
+        by, why = _named(rejected_by, "rejected_by"), _named(reason, "reason")
+        sets = {"rejected_by": by, "rejected_at": _AT, "reason": why}
+        allowed = (ProposalState.PENDING, ProposalState.APPROVED)
+        return self._move(id, "reject", allowed, ProposalState.REJECTED, by, why, sets)
+
+    def _resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
+        by, why = _named(resolved_by, "resolved_by"), _named(note, "note")
+        target = ProposalState(state)
+        choices = (ProposalState.EXECUTED, ProposalState.FAILED, ProposalState.APPROVED)
+        if target not in choices:
+            raise UsageError(
+                f"an abandoned execution resolves to one of {', '.join(c.value for c in choices)}; got {target.value!r}"
+            )
+        sets: dict[str, object] = {"resolved_by": by, "resolved_at": _AT, "note": why}
+        if target is ProposalState.APPROVED:
+            sets |= {"claim": None, "claimed_by": None, "claimed_at": None}
+        else:
+            sets |= {"finished_at": _AT, "claim": None}
+            if target is ProposalState.FAILED:
+                sets["error"] = f"resolved by {by}: {why}"
+        return self._move(id, "resolve", (ProposalState.EXECUTING,), target, by, why, sets)
+
+    def _propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
+        actor = proposed_by or (f"run:{action.run_id}" if action.run_id else "api")
+        with self._tx(write=True) as db:
+            return self._fetch(db, insert_proposal(db, action, actor, now()))
+
+    # -- execution ------------------------------------------------------------------------------
+
+    def _claim(self, id: str, tool: Tool[Args, Any], worker: str) -> tuple[Args, str]:
+        """Check the stored call against ``tool`` and the digest, then claim it: approved -> executing.
+
+        Returns the validated args and the claim token. The claim is one conditional update in the
+        transaction that read the proposal: of many workers racing, exactly one sees it change.
+        """
+        with self._tx(write=True) as db:
+            record = self._fetch(db, id)
+            if record.state is not ProposalState.APPROVED:
+                raise TransitionRefused(
+                    f"cannot execute proposal {id!r}: it is {record.state.value}, and only an approved proposal "
+                    f"can be executed; {_HINTS[record.state]}",
+                    id=id,
+                    state=record.state.value,
+                )
+            args = self._checked_args(record, tool)
+            token = uuid.uuid4().hex
+            claimed = db.execute(
+                "UPDATE agentkit_proposals SET state = ?, claimed_by = ?, claimed_at = ?, claim = ? "
+                "WHERE id = ? AND state = ? AND args = ? AND digest = ?",
+                (
+                    ProposalState.EXECUTING.value,
+                    worker,
+                    db.to_db_time(now()),
+                    token,
+                    id,
+                    ProposalState.APPROVED.value,
+                    record.args_json,
+                    record.digest,
+                ),
+            )
+            if claimed != 1:
+                raise TransitionRefused(
+                    f"cannot execute proposal {id!r}: another worker claimed it first", id=id, state="executing"
+                )
+            log_transition(db, id, ProposalState.APPROVED, ProposalState.EXECUTING, worker, now(), "")
+            return args, token
+
+    def _checked_args(self, record: ProposalRecord, tool: Tool[Args, Any]) -> Args:
+        if tool.name != record.tool_name:
+            raise UsageError(
+                f"proposal {record.id!r} calls tool {record.tool_name!r}, not {tool.name!r}; pass the tool it was "
+                "proposed for"
+            )
+        tier = declared_tier(tool)
+        if tier is None:
+            raise UsageError(f"tool {tool.name!r} declares no tier; choose one of {tier_choices()}")
+        if tier != record.tier:
+            raise JournalError(
+                f"proposal {record.id!r} was approved as a Tier.{record.tier.name} call, but tool {tool.name!r} now "
+                f"declares Tier.{tier.name}; reject it and propose the call again"
+            )
+        try:
+            args = tool.args_type.model_validate_json(record.args_json)
+        except ValidationError as invalid:
+            raise DigestMismatch(
+                f"proposal {record.id!r}: the stored args no longer validate as {tool.args_type.__name__} "
+                f"({invalid.error_count()} errors); it was not run. Reject it and propose the call again",
+                id=record.id,
+            ) from invalid
+        if call_digest(tool.name, args) != record.digest:
+            raise DigestMismatch(
+                f"proposal {record.id!r}: the stored args do not reproduce the digest that was proposed and approved "
+                "(they were altered); it was not run. Reject it and propose the call again",
+                id=record.id,
+            )
+        return args
+
+    def _finish(
+        self, id: str, token: str, worker: str, *, batch: Sequence[object] | None, error: str | None
+    ) -> ProposalRecord:
+        """Record an execution's outcome for the worker holding claim ``token``: executing -> executed or failed."""
+        at = now()
+        after = ProposalState.EXECUTED if error is None else ProposalState.FAILED
+        batch_json = None if batch is None else pydantic_core.to_json(list(batch), serialize_unknown=True).decode()
+        with self._tx(write=True) as db:
+            changed = db.execute(
+                "UPDATE agentkit_proposals SET state = ?, finished_at = ?, batch = ?, batch_size = ?, error = ?, "
+                "claim = NULL WHERE id = ? AND state = ? AND claim = ?",
+                (
+                    after.value,
+                    db.to_db_time(at),
+                    batch_json,
+                    None if batch is None else len(batch),
+                    error,
+                    id,
+                    ProposalState.EXECUTING.value,
+                    token,
+                ),
+            )
+            if changed != 1:
+                raise JournalError(
+                    f"proposal {id!r} ran ({after.value}{': ' + error if error else ''}) but a human resolved it "
+                    "while it ran, so this outcome was not recorded; check the tool's effect and the proposal's history"
+                )
+            log_transition(db, id, ProposalState.EXECUTING, after, worker, at, error or "")
+            return self._fetch(db, id)
+
+    def _close(self) -> None:
+        """Close the connection; later calls raise ``JournalError``."""
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._conn.close()
+
+    # -- the async contract ---------------------------------------------------------------------
+
+    async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
+        """Put a proposal in the inbox as ``pending``; the same proposal twice gives the same record."""
+        return await asyncio.to_thread(self._propose, action, proposed_by=proposed_by)
+
+    async def get(self, id: str) -> ProposalRecord:
+        """The proposal with that id; ``UnknownId`` if there is none."""
+        return await asyncio.to_thread(self._get, id)
+
+    async def pending(self) -> list[ProposalRecord]:
+        """Proposals waiting for a human, oldest first."""
+        return await asyncio.to_thread(self._proposals, state=ProposalState.PENDING)
+
+    async def proposals(self, *, state: ProposalState | None = None, limit: int | None = None) -> list[ProposalRecord]:
+        """Proposals (in one state, if given), oldest first."""
+        return await asyncio.to_thread(self._proposals, state=state, limit=limit)
+
+    async def history(self, id: str) -> list[Transition]:
+        """Every state change of the proposal, in order, with who and when."""
+        return await asyncio.to_thread(self._history, id)
+
+    async def approve(self, id: str, approved_by: str) -> ProposalRecord:
+        """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing."""
+        return await asyncio.to_thread(self._approve, id, approved_by)
+
+    async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
+        """pending or approved -> rejected (final)."""
+        return await asyncio.to_thread(self._reject, id, rejected_by, reason)
+
+    async def stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
+        """Proposals claimed for execution longer ago than ``older_than`` and still ``executing``."""
+        return await asyncio.to_thread(self._stuck, older_than=older_than)
+
+    async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
+        """A human's decision on an abandoned execution: executing -> executed, failed or approved (run again)."""
+        return await asyncio.to_thread(self._resolve, id, resolved_by, state, note)
+
+    async def execute(self, id: str, tool: Tool[Args, R], *, worker: str | None = None) -> Execution[R]:
+        """Run an approved proposal exactly once, whatever the number of workers racing for it.
+
+        Raises:
+            UnknownId: no such proposal.
+            TransitionRefused: it is not approved (or another worker claimed it first).
+            DigestMismatch: the stored args do not reproduce the approved digest; nothing ran.
+            UsageError: ``tool`` is not the tool it was proposed for.
+        """
+        who = worker or _worker_name()
+        args, token = await asyncio.to_thread(self._claim, id, tool, who)
+        # From here on the proposal is ``executing``: if this process dies, it stays so, and a human decides.
+        try:
+            batch = await tool.call(args)
+            if not isinstance(batch, Sequence) or isinstance(batch, str | bytes):
+                raise TypeError(f"returned {type(batch).__name__}; a tool returns a sequence (a batch) of items")
+        except ToolRetry as retry:
+            error = ToolError(f"tool {tool.name!r} refused the call: {retry.message}", tool_name=tool.name)
+        except Exception as raised:
+            error = ToolError(f"tool {tool.name!r} failed: {type(raised).__name__}: {raised}", tool_name=tool.name)
+            error.__cause__ = raised
+        else:
+            record = await asyncio.to_thread(self._finish, id, token, who, batch=batch, error=None)
+            return Execution(proposal=record, batch=tuple(batch))
+        record = await asyncio.to_thread(self._finish, id, token, who, batch=None, error=str(error))
+        return Execution(proposal=record, error=error)
+
+    async def runs(self, *, limit: int = 20) -> list[RunRecord]:
+        """The most recent runs, newest first."""
+        return await asyncio.to_thread(self._runs, limit=limit)
+
+    async def run(self, run_id: str) -> RunRecord:
+        """One run; ``UnknownId`` if the journal never saw it."""
+        return await asyncio.to_thread(self._run, run_id)
+
+    async def rounds(self, run_id: str) -> list[RoundEntry]:
+        """The run's rounds: from its trace once it finished, rebuilt from its events until then."""
+        return await asyncio.to_thread(self._rounds, run_id)
+
+    async def close(self) -> None:
+        """Close the connection."""
+        await asyncio.to_thread(self._close)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+
+_AT = object()
+"""Placeholder in ``_move``'s assignments for "the time of this transition"."""

@@ -1,0 +1,299 @@
+"""``agentkit journal`` and ``agentkit proposals``: read runs, and decide proposals, from a shell.
+
+``--db`` takes a SQLite path or a ``postgresql://`` URL (default: ``$AGENTKIT_JOURNAL``, else
+``agentkit-journal.db`` in the working directory). The command line never creates a journal:
+a missing database, an unknown id or a refused transition is reported on stderr with exit code 1,
+and nothing is written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TextIO
+
+from agentkit.errors import AgentkitError
+from agentkit.journal._contract import Journal, open_journal
+from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry
+from agentkit.journal._store import DEFAULT_STUCK_AFTER
+
+__all__ = ["DEFAULT_DB", "register"]
+
+DEFAULT_DB = "agentkit-journal.db"
+"""The journal the command line opens when neither ``--db`` nor ``$AGENTKIT_JOURNAL`` says otherwise."""
+
+_CELL = 60
+"""Longest cell in a table; longer text is cut with an ellipsis."""
+
+Command = Callable[[Journal, argparse.Namespace, TextIO], Awaitable[None]]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``journal`` and ``proposals`` command groups."""
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument(
+        "--db",
+        default=os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB),
+        help=f"a SQLite path or a postgresql:// URL (default: $AGENTKIT_JOURNAL, else {DEFAULT_DB})",
+    )
+
+    journal = subparsers.add_parser("journal", help="runs recorded in a journal", description=__doc__)
+    runs_of = journal.add_subparsers(dest="journal_command", required=True, metavar="COMMAND")
+    runs = runs_of.add_parser("runs", parents=[db], help="recent runs with outcome, rounds and tokens")
+    runs.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    runs.set_defaults(handler=_handler(_runs))
+    show = runs_of.add_parser("show", parents=[db], help="one run's rounds as a table")
+    show.add_argument("run", metavar="RUN", help="the run id (from `agentkit journal runs`)")
+    show.set_defaults(handler=_handler(_show_run))
+
+    proposals = subparsers.add_parser("proposals", help="the proposal inbox", description=__doc__)
+    inbox = proposals.add_subparsers(dest="proposals_command", required=True, metavar="COMMAND")
+    listing = inbox.add_parser("list", parents=[db], help="proposals, oldest first")
+    listing.add_argument("--state", choices=[s.value for s in ProposalState], help="only proposals in this state")
+    listing.set_defaults(handler=_handler(_list))
+    detail = inbox.add_parser("show", parents=[db], help="one proposal: the call, its digest and its history")
+    detail.add_argument("id", metavar="ID")
+    detail.set_defaults(handler=_handler(_show_proposal))
+    approve = inbox.add_parser("approve", parents=[db], help="pending -> approved")
+    approve.add_argument("id", metavar="ID")
+    approve.add_argument("--by", required=True, metavar="NAME", help="who approves")
+    approve.set_defaults(handler=_handler(_approve))
+    reject = inbox.add_parser("reject", parents=[db], help="pending or approved -> rejected")
+    reject.add_argument("id", metavar="ID")
+    reject.add_argument("--by", required=True, metavar="NAME", help="who rejects")
+    reject.add_argument("--reason", required=True, metavar="TEXT", help="why, for the record")
+    reject.set_defaults(handler=_handler(_reject))
+    stuck = inbox.add_parser("stuck", parents=[db], help="executions a worker claimed and never finished")
+    stuck.add_argument(
+        "--older-than",
+        type=float,
+        default=DEFAULT_STUCK_AFTER.total_seconds() / 60,
+        metavar="MINUTES",
+        help=f"claimed at least this long ago (default {DEFAULT_STUCK_AFTER.total_seconds() / 60:g})",
+    )
+    stuck.set_defaults(handler=_handler(_stuck))
+    resolve = inbox.add_parser("resolve", parents=[db], help="decide an abandoned execution")
+    resolve.add_argument("id", metavar="ID")
+    resolve.add_argument("--by", required=True, metavar="NAME", help="who decides")
+    resolve.add_argument(
+        "--as",
+        dest="outcome",
+        required=True,
+        choices=[ProposalState.EXECUTED.value, ProposalState.FAILED.value, ProposalState.APPROVED.value],
+        help="executed: it happened; failed: it did not; approved: it did not, let a worker run it again",
+    )
+    resolve.add_argument("--note", required=True, metavar="TEXT", help="what you checked, for the record")
+    resolve.set_defaults(handler=_handler(_resolve))
+
+
+def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
+    def handle(args: argparse.Namespace) -> int:
+        try:
+            asyncio.run(_with_journal(command, args, sys.stdout))
+        except AgentkitError as error:
+            print(f"agentkit: error: {error}", file=sys.stderr)
+            return 1
+        return 0
+
+    return handle
+
+
+async def _with_journal(command: Command, args: argparse.Namespace, out: TextIO) -> None:
+    journal = open_journal(args.db, create=False)
+    try:
+        await command(journal, args, out)
+    finally:
+        await journal.close()
+
+
+# -- journal --------------------------------------------------------------------------------------
+
+
+async def _runs(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    runs = await journal.runs(limit=args.limit)
+    if not runs:
+        print(f"no runs in {journal.where}", file=out)
+        return
+    headers = ("RUN", "STARTED", "AGENT", "MODEL", "STATE", "OUTCOME", "STOP", "ROUNDS", "TOKENS")
+    rows = [
+        (
+            run.id,
+            _time(run.started_at),
+            run.agent,
+            run.model,
+            run.state.value,
+            run.outcome.value if run.outcome else "-",
+            run.stop_reason.value if run.stop_reason else "-",
+            str(run.rounds),
+            str(run.usage.total_tokens),
+        )
+        for run in runs
+    ]
+    _table(out, headers, rows)
+
+
+async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    run = await journal.run(args.run)
+    rounds = await journal.rounds(run.id)
+    print(f"run {run.id}  ({run.state.value})", file=out)
+    print(f"agent {run.agent}, model {run.model}, tools {', '.join(run.config.get('tools', []))}", file=out)
+    print(f"started {_time(run.started_at)}, ended {_time(run.ended_at)}", file=out)
+    outcome = f"{run.outcome.value}, stop {run.stop_reason.value}" if run.outcome and run.stop_reason else "-"
+    usage = run.usage
+    print(
+        f"outcome {outcome}; {run.rounds} rounds, {usage.requests} requests, "
+        f"{usage.input_tokens} tokens in, {usage.output_tokens} out",
+        file=out,
+    )
+    if run.error:
+        print(f"error: {run.error}", file=out)
+    print(file=out)
+    if not rounds:
+        print("no rounds recorded", file=out)
+        return
+    headers = ("ROUND", "STEP", "CALL", "TIER", "BATCH", "LLM S", "TOOL S", "TOKENS", "NOTE")
+    _table(out, headers, [_round_row(entry) for entry in rounds])
+    if not rounds[0].from_trace:
+        print("\n(rounds rebuilt from the event log: the run has no recorded result)", file=out)
+
+
+def _round_row(entry: RoundEntry) -> tuple[str, ...]:
+    call = f"{entry.tool_name} {entry.args_json}" if entry.tool_name else "-"
+    note = entry.error or entry.observation or entry.rationale
+    return (
+        str(entry.round),
+        _step(entry),
+        call,
+        entry.tier.name.lower() if entry.tier is not None else "-",
+        str(entry.batch_size) if entry.executed else "-",
+        f"{entry.llm_seconds:.3f}",
+        f"{entry.tool_seconds:.3f}" if entry.executed or entry.tool_seconds else "-",
+        str(entry.usage.total_tokens),
+        note,
+    )
+
+
+def _step(entry: RoundEntry) -> str:
+    if entry.done:
+        return "done"
+    if entry.proposed:
+        return "proposed"
+    if entry.repeated:
+        return "repeated"
+    if entry.executed:
+        return "executed"
+    if entry.observation is not None:
+        return "retry"
+    if entry.error is not None:
+        return "error"
+    return "started" if not entry.from_trace else "-"
+
+
+# -- proposals ------------------------------------------------------------------------------------
+
+
+async def _list(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    state = ProposalState(args.state) if args.state else None
+    found = await journal.proposals(state=state)
+    if not found:
+        print(f"no {state.value + ' ' if state else ''}proposals in {journal.where}", file=out)
+        return
+    _proposal_table(out, found)
+
+
+async def _stuck(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    found = await journal.stuck(older_than=timedelta(minutes=args.older_than))
+    if not found:
+        print(f"no execution claimed more than {args.older_than:g} minutes ago is unfinished", file=out)
+        return
+    _proposal_table(out, found)
+    print(
+        "\ndecide each with: agentkit proposals resolve ID --by NAME --as executed|failed|approved --note TEXT",
+        file=out,
+    )
+
+
+def _proposal_table(out: TextIO, found: Sequence[ProposalRecord]) -> None:
+    headers = ("ID", "STATE", "TOOL", "TIER", "ARGS", "PROPOSED", "BY")
+    rows = [
+        (
+            p.id,
+            p.state.value,
+            p.tool_name,
+            p.tier.name.lower(),
+            p.args_json,
+            _time(p.proposed_at),
+            p.claimed_by or p.rejected_by or p.approved_by or "-",
+        )
+        for p in found
+    ]
+    _table(out, headers, rows)
+
+
+async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    p = await journal.get(args.id)
+    history = await journal.history(p.id)
+    lines = [
+        ("id", p.id),
+        ("state", p.state.value),
+        ("tool", f"{p.tool_name} (Tier.{p.tier.name})"),
+        ("digest", p.digest),
+        ("run", f"{p.run_id or '-'}, round {p.round}"),
+        ("rationale", p.rationale or "-"),
+    ]
+    if p.reason:
+        lines.append(("reason", p.reason))
+    if p.batch_json is not None:
+        lines.append(("batch", f"{p.batch_size} items: {_cut(p.batch_json)}"))
+    if p.error:
+        lines.append(("error", p.error))
+    if p.note:
+        lines.append(("note", p.note))
+    for key, value in lines:
+        print(f"{key + ':':<11}{value}", file=out)
+    print("args:", file=out)
+    print(json.dumps(p.args, indent=2, ensure_ascii=False, sort_keys=True), file=out)
+    print(file=out)
+    rows = [
+        (_time(t.at), t.from_state.value if t.from_state else "-", t.to_state.value, t.actor, t.note) for t in history
+    ]
+    _table(out, ("AT", "FROM", "TO", "BY", "NOTE"), rows)
+
+
+async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    p = await journal.approve(args.id, args.by)
+    print(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by})", file=out)
+
+
+async def _reject(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    p = await journal.reject(args.id, args.by, args.reason)
+    print(f"rejected {p.id}: {p.tool_name} {p.args_json} (by {p.rejected_by}: {p.reason})", file=out)
+
+
+async def _resolve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    p = await journal.resolve(args.id, args.by, ProposalState(args.outcome), args.note)
+    print(f"resolved {p.id} as {p.state.value} (by {p.resolved_by}: {p.note})", file=out)
+
+
+# -- formatting -----------------------------------------------------------------------------------
+
+
+def _time(at: datetime | None) -> str:
+    return "-" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _cut(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _CELL else flat[: _CELL - 1] + "…"
+
+
+def _table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    cells = [list(headers), *([_cut(cell) for cell in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip(), file=out)

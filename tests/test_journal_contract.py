@@ -1,0 +1,486 @@
+"""The journal contract, run against real SQLite and a real PostgreSQL server.
+
+PostgreSQL runs when ``AGENTKIT_TEST_POSTGRES_DSN`` is set (``.ci/postgres.sh`` starts a server
+and prints it); each test gets its own schema there, as it gets its own file with SQLite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from pydantic import BaseModel
+
+from agentkit import ProposedAction, Tier, ToolError, ToolRetry, UsageError, tool
+from agentkit.journal import (
+    DigestMismatch,
+    Journal,
+    JournalError,
+    JournalUnavailable,
+    ProposalRecord,
+    ProposalState,
+    SQLiteJournal,
+    Transition,
+    TransitionRefused,
+    UnknownId,
+    open_journal,
+)
+from agentkit.journal._schema import SCHEMA_VERSION
+from agentkit.journal._store import SQLJournal
+
+POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
+
+
+class Wipe(BaseModel):
+    target: str
+    keep_days: int = 0
+
+
+ran: list[Wipe] = []
+"""Every call ``wipe`` received, in order."""
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def wipe(args: Wipe) -> list[str]:
+    """Delete a target's data."""
+    ran.append(args)
+    if args.target == "explode":
+        raise RuntimeError("disk on fire")
+    if args.target == "wrong":
+        raise ToolRetry("no such target")
+    return [f"wiped {args.target}"]
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls() -> None:
+    ran.clear()
+
+
+def postgres_schema_url(dsn: str) -> Iterator[str]:
+    """A URL whose connections use a fresh schema, dropped afterwards."""
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{dsn}{'&' if '?' in dsn else '?'}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "journal.db")
+        return
+    if POSTGRES_DSN is None:
+        pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
+    yield from postgres_schema_url(POSTGRES_DSN)
+
+
+@pytest.fixture
+async def journal(journal_url: str) -> AsyncIterator[Journal]:
+    opened = open_journal(journal_url)
+    yield opened
+    await opened.close()
+
+
+def proposal(target: str = "staging", *, run_id: str = "run-1", round: int = 1) -> ProposedAction[Wipe]:
+    return ProposedAction[Wipe].create(
+        tool_name="wipe",
+        tier=Tier.IRREVERSIBLE,
+        args=Wipe(target=target),
+        rationale="clean up",
+        round=round,
+        run_id=run_id,
+    )
+
+
+async def approved(journal: Journal, target: str = "staging") -> str:
+    record = await journal.propose(proposal(target))
+    await journal.approve(record.id, "alice")
+    return record.id
+
+
+def raw_sql(journal: Journal, sql: str) -> None:
+    """Change the database behind the journal's back (as a tamperer or a newer agentkit would)."""
+    assert isinstance(journal, SQLJournal)
+    with journal._tx(write=True) as db:
+        db.execute(sql)
+
+
+async def snapshot(journal: Journal, id: str) -> tuple[ProposalRecord, tuple[Transition, ...]]:
+    """The proposal and its history, to compare before and after a refused change."""
+    return (await journal.get(id), tuple(await journal.history(id)))
+
+
+# -- opening --------------------------------------------------------------------------------------
+
+
+async def test_first_open_creates_the_schema_at_the_current_version(journal: Journal, journal_url: str) -> None:
+    """A fresh database gets the schema and its version row; reopening neither fails nor migrates again."""
+    assert isinstance(journal, SQLJournal)
+    assert journal.schema_version() == SCHEMA_VERSION
+    again = open_journal(journal_url, create=False)
+    assert isinstance(again, SQLJournal)
+    assert again.schema_version() == SCHEMA_VERSION
+    await again.close()
+
+
+async def test_open_without_create_refuses_a_database_with_no_journal(journal_url: str, tmp_path: Path) -> None:
+    """``create=False`` on a database with no journal raises JournalUnavailable and creates nothing."""
+    if journal_url.startswith("postgresql"):
+        with pytest.raises(JournalUnavailable, match="holds no agentkit journal"):
+            open_journal(journal_url, create=False)
+        opened = open_journal(journal_url)  # the refused open left no half-made schema behind
+        await opened.close()
+    else:
+        missing = tmp_path / "missing.db"
+        with pytest.raises(JournalUnavailable, match="no journal at"):
+            open_journal(missing, create=False)
+        assert not missing.exists()
+
+
+def test_open_refuses_a_file_that_is_not_a_journal(tmp_path: Path) -> None:
+    """A SQLite file without the journal's tables is refused, not silently filled."""
+    path = tmp_path / "other.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE notes (body TEXT)")
+    with pytest.raises(JournalUnavailable, match="holds no agentkit journal"):
+        SQLiteJournal(path, create=False)
+
+
+async def test_open_refuses_a_journal_from_a_newer_agentkit(journal: Journal, journal_url: str) -> None:
+    """A schema version above this code's is refused with a message to upgrade."""
+    raw_sql(journal, f"UPDATE agentkit_schema SET version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(JournalUnavailable, match="upgrade agentkit"):
+        open_journal(journal_url)
+
+
+def test_sqlite_journal_runs_in_wal_mode(tmp_path: Path) -> None:
+    """The SQLite journal switches its file to WAL, so readers never block the writer."""
+    SQLiteJournal(tmp_path / "j.db")
+    with sqlite3.connect(tmp_path / "j.db") as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+async def test_a_closed_journal_refuses_work(journal: Journal) -> None:
+    """After close, calls raise JournalError instead of touching a dead connection."""
+    await journal.close()
+    with pytest.raises(JournalError, match="closed"):
+        await journal.pending()
+
+
+# -- proposing and deciding -----------------------------------------------------------------------
+
+
+async def test_a_proposal_enters_the_inbox_pending_with_its_call_and_digest(journal: Journal) -> None:
+    """propose stores the tool, tier, canonical args and digest, and records who proposed it."""
+    action = proposal()
+    record = await journal.propose(action)
+    assert record.state is ProposalState.PENDING
+    assert (record.tool_name, record.tier, record.digest) == ("wipe", Tier.IRREVERSIBLE, action.digest)
+    assert record.args == {"target": "staging", "keep_days": 0}
+    assert record.args_as(Wipe) == action.args
+    assert (record.run_id, record.round, record.rationale) == ("run-1", 1, "clean up")
+    [created] = await journal.history(record.id)
+    assert (created.from_state, created.to_state, created.actor) == (None, ProposalState.PENDING, "run:run-1")
+    assert [p.id for p in await journal.pending()] == [record.id]
+
+
+async def test_the_same_proposal_recorded_twice_is_one_inbox_entry(journal: Journal) -> None:
+    """Recording a proposal again (observer and caller both) gives the same id, never a second approvable entry."""
+    first = await journal.propose(proposal())
+    second = await journal.propose(proposal())
+    assert second.id == first.id
+    assert len(await journal.proposals()) == 1
+
+
+async def test_a_proposal_whose_digest_does_not_match_its_args_is_refused(journal: Journal) -> None:
+    """A proposal altered after it was made never enters the inbox."""
+    forged = proposal().model_copy(update={"args": Wipe(target="production")})
+    with pytest.raises(DigestMismatch):
+        await journal.propose(forged)
+    assert await journal.proposals() == []
+
+
+async def test_approve_moves_pending_to_approved_and_records_who_and_when(journal: Journal) -> None:
+    """approve sets approved_by/approved_at and appends a transition by that person."""
+    record = await journal.propose(proposal())
+    after = await journal.approve(record.id, "alice")
+    assert after.state is ProposalState.APPROVED
+    assert after.approved_by == "alice"
+    assert after.approved_at is not None
+    assert after.approved_at >= record.proposed_at
+    last = (await journal.history(record.id))[-1]
+    assert (last.from_state, last.to_state, last.actor) == (ProposalState.PENDING, ProposalState.APPROVED, "alice")
+    assert await journal.pending() == []
+    assert [p.id for p in await journal.proposals(state=ProposalState.APPROVED)] == [record.id]
+
+
+async def test_reject_records_who_and_why(journal: Journal) -> None:
+    """reject is final and keeps the reason on the record and in the history."""
+    record = await journal.propose(proposal())
+    after = await journal.reject(record.id, "bob", "wrong environment")
+    assert (after.state, after.rejected_by, after.reason) == (ProposalState.REJECTED, "bob", "wrong environment")
+    assert (await journal.history(record.id))[-1].note == "wrong environment"
+
+
+async def test_an_approved_proposal_can_still_be_rejected_before_it_runs(journal: Journal) -> None:
+    """Revoking an approval is a rejection; a worker then finds nothing to execute."""
+    id = await approved(journal)
+    await journal.reject(id, "alice", "changed my mind")
+    with pytest.raises(TransitionRefused, match="it is rejected"):
+        await journal.execute(id, wipe)
+    assert ran == []
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [("reject", "approve"), ("approve", "approve"), ("reject", "reject")],
+)
+async def test_an_illegal_transition_is_refused_and_changes_nothing(journal: Journal, first: str, then: str) -> None:
+    """Approving a rejected proposal (or deciding twice) raises TransitionRefused; record and history are unchanged."""
+    id = (await journal.propose(proposal())).id
+    await (journal.approve(id, "alice") if first == "approve" else journal.reject(id, "alice", "no"))
+    before = await snapshot(journal, id)
+    with pytest.raises(TransitionRefused) as refused:
+        await (journal.approve(id, "bob") if then == "approve" else journal.reject(id, "bob", "no"))
+    assert refused.value.state == before[0].state.value
+    assert await snapshot(journal, id) == before
+
+
+async def test_decisions_need_a_name_and_a_reason(journal: Journal) -> None:
+    """An empty approver, rejecter or reason is a UsageError; the proposal stays pending."""
+    id = (await journal.propose(proposal())).id
+    with pytest.raises(UsageError, match="approved_by"):
+        await journal.approve(id, "  ")
+    with pytest.raises(UsageError, match="reason"):
+        await journal.reject(id, "bob", "")
+    assert (await journal.get(id)).state is ProposalState.PENDING
+
+
+@pytest.mark.parametrize("operation", ["get", "history", "approve", "reject", "execute", "resolve"])
+async def test_an_unknown_id_raises_unknown_id_and_writes_nothing(journal: Journal, operation: str) -> None:
+    """Every operation on an id the journal never saw raises UnknownId naming the id."""
+    await journal.propose(proposal())
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "get": lambda: journal.get("nope"),
+        "history": lambda: journal.history("nope"),
+        "approve": lambda: journal.approve("nope", "alice"),
+        "reject": lambda: journal.reject("nope", "alice", "no"),
+        "execute": lambda: journal.execute("nope", wipe),
+        "resolve": lambda: journal.resolve("nope", "alice", ProposalState.FAILED, "checked"),
+    }
+    before = await journal.proposals()
+    with pytest.raises(UnknownId, match="'nope'") as unknown:
+        await calls[operation]()
+    assert unknown.value.id == "nope"
+    assert isinstance(unknown.value, JournalError)
+    assert await journal.proposals() == before
+    assert ran == []
+
+
+async def test_unknown_run_raises_unknown_id(journal: Journal) -> None:
+    """Asking for a run the journal never saw raises UnknownId."""
+    with pytest.raises(UnknownId, match="no run"):
+        await journal.run("missing-run")
+    assert await journal.rounds("missing-run") == []
+
+
+# -- executing ------------------------------------------------------------------------------------
+
+
+async def test_execute_runs_an_approved_proposal_and_records_the_batch(journal: Journal) -> None:
+    """approved -> executing -> executed; the batch and the worker are on the record."""
+    id = await approved(journal)
+    execution = await journal.execute(id, wipe, worker="worker-7")
+    assert execution.ok
+    assert execution.batch == ("wiped staging",)
+    record = execution.proposal
+    assert (record.state, record.claimed_by, record.batch_size) == (ProposalState.EXECUTED, "worker-7", 1)
+    assert record.batch_json == '["wiped staging"]'
+    assert ran == [Wipe(target="staging")]
+    steps = [(t.from_state, t.to_state, t.actor) for t in await journal.history(id)][2:]
+    assert steps == [
+        (ProposalState.APPROVED, ProposalState.EXECUTING, "worker-7"),
+        (ProposalState.EXECUTING, ProposalState.EXECUTED, "worker-7"),
+    ]
+
+
+async def test_an_executed_proposal_never_runs_again(journal: Journal) -> None:
+    """A second execute is refused: the tool ran once."""
+    id = await approved(journal)
+    await journal.execute(id, wipe)
+    with pytest.raises(TransitionRefused, match="it is executed"):
+        await journal.execute(id, wipe)
+    assert len(ran) == 1
+
+
+async def test_executing_a_pending_proposal_is_refused(journal: Journal) -> None:
+    """Nothing runs before a human approved it; the proposal stays pending."""
+    id = (await journal.propose(proposal())).id
+    before = await snapshot(journal, id)
+    with pytest.raises(TransitionRefused, match="approve it first"):
+        await journal.execute(id, wipe)
+    assert ran == []
+    assert await snapshot(journal, id) == before
+
+
+@pytest.mark.parametrize("target", ["explode", "wrong"])
+async def test_a_failing_tool_marks_the_proposal_failed_with_the_error(journal: Journal, target: str) -> None:
+    """A tool that raises (or raises ToolRetry) ends FAILED with its error; it is not retried."""
+    id = await approved(journal, target)
+    execution = await journal.execute(id, wipe)
+    assert isinstance(execution.error, ToolError)
+    assert not execution.ok
+    assert execution.proposal.state is ProposalState.FAILED
+    assert execution.proposal.error == str(execution.error)
+    assert ("disk on fire" if target == "explode" else "no such target") in str(execution.error)
+    with pytest.raises(TransitionRefused, match="it is failed"):
+        await journal.execute(id, wipe)
+    assert len(ran) == 1
+
+
+async def test_tampered_args_are_refused_and_nothing_runs(journal: Journal) -> None:
+    """Args changed in the database after approval no longer reproduce the digest: DigestMismatch, state unchanged."""
+    id = await approved(journal)
+    raw_sql(
+        journal, f"""UPDATE agentkit_proposals SET args = '{{"keep_days":0,"target":"production"}}' WHERE id = '{id}'"""
+    )
+    before = await snapshot(journal, id)
+    with pytest.raises(DigestMismatch, match="do not reproduce the digest"):
+        await journal.execute(id, wipe)
+    assert ran == []
+    assert await snapshot(journal, id) == before
+    assert before[0].state is ProposalState.APPROVED
+
+
+async def test_args_that_no_longer_validate_are_refused(journal: Journal) -> None:
+    """Stored args the tool's args_type rejects are refused before any claim."""
+    id = await approved(journal)
+    raw_sql(journal, f"""UPDATE agentkit_proposals SET args = '{{"target":7}}' WHERE id = '{id}'""")
+    with pytest.raises(DigestMismatch, match="no longer validate as Wipe"):
+        await journal.execute(id, wipe)
+    assert (await journal.get(id)).state is ProposalState.APPROVED
+    assert ran == []
+
+
+async def test_execute_refuses_a_different_tool_or_a_changed_tier(journal: Journal) -> None:
+    """Only the tool the call was proposed for, at the tier it was approved at, may run it."""
+    id = await approved(journal)
+
+    @tool(tier=Tier.IRREVERSIBLE, name="shred")
+    def shred(args: Wipe) -> list[str]:
+        raise AssertionError("must not run")
+
+    @tool(tier=Tier.REVERSIBLE, name="wipe")
+    def softer(args: Wipe) -> list[str]:
+        raise AssertionError("must not run")
+
+    with pytest.raises(UsageError, match="calls tool 'wipe', not 'shred'"):
+        await journal.execute(id, shred)
+    with pytest.raises(JournalError, match=r"now declares Tier\.REVERSIBLE"):
+        await journal.execute(id, softer)
+    assert (await journal.get(id)).state is ProposalState.APPROVED
+
+
+# -- abandoned executions -------------------------------------------------------------------------
+
+
+async def abandon(journal: Journal, id: str) -> None:
+    """Start an execution and cancel it mid-tool: the claim stays, as when a worker dies."""
+    started = asyncio.Event()
+
+    @tool(tier=Tier.IRREVERSIBLE, name="wipe")
+    async def slow(args: Wipe) -> list[str]:
+        ran.append(args)
+        started.set()
+        await asyncio.sleep(60)
+        return []
+
+    task = asyncio.create_task(journal.execute(id, slow, worker="doomed"))
+    await started.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_an_interrupted_execution_stays_executing_and_is_surfaced(journal: Journal) -> None:
+    """A claim whose worker never finished is never re-run; stuck() lists it for a human."""
+    id = await approved(journal)
+    await abandon(journal, id)
+    record = await journal.get(id)
+    assert (record.state, record.claimed_by) == (ProposalState.EXECUTING, "doomed")
+    assert [p.id for p in await journal.stuck(older_than=timedelta(0))] == [id]
+    assert await journal.stuck(older_than=timedelta(hours=1)) == []
+    with pytest.raises(TransitionRefused, match="it is executing"):
+        await journal.execute(id, wipe)
+    assert len(ran) == 1
+
+
+@pytest.mark.parametrize("decision", [ProposalState.EXECUTED, ProposalState.FAILED])
+async def test_a_human_resolves_an_abandoned_execution(journal: Journal, decision: ProposalState) -> None:
+    """resolve records the decision, who made it and why; the proposal leaves stuck()."""
+    id = await approved(journal)
+    await abandon(journal, id)
+    record = await journal.resolve(id, "carol", decision, "checked the target by hand")
+    assert (record.state, record.resolved_by, record.note) == (decision, "carol", "checked the target by hand")
+    assert await journal.stuck(older_than=timedelta(0)) == []
+    last = (await journal.history(id))[-1]
+    assert (last.from_state, last.to_state, last.actor) == (ProposalState.EXECUTING, decision, "carol")
+
+
+async def test_resolving_as_approved_lets_a_worker_run_it_again(journal: Journal) -> None:
+    """A human who checked that the call did not happen may hand it back to the workers."""
+    id = await approved(journal)
+    await abandon(journal, id)
+    await journal.resolve(id, "carol", ProposalState.APPROVED, "target untouched; run it")
+    execution = await journal.execute(id, wipe)
+    assert execution.proposal.state is ProposalState.EXECUTED
+    assert len(ran) == 2
+
+
+async def test_resolve_is_only_for_executions(journal: Journal) -> None:
+    """Resolving a pending proposal is refused; resolving to pending is a UsageError."""
+    id = (await journal.propose(proposal())).id
+    with pytest.raises(TransitionRefused, match="only a executing proposal can be resolved"):
+        await journal.resolve(id, "carol", ProposalState.EXECUTED, "n/a")
+    with pytest.raises(UsageError, match="resolves to one of"):
+        await journal.resolve(id, "carol", ProposalState.PENDING, "n/a")
+    assert (await journal.get(id)).state is ProposalState.PENDING
+
+
+async def test_a_late_finish_after_a_human_resolved_is_not_recorded(journal: Journal) -> None:
+    """A worker that finishes after a human decided cannot overwrite the decision."""
+    assert isinstance(journal, SQLJournal)
+    id = await approved(journal)
+    _, token = journal._claim(id, wipe, "slowpoke")
+    await journal.resolve(id, "carol", ProposalState.FAILED, "worker looked dead")
+    with pytest.raises(JournalError, match="resolved it while it ran"):
+        journal._finish(id, token, "slowpoke", batch=["late"], error=None)
+    record = await journal.get(id)
+    assert (record.state, record.batch_json) == (ProposalState.FAILED, None)
+
+
+# -- durability -----------------------------------------------------------------------------------
+
+
+async def test_everything_survives_closing_and_reopening(journal: Journal, journal_url: str) -> None:
+    """A new connection sees every proposal, decision and transition."""
+    id = await approved(journal)
+    await journal.close()
+    again = open_journal(journal_url, create=False)
+    record = await again.get(id)
+    assert (record.state, record.approved_by) == (ProposalState.APPROVED, "alice")
+    assert len(await again.history(id)) == 2
+    await again.close()
