@@ -180,6 +180,14 @@ def test_gate_under_a_lower_ceiling_proposes_reversible_calls() -> None:
     assert [p.tool_name for p in plan.propose] == ["file_ticket"]
 
 
+def test_gate_floor_holds_whatever_the_ceiling() -> None:
+    """Even under Tier.IRREVERSIBLE, external-reversible and irreversible calls are only proposed."""
+    program = [call("notify", title="c"), call("wipe", path="/"), call("file_ticket", title="b")]
+    plan = gate_program(program, Tier.IRREVERSIBLE, capabilities=Board().set())
+    assert [c.tool_name for c in plan.apply] == ["file_ticket"]
+    assert [p.tool_name for p in plan.propose] == ["notify", "wipe"]
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [

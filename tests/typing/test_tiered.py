@@ -1,0 +1,140 @@
+"""assert_type checks for the tiered loop, proposals, approval and program gating (mypy only)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Never, assert_type
+
+from pydantic import BaseModel
+
+from agentkit import (
+    Prompt,
+    ProposedAction,
+    RoleSpec,
+    Tier,
+    TieredLoopResult,
+    Tool,
+    ToolRoundInfo,
+    run_tool_loop_tiered,
+    tool,
+)
+from agentkit.approval import Approval, Rejection, approve, execute_approved, reject
+from agentkit.program import (
+    ApplyReport,
+    Capability,
+    CapabilitySet,
+    Plan,
+    PlannedCall,
+    apply_plan,
+    capability,
+    gate_program,
+    propose_only,
+)
+from agentkit.proposals import load_proposal
+from agentkit.testing import ScriptedCaller
+
+
+class SearchArgs(BaseModel):
+    query: str
+
+
+class FetchArgs(BaseModel):
+    doc_id: str
+
+
+class DeleteArgs(BaseModel):
+    path: str
+
+
+class Doc(BaseModel):
+    text: str
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: SearchArgs) -> list[Doc]:
+    """Search."""
+    return []
+
+
+@tool(tier=Tier.READ_ONLY)
+async def fetch(args: FetchArgs) -> list[Doc]:
+    """Fetch one document."""
+    return []
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def delete(args: DeleteArgs) -> list[Doc]:
+    """Delete a path."""
+    return []
+
+
+class Planner:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        assert_type(info.proposals, tuple[ProposedAction[Any], ...])
+        return Prompt(system="s", dynamic=ctx)
+
+
+async def single_tool() -> None:
+    result = await run_tool_loop_tiered(ScriptedCaller(), Planner(), delete, "ctx")
+    assert_type(result, TieredLoopResult[DeleteArgs, Doc])
+    assert_type(result.items, list[Doc])
+    assert_type(result.proposed, list[ProposedAction[DeleteArgs]])
+    assert_type(result.proposed[0].args, DeleteArgs)
+
+
+async def multi_tool() -> None:
+    result = await run_tool_loop_tiered(ScriptedCaller(), Planner(), [search, fetch, delete], "ctx")
+    assert_type(result, TieredLoopResult[BaseModel, Doc])
+    assert_type(result.items, list[Doc])
+    assert_type(result.proposed, list[ProposedAction[BaseModel]])
+    # A set kept in a variable needs its element type said once; a bare list literal joins to object.
+    tools: list[Tool[Any, Doc]] = [search, fetch, delete]
+    again = await run_tool_loop_tiered(ScriptedCaller(), Planner(), tools, "ctx")
+    assert_type(again.items, list[Doc])
+
+
+async def approval_path(stored: str) -> None:
+    proposal = ProposedAction[DeleteArgs].model_validate_json(stored)
+    assert_type(proposal, ProposedAction[DeleteArgs])
+    approval = approve(proposal, approved_by="ana")
+    assert_type(approval, Approval[DeleteArgs])
+    assert_type(await execute_approved(approval, delete), Sequence[Doc])
+    assert_type(reject(proposal, rejected_by="bo"), Rejection[DeleteArgs])
+    assert_type(load_proposal(stored, delete), ProposedAction[DeleteArgs])
+    loaded = load_proposal(stored, [search, delete])
+    assert_type(loaded, ProposedAction[BaseModel])
+    assert_type(await execute_approved(approve(loaded, approved_by="ana"), delete), Sequence[Doc])
+
+
+@capability(tier=Tier.READ_ONLY)
+def find(args: SearchArgs) -> list[Doc]:
+    """Find documents."""
+    return []
+
+
+@capability(tier=Tier.REVERSIBLE)
+async def archive(args: DeleteArgs) -> list[Doc]:
+    """Archive a path."""
+    return []
+
+
+async def program_path() -> None:
+    assert_type(find, Capability[SearchArgs, Doc])
+    assert_type(archive, Capability[DeleteArgs, Doc])
+    wipe = propose_only("wipe", description="Delete for good.", tier=Tier.IRREVERSIBLE, args_type=DeleteArgs)
+    assert_type(wipe, Capability[DeleteArgs, Never])
+    caps = CapabilitySet(find, archive, wipe)
+    assert_type(caps, CapabilitySet[Doc])
+    assert_type(caps.render(), str)
+    plan = gate_program([{"tool": "find", "args": {"query": "q"}}], Tier.REVERSIBLE, capabilities=caps)
+    assert_type(plan, Plan[Doc])
+    assert_type(plan.apply, tuple[PlannedCall, ...])
+    assert_type(plan.propose, tuple[ProposedAction[BaseModel], ...])
+    report = await apply_plan(plan)
+    assert_type(report, ApplyReport[Doc])
+    assert_type(report.items, list[Doc])
+    approval = approve(plan.propose[0], approved_by="ana")
+    assert_type(await execute_approved(approval, delete), Sequence[Doc])
