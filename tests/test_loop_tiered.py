@@ -433,3 +433,28 @@ async def test_plain_loop_refuses_a_tool_that_cannot_run_live() -> None:
     with pytest.raises(UsageError, match="run_tool_loop_tiered"):
         await run_tool_loop(caller, Agent(), delete, "ctx", config())
     assert (caller.requests, delete.calls) == ([], [])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="core gap: _Run.propose shares the args object with PriorCall, the trace and the degeneration "
+    "window; ProposedAction.create should receive args.model_copy(deep=True)",
+)
+async def test_proposal_is_not_altered_by_code_that_edits_what_the_executor_saw() -> None:
+    """An executor that edits the prior call it is shown cannot change the call it proposed."""
+    delete = Recording("delete", Tier.IRREVERSIBLE, PathArgs)
+    search = Recording("search", Tier.READ_ONLY)
+
+    class Normalising(Agent):
+        def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+            for prior in info.prior_calls:
+                if isinstance(prior.args, PathArgs):
+                    prior.args.path = prior.args.path.rstrip("/") + "/*"
+            return super().render(ctx, info)
+
+    caller = ScriptedCaller([call_step(PathArgs(path="/tmp/a"), tool="delete"), done_step()])
+    cfg = config(after_proposal=AfterProposal.CONTINUE)
+    result = await run_tool_loop_tiered(caller, Normalising(), [search, delete], "ctx", cfg)
+    (proposal,) = result.proposed
+    assert proposal.args == PathArgs(path="/tmp/a")
+    assert proposal.digest_matches()
