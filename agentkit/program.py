@@ -1,14 +1,14 @@
 """Program gating: check a whole program of calls from a model before any of it runs.
 
 Some models plan in one go: they emit a list of calls (``[{"tool": ..., "args": {...}}, ...]``)
-instead of one call per round. Here the calls are made against declared ``Capability``\\ s:
+instead of one call per round. Here the calls are made against declared capabilities:
 
 1. ``CapabilitySet.render()`` writes the model-facing list from the declarations (sorted,
    stable), so no prompt ever describes a capability by hand;
 2. ``gate_program`` verifies the **whole** program first (an unknown capability, invalid args or
    a missing tier rejects all of it, so nothing is half-applied), then splits it by tier into
-   ``plan.apply`` (may run live under the ceiling) and ``plan.propose`` (``ProposedAction``\\ s
-   for a human, the same type the tiered loop returns, approved with ``approve``);
+   ``plan.apply`` (may run live under the ceiling) and ``plan.propose`` (``ProposedAction``
+   values for a human, the same type the tiered loop returns, approved with ``approve``);
 3. ``apply_plan`` runs ``plan.apply`` only, in order, past failures, and reports every error.
 
 A capability that can never run live (external-reversible, irreversible) is propose-only: it is
@@ -329,7 +329,7 @@ def gate_program(
     becomes a ``ProposedAction`` in ``plan.propose``.
 
     Args:
-        calls: The program, as ``ProgramCall``\\ s or mappings of the same shape.
+        calls: The program: ``ProgramCall`` values, or mappings of the same shape.
         ceiling: The highest tier allowed to run live (external-reversible and irreversible never do).
         capabilities: The declared capabilities.
         run_id: Stamped on the proposals; a fresh id when omitted.
