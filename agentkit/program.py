@@ -48,6 +48,7 @@ __all__ = [
     "capability",
     "gate_program",
     "propose_only",
+    "runs_live",
 ]
 
 Args = TypeVar("Args", bound=BaseModel)
