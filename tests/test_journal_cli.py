@@ -1,0 +1,312 @@
+"""``agentkit journal`` and ``agentkit proposals``: readable output, clear errors, nothing written on failure."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from pydantic import BaseModel
+
+from agentkit import AfterProposal, LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, run_tool_loop_tiered, tool
+from agentkit.cli import main
+from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
+from agentkit.journal._store import SQLJournal
+from agentkit.results import Usage
+from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
+
+POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
+
+
+class Query(BaseModel):
+    query: str
+
+
+class Target(BaseModel):
+    path: str
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: Query) -> list[str]:
+    """Find documents."""
+    return [args.query] * 3
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def delete(args: Target) -> list[str]:
+    """Delete a path."""
+    return [f"deleted {args.path}"]
+
+
+class Planner:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="cli-model")
+
+    def render(self, ctx: None, info: ToolRoundInfo[str]) -> Prompt:
+        return Prompt(system="plan", dynamic=str(info.round))
+
+
+def record_run(url: str, *paths: str) -> str:
+    """One journaled run: a search, then one proposed deletion per path; returns the run id."""
+    used = Usage(requests=1, input_tokens=100, output_tokens=20)
+    steps = [
+        ScriptedReply(value=call_step(Query(query="stale"), tool="search"), usage=used),
+        *(ScriptedReply(value=call_step(Target(path=p), tool="delete", rationale=f"{p} is stale")) for p in paths),
+        ScriptedReply(value=done_step("done")),
+    ]
+    journal = open_journal(url)
+    config = LoopConfig(after_proposal=AfterProposal.CONTINUE, max_rounds=None)
+    result = asyncio.run(
+        run_tool_loop_tiered(
+            ScriptedCaller(steps), Planner(), [search, delete], None, config, observer=JournalObserver(journal)
+        )
+    )
+    asyncio.run(journal.close())
+    return result.run_id
+
+
+def inbox(url: str) -> list[ProposalRecord]:
+    async def read() -> list[ProposalRecord]:
+        journal = open_journal(url, create=False)
+        try:
+            return await journal.proposals()
+        finally:
+            await journal.close()
+
+    return asyncio.run(read())
+
+
+def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    monkeypatch.delenv("AGENTKIT_JOURNAL", raising=False)
+    return str(tmp_path / "journal.db")
+
+
+def test_journal_runs_lists_recent_runs_with_outcome_rounds_and_tokens(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One line per run: id, agent, model, state, outcome, stop reason, rounds and total tokens."""
+    run_id = record_run(db, "/tmp/a")
+    code, out, _ = cli(capsys, "journal", "runs", "--db", db)
+    assert code == 0
+    header, line = out.splitlines()
+    assert header.split() == ["RUN", "STARTED", "AGENT", "MODEL", "STATE", "OUTCOME", "STOP", "ROUNDS", "TOKENS"]
+    fields = line.split()
+    assert fields[0] == run_id
+    assert fields[3:] == ["Planner", "cli-model", "finished", "applied", "executor_done", "3", "120"]
+
+
+def test_journal_show_prints_the_rounds_as_a_table(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each round is a row: step, call with args, tier, batch size, timings, tokens."""
+    run_id = record_run(db, "/tmp/a")
+    code, out, _ = cli(capsys, "journal", "show", run_id, "--db", db)
+    assert code == 0
+    assert f"run {run_id}  (finished)" in out
+    assert "outcome applied, stop executor_done; 3 rounds, 3 requests, 100 tokens in, 20 out" in out
+    rows = out.split("ROUND")[1].splitlines()[1:]
+    assert rows[0].split()[:6] == ["1", "executed", "search", '{"query":"stale"}', "read_only", "3"]
+    assert rows[1].split()[:5] == ["2", "proposed", "delete", '{"path":"/tmp/a"}', "irreversible"]
+    assert rows[1].rstrip().endswith("/tmp/a is stale")
+    assert rows[2].split()[:2] == ["3", "done"]
+
+
+def test_proposals_list_shows_the_inbox_and_filters_by_state(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """list shows every proposal; --state keeps one state."""
+    record_run(db, "/tmp/a", "/tmp/b")
+    first, second = inbox(db)
+    assert cli(capsys, "proposals", "approve", first.id, "--by", "alice", "--db", db)[0] == 0
+    _, out, _ = cli(capsys, "proposals", "list", "--db", db)
+    assert [line.split()[:3] for line in out.splitlines()[1:]] == [
+        [first.id, "approved", "delete"],
+        [second.id, "pending", "delete"],
+    ]
+    _, out, _ = cli(capsys, "proposals", "list", "--state", "pending", "--db", db)
+    assert [line.split()[0] for line in out.splitlines()[1:]] == [second.id]
+    _, out, _ = cli(capsys, "proposals", "list", "--state", "executed", "--db", db)
+    assert out.startswith("no executed proposals")
+
+
+def test_proposals_show_prints_the_call_its_digest_and_its_history(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """show gives tool, tier, digest, args as JSON and who moved it when."""
+    record_run(db, "/tmp/a")
+    [p] = inbox(db)
+    cli(capsys, "proposals", "reject", p.id, "--by", "bob", "--reason", "keep it", "--db", db)
+    code, out, _ = cli(capsys, "proposals", "show", p.id, "--db", db)
+    assert code == 0
+    assert "tool:      delete (Tier.IRREVERSIBLE)" in out
+    assert f"digest:    {p.digest}" in out
+    assert "reason:    keep it" in out
+    assert '"path": "/tmp/a"' in out
+    history = out.split("NOTE")[1].splitlines()[1:]
+    assert [line.split()[2:5] for line in history] == [
+        ["-", "pending", f"run:{p.run_id}"],
+        ["pending", "rejected", "bob"],
+    ]
+
+
+def test_approve_and_reject_write_the_decision_and_the_name(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """approve and reject change the state and record who (and why)."""
+    record_run(db, "/tmp/a", "/tmp/b")
+    first, second = inbox(db)
+    code, out, _ = cli(capsys, "proposals", "approve", first.id, "--by", "alice", "--db", db)
+    assert (code, out.strip()) == (0, f'approved {first.id}: delete {{"path":"/tmp/a"}} (by alice)')
+    code, _, _ = cli(capsys, "proposals", "reject", second.id, "--by", "bob", "--reason", "not now", "--db", db)
+    assert code == 0
+    a, b = inbox(db)
+    assert (a.state, a.approved_by) == (ProposalState.APPROVED, "alice")
+    assert (b.state, b.rejected_by, b.reason) == (ProposalState.REJECTED, "bob", "not now")
+
+
+def test_reject_needs_a_name_and_a_reason(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --by or --reason argparse refuses (exit 2); the proposal stays pending."""
+    record_run(db, "/tmp/a")
+    [p] = inbox(db)
+    with pytest.raises(SystemExit) as usage:
+        main(["proposals", "reject", p.id, "--by", "bob", "--db", db])
+    assert usage.value.code == 2
+    assert "--reason" in capsys.readouterr().err
+    assert inbox(db)[0].state is ProposalState.PENDING
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "message"),
+    [
+        (("reject", "--by", "bob", "--reason", "no"), ("approve", "--by", "alice"), "it is rejected"),
+        (("approve", "--by", "alice"), ("approve", "--by", "alice"), "it is approved"),
+        (("approve", "--by", "alice"), ("reject", "--by", "x", "--reason", " "), "reason must be a non-empty"),
+    ],
+)
+def test_a_refused_change_exits_1_with_the_reason_and_writes_nothing(
+    db: str, capsys: pytest.CaptureFixture[str], first: tuple[str, ...], then: tuple[str, ...], message: str
+) -> None:
+    """An illegal transition or an empty reason is an error on stderr, exit 1, and the record is unchanged."""
+    record_run(db, "/tmp/a")
+    [p] = inbox(db)
+    cli(capsys, "proposals", first[0], p.id, *first[1:], "--db", db)
+    before = inbox(db)
+    code, out, err = cli(capsys, "proposals", then[0], p.id, *then[1:], "--db", db)
+    assert (code, out) == (1, "")
+    assert err.startswith("agentkit: error: ")
+    assert message in err
+    assert inbox(db) == before
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("proposals", "show", "nope"),
+        ("proposals", "approve", "nope", "--by", "alice"),
+        ("proposals", "reject", "nope", "--by", "alice", "--reason", "x"),
+        ("journal", "show", "nope"),
+    ],
+)
+def test_an_unknown_id_exits_1_naming_it(db: str, capsys: pytest.CaptureFixture[str], argv: tuple[str, ...]) -> None:
+    """An id the journal does not hold is reported with how to list the real ones."""
+    record_run(db, "/tmp/a")
+    before = inbox(db)
+    code, _, err = cli(capsys, *argv, "--db", db)
+    assert code == 1
+    assert "'nope'" in err
+    assert "agentkit " in err.split("'nope'")[1]  # points at the listing command
+    assert inbox(db) == before
+
+
+def test_a_missing_database_exits_1_and_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command line never creates a journal: a wrong --db is an error, not a new empty file."""
+    missing = tmp_path / "nowhere.db"
+    code, _, err = cli(capsys, "proposals", "list", "--db", str(missing))
+    assert code == 1
+    assert f"no journal at {missing}" in err
+    assert not missing.exists()
+
+
+def test_the_default_database_is_in_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --db the journal is agentkit-journal.db in the working directory, or $AGENTKIT_JOURNAL."""
+    monkeypatch.delenv("AGENTKIT_JOURNAL", raising=False)
+    monkeypatch.chdir(tmp_path)
+    record_run("agentkit-journal.db", "/tmp/a")
+    assert "pending" in cli(capsys, "proposals", "list")[1]
+    monkeypatch.setenv("AGENTKIT_JOURNAL", str(tmp_path / "elsewhere.db"))
+    code, _, err = cli(capsys, "proposals", "list")
+    assert code == 1
+    assert "elsewhere.db" in err
+
+
+def test_stuck_and_resolve_let_a_human_decide_an_abandoned_execution(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """stuck lists an execution whose worker vanished; resolve records the decision."""
+    record_run(db, "/tmp/a")
+    [p] = inbox(db)
+    journal = open_journal(db)
+    asyncio.run(journal.approve(p.id, "alice"))
+    assert isinstance(journal, SQLJournal)
+    journal._claim(p.id, delete, "gone-worker")  # a worker claimed it, then died
+    asyncio.run(journal.close())
+    code, out, _ = cli(capsys, "proposals", "stuck", "--older-than", "0", "--db", db)
+    assert code == 0
+    assert out.splitlines()[1].split()[:2] == [p.id, "executing"]
+    assert "gone-worker" in out
+    code, out, _ = cli(
+        capsys, "proposals", "resolve", p.id, "--by", "carol", "--as", "failed", "--note", "nothing deleted", "--db", db
+    )
+    assert (code, out.strip()) == (0, f"resolved {p.id} as failed (by carol: nothing deleted)")
+    assert inbox(db)[0].state is ProposalState.FAILED
+    assert cli(capsys, "proposals", "stuck", "--older-than", "0", "--db", db)[1].startswith("no execution")
+
+
+def test_a_postgresql_url_works_as_db(capsys: pytest.CaptureFixture[str]) -> None:
+    """--db takes a postgresql:// URL: the same commands against the server."""
+    if POSTGRES_DSN is None:
+        pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    url = f"{POSTGRES_DSN}{'&' if '?' in POSTGRES_DSN else '?'}options={quote(f'-csearch_path={schema}')}"
+    try:
+        code, _, err = cli(capsys, "proposals", "list", "--db", url)
+        assert code == 1
+        assert "holds no agentkit journal" in err
+        record_run(url, "/tmp/a")
+        [p] = inbox(url)
+        assert cli(capsys, "proposals", "approve", p.id, "--by", "alice", "--db", url)[0] == 0
+        assert inbox(url)[0].state is ProposalState.APPROVED
+        code, out, _ = cli(capsys, "journal", "runs", "--db", url)
+        assert code == 0
+        assert p.run_id in out
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_python_dash_m_agentkit_runs_the_journal_commands(db: str) -> None:
+    """The module entry point dispatches to the journal commands and returns their exit code."""
+    record_run(db, "/tmp/a")
+    ok = subprocess.run(
+        [sys.executable, "-m", "agentkit", "proposals", "list", "--db", db], capture_output=True, text=True, check=False
+    )
+    assert ok.returncode == 0
+    assert "pending" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "agentkit", "proposals", "approve", "nope", "--by", "x", "--db", db],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 1
+    assert "no proposal 'nope'" in bad.stderr

@@ -1,0 +1,321 @@
+"""Many processes, one journal: exactly-once execution, and crashes that leave nothing corrupt.
+
+Workers are real processes (``multiprocessing``, spawn context) against real SQLite and a real
+PostgreSQL server; a crash is a real SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import sqlite3
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from multiprocessing.synchronize import Barrier
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from pydantic import BaseModel
+
+from agentkit import (
+    AfterProposal,
+    LoopConfig,
+    Prompt,
+    ProposedAction,
+    RoleSpec,
+    Tier,
+    Tool,
+    ToolRoundInfo,
+    run_tool_loop_tiered,
+    tool,
+)
+from agentkit.journal import (
+    Journal,
+    JournalObserver,
+    ProposalState,
+    RunState,
+    TransitionRefused,
+    open_journal,
+)
+from agentkit.testing import ScriptedCaller, call_step, done_step
+from agentkit.tools import FunctionTool
+
+POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
+SPAWN = multiprocessing.get_context("spawn")
+WORKERS = 8
+EXECUTED, REFUSED = 0, 3
+"""Exit codes of a racing worker."""
+
+pytestmark = pytest.mark.slow
+
+
+class Target(BaseModel):
+    path: str
+
+
+class Query(BaseModel):
+    query: str
+
+
+def recording_wipe(log: str, *, hang: bool = False) -> FunctionTool[Target, str]:
+    """An irreversible tool that appends one line per execution to ``log`` (O_APPEND: safe across processes)."""
+
+    @tool(tier=Tier.IRREVERSIBLE, name="wipe")
+    def wipe(args: Target) -> list[str]:
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            os.write(fd, f"{os.getpid()} {args.path}\n".encode())
+        finally:
+            os.close(fd)
+        if hang:
+            time.sleep(120)
+        return [f"wiped {args.path}"]
+
+    return wipe
+
+
+def executions(log: Path) -> list[str]:
+    return log.read_text().splitlines() if log.exists() else []
+
+
+def wait_for(path: Path, *, lines: int = 1, process: Any = None, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while len(executions(path)) < lines:
+        if process is not None and not process.is_alive():
+            raise AssertionError(f"the child exited ({process.exitcode}) before writing {path.name}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path.name} did not get {lines} lines within {timeout}s")
+        time.sleep(0.02)
+
+
+# -- processes ------------------------------------------------------------------------------------
+
+
+def race_worker(url: str, id: str, log: str, barrier: Barrier) -> None:
+    """Open the journal, wait for every other worker, then try to execute the proposal."""
+
+    async def main() -> int:
+        journal = open_journal(url, create=False)
+        barrier.wait(timeout=120)
+        try:
+            await journal.execute(id, recording_wipe(log))
+        except TransitionRefused:
+            return REFUSED
+        finally:
+            await journal.close()
+        return EXECUTED
+
+    raise SystemExit(asyncio.run(main()))
+
+
+def hanging_executor(url: str, id: str, log: str) -> None:
+    """Claim the proposal and hang inside the tool, to be killed there."""
+
+    async def main() -> None:
+        journal = open_journal(url, create=False)
+        await journal.execute(id, recording_wipe(log, hang=True), worker="doomed-worker")
+
+    asyncio.run(main())
+
+
+class Planner:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: None, info: ToolRoundInfo[str]) -> Prompt:
+        return Prompt(system="plan", dynamic=str(info.round))
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: Query) -> list[str]:
+    """Find documents."""
+    return [args.query, args.query]
+
+
+def hanging_run(url: str, log: str) -> None:
+    """Search, propose a wipe, then hang in round 3's tool, to be killed there."""
+
+    @tool(tier=Tier.READ_ONLY)
+    def inspect(args: Query) -> list[str]:
+        """Hangs after saying it started."""
+        with open(log, "a") as started:
+            started.write("inspecting\n")
+        time.sleep(120)
+        return []
+
+    caller = ScriptedCaller(
+        [
+            call_step(Query(query="logs"), tool="search"),
+            call_step(Target(path="/srv/old"), tool="wipe"),
+            call_step(Query(query="disk"), tool="inspect"),
+            done_step(),
+        ]
+    )
+    tools: list[Tool[Any, str]] = [search, recording_wipe(log), inspect]
+    config = LoopConfig(after_proposal=AfterProposal.CONTINUE)
+    observer = JournalObserver(open_journal(url, create=False))
+    asyncio.run(run_tool_loop_tiered(caller, Planner(), tools, None, config, observer=observer))
+
+
+def endless_runs(url: str, log: str) -> None:
+    """Run short journaled runs back to back until killed, noting each finished run."""
+    observer = JournalObserver(open_journal(url, create=False))
+    while True:
+        caller = ScriptedCaller([call_step(Query(query="a"), tool="search"), done_step()])
+        result = asyncio.run(run_tool_loop_tiered(caller, Planner(), [search], None, observer=observer))
+        with open(log, "a") as done:
+            done.write(f"{result.run_id}\n")
+
+
+# -- fixtures -------------------------------------------------------------------------------------
+
+
+def postgres_schema_url(dsn: str) -> Iterator[str]:
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{dsn}{'&' if '?' in dsn else '?'}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    if request.param == "sqlite":
+        yield str(tmp_path / "journal.db")
+        return
+    if POSTGRES_DSN is None:
+        pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
+    yield from postgres_schema_url(POSTGRES_DSN)
+
+
+@pytest.fixture
+async def journal(journal_url: str) -> AsyncIterator[Journal]:
+    opened = open_journal(journal_url)
+    yield opened
+    await opened.close()
+
+
+async def approved_wipe(journal: Journal) -> str:
+    action = ProposedAction[Target].create(
+        tool_name="wipe", tier=Tier.IRREVERSIBLE, args=Target(path="/srv/db"), round=1
+    )
+    record = await journal.propose(action)
+    await journal.approve(record.id, "alice")
+    return record.id
+
+
+def assert_sound(url: str) -> None:
+    """The database passes its own consistency check (SQLite's integrity_check; PostgreSQL is crash-safe by design)."""
+    if not url.startswith("postgresql"):
+        with sqlite3.connect(url) as conn:
+            assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+
+
+# -- tests ----------------------------------------------------------------------------------------
+
+
+async def test_eight_processes_racing_to_execute_run_the_tool_exactly_once(
+    journal: Journal, journal_url: str, tmp_path: Path
+) -> None:
+    """Eight workers released together on one approved proposal: one executes, seven are refused, one effect."""
+    id = await approved_wipe(journal)
+    log = tmp_path / "executions.log"
+    barrier = SPAWN.Barrier(WORKERS)
+    workers = [SPAWN.Process(target=race_worker, args=(journal_url, id, str(log), barrier)) for _ in range(WORKERS)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=180)
+    codes = sorted(worker.exitcode for worker in workers if worker.exitcode is not None)
+    assert codes == [EXECUTED] + [REFUSED] * (WORKERS - 1)
+    assert len(executions(log)) == 1
+    record = await journal.get(id)
+    assert record.state is ProposalState.EXECUTED
+    claims = [t for t in await journal.history(id) if t.to_state is ProposalState.EXECUTING]
+    assert len(claims) == 1
+    assert claims[0].actor == record.claimed_by
+
+
+async def test_a_worker_killed_mid_execution_leaves_the_proposal_surfaced_never_rerun(
+    journal: Journal, journal_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL inside the tool: the proposal stays executing, stuck() lists it, no worker may run it again."""
+    id = await approved_wipe(journal)
+    log = tmp_path / "executions.log"
+    child = SPAWN.Process(target=hanging_executor, args=(journal_url, id, str(log)))
+    child.start()
+    wait_for(log, process=child)
+    child.kill()
+    child.join(timeout=30)
+    assert_sound(journal_url)
+    reopened = open_journal(journal_url, create=False)
+    record = await reopened.get(id)
+    assert (record.state, record.claimed_by) == (ProposalState.EXECUTING, "doomed-worker")
+    assert [p.id for p in await reopened.stuck(older_than=timedelta(0))] == [id]
+    with pytest.raises(TransitionRefused, match="it is executing"):
+        await reopened.execute(id, recording_wipe(str(log)))
+    assert len(executions(log)) == 1
+    resolved = await reopened.resolve(id, "carol", ProposalState.EXECUTED, "the data is gone; it ran")
+    assert resolved.state is ProposalState.EXECUTED
+    await reopened.close()
+
+
+async def test_a_run_killed_mid_round_keeps_its_completed_rounds_and_its_proposal(
+    journal: Journal, journal_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL in round 3's tool: the journal opens, rounds 1-2 are whole, round 3 shows its call, proposal pending."""
+    log = tmp_path / "progress.log"
+    child = SPAWN.Process(target=hanging_run, args=(journal_url, str(log)))
+    child.start()
+    wait_for(log, process=child)
+    child.kill()
+    child.join(timeout=30)
+    assert_sound(journal_url)
+    reopened = open_journal(journal_url, create=False)
+    [run] = await reopened.runs()
+    assert (run.state, run.outcome, run.rounds) == (RunState.UNFINISHED, None, 3)
+    first, second, third = await reopened.rounds(run.id)
+    assert (first.tool_name, first.executed, first.batch_size) == ("search", True, 2)
+    assert (second.tool_name, second.proposed, second.executed) == ("wipe", True, False)
+    assert (third.tool_name, third.executed, third.args_json) == ("inspect", False, '{"query":"disk"}')
+    [pending] = await reopened.pending()
+    assert (pending.tool_name, pending.run_id, pending.round) == ("wipe", run.id, 2)
+    await reopened.approve(pending.id, "alice")  # the journal still takes writes
+    assert executions(log) == ["inspecting"]  # the proposed wipe never ran
+    await reopened.close()
+
+
+async def test_a_process_killed_while_writing_runs_loses_at_most_the_run_in_flight(
+    journal: Journal, journal_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL at an arbitrary moment of back-to-back runs: every finished run is whole, at most one is not."""
+    log = tmp_path / "finished.log"
+    child = SPAWN.Process(target=endless_runs, args=(journal_url, str(log)))
+    child.start()
+    wait_for(log, lines=5, process=child)
+    child.kill()
+    child.join(timeout=30)
+    assert_sound(journal_url)
+    reopened = open_journal(journal_url, create=False)
+    runs = {run.id: run for run in await reopened.runs(limit=10_000)}
+    finished = executions(log)
+    for run_id in finished:
+        assert runs[run_id].state is RunState.FINISHED
+        assert [r.round for r in await reopened.rounds(run_id)] == [1, 2]
+    # Beyond the logged runs, only the one in flight when the kill came (finished or not) may exist.
+    others = [run for run in runs.values() if run.id not in finished]
+    assert len(others) <= 1
+    for run in others:
+        rounds = [r.round for r in await reopened.rounds(run.id)]
+        assert rounds == list(range(1, len(rounds) + 1))
+    await reopened.close()
