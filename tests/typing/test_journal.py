@@ -1,0 +1,112 @@
+"""assert_type checks for the journal, its inbox and its observer (mypy only)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, assert_never, assert_type
+
+from pydantic import BaseModel
+
+from agentkit import Observer, ProposedAction, Tier, ToolError, tool
+from agentkit.journal import (
+    DigestMismatch,
+    Execution,
+    Journal,
+    JournalError,
+    JournalObserver,
+    JournalUnavailable,
+    PostgresJournal,
+    ProposalRecord,
+    ProposalState,
+    RoundEntry,
+    RunRecord,
+    RunState,
+    SQLiteJournal,
+    Transition,
+    TransitionRefused,
+    UnknownId,
+    open_journal,
+)
+from agentkit.outcome import Outcome
+
+
+class Target(BaseModel):
+    path: str
+
+
+class Receipt(BaseModel):
+    path: str
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def delete(args: Target) -> list[Receipt]:
+    """Delete a path."""
+    return [Receipt(path=args.path)]
+
+
+def backends_are_journals(path: str, url: str) -> None:
+    sqlite: Journal = SQLiteJournal(path)
+    postgres: Journal = PostgresJournal(url, create=False)
+    assert_type(open_journal(path), Journal)
+    assert_type(sqlite.where, str)
+    assert_type(postgres, Journal)
+
+
+def observer_is_an_observer(journal: Journal) -> None:
+    observer: Observer = JournalObserver(journal)
+    assert_type(JournalObserver(journal).failures, int)
+    assert_type(JournalObserver(journal).last_error, Exception | None)
+    assert_type(observer, Observer)
+
+
+async def inbox(journal: Journal, action: ProposedAction[Target]) -> None:
+    record = await journal.propose(action)
+    assert_type(record, ProposalRecord)
+    assert_type(record.id, str)
+    assert_type(record.state, ProposalState)
+    assert_type(record.args, dict[str, Any])
+    assert_type(record.args_as(Target), Target)
+    assert_type(await journal.pending(), list[ProposalRecord])
+    assert_type(await journal.proposals(state=ProposalState.APPROVED), list[ProposalRecord])
+    assert_type(await journal.get(record.id), ProposalRecord)
+    assert_type(await journal.approve(record.id, "alice"), ProposalRecord)
+    assert_type(await journal.reject(record.id, "bob", "no"), ProposalRecord)
+    assert_type(await journal.history(record.id), list[Transition])
+    assert_type(await journal.stuck(older_than=timedelta(minutes=5)), list[ProposalRecord])
+    assert_type(await journal.resolve(record.id, "carol", ProposalState.FAILED, "checked"), ProposalRecord)
+
+
+async def execution_is_typed_by_the_tool(journal: Journal, id: str) -> None:
+    execution = await journal.execute(id, delete)
+    assert_type(execution, Execution[Receipt])
+    assert_type(execution.batch, tuple[Receipt, ...])
+    assert_type(execution.error, ToolError | None)
+    assert_type(execution.proposal.state, ProposalState)
+
+
+async def runs(journal: Journal, run_id: str) -> None:
+    run = await journal.run(run_id)
+    assert_type(run, RunRecord)
+    assert_type(run.outcome, Outcome | None)
+    assert_type(await journal.runs(limit=5), list[RunRecord])
+    assert_type(await journal.rounds(run_id), list[RoundEntry])
+    match run.state:
+        case RunState.FINISHED | RunState.UNFINISHED | RunState.ABORTED:
+            pass
+        case _:
+            assert_never(run.state)
+
+
+def states_are_closed(state: ProposalState) -> str:
+    match state:
+        case ProposalState.PENDING | ProposalState.APPROVED | ProposalState.EXECUTING:
+            return "open"
+        case ProposalState.REJECTED | ProposalState.EXECUTED | ProposalState.FAILED:
+            return "final"
+        case _:
+            assert_never(state)
+
+
+def errors_are_journal_errors() -> None:
+    errors: tuple[type[JournalError], ...] = (JournalUnavailable, UnknownId, TransitionRefused, DigestMismatch)
+    assert_type(errors, tuple[type[JournalError], ...])
