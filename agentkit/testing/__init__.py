@@ -1,5 +1,14 @@
-"""Test doubles for agents: the scripted caller (and, with the OpenAI seam, a fake server)."""
+"""Test doubles for agents: the scripted caller and a fake OpenAI-compatible HTTP server."""
 
+from agentkit.testing._fake_server import FakeOpenAIServer, FakeReply
 from agentkit.testing._scripted import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
 
-__all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
+__all__ = [
+    "FakeOpenAIServer",
+    "FakeReply",
+    "ScriptExhausted",
+    "ScriptedCaller",
+    "ScriptedReply",
+    "call_step",
+    "done_step",
+]

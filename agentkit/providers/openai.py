@@ -1,0 +1,510 @@
+"""``OpenAICaller``: agentkit's model seams over the official ``openai`` async client and ``instructor``.
+
+It drives any server that speaks the OpenAI chat-completions API (OpenAI, vLLM, a llama.cpp
+server, Ollama, LM Studio) and implements both ``StructuredCaller`` and ``TextCaller``. This is
+the only module that imports ``openai`` or ``instructor``; ``import agentkit`` imports neither.
+
+How the work is split, and why:
+
+* **instructor owns what is mode-specific.** Its mode handlers (``instructor.v2.mode_registry``)
+  give the request shape of each ``StructuredMode`` (the ``response_format``, the forced tool,
+  the schema instructions that JSON and MD_JSON add to the prompt) and the re-ask messages that
+  send a validation error back to the model. The request handler runs **once per schema** and its
+  output is cached as a template; a call only fills in this round's system and user text.
+* **This module owns the HTTP exchange.** Each attempt is one ``chat.completions.create`` with
+  the client's own retries off (``max_retries=0``), so retry and fallback live in one place
+  (``generate_structured``), a 429 surfaces as ``Throttled`` after exactly one request, and usage
+  is read from every response, re-asks included. instructor's patched ``create`` is not used: it
+  rebuilds the schema on every call, wraps every HTTP error (a 429 included) in
+  ``InstructorRetryException``, and drops the usage of a truncated reply.
+* **Replies are validated with pydantic** against the exact schema class that was asked for,
+  after the checks a raw reply needs first: no choices, a reply cut off by the token limit
+  (``finish_reason == "length"``: its JSON may be truncated, so it is never parsed), an empty
+  reply or a refusal.
+
+Example:
+    >>> caller = OpenAICaller(base_url="http://localhost:8000/v1", mode=StructuredMode.JSON_SCHEMA)
+    >>> result = await run_tool_loop(caller, agent, search, ctx)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import email.utils
+import enum
+import functools
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, Self, TypeVar, cast
+
+import openai
+from instructor import v2 as instructor_v2
+from instructor.utils import extract_json_from_codeblock
+from openai.types.chat import ChatCompletion
+from pydantic import BaseModel, ValidationError
+
+from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
+from agentkit.results import Usage
+from agentkit.step import schema_name
+from agentkit.structured import Completion, StructuredRequest
+from agentkit.text import TextCompletion
+
+__all__ = ["DEFAULT_MAX_REASKS", "DEFAULT_TIMEOUT", "OpenAICaller", "StructuredMode"]
+
+M = TypeVar("M", bound=BaseModel)
+
+DEFAULT_TIMEOUT = 120.0
+"""Seconds one HTTP request may take when ``OpenAICaller`` builds the client itself."""
+DEFAULT_MAX_REASKS = 1
+"""Schema-invalid replies re-asked within one attempt before it fails."""
+
+_SYSTEM_MARK = "\x00agentkit:system\x00"
+_DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
+_RAW_IN_MESSAGE = 1000
+_TRANSIENT_STATUSES = frozenset({408, 409})
+_STATUS_HINTS = {
+    400: "the server rejected the request; if it does not support this structured mode, pick another StructuredMode",
+    401: "check the API key (api_key=... or OPENAI_API_KEY)",
+    403: "the API key is not allowed to use this model",
+    404: "check the model name and base_url (an OpenAI-compatible base_url usually ends in /v1)",
+}
+
+
+class StructuredMode(enum.StrEnum):
+    """How the schema is put to the server and how the reply carries the JSON."""
+
+    JSON_SCHEMA = "json_schema"
+    """``response_format={"type": "json_schema", ...}``: constrained decoding on OpenAI, vLLM, a
+    llama.cpp server and Ollama. The default."""
+    TOOLS = "tools"
+    """One function whose parameters are the schema, forced with ``tool_choice``: for servers with
+    function calling but no JSON-schema response format."""
+    JSON = "json"
+    """``response_format={"type": "json_object"}`` plus the schema in the system prompt: JSON is
+    guaranteed, the schema is not."""
+    MD_JSON = "md_json"
+    """The schema in the prompt and the answer in a fenced ```json block: for servers with neither
+    JSON mode nor function calling."""
+
+
+_INSTRUCTOR_MODES = {
+    StructuredMode.JSON_SCHEMA: "JSON_SCHEMA",
+    StructuredMode.TOOLS: "TOOLS",
+    StructuredMode.JSON: "JSON",
+    StructuredMode.MD_JSON: "MD_JSON",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Slot:
+    """One message of a cached request template: fixed text around this call's system or user text."""
+
+    role: str
+    prefix: str
+    field: Literal["system", "dynamic"] | None
+    suffix: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a mode needs for one schema, built once: message template, wire extras, re-ask handler."""
+
+    name: str
+    template: tuple[_Slot, ...]
+    extra: Mapping[str, Any]
+    reask: Callable[..., dict[str, Any]]
+
+
+@functools.lru_cache(maxsize=512)
+def _plan(schema: type[BaseModel], mode: StructuredMode) -> _Plan:
+    instructor_mode = getattr(instructor_v2.Mode, _INSTRUCTOR_MODES[mode])
+    handlers = instructor_v2.mode_registry.get_handlers(instructor_v2.Provider.OPENAI, instructor_mode)
+    probe = [{"role": "system", "content": _SYSTEM_MARK}, {"role": "user", "content": _DYNAMIC_MARK}]
+    _, prepared = handlers.request_handler(response_model=schema, kwargs={"messages": probe})
+    name = schema_name(schema.__name__)
+    template = tuple(_slot(message) for message in prepared.pop("messages"))
+    extra = _renamed(prepared, name)
+    return _Plan(name=name, template=template, extra=extra, reask=handlers.reask_handler)
+
+
+def _slot(message: Mapping[str, Any]) -> _Slot:
+    content = message.get("content")
+    if not isinstance(content, str):  # pragma: no cover - only if a new instructor changes the mode's shape
+        raise RuntimeError(f"unexpected message shape from instructor: {message!r}; pin instructor to a tested release")
+    for field, mark in (("system", _SYSTEM_MARK), ("dynamic", _DYNAMIC_MARK)):
+        prefix, found, suffix = content.partition(mark)
+        if found:
+            return _Slot(str(message["role"]), prefix, field, suffix)  # type: ignore[arg-type]  # field is one of the two literals
+    return _Slot(str(message["role"]), content, None, "")
+
+
+def _renamed(prepared: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The request extras, with the schema's wire name valid for OpenAI, as fresh dicts (instructor caches its own)."""
+    extra = json.loads(json.dumps(prepared))
+    response_format = extra.get("response_format")
+    if isinstance(response_format, dict) and isinstance(response_format.get("json_schema"), dict):
+        response_format["json_schema"]["name"] = name
+    for tool in extra.get("tools", ()):
+        tool["function"]["name"] = name
+    choice = extra.get("tool_choice")
+    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        choice["function"]["name"] = name
+    return cast("dict[str, Any]", extra)
+
+
+class _InvalidReply(ValueError):
+    """A reply that carries no JSON to validate (empty, a refusal, no tool call); re-asked like a schema error."""
+
+
+class OpenAICaller:
+    """``StructuredCaller`` and ``TextCaller`` for any OpenAI-compatible chat-completions server.
+
+    Each ``complete`` is one attempt: one HTTP request, plus up to ``max_reasks`` more when the
+    reply does not validate (the validation error is sent back to the model). Retry, fallback
+    and backoff are ``generate_structured``'s, never the client's.
+
+    Errors (each carries the usage spent on ``.usage``):
+
+    * HTTP 429 -> ``Throttled`` (with ``retry_after`` from ``Retry-After``), after one request;
+    * 5xx, 408, 409, timeouts, lost connections, an unreadable body, no choices -> ``ProviderError``
+      with ``transient=True`` (retried, then failed over to the fallback model);
+    * 400, 401, 403, 404 and other 4xx -> ``ProviderError`` with ``transient=False`` (no retry);
+    * a reply still invalid after the re-asks, or cut off by the token limit ->
+      ``StructuredOutputError`` naming the schema, with the last raw reply on ``.raw``.
+
+    Args:
+        client: An ``openai.AsyncOpenAI`` to use; a copy with ``max_retries=0`` is what is called.
+            When omitted, one is built from ``base_url`` and ``api_key`` and closed by ``aclose``.
+        mode: How the schema is put to the server (``StructuredMode``).
+        base_url: The server, e.g. ``http://localhost:8000/v1``; only without ``client``.
+        api_key: The key; only without ``client``. Defaults to ``OPENAI_API_KEY``, or to a
+            placeholder when ``base_url`` names a local server that needs none.
+        timeout: Seconds one HTTP request may take. ``None`` keeps the passed client's setting;
+            a client built here then uses ``DEFAULT_TIMEOUT``.
+        max_reasks: Schema-invalid replies re-asked within one attempt (0 to never re-ask).
+        max_tokens_field: The request field that carries ``StructuredRequest.max_tokens``:
+            ``"max_tokens"`` (understood by every compatible server) or
+            ``"max_completion_tokens"`` (required by OpenAI's reasoning models).
+
+    Raises:
+        UsageError: ``client`` together with ``base_url`` or ``api_key``, an unknown ``mode``,
+            a negative ``max_reasks``, or no API key for OpenAI itself.
+    """
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI | None = None,
+        *,
+        mode: StructuredMode = StructuredMode.JSON_SCHEMA,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | None = None,
+        max_reasks: int = DEFAULT_MAX_REASKS,
+        max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+    ) -> None:
+        if not isinstance(mode, StructuredMode):
+            raise UsageError(f"mode must be a StructuredMode, one of {[m.name for m in StructuredMode]}; got {mode!r}")
+        if isinstance(max_reasks, bool) or not isinstance(max_reasks, int) or max_reasks < 0:
+            raise UsageError(f"max_reasks must be an int >= 0; got {max_reasks!r}")
+        if max_tokens_field not in ("max_tokens", "max_completion_tokens"):
+            raise UsageError(
+                f"max_tokens_field must be 'max_tokens' or 'max_completion_tokens'; got {max_tokens_field!r}"
+            )
+        self._owns_client = client is None
+        if client is None:
+            client = _build_client(base_url, api_key, DEFAULT_TIMEOUT if timeout is None else timeout)
+        elif base_url is not None or api_key is not None:
+            raise UsageError("pass either client=... or base_url=/api_key=, not both; configure the client you pass")
+        elif timeout is not None:
+            client = client.with_options(max_retries=0, timeout=timeout)
+        else:
+            client = client.with_options(max_retries=0)
+        self._client = client
+        self._create = cast("Callable[..., Awaitable[ChatCompletion]]", client.chat.completions.create)
+        self.mode = mode
+        """How the schema is put to the server."""
+        self.max_reasks = max_reasks
+        """Schema-invalid replies re-asked within one attempt."""
+        self._max_tokens_field = max_tokens_field
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        """The client requests go through (its own retries are off)."""
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client if this caller built it; a client you passed stays yours to close."""
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
+        """Ask ``request.model`` for one reply that validates against ``schema``.
+
+        Raises:
+            Throttled: HTTP 429.
+            ProviderError: the server failed (``transient`` for 5xx, timeouts, lost connections).
+            StructuredOutputError: the reply stayed invalid after the re-asks, or was cut off.
+        """
+        plan = _plan(schema, self.mode)
+        kwargs = self._kwargs(request, _messages(plan, request))
+        kwargs.update(plan.extra)
+        tally = _Tally()
+        try:
+            for asked in range(self.max_reasks + 1):
+                response = await self._send(kwargs, tally)
+                choice = _first_choice(response, request.model)
+                raw = _raw_text(choice)
+                if choice.finish_reason == "length":
+                    raise _truncated(request, plan.name, raw)
+                try:
+                    value = schema.model_validate_json(self._json_text(choice))
+                except (ValidationError, _InvalidReply) as invalid:
+                    if asked == self.max_reasks:
+                        raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
+                    kwargs = plan.reask(kwargs=kwargs, response=response, exception=invalid)
+                    continue
+                return Completion(value=value, usage=tally.usage, model=response.model or request.model)
+        except AgentkitError as error:
+            error.usage = tally.usage
+            raise
+        raise AssertionError("unreachable: the last re-ask either returns or raises")  # pragma: no cover
+
+    async def complete_text(self, request: StructuredRequest) -> TextCompletion:
+        """Ask ``request.model`` for a plain-text reply (no JSON mode, no schema).
+
+        Raises:
+            Throttled: HTTP 429.
+            ProviderError: the server failed, or the reply was cut off by the token limit.
+        """
+        messages = [{"role": "system", "content": request.system}] if request.system else []
+        messages.append({"role": "user", "content": request.dynamic})
+        tally = _Tally()
+        try:
+            response = await self._send(self._kwargs(request, messages), tally)
+            choice = _first_choice(response, request.model)
+            if choice.finish_reason == "length":
+                raise ProviderError(
+                    f"the reply of model {request.model!r} was cut off by the token limit "
+                    f"(max_tokens={request.max_tokens}); raise max_tokens or ask for a shorter answer"
+                )
+        except AgentkitError as error:
+            error.usage = tally.usage
+            raise
+        return TextCompletion(text=_raw_text(choice), usage=tally.usage, model=response.model or request.model)
+
+    def _kwargs(self, request: StructuredRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if request.max_tokens is not None:
+            kwargs[self._max_tokens_field] = request.max_tokens
+        if request.seed is not None:
+            kwargs["seed"] = request.seed
+        return kwargs
+
+    async def _send(self, kwargs: dict[str, Any], tally: _Tally) -> ChatCompletion:
+        tally.requests += 1
+        model = str(kwargs["model"])
+        try:
+            response = await self._create(**kwargs)
+        except openai.RateLimitError as error:
+            raise Throttled(
+                f"model server throttled model {model!r} (HTTP 429): {_server_message(error)}",
+                retry_after=_retry_after(error.response.headers),
+            ) from error
+        except openai.APITimeoutError as error:
+            raise ProviderError(
+                f"request to model {model!r} timed out after {self._client.timeout}s; "
+                "raise OpenAICaller(timeout=...) or check the server's load",
+                transient=True,
+            ) from error
+        except openai.APIConnectionError as error:
+            raise ProviderError(
+                f"could not reach the model server at {self._client.base_url} ({_cause(error)}); is it running?",
+                transient=True,
+            ) from error
+        except openai.APIStatusError as error:
+            raise _status_error(model, error) from error
+        except (openai.APIResponseValidationError, json.JSONDecodeError) as error:
+            raise ProviderError(
+                f"model server sent an unreadable reply for model {model!r}: {type(error).__name__}: {error}",
+                transient=True,
+            ) from error
+        if not isinstance(response, ChatCompletion):
+            raise ProviderError(
+                f"model server sent a non-JSON reply for model {model!r}: {str(response)[:200]!r}", transient=True
+            )
+        tally.add(response)
+        return response
+
+    def _json_text(self, choice: Any) -> str:
+        message = getattr(choice, "message", None)
+        if self.mode is StructuredMode.TOOLS:
+            calls = getattr(message, "tool_calls", None) or []
+            function = getattr(calls[0], "function", None) if calls else None
+            arguments = getattr(function, "arguments", None)
+            if not arguments:
+                raise _InvalidReply(
+                    "the reply made no call to the function; call it with arguments matching its schema"
+                    + _refusal(message)
+                )
+            return str(arguments)
+        content = getattr(message, "content", None)
+        if not content or not content.strip():
+            raise _InvalidReply(
+                "the reply was empty; answer with one JSON object matching the schema" + _refusal(message)
+            )
+        if self.mode is StructuredMode.MD_JSON:
+            return str(extract_json_from_codeblock(content))
+        return str(content)
+
+
+class _Tally:
+    """Usage of one call, summed over every HTTP request it made."""
+
+    __slots__ = ("input_tokens", "output_tokens", "requests")
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.input_tokens = 0
+        self.output_tokens = 0
+
+    def add(self, response: ChatCompletion) -> None:
+        usage = getattr(response, "usage", None)
+        if usage is not None:
+            self.input_tokens += usage.prompt_tokens or 0
+            self.output_tokens += usage.completion_tokens or 0
+
+    @property
+    def usage(self) -> Usage:
+        return Usage(requests=self.requests, input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+
+
+def _build_client(base_url: str | None, api_key: str | None, timeout: float | None) -> openai.AsyncOpenAI:
+    if api_key is None and base_url is not None and not os.environ.get("OPENAI_API_KEY"):
+        api_key = "not-needed"  # local servers (vLLM, llama.cpp, Ollama) take any key, but the client wants one
+    try:
+        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+    except openai.OpenAIError as error:
+        raise UsageError(
+            f"cannot build the OpenAI client: {error}; pass api_key=... (or set OPENAI_API_KEY), "
+            "or base_url=... for a local server"
+        ) from error
+
+
+def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    for slot in plan.template:
+        text = request.system if slot.field == "system" else request.dynamic if slot.field == "dynamic" else ""
+        content = slot.prefix + text + slot.suffix
+        if content or slot.role != "system":
+            messages.append({"role": slot.role, "content": content})
+    if request.reask:
+        messages.append(
+            {
+                "role": "user",
+                "content": f"Your previous reply was rejected:\n{request.reask}\nReply again, fixing these errors.",
+            }
+        )
+    return messages
+
+
+def _first_choice(response: ChatCompletion, model: str) -> Any:
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise ProviderError(
+            f"model server answered with no choices for model {model!r} (an empty 'choices' list); "
+            "the server failed to produce a reply",
+            transient=True,
+            status=200,
+        )
+    return choices[0]
+
+
+def _raw_text(choice: Any) -> str:
+    message = getattr(choice, "message", None)
+    calls = getattr(message, "tool_calls", None) or []
+    if calls:
+        return str(getattr(calls[0].function, "arguments", "") or "")
+    return str(getattr(message, "content", "") or "")
+
+
+def _refusal(message: Any) -> str:
+    refusal = getattr(message, "refusal", None)
+    return f" (the model refused: {refusal})" if refusal else ""
+
+
+def _truncated(request: StructuredRequest, name: str, raw: str) -> StructuredOutputError:
+    return StructuredOutputError(
+        f"the reply of model {request.model!r} was cut off by the token limit (finish_reason='length', "
+        f"max_tokens={request.max_tokens}) before it was complete JSON for schema {name!r}; raise "
+        "RoleSpec.max_tokens or keep the reply short (LoopConfig.rationale_max_length)",
+        schema_name=name,
+        raw=raw,
+    )
+
+
+def _invalid(request: StructuredRequest, name: str, invalid: Exception, raw: str, tries: int) -> StructuredOutputError:
+    shown = raw if len(raw) <= _RAW_IN_MESSAGE else raw[:_RAW_IN_MESSAGE] + "..."
+    return StructuredOutputError(
+        f"the reply of model {request.model!r} does not match schema {name!r} "
+        f"after {tries} tr{'y' if tries == 1 else 'ies'}: {invalid}\nlast reply: {shown!r}",
+        schema_name=name,
+        raw=raw,
+    )
+
+
+def _status_error(model: str, error: openai.APIStatusError) -> ProviderError:
+    status = error.status_code
+    transient = status >= 500 or status in _TRANSIENT_STATUSES
+    hint = "a server error; it is retried" if transient else _STATUS_HINTS.get(status, "the request was refused")
+    return ProviderError(
+        f"model server answered HTTP {status} for model {model!r}: {_server_message(error)}; {hint}",
+        transient=transient,
+        status=status,
+    )
+
+
+def _server_message(error: openai.APIStatusError) -> str:
+    """The server's own error message (OpenAI-shaped bodies carry one), else the client's summary."""
+    body = error.body
+    message = body.get("message") if isinstance(body, Mapping) else None
+    return str(message) if message else error.message
+
+
+def _retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(float(millis) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def _cause(error: BaseException) -> str:
+    cause = error.__cause__ or error.__context__
+    return f"{type(cause).__name__}: {cause}" if cause is not None else str(error)

@@ -1,0 +1,478 @@
+"""``FakeOpenAIServer``: a real OpenAI-compatible HTTP server on loopback, for tests.
+
+It speaks ``POST /v1/chat/completions`` in the wire format of the real API (usage block
+included, streaming as server-sent events), validates requests the way a real server does
+(a malformed message or an invalid function or schema name is a 400), records every request
+body, and answers from a script or, with nothing scripted, with a minimal instance of whatever
+schema the request carries. Faults are scripted like replies: any HTTP status (with
+``Retry-After``), a delay, a body that is not JSON, a reply cut off by the token limit, no
+choices. It is standard library only: a ``ThreadingHTTPServer`` in a thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import socket
+import threading
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel
+
+from agentkit.testing._fake_wire import (
+    RequestRejected,
+    auto_text,
+    forced_tool,
+    instance_of,
+    schema_of,
+    validate_request,
+    wants_fence,
+)
+
+__all__ = ["FakeOpenAIServer", "FakeReply"]
+
+ReplyKind = Literal["text", "value", "tool_call", "error", "malformed", "truncated", "no_choices", "auto"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FakeReply:
+    """One scripted answer of ``FakeOpenAIServer``; build it with the class methods."""
+
+    kind: ReplyKind
+    """What the answer is."""
+    body: str | None = None
+    """The reply text, or the JSON of a value or of a tool call's arguments."""
+    tool_name: str | None = None
+    """The function called (``tool_call``); the request's forced tool when omitted."""
+    status: int = 200
+    """The HTTP status of an ``error``."""
+    retry_after: str | None = None
+    """The ``Retry-After`` header of an ``error``, when set."""
+    delay: float = 0.0
+    """Seconds to wait before answering (a slow server, or a client timeout)."""
+    prompt_tokens: int | None = None
+    """``usage.prompt_tokens`` to report; estimated from the request when omitted."""
+    completion_tokens: int | None = None
+    """``usage.completion_tokens`` to report; estimated from the reply when omitted."""
+
+    @classmethod
+    def text(cls, content: str, **options: Any) -> FakeReply:
+        """The assistant's message content, as is (plain text, or JSON that may be invalid)."""
+        return cls(kind="text", body=content, **options)
+
+    @classmethod
+    def value(cls, value: Mapping[str, Any] | BaseModel, **options: Any) -> FakeReply:
+        """A JSON value, sent the way the request asks for it: a call of the forced tool, else content."""
+        return cls(kind="value", body=_dump(value), **options)
+
+    @classmethod
+    def tool_call(
+        cls, arguments: Mapping[str, Any] | BaseModel | str, *, name: str | None = None, **options: Any
+    ) -> FakeReply:
+        """A tool call with these arguments (a string is sent as is, even if it is not JSON)."""
+        body = arguments if isinstance(arguments, str) else _dump(arguments)
+        return cls(kind="tool_call", body=body, tool_name=name, **options)
+
+    @classmethod
+    def error(
+        cls, status: int, *, retry_after: float | str | None = None, message: str | None = None, **options: Any
+    ) -> FakeReply:
+        """An HTTP error with an OpenAI-shaped error body and an optional ``Retry-After``."""
+        header = None if retry_after is None else str(retry_after)
+        return cls(kind="error", status=status, retry_after=header, body=message, **options)
+
+    @classmethod
+    def malformed(cls, **options: Any) -> FakeReply:
+        """A 200 whose body claims to be JSON and is not."""
+        return cls(kind="malformed", **options)
+
+    @classmethod
+    def truncated(cls, content: str | None = None, **options: Any) -> FakeReply:
+        """A reply cut off by the token limit (``finish_reason: "length"``): half of the default reply."""
+        return cls(kind="truncated", body=content, **options)
+
+    @classmethod
+    def no_choices(cls, **options: Any) -> FakeReply:
+        """A 200 whose ``choices`` list is empty."""
+        return cls(kind="no_choices", **options)
+
+    @classmethod
+    def auto(cls, **options: Any) -> FakeReply:
+        """The unscripted answer (a minimal schema-valid instance), e.g. with a ``delay``."""
+        return cls(kind="auto", **options)
+
+
+Scripted = FakeReply | str | Mapping[str, Any] | BaseModel
+
+
+def _dump(value: Mapping[str, Any] | BaseModel) -> str:
+    return value.model_dump_json() if isinstance(value, BaseModel) else json.dumps(value)
+
+
+def _as_reply(entry: Scripted) -> FakeReply:
+    if isinstance(entry, FakeReply):
+        return entry
+    if isinstance(entry, str):
+        return FakeReply.text(entry)
+    return FakeReply.value(entry)
+
+
+class FakeOpenAIServer:
+    """An OpenAI-compatible chat-completions server on ``127.0.0.1`` (an ephemeral port).
+
+    Use it as a context manager (``with`` or ``async with``) and point a client at
+    ``base_url``. Script answers with ``add`` (or the constructor): a ``FakeReply``, a string
+    (message content), or a dict or pydantic model (a value, sent as the forced tool's arguments
+    or as content). Once the script is used up, each request gets a minimal instance of the
+    schema it carries (booleans true, so a ``ToolStep`` says it is done).
+
+    Example:
+        >>> with FakeOpenAIServer([FakeReply.error(429, retry_after=3)]) as server:
+        ...     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="x")  # doctest: +SKIP
+    """
+
+    def __init__(self, replies: Iterable[Scripted] = ()) -> None:
+        self._script: deque[FakeReply] = deque(_as_reply(entry) for entry in replies)
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._httpd: _Httpd | None = None
+        self._thread: threading.Thread | None = None
+        self.requests: list[dict[str, Any]] = []
+        """Every request body received, in order (rejected ones included; ``{}`` for a non-JSON body)."""
+        self.responses: list[dict[str, Any] | None] = []
+        """The body answered to each request (the whole reply for a stream; ``None`` when malformed)."""
+
+    def add(self, *replies: Scripted) -> None:
+        """Append answers to the script, one per request to come."""
+        with self._lock:
+            self._script.extend(_as_reply(entry) for entry in replies)
+
+    @property
+    def remaining(self) -> int:
+        """Scripted answers not yet used."""
+        return len(self._script)
+
+    def assert_complete(self) -> None:
+        """Fail when scripted answers were never used."""
+        if self._script:
+            raise AssertionError(f"{len(self._script)} scripted answer(s) of the fake server never used")
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of the running server (``http://127.0.0.1:PORT/v1``)."""
+        if self._httpd is None:
+            raise RuntimeError("the fake server is not running; use it as a context manager or call start()")
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def start(self) -> Self:
+        """Start serving in a background thread."""
+        if self._httpd is not None:
+            raise RuntimeError("the fake server is already running")
+        self._stopping.clear()
+        httpd = _Httpd(("127.0.0.1", 0), _Handler)
+        httpd.fake = self
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, end open connections and wait for the handler threads."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None or thread is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        httpd.close_connections()
+        httpd.server_close()
+        thread.join()
+        self._httpd = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return self.start()
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def _next_reply(self) -> FakeReply:
+        with self._lock:
+            return self._script.popleft() if self._script else FakeReply.auto()
+
+    def _record(self, body: dict[str, Any]) -> int:
+        with self._lock:
+            self.requests.append(body)
+            self.responses.append(None)
+            return len(self.requests) - 1
+
+    def _answered(self, index: int, payload: dict[str, Any] | None) -> None:
+        with self._lock:
+            self.responses[index] = payload
+
+    def _wait(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+
+class _Httpd(ThreadingHTTPServer):
+    daemon_threads = False  # so server_close joins every handler thread: nothing outlives stop()
+    fake: FakeOpenAIServer
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self._connections: set[socket.socket] = set()
+        self._connections_lock = threading.Lock()
+
+    def track(self, connection: socket.socket, open_: bool) -> None:
+        with self._connections_lock:
+            if open_:
+                self._connections.add(connection)
+            else:
+                self._connections.discard(connection)
+
+    def close_connections(self) -> None:
+        with self._connections_lock:
+            connections = list(self._connections)
+        for connection in connections:
+            with contextlib.suppress(OSError):  # the client may have closed it already
+                connection.shutdown(socket.SHUT_RDWR)
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Answer:
+    """The reply part of a chat completion, before it is framed as a body or a stream."""
+
+    content: str | None = None
+    tool_name: str | None = None
+    arguments: str | None = None
+    finish_reason: str = "stop"
+    choices: bool = True
+    usage: dict[str, int] = field(default_factory=dict)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "FakeOpenAI/1"
+    timeout = 30
+    server: _Httpd
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.track(self.connection, True)
+
+    def finish(self) -> None:
+        self.server.track(self.connection, False)
+        super().finish()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # tests read requests from the recording, not from stderr
+
+    def do_GET(self) -> None:
+        self._send_json(404, _error_body(f"no route GET {self.path}", "not_found"))
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        index = fake._record(body if isinstance(body, dict) else {})
+        if self.path.rstrip("/") != "/v1/chat/completions":
+            self._send_json(404, _error_body(f"no route POST {self.path}", "not_found"), fake, index)
+            return
+        try:
+            request = validate_request(body)
+        except RequestRejected as rejected:
+            self._send_json(400, _error_body(str(rejected), "invalid_request_error", rejected.param), fake, index)
+            return
+        reply = fake._next_reply()
+        fake._wait(reply.delay)
+        if fake._stopping.is_set():
+            return
+        self._answer(request, reply, fake, index)
+
+    def _answer(self, request: dict[str, Any], reply: FakeReply, fake: FakeOpenAIServer, index: int) -> None:
+        if reply.kind == "error":
+            headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
+            message = reply.body or f"fake server error {reply.status}"
+            self._send_json(
+                reply.status, _error_body(message, _ERROR_CODES.get(reply.status, "server_error")), fake, index, headers
+            )
+            return
+        if reply.kind == "malformed":
+            self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json")
+            return
+        answer = _compose(request, reply)
+        payload = _completion(request, answer)
+        fake._answered(index, payload)
+        if request.get("stream"):
+            self._stream(request, answer, payload)
+        else:
+            self._send_raw(200, json.dumps(payload).encode(), "application/json")
+
+    def _stream(self, request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for chunk in _chunks(request, answer, payload):
+            self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+        self._write_chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+
+    def _send_json(
+        self,
+        status: int,
+        payload: dict[str, Any],
+        fake: FakeOpenAIServer | None = None,
+        index: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if fake is not None and index is not None:
+            fake._answered(index, payload)
+        self._send_raw(status, json.dumps(payload).encode(), "application/json", headers)
+
+    def _send_raw(self, status: int, data: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+_ERROR_CODES = {
+    400: "invalid_request_error",
+    401: "invalid_api_key",
+    403: "permission_denied",
+    404: "model_not_found",
+    429: "rate_limit_exceeded",
+}
+
+
+def _error_body(message: str, code: str, param: str | None = None) -> dict[str, Any]:
+    kind = "invalid_request_error" if code in ("invalid_request_error", "not_found", "model_not_found") else code
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
+def _compose(request: dict[str, Any], reply: FakeReply) -> _Answer:
+    """What the assistant says: the scripted reply, shaped to the request, with its usage."""
+    forced = forced_tool(request)
+    answer: _Answer
+    if reply.kind == "text":
+        answer = _Answer(content=reply.body or "")
+    elif reply.kind == "tool_call":
+        answer = _Answer(tool_name=reply.tool_name or forced or "tool", arguments=reply.body or "{}")
+    elif reply.kind == "no_choices":
+        answer = _Answer(choices=False)
+    else:
+        answer = _default(request, forced, reply.body if reply.kind == "value" else None)
+        if reply.kind == "truncated":
+            answer = _cut(answer, reply.body)
+    if forced is None and answer.tool_name is not None and answer.finish_reason == "stop":
+        answer = replace(answer, finish_reason="tool_calls")  # a forced call ends with "stop", as OpenAI's does
+    prompt = reply.prompt_tokens if reply.prompt_tokens is not None else _estimate(json.dumps(request["messages"]))
+    said = (answer.content or "") + (answer.arguments or "")
+    completion = reply.completion_tokens if reply.completion_tokens is not None else _estimate(said)
+    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+    return replace(answer, usage=usage)
+
+
+def _default(request: dict[str, Any], forced: str | None, value_json: str | None) -> _Answer:
+    schema = schema_of(request)
+    if value_json is None:
+        value_json = json.dumps(instance_of(schema)) if schema is not None else None
+    if forced is not None:
+        return _Answer(tool_name=forced, arguments=value_json or "{}")
+    if value_json is None:
+        return _Answer(content=auto_text(request))
+    if wants_fence(request):
+        return _Answer(content=f"```json\n{value_json}\n```")
+    return _Answer(content=value_json)
+
+
+def _cut(answer: _Answer, content: str | None) -> _Answer:
+    if answer.tool_name is not None:
+        arguments = answer.arguments or ""
+        return replace(answer, arguments=arguments[: len(arguments) // 2], finish_reason="length")
+    text = content if content is not None else (answer.content or "")[: len(answer.content or "") // 2]
+    return replace(answer, content=text, finish_reason="length")
+
+
+def _estimate(text: str) -> int:
+    return max(1, math.ceil(len(text) / 4))
+
+
+def _completion(request: dict[str, Any], answer: _Answer) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": answer.content, "refusal": None}
+    if answer.tool_name is not None:
+        message["tool_calls"] = [
+            {
+                "id": "call_fake_0",
+                "type": "function",
+                "function": {"name": answer.tool_name, "arguments": answer.arguments or ""},
+            }
+        ]
+    choices = [{"index": 0, "message": message, "logprobs": None, "finish_reason": answer.finish_reason}]
+    return {
+        "id": f"chatcmpl-fake-{time.monotonic_ns()}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": request["model"],
+        "system_fingerprint": "fp_fake",
+        "choices": choices if answer.choices else [],
+        "usage": answer.usage,
+    }
+
+
+def _pieces(text: str, parts: int = 3) -> list[str]:
+    size = max(1, math.ceil(len(text) / parts))
+    return [text[i : i + size] for i in range(0, len(text), size)] or [""]
+
+
+def _chunks(request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -> Iterable[dict[str, Any]]:
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        head = {key: payload[key] for key in ("id", "created", "model", "system_fingerprint")}
+        return {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
+
+    def delta(part: dict[str, Any], finish: str | None = None) -> list[dict[str, Any]]:
+        return [{"index": 0, "delta": part, "logprobs": None, "finish_reason": finish}]
+
+    if answer.choices:
+        yield chunk(delta({"role": "assistant", "content": "" if answer.tool_name is None else None}))
+        if answer.tool_name is not None:
+            for number, piece in enumerate(_pieces(answer.arguments or "")):
+                call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
+                if number == 0:
+                    call.update(id="call_fake_0", type="function")
+                    call["function"]["name"] = answer.tool_name
+                yield chunk(delta({"tool_calls": [call]}))
+        else:
+            for piece in _pieces(answer.content or ""):
+                yield chunk(delta({"content": piece}))
+        yield chunk(delta({}, answer.finish_reason))
+    options = request.get("stream_options") or {}
+    if options.get("include_usage"):
+        yield chunk([], usage=answer.usage)

@@ -1,0 +1,338 @@
+"""FakeOpenAIServer on its own: the wire format, streaming, faults, and the requests it rejects."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+from collections.abc import Callable, Iterator
+from enum import Enum
+from typing import Any, Literal
+
+import openai
+import pytest
+from pydantic import BaseModel, Field
+
+from agentkit.step import build_step_model
+from agentkit.testing import FakeOpenAIServer, FakeReply
+from agentkit.testing._fake_wire import instance_of
+
+
+class Color(Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+class Inner(BaseModel):
+    tags: list[str] = Field(min_length=2)
+    when: str = Field(json_schema_extra={"format": "date-time"})
+
+
+class Outer(BaseModel):
+    name: str = Field(min_length=12, max_length=20)
+    count: int = Field(gt=3, le=9)
+    ratio: float = Field(ge=0.5)
+    color: Color
+    kind: Literal["a", "b"]
+    inner: Inner
+    maybe: Inner | None
+    flag: bool
+
+
+class Score(BaseModel):
+    score: int
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def client(server: FakeOpenAIServer) -> Iterator[openai.OpenAI]:
+    with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as built:
+        yield built
+
+
+def post(
+    server: FakeOpenAIServer, body: object, path: str = "/v1/chat/completions"
+) -> tuple[int, dict[str, str], bytes]:
+    host, port = server.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        connection.request("POST", path, body=raw, headers={"content-type": "application/json"})
+        response = connection.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        connection.close()
+
+
+def chat(client: openai.OpenAI, **body: Any) -> Any:
+    """``chat.completions.create`` with plain dicts (the wire is what is under test, not the client's types)."""
+    create: Callable[..., Any] = client.chat.completions.create
+    return create(**{"model": "m", "messages": messages(), **body})
+
+
+def messages(text: str = "hi") -> list[dict[str, Any]]:
+    return [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]
+
+
+def schema_format(model: type[BaseModel], name: str | None = None) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": name or model.__name__, "schema": model.model_json_schema()}}
+
+
+def forced_tool(model: type[BaseModel], name: str = "answer") -> dict[str, Any]:
+    return {
+        "tools": [{"type": "function", "function": {"name": name, "parameters": model.model_json_schema()}}],
+        "tool_choice": {"type": "function", "function": {"name": name}},
+    }
+
+
+# --- unscripted replies ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "model", [Outer, Score, build_step_model(Score), build_step_model((("a", Score), ("b", Inner)))]
+)
+def test_minimal_instance_validates_against_its_model(model: type[BaseModel]) -> None:
+    """The default instance satisfies the schema's constraints, refs, enums, unions and lengths."""
+    model.model_validate(instance_of(model.model_json_schema()))
+
+
+def test_unscripted_reply_is_valid_for_the_response_format_schema(client: openai.OpenAI) -> None:
+    """With nothing scripted, a json_schema request gets content that validates against the schema."""
+    reply = chat(client, response_format=schema_format(Outer))
+    choice = reply.choices[0]
+    Outer.model_validate_json(choice.message.content or "")
+    assert (choice.finish_reason, reply.model, reply.object) == ("stop", "m", "chat.completion")
+
+
+def test_unscripted_reply_calls_the_forced_tool_with_valid_arguments(client: openai.OpenAI) -> None:
+    """With a forced tool, the default reply is a call of that tool with schema-valid arguments."""
+    reply = chat(client, **forced_tool(Outer))
+    call = reply.choices[0].message.tool_calls[0]
+    assert call.function.name == "answer"
+    Outer.model_validate_json(call.function.arguments)
+
+
+def test_unscripted_reply_finds_a_schema_written_into_the_prompt(client: openai.OpenAI) -> None:
+    """In JSON mode the schema is read from the system prompt; a ```json request gets a fenced answer."""
+    prompt = [{"role": "system", "content": f"Answer as: {json.dumps(Score.model_json_schema())}"}]
+    plain = chat(client, messages=[*prompt, {"role": "user", "content": "go"}], response_format={"type": "json_object"})
+    Score.model_validate_json(plain.choices[0].message.content or "")
+    fenced = chat(client, messages=[*prompt, {"role": "user", "content": "in ```json"}])
+    content = fenced.choices[0].message.content or ""
+    assert content.startswith("```json\n")
+    Score.model_validate_json(content.removeprefix("```json\n").removesuffix("\n```"))
+
+
+def test_unscripted_reply_without_a_schema_is_text(client: openai.OpenAI) -> None:
+    """A request that carries no schema gets a plain sentence."""
+    reply = chat(client)
+    assert "fake OpenAI server" in (reply.choices[0].message.content or "")
+
+
+def test_every_reply_carries_a_usage_block(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
+    """The usage block is present and adds up; scripted token counts are reported as given."""
+    server.add(FakeReply.text("x", prompt_tokens=21, completion_tokens=5))
+    first = chat(client)
+    second = chat(client, messages=messages("a longer question " * 20))
+    assert first.usage is not None
+    assert (first.usage.prompt_tokens, first.usage.completion_tokens, first.usage.total_tokens) == (21, 5, 26)
+    assert second.usage is not None
+    assert second.usage.total_tokens == second.usage.prompt_tokens + second.usage.completion_tokens
+    assert second.usage.prompt_tokens > 21
+
+
+# --- the script --------------------------------------------------------------------------------------
+
+
+def test_script_is_used_in_order_then_the_default_takes_over(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
+    """Scripted answers come one per request; a value follows the request's shape; then defaults."""
+    server.add("first", {"score": 2})
+    texts = [chat(client).choices[0].message.content]
+    call = chat(client, **forced_tool(Score))
+    third = chat(client, response_format=schema_format(Score))
+    assert texts == ["first"]
+    assert json.loads(call.choices[0].message.tool_calls[0].function.arguments) == {"score": 2}
+    assert json.loads(third.choices[0].message.content or "") == {"score": 0}
+    server.assert_complete()
+
+
+def test_unused_script_fails_assert_complete() -> None:
+    """``assert_complete`` fails while scripted answers are left."""
+    with FakeOpenAIServer(["never sent"]) as server:
+        assert server.remaining == 1
+        with pytest.raises(AssertionError, match="never used"):
+            server.assert_complete()
+
+
+def test_every_request_body_is_recorded_rejected_ones_included(server: FakeOpenAIServer) -> None:
+    """Bodies are recorded in order, including one the server refused."""
+    post(server, {"model": "m", "messages": messages("one")})
+    post(server, {"model": "m", "messages": []})
+    assert [body["messages"] for body in server.requests] == [messages("one"), []]
+    assert server.responses[1] is not None
+    assert server.responses[1]["error"]["param"] == "messages"
+
+
+# --- streaming ---------------------------------------------------------------------------------------
+
+
+def test_streamed_content_arrives_in_chunks_with_a_usage_chunk(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
+    """stream=True sends SSE chunks that join to the reply, then the usage chunk, then [DONE]."""
+    server.add(FakeReply.text("Otters hold hands while they sleep.", prompt_tokens=8, completion_tokens=9))
+    stream = chat(client, stream=True, stream_options={"include_usage": True})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Otters hold hands while they sleep."
+    assert len([c for c in chunks if c.choices and c.choices[0].delta.content]) > 1
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].usage is not None
+    assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (8, 9)
+
+
+def test_streamed_tool_call_arguments_join_to_the_call(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
+    """A streamed tool call sends its name first and its arguments in pieces."""
+    server.add({"score": 12345})
+    stream = chat(client, stream=True, **forced_tool(Score))
+    calls = [c.choices[0].delta.tool_calls[0] for c in stream if c.choices and c.choices[0].delta.tool_calls]
+    assert calls[0].function.name == "answer"
+    assert json.loads("".join(call.function.arguments or "" for call in calls)) == {"score": 12345}
+
+
+async def test_async_streaming_and_async_context_manager() -> None:
+    """The server works from async tests too (``async with``), streaming included."""
+    server = FakeOpenAIServer(["streamed"])
+    async with server, openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
+        create: Callable[..., Any] = client.chat.completions.create
+        stream = await create(model="m", messages=messages(), stream=True)
+        text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "streamed"
+
+
+# --- faults ------------------------------------------------------------------------------------------
+
+
+def test_error_fault_sends_the_status_retry_after_and_an_openai_error_body(server: FakeOpenAIServer) -> None:
+    """An error fault answers its status, the Retry-After header and an OpenAI-shaped error."""
+    server.add(FakeReply.error(429, retry_after=3, message="slow down"))
+    status, headers, body = post(server, {"model": "m", "messages": messages()})
+    assert (status, headers["retry-after"]) == (429, "3")
+    assert json.loads(body)["error"]["message"] == "slow down"
+
+
+def test_malformed_fault_body_is_not_json(server: FakeOpenAIServer) -> None:
+    """The malformed fault claims JSON and is not."""
+    server.add(FakeReply.malformed())
+    status, headers, body = post(server, {"model": "m", "messages": messages()})
+    assert (status, headers["content-type"]) == (200, "application/json")
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(body)
+
+
+def test_truncated_fault_ends_with_length(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
+    """A truncated reply is half of the default answer with finish_reason "length"."""
+    server.add(FakeReply.truncated())
+    reply = chat(client, response_format=schema_format(Outer))
+    assert reply.choices[0].finish_reason == "length"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(reply.choices[0].message.content or "")
+
+
+def test_no_choices_fault(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
+    """The no-choices fault answers 200 with an empty choices list and a usage block."""
+    server.add(FakeReply.no_choices())
+    reply = chat(client)
+    assert reply.choices == []
+    assert reply.usage is not None
+
+
+def test_delay_fault_outlasts_a_client_timeout(server: FakeOpenAIServer) -> None:
+    """A delayed answer makes a client with a shorter timeout give up; stop() does not wait it out."""
+    server.add(FakeReply.auto(delay=30))
+    with (
+        openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0, timeout=0.2) as client,
+        pytest.raises(openai.APITimeoutError),
+    ):
+        chat(client)
+
+
+def test_stop_leaves_no_thread_behind() -> None:
+    """Stopping ends keep-alive connections and joins every handler thread."""
+    before = threading.active_count()
+    server = FakeOpenAIServer().start()
+    with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
+        chat(client)
+        server.stop()
+    assert threading.active_count() == before
+    with pytest.raises(RuntimeError, match="not running"):
+        _ = server.base_url
+
+
+# --- requests a real server rejects ------------------------------------------------------------------
+
+CALL = {"id": "call_1", "type": "function", "function": {"name": "answer", "arguments": "{}"}}
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": messages()}, "model"),
+        ({"model": "m", "messages": []}, "messages"),
+        ({"model": "m", "messages": [{"role": "robot", "content": "hi"}]}, "messages[0]"),
+        ({"model": "m", "messages": [{"role": "user"}]}, "messages[0]"),
+        ({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0]"),
+        ({"model": "m", "messages": [{"role": "tool", "tool_call_id": "x", "content": "r"}]}, "messages[0]"),
+        ({"model": "m", "messages": [{"role": "assistant", "content": None, "tool_calls": [CALL]}]}, "messages"),
+        (
+            {"model": "m", "messages": [{"role": "assistant", "tool_calls": [CALL]}, {"role": "user", "content": "?"}]},
+            "messages[1]",
+        ),
+        ({"model": "m", "messages": messages(), "response_format": schema_format(Score, "Score[int]")}, None),
+        ({"model": "m", "messages": messages(), "response_format": {"type": "yaml"}}, "response_format"),
+        ({"model": "m", "messages": messages(), **forced_tool(Score, "a.b")}, None),
+        ({"model": "m", "messages": messages(), **forced_tool(Score, "x" * 65)}, None),
+        ({"model": "m", "messages": messages(), "tool_choice": "auto"}, "tool_choice"),
+        (
+            {
+                "model": "m",
+                "messages": messages(),
+                **forced_tool(Score),
+                "tool_choice": {"type": "function", "function": {"name": "other"}},
+            },
+            "tool_choice",
+        ),
+        ({"model": "m", "messages": messages(), "temperature": 3}, "temperature"),
+        ({"model": "m", "messages": messages(), "max_tokens": 0}, "max_tokens"),
+        ({"model": "m", "messages": messages(), "stream_options": {"include_usage": True}}, "stream_options"),
+        (b"{not json", None),
+    ],
+)
+def test_requests_a_real_server_rejects_get_400(server: FakeOpenAIServer, body: object, param: str | None) -> None:
+    """Malformed messages, invalid names and bad options are answered 400 with an OpenAI error body."""
+    status, _, raw = post(server, body)
+    error = json.loads(raw)["error"]
+    assert (status, error["type"]) == (400, "invalid_request_error")
+    if param is not None:
+        assert error["param"] == param
+
+
+def test_a_well_formed_tool_protocol_is_accepted(server: FakeOpenAIServer) -> None:
+    """An assistant call answered by a tool message, then a user turn, is a valid conversation."""
+    conversation = [
+        *messages(),
+        {"role": "assistant", "content": None, "tool_calls": [CALL]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "42"},
+        {"role": "user", "content": [{"type": "text", "text": "and?"}]},
+    ]
+    status, _, _ = post(server, {"model": "m", "messages": conversation, "temperature": 0, "seed": 1})
+    assert status == 200
+
+
+def test_unknown_route_is_404(server: FakeOpenAIServer) -> None:
+    """Only the chat-completions route exists."""
+    status, _, _ = post(server, {"model": "m", "messages": messages()}, path="/v1/completions")
+    assert status == 404

@@ -1,0 +1,517 @@
+"""OpenAICaller through the wire: the official openai client against FakeOpenAIServer on loopback."""
+
+from __future__ import annotations
+
+import re
+import socket
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any, Generic, TypeVar
+
+import openai
+import pytest
+from pydantic import BaseModel
+
+from agentkit import (
+    LoopConfig,
+    Outcome,
+    Prompt,
+    ProviderError,
+    RetryPolicy,
+    RoleSpec,
+    StopReason,
+    StructuredOutputError,
+    StructuredRequest,
+    Throttled,
+    Tier,
+    ToolRoundInfo,
+    UsageError,
+    generate_structured,
+    run_tool_loop,
+    tool,
+)
+from agentkit.providers.openai import OpenAICaller, StructuredMode, _plan
+from agentkit.testing import FakeOpenAIServer, FakeReply, call_step, done_step
+
+FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
+NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+T = TypeVar("T")
+
+
+class Query(BaseModel):
+    query: str
+
+
+class Verdict(BaseModel):
+    score: int
+
+
+class Box(BaseModel, Generic[T]):
+    item: T
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: Query) -> list[str]:
+    """Search the corpus."""
+    return [f"doc:{args.query}"]
+
+
+@tool(tier=Tier.READ_ONLY)
+def lookup(args: Verdict) -> list[str]:
+    """Look a score up."""
+    return [f"score:{args.score}"]
+
+
+class Searcher:
+    def __init__(self, fallback: str | None = "fallback-model") -> None:
+        self.fallback = fallback
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="primary-model", fallback_model=self.fallback, temperature=0.2, max_tokens=300, seed=7)
+
+    def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
+        return Prompt(system="You search a corpus.", dynamic=f"round {info.round}: {ctx}; seen {info.prior_results}")
+
+
+def request(**fields: Any) -> StructuredRequest:
+    return StructuredRequest(**{"system": "Rate it.", "dynamic": "the text", "model": "m", **fields})
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+async def caller(server: FakeOpenAIServer) -> AsyncIterator[OpenAICaller]:
+    async with OpenAICaller(base_url=server.base_url) as built:
+        yield built
+
+
+def last_message(body: dict[str, Any]) -> str:
+    return str(body["messages"][-1]["content"])
+
+
+# --- the loop end to end ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", list(StructuredMode))
+async def test_loop_runs_end_to_end_in_every_mode(server: FakeOpenAIServer, mode: StructuredMode) -> None:
+    """A tool call then done, through the wire in each structured mode, gathers the tool's batch."""
+    server.add(call_step(Query(query="otters")), done_step("enough"))
+    async with OpenAICaller(base_url=server.base_url, mode=mode) as caller:
+        result = await run_tool_loop(caller, Searcher(), search, "find otters", FAST)
+    assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE)
+    assert result.items == ["doc:otters"]
+    assert len(server.requests) == 2
+    server.assert_complete()
+
+
+@pytest.mark.parametrize(
+    ("mode", "wire"),
+    [
+        (StructuredMode.JSON_SCHEMA, lambda body: body["response_format"]["type"] == "json_schema"),
+        (
+            StructuredMode.TOOLS,
+            lambda body: body["tool_choice"]["function"]["name"] == body["tools"][0]["function"]["name"],
+        ),
+        (StructuredMode.JSON, lambda body: body["response_format"] == {"type": "json_object"}),
+        (StructuredMode.MD_JSON, lambda body: "response_format" not in body and "```json" in last_message(body)),
+    ],
+)
+async def test_each_mode_puts_the_schema_on_the_wire_its_own_way(
+    server: FakeOpenAIServer, mode: StructuredMode, wire: Any
+) -> None:
+    """Each mode sends its own request shape; JSON and MD_JSON carry the schema in the system prompt."""
+    async with OpenAICaller(base_url=server.base_url, mode=mode) as caller:
+        completion = await caller.complete(request(), Verdict)
+    body = server.requests[0]
+    assert wire(body)
+    assert isinstance(completion.value, Verdict)
+    if mode in (StructuredMode.JSON, StructuredMode.MD_JSON):
+        assert '"score"' in body["messages"][0]["content"]
+
+
+async def test_loop_without_a_script_runs_on_the_default_replies(
+    server: FakeOpenAIServer, caller: OpenAICaller
+) -> None:
+    """Unscripted, the fake answers a schema-valid step (done), so a loop ends cleanly."""
+    result = await run_tool_loop(caller, Searcher(), [search, lookup], "anything", FAST)
+    assert (result.outcome, result.stop_reason) == (Outcome.SILENT, StopReason.NOTHING_RETRIEVED)
+    assert result.error is None
+
+
+async def test_multi_tool_step_names_the_tool_it_calls(server: FakeOpenAIServer) -> None:
+    """With a set of tools, the wire step is {"tool", "args"} and the named tool runs."""
+    server.add(call_step(Verdict(score=3), tool="lookup"), done_step())
+    async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.TOOLS) as caller:
+        result = await run_tool_loop(caller, Searcher(), [search, lookup], "score 3", FAST)
+    assert result.items == ["score:3"]
+
+
+async def test_request_fields_and_a_byte_stable_system_message_reach_the_wire(
+    server: FakeOpenAIServer, caller: OpenAICaller
+) -> None:
+    """Model, temperature, max_tokens and seed are sent; the system message is first and identical each round."""
+    server.add(call_step(Query(query="a")), call_step(Query(query="b")), done_step())
+    await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    first, second, _ = server.requests
+    for body in (first, second):
+        assert (body["model"], body["temperature"], body["max_tokens"], body["seed"]) == ("primary-model", 0.2, 300, 7)
+        assert body["messages"][0] == {"role": "system", "content": "You search a corpus."}
+        assert body["messages"][1]["role"] == "user"
+    assert first["messages"][1]["content"] != second["messages"][1]["content"]
+
+
+async def test_max_completion_tokens_field_can_be_chosen(server: FakeOpenAIServer) -> None:
+    """``max_tokens_field="max_completion_tokens"`` sends the limit under that name (OpenAI reasoning models)."""
+    async with OpenAICaller(base_url=server.base_url, max_tokens_field="max_completion_tokens") as caller:
+        await caller.complete(request(max_tokens=50), Verdict)
+    assert server.requests[0]["max_completion_tokens"] == 50
+    assert "max_tokens" not in server.requests[0]
+
+
+@pytest.mark.parametrize("mode", [StructuredMode.JSON_SCHEMA, StructuredMode.TOOLS])
+async def test_schema_names_on_the_wire_are_valid_for_openai(server: FakeOpenAIServer, mode: StructuredMode) -> None:
+    """A generic schema (``Box[int]``) goes on the wire under a name OpenAI accepts."""
+    async with OpenAICaller(base_url=server.base_url, mode=mode) as caller:
+        completion = await caller.complete(request(), Box[int])
+    body = server.requests[0]
+    name = (
+        body["response_format"]["json_schema"]["name"]
+        if mode is StructuredMode.JSON_SCHEMA
+        else body["tools"][0]["function"]["name"]
+    )
+    assert NAME_OK.match(name)
+    assert completion.value == Box[int](item=0)
+
+
+def test_the_per_schema_request_plan_is_built_once() -> None:
+    """The instructor request handler runs once per (schema, mode); later calls reuse the plan."""
+    first = _plan(Verdict, StructuredMode.TOOLS)
+    assert _plan(Verdict, StructuredMode.TOOLS) is first
+    assert _plan(Verdict, StructuredMode.JSON) is not first
+
+
+# --- throttling and provider errors -----------------------------------------------------------------
+
+
+async def test_throttle_ends_the_run_after_exactly_one_request(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """HTTP 429 ends the run THROTTLED after one request, with Retry-After, never failed over."""
+    server.add(FakeReply.error(429, retry_after=7))
+    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.THROTTLED)
+    assert isinstance(result.error, Throttled)
+    assert result.error.retry_after == 7
+    assert [body["model"] for body in server.requests] == ["primary-model"]
+    assert result.usage.requests == 1
+
+
+async def test_throttled_comes_straight_from_the_rate_limit_error(
+    server: FakeOpenAIServer, caller: OpenAICaller
+) -> None:
+    """The caller raises Throttled from openai's RateLimitError, not wrapped in an instructor retry error."""
+    server.add(FakeReply.error(429))
+    with pytest.raises(Throttled) as raised:
+        await caller.complete(request(), Verdict)
+    assert isinstance(raised.value.__cause__, openai.RateLimitError)
+    assert raised.value.retry_after is None
+
+
+async def test_retry_after_as_an_http_date_becomes_seconds(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """A Retry-After given as an HTTP date is turned into seconds from now."""
+    server.add(FakeReply.error(429, retry_after="Wed, 21 Oct 2015 07:28:00 GMT"))
+    with pytest.raises(Throttled) as raised:
+        await caller.complete(request(), Verdict)
+    assert raised.value.retry_after == 0.0
+
+
+async def test_server_errors_are_retried_then_fail_over_to_the_fallback(
+    server: FakeOpenAIServer, caller: OpenAICaller
+) -> None:
+    """Two 500s on the primary model, then the fallback model answers and the run goes on."""
+    server.add(FakeReply.error(500), FakeReply.error(500), call_step(Query(query="x")), done_step())
+    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    assert result.outcome is Outcome.APPLIED
+    models = [body["model"] for body in server.requests]
+    assert models == ["primary-model", "primary-model", "fallback-model", "primary-model"]
+
+
+async def test_bad_request_is_not_retried(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """HTTP 400 ends the run LLM_ERROR after one request: no retry, no fallback."""
+    server.add(FakeReply.error(400, message="unsupported parameter"))
+    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
+    assert isinstance(result.error, ProviderError)
+    assert (result.error.transient, result.error.status) == (False, 400)
+    assert "unsupported parameter" in str(result.error)
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("status", "transient"),
+    [(401, False), (403, False), (404, False), (422, False), (408, True), (500, True), (502, True), (503, True)],
+)
+async def test_http_status_maps_to_transient_or_not(
+    server: FakeOpenAIServer, caller: OpenAICaller, status: int, transient: bool
+) -> None:
+    """5xx (and 408) are transient provider errors; other 4xx are not."""
+    server.add(FakeReply.error(status))
+    with pytest.raises(ProviderError) as raised:
+        await caller.complete(request(), Verdict)
+    assert (raised.value.transient, raised.value.status) == (transient, status)
+    assert raised.value.usage is not None
+    assert raised.value.usage.requests == 1
+    assert len(server.requests) == 1
+
+
+async def test_timeout_is_a_transient_provider_error(server: FakeOpenAIServer) -> None:
+    """A reply slower than the timeout is a transient ProviderError after one request."""
+    server.add(FakeReply.auto(delay=2))
+    async with OpenAICaller(base_url=server.base_url, timeout=0.2) as caller:
+        with pytest.raises(ProviderError, match="timed out") as raised:
+            await caller.complete(request(), Verdict)
+    assert raised.value.transient
+    assert len(server.requests) == 1
+
+
+async def test_refused_connection_is_a_transient_provider_error() -> None:
+    """A server that is not there gives a transient ProviderError naming the base URL."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with OpenAICaller(base_url=f"http://127.0.0.1:{port}/v1") as caller:
+        with pytest.raises(ProviderError, match=f"127.0.0.1:{port}") as raised:
+            await caller.complete(request(), Verdict)
+    assert raised.value.transient
+
+
+async def test_a_body_that_is_not_json_is_a_transient_provider_error(
+    server: FakeOpenAIServer, caller: OpenAICaller
+) -> None:
+    """A 200 whose body is not JSON is a transient ProviderError (retried, then failed over)."""
+    server.add(FakeReply.malformed())
+    with pytest.raises(ProviderError, match="unreadable") as raised:
+        await caller.complete(request(), Verdict)
+    assert raised.value.transient
+
+
+async def test_empty_choices_is_an_error_with_a_clear_message(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """A reply without choices is a ProviderError that says so, with the usage the server reported."""
+    server.add(FakeReply.no_choices(prompt_tokens=9, completion_tokens=0))
+    with pytest.raises(ProviderError, match="no choices") as raised:
+        await caller.complete(request(), Verdict)
+    assert raised.value.usage is not None
+    assert raised.value.usage.input_tokens == 9
+
+
+# --- replies that are not a valid step ---------------------------------------------------------------
+
+
+async def test_truncated_reply_is_an_error_never_a_step(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """finish_reason "length" is a StructuredOutputError even when the cut text parses; it is not re-asked."""
+    server.add(FakeReply.truncated('{"score": 1}'))
+    with pytest.raises(StructuredOutputError, match="cut off by the token limit") as raised:
+        await caller.complete(request(max_tokens=5), Verdict)
+    assert raised.value.raw == '{"score": 1}'
+    assert len(server.requests) == 1
+
+
+async def test_truncated_tool_call_is_an_error(server: FakeOpenAIServer) -> None:
+    """A forced tool call cut off by the token limit is an error too."""
+    server.add(FakeReply.truncated())
+    async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.TOOLS) as caller:
+        with pytest.raises(StructuredOutputError, match="cut off"):
+            await caller.complete(request(), Verdict)
+
+
+async def test_invalid_reply_is_reasked_with_the_validation_error(
+    server: FakeOpenAIServer, caller: OpenAICaller
+) -> None:
+    """A step that fails validation goes back to the model with the error text; the fixed reply is used."""
+    server.add({"done": False}, call_step(Query(query="x")), done_step())
+    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    assert result.items == ["doc:x"]
+    reask = server.requests[1]
+    assert "a step with done=false must carry a call" in last_message(reask)
+    assert reask["messages"][-2] == {"role": "assistant", "content": '{"done": false}'}
+    assert result.usage.requests == 3
+
+
+async def test_reask_in_tools_mode_answers_the_tool_call(server: FakeOpenAIServer) -> None:
+    """In TOOLS mode the re-ask is a tool message answering the model's call (a protocol a server accepts)."""
+    server.add(FakeReply.tool_call({"score": "high"}), {"score": 2})
+    async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.TOOLS) as caller:
+        completion = await caller.complete(request(), Verdict)
+    assert completion.value == Verdict(score=2)
+    follow_up = server.requests[1]["messages"]
+    assert follow_up[-1]["role"] == "tool"
+    assert follow_up[-1]["tool_call_id"] == follow_up[-2]["tool_calls"][0]["id"]
+    assert "score" in follow_up[-1]["content"]
+
+
+async def test_reply_still_invalid_after_reasks_names_the_schema_and_the_raw_reply(server: FakeOpenAIServer) -> None:
+    """After max_reasks the error is a StructuredOutputError with the schema name and the last raw reply."""
+    server.add("not json", '{"score": "many"}', '{"score": "still"}')
+    async with OpenAICaller(base_url=server.base_url, max_reasks=2) as caller:
+        with pytest.raises(StructuredOutputError) as raised:
+            await caller.complete(request(), Verdict)
+    error = raised.value
+    assert error.schema_name == "Verdict"
+    assert error.raw == '{"score": "still"}'
+    assert "'Verdict'" in str(error)
+    assert '{"score": "still"}' in str(error)
+    assert error.usage is not None
+    assert error.usage.requests == 3
+    assert len(server.requests) == 3
+
+
+async def test_zero_reasks_fails_on_the_first_invalid_reply(server: FakeOpenAIServer) -> None:
+    """``max_reasks=0`` makes one request per attempt."""
+    server.add("{}")
+    async with OpenAICaller(base_url=server.base_url, max_reasks=0) as caller:
+        with pytest.raises(StructuredOutputError):
+            await caller.complete(request(), Verdict)
+    assert len(server.requests) == 1
+
+
+async def test_empty_content_is_an_error_with_a_clear_message(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """An empty reply is re-asked, then fails with a message saying it was empty."""
+    server.add("", "  ")
+    with pytest.raises(StructuredOutputError, match="the reply was empty"):
+        await caller.complete(request(), Verdict)
+
+
+async def test_tools_reply_without_a_call_is_reasked(server: FakeOpenAIServer) -> None:
+    """A server that ignores tool_choice and answers in text is told to call the function."""
+    server.add("I would rather chat.", {"score": 4})
+    async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.TOOLS) as caller:
+        completion = await caller.complete(request(), Verdict)
+    assert completion.value.score == 4
+    assert "Recall the function correctly" in last_message(server.requests[1])
+
+
+async def test_structured_failure_fails_over_with_the_error_shown_to_the_fallback(server: FakeOpenAIServer) -> None:
+    """Invalid on every primary attempt: the fallback model gets its turn, told what was wrong."""
+    server.add("no", "no", "no", "no", {"score": 5})
+    async with OpenAICaller(base_url=server.base_url) as caller:
+        completion = await generate_structured(
+            caller, request(fallback_model="backup"), Verdict, RetryPolicy(wait_initial=0, wait_max=0)
+        )
+    assert completion.value.score == 5
+    assert [body["model"] for body in server.requests] == ["m", "m", "m", "m", "backup"]
+    assert "Your previous reply was rejected" in server.requests[2]["messages"][2]["content"]
+    assert completion.usage.requests == 5
+
+
+# --- usage -------------------------------------------------------------------------------------------
+
+
+async def test_usage_totals_equal_the_sum_of_the_server_usage_blocks(
+    server: FakeOpenAIServer, caller: OpenAICaller
+) -> None:
+    """Every request is counted and every usage block summed, failed attempts and re-asks included."""
+    server.add(FakeReply.error(503), {"done": False}, call_step(Query(query="x")), FakeReply.no_choices(), done_step())
+    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    assert result.outcome is Outcome.APPLIED
+    blocks = [body["usage"] for body in server.responses if body is not None and "usage" in body]
+    assert len(blocks) == 4
+    assert result.usage.requests == len(server.requests) == 5
+    assert result.usage.input_tokens == sum(block["prompt_tokens"] for block in blocks)
+    assert result.usage.output_tokens == sum(block["completion_tokens"] for block in blocks)
+
+
+async def test_usage_of_a_failed_call_rides_on_the_error(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """A call that re-asked and then hit a 429 reports both requests and the first reply's tokens."""
+    server.add(FakeReply.text("{}", prompt_tokens=10, completion_tokens=3), FakeReply.error(429))
+    with pytest.raises(Throttled) as raised:
+        await caller.complete(request(), Verdict)
+    usage = raised.value.usage
+    assert usage is not None
+    assert (usage.requests, usage.input_tokens, usage.output_tokens) == (2, 10, 3)
+
+
+# --- wiring ------------------------------------------------------------------------------------------
+
+
+async def test_client_retries_are_off_even_for_a_client_passed_in(server: FakeOpenAIServer) -> None:
+    """A passed client with retries on is used as a copy with max_retries=0: one request per 500."""
+    client = openai.AsyncOpenAI(base_url=server.base_url, api_key="k", max_retries=5)
+    async with client:
+        caller = OpenAICaller(client)
+        assert caller.client.max_retries == 0
+        server.add(FakeReply.error(500))
+        with pytest.raises(ProviderError):
+            await caller.complete(request(), Verdict)
+        await caller.aclose()
+        assert not client.is_closed()
+    assert len(server.requests) == 1
+
+
+async def test_built_client_has_retries_off_and_is_closed_by_aclose(server: FakeOpenAIServer) -> None:
+    """The client OpenAICaller builds has max_retries=0 and is closed by ``aclose``."""
+    caller = OpenAICaller(base_url=server.base_url, timeout=5)
+    assert caller.client.max_retries == 0
+    await caller.aclose()
+    assert caller.client.is_closed()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"client": "CLIENT", "base_url": "http://localhost:1/v1"},
+        {"mode": "json_schema"},
+        {"max_reasks": -1},
+        {"max_tokens_field": "limit"},
+    ],
+)
+def test_wiring_mistakes_are_usage_errors(kwargs: dict[str, Any]) -> None:
+    """Conflicting or invalid options raise UsageError at construction."""
+    if kwargs.get("client") == "CLIENT":
+        kwargs["client"] = openai.AsyncOpenAI(base_url="http://localhost:1/v1", api_key="k")
+    with pytest.raises(UsageError):
+        OpenAICaller(**{"base_url": "http://localhost:1/v1", **kwargs})
+
+
+def test_openai_without_a_key_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """OpenAI itself (no base_url) without a key is refused, naming the fix."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(UsageError, match="api_key"):
+        OpenAICaller()
+
+
+# --- text replies ------------------------------------------------------------------------------------
+
+
+async def test_complete_text_returns_prose_without_json_mode(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """complete_text sends no response_format or tools and returns the text with its usage."""
+    server.add(FakeReply.text("Otters hold hands.", prompt_tokens=12, completion_tokens=4))
+    completion = await caller.complete_text(request())
+    assert completion.text == "Otters hold hands."
+    assert (completion.usage.requests, completion.usage.input_tokens, completion.usage.output_tokens) == (1, 12, 4)
+    body = server.requests[0]
+    assert "response_format" not in body
+    assert "tools" not in body
+    assert body["messages"] == [{"role": "system", "content": "Rate it."}, {"role": "user", "content": "the text"}]
+
+
+async def test_complete_text_maps_errors_like_complete(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """429 is Throttled and a cut-off text is an error for complete_text too."""
+    server.add(FakeReply.error(429), FakeReply.truncated("Otters ho"))
+    with pytest.raises(Throttled):
+        await caller.complete_text(request())
+    with pytest.raises(ProviderError, match="cut off"):
+        await caller.complete_text(request())
+
+
+def test_import_agentkit_does_not_import_openai_or_instructor() -> None:
+    """``import agentkit`` (and its testing helpers) pulls in neither openai nor instructor."""
+    code = (
+        "import sys, agentkit, agentkit.testing; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'instructor')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
+    assert out.strip() == "[]"

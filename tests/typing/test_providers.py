@@ -1,0 +1,47 @@
+"""assert_type checks for agentkit.providers.openai and agentkit.testing's fake server (mypy only)."""
+
+from __future__ import annotations
+
+from typing import Any, assert_type
+
+import openai
+from pydantic import BaseModel
+
+from agentkit import Completion, StructuredCaller, StructuredRequest
+from agentkit.providers.openai import OpenAICaller, StructuredMode
+from agentkit.testing import FakeOpenAIServer, FakeReply
+from agentkit.text import TextCaller, TextCompletion
+
+
+class Verdict(BaseModel):
+    score: int
+
+
+async def structured_and_text(request: StructuredRequest) -> None:
+    caller = OpenAICaller(base_url="http://localhost:8000/v1", mode=StructuredMode.TOOLS, timeout=30, max_reasks=2)
+    assert_type(caller, OpenAICaller)
+    assert_type(caller.client, openai.AsyncOpenAI)
+    assert_type(caller.mode, StructuredMode)
+    assert_type(await caller.complete(request, Verdict), Completion[Verdict])
+    assert_type((await caller.complete(request, Verdict)).value, Verdict)
+    assert_type(await caller.complete_text(request), TextCompletion)
+    structured: StructuredCaller = caller
+    text: TextCaller = caller
+    async with OpenAICaller(openai.AsyncOpenAI(api_key="k")) as scoped:
+        assert_type(scoped, OpenAICaller)
+    await caller.aclose()
+
+
+def fake_server() -> None:
+    with FakeOpenAIServer(["text", {"score": 1}, Verdict(score=2), FakeReply.error(429, retry_after=1)]) as server:
+        assert_type(server, FakeOpenAIServer)
+        assert_type(server.base_url, str)
+        assert_type(server.requests, list[dict[str, Any]])
+        assert_type(server.responses, list[dict[str, Any] | None])
+        assert_type(server.remaining, int)
+        server.add(
+            FakeReply.tool_call({"score": 3}), FakeReply.truncated(), FakeReply.no_choices(), FakeReply.malformed()
+        )
+        server.add(FakeReply.auto(delay=0.5), FakeReply.value(Verdict(score=4)), FakeReply.text("x", prompt_tokens=3))
+        server.assert_complete()
+    assert_type(FakeReply.error(500), FakeReply)
