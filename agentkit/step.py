@@ -33,6 +33,13 @@ def schema_name(raw: str) -> str:
     return f"{cleaned[:53]}_{digest}"
 
 
+def _require_every_field(schema: dict[str, Any]) -> None:
+    # A field with a default is optional in the JSON schema, and constrained decoding lets a
+    # model skip it: a small model then never writes its rationale and decides blind. The schema
+    # the model sees requires every field; validation keeps the Python defaults.
+    schema["required"] = list(schema.get("properties", {}))
+
+
 class ToolStep(BaseModel, Generic[Args]):
     """The executor's reply each round: stop, or call a tool.
 
@@ -41,7 +48,7 @@ class ToolStep(BaseModel, Generic[Args]):
     validation error.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_require_every_field)
 
     rationale: str = Field(default="", description="Why this step: what is known, what is missing.")
     done: bool = Field(description="true when the gathered results are enough (or nothing is needed).")

@@ -1,0 +1,321 @@
+"""``agentkit demo``: a retrieval agent on a real model, then a tiered planning example.
+
+By default the model is the embedded one (``agentkit.local.LocalModel``, the ``local`` extra);
+``--base-url``/``--model``/``--api-key`` point the same demo at any OpenAI-compatible server, and
+``--scripted`` replays a script instantly, with no model at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+from agentkit.agent import ToolRoundInfo
+from agentkit.demo.agent import PLANNING_TASK, QUESTIONS, DeleteArgs, answer, plan, research
+from agentkit.demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus
+from agentkit.errors import UsageError
+from agentkit.events import (
+    DegenerationDetected,
+    LLMCallFinished,
+    ProposalCaptured,
+    RoundStarted,
+    RunFinished,
+    ToolCallStarted,
+    ToolResultReturned,
+)
+from agentkit.observe import Observer
+from agentkit.outcome import Outcome
+from agentkit.results import ToolLoopResult
+from agentkit.structured import StructuredCaller
+from agentkit.testing import ScriptedCaller, call_step, done_step
+
+__all__ = ["LiveRounds", "register", "run_demo", "scripted_caller"]
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``demo`` command."""
+    parser: argparse.ArgumentParser = subparsers.add_parser(
+        "demo",
+        help="run a retrieval agent on a real model, then a tiered planning example",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--scripted", action="store_true", help="replay a script instantly, with no model")
+    where.add_argument("--base-url", help="an OpenAI-compatible server (default: the embedded local model)")
+    parser.add_argument("--model", help="the model name on --base-url")
+    parser.add_argument("--api-key", help="the API key for --base-url (default: $OPENAI_API_KEY, else 'none')")
+    parser.add_argument(
+        "--question", action="append", metavar="TEXT", help="ask this instead of the built-in questions (repeatable)"
+    )
+    parser.add_argument("--threads", type=int, default=1, help="CPU threads for the embedded model (default 1)")
+    parser.set_defaults(handler=_handle)
+
+
+def _handle(args: argparse.Namespace) -> int:
+    if args.base_url and not args.model:
+        raise SystemExit("agentkit demo: --base-url needs --model, the model name that server serves")
+    questions = tuple(args.question) if args.question else QUESTIONS
+    try:
+        return asyncio.run(_run(args, questions))
+    except UsageError as error:
+        print(f"agentkit demo: {error}", file=sys.stderr)
+        return 2
+
+
+async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
+    out = sys.stdout
+    if args.scripted:
+        index = BM25Index(load_corpus())
+        caller = scripted_caller(index, questions)
+        print("agentkit demo, scripted (no model): replies are replayed from a script.\n", file=out)
+        return await run_demo(caller, "scripted", questions, out=out)
+    if args.base_url:
+        from agentkit.providers.openai import OpenAICaller
+
+        remote = OpenAICaller(base_url=args.base_url, api_key=args.api_key or _env_key())
+        print(f"agentkit demo on {args.model} at {args.base_url}\n", file=out)
+        return await run_demo(remote, args.model, questions, out=out)
+    async with _embedded(args.threads, out) as (local_caller, model):
+        return await run_demo(local_caller, model, questions, out=out)
+
+
+def _env_key() -> str:
+    return os.environ.get("OPENAI_API_KEY") or "none"
+
+
+@asynccontextmanager
+async def _embedded(threads: int, out: TextIO) -> AsyncIterator[tuple[StructuredCaller, str]]:
+    from agentkit.local import DEFAULT_MODEL, LocalModel, default_cache_dir
+
+    local = LocalModel(threads=threads)
+    size_mb = DEFAULT_MODEL.size / 1e6
+    print(
+        f"agentkit demo on the embedded model {local.model_name} ({size_mb:.0f} MB, {threads} thread"
+        f"{'s' if threads != 1 else ''}).\nStarting it (the first run joins the model into {default_cache_dir()}) ...",
+        file=out,
+        flush=True,
+    )
+    started = time.perf_counter()
+    async with local:
+        print(f"Ready in {time.perf_counter() - started:.1f} s at {local.base_url}\n", file=out, flush=True)
+        yield local.caller(), local.model_name
+
+
+async def run_demo(caller: StructuredCaller, model: str, questions: Sequence[str], *, out: TextIO) -> int:
+    """Run the questions, then the planning example, printing each round live.
+
+    Returns:
+        0 when no run ended in error, else 1.
+    """
+    index = BM25Index(load_corpus())
+    display = LiveRounds(out)
+    errors = 0
+    rounds = 0
+    started = time.perf_counter()
+    for number, question in enumerate(questions, 1):
+        print(f"[{number}/{len(questions)}] {question}", file=out, flush=True)
+        result = await research(caller, model, index, question, observer=display)
+        rounds += result.rounds
+        errors += result.outcome is Outcome.ERROR
+        _summary(result, out)
+        hits = list(result.items)
+        if hits:
+            written = await answer(caller, model, question, hits)
+            if written.value is not None:
+                print(f"  answer   {written.value.answer}  [{written.value.passage_id}]", file=out)
+            else:
+                errors += 1
+                print(f"  answer   (failed: {written.error})", file=out)
+        else:
+            print("  answer   (none: nothing was retrieved)", file=out)
+        print(file=out, flush=True)
+
+    print("Planning with tiers: a read runs live, a delete is only proposed.", file=out)
+    print(f"Task: {PLANNING_TASK}", file=out, flush=True)
+    planned = await plan(caller, model, index, observer=display)
+    rounds += planned.rounds
+    errors += planned.outcome is Outcome.ERROR
+    _summary(planned, out)
+    for proposal in planned.proposed:
+        args = json.dumps(proposal.args.model_dump(mode="json"), ensure_ascii=False)
+        print(f"  proposal tool={proposal.tool_name} tier={proposal.tier.name} args={args}", file=out)
+        print(f"           digest={proposal.digest} (not run: it waits for a human)", file=out)
+    elapsed = time.perf_counter() - started
+    print(f"\n{rounds} rounds in {elapsed:.1f} s ({elapsed / max(rounds, 1):.2f} s per round).", file=out, flush=True)
+    return 1 if errors else 0
+
+
+def _summary(result: ToolLoopResult[Any], out: TextIO) -> None:
+    print(
+        f"  outcome  {result.outcome.name} ({result.stop_reason.value}) after {result.rounds} "
+        f"round{'s' if result.rounds != 1 else ''}, {len(result.items)} item{'s' if len(result.items) != 1 else ''}",
+        file=out,
+    )
+    if result.error is not None:
+        print(f"  error    {result.error}", file=out)
+    if result.items:
+        print(f"  items    {_describe(result.items, scores=False)}", file=out)
+
+
+def _describe(batch: Sequence[Any], *, scores: bool = True) -> str:
+    if not batch:
+        return "no hits"
+    parts = []
+    for item in batch:
+        if isinstance(item, Hit):
+            parts.append(f"{item.id} ({item.score:.2f})" if scores else f"{item.id} {item.passage.title}")
+        else:
+            parts.append(str(item))
+    return ", ".join(parts)
+
+
+@dataclass(slots=True)
+class _Round:
+    number: int
+    of: int | None
+    llm_seconds: float = 0.0
+    call: str = ""
+    outcome: str = ""
+
+
+class LiveRounds(Observer):
+    """Prints each round as it happens: round, call, model latency, hits or proposal.
+
+    On a terminal, a round in progress shows as a status line that the finished round replaces.
+    """
+
+    def __init__(self, out: TextIO, *, live: bool | None = None) -> None:
+        self.out = out
+        self.live = out.isatty() if live is None else live
+        self._round: _Round | None = None
+
+    def on_round_start(self, event: RoundStarted) -> None:
+        self._finish_round(event.info)
+        info = event.info
+        self._round = _Round(number=info.round, of=info.max_rounds)
+        if self.live:
+            self.out.write(f"\r  round {self._position()}  asking the model ...")
+            self.out.flush()
+
+    def on_llm_call(self, event: LLMCallFinished) -> None:
+        if self._round is None:
+            return
+        self._round.llm_seconds += event.seconds
+        if event.error is not None:
+            self._round.outcome += f" (attempt {event.attempt} failed: {event.error})"
+
+    def on_tool_call(self, event: ToolCallStarted) -> None:
+        if self._round is not None:
+            self._round.call = f"{event.tool_name} {_args(event.args)}"
+
+    def on_tool_result(self, event: ToolResultReturned) -> None:
+        if self._round is None:
+            return
+        if event.observation is not None:
+            self._round.outcome = f"-> told: {event.observation}"
+        elif event.error is not None:
+            self._round.outcome = f"-> failed: {event.error}"
+
+    def on_proposal(self, event: ProposalCaptured) -> None:
+        if self._round is not None:
+            proposal = event.proposal
+            self._round.call = f"{proposal.tool_name} {_args(proposal.args)}"
+            self._round.outcome = f"-> proposed (Tier.{proposal.tier.name}), not run"
+
+    def on_degeneration(self, event: DegenerationDetected) -> None:
+        if self._round is not None:
+            self._round.call = f"{event.tool_name} {_args(event.args)}"
+            self._round.outcome = "-> a repeat of a recent call: stalemate"
+
+    def on_run_end(self, event: RunFinished) -> None:
+        current = self._round
+        trace = event.result.trace
+        record = trace[-1] if trace and current is not None and trace[-1].round == current.number else None
+        if current is not None and record is not None:
+            if record.done:
+                current.call = f'done: "{record.rationale}"'
+            elif record.executed and not current.outcome:
+                batch = event.result.items[len(event.result.items) - record.batch_size :] if record.batch_size else []
+                current.outcome = f"-> {_describe(batch)}"
+            elif record.error and not current.outcome:
+                current.outcome = f"-> {record.error}"
+        self._print_round()
+
+    def _finish_round(self, info: ToolRoundInfo[Any]) -> None:
+        current = self._round
+        if current is None:
+            return
+        last = info.prior_calls[-1] if info.prior_calls else None
+        if last is not None and last.round == current.number and not current.outcome:
+            current.outcome = f"-> {_describe(last.batch)}"
+        self._print_round()
+
+    def _position(self) -> str:
+        current = self._round
+        assert current is not None
+        return f"{current.number}/{current.of}" if current.of is not None else str(current.number)
+
+    def _print_round(self) -> None:
+        current = self._round
+        if current is None:
+            return
+        line = f"  round {self._position()}  {current.call or '(no call)'}  [{current.llm_seconds:.2f} s]"
+        if current.outcome:
+            line += f"  {current.outcome}"
+        prefix = "\r\x1b[2K" if self.live else ""
+        self.out.write(f"{prefix}{line}\n")
+        self.out.flush()
+        self._round = None
+
+
+def _args(args: Any) -> str:
+    try:
+        return json.dumps(args.model_dump(mode="json"), ensure_ascii=False)
+    except AttributeError:
+        return repr(args)
+
+
+def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLANNING_TASK) -> ScriptedCaller:
+    """A caller scripted to play the demo: per question a search with its keywords, done, and an
+    answer from the best hit; then the planning example's search and delete.
+
+    The script is derived from ``index`` the way a model would act on it, so ``--question`` works
+    scripted too.
+    """
+    caller = ScriptedCaller()
+    for question in questions:
+        query = " ".join(keywords(question))[:120] or question[:120]
+        hits = index.search(query)
+        caller.add(call_step(SearchArgs(query=query), rationale="No results yet, so I must search."))
+        if hits:
+            top = hits[0]
+            caller.add(done_step(f"Passage {top.id} states the answer."))
+            sentence = top.passage.text.split(". ")[0].rstrip(".") + "."
+            caller.add({"passage_id": top.id, "answer": sentence})
+        else:
+            caller.add(done_step("The search found nothing useful."))
+    task_query = "archived Pluto ninth planet"
+    caller.add(
+        call_step(SearchArgs(query=task_query), tool="search_corpus", rationale="I must find the passage first.")
+    )
+    target = index.search(task_query)
+    if target:
+        caller.add(
+            call_step(
+                DeleteArgs(passage_id=target[0].id, reason="calls Pluto a planet; wrong since 2006"),
+                tool="delete_passage",
+                rationale=f"Passage {target[0].id} is the outdated one.",
+            )
+        )
+    else:
+        caller.add(done_step("The passage was not found."))
+    return caller

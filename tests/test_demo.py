@@ -1,0 +1,320 @@
+"""The demo: the scripted run end to end, BM25 ranking, the corpus, the tools, the live display."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+import subprocess
+import sys
+
+import pytest
+from pydantic import ValidationError
+
+from agentkit.cli import main
+from agentkit.demo.agent import (
+    ANSWER_MAX_LENGTH,
+    DEMO_CONFIG,
+    QUESTIONS,
+    Curator,
+    Researcher,
+    answer_schema,
+    delete_tool,
+    research,
+)
+from agentkit.demo.cli import LiveRounds, scripted_caller
+from agentkit.demo.search import BM25Index, Hit, Passage, SearchArgs, load_corpus, search_tool, terms
+from agentkit.errors import ToolRetry, UsageError
+from agentkit.outcome import Outcome, StopReason
+from agentkit.proposals import call_digest
+from agentkit.testing import ScriptedCaller, call_step, done_step
+from agentkit.tiers import Tier
+
+
+def passages(*texts: str) -> list[Passage]:
+    return [Passage(id=f"p{i}", title="", text=text) for i, text in enumerate(texts, 1)]
+
+
+# --- the scripted demo, end to end ---------------------------------------------------------------
+
+
+def test_scripted_demo_answers_each_question_from_a_retrieved_passage(capsys: pytest.CaptureFixture[str]) -> None:
+    """``agentkit demo --scripted`` runs every question to APPLIED and answers from the cited passage."""
+    assert main(["demo", "--scripted"]) == 0
+    out = capsys.readouterr().out
+    for question in QUESTIONS:
+        assert question in out
+    assert out.count("outcome  APPLIED (executor_done) after 2 rounds") == len(QUESTIONS)
+    corpus = {p.id: p for p in load_corpus()}
+    cited = re.findall(r"answer   (.+)  \[([a-z]+-\d+)\]", out)
+    assert [passage_id for _, passage_id in cited] == ["space-01", "chem-01", "comp-01"]
+    for text, passage_id in cited:
+        assert text.rstrip(".") in corpus[passage_id].text
+
+
+def test_scripted_demo_shows_each_round_with_query_hits_and_latency(capsys: pytest.CaptureFixture[str]) -> None:
+    """Each round line names the round, the call, the model latency and the hits with scores."""
+    main(["demo", "--scripted"])
+    out = capsys.readouterr().out
+    call = r'round 1/4  search_corpus \{"query": "voyager 1 space probe launched"\}'
+    assert re.search(call + r"  \[\d+\.\d\d s\]  -> space-01 \(\d+\.\d\d\), space-02", out)
+    assert re.search(r'round 2/4  done: "Passage space-01 states the answer\."  \[\d+\.\d\d s\]', out)
+
+
+def test_scripted_demo_shows_the_proposed_delete_with_tier_args_and_digest(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The planning example runs the search live and shows the delete as a proposal with its digest."""
+    main(["demo", "--scripted"])
+    out = capsys.readouterr().out
+    planning = out[out.index("Planning with tiers") :]
+    assert "round 1/4  search_corpus" in planning
+    assert "-> space-04" in planning
+    assert "-> proposed (Tier.IRREVERSIBLE), not run" in planning
+    assert "outcome  APPLIED (proposed)" in planning
+    args = {"passage_id": "space-04", "reason": "calls Pluto a planet; wrong since 2006"}
+    tool = delete_tool(BM25Index(load_corpus()))
+    digest = call_digest("delete_passage", tool.args_type.model_validate(args))
+    assert "proposal tool=delete_passage tier=IRREVERSIBLE" in planning
+    assert f"digest={digest}" in planning
+
+
+def test_scripted_demo_takes_your_own_question(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--question`` replaces the built-in questions, and the answer comes from the right passage."""
+    assert main(["demo", "--scripted", "--question", "How deep is Lake Baikal?"]) == 0
+    out = capsys.readouterr().out
+    assert "[1/1] How deep is Lake Baikal?" in out
+    assert "[geo-03]" in out
+    assert QUESTIONS[0] not in out
+
+
+def test_scripted_demo_with_nothing_found_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    """A question no passage matches ends SILENT and the demo says there is no answer."""
+    assert main(["demo", "--scripted", "--question", "zzyzx qwertyuiop?"]) == 0
+    out = capsys.readouterr().out
+    assert "outcome  SILENT (nothing_retrieved)" in out
+    assert "answer   (none: nothing was retrieved)" in out
+
+
+def test_python_dash_m_runs_the_demo() -> None:
+    """``python -m agentkit demo --scripted`` works as the console script does."""
+    done = subprocess.run(
+        [sys.executable, "-m", "agentkit", "demo", "--scripted"], capture_output=True, text=True, check=True
+    )
+    assert "proposal tool=delete_passage" in done.stdout
+
+
+def test_base_url_without_a_model_is_refused() -> None:
+    """``--base-url`` needs ``--model``: the server's model name cannot be guessed."""
+    with pytest.raises(SystemExit, match="--base-url needs --model"):
+        main(["demo", "--base-url", "http://127.0.0.1:9/v1"])
+
+
+def test_scripted_and_base_url_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
+    """The model comes from one place: ``--scripted`` and ``--base-url`` cannot be combined."""
+    with pytest.raises(SystemExit):
+        main(["demo", "--scripted", "--base-url", "http://127.0.0.1:9/v1", "--model", "m"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+# --- BM25 -----------------------------------------------------------------------------------------
+
+
+def test_rare_query_term_outweighs_a_common_one() -> None:
+    """A passage matching a rare query term ranks above one matching only a common term."""
+    index = BM25Index(passages("the river delta", "the river bank", "the river mouth", "volcano island"))
+    assert [h.id for h in index.search("river volcano")][:1] == ["p4"]
+
+
+def test_shorter_passage_ranks_first_at_equal_term_frequency() -> None:
+    """Length normalisation: the same single match scores higher in a shorter passage."""
+    index = BM25Index(passages("comet tail", "comet seen over the long cold northern winter sky at dawn", "lake"))
+    hits = index.search("comet")
+    assert [h.id for h in hits] == ["p1", "p2"]
+    assert hits[0].score > hits[1].score
+
+
+def test_repeated_term_raises_score_with_saturation() -> None:
+    """More occurrences score higher, but each extra occurrence adds less (k1 saturation)."""
+    index = BM25Index(passages("moon", "moon moon", "moon moon moon", "sun", "star"), b=0.0)
+    one, two, three = (index.score("moon", i) for i in range(3))
+    assert one < two < three
+    assert three - two < two - one
+
+
+def test_score_matches_the_bm25_formula() -> None:
+    """The score is idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * len / avglen)), summed over terms."""
+    index = BM25Index(passages("red apple", "green apple pie", "blue sky"), k1=1.2, b=0.75)
+    n, df, tf, length, average = 3, 2, 1, 3, (2 + 3 + 2) / 3
+    idf = math.log(1 + (n - df + 0.5) / (df + 0.5))
+    expected = idf * tf * (1.2 + 1) / (tf + 1.2 * (1 - 0.75 + 0.75 * length / average))
+    assert index.score("apple", 1) == pytest.approx(expected)
+
+
+def test_search_returns_at_most_k_positive_hits_best_first() -> None:
+    """Only passages sharing a term are returned, best first, at most ``k``."""
+    index = BM25Index(passages("cat", "cat dog", "cat dog bird", "fish"))
+    hits = index.search("cat dog bird", k=2)
+    assert [h.id for h in hits] == ["p3", "p2"]
+    assert index.search("elephant") == []
+
+
+def test_inflected_forms_and_stop_words() -> None:
+    """Light stemming meets "launched" with "launch"; stop words never match."""
+    assert terms("When was it launched") == ["launch"]
+    index = BM25Index(passages("the launch of the probe", "the the the"))
+    assert [h.id for h in index.search("launched")] == ["p1"]
+    assert index.search("the") == []
+
+
+def test_duplicate_passage_ids_are_refused() -> None:
+    """Two passages with one id is a wiring mistake."""
+    with pytest.raises(UsageError, match="repeated: \\['x'\\]"):
+        BM25Index([Passage(id="x", title="", text="a"), Passage(id="x", title="", text="b")])
+
+
+def test_removed_passage_is_no_longer_found() -> None:
+    """Removing a passage re-indexes the rest."""
+    index = BM25Index(passages("alpha beta", "beta gamma"))
+    index.remove("p1")
+    assert [h.id for h in index.search("alpha beta")] == ["p2"]
+    with pytest.raises(KeyError):
+        index.remove("p1")
+
+
+# --- the bundled corpus and the tools ---------------------------------------------------------------
+
+
+def test_corpus_ids_are_unique_and_passages_are_short() -> None:
+    """The bundled corpus has a few dozen passages with unique ids and short texts."""
+    corpus = load_corpus()
+    ids = [p.id for p in corpus]
+    assert len(ids) == len(set(ids))
+    assert 24 <= len(corpus) <= 60
+    assert all(p.title and 40 <= len(p.text) <= 300 for p in corpus)
+
+
+@pytest.mark.parametrize(
+    ("question", "passage_id"),
+    [(QUESTIONS[0], "space-01"), (QUESTIONS[1], "chem-01"), (QUESTIONS[2], "comp-01")],
+)
+def test_each_demo_question_finds_its_passage_first(question: str, passage_id: str) -> None:
+    """The built-in questions, asked as they are, rank the passage holding the answer first."""
+    assert BM25Index(load_corpus()).search(question)[0].id == passage_id
+
+
+async def test_search_tool_is_read_only_and_returns_hits() -> None:
+    """``search_corpus`` is a read-only tool returning scored hits."""
+    tool = search_tool(BM25Index(load_corpus()), k=2)
+    assert tool.name == "search_corpus"
+    assert tool.tier is Tier.READ_ONLY
+    hits = await tool.call(SearchArgs(query="deepest lake"))
+    assert [h.id for h in hits][:1] == ["geo-03"]
+    assert len(hits) == 2
+    assert all(isinstance(h, Hit) for h in hits)
+
+
+async def test_query_without_content_words_goes_back_to_the_model() -> None:
+    """A query of stop words only is a ``ToolRetry``: the model is told to use keywords."""
+    tool = search_tool(BM25Index(load_corpus()))
+    with pytest.raises(ToolRetry, match="no searchable words"):
+        await tool.call(SearchArgs(query="what is the"))
+
+
+async def test_delete_tool_is_irreversible_and_names_only_known_passages() -> None:
+    """``delete_passage`` is irreversible, its id is an enum of the corpus, and run by its owner it deletes."""
+    index = BM25Index(load_corpus())
+    tool = delete_tool(index)
+    assert tool.tier is Tier.IRREVERSIBLE
+    with pytest.raises(ValidationError):
+        tool.args_type.model_validate({"passage_id": "ex-3", "reason": "made up"})
+    args = tool.args_type.model_validate({"passage_id": "space-04", "reason": "outdated"})
+    assert await tool.call(args) == ["space-04"]
+    assert index.get("space-04") is None
+
+
+def test_answer_schema_accepts_only_retrieved_ids_and_bounds_the_answer() -> None:
+    """The answer must cite a passage it was shown, and stay short."""
+    schema = answer_schema(["geo-03", "geo-02", "geo-03"])
+    assert schema.model_validate({"passage_id": "geo-02", "answer": "deep"}).passage_id == "geo-02"
+    with pytest.raises(ValidationError):
+        schema.model_validate({"passage_id": "space-01", "answer": "x"})
+    with pytest.raises(ValidationError):
+        schema.model_validate({"passage_id": "geo-03", "answer": "x" * (ANSWER_MAX_LENGTH + 1)})
+    assert list(schema.model_json_schema()["properties"]) == ["passage_id", "answer"]
+
+
+# --- prompts and the live display -------------------------------------------------------------------
+
+
+async def test_researcher_prompt_is_written_for_small_models() -> None:
+    """The rules forbid answering from memory, a worked example shows the step, and the system part
+    stays byte-identical across rounds while the results go in the dynamic part."""
+    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), done_step("geo-03 says it")])
+    result = await research(caller, "m", BM25Index(load_corpus()), "Which lake is deepest?")
+    first, second = caller.requests
+    assert "Do not answer from memory" in first.system
+    assert '"call": {"query": "Golden Gate Bridge length"}' in first.system
+    assert first.system == second.system
+    assert "[geo-03] Lake Baikal" in second.dynamic
+    assert "[geo-03]" not in first.dynamic
+    assert (first.temperature, first.seed) == (0.0, 7)
+    assert result.outcome is Outcome.APPLIED
+    assert DEMO_CONFIG.rationale_max_length is not None
+
+
+def test_final_round_prompt_tells_the_model_to_stop() -> None:
+    """On the last round the prompt says to stop now."""
+    from agentkit.agent import ToolRoundInfo
+
+    info: ToolRoundInfo[Hit] = ToolRoundInfo(round=4, max_rounds=4, is_final_round=True)
+    assert "the last: stop now" in Researcher(model="m").render("q", info).dynamic
+    assert "the last: stop now" in Curator(model="m").render("q", info).dynamic
+
+
+async def test_live_display_prints_a_status_line_then_replaces_it_on_a_terminal() -> None:
+    """On a terminal a round first shows as a status line, then the finished line replaces it."""
+    out = io.StringIO()
+    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), done_step("found")])
+    result = await research(caller, "m", BM25Index(load_corpus()), "q", observer=LiveRounds(out, live=True))
+    text = out.getvalue()
+    assert "\r  round 1/4  asking the model ..." in text
+    assert "\r\x1b[2K  round 1/4  search_corpus" in text
+    assert text.count("\n") == 2
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+
+
+async def test_live_display_reports_a_repeat_and_a_tool_retry() -> None:
+    """A repeated call and a ``ToolRetry`` show as such on their round's line."""
+    out = io.StringIO()
+    index = BM25Index(load_corpus())
+    caller = ScriptedCaller(
+        [
+            call_step(SearchArgs(query="what is the")),
+            call_step(SearchArgs(query="deepest lake")),
+            call_step(SearchArgs(query="deepest lake")),
+        ]
+    )
+    result = await research(caller, "m", index, "q", observer=LiveRounds(out, live=False))
+    lines = out.getvalue().splitlines()
+    assert "-> told: the query 'what is the' has no searchable words" in lines[0]
+    assert "-> geo-03" in lines[1]
+    assert "-> a repeat of a recent call: stalemate" in lines[2]
+    assert result.outcome is Outcome.STALEMATE
+
+
+def test_scripted_caller_follows_the_index() -> None:
+    """The script searches each question's keywords and cites the best hit, so any question works."""
+    caller = scripted_caller(BM25Index(load_corpus()), ["How deep is Lake Baikal?"])
+    assert caller.remaining == 3 + 2  # search, done, answer; then the planning search and delete
+
+
+def test_step_schema_the_model_sees_requires_the_rationale_first() -> None:
+    """The step's JSON schema requires every field, rationale first: constrained decoding would
+    otherwise let a small model skip its reasoning (measured: it then stops without searching)."""
+    from agentkit.step import build_step_model
+
+    schema = build_step_model(SearchArgs, rationale_max_length=DEMO_CONFIG.rationale_max_length).model_json_schema()
+    assert schema["required"] == ["rationale", "done", "call"]
+    assert list(schema["properties"]) == ["rationale", "done", "call"]
+    assert schema["properties"]["rationale"]["maxLength"] == DEMO_CONFIG.rationale_max_length

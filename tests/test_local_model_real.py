@@ -1,0 +1,69 @@
+"""The demo's retrieval agent on the real embedded model (Qwen2.5-Coder-0.5B, temperature 0, fixed seed).
+
+Needs the ``local`` extra and ``AGENTKIT_REAL_MODEL=1`` (CI sets both); skipped otherwise, so a
+plain local ``pytest`` stays fast. Run it alone with::
+
+    AGENTKIT_REAL_MODEL=1 pytest -m local_model
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+
+from agentkit.demo.agent import research
+from agentkit.demo.search import BM25Index, load_corpus
+from agentkit.local import LocalModel
+from agentkit.outcome import Outcome
+
+pytestmark = [
+    pytest.mark.local_model,
+    pytest.mark.skipif(
+        importlib.util.find_spec("xllamacpp") is None or os.environ.get("AGENTKIT_REAL_MODEL") != "1",
+        reason="the real model runs only with the 'local' extra installed and AGENTKIT_REAL_MODEL=1",
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+def local() -> Iterator[LocalModel]:
+    with LocalModel() as model:
+        yield model
+
+
+def test_embedded_server_speaks_the_openai_api_on_loopback(local: LocalModel) -> None:
+    """The server answers its health check and lists the model under the name agents ask for."""
+    assert local.base_url.startswith("http://127.0.0.1:")
+    with urllib.request.urlopen(local.base_url.removesuffix("/v1") + "/health", timeout=10) as response:
+        assert json.loads(response.read()) == {"status": "ok"}
+    with urllib.request.urlopen(local.base_url + "/models", timeout=10) as response:
+        listed = json.loads(response.read())
+    assert local.model_name in {entry["id"] for entry in listed["data"]}
+
+
+@pytest.mark.parametrize(
+    ("question", "passage_id"),
+    [
+        ("When was the Voyager 1 space probe launched?", "space-01"),
+        ("Which metal is liquid at room temperature?", "chem-01"),
+    ],
+)
+async def test_real_model_searches_then_stops_with_the_answer_passage(
+    local: LocalModel, question: str, passage_id: str
+) -> None:
+    """The model searches before it stops (it does not answer from memory), the run ends APPLIED,
+    and the passage holding the answer is among the items."""
+    caller = local.caller()
+    try:
+        result = await research(caller, local.model_name, BM25Index(load_corpus()), question)
+    finally:
+        await caller.aclose()
+    searches = [r for r in result.trace if r.tool_name == "search_corpus" and r.executed]
+    assert result.outcome is Outcome.APPLIED, result.trace
+    assert searches, result.trace
+    assert passage_id in {hit.id for hit in result.items}
