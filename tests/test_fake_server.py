@@ -262,12 +262,13 @@ def test_delay_fault_outlasts_a_client_timeout(server: FakeOpenAIServer) -> None
 
 def test_stop_leaves_no_thread_behind() -> None:
     """Stopping ends keep-alive connections and joins every handler thread."""
-    before = threading.active_count()
+    before = set(threading.enumerate())
     server = FakeOpenAIServer().start()
     with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as client:
         chat(client)
+        assert set(threading.enumerate()) - before  # the server thread and the connection's handler
         server.stop()
-    assert threading.active_count() == before
+    assert set(threading.enumerate()) - before == set()
     with pytest.raises(RuntimeError, match="not running"):
         _ = server.base_url
 
