@@ -12,8 +12,9 @@ from agentkit import Observer, Outcome, Prompt, ProviderError, RetryPolicy, Role
 from agentkit.errors import StructuredOutputError, UsageError
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
 from agentkit.once import Material, RoundInfo, is_material, run_once, run_once_text
+from agentkit.providers.openai import OpenAICaller
 from agentkit.structured import StructuredRequest
-from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted
+from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, ScriptExhausted
 from agentkit.text import TextCompletion
 
 FAST = RetryPolicy(wait_initial=0, wait_max=0)
@@ -342,3 +343,47 @@ async def test_scripted_structured_entry_for_text_is_usage_error() -> None:
     """Scripting a dict where a prose reply is asked is a wiring mistake named in the error."""
     with pytest.raises(UsageError, match="asked for text"):
         await run_once_text(ScriptedCaller([{"label": "a"}]), Classifier(), "x")
+
+
+# --- over the wire: the OpenAI adapter against the fake OpenAI-compatible server ----------------
+
+
+async def test_run_once_over_the_wire_returns_the_typed_verdict() -> None:
+    """Through OpenAICaller and a real HTTP exchange, run_once returns the validated verdict with usage."""
+    reply = FakeReply.value({"label": "spam"}, prompt_tokens=11, completion_tokens=3)
+    async with FakeOpenAIServer([reply]) as server, OpenAICaller(base_url=server.base_url, api_key="k") as caller:
+        result = await run_once(caller, Classifier(), "buy now", schema=Label, retry=FAST)
+    assert result.value == Label(label="spam")
+    assert result.outcome is Outcome.APPLIED
+    assert result.usage == Usage(requests=1, input_tokens=11, output_tokens=3)
+    assert server.requests[0]["model"] == "primary"
+
+
+async def test_run_once_text_over_the_wire_uses_no_json_mode() -> None:
+    """The prose request carries no response format and no tools, and the text comes back verbatim."""
+    prose = "Line one.\n\nLine two, with {braces}."
+    async with FakeOpenAIServer([prose]) as server, OpenAICaller(base_url=server.base_url, api_key="k") as caller:
+        result = await run_once_text(caller, Classifier(), "x", retry=FAST)
+    assert result.text == prose
+    body = server.requests[0]
+    assert "response_format" not in body
+    assert "tools" not in body
+    assert body["messages"][0] == {"role": "system", "content": "Label the text."}
+
+
+async def test_empty_text_over_the_wire_is_silent() -> None:
+    """An empty completion from a real server comes back as "" (SILENT), not as an error."""
+    async with FakeOpenAIServer([FakeReply.text("")]) as server, OpenAICaller(base_url=server.base_url) as caller:
+        result = await run_once_text(caller, Classifier(), "x", retry=FAST)
+    assert (result.text, result.outcome, result.error) == ("", Outcome.SILENT, None)
+
+
+async def test_http_429_over_the_wire_is_throttled_after_one_request() -> None:
+    """A 429 from the server ends run_once THROTTLED with retry_after, after exactly one request."""
+    replies = [FakeReply.error(429, retry_after=7), FakeReply.value({"label": "unused"})]
+    async with FakeOpenAIServer(replies) as server, OpenAICaller(base_url=server.base_url, api_key="k") as caller:
+        result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+    assert result.stop_reason is StopReason.THROTTLED
+    assert isinstance(result.error, Throttled)
+    assert result.error.retry_after == 7
+    assert len(server.requests) == 1

@@ -15,7 +15,8 @@ from agentkit.errors import AgentkitError, UsageError
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunFinished, RunStarted
 from agentkit.once import RoundInfo
 from agentkit.pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, pair
-from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted
+from agentkit.providers.openai import OpenAICaller
+from agentkit.testing import FakeOpenAIServer, ScriptedCaller, ScriptedReply, ScriptExhausted
 
 FAST = RetryPolicy(wait_initial=0, wait_max=0)
 FEEDBACK = "MARKER-the total is wrong"
@@ -353,3 +354,16 @@ async def test_any_review_sequence_ends_on_an_executor_draft(max_rounds: int, de
         assert result.rounds == max_rounds
         assert result.reviews == max_rounds - 1
         assert not any(decisions[: max_rounds - 1])
+
+
+async def test_pair_over_the_wire_revises_and_is_approved() -> None:
+    """Over a real HTTP exchange, a rejected draft is revised with the feedback, and the revision returned."""
+    async with (
+        FakeOpenAIServer([bad(), good()]) as server,
+        OpenAICaller(base_url=server.base_url, api_key="k") as caller,
+    ):
+        result = await pair(caller, Drafter(), RulesVerifier(sums), "1+2", PairConfig(retry=FAST), schema=Answer)
+    assert result.approved is False  # the second draft was the last permitted: returned unreviewed
+    assert result.value == Answer.model_validate(good())
+    assert FEEDBACK in server.requests[1]["messages"][-1]["content"]
+    assert result.usage.requests == 2
