@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -25,6 +25,7 @@ from agentkit.events import (
     LLMCallFinished,
     ProposalCaptured,
     RoundStarted,
+    RunAborted,
     RunFinished,
     RunStarted,
     ToolCallStarted,
@@ -36,7 +37,7 @@ from agentkit.proposals import ProposedAction
 from agentkit.results import RoundRecord, TieredLoopResult, Usage
 from agentkit.step import ToolStep, build_step_model, step_call_parts
 from agentkit.structured import Attempt, StructuredCaller, StructuredRequest, generate_structured
-from agentkit.tiers import AutonomyRung, Tier, max_rung_for, tier_choices
+from agentkit.tiers import Tier, runs_live, tier_choices
 from agentkit.tools import Tool, declared_tier, validate_tool_names
 
 Verdict = Literal["run", "propose", "no_tier"]
@@ -52,7 +53,7 @@ def gate(tool: Tool[Any, Any], config: LoopConfig) -> tuple[Verdict, Tier]:
     tier = declared_tier(tool)
     if tier is None:
         return "no_tier", Tier.IRREVERSIBLE
-    if tier <= config.autonomy and max_rung_for(tier) is AutonomyRung.AUTO:
+    if runs_live(tier, config.autonomy):
         return "run", tier
     return "propose", tier
 
@@ -171,6 +172,7 @@ class _Run:
         )
         started = time.perf_counter()
         used = Usage()
+        spent: list[Usage] = []
         ending: Ending | None = None
         step: ToolStep[Any] | None = None
         try:
@@ -180,13 +182,14 @@ class _Run:
                     request,
                     self.box.step_model,
                     self.config.retry,
-                    on_attempt=self._attempt_hook(info.round),
+                    on_attempt=self._attempt_hook(info.round, spent),
                 )
             step, used = completion.value, completion.usage
         except UsageError:
             raise
         except TimeoutError:
-            ending = Ending(None, StopReason.DEADLINE)
+            # The deadline cut the call short: keep what the finished attempts spent.
+            used, ending = sum(spent, Usage()), Ending(None, StopReason.DEADLINE)
         except Throttled as error:
             used, ending = error.usage or Usage(), Ending(Outcome.ERROR, StopReason.THROTTLED, error)
         except AgentkitError as error:
@@ -200,12 +203,13 @@ class _Run:
         assert step is not None
         return step
 
-    def _attempt_hook(self, round: int) -> Any:
-        if not self.observers:
-            return None
+    def _attempt_hook(self, round: int, spent: list[Usage]) -> Callable[[Attempt], None]:
         role = self.role.prompt_type or "executor"
 
         def hook(attempt: Attempt) -> None:
+            spent.append(attempt.usage)
+            if not self.observers:
+                return
             self.emit(
                 LLMCallFinished(
                     run_id=self.run_id,
@@ -252,8 +256,15 @@ class _Run:
                 round, done=False, rationale=step.rationale, tool_name=tool.name, call=args, tier=tier, error=str(error)
             )
             return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
+        # The proposal gets its own copy: the executor's view of the call (prior calls, trace) must
+        # not be able to change what a human approves.
         proposal = ProposedAction[Any].create(
-            tool_name=tool.name, tier=tier, args=args, rationale=step.rationale, round=round, run_id=self.run_id
+            tool_name=tool.name,
+            tier=tier,
+            args=args.model_copy(deep=True),
+            rationale=step.rationale,
+            round=round,
+            run_id=self.run_id,
         )
         self.proposals.append(proposal)
         self.calls.append(
@@ -376,6 +387,16 @@ async def run_core(
             max_rounds=config.max_rounds,
         )
     )
+    try:
+        return await _rounds(run, box, config)
+    except BaseException as raised:
+        # Cancellation and wiring mistakes propagate; observers still learn the run is over.
+        run.emit(RunAborted(run_id=run.run_id, error=raised))
+        raise
+
+
+async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResult[Any, Any]:
+    """The loop itself: ask, check for a repeat, gate by tier, dispatch; stop on the first ending."""
     for name, tool in box.tools.items():
         if declared_tier(tool) is None:
             return run.finish(Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, missing_tier_error(name)))

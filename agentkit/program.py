@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentkit.errors import AgentkitError, ToolError, UsageError
 from agentkit.proposals import ProposedAction
-from agentkit.tiers import AutonomyRung, Tier, max_rung_for, tier_choices
+from agentkit.tiers import AutonomyRung, Tier, max_rung_for, runs_live, tier_choices
 from agentkit.tools import declared_tier
 
 __all__ = [
@@ -68,11 +68,6 @@ class ProgramError(AgentkitError):
         super().__init__(message)
         self.issues = tuple(issues)
         """Every problem, one per offending call."""
-
-
-def runs_live(tier: Tier, ceiling: Tier) -> bool:
-    """The gate: at or below the caller's ceiling **and** a tier the floor policy lets auto-run."""
-    return tier <= ceiling and max_rung_for(tier) is AutonomyRung.AUTO
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

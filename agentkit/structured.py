@@ -188,7 +188,9 @@ async def generate_structured(
                         model=model, attempt=counter, seconds=time.perf_counter() - started, usage=used, error=error
                     )
                 )
-            raise error from (None if error is raw else raw)
+            if error is raw:
+                raise
+            raise error from raw
         total += completion.usage
         if on_attempt is not None:
             on_attempt(
@@ -206,7 +208,8 @@ async def generate_structured(
         retrying = AsyncRetrying(
             stop=stop_after_attempt(max(attempts, 1)),
             retry=retry_if_exception(_retryable),
-            wait=wait_exponential(multiplier=policy.wait_initial, max=policy.wait_max) + wait_random(0, policy.wait_initial),
+            wait=wait_exponential(multiplier=policy.wait_initial, max=policy.wait_max)
+            + wait_random(0, policy.wait_initial),
             reraise=True,
         )
         try:

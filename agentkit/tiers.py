@@ -7,7 +7,7 @@ import re
 
 from agentkit.errors import TierParseError
 
-__all__ = ["AutonomyRung", "Tier", "max_rung_for", "parse_tier", "tier_choices"]
+__all__ = ["AutonomyRung", "Tier", "max_rung_for", "parse_tier", "runs_live", "tier_choices"]
 
 
 class Tier(enum.IntEnum):
@@ -42,6 +42,11 @@ def max_rung_for(tier: Tier) -> AutonomyRung:
     return AutonomyRung.AUTO if tier <= Tier.REVERSIBLE else AutonomyRung.ASK
 
 
+def runs_live(tier: Tier, ceiling: Tier) -> bool:
+    """The gate every path uses: at or below the caller's ceiling **and** allowed by the floor policy."""
+    return tier <= ceiling and max_rung_for(tier) is AutonomyRung.AUTO
+
+
 def tier_choices() -> str:
     """The four tiers spelled out, for error messages."""
     return ", ".join(f"Tier.{t.name}" for t in Tier)
@@ -61,7 +66,7 @@ def parse_tier(text: str) -> tuple[Tier, TierParseError | None]:
         The tier, and ``None`` or the error explaining why the text fell back to irreversible.
     """
     key = _SEPARATORS.sub("_", text.strip()).upper().removeprefix("TIER.")
-    if key.isdigit() and int(key) in {t.value for t in Tier}:
+    if key.isascii() and key.isdigit() and int(key) in {t.value for t in Tier}:
         return Tier(int(key)), None
     if key in Tier.__members__:
         return Tier[key], None

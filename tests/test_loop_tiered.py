@@ -435,11 +435,6 @@ async def test_plain_loop_refuses_a_tool_that_cannot_run_live() -> None:
     assert (caller.requests, delete.calls) == ([], [])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="core gap: _Run.propose shares the args object with PriorCall, the trace and the degeneration "
-    "window; ProposedAction.create should receive args.model_copy(deep=True)",
-)
 async def test_proposal_is_not_altered_by_code_that_edits_what_the_executor_saw() -> None:
     """An executor that edits the prior call it is shown cannot change the call it proposed."""
     delete = Recording("delete", Tier.IRREVERSIBLE, PathArgs)

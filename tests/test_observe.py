@@ -546,12 +546,6 @@ def test_logging_observer_stays_silent_below_its_logger_level(caplog: pytest.Log
     assert not [record for record in caplog.records if record.name == "agentkit.test.quiet"]
 
 
-ABORT_PENDING = pytest.mark.xfail(
-    reason="core: run_core does not emit RunAborted yet when a run is cancelled or raises", strict=True
-)
-
-
-@ABORT_PENDING
 async def test_a_run_that_raises_ends_with_run_abort() -> None:
     """A wiring mistake found mid-run (the script ran dry) ends the hooks with run_abort, then raises."""
     recorder = Recorder()
@@ -560,7 +554,6 @@ async def test_a_run_that_raises_ends_with_run_abort() -> None:
     assert recorder.kinds == ["run_start", "round_start", "llm_call", "run_abort"]
 
 
-@ABORT_PENDING
 async def test_a_cancelled_run_ends_with_run_abort() -> None:
     """A run cancelled inside a tool call ends the hooks with run_abort carrying the CancelledError."""
     recorder, called = Recorder(), asyncio.Event()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,10 +174,6 @@ async def test_run_usage_equals_the_sum_of_rounds_and_of_attempts(script: list[t
     assert result.usage.requests == len(entries)
 
 
-@pytest.mark.xfail(
-    reason="core: a deadline that expires between attempts drops the usage of the attempts already made",
-    strict=True,
-)
 async def test_usage_of_attempts_before_a_deadline_is_kept() -> None:
     """A deadline hit while waiting to retry still counts the failed attempt's tokens."""
     slow_retry = RetryPolicy(wait_initial=5, wait_max=5)
