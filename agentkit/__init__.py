@@ -1,6 +1,12 @@
-"""agentkit: typed agents that gather, reason in a bounded loop, then act or propose."""
+"""agentkit: typed agents that gather, reason in a bounded loop, then act or propose.
+
+The top level holds what a typical agent needs; sub-namespaces carry the rest:
+``agentkit.testing`` (scripted caller, fake OpenAI server), ``agentkit.providers.openai``,
+``agentkit.program`` (program gating), ``agentkit.journal``, ``agentkit.otel``, ``agentkit.local``.
+"""
 
 from agentkit.agent import PriorCall, Prompt, RoleSpec, ToolAgent, ToolRoundInfo
+from agentkit.approval import Approval, ApprovalError, Rejection, approve, execute_approved, reject
 from agentkit.config import AfterProposal, LoopConfig
 from agentkit.degeneration import SameFunc
 from agentkit.errors import (
@@ -14,39 +20,63 @@ from agentkit.errors import (
     ToolRetry,
     ToolTimeout,
     UsageError,
+    VerifierError,
 )
+from agentkit.events import Event
 from agentkit.loop import run_tool_loop, run_tool_loop_sync, run_tool_loop_tiered
-from agentkit.observe import Observer
+from agentkit.observe import LoggingObserver, Observer
+from agentkit.once import OnceAgent, OnceResult, RoundInfo, TextResult, run_once, run_once_text
 from agentkit.outcome import Outcome, StopReason
-from agentkit.proposals import ProposedAction
+from agentkit.pair import LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, Verifier, pair
+from agentkit.prompting import reflective_prompt
+from agentkit.proposals import ProposedAction, load_proposal
 from agentkit.results import RoundRecord, TieredLoopResult, ToolLoopResult, Usage
 from agentkit.step import ToolStep
+from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
 from agentkit.structured import Completion, RetryPolicy, StructuredCaller, StructuredRequest, generate_structured
+from agentkit.text import TextCaller, TextCompletion
 from agentkit.tiers import AutonomyRung, Tier, max_rung_for, parse_tier
-from agentkit.tools import FunctionTool, Tool, tool
+from agentkit.tools import FunctionTool, Tool, tool, tool_set
 
 __all__ = [
     "AfterProposal",
     "AgentkitError",
+    "Approval",
+    "ApprovalError",
     "AutonomyRung",
     "Completion",
+    "Event",
     "FunctionTool",
+    "LLMVerifier",
+    "LoggingObserver",
     "LoopConfig",
     "MissingTierError",
     "Observer",
+    "OnceAgent",
+    "OnceResult",
     "Outcome",
+    "PairConfig",
+    "PairResult",
     "PriorCall",
     "Prompt",
     "ProposedAction",
     "ProviderError",
+    "Rejection",
     "RetryPolicy",
+    "Review",
     "RoleSpec",
+    "RoundInfo",
     "RoundRecord",
+    "RulesVerifier",
+    "RunStream",
     "SameFunc",
     "StopReason",
     "StructuredCaller",
     "StructuredOutputError",
     "StructuredRequest",
+    "TextCaller",
+    "TextCompletion",
+    "TextResult",
     "Throttled",
     "Tier",
     "TierParseError",
@@ -61,11 +91,24 @@ __all__ = [
     "ToolTimeout",
     "Usage",
     "UsageError",
+    "Verifier",
+    "VerifierError",
+    "approve",
+    "execute_approved",
     "generate_structured",
+    "iter_tool_loop",
+    "iter_tool_loop_tiered",
+    "load_proposal",
     "max_rung_for",
+    "pair",
     "parse_tier",
+    "reflective_prompt",
+    "reject",
+    "run_once",
+    "run_once_text",
     "run_tool_loop",
     "run_tool_loop_sync",
     "run_tool_loop_tiered",
     "tool",
+    "tool_set",
 ]

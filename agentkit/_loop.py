@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -73,6 +73,11 @@ class Toolbox:
     @classmethod
     def build(cls, tool_or_tools: Tool[Any, Any] | Sequence[Tool[Any, Any]], config: LoopConfig) -> Toolbox:
         single: Tool[Any, Any] | None
+        if isinstance(tool_or_tools, Iterable) and not isinstance(tool_or_tools, Sequence):
+            raise UsageError(
+                f"tools must be one Tool or a list or tuple of them (their order is the schema's order); "
+                f"got a {type(tool_or_tools).__name__}"
+            )
         if isinstance(tool_or_tools, Sequence):
             single, tools = None, list(tool_or_tools)
         else:

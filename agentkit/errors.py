@@ -11,7 +11,8 @@ The tree::
     ├── ToolError               a tool failed; carries the tool's name
     │   ├── MissingTierError    a tool declares no reversibility tier; it is never called
     │   └── ToolTimeout         a tool ran past ``LoopConfig.tool_timeout``
-    └── ToolRetry               raised *by* a tool: the call was wrong, tell the model and go on
+    ├── ToolRetry               raised *by* a tool: the call was wrong, tell the model and go on
+    └── VerifierError           a pair's verifier failed; the unverified draft is discarded
 
 Expected endings of a run come back as results carrying one of these in ``error``; only
 ``UsageError`` (and cancellation) is raised out of the loops.
@@ -35,6 +36,7 @@ __all__ = [
     "ToolRetry",
     "ToolTimeout",
     "UsageError",
+    "VerifierError",
 ]
 
 
@@ -120,3 +122,7 @@ class ToolRetry(AgentkitError):
         super().__init__(message)
         self.message = message
         """What the model is told about its call."""
+
+
+class VerifierError(AgentkitError):
+    """A pair's verifier raised; the draft it was reviewing is discarded, never returned as approved."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 from pydantic import BaseModel, Field
 
 from agentkit.degeneration import SameFunc, same_args
-from agentkit.errors import AgentkitError, Throttled, UsageError
+from agentkit.errors import AgentkitError, Throttled, UsageError, VerifierError
 from agentkit.observe import Observer, ObserverArg, observers_of
 from agentkit.once import (
     OnceAgent,
@@ -206,7 +206,7 @@ class PairResult(Generic[V_co]):
 def _verifier_failure(raised: Exception, verifier: object) -> AgentkitError:
     if isinstance(raised, AgentkitError):
         return raised
-    wrapped = AgentkitError(f"verifier {type(verifier).__name__} failed: {type(raised).__name__}: {raised}")
+    wrapped = VerifierError(f"verifier {type(verifier).__name__} failed: {type(raised).__name__}: {raised}")
     wrapped.__cause__ = raised
     return wrapped
 

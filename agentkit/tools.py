@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from agentkit.errors import UsageError
 from agentkit.tiers import Tier, tier_choices
 
-__all__ = ["FunctionTool", "Tool", "declared_tier", "tool", "validate_tool_names"]
+__all__ = ["FunctionTool", "Tool", "declared_tier", "tool", "tool_set", "validate_tool_names"]
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
@@ -137,6 +137,15 @@ def _args_type_of(fn: Callable[..., Any]) -> type[Any]:
             f"@tool function {fn.__name__!r}: its parameter must be annotated with a pydantic model, got {annotation!r}"
         )
     return annotation
+
+
+def tool_set(*tools: Tool[Any, R]) -> tuple[Tool[Any, R], ...]:
+    """Group tools with different argument types into one typed set.
+
+    A plain list of such tools kept in a variable is inferred by mypy as ``list[object]``; this
+    keeps the result type: ``tool_set(search, delete)`` is a set of tools returning ``Doc``.
+    """
+    return tools
 
 
 def declared_tier(candidate: object) -> Tier | None:

@@ -441,3 +441,9 @@ async def test_tool_returning_non_sequence_is_tool_error() -> None:
     result = await run_tool_loop(ScriptedCaller([call_step(Query(query="a"))]), Agent(), broken, "q", config())
     assert result.stop_reason is StopReason.TOOL_ERROR
     assert result.items == []
+
+
+async def test_unordered_tool_collection_is_usage_error() -> None:
+    """A set of tools has no order for the schema; it is refused with the fix, not mistaken for one tool."""
+    with pytest.raises(UsageError, match="list or tuple"):
+        await run_tool_loop(ScriptedCaller([]), Agent(), {search}, "q")  # type: ignore[arg-type]  # the point

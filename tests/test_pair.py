@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from agentkit import Observer, Outcome, Prompt, ProviderError, RetryPolicy, RoleSpec, StopReason, Throttled, Usage
-from agentkit.errors import AgentkitError, UsageError
+from agentkit.errors import AgentkitError, UsageError, VerifierError
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunFinished, RunStarted
 from agentkit.once import RoundInfo
 from agentkit.pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, pair
@@ -193,7 +193,7 @@ async def test_verifier_error_discards_the_draft() -> None:
     result = await pair(caller, Drafter(), Scripted([ValueError("rule crashed")]), "x", schema=Answer)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.VERIFIER_ERROR)
     assert result.value is None
-    assert isinstance(result.error, AgentkitError)
+    assert isinstance(result.error, VerifierError)
     assert isinstance(result.error.__cause__, ValueError)
     assert "Scripted" in str(result.error)
     with pytest.raises(AgentkitError):

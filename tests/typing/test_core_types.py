@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import assert_type
+from typing import Any, assert_type
 
 from pydantic import BaseModel
 
@@ -19,6 +19,7 @@ from agentkit import (
     StructuredRequest,
     Tier,
     TieredLoopResult,
+    Tool,
     ToolLoopResult,
     ToolRoundInfo,
     ToolStep,
@@ -29,6 +30,7 @@ from agentkit import (
     run_tool_loop_sync,
     run_tool_loop_tiered,
     tool,
+    tool_set,
 )
 from agentkit.errors import AgentkitError, TierParseError
 from agentkit.structured import Completion
@@ -98,6 +100,9 @@ async def check() -> None:
 
     mixed = await run_tool_loop_tiered(caller, Agent(), [search, delete], "ctx")
     assert_type(mixed.items, list[Doc])
+    kept = tool_set(search, delete)
+    assert_type(kept, tuple[Tool[Any, Doc], ...])
+    assert_type((await run_tool_loop_tiered(caller, Agent(), kept, "ctx")).items, list[Doc])
 
     completion = await generate_structured(caller, StructuredRequest(system="", dynamic="", model="m"), SearchArgs)
     assert_type(completion, Completion[SearchArgs])
