@@ -11,6 +11,8 @@ import ast
 import asyncio
 import inspect
 import re
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -31,7 +33,17 @@ def blocks(page: Path) -> list[tuple[int, str, str | None]]:
 
 
 def run_page(page: Path) -> None:
-    namespace: dict[str, object] = {"__name__": f"docs_{page.stem}"}
+    # A registered module, so that classes defined in examples behave as in a real module
+    # (pydantic looks generic models' modules up in sys.modules).
+    module = types.ModuleType(f"docs_{page.stem.replace('-', '_')}")
+    sys.modules[module.__name__] = module
+    try:
+        run_blocks(page, module.__dict__)
+    finally:
+        del sys.modules[module.__name__]
+
+
+def run_blocks(page: Path, namespace: dict[str, object]) -> None:
     for line, code, reason in blocks(page):
         if reason is not None:
             assert reason, f"{page.name}:{line}: a not-run block must say why"
