@@ -1,0 +1,1 @@
+"""Benchmarks of agentkit against the raw client floor and peer frameworks (see README.md)."""

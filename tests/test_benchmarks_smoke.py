@@ -1,0 +1,95 @@
+"""The benchmark runs end to end for a few iterations, and its server-side check catches short runs.
+
+Only the in-project contenders are used (the raw ``openai`` floor and agentkit), so this needs no
+peers' environment. No figure is asserted: performance is measured by ``benchmarks/run.sh``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import harness, scenario, server
+
+RUN = b"0123456789abcdef"
+
+
+def body(searches_done: int, *, tools: list[str] | None = None, **extra: Any) -> bytes:
+    """A request of run ``RUN`` that shows the results of ``searches_done`` searches."""
+    items = [item for k in range(1, searches_done + 1) for item in scenario.search_items(f"{RUN.decode()}-{k}")]
+    request: dict[str, Any] = {
+        "model": scenario.MODEL,
+        "messages": [{"role": "user", "content": scenario.step_prompt(scenario.question(RUN.decode()), items, 1, 6)}],
+        **extra,
+    }
+    if tools:
+        request["tools"] = [{"type": "function", "function": {"name": name, "parameters": {}}} for name in tools]
+    return json.dumps(request).encode()
+
+
+@pytest.fixture(autouse=True)
+def fresh_stats() -> None:
+    server.STATS.reset()
+
+
+def message_of(reply: dict[str, Any]) -> dict[str, Any]:
+    message: dict[str, Any] = reply["choices"][0]["message"]
+    return message
+
+
+def test_server_asks_for_three_searches_then_finishes_a_step_run() -> None:
+    """Step protocol: a search call while fewer than 3 searches are shown, then done."""
+    first = json.loads(message_of(server.reply(body(0)))["content"])
+    last = json.loads(message_of(server.reply(body(3)))["content"])
+    assert first == {"rationale": "need more results", "done": False, "call": {"query": f"{RUN.decode()}-1"}}
+    assert last["done"] is True
+    assert last["call"] is None
+
+
+def test_server_answers_tool_protocol_with_the_final_tool() -> None:
+    """Tool protocol: search calls, then the final answer as a call of the other offered tool."""
+    searching = message_of(server.reply(body(1, tools=["search", "final_result"])))
+    final = message_of(server.reply(body(3, tools=["search", "final_result"])))
+    assert searching["tool_calls"][0]["function"]["name"] == "search"
+    assert final["tool_calls"][0]["function"]["name"] == "final_result"
+    answer = scenario.Answer.model_validate_json(final["tool_calls"][0]["function"]["arguments"])
+    scenario.check_answer(answer)
+
+
+def test_server_check_flags_a_run_that_skipped_a_search() -> None:
+    """A run whose requests do not show 0, 1, 2, 3 searches in turn is counted as wrong."""
+    for done in (0, 1, 3):
+        server.reply(body(done))
+    summary = server.STATS.summary()
+    assert summary["runs"] == 1
+    assert summary["correct_runs"] == 0
+    assert summary["wrong_runs"] == {RUN.decode(): [0, 1, 3]}
+
+
+def test_server_check_passes_a_complete_run() -> None:
+    """A run that shows 0, 1, 2 and 3 searches in turn is correct."""
+    for done in range(scenario.ROUNDS):
+        server.reply(body(done))
+    summary = server.STATS.summary()
+    assert (summary["runs"], summary["correct_runs"], summary["finals"]) == (1, 1, 1)
+
+
+@pytest.mark.slow
+def test_benchmark_runs_for_a_few_iterations_and_writes_the_table(tmp_path: Path) -> None:
+    """The harness measures the floor and agentkit, every run passes the server-side check, and the table is written."""
+    names = ["raw-openai", "agentkit-json_schema"]
+    argv = ["--contenders", ",".join(names), "--repeats", "1", "--runs", "2", "--warmup", "1"]
+    argv += ["--concurrent", "5", "--import-repeats", "0", "--micro-repeats", "0", "--out", str(tmp_path)]
+    assert harness.main(argv) == 0
+    summary = json.loads((tmp_path / "latest.json").read_text(encoding="utf-8"))
+    assert summary["failures"] == []
+    for name in names:
+        figures = summary["contenders"][name]
+        assert figures["correct_samples"] == figures["samples"] == 1
+        assert figures["concurrent"]["errors"] == 0
+        assert figures["concurrent"]["correct_runs"] == 5
+    table = (tmp_path / "latest.md").read_text(encoding="utf-8")
+    assert all(f"| `{name}` |" in table for name in names)
