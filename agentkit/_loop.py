@@ -390,6 +390,7 @@ async def run_core(
             model=run.role.model,
             tools=tuple(box.tools),
             max_rounds=config.max_rounds,
+            config=config,
         )
     )
     try:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel
 
 from agentkit.agent import ToolRoundInfo
+from agentkit.config import LoopConfig
 from agentkit.results import ToolLoopResult, Usage
 from agentkit.tiers import Tier
 
@@ -43,6 +44,9 @@ class RunStarted:
     """The tool names offered."""
     max_rounds: int | None
     """The round ceiling (``None``: unlimited)."""
+    config: LoopConfig | None = None
+    """The run's full configuration (autonomy, budgets, deadline, after-proposal policy), when
+    the run is a tool loop."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
