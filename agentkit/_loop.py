@@ -7,10 +7,12 @@ executor, ``gate`` the call by tier, ``dispatch`` it to the tool, and ``finish``
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import time
+import typing
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -73,15 +75,15 @@ class Toolbox:
     @classmethod
     def build(cls, tool_or_tools: Tool[Any, Any] | Sequence[Tool[Any, Any]], config: LoopConfig) -> Toolbox:
         single: Tool[Any, Any] | None
-        if isinstance(tool_or_tools, Iterable) and not isinstance(tool_or_tools, Sequence):
-            raise UsageError(
-                f"tools must be one Tool or a list or tuple of them (their order is the schema's order); "
-                f"got a {type(tool_or_tools).__name__}"
-            )
-        if isinstance(tool_or_tools, Sequence):
+        if callable(getattr(tool_or_tools, "call", None)):
+            single, tools = typing.cast("Tool[Any, Any]", tool_or_tools), [typing.cast("Tool[Any, Any]", tool_or_tools)]
+        elif isinstance(tool_or_tools, Sequence) and not isinstance(tool_or_tools, str | bytes):
             single, tools = None, list(tool_or_tools)
         else:
-            single, tools = tool_or_tools, [tool_or_tools]
+            raise UsageError(
+                "tools must be one Tool or a list or tuple of them (their order is the schema's order); "
+                f"got a {type(tool_or_tools).__name__}"
+            )
         validate_tool_names(tools)
         spec: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel]
         spec = single.args_type if single is not None else tuple((t.name, t.args_type) for t in tools)
@@ -122,7 +124,7 @@ class _Run:
         self.run_id = uuid.uuid4().hex
         self.started = time.monotonic()
         self.items: list[Any] = []
-        self.batches: list[Sequence[Any]] = []
+        self.batches: list[tuple[Any, ...]] = []
         self.calls: list[PriorCall[Any]] = []
         self.recent: list[tuple[str, BaseModel]] = []
         self.proposals: list[ProposedAction[Any]] = []
@@ -235,7 +237,9 @@ class _Run:
 
     def degenerate(self, round: int, step: ToolStep[Any], tool: Tool[Any, Any], args: BaseModel) -> Ending | None:
         if is_repeat(tool.name, args, self.recent, self.same, self.config.degeneration_window):
-            self.emit(DegenerationDetected(run_id=self.run_id, round=round, tool_name=tool.name, args=args))
+            if self.observers:
+                copied = args.model_copy(deep=True)
+                self.emit(DegenerationDetected(run_id=self.run_id, round=round, tool_name=tool.name, args=copied))
             self.record(
                 round, done=False, rationale=step.rationale, tool_name=tool.name, call=args, tier=declared_tier(tool)
             )
@@ -275,7 +279,8 @@ class _Run:
         self.calls.append(
             PriorCall(round=round, tool_name=tool.name, args=args, observation=PROPOSED_NOTE, proposed=True)
         )
-        self.emit(ProposalCaptured(run_id=self.run_id, proposal=proposal))
+        if self.observers:
+            self.emit(ProposalCaptured(run_id=self.run_id, proposal=proposal.model_copy(deep=True)))
         self.record(
             round, done=False, rationale=step.rationale, tool_name=tool.name, call=args, tier=tier, proposed=True
         )
@@ -286,33 +291,12 @@ class _Run:
     async def dispatch(
         self, round: int, step: ToolStep[Any], tool: Tool[Any, Any], tier: Tier, args: BaseModel
     ) -> Ending | None:
-        self.emit(ToolCallStarted(run_id=self.run_id, round=round, tool_name=tool.name, tier=tier, args=args))
+        if self.observers:
+            # Observers get their own copy: nothing they do can change the call that runs.
+            event_args = args.model_copy(deep=True)
+            self.emit(ToolCallStarted(run_id=self.run_id, round=round, tool_name=tool.name, tier=tier, args=event_args))
         started = time.perf_counter()
-        batch: Sequence[Any] = ()
-        observation: str | None = None
-        ending: Ending | None = None
-        timeout = self.config.tool_timeout
-        remaining = self.remaining()
-        if remaining is not None and (timeout is None or remaining < timeout):
-            timeout = remaining
-        try:
-            async with asyncio.timeout(timeout):
-                batch = await tool.call(args)
-            if not isinstance(batch, Sequence) or isinstance(batch, str | bytes):
-                raise TypeError(f"returned {type(batch).__name__}; a tool returns a sequence (a batch) of items")
-        except ToolRetry as retry:
-            observation = retry.message
-        except TimeoutError:
-            remaining = self.remaining()
-            if remaining is not None and remaining <= 0:
-                ending = Ending(None, StopReason.DEADLINE)
-            else:
-                timed_out = ToolTimeout(f"tool {tool.name!r} timed out after {timeout}s", tool_name=tool.name)
-                ending = Ending(Outcome.ERROR, StopReason.TOOL_ERROR, timed_out)
-        except Exception as raised:
-            error = ToolError(f"tool {tool.name!r} failed: {type(raised).__name__}: {raised}", tool_name=tool.name)
-            error.__cause__ = raised
-            ending = Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
+        batch, observation, ending = await self.call_tool(tool, args)
         seconds = time.perf_counter() - started
         ran = ending is None and observation is None
         if ran:
@@ -348,6 +332,48 @@ class _Run:
         )
         return ending
 
+    async def call_tool(
+        self, tool: Tool[Any, Any], args: BaseModel
+    ) -> tuple[tuple[Any, ...], str | None, Ending | None]:
+        """Run one call within the tool timeout (and the run's deadline): (batch, observation, ending)."""
+        limit = self.config.tool_timeout
+        remaining = self.remaining()
+        if remaining is not None and (limit is None or remaining < limit):
+            limit = remaining
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(limit) as scope:
+                batch = await tool.call(args)
+        except ToolRetry as retry:
+            return (), retry.message, None
+        except TimeoutError as raised:
+            # Only the loop's own timer means "timed out"; a TimeoutError the tool raised
+            # (a socket timeout, say) is that tool's failure.
+            ending = self.timed_out(tool, limit) if scope.expired() else self.tool_failed(tool, raised)
+            return (), None, ending
+        except Exception as raised:
+            return (), None, self.tool_failed(tool, raised)
+        if limit is not None and time.monotonic() - started > limit:
+            # A sync tool holds the event loop, so the timer could not interrupt it: its late
+            # result is discarded all the same.
+            return (), None, self.timed_out(tool, limit)
+        if not isinstance(batch, Sequence) or isinstance(batch, str | bytes):
+            wrong = TypeError(f"returned {type(batch).__name__}; a tool returns a sequence (a batch) of items")
+            return (), None, self.tool_failed(tool, wrong)
+        return tuple(batch), None, None
+
+    def timed_out(self, tool: Tool[Any, Any], limit: float | None) -> Ending:
+        remaining = self.remaining()
+        if remaining is not None and remaining <= 0:
+            return Ending(None, StopReason.DEADLINE)
+        error = ToolTimeout(f"tool {tool.name!r} timed out after {limit}s", tool_name=tool.name)
+        return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
+
+    def tool_failed(self, tool: Tool[Any, Any], raised: Exception) -> Ending:
+        error = ToolError(f"tool {tool.name!r} failed: {type(raised).__name__}: {raised}", tool_name=tool.name)
+        error.__cause__ = raised
+        return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
+
     def finish(self, ending: Ending) -> TieredLoopResult[Any, Any]:
         outcome = ending.outcome
         reason = ending.reason
@@ -366,7 +392,12 @@ class _Run:
             run_id=self.run_id,
             proposed=self.proposals,
         )
-        self.emit(RunFinished(run_id=self.run_id, result=result))
+        if self.observers:
+            # The caller's result is not the observers' to edit: they get their own lists.
+            seen = dataclasses.replace(
+                result, items=list(self.items), proposed=[p.model_copy(deep=True) for p in self.proposals]
+            )
+            self.emit(RunFinished(run_id=self.run_id, result=seen))
         return result
 
 

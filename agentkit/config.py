@@ -47,7 +47,9 @@ class LoopConfig:
     """Bound on the step's free-text rationale (small models run on without one)."""
 
     def __post_init__(self) -> None:
-        if self.max_rounds is not None and (isinstance(self.max_rounds, bool) or self.max_rounds < 1):
+        if self.max_rounds is not None and (
+            not isinstance(self.max_rounds, int) or isinstance(self.max_rounds, bool) or self.max_rounds < 1
+        ):
             raise UsageError(f"max_rounds must be >= 1, or None for unlimited; got {self.max_rounds!r}")
         for name in ("token_budget", "deadline", "tool_timeout"):
             value = getattr(self, name)
@@ -55,6 +57,10 @@ class LoopConfig:
                 raise UsageError(f"{name} must be positive, or None for no limit; got {value!r}")
         if not isinstance(self.autonomy, Tier):
             raise UsageError(f"autonomy must be a Tier, got {self.autonomy!r}")
+        if not isinstance(self.retry, RetryPolicy):
+            raise UsageError(f"retry must be a RetryPolicy, got {self.retry!r}")
+        if not isinstance(self.after_proposal, AfterProposal):
+            raise UsageError(f"after_proposal must be an AfterProposal, got {self.after_proposal!r}")
         if self.degeneration_window < 1:
             raise UsageError(f"degeneration_window must be >= 1; got {self.degeneration_window!r}")
         if self.rationale_max_length is not None and self.rationale_max_length < 1:

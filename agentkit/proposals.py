@@ -8,25 +8,33 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar, overload
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentkit.errors import UsageError
 from agentkit.tiers import Tier
 from agentkit.tools import Tool
 
-__all__ = ["ProposedAction", "call_digest", "load_proposal"]
+__all__ = ["ProposedAction", "call_digest", "canonical_json", "load_proposal"]
 
 Args = TypeVar("Args", bound=BaseModel)
 
 
-def call_digest(tool_name: str, args: BaseModel) -> str:
-    """SHA-256 of the tool name and the canonical JSON of the arguments.
+def canonical_json(args: BaseModel) -> str:
+    """The arguments as the digest sees them: JSON with keys sorted, no whitespace, UTF-8 text.
 
-    Canonical means keys sorted, no whitespace, UTF-8: the same call always has the same digest,
-    and any change to the name or to one argument changes it.
+    Two calls with equal arguments give equal text, so stored arguments can be compared with the
+    validated ones character for character.
     """
-    canonical = json.dumps(args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(f"{tool_name}\n{canonical}".encode()).hexdigest()
+    return json.dumps(args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def call_digest(tool_name: str, args: BaseModel) -> str:
+    """SHA-256 of the tool name and the canonical JSON of the arguments (``canonical_json``).
+
+    The same call always has the same digest, and any change to the name or to one argument
+    changes it.
+    """
+    return hashlib.sha256(f"{tool_name}\n{canonical_json(args)}".encode()).hexdigest()
 
 
 class ProposedAction(BaseModel, Generic[Args]):
@@ -51,12 +59,24 @@ class ProposedAction(BaseModel, Generic[Args]):
     digest: str
     """``call_digest(tool_name, args)``: an approval approves exactly this call."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _needs_args_type(cls, data: Any) -> Any:
+        # The bare class would "load" any args as an empty BaseModel, losing the call.
+        if not cls.__pydantic_generic_metadata__["args"]:
+            raise ValueError(
+                "load a proposal with its args type: ProposedAction[YourArgs].model_validate_json(...), "
+                "or load_proposal(data, tools) to take the type from the tool it names"
+            )
+        return data
+
     @classmethod
     def create(
         cls, *, tool_name: str, tier: Tier, args: Args, rationale: str = "", round: int, run_id: str = ""
     ) -> ProposedAction[Args]:
-        """Build a proposal and compute its digest."""
-        return cls(
+        """Build a proposal and compute its digest (on the bare class, typed by the args given)."""
+        model = cls if cls.__pydantic_generic_metadata__["args"] else cls[type(args)]  # type: ignore[index]
+        return model(
             tool_name=tool_name,
             tier=tier,
             args=args,

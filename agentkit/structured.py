@@ -26,7 +26,7 @@ from tenacity import (
     wait_random,
 )
 
-from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled
+from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
 from agentkit.results import Usage
 
 __all__ = [
@@ -105,6 +105,14 @@ class RetryPolicy:
     """Seconds before the first retry; the wait doubles, with jitter, up to ``wait_max``."""
     wait_max: float = 2.0
     """Longest wait between two attempts."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.primary_attempts, int) or self.primary_attempts < 1:
+            raise UsageError(f"primary_attempts must be a whole number >= 1; got {self.primary_attempts!r}")
+        if not isinstance(self.fallback_attempts, int) or self.fallback_attempts < 0:
+            raise UsageError(f"fallback_attempts must be a whole number >= 0; got {self.fallback_attempts!r}")
+        if self.wait_initial < 0 or self.wait_max < 0:
+            raise UsageError(f"waits must be >= 0; got wait_initial={self.wait_initial!r}, wait_max={self.wait_max!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -206,7 +214,7 @@ async def generate_structured(
 
     for model, attempts in plan:
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(max(attempts, 1)),
+            stop=stop_after_attempt(attempts),
             retry=retry_if_exception(_retryable),
             wait=wait_exponential(multiplier=policy.wait_initial, max=policy.wait_max)
             + wait_random(0, policy.wait_initial),

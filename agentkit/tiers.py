@@ -39,11 +39,15 @@ def max_rung_for(tier: Tier) -> AutonomyRung:
     Read-only and reversible tools may auto-run; external-reversible and irreversible tools always
     need a human, whatever the caller's autonomy ceiling says.
     """
+    if not isinstance(tier, Tier):
+        return AutonomyRung.ASK  # anything that is not a declared Tier fails closed
     return AutonomyRung.AUTO if tier <= Tier.REVERSIBLE else AutonomyRung.ASK
 
 
 def runs_live(tier: Tier, ceiling: Tier) -> bool:
     """The gate every path uses: at or below the caller's ceiling **and** allowed by the floor policy."""
+    if not (isinstance(tier, Tier) and isinstance(ceiling, Tier)):
+        return False  # a raw int or a missing tier never runs live
     return tier <= ceiling and max_rung_for(tier) is AutonomyRung.AUTO
 
 

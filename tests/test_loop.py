@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 
 import pytest
@@ -10,6 +11,7 @@ from pydantic import BaseModel
 
 from agentkit import (
     LoopConfig,
+    Observer,
     Outcome,
     Prompt,
     ProviderError,
@@ -27,6 +29,7 @@ from agentkit import (
     run_tool_loop_sync,
     tool,
 )
+from agentkit.events import RunFinished, ToolCallStarted
 from agentkit.results import Usage
 from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
 
@@ -447,3 +450,87 @@ async def test_unordered_tool_collection_is_usage_error() -> None:
     """A set of tools has no order for the schema; it is refused with the fix, not mistaken for one tool."""
     with pytest.raises(UsageError, match="list or tuple"):
         await run_tool_loop(ScriptedCaller([]), Agent(), {search}, "q")  # type: ignore[arg-type]  # the point
+
+
+async def test_sync_tool_past_its_timeout_is_tool_error() -> None:
+    """A sync tool cannot be interrupted, but a result that comes back past the timeout is discarded."""
+
+    @tool(tier=Tier.READ_ONLY)
+    def blocking(args: Query) -> list[Doc]:
+        """Blocks the event loop."""
+        time.sleep(0.2)
+        return [Doc(id="late")]
+
+    result = await run_tool_loop(
+        ScriptedCaller([call_step(Query(query="a"))]), Agent(), blocking, "q", config(tool_timeout=0.01)
+    )
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    assert isinstance(result.error, ToolTimeout)
+    assert result.items == []
+
+
+async def test_timeout_error_raised_by_the_tool_is_that_tools_failure() -> None:
+    """A TimeoutError the tool raises itself (a socket timeout) is a tool error, not the loop's timeout."""
+
+    @tool(tier=Tier.READ_ONLY)
+    async def flaky(args: Query) -> list[Doc]:
+        """Its backend timed out."""
+        raise TimeoutError("backend read timed out")
+
+    result = await run_tool_loop(
+        ScriptedCaller([call_step(Query(query="a"))]), Agent(), flaky, "q", config(tool_timeout=5)
+    )
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    assert isinstance(result.error, ToolError)
+    assert not isinstance(result.error, ToolTimeout)
+    assert isinstance(result.error.__cause__, TimeoutError)
+
+
+async def test_tool_written_as_a_pydantic_model_is_one_tool() -> None:
+    """A Tool implemented as a pydantic model (iterable, but not a sequence of tools) is accepted."""
+
+    class SearchTool(BaseModel):
+        name: str = "search"
+        description: str = "Search."
+        args_type: type[Query] = Query
+        tier: Tier = Tier.READ_ONLY
+
+        async def call(self, args: Query) -> list[Doc]:
+            return [Doc(id=args.query)]
+
+    caller = ScriptedCaller([call_step(Query(query="x")), done_step()])
+    result = await run_tool_loop(caller, Agent(), SearchTool(), "q", config())
+    assert [d.id for d in result.items] == ["x"]
+
+
+async def test_observer_cannot_change_the_call_or_the_result() -> None:
+    """An observer that edits what it is shown changes neither the call that runs nor what the caller gets."""
+    seen: list[str] = []
+
+    @tool(tier=Tier.READ_ONLY)
+    def recording(args: Query) -> list[Doc]:
+        """Records the query it ran with."""
+        seen.append(args.query)
+        return [Doc(id=args.query)]
+
+    class Meddler(Observer):
+        def on_tool_call(self, event: ToolCallStarted) -> None:
+            event.args.query = "MUTATED"  # type: ignore[attr-defined]  # the point of the test
+
+        def on_run_end(self, event: RunFinished) -> None:
+            event.result.items.clear()
+
+    caller = ScriptedCaller([call_step(Query(query="a")), done_step()])
+    result = await run_tool_loop(caller, Agent(), recording, "q", config(), observer=Meddler())
+    assert seen == ["a"]
+    assert [d.id for d in result.items] == ["a"]
+
+
+def test_config_and_policy_refuse_nonsense() -> None:
+    """A fractional ceiling or a policy with no attempts is a wiring mistake, refused at construction."""
+    with pytest.raises(UsageError, match="max_rounds"):
+        LoopConfig(max_rounds=2.5)  # type: ignore[arg-type]  # the point of the test
+    with pytest.raises(UsageError, match="primary_attempts"):
+        RetryPolicy(primary_attempts=0)
+    with pytest.raises(UsageError, match="fallback_attempts"):
+        RetryPolicy(fallback_attempts=-1)

@@ -343,7 +343,7 @@ async def test_event_fields_follow_the_run() -> None:
     assert isinstance(returned, ToolResultReturned)
     assert (returned.tool_name, returned.batch_size, returned.observation, returned.error) == ("search", 2, None, None)
     assert isinstance(round2, RoundStarted)
-    assert round2.info.prior_results == ([Doc(id="a1"), Doc(id="a2")],)
+    assert round2.info.prior_results == ((Doc(id="a1"), Doc(id="a2")),)
     assert isinstance(llm2, LLMCallFinished)
     assert (llm2.round, llm2.usage) == (2, tokens(3))
     assert isinstance(end, RunFinished)
@@ -488,8 +488,14 @@ def test_observers_of_accepts_one_several_or_none() -> None:
 
 def test_the_base_observer_ignores_every_event() -> None:
     """The base class's hooks are no-ops, so a subclass overrides only what it needs."""
-    event = RunAborted(run_id="r", error=asyncio.CancelledError())
-    dispatch((Observer(),), event)
+    observer = Observer()
+    # Called directly, not through dispatch (which would swallow a failure): no hook raises.
+    observer.on_event(RunAborted(run_id="r", error=asyncio.CancelledError()))
+    observer.on_run_abort(RunAborted(run_id="r", error=asyncio.CancelledError()))
+    observer.on_run_start(RunStarted(run_id="r", agent="A", model="m", tools=("t",), max_rounds=1))
+    hooks = ("on_round_start", "on_llm_call", "on_tool_call", "on_tool_result", "on_proposal", "on_degeneration")
+    for name in (*hooks, "on_run_end"):
+        getattr(observer, name)(object())
 
 
 async def test_logging_observer_writes_one_line_per_event(caplog: pytest.LogCaptureFixture) -> None:

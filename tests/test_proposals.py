@@ -166,3 +166,9 @@ def test_created_at_is_kept_when_given() -> None:
     when = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
     data = json.loads(proposal().model_dump_json()) | {"created_at": when.isoformat()}
     assert ProposedAction[PathArgs].model_validate(data).created_at == when
+
+
+def test_loading_with_the_bare_class_fails_loudly() -> None:
+    """The unparametrised class cannot type the args, so loading with it is refused with the fix."""
+    with pytest.raises(ValidationError, match="load_proposal"):
+        ProposedAction.model_validate_json(proposal().model_dump_json())

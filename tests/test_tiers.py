@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from agentkit import AutonomyRung, Tier, TierParseError, max_rung_for, parse_tier
+from agentkit.tiers import runs_live
 
 
 def test_tiers_are_ordered_with_stable_values() -> None:
@@ -61,3 +62,12 @@ def test_parse_tier_never_grants_autonomy_to_unrecognised_text(text: str) -> Non
     """For any text, either it parsed cleanly or the tier is IRREVERSIBLE."""
     tier, error = parse_tier(text)
     assert error is None or tier is Tier.IRREVERSIBLE
+
+
+def test_gate_helpers_fail_closed_on_non_tiers() -> None:
+    """A raw int or None is never treated as an auto-run tier."""
+    assert max_rung_for(0) is AutonomyRung.ASK  # type: ignore[arg-type]  # the point of the test
+    assert runs_live(0, Tier.IRREVERSIBLE) is False  # type: ignore[arg-type]  # the point of the test
+    assert runs_live(Tier.READ_ONLY, None) is False  # type: ignore[arg-type]  # the point of the test
+    assert runs_live(Tier.READ_ONLY, Tier.READ_ONLY) is True
+    assert runs_live(Tier.IRREVERSIBLE, Tier.IRREVERSIBLE) is False

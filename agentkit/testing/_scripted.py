@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_json
 
 from agentkit.errors import AgentkitError, StructuredOutputError, UsageError
 from agentkit.results import Usage
@@ -115,16 +116,12 @@ def _raise_if_exception(reply: ScriptedReply) -> None:
 
 
 def _validate(value: BaseModel | Mapping[str, Any] | str, schema: type[M], usage: Usage) -> M:
+    # Every entry goes through JSON validation, as a real reply's text does: a dict or an instance
+    # that only Python-mode validation would accept fails here as it would on the wire.
+    raw = value if isinstance(value, str) else to_json(value).decode()
     try:
-        if isinstance(value, schema):
-            return value
-        if isinstance(value, BaseModel):
-            return schema.model_validate(value.model_dump())
-        if isinstance(value, str):
-            return schema.model_validate_json(value)
-        return schema.model_validate(value)
+        return schema.model_validate_json(raw)
     except ValidationError as invalid:
-        raw = value if isinstance(value, str) else repr(value)
         error = StructuredOutputError(
             f"reply does not match schema {schema.__name__}: {invalid}", schema_name=schema.__name__, raw=raw
         )
