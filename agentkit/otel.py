@@ -48,6 +48,7 @@ except ImportError as missing:  # pragma: no cover - exercised only without the 
 __all__ = [
     "GEN_AI_AGENT_NAME",
     "GEN_AI_OPERATION_NAME",
+    "GEN_AI_PROVIDER_NAME",
     "GEN_AI_REQUEST_MODEL",
     "GEN_AI_TOOL_NAME",
     "GEN_AI_USAGE_INPUT_TOKENS",
@@ -61,6 +62,7 @@ GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
 ERROR_TYPE = "error.type"
 
 _INSTRUMENTATION = "agentkit"
@@ -87,10 +89,14 @@ class OTelObserver(Observer):
     Args:
         tracer: The tracer to use; ``trace.get_tracer("agentkit")`` (the global provider) when
             omitted.
+        provider_name: ``gen_ai.provider.name`` on model-call spans: ``"openai"`` for OpenAI and
+            the servers that speak its API through ``OpenAICaller``; name yours (``"vllm"``,
+            ``"ollama"``) when the backend is known.
     """
 
-    def __init__(self, tracer: Tracer | None = None) -> None:
+    def __init__(self, tracer: Tracer | None = None, *, provider_name: str = "openai") -> None:
         self.tracer = tracer or trace.get_tracer(_INSTRUMENTATION)
+        self.provider_name = provider_name
         self._runs: dict[str, _RunSpans] = {}
 
     def on_run_start(self, event: RunStarted) -> None:
@@ -141,6 +147,7 @@ class OTelObserver(Observer):
             start_time=started,
             attributes={
                 GEN_AI_OPERATION_NAME: "chat",
+                GEN_AI_PROVIDER_NAME: self.provider_name,
                 GEN_AI_REQUEST_MODEL: event.model,
                 GEN_AI_USAGE_INPUT_TOKENS: event.usage.input_tokens,
                 GEN_AI_USAGE_OUTPUT_TOKENS: event.usage.output_tokens,

@@ -32,6 +32,7 @@ from agentkit.observe import dispatch
 from agentkit.otel import (
     GEN_AI_AGENT_NAME,
     GEN_AI_OPERATION_NAME,
+    GEN_AI_PROVIDER_NAME,
     GEN_AI_REQUEST_MODEL,
     GEN_AI_TOOL_NAME,
     GEN_AI_USAGE_INPUT_TOKENS,
@@ -125,6 +126,7 @@ async def test_three_round_run_makes_the_span_tree(observer: OTelObserver, expor
     assert chat.kind is SpanKind.CLIENT
     assert chat.attributes is not None
     assert chat.attributes[GEN_AI_OPERATION_NAME] == "chat"
+    assert chat.attributes[GEN_AI_PROVIDER_NAME] == "openai"
     assert chat.attributes[GEN_AI_REQUEST_MODEL] == "exec-model"
     assert chat.attributes[GEN_AI_USAGE_INPUT_TOKENS] == 120
     assert chat.attributes[GEN_AI_USAGE_OUTPUT_TOKENS] == 12
@@ -285,6 +287,7 @@ def test_attribute_names_match_the_semantic_conventions_package() -> None:
     assert GEN_AI_USAGE_OUTPUT_TOKENS == semconv.GEN_AI_USAGE_OUTPUT_TOKENS
     assert GEN_AI_AGENT_NAME == semconv.GEN_AI_AGENT_NAME
     assert GEN_AI_TOOL_NAME == semconv.GEN_AI_TOOL_NAME
+    assert GEN_AI_PROVIDER_NAME == semconv.GEN_AI_PROVIDER_NAME
 
 
 def test_importing_agentkit_does_not_import_opentelemetry() -> None:
