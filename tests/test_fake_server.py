@@ -203,6 +203,23 @@ def test_streamed_tool_call_arguments_join_to_the_call(server: FakeOpenAIServer,
     assert json.loads("".join(call.function.arguments or "" for call in calls)) == {"score": 12345}
 
 
+def test_several_tool_calls_in_one_reply(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
+    """``FakeReply.tool_calls`` answers one message with several calls, each with its own id, streamed or not."""
+    server.add(FakeReply.tool_calls({"score": 1}, Score(score=2)), FakeReply.tool_calls({"score": 3}, "{}"))
+    reply = chat(client, **forced_tool(Score))
+    calls = reply.choices[0].message.tool_calls or []
+    assert [(call.id, call.function.name, call.function.arguments) for call in calls] == [
+        ("call_fake_0", "answer", '{"score": 1}'),
+        ("call_fake_1", "answer", '{"score":2}'),
+    ]
+    stream = chat(client, stream=True, **forced_tool(Score))
+    joined: dict[int, str] = {}
+    for chunk in stream:
+        for call in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+            joined[call.index] = joined.get(call.index, "") + (call.function.arguments or "" if call.function else "")
+    assert joined == {0: '{"score": 3}', 1: "{}"}
+
+
 async def test_async_streaming_and_async_context_manager() -> None:
     """The server works from async tests too (``async with``), streaming included."""
     server = FakeOpenAIServer(["streamed"])
@@ -309,6 +326,11 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "answer", "argu
         ({"model": "m", "messages": messages(), "temperature": 3}, "temperature"),
         ({"model": "m", "messages": messages(), "max_tokens": 0}, "max_tokens"),
         ({"model": "m", "messages": messages(), "stream_options": {"include_usage": True}}, "stream_options"),
+        ({"model": "m", "messages": messages(), "parallel_tool_calls": False}, "parallel_tool_calls"),
+        (
+            {"model": "m", "messages": messages(), **forced_tool(Score), "parallel_tool_calls": "no"},
+            "parallel_tool_calls",
+        ),
         (b"{not json", None),
     ],
 )
@@ -319,6 +341,87 @@ def test_requests_a_real_server_rejects_get_400(server: FakeOpenAIServer, body: 
     assert (status, error["type"]) == (400, "invalid_request_error")
     if param is not None:
         assert error["param"] == param
+
+
+STRICT_OK: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "description": "d", "pattern": "^a", "format": "email"},
+        "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+        "pick": {"anyOf": [{"$ref": "#/$defs/Pick"}, {"type": "null"}]},
+        "kind": {"type": "string", "enum": ["a", "b"]},
+    },
+    "required": ["name", "tags", "pick", "kind"],
+    "additionalProperties": False,
+    "$defs": {
+        "Pick": {
+            "type": "object",
+            "properties": {"n": {"type": "integer"}},
+            "required": ["n"],
+            "additionalProperties": False,
+        }
+    },
+}
+
+
+def strict_variant(change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(json.dumps(STRICT_OK))
+    change(schema)
+    return schema
+
+
+BREAKS_STRICT_MODE: dict[str, Callable[[dict[str, Any]], None]] = {
+    "an open root": lambda s: s.pop("additionalProperties"),
+    "an open object in $defs": lambda s: s["$defs"]["Pick"].pop("additionalProperties"),
+    "a property not required": lambda s: s["required"].remove("kind"),
+    "a required key not a property": lambda s: s["required"].append("ghost"),
+    "oneOf": lambda s: s["properties"]["pick"].update(oneOf=s["properties"]["pick"].pop("anyOf")),
+    "a discriminator": lambda s: s["properties"]["pick"].update(discriminator={"propertyName": "n"}),
+    "a default": lambda s: s["properties"]["name"].update(default="x"),
+    "maxLength": lambda s: s["properties"]["name"].update(maxLength=5),
+    "allOf": lambda s: s["properties"].update(kind={"allOf": [{"type": "string"}]}),
+    "a $ref with a sibling": lambda s: s["properties"]["pick"]["anyOf"][0].update(description="d"),
+    "an unsupported format": lambda s: s["properties"]["name"].update(format="uri"),
+    "an untyped value": lambda s: s["properties"].update(kind={"description": "anything"}),
+    "a union at the root": lambda s: s.update(anyOf=[{"type": "object"}]),
+}
+
+
+@pytest.mark.parametrize("where", ["response_format", "tools"])
+@pytest.mark.parametrize("breaks", list(BREAKS_STRICT_MODE))
+def test_strict_schema_outside_openai_subset_gets_400(server: FakeOpenAIServer, where: str, breaks: str) -> None:
+    """A schema marked strict that breaks a strict-mode rule is refused, as OpenAI refuses it."""
+    schema = strict_variant(BREAKS_STRICT_MODE[breaks])
+    status, _, raw = post(server, {"model": "m", "messages": messages(), **strict_request(where, schema)})
+    error = json.loads(raw)["error"]
+    assert (status, error["type"]) == (400, "invalid_request_error"), breaks
+    assert error["param"] == ("response_format" if where == "response_format" else "tools[0].function.parameters")
+    assert error["message"].startswith("Invalid schema for ")
+
+
+@pytest.mark.parametrize("where", ["response_format", "tools"])
+def test_strict_schema_inside_openai_subset_is_answered_with_an_instance(server: FakeOpenAIServer, where: str) -> None:
+    """A strict schema within the rules is accepted, and the same schema unmarked is never checked."""
+    status, _, raw = post(server, {"model": "m", "messages": messages(), **strict_request(where, STRICT_OK)})
+    assert status == 200
+    message = json.loads(raw)["choices"][0]["message"]
+    value = json.loads(
+        message["content"] if where == "response_format" else message["tool_calls"][0]["function"]["arguments"]
+    )
+    assert value == {"name": "a@example.com", "tags": [], "pick": {"n": 0}, "kind": "a"}
+    loose = strict_request(where, strict_variant(BREAKS_STRICT_MODE["oneOf"]), strict=False)
+    assert post(server, {"model": "m", "messages": messages(), **loose})[0] == 200
+
+
+def strict_request(where: str, schema: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    if where == "response_format":
+        spec = {"name": "answer", "schema": schema, "strict": strict}
+        return {"response_format": {"type": "json_schema", "json_schema": spec}}
+    function = {"name": "answer", "parameters": schema, "strict": strict}
+    return {
+        "tools": [{"type": "function", "function": function}],
+        "tool_choice": {"type": "function", "function": {"name": "answer"}},
+    }
 
 
 def test_a_well_formed_tool_protocol_is_accepted(server: FakeOpenAIServer) -> None:

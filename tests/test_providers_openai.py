@@ -393,6 +393,44 @@ async def test_tools_reply_without_a_call_is_reasked(server: FakeOpenAIServer) -
     assert "Recall the function correctly" in last_message(server.requests[1])
 
 
+async def test_tools_mode_asks_for_exactly_one_call(server: FakeOpenAIServer) -> None:
+    """TOOLS mode forces the one function and sends ``parallel_tool_calls: false`` through the openai client."""
+    async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.TOOLS) as caller:
+        await caller.complete(request(), Verdict)
+    body = server.requests[0]
+    assert body["parallel_tool_calls"] is False
+    assert body["tool_choice"]["function"]["name"] == body["tools"][0]["function"]["name"]
+
+
+@pytest.mark.parametrize("mode", [StructuredMode.JSON_SCHEMA, StructuredMode.JSON, StructuredMode.MD_JSON])
+async def test_modes_without_tools_send_no_parallel_tool_calls(server: FakeOpenAIServer, mode: StructuredMode) -> None:
+    """``parallel_tool_calls`` goes only with tools (a real server refuses it alone)."""
+    async with OpenAICaller(base_url=server.base_url, mode=mode) as caller:
+        await caller.complete(request(), Verdict)
+    assert "parallel_tool_calls" not in server.requests[0]
+
+
+async def test_reply_with_several_tool_calls_is_reasked_not_truncated_to_the_first(server: FakeOpenAIServer) -> None:
+    """Two calls in one reply are a schema failure: each is answered with the error and the model asked again."""
+    server.add(FakeReply.tool_calls({"score": 1}, {"score": 2}), {"score": 3})
+    async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.TOOLS) as caller:
+        completion = await caller.complete(request(), Verdict)
+    assert completion.value == Verdict(score=3)
+    follow_up = server.requests[1]["messages"]
+    calls = follow_up[-3]["tool_calls"]
+    assert [message["tool_call_id"] for message in follow_up[-2:]] == [call["id"] for call in calls]
+    assert "made 2 calls to the function; make exactly one call" in follow_up[-1]["content"]
+
+
+async def test_several_tool_calls_every_time_fail_with_all_of_them_as_raw(server: FakeOpenAIServer) -> None:
+    """Still several calls after the re-asks: a StructuredOutputError whose raw reply shows every call."""
+    server.add(FakeReply.tool_calls({"score": 1}, {"score": 2}), FakeReply.tool_calls({"score": 4}, {"score": 5}))
+    async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.TOOLS) as caller:
+        with pytest.raises(StructuredOutputError, match="made 2 calls") as raised:
+            await caller.complete(request(), Verdict)
+    assert raised.value.raw == '{"score": 4}\n{"score": 5}'
+
+
 async def test_structured_failure_fails_over_with_the_error_shown_to_the_fallback(server: FakeOpenAIServer) -> None:
     """Invalid on every primary attempt: the fallback model gets its turn, told what was wrong."""
     server.add("no", "no", "no", "no", {"score": 5})
@@ -465,6 +503,7 @@ async def test_built_client_has_retries_off_and_is_closed_by_aclose(server: Fake
         {"mode": "json_schema"},
         {"max_reasks": -1},
         {"max_tokens_field": "limit"},
+        {"strict": "yes"},
     ],
 )
 def test_wiring_mistakes_are_usage_errors(kwargs: dict[str, Any]) -> None:
@@ -479,8 +518,49 @@ def test_openai_without_a_key_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) 
     """OpenAI itself (no base_url) without a key is refused, naming the fix."""
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with pytest.raises(UsageError, match="api_key"):
+    with pytest.raises(UsageError, match=r"api_key=.*OPENAI_API_KEY"):
         OpenAICaller()
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "https://llm.example.com/v1",
+        "http://10.0.0.5:8000/v1",
+        "http://[2001:db8::1]:8000/v1",
+        "http://localhost.evil.com/v1",
+    ],
+)
+def test_remote_server_without_a_key_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, base_url: str) -> None:
+    """A server not on this machine gets no placeholder key: a clear UsageError now, not a 401 later."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(UsageError, match=r"no API key .* pass api_key=\.\.\. or set OPENAI_API_KEY"):
+        OpenAICaller(base_url=base_url)
+
+
+def test_remote_server_from_the_environment_without_a_key_is_a_usage_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``OPENAI_BASE_URL`` naming a remote server is held to the same rule as ``base_url``."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://llm.example.com/v1")
+    with pytest.raises(UsageError, match=r"llm\.example\.com"):
+        OpenAICaller()
+
+
+@pytest.mark.parametrize("host", ["localhost", "127.0.0.1", "127.4.5.6", "[::1]", "LOCALHOST"])
+def test_server_on_this_machine_needs_no_key(monkeypatch: pytest.MonkeyPatch, host: str) -> None:
+    """A loopback server (localhost, 127.0.0.0/8, ::1) takes any key, so a placeholder is sent."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    caller = OpenAICaller(base_url=f"http://{host}:8000/v1")
+    assert caller.client.api_key == "not-needed"
+
+
+async def test_loopback_server_without_a_key_answers(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the wire: no key anywhere, a server on 127.0.0.1, and the call goes through."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    async with OpenAICaller(base_url=server.base_url) as caller:
+        completion = await caller.complete(request(), Verdict)
+    assert isinstance(completion.value, Verdict)
+    assert len(server.requests) == 1
 
 
 # --- text replies ------------------------------------------------------------------------------------

@@ -17,6 +17,9 @@ How the work is split, and why:
   is read from every response, re-asks included. instructor's patched ``create`` is not used: it
   rebuilds the schema on every call, wraps every HTTP error (a 429 included) in
   ``InstructorRetryException``, and drops the usage of a truncated reply.
+* **Strict mode is this module's.** OpenAI enforces a schema only with ``strict: true``, and
+  then only a subset of JSON Schema; ``_strict.strict_schema`` rewrites the schema into it, once
+  per schema, as part of the cached template.
 * **Replies are validated with pydantic** against the exact schema class that was asked for,
   after the checks a raw reply needs first: no choices, a reply cut off by the token limit
   (``finish_reason == "length"``: its JSON may be truncated, so it is never parsed), an empty
@@ -32,9 +35,11 @@ from __future__ import annotations
 import email.utils
 import enum
 import functools
+import ipaddress
 import json
 import os
 import time
+import urllib.parse
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -47,6 +52,7 @@ from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
+from agentkit.providers._strict import strict_schema
 from agentkit.results import Usage
 from agentkit.step import schema_name
 from agentkit.structured import Completion, StructuredRequest
@@ -65,6 +71,8 @@ _SYSTEM_MARK = "\x00agentkit:system\x00"
 _DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
 _RAW_IN_MESSAGE = 1000
 _TRANSIENT_STATUSES = frozenset({408, 409})
+_STRICT_HOSTS = frozenset({"api.openai.com"})
+"""Hosts ``strict=None`` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
 _STATUS_HINTS = {
     400: "the server rejected the request; if it does not support this structured mode, pick another StructuredMode",
     401: "check the API key (api_key=... or OPENAI_API_KEY)",
@@ -77,11 +85,14 @@ class StructuredMode(enum.StrEnum):
     """How the schema is put to the server and how the reply carries the JSON."""
 
     JSON_SCHEMA = "json_schema"
-    """``response_format={"type": "json_schema", ...}``: constrained decoding on OpenAI, vLLM, a
-    llama.cpp server and Ollama. The default."""
+    """``response_format={"type": "json_schema", ...}``: the default. vLLM, a llama.cpp server and
+    Ollama constrain decoding to the schema as sent; OpenAI constrains it only in strict mode
+    (``OpenAICaller(strict=...)``, on by default for ``api.openai.com``), which sends the schema
+    rewritten into OpenAI's strict subset."""
     TOOLS = "tools"
-    """One function whose parameters are the schema, forced with ``tool_choice``: for servers with
-    function calling but no JSON-schema response format."""
+    """One function whose parameters are the schema, forced with ``tool_choice`` and
+    ``parallel_tool_calls: false``: for servers with function calling but no JSON-schema response
+    format. A reply with more than one call is re-asked. Strict mode applies as in ``JSON_SCHEMA``."""
     JSON = "json"
     """``response_format={"type": "json_object"}`` plus the schema in the system prompt: JSON is
     guaranteed, the schema is not."""
@@ -119,7 +130,7 @@ class _Plan:
 
 
 @functools.lru_cache(maxsize=512)
-def _plan(schema: type[BaseModel], mode: StructuredMode) -> _Plan:
+def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -> _Plan:
     instructor_mode = getattr(instructor_v2.Mode, _INSTRUCTOR_MODES[mode])
     handlers = instructor_v2.mode_registry.get_handlers(instructor_v2.Provider.OPENAI, instructor_mode)
     probe = [{"role": "system", "content": _SYSTEM_MARK}, {"role": "user", "content": _DYNAMIC_MARK}]
@@ -127,6 +138,11 @@ def _plan(schema: type[BaseModel], mode: StructuredMode) -> _Plan:
     name = schema_name(schema.__name__)
     template = tuple(_slot(message) for message in prepared.pop("messages"))
     extra = _renamed(prepared, name)
+    if mode is StructuredMode.TOOLS:
+        # the schema is the whole answer, so a second call could only be a second, competing answer
+        extra["parallel_tool_calls"] = False
+    if strict:
+        _make_strict(extra, name)
     return _Plan(name=name, template=template, extra=extra, reask=handlers.reask_handler)
 
 
@@ -155,6 +171,19 @@ def _renamed(prepared: Mapping[str, Any], name: str) -> dict[str, Any]:
     return cast("dict[str, Any]", extra)
 
 
+def _make_strict(extra: dict[str, Any], name: str) -> None:
+    """Mark the schema strict and rewrite it into OpenAI's strict subset (JSON_SCHEMA and TOOLS carry one)."""
+    response_format = extra.get("response_format")
+    if isinstance(response_format, dict) and isinstance(response_format.get("json_schema"), dict):
+        spec = response_format["json_schema"]
+        spec["schema"] = strict_schema(spec.get("schema") or {}, name)
+        spec["strict"] = True
+    for tool in extra.get("tools", ()):
+        function = tool["function"]
+        function["parameters"] = strict_schema(function.get("parameters") or {}, name)
+        function["strict"] = True
+
+
 class _InvalidReply(ValueError):
     """A reply that carries no JSON to validate (empty, a refusal, no tool call); re-asked like a schema error."""
 
@@ -181,17 +210,26 @@ class OpenAICaller:
         mode: How the schema is put to the server (``StructuredMode``).
         base_url: The server, e.g. ``http://localhost:8000/v1``; only without ``client``.
         api_key: The key; only without ``client``. Defaults to ``OPENAI_API_KEY``, or to a
-            placeholder when ``base_url`` names a local server that needs none.
+            placeholder when ``base_url`` is on this machine (``localhost``, ``127.0.0.0/8``,
+            ``::1``): local servers take any key. Any other server needs one.
         timeout: Seconds one HTTP request may take. ``None`` keeps the passed client's setting;
             a client built here then uses ``DEFAULT_TIMEOUT``.
         max_reasks: Schema-invalid replies re-asked within one attempt (0 to never re-ask).
         max_tokens_field: The request field that carries ``StructuredRequest.max_tokens``:
             ``"max_tokens"`` (understood by every compatible server) or
             ``"max_completion_tokens"`` (required by OpenAI's reasoning models).
+        strict: Ask for strict mode in ``JSON_SCHEMA`` and ``TOOLS`` (``strict: true``, with the
+            schema rewritten into OpenAI's strict subset), which is what makes OpenAI enforce the
+            schema. ``None`` (the default) turns it on for ``api.openai.com`` only: other servers
+            enforce the schema as sent, with the constraints the subset lacks (``maxLength``
+            bounds a rationale), and some refuse the flag. Pass ``True`` for other servers that
+            implement OpenAI's strict mode (Azure OpenAI). The reply is validated against the
+            real model either way.
 
     Raises:
         UsageError: ``client`` together with ``base_url`` or ``api_key``, an unknown ``mode``,
-            a negative ``max_reasks``, or no API key for OpenAI itself.
+            a negative ``max_reasks``, or no API key for a server that is not on this machine.
+            ``complete`` raises it for a schema that strict mode cannot express (a ``dict`` field).
     """
 
     def __init__(
@@ -204,6 +242,7 @@ class OpenAICaller:
         timeout: float | None = None,
         max_reasks: int = DEFAULT_MAX_REASKS,
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
+        strict: bool | None = None,
     ) -> None:
         if not isinstance(mode, StructuredMode):
             raise UsageError(f"mode must be a StructuredMode, one of {[m.name for m in StructuredMode]}; got {mode!r}")
@@ -213,6 +252,8 @@ class OpenAICaller:
             raise UsageError(
                 f"max_tokens_field must be 'max_tokens' or 'max_completion_tokens'; got {max_tokens_field!r}"
             )
+        if strict is not None and not isinstance(strict, bool):
+            raise UsageError(f"strict must be True, False or None (decided by the server's host); got {strict!r}")
         self._owns_client = client is None
         if client is None:
             client = _build_client(base_url, api_key, DEFAULT_TIMEOUT if timeout is None else timeout)
@@ -228,6 +269,8 @@ class OpenAICaller:
         """How the schema is put to the server."""
         self.max_reasks = max_reasks
         """Schema-invalid replies re-asked within one attempt."""
+        self.strict = client.base_url.host in _STRICT_HOSTS if strict is None else strict
+        """Whether ``JSON_SCHEMA`` and ``TOOLS`` requests ask for OpenAI's strict mode."""
         self._max_tokens_field = max_tokens_field
 
     @property
@@ -256,7 +299,7 @@ class OpenAICaller:
             ProviderError: the server failed (``transient`` for 5xx, timeouts, lost connections).
             StructuredOutputError: the reply stayed invalid after the re-asks, or was cut off.
         """
-        plan = _plan(schema, self.mode)
+        plan = _plan(schema, self.mode, self.strict)
         kwargs = self._kwargs(request, _messages(plan, request))
         kwargs.update(plan.extra)
         tally = _Tally()
@@ -352,6 +395,11 @@ class OpenAICaller:
         message = getattr(choice, "message", None)
         if self.mode is StructuredMode.TOOLS:
             calls = getattr(message, "tool_calls", None) or []
+            if len(calls) > 1:
+                raise _InvalidReply(
+                    f"the reply made {len(calls)} calls to the function; "
+                    "make exactly one call, with the whole answer in its arguments"
+                )
             function = getattr(calls[0], "function", None) if calls else None
             arguments = getattr(function, "arguments", None)
             if not arguments:
@@ -392,7 +440,15 @@ class _Tally:
 
 
 def _build_client(base_url: str | None, api_key: str | None, timeout: float | None) -> openai.AsyncOpenAI:
-    if api_key is None and base_url is not None and not os.environ.get("OPENAI_API_KEY"):
+    if api_key is None and not os.environ.get("OPENAI_API_KEY"):
+        url = base_url or os.environ.get("OPENAI_BASE_URL")
+        if url is None or not _on_this_machine(url):
+            # a remote server without a key would only answer 401, after a request; say so now
+            raise UsageError(
+                f"no API key for the model server at {url or 'api.openai.com'}: pass api_key=... or set "
+                "OPENAI_API_KEY (a server on localhost needs none; for a remote one that ignores keys, "
+                "pass any string, e.g. api_key='none')"
+            )
         api_key = "not-needed"  # local servers (vLLM, llama.cpp, Ollama) take any key, but the client wants one
     try:
         return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
@@ -401,6 +457,19 @@ def _build_client(base_url: str | None, api_key: str | None, timeout: float | No
             f"cannot build the OpenAI client: {error}; pass api_key=... (or set OPENAI_API_KEY), "
             "or base_url=... for a local server"
         ) from error
+
+
+def _on_this_machine(url: str) -> bool:
+    """The URL's host is a loopback address (``127.0.0.0/8``, ``::1``) or ``localhost``."""
+    host = urllib.parse.urlsplit(url).hostname
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
@@ -436,7 +505,7 @@ def _raw_text(choice: Any) -> str:
     message = getattr(choice, "message", None)
     calls = getattr(message, "tool_calls", None) or []
     if calls:
-        return str(getattr(calls[0].function, "arguments", "") or "")
+        return "\n".join(str(getattr(call.function, "arguments", "") or "") for call in calls)
     return str(getattr(message, "content", "") or "")
 
 

@@ -2,7 +2,8 @@
 
 It speaks ``POST /v1/chat/completions`` in the wire format of the real API (usage block
 included, streaming as server-sent events), validates requests the way a real server does
-(a malformed message or an invalid function or schema name is a 400), records every request
+(a malformed message, an invalid function or schema name, or a schema marked ``strict`` that
+breaks OpenAI's strict-mode rules is a 400), records every request
 body, and answers from a script or, with nothing scripted, with a minimal instance of whatever
 schema the request carries. Faults are scripted like replies: any HTTP status (with
 ``Retry-After``), a delay, a body that is not JSON, a reply cut off by the token limit, no
@@ -51,6 +52,8 @@ class FakeReply:
     """The reply text, or the JSON of a value or of a tool call's arguments."""
     tool_name: str | None = None
     """The function called (``tool_call``); the request's forced tool when omitted."""
+    more_arguments: tuple[str, ...] = ()
+    """The arguments of further calls of the same function in the same reply (``tool_calls``)."""
     status: int = 200
     """The HTTP status of an ``error``."""
     retry_after: str | None = None
@@ -79,6 +82,17 @@ class FakeReply:
         """A tool call with these arguments (a string is sent as is, even if it is not JSON)."""
         body = arguments if isinstance(arguments, str) else _dump(arguments)
         return cls(kind="tool_call", body=body, tool_name=name, **options)
+
+    @classmethod
+    def tool_calls(
+        cls, first: Mapping[str, Any] | BaseModel | str, *more: Mapping[str, Any] | BaseModel | str, **options: Any
+    ) -> FakeReply:
+        """One reply with several calls of the function (``name=``, else the forced tool), in this order.
+
+        A server that ignores ``parallel_tool_calls: false`` answers this way.
+        """
+        rest = tuple(arguments if isinstance(arguments, str) else _dump(arguments) for arguments in more)
+        return replace(cls.tool_call(first, **options), more_arguments=rest)
 
     @classmethod
     def error(
@@ -262,6 +276,7 @@ class _Answer:
     content: str | None = None
     tool_name: str | None = None
     arguments: str | None = None
+    more_arguments: tuple[str, ...] = ()
     finish_reason: str = "stop"
     choices: bool = True
     usage: dict[str, int] = field(default_factory=dict)
@@ -384,7 +399,11 @@ def _compose(request: dict[str, Any], reply: FakeReply) -> _Answer:
     if reply.kind == "text":
         answer = _Answer(content=reply.body or "")
     elif reply.kind == "tool_call":
-        answer = _Answer(tool_name=reply.tool_name or forced or "tool", arguments=reply.body or "{}")
+        answer = _Answer(
+            tool_name=reply.tool_name or forced or "tool",
+            arguments=reply.body or "{}",
+            more_arguments=reply.more_arguments,
+        )
     elif reply.kind == "no_choices":
         answer = _Answer(choices=False)
     else:
@@ -394,7 +413,7 @@ def _compose(request: dict[str, Any], reply: FakeReply) -> _Answer:
     if forced is None and answer.tool_name is not None and answer.finish_reason == "stop":
         answer = replace(answer, finish_reason="tool_calls")  # a forced call ends with "stop", as OpenAI's does
     prompt = reply.prompt_tokens if reply.prompt_tokens is not None else _estimate(json.dumps(request["messages"]))
-    said = (answer.content or "") + (answer.arguments or "")
+    said = (answer.content or "") + (answer.arguments or "") + "".join(answer.more_arguments)
     completion = reply.completion_tokens if reply.completion_tokens is not None else _estimate(said)
     usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
     return replace(answer, usage=usage)
@@ -429,11 +448,8 @@ def _completion(request: dict[str, Any], answer: _Answer) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": answer.content, "refusal": None}
     if answer.tool_name is not None:
         message["tool_calls"] = [
-            {
-                "id": "call_fake_0",
-                "type": "function",
-                "function": {"name": answer.tool_name, "arguments": answer.arguments or ""},
-            }
+            {"id": f"call_fake_{number}", "type": "function", "function": {"name": answer.tool_name, "arguments": text}}
+            for number, text in enumerate(_call_arguments(answer))
         ]
     choices = [{"index": 0, "message": message, "logprobs": None, "finish_reason": answer.finish_reason}]
     return {
@@ -445,6 +461,10 @@ def _completion(request: dict[str, Any], answer: _Answer) -> dict[str, Any]:
         "choices": choices if answer.choices else [],
         "usage": answer.usage,
     }
+
+
+def _call_arguments(answer: _Answer) -> list[str]:
+    return [answer.arguments or "", *answer.more_arguments]
 
 
 def _pieces(text: str, parts: int = 3) -> list[str]:
@@ -463,12 +483,13 @@ def _chunks(request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -
     if answer.choices:
         yield chunk(delta({"role": "assistant", "content": "" if answer.tool_name is None else None}))
         if answer.tool_name is not None:
-            for number, piece in enumerate(_pieces(answer.arguments or "")):
-                call: dict[str, Any] = {"index": 0, "function": {"arguments": piece}}
-                if number == 0:
-                    call.update(id="call_fake_0", type="function")
-                    call["function"]["name"] = answer.tool_name
-                yield chunk(delta({"tool_calls": [call]}))
+            for index, text in enumerate(_call_arguments(answer)):
+                for number, piece in enumerate(_pieces(text)):
+                    call: dict[str, Any] = {"index": index, "function": {"arguments": piece}}
+                    if number == 0:
+                        call.update(id=f"call_fake_{index}", type="function")
+                        call["function"]["name"] = answer.tool_name
+                    yield chunk(delta({"tool_calls": [call]}))
         else:
             for piece in _pieces(answer.content or ""):
                 yield chunk(delta({"content": piece}))

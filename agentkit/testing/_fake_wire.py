@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -12,6 +12,32 @@ _ROLES = ("system", "developer", "user", "assistant", "tool")
 _PART_TYPES = ("text", "image_url", "input_audio", "file", "refusal")
 _FORMAT_TYPES = ("text", "json_object", "json_schema")
 _MAX_DEPTH = 16
+# OpenAI's strict mode: the keywords it accepts in a schema and the string formats it knows
+_STRICT_KEYWORDS = frozenset(
+    {
+        "$defs",
+        "$ref",
+        "additionalProperties",
+        "anyOf",
+        "description",
+        "enum",
+        "exclusiveMaximum",
+        "exclusiveMinimum",
+        "format",
+        "items",
+        "maxItems",
+        "maximum",
+        "minItems",
+        "minimum",
+        "multipleOf",
+        "pattern",
+        "properties",
+        "required",
+        "title",
+        "type",
+    }
+)
+_STRICT_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"})
 
 
 class RequestRejected(ValueError):
@@ -33,6 +59,7 @@ def validate_request(body: object) -> dict[str, Any]:
     _check_response_format(body.get("response_format"))
     tools = _check_tools(body.get("tools"))
     _check_tool_choice(body.get("tool_choice"), tools)
+    _check_parallel_tool_calls(body, tools)
     _check_options(body)
     return body
 
@@ -126,8 +153,11 @@ def _check_response_format(response_format: object) -> None:
     if not isinstance(spec, dict):
         raise RequestRejected("Missing required parameter: 'response_format.json_schema'.", "response_format")
     _check_name(spec.get("name"), "response_format.json_schema.name")
-    if not isinstance(spec.get("schema", {}), dict):
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
         raise RequestRejected("Invalid 'response_format.json_schema.schema': expected an object.", "response_format")
+    if _strict(spec, "response_format.json_schema.strict"):
+        check_strict_schema(schema, f"response_format {spec['name']!r}", "response_format")
 
 
 def _check_tools(tools: object) -> set[str]:
@@ -142,8 +172,11 @@ def _check_tools(tools: object) -> set[str]:
             raise RequestRejected(f"Invalid 'tools[{index}]': expected {{'type': 'function', 'function': {{...}}}}.")
         name = function.get("name")
         _check_name(name, f"tools[{index}].function.name")
-        if not isinstance(function.get("parameters", {}), dict):
+        parameters = function.get("parameters", {})
+        if not isinstance(parameters, dict):
             raise RequestRejected(f"Invalid 'tools[{index}].function.parameters': expected an object.", "tools")
+        if _strict(function, f"tools[{index}].function.strict"):
+            check_strict_schema(parameters, f"function {name!r}", f"tools[{index}].function.parameters")
         if name in names:
             raise RequestRejected(f"Invalid 'tools': the function name {name!r} appears twice.", "tools")
         names.add(str(name))
@@ -164,6 +197,85 @@ def _check_tool_choice(choice: object, tools: set[str]) -> None:
         raise RequestRejected(
             f"Invalid 'tool_choice': the function {function.get('name')!r} is not among the tools {sorted(tools)}.",
             "tool_choice",
+        )
+
+
+def _strict(spec: Mapping[str, Any], param: str) -> bool:
+    strict = spec.get("strict")
+    if strict is not None and not isinstance(strict, bool):
+        raise RequestRejected(f"Invalid '{param}': {strict!r}; expected a boolean.", param)
+    return strict is True
+
+
+def check_strict_schema(schema: Mapping[str, Any], label: str, param: str) -> None:
+    """Reject, as OpenAI does, a schema marked ``strict`` that breaks the strict-mode rules.
+
+    The root is a closed object; every object is closed (``additionalProperties: false``) and lists
+    every property in ``required``; only the strict keywords appear (no ``oneOf``,
+    ``discriminator``, ``allOf``, ``default``, ``minLength``...); every node has a ``type`` unless it
+    is a union, an enum or a ``$ref``, and nothing sits beside a ``$ref``.
+    """
+    if schema.get("type") != "object" or "anyOf" in schema:
+        raise RequestRejected(f"Invalid schema for {label}: the root must be an object, not a union.", param)
+    _check_strict_node(schema, (), label, param)
+
+
+def _check_strict_node(node: object, context: tuple[str, ...], label: str, param: str) -> None:
+    def refuse(problem: str) -> RequestRejected:
+        return RequestRejected(f"Invalid schema for {label}: In context={context}, {problem}", param)
+
+    if not isinstance(node, dict):
+        raise refuse("a schema must be an object.")
+    _check_strict_keywords(node, refuse)
+    kind = node.get("type")
+    if kind == "object" or (isinstance(kind, list) and "object" in kind) or "properties" in node:
+        _check_strict_object(node, refuse)
+        for name, sub in (node.get("properties") or {}).items():
+            _check_strict_node(sub, (*context, "properties", name), label, param)
+    if "items" in node:
+        _check_strict_node(node["items"], (*context, "items"), label, param)
+    for index, variant in enumerate(node.get("anyOf") or ()):
+        _check_strict_node(variant, (*context, "anyOf", str(index)), label, param)
+    for name, sub in (node.get("$defs") or {}).items():
+        _check_strict_node(sub, ("$defs", name), label, param)
+
+
+def _check_strict_keywords(node: Mapping[str, Any], refuse: Callable[[str], RequestRejected]) -> None:
+    for key in node:
+        if key not in _STRICT_KEYWORDS:
+            raise refuse(f"'{key}' is not permitted.")
+    if "$ref" in node and set(node) - {"$ref", "$defs"}:
+        raise refuse(f"'$ref' cannot have keywords {sorted(set(node) - {'$ref', '$defs'})}.")
+    if not {"type", "anyOf", "enum", "$ref"} & set(node):
+        raise refuse("schema must have a 'type' key.")
+    if "format" in node and node["format"] not in _STRICT_FORMATS:
+        raise refuse(f"format {node['format']!r} is not supported.")
+
+
+def _check_strict_object(node: Mapping[str, Any], refuse: Callable[[str], RequestRejected]) -> None:
+    if node.get("additionalProperties") is not False:
+        raise refuse("'additionalProperties' is required to be supplied and to be false.")
+    properties = node.get("properties") or {}
+    required = node.get("required")
+    missing = [name for name in properties if not isinstance(required, list) or name not in required]
+    if missing or not isinstance(required, list) or set(required) - set(properties):
+        raise refuse(
+            "'required' is required to be supplied and to be an array including every key in properties. "
+            f"Missing {missing}."
+        )
+
+
+def _check_parallel_tool_calls(body: Mapping[str, Any], tools: set[str]) -> None:
+    parallel = body.get("parallel_tool_calls")
+    if parallel is None:
+        return
+    if not isinstance(parallel, bool):
+        raise RequestRejected(
+            f"Invalid 'parallel_tool_calls': {parallel!r}; expected a boolean.", "parallel_tool_calls"
+        )
+    if not tools:
+        raise RequestRejected(
+            "Invalid value for 'parallel_tool_calls': only allowed when 'tools' are specified.", "parallel_tool_calls"
         )
 
 

@@ -22,6 +22,8 @@ async def structured_and_text(request: StructuredRequest) -> None:
     assert_type(caller, OpenAICaller)
     assert_type(caller.client, openai.AsyncOpenAI)
     assert_type(caller.mode, StructuredMode)
+    assert_type(caller.strict, bool)
+    assert_type(OpenAICaller(base_url="https://api.openai.com/v1", api_key="k", strict=True).strict, bool)
     assert_type(await caller.complete(request, Verdict), Completion[Verdict])
     assert_type((await caller.complete(request, Verdict)).value, Verdict)
     assert_type(await caller.complete_text(request), TextCompletion)
@@ -45,3 +47,4 @@ def fake_server() -> None:
         server.add(FakeReply.auto(delay=0.5), FakeReply.value(Verdict(score=4)), FakeReply.text("x", prompt_tokens=3))
         server.assert_complete()
     assert_type(FakeReply.error(500), FakeReply)
+    assert_type(FakeReply.tool_calls({"score": 1}, Verdict(score=2), '{"score": 3}', name="answer"), FakeReply)
