@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import os
+import re
+import sqlite3
 import subprocess
 import sys
-import uuid
 from pathlib import Path
-from urllib.parse import quote
 
 import pytest
 from pydantic import BaseModel
@@ -20,7 +19,7 @@ from agentkit.journal._store import SQLJournal
 from agentkit.results import Usage
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 
-POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
+ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
 
 class Query(BaseModel):
@@ -60,12 +59,11 @@ def record_run(url: str, *paths: str) -> str:
         ScriptedReply(value=done_step("done")),
     ]
     journal = open_journal(url)
-    config = LoopConfig(after_proposal=AfterProposal.CONTINUE, max_rounds=None)
-    result = asyncio.run(
-        run_tool_loop_tiered(
-            ScriptedCaller(steps), Planner(), [search, delete], None, config, observer=JournalObserver(journal)
+    config = LoopConfig(after_proposal=AfterProposal.CONTINUE, max_rounds=None, token_budget=10_000)
+    with JournalObserver(journal) as observer:
+        result = asyncio.run(
+            run_tool_loop_tiered(ScriptedCaller(steps), Planner(), [search, delete], None, config, observer=observer)
         )
-    )
     asyncio.run(journal.close())
     return result.run_id
 
@@ -104,7 +102,19 @@ def test_journal_runs_lists_recent_runs_with_outcome_rounds_and_tokens(
     assert header.split() == ["RUN", "STARTED", "AGENT", "MODEL", "STATE", "OUTCOME", "STOP", "ROUNDS", "TOKENS"]
     fields = line.split()
     assert fields[0] == run_id
-    assert fields[3:] == ["Planner", "cli-model", "finished", "applied", "executor_done", "3", "120"]
+    assert ISO_UTC.fullmatch(fields[1])
+    assert fields[2:] == ["Planner", "cli-model", "finished", "applied", "executor_done", "3", "120"]
+
+
+@pytest.mark.parametrize("limit", ["0", "-3", "many"])
+def test_journal_runs_refuses_a_limit_below_one(db: str, capsys: pytest.CaptureFixture[str], limit: str) -> None:
+    """--limit must be a whole number >= 1: argparse refuses anything else with exit 2, on every backend."""
+    record_run(db, "/tmp/a")
+    with pytest.raises(SystemExit) as usage:
+        main(["journal", "runs", "--limit", limit, "--db", db])
+    assert usage.value.code == 2
+    assert "--limit" in capsys.readouterr().err
+    assert len(cli(capsys, "journal", "runs", "--limit", "1", "--db", db)[1].splitlines()) == 2
 
 
 def test_journal_show_prints_the_rounds_as_a_table(db: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,6 +124,15 @@ def test_journal_show_prints_the_rounds_as_a_table(db: str, capsys: pytest.Captu
     assert code == 0
     assert f"run {run_id}  (finished)" in out
     assert "outcome applied, stop executor_done; 3 rounds, 3 requests, 100 tokens in, 20 out" in out
+    started = re.search(r"^started (\S+), ended (\S+)$", out, re.MULTILINE)
+    assert started is not None
+    assert ISO_UTC.fullmatch(started[1])
+    assert ISO_UTC.fullmatch(started[2])
+    [config] = [line for line in out.splitlines() if line.startswith("config ")]
+    for shown in ("autonomy REVERSIBLE", "max_rounds none", "token_budget 10000", "deadline none"):
+        assert shown in config
+    for shown in ("tool_timeout none", "after_proposal continue", "retry (primary_attempts 2, fallback_attempts 1"):
+        assert shown in config
     rows = out.split("ROUND")[1].splitlines()[1:]
     assert rows[0].split()[:6] == ["1", "executed", "search", '{"query":"stale"}', "read_only", "3"]
     assert rows[1].split()[:5] == ["2", "proposed", "delete", '{"path":"/tmp/a"}', "irreversible"]
@@ -149,7 +168,8 @@ def test_proposals_show_prints_the_call_its_digest_and_its_history(db: str, caps
     assert "reason:    keep it" in out
     assert '"path": "/tmp/a"' in out
     history = out.split("NOTE")[1].splitlines()[1:]
-    assert [line.split()[2:5] for line in history] == [
+    assert all(ISO_UTC.fullmatch(line.split()[0]) for line in history)
+    assert [line.split()[1:4] for line in history] == [
         ["-", "pending", f"run:{p.run_id}"],
         ["pending", "rejected", "bob"],
     ]
@@ -222,6 +242,31 @@ def test_an_unknown_id_exits_1_naming_it(db: str, capsys: pytest.CaptureFixture[
     assert inbox(db) == before
 
 
+@pytest.mark.parametrize("kind", ["sqlite", "empty", "text"])
+def test_a_file_that_is_not_a_journal_is_refused_byte_identical(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """A SQLite file of another program, an empty file or a text file is refused without one byte changed or added."""
+    other = tmp_path / "other.db"
+    if kind == "sqlite":
+        with sqlite3.connect(other) as conn:
+            conn.execute("CREATE TABLE notes (body TEXT)")
+            conn.execute("INSERT INTO notes VALUES ('keep me')")
+        conn.close()
+    else:
+        other.write_text("" if kind == "empty" else "not a database\n")
+    before = other.read_bytes()
+    code, out, err = cli(capsys, "proposals", "list", "--db", str(other))
+    assert (code, out) == (1, "")
+    assert str(other) in err
+    assert other.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]  # no -wal, -shm or -journal beside it
+    if kind == "sqlite":
+        with sqlite3.connect(other) as conn:
+            assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        conn.close()
+
+
 def test_a_missing_database_exits_1_and_creates_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The command line never creates a journal: a wrong --db is an error, not a new empty file."""
     missing = tmp_path / "nowhere.db"
@@ -258,8 +303,15 @@ def test_stuck_and_resolve_let_a_human_decide_an_abandoned_execution(
     asyncio.run(journal.close())
     code, out, _ = cli(capsys, "proposals", "stuck", "--older-than", "0", "--db", db)
     assert code == 0
-    assert out.splitlines()[1].split()[:2] == [p.id, "executing"]
-    assert "gone-worker" in out
+    assert out.splitlines()[0].split() == ["ID", "TOOL", "ARGS", "CLAIMED", "BY", "CLAIMED", "AT", "FOR"]
+    row = out.splitlines()[1].split()
+    assert row[:4] == [p.id, "delete", '{"path":"/tmp/a"}', "gone-worker"]
+    assert ISO_UTC.fullmatch(row[4])
+    assert "may be slow, not dead" in out
+    code, out, _ = cli(capsys, "proposals", "show", p.id, "--db", db)
+    claimed = re.search(r"^claimed:   by gone-worker at (\S+)$", out, re.MULTILINE)
+    assert claimed is not None
+    assert ISO_UTC.fullmatch(claimed[1])
     code, out, _ = cli(
         capsys, "proposals", "resolve", p.id, "--by", "carol", "--as", "failed", "--note", "nothing deleted", "--db", db
     )
@@ -268,30 +320,21 @@ def test_stuck_and_resolve_let_a_human_decide_an_abandoned_execution(
     assert cli(capsys, "proposals", "stuck", "--older-than", "0", "--db", db)[1].startswith("no execution")
 
 
-def test_a_postgresql_url_works_as_db(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_postgresql_url_works_as_db(capsys: pytest.CaptureFixture[str], postgres_url: str) -> None:
     """--db takes a postgresql:// URL: the same commands against the server."""
-    if POSTGRES_DSN is None:
-        pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    url = f"{POSTGRES_DSN}{'&' if '?' in POSTGRES_DSN else '?'}options={quote(f'-csearch_path={schema}')}"
-    try:
-        code, _, err = cli(capsys, "proposals", "list", "--db", url)
-        assert code == 1
-        assert "holds no agentkit journal" in err
-        record_run(url, "/tmp/a")
-        [p] = inbox(url)
-        assert cli(capsys, "proposals", "approve", p.id, "--by", "alice", "--db", url)[0] == 0
-        assert inbox(url)[0].state is ProposalState.APPROVED
-        code, out, _ = cli(capsys, "journal", "runs", "--db", url)
-        assert code == 0
-        assert p.run_id in out
-    finally:
-        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+    code, _, err = cli(capsys, "proposals", "list", "--db", postgres_url)
+    assert code == 1
+    assert "holds no agentkit journal" in err
+    record_run(postgres_url, "/tmp/a")
+    [p] = inbox(postgres_url)
+    assert cli(capsys, "proposals", "approve", p.id, "--by", "alice", "--db", postgres_url)[0] == 0
+    assert inbox(postgres_url)[0].state is ProposalState.APPROVED
+    code, out, _ = cli(capsys, "journal", "runs", "--db", postgres_url)
+    assert code == 0
+    assert p.run_id in out
+    with pytest.raises(SystemExit) as usage:
+        main(["journal", "runs", "--limit", "0", "--db", postgres_url])
+    assert usage.value.code == 2
 
 
 def test_python_dash_m_agentkit_runs_the_journal_commands(db: str) -> None:

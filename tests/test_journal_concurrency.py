@@ -11,13 +11,10 @@ import multiprocessing
 import os
 import sqlite3
 import time
-import uuid
-from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from pydantic import BaseModel
@@ -45,7 +42,6 @@ from agentkit.journal import (
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from agentkit.tools import FunctionTool
 
-POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 8
 EXECUTED, REFUSED = 0, 3
@@ -139,10 +135,12 @@ def search(args: Query) -> list[str]:
 
 def hanging_run(url: str, log: str) -> None:
     """Search, propose a wipe, then hang in round 3's tool, to be killed there."""
+    observer = JournalObserver(open_journal(url, create=False))
 
     @tool(tier=Tier.READ_ONLY)
     def inspect(args: Query) -> list[str]:
-        """Hangs after saying it started."""
+        """Hangs after saying it started (once the events so far are written: the kill tests the database)."""
+        assert observer.flush(timeout=60)
         with open(log, "a") as started:
             started.write("inspecting\n")
         time.sleep(120)
@@ -158,7 +156,6 @@ def hanging_run(url: str, log: str) -> None:
     )
     tools: list[Tool[Any, str]] = [search, recording_wipe(log), inspect]
     config = LoopConfig(after_proposal=AfterProposal.CONTINUE)
-    observer = JournalObserver(open_journal(url, create=False))
     asyncio.run(run_tool_loop_tiered(caller, Planner(), tools, None, config, observer=observer))
 
 
@@ -173,36 +170,6 @@ def endless_runs(url: str, log: str) -> None:
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-def postgres_schema_url(dsn: str) -> Iterator[str]:
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{dsn}{'&' if '?' in dsn else '?'}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "journal.db")
-        return
-    if POSTGRES_DSN is None:
-        pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
-    yield from postgres_schema_url(POSTGRES_DSN)
-
-
-@pytest.fixture
-async def journal(journal_url: str) -> AsyncIterator[Journal]:
-    opened = open_journal(journal_url)
-    yield opened
-    await opened.close()
 
 
 async def approved_wipe(journal: Journal) -> str:

@@ -1,22 +1,23 @@
 """The journal contract, run against real SQLite and a real PostgreSQL server.
 
 PostgreSQL runs when ``AGENTKIT_TEST_POSTGRES_DSN`` is set (``.ci/postgres.sh`` starts a server
-and prints it); each test gets its own schema there, as it gets its own file with SQLite.
+and prints it); each test gets its own schema there, as it gets its own file with SQLite (the
+``journal`` fixtures are in ``conftest.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
+import hashlib
 import sqlite3
-import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+import threading
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from pathlib import Path
-from urllib.parse import quote
+from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from agentkit import ProposedAction, Tier, ToolError, ToolRetry, UsageError, tool
 from agentkit.journal import (
@@ -34,8 +35,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION
 from agentkit.journal._store import SQLJournal
-
-POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
+from agentkit.proposals import call_digest, canonical_json
 
 
 class Wipe(BaseModel):
@@ -61,37 +61,6 @@ def wipe(args: Wipe) -> list[str]:
 @pytest.fixture(autouse=True)
 def _reset_calls() -> None:
     ran.clear()
-
-
-def postgres_schema_url(dsn: str) -> Iterator[str]:
-    """A URL whose connections use a fresh schema, dropped afterwards."""
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{dsn}{'&' if '?' in dsn else '?'}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "journal.db")
-        return
-    if POSTGRES_DSN is None:
-        pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
-    yield from postgres_schema_url(POSTGRES_DSN)
-
-
-@pytest.fixture
-async def journal(journal_url: str) -> AsyncIterator[Journal]:
-    opened = open_journal(journal_url)
-    yield opened
-    await opened.close()
 
 
 def proposal(target: str = "staging", *, run_id: str = "run-1", round: int = 1) -> ProposedAction[Wipe]:
@@ -197,12 +166,78 @@ async def test_a_proposal_enters_the_inbox_pending_with_its_call_and_digest(jour
     assert [p.id for p in await journal.pending()] == [record.id]
 
 
-async def test_the_same_proposal_recorded_twice_is_one_inbox_entry(journal: Journal) -> None:
-    """Recording a proposal again (observer and caller both) gives the same id, never a second approvable entry."""
+@pytest.mark.parametrize("state", [ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING])
+async def test_the_same_proposal_recorded_twice_while_open_is_one_inbox_entry(
+    journal: Journal, state: ProposalState
+) -> None:
+    """Recording a proposal again while it is pending, approved or executing gives the same entry, unchanged."""
+    assert isinstance(journal, SQLJournal)
     first = await journal.propose(proposal())
+    if state is not ProposalState.PENDING:
+        await journal.approve(first.id, "alice")
+    if state is ProposalState.EXECUTING:
+        journal._claim(first.id, wipe, "busy-worker")
+    before = await snapshot(journal, first.id)
     second = await journal.propose(proposal())
     assert second.id == first.id
+    assert second.state is state
+    assert await snapshot(journal, first.id) == before
     assert len(await journal.proposals()) == 1
+
+
+async def end_as(journal: Journal, id: str, ending: str) -> None:
+    """Bring an entry to a final state the way an operator meets it."""
+    if ending == "rejected":
+        await journal.reject(id, "bob", "not today")
+        return
+    await journal.approve(id, "alice")
+    if ending == "tampered":
+        raw_sql(
+            journal, f"""UPDATE agentkit_proposals SET args = '{{"keep_days":0,"target":"prod"}}' WHERE id = '{id}'"""
+        )
+        with pytest.raises(DigestMismatch, match="Reject it and propose the call again"):
+            await journal.execute(id, wipe)
+        await journal.reject(id, "alice", "altered in the database")
+        return
+    execution = await journal.execute(id, wipe)
+    assert execution.proposal.state is (ProposalState.FAILED if ending == "failed" else ProposalState.EXECUTED)
+
+
+@pytest.mark.parametrize("ending", ["rejected", "failed", "tampered", "executed"])
+async def test_proposing_the_call_again_after_a_final_state_is_a_new_pending_entry(
+    journal: Journal, ending: str
+) -> None:
+    """Once an entry is final, the same call proposed again (as error messages advise) waits for its own approval."""
+    target = "explode" if ending == "failed" else "staging"
+    first = await journal.propose(proposal(target))
+    await end_as(journal, first.id, ending)
+    ended = await snapshot(journal, first.id)
+    again = await journal.propose(proposal(target))
+    assert again.id != first.id
+    assert (again.state, again.digest, again.args_json) == (ProposalState.PENDING, first.digest, first.args_json)
+    assert [t.to_state for t in await journal.history(again.id)] == [ProposalState.PENDING]
+    assert await snapshot(journal, first.id) == ended
+    assert (await journal.propose(proposal(target))).id == again.id  # open again: deduplicated again
+    assert [p.id for p in await journal.pending()] == [again.id]
+    if ending != "failed":
+        ran.clear()
+        await journal.approve(again.id, "alice")
+        assert (await journal.execute(again.id, wipe)).ok
+        assert ran == [Wipe(target="staging")]
+
+
+def test_stored_args_are_the_canonical_json_the_digest_covers() -> None:
+    """``canonical_json`` is the digest's text, and ``call_digest`` keeps the digests journals already hold."""
+    args = Wipe(target="stäging", keep_days=3)
+    assert canonical_json(args) == '{"keep_days":3,"target":"stäging"}'
+    assert call_digest("wipe", args) == hashlib.sha256(f"wipe\n{canonical_json(args)}".encode()).hexdigest()
+    assert call_digest("wipe", args) == "b5c55ec373d140c8fe95457f93fe7e0dad51a98ceb59737a410f0be71a38ab31"
+
+
+async def test_a_proposal_is_stored_as_canonical_json(journal: Journal) -> None:
+    """The inbox keeps exactly ``canonical_json(args)``, the text execute compares against."""
+    action = proposal("stäging")
+    assert (await journal.propose(action)).args_json == canonical_json(action.args)
 
 
 async def test_a_proposal_whose_digest_does_not_match_its_args_is_refused(journal: Journal) -> None:
@@ -292,9 +327,42 @@ async def test_an_unknown_id_raises_unknown_id_and_writes_nothing(journal: Journ
 
 async def test_unknown_run_raises_unknown_id(journal: Journal) -> None:
     """Asking for a run the journal never saw raises UnknownId."""
-    with pytest.raises(UnknownId, match="no run"):
+    with pytest.raises(UnknownId, match="no run 'missing-run'"):
         await journal.run("missing-run")
-    assert await journal.rounds("missing-run") == []
+
+
+async def test_rounds_of_an_unknown_run_raise_unknown_id(journal: Journal) -> None:
+    """rounds() of a run the journal never saw raises UnknownId instead of answering an empty list."""
+    with pytest.raises(UnknownId, match="no run 'missing-run'") as unknown:
+        await journal.rounds("missing-run")
+    assert unknown.value.id == "missing-run"
+
+
+@pytest.mark.parametrize("operation", ["get", "history", "approve", "execute", "run", "rounds"])
+async def test_an_id_that_is_not_a_string_raises_unknown_id(journal: Journal, operation: str) -> None:
+    """An int passed as an id is an unknown id on both backends, not a database type error."""
+    await journal.propose(proposal())
+    bad: Any = 7
+    calls: dict[str, Callable[[], Awaitable[object]]] = {
+        "get": lambda: journal.get(bad),
+        "history": lambda: journal.history(bad),
+        "approve": lambda: journal.approve(bad, "alice"),
+        "execute": lambda: journal.execute(bad, wipe),
+        "run": lambda: journal.run(bad),
+        "rounds": lambda: journal.rounds(bad),
+    }
+    with pytest.raises(UnknownId, match="ids are strings"):
+        await calls[operation]()
+    assert [p.state for p in await journal.proposals()] == [ProposalState.PENDING]
+
+
+@pytest.mark.parametrize("limit", [0, -1])
+async def test_a_limit_below_one_is_a_usage_error(journal: Journal, limit: int) -> None:
+    """runs() and proposals() refuse a limit below 1 on both backends (SQLite would read -1 as no limit)."""
+    with pytest.raises(UsageError, match="limit must be an integer >= 1"):
+        await journal.runs(limit=limit)
+    with pytest.raises(UsageError, match="limit must be an integer >= 1"):
+        await journal.proposals(limit=limit)
 
 
 # -- executing ------------------------------------------------------------------------------------
@@ -365,6 +433,25 @@ async def test_tampered_args_are_refused_and_nothing_runs(journal: Journal) -> N
     assert before[0].state is ProposalState.APPROVED
 
 
+@pytest.mark.parametrize(
+    "stored",
+    [
+        '{"keep_days":0,"note":"evil","target":"staging"}',  # validation would drop the extra key
+        '{"target": "staging", "keep_days": 0}',  # same values, not the approved text
+    ],
+)
+async def test_stored_args_that_are_not_the_approved_text_are_refused(journal: Journal, stored: str) -> None:
+    """Args whose digest still matches after validation but whose stored text differs: DigestMismatch, nothing runs."""
+    id = await approved(journal)
+    raw_sql(journal, f"UPDATE agentkit_proposals SET args = '{stored}' WHERE id = '{id}'")
+    before = await snapshot(journal, id)
+    with pytest.raises(DigestMismatch, match="not the canonical form"):
+        await journal.execute(id, wipe)
+    assert ran == []
+    assert await snapshot(journal, id) == before
+    assert before[0].state is ProposalState.APPROVED
+
+
 async def test_args_that_no_longer_validate_are_refused(journal: Journal) -> None:
     """Stored args the tool's args_type rejects are refused before any claim."""
     id = await approved(journal)
@@ -421,11 +508,66 @@ async def test_an_interrupted_execution_stays_executing_and_is_surfaced(journal:
     await abandon(journal, id)
     record = await journal.get(id)
     assert (record.state, record.claimed_by) == (ProposalState.EXECUTING, "doomed")
-    assert [p.id for p in await journal.stuck(older_than=timedelta(0))] == [id]
+    assert record.claimed_at is not None
+    assert record.approved_at is not None
+    assert record.claimed_at >= record.approved_at
+    [listed] = await journal.stuck(older_than=timedelta(0))
+    assert (listed.id, listed.claimed_by, listed.claimed_at) == (id, "doomed", record.claimed_at)
     assert await journal.stuck(older_than=timedelta(hours=1)) == []
     with pytest.raises(TransitionRefused, match="it is executing"):
         await journal.execute(id, wipe)
     assert len(ran) == 1
+
+
+class Gated(BaseModel):
+    """Args whose validation (inside the claim's transaction) can be held, to cancel execute mid-claim."""
+
+    target: str
+
+    @model_validator(mode="after")
+    def _hold(self) -> Gated:
+        if claim_gate.armed:
+            claim_gate.entered.set()
+            claim_gate.release.wait(timeout=30)
+        return self
+
+
+class ClaimGate:
+    def __init__(self) -> None:
+        self.armed = False
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+
+claim_gate = ClaimGate()
+
+
+async def test_cancelling_execute_during_the_claim_leaves_it_executing_and_the_tool_not_run(journal: Journal) -> None:
+    """The claim commits in its thread even when execute is cancelled: executing, claimed, the tool never called."""
+    calls: list[Gated] = []
+
+    @tool(tier=Tier.IRREVERSIBLE, name="gated")
+    def gated(args: Gated) -> list[str]:
+        calls.append(args)
+        return ["ran"]
+
+    action = ProposedAction[Gated].create(tool_name="gated", tier=Tier.IRREVERSIBLE, args=Gated(target="t"), round=1)
+    id = (await journal.propose(action)).id
+    await journal.approve(id, "alice")
+    claim_gate.armed = True
+    try:
+        task = asyncio.create_task(journal.execute(id, gated, worker="cancelled-worker"))
+        assert await asyncio.to_thread(claim_gate.entered.wait, 30)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    finally:
+        claim_gate.armed = False
+        claim_gate.release.set()
+    record = await journal.get(id)  # waits for the claim's transaction to finish
+    assert (record.state, record.claimed_by) == (ProposalState.EXECUTING, "cancelled-worker")
+    assert calls == []
+    assert [p.id for p in await journal.stuck(older_than=timedelta(0))] == [id]
 
 
 @pytest.mark.parametrize("decision", [ProposalState.EXECUTED, ProposalState.FAILED])

@@ -1,15 +1,17 @@
-"""JournalObserver: every run, round and proposal is in the journal as the run happens, on both backends."""
+"""JournalObserver: every run, round and proposal is in the journal as the run happens, on both backends.
+
+The observer writes from its own thread; these tests also pin that a busy database never stalls
+the event loop, and that a run's record is complete when the run returns.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import uuid
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+import sqlite3
+import threading
+from collections.abc import Iterator
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from pydantic import BaseModel
@@ -23,17 +25,17 @@ from agentkit import (
     StopReason,
     Tier,
     ToolRoundInfo,
+    UsageError,
     run_tool_loop_tiered,
     tool,
 )
 from agentkit.events import Event, RunAborted
-from agentkit.journal import Journal, JournalObserver, ProposalState, RunState, open_journal
+from agentkit.journal import Journal, JournalError, JournalObserver, ProposalState, RunState, open_journal
 from agentkit.journal._store import SQLJournal
-from agentkit.observe import Observer
+from agentkit.observe import Observer, dispatch
 from agentkit.results import Usage
+from agentkit.structured import RetryPolicy
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-
-POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
 
 
 class Query(BaseModel):
@@ -84,41 +86,16 @@ def script() -> ScriptedCaller:
     )
 
 
-def postgres_schema_url(dsn: str) -> Iterator[str]:
-    import psycopg
-
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{dsn}{'&' if '?' in dsn else '?'}options={quote(f'-csearch_path={schema}')}"
-    finally:
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield str(tmp_path / "journal.db")
-        return
-    if POSTGRES_DSN is None:
-        pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
-    yield from postgres_schema_url(POSTGRES_DSN)
-
-
 @pytest.fixture
-async def journal(journal_url: str) -> AsyncIterator[Journal]:
-    opened = open_journal(journal_url)
-    yield opened
-    await opened.close()
+def observer(journal: Journal) -> Iterator[JournalObserver]:
+    """A JournalObserver on the test's journal, its writer thread stopped afterwards."""
+    with JournalObserver(journal) as opened:
+        yield opened
 
 
-async def test_a_run_is_recorded_with_its_outcome_usage_and_config(journal: Journal) -> None:
+async def test_a_run_is_recorded_with_its_outcome_usage_and_config(journal: Journal, observer: JournalObserver) -> None:
     """The run row carries agent, model, tools, ceiling, outcome, stop reason, rounds and summed usage."""
-    result = await run_tool_loop_tiered(
-        script(), Planner(), [search, delete], None, CONTINUE, observer=JournalObserver(journal)
-    )
+    result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=observer)
     run = await journal.run(result.run_id)
     assert run.state is RunState.FINISHED
     assert (run.agent, run.model) == ("Planner", "planner-model")
@@ -131,11 +108,34 @@ async def test_a_run_is_recorded_with_its_outcome_usage_and_config(journal: Jour
     assert [r.id for r in await journal.runs()] == [result.run_id]
 
 
-async def test_every_round_is_recorded_as_the_trace_says(journal: Journal) -> None:
-    """Each round keeps its step, call, tier, batch size, timings and usage."""
-    result = await run_tool_loop_tiered(
-        script(), Planner(), [search, delete], None, CONTINUE, observer=JournalObserver(journal)
+async def test_the_run_records_its_whole_loop_config(journal: Journal, observer: JournalObserver) -> None:
+    """Autonomy, budgets, deadline, tool timeout, after-proposal and retry policy are on the run record."""
+    config = LoopConfig(
+        autonomy=Tier.READ_ONLY,
+        max_rounds=6,
+        token_budget=5000,
+        deadline=30.0,
+        tool_timeout=2.5,
+        after_proposal=AfterProposal.CONTINUE,
+        retry=RetryPolicy(primary_attempts=3, fallback_attempts=0),
     )
+    result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, config, observer=observer)
+    recorded = (await journal.run(result.run_id)).loop_config
+    assert recorded is not None
+    assert recorded == recorded | {
+        "autonomy": "READ_ONLY",
+        "max_rounds": 6,
+        "token_budget": 5000,
+        "deadline": 30.0,
+        "tool_timeout": 2.5,
+        "after_proposal": "continue",
+        "retry": {"primary_attempts": 3, "fallback_attempts": 0, "wait_initial": 0.2, "wait_max": 2.0},
+    }
+
+
+async def test_every_round_is_recorded_as_the_trace_says(journal: Journal, observer: JournalObserver) -> None:
+    """Each round keeps its step, call, tier, batch size, timings and usage."""
+    result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=observer)
     rounds = await journal.rounds(result.run_id)
     assert [r.round for r in rounds] == [1, 2, 3]
     first, second, third = rounds
@@ -153,11 +153,9 @@ async def test_every_round_is_recorded_as_the_trace_says(journal: Journal) -> No
     assert all(r.from_trace for r in rounds)
 
 
-async def test_a_proposal_lands_in_the_inbox_pending(journal: Journal) -> None:
+async def test_a_proposal_lands_in_the_inbox_pending(journal: Journal, observer: JournalObserver) -> None:
     """The run's proposal is pending, with the run's id, its round and the same digest as the result's."""
-    result = await run_tool_loop_tiered(
-        script(), Planner(), [search, delete], None, CONTINUE, observer=JournalObserver(journal)
-    )
+    result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=observer)
     [pending] = await journal.pending()
     [proposed] = result.proposed
     assert (pending.run_id, pending.round, pending.digest) == (result.run_id, 2, proposed.digest)
@@ -167,16 +165,18 @@ async def test_a_proposal_lands_in_the_inbox_pending(journal: Journal) -> None:
 
 
 class Peek(Observer):
-    """Reads the journal through a second connection when round 3 starts."""
+    """Reads the journal through a second connection when round 3 starts, once the observer flushed."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, journaled: JournalObserver) -> None:
         self.url = url
+        self.journaled = journaled
         self.seen: list[tuple[int, bool, bool]] = []
         self.pending: list[str] = []
 
     def on_round_start(self, event: Any) -> None:
         if event.info.round != 3:
             return
+        assert self.journaled.flush(timeout=30)
         other = open_journal(self.url, create=False)
         assert isinstance(other, SQLJournal)
         self.seen = [(r.round, r.executed, r.proposed) for r in other._rounds(event.run_id)]
@@ -184,12 +184,12 @@ class Peek(Observer):
         other._close()
 
 
-async def test_rounds_are_in_the_journal_while_the_run_is_still_going(journal: Journal, journal_url: str) -> None:
-    """Another process reading mid-run sees the rounds done so far and the pending proposal."""
-    peek = Peek(journal_url)
-    await run_tool_loop_tiered(
-        script(), Planner(), [search, delete], None, CONTINUE, observer=[JournalObserver(journal), peek]
-    )
+async def test_rounds_are_in_the_journal_while_the_run_is_still_going(
+    journal_url: str, observer: JournalObserver
+) -> None:
+    """Another process reading mid-run (after a flush) sees the rounds done so far and the pending proposal."""
+    peek = Peek(journal_url, observer)
+    await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=[observer, peek])
     assert peek.seen[:2] == [(1, True, False), (2, False, True)]
     assert peek.pending == [ProposalState.PENDING.value]
 
@@ -221,24 +221,26 @@ async def test_rounds_of_a_run_without_an_end_are_rebuilt_from_its_events(journa
     assert [key(r) for r in rebuilt] == traced
 
 
-async def test_a_repeated_call_is_recorded_as_the_round_that_ended_the_run(journal: Journal) -> None:
+async def test_a_repeated_call_is_recorded_as_the_round_that_ended_the_run(
+    journal: Journal, observer: JournalObserver
+) -> None:
     """A stalemate run marks its last round as a repeat."""
     caller = ScriptedCaller([call_step(Query(query="x"), tool="search")] * 2)
-    result = await run_tool_loop_tiered(caller, Planner(), [search, delete], None, observer=JournalObserver(journal))
+    result = await run_tool_loop_tiered(caller, Planner(), [search, delete], None, observer=observer)
     assert result.outcome is Outcome.STALEMATE
     rounds = await journal.rounds(result.run_id)
     assert [r.repeated for r in rounds] == [False, True]
     assert (await journal.run(result.run_id)).stop_reason is StopReason.DEGENERATION
 
 
-async def test_an_aborted_run_is_recorded_as_aborted(journal: Journal) -> None:
+async def test_an_aborted_run_is_recorded_as_aborted(journal: Journal, observer: JournalObserver) -> None:
     """A run that was cancelled ends ABORTED with the error, no outcome, and the rounds it got through."""
     capture = Capture()
     result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=capture)
-    observer = JournalObserver(journal)
     for event in capture.events[:-1]:
-        observer.on_event(event)
-    observer.on_event(RunAborted(run_id=result.run_id, error=asyncio.CancelledError("shutting down")))
+        dispatch((observer,), event)
+    # The abort hook waits for the writer, so the record is complete when it returns.
+    dispatch((observer,), RunAborted(run_id=result.run_id, error=asyncio.CancelledError("shutting down")))
     run = await journal.run(result.run_id)
     assert (run.state, run.outcome, run.stop_reason) == (RunState.ABORTED, None, None)
     assert run.error == "aborted: CancelledError: shutting down"
@@ -251,8 +253,7 @@ async def test_a_failing_journal_never_changes_the_run(journal: Journal, caplog:
     """With every write failing, the result equals an unobserved run's; failures are logged and counted."""
     plain = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE)
     await journal.close()
-    observer = JournalObserver(journal)
-    with caplog.at_level(logging.WARNING, logger="agentkit.journal"):
+    with caplog.at_level(logging.WARNING, logger="agentkit.journal"), JournalObserver(journal) as observer:
         observed = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=observer)
 
     def essence(r: Any) -> tuple[object, ...]:
@@ -262,3 +263,145 @@ async def test_a_failing_journal_never_changes_the_run(journal: Journal, caplog:
     assert observer.failures > 0
     assert observer.failures == len([r for r in caplog.records if r.name == "agentkit.journal"])
     assert "closed" in str(observer.last_error)
+
+
+# -- a busy database ------------------------------------------------------------------------------
+
+
+class WriteLock:
+    """Another connection holding the journal's write lock, as a command-line approve or a worker's claim does."""
+
+    def __init__(self, url: str) -> None:
+        self._guard = threading.Lock()
+        self.released_by: str | None = None
+        self._sqlite: sqlite3.Connection | None = None
+        self._postgres: Any = None
+        if url.startswith("postgresql"):
+            import psycopg
+
+            self._postgres = psycopg.connect(url)
+            # Every event is appended to this table, so every write of the observer waits.
+            self._postgres.execute("LOCK TABLE agentkit_events IN EXCLUSIVE MODE")
+        else:
+            self._sqlite = sqlite3.connect(url, isolation_level=None, check_same_thread=False)
+            self._sqlite.execute("BEGIN IMMEDIATE")
+
+    @property
+    def held(self) -> bool:
+        return self.released_by is None
+
+    def release(self, by: str) -> None:
+        with self._guard:
+            if self.released_by is not None:
+                return
+            if self._sqlite is not None:
+                self._sqlite.execute("ROLLBACK")
+                self._sqlite.close()
+            else:
+                self._postgres.rollback()
+                self._postgres.close()
+            self.released_by = by
+
+
+class LockWatch(Observer):
+    """Notes, for each event, whether the other connection still held the lock when the event reached it."""
+
+    def __init__(self, lock: WriteLock) -> None:
+        self.lock = lock
+        self.seen: list[tuple[str, bool]] = []
+
+    def on_event(self, event: Event) -> None:
+        self.seen.append((event.kind, self.lock.held))
+
+
+async def test_a_busy_database_never_stalls_the_event_loop(journal: Journal, journal_url: str) -> None:
+    """While another connection holds the write lock the run and other tasks go on; every record lands by the end."""
+    lock = WriteLock(journal_url)
+    # Only a stalled loop lets this fire: then the lock goes when the timer says, not when the heartbeat does.
+    safety = threading.Timer(5.0, lock.release, args=("timer",))
+    safety.start()
+    beats = 0
+    beaten = asyncio.Event()
+
+    async def heartbeat() -> None:
+        nonlocal beats
+        while True:
+            beats += 1
+            if beats == 50:
+                lock.release("heartbeat")
+                beaten.set()
+            await asyncio.sleep(0)
+
+    @tool(tier=Tier.READ_ONLY, name="search")
+    async def waiting_search(args: Query) -> list[str]:
+        """Find documents once the heartbeat made the other connection let go."""
+        await beaten.wait()
+        return [f"{args.query}-1"]
+
+    watch = LockWatch(lock)
+    beating = asyncio.create_task(heartbeat())
+    try:
+        with JournalObserver(journal) as observer:
+            result = await run_tool_loop_tiered(
+                script(), Planner(), [waiting_search, delete], None, CONTINUE, observer=[observer, watch]
+            )
+    finally:
+        beating.cancel()
+        safety.cancel()
+        lock.release("test end")
+    # Every hook up to the tool returned while the lock was held: none waited for the database.
+    assert [kind for kind, held in watch.seen if held] == ["run_start", "round_start", "llm_call", "tool_call"]
+    assert lock.released_by == "heartbeat"
+    run = await journal.run(result.run_id)
+    assert (run.state, run.rounds, run.usage) == (RunState.FINISHED, 3, result.usage)
+    assert [r.round for r in await journal.rounds(run.id)] == [1, 2, 3]
+    assert [p.state for p in await journal.pending()] == [ProposalState.PENDING]
+    assert observer.failures == 0
+
+
+async def test_a_full_queue_drops_events_without_changing_the_run(
+    journal: Journal, journal_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With the database locked and room for one event, the rest are dropped and counted; the run is unchanged."""
+    plain = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE)
+    lock = WriteLock(journal_url)
+    try:
+        with caplog.at_level(logging.WARNING, logger="agentkit.journal"):
+            observer = JournalObserver(journal, capacity=1, flush_timeout=0)
+            observed = await run_tool_loop_tiered(
+                script(), Planner(), [search, delete], None, CONTINUE, observer=observer
+            )
+    finally:
+        lock.release("test")
+    assert observer.flush(timeout=30)
+    observer.close()
+    assert (observed.outcome, observed.items, observed.usage) == (plain.outcome, plain.items, plain.usage)
+    # The writer took at most one event before it met the lock, one more waited in the queue; the rest were dropped.
+    assert isinstance(journal, SQLJournal)
+    with journal._tx(write=False) as db:
+        written = db.query("SELECT COUNT(*) AS n FROM agentkit_events WHERE run_id = ?", (observed.run_id,))[0]["n"]
+    events = 11  # run_start, 3 x (round_start, llm_call), tool_call, tool_result, proposal, run_end
+    assert 1 <= written <= 2
+    assert observer.failures == events - written
+    assert isinstance(observer.last_error, JournalError)
+    assert "raise capacity" in str(observer.last_error)
+    assert any("record is not complete" in r.getMessage() for r in caplog.records)
+    assert [run.id for run in await journal.runs()] == [observed.run_id]
+
+
+async def test_a_closed_observer_counts_events_as_failures(journal: Journal, observer: JournalObserver) -> None:
+    """After close() the writer thread is gone: an event is counted as a failure, not silently lost."""
+    assert observer.close(timeout=30)
+    result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=observer)
+    assert observer.failures == 11
+    assert "observer is closed" in str(observer.last_error)
+    assert await journal.runs() == []
+    assert result.outcome is Outcome.APPLIED
+
+
+def test_observer_options_are_checked(journal: Journal) -> None:
+    """A queue without room or a negative flush wait is a wiring mistake, refused at construction."""
+    with pytest.raises(UsageError, match="capacity"):
+        JournalObserver(journal, capacity=0)
+    with pytest.raises(UsageError, match="flush_timeout"):
+        JournalObserver(journal, flush_timeout=-1.0)

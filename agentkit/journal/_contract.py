@@ -36,11 +36,11 @@ class Journal(Protocol):
         ...
 
     def record(self, event: Event) -> None:
-        """Write one run event synchronously (``JournalObserver`` calls this from its hooks)."""
+        """Write one run event before returning (``JournalObserver`` calls this from its writer thread)."""
         ...
 
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
-        """Put a proposal in the inbox as pending; recording the same proposal again returns the same record."""
+        """Put a proposal in the inbox as pending; the same call proposed again while its entry is open returns it."""
         ...
 
     async def get(self, id: str) -> ProposalRecord:
@@ -72,7 +72,7 @@ class Journal(Protocol):
         ...
 
     async def stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
-        """Executions claimed longer ago than ``older_than`` and never finished."""
+        """Executions claimed longer ago than ``older_than`` and never finished, with who claimed them and when."""
         ...
 
     async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
@@ -88,7 +88,7 @@ class Journal(Protocol):
         ...
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:
-        """A run's rounds, in order."""
+        """A run's rounds, in order (``UnknownId`` if the journal never saw the run)."""
         ...
 
     async def close(self) -> None:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import json
+import enum
 from collections.abc import Iterable, Mapping
-from dataclasses import replace
+from dataclasses import fields, is_dataclass, replace
 from typing import Any, assert_never
 
-from pydantic import BaseModel
-
+from agentkit.config import LoopConfig
 from agentkit.events import (
     DegenerationDetected,
     Event,
@@ -22,15 +21,30 @@ from agentkit.events import (
     ToolResultReturned,
 )
 from agentkit.journal._records import RoundEntry
+from agentkit.proposals import canonical_json
 from agentkit.results import RoundRecord, Usage
 from agentkit.tiers import Tier
 
-__all__ = ["canonical_json", "entry_of_record", "event_data", "fold_events"]
+__all__ = ["entry_of_record", "event_data", "fold_events", "loop_config_data"]
 
 
-def canonical_json(args: BaseModel) -> str:
-    """The arguments as the digest sees them: keys sorted, no whitespace, UTF-8."""
-    return json.dumps(args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def loop_config_data(config: LoopConfig) -> dict[str, Any]:
+    """A run's ``LoopConfig`` as JSON data: every field, tiers by name, other enums by value."""
+    data: dict[str, Any] = _plain(config)
+    return data
+
+
+def _plain(value: object) -> Any:
+    if isinstance(value, Tier):
+        return value.name
+    if isinstance(value, enum.Enum):
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    # A field that is not JSON (a future callable policy, say) is kept readable rather than dropped.
+    return repr(value)
 
 
 def _usage(usage: Usage) -> dict[str, int]:

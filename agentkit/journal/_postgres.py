@@ -42,6 +42,7 @@ def _describe(dsn: str) -> str:
 
 
 class _PostgresConnection:
+    dialect = "postgresql"
     types: Mapping[str, str] = MappingProxyType(
         {
             "ts": "TIMESTAMPTZ",

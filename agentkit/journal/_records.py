@@ -98,8 +98,9 @@ class ProposalRecord:
     reason: str | None = None
     """Why it was rejected."""
     claimed_by: str | None = None
-    """The worker that claimed it for execution."""
+    """The worker that claimed it for execution (``host:pid`` unless the worker named itself)."""
     claimed_at: datetime | None = None
+    """When that worker claimed it (UTC); with ``claimed_by``, what an operator checks before resolving."""
     finished_at: datetime | None = None
     """When the execution's outcome was recorded."""
     batch_json: str | None = None
@@ -154,7 +155,11 @@ class RunRecord:
     model: str
     """The primary model."""
     config: dict[str, Any]
-    """What the run was configured with (tools, round ceiling), as JSON data."""
+    """The tools offered and the round ceiling, as JSON data."""
+    loop_config: dict[str, Any] | None = None
+    """The run's whole ``LoopConfig`` as JSON data (autonomy tier by name, budgets, deadline, tool
+    timeout, after-proposal policy, retry policy); ``None`` when the run reported none (it was not
+    a tool loop, or it was recorded by an agentkit before schema version 2)."""
     started_at: datetime | None
     """When it started (``None`` if only its end was recorded)."""
     ended_at: datetime | None = None

@@ -1,15 +1,28 @@
 """The journal's tables, one DDL text for both databases, and the forward migrations.
 
 Each migration is a list of statements; ``{ts}``, ``{serial}``, ``{bool}`` and ``{real}`` are filled
-per database. The version lives in a one-row table; a journal is migrated forward on open, inside
-one transaction, so a half-applied migration never exists.
+per database, and a ``PerDatabase`` statement says a change only one database can make its own way.
+The version lives in a one-row table; a journal is migrated forward on open, inside one
+transaction, so a half-applied migration never exists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "render"]
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "PerDatabase", "render"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PerDatabase:
+    """One step written for each database (``None``: that database has nothing to do)."""
+
+    sqlite: str | None
+    postgresql: str | None
+
+
+Statement = str | PerDatabase
 
 VERSION_TABLE = "agentkit_schema"
 
@@ -103,13 +116,86 @@ _V1 = (
     "CREATE INDEX agentkit_transitions_proposal ON agentkit_transitions (proposal_id, id)",
 )
 
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1,)
+_OPEN_STATES = "'pending', 'approved', 'executing'"
+
+# Version 2: a proposal is deduplicated only while it is open, so the same call proposed again after
+# a rejection or a failure is a new inbox entry; and a run records its whole LoopConfig.
+# SQLite cannot drop a table's UNIQUE constraint, so it rebuilds the proposals table (and the
+# transitions that reference it) without one; PostgreSQL drops the constraint by name.
+_PROPOSALS_V2 = """CREATE TABLE agentkit_proposals_v2 (
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL
+            CHECK (state IN ('pending', 'approved', 'rejected', 'executing', 'executed', 'failed')),
+        tool_name TEXT NOT NULL,
+        tier INTEGER NOT NULL,
+        args TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        rationale TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        proposed_at {ts} NOT NULL,
+        approved_by TEXT,
+        approved_at {ts},
+        rejected_by TEXT,
+        rejected_at {ts},
+        reason TEXT,
+        claimed_by TEXT,
+        claimed_at {ts},
+        claim TEXT,
+        finished_at {ts},
+        batch TEXT,
+        batch_size INTEGER,
+        error TEXT,
+        resolved_by TEXT,
+        resolved_at {ts},
+        note TEXT
+    )"""
+_TRANSITIONS_V2 = """CREATE TABLE agentkit_transitions_v2 (
+        id {serial},
+        proposal_id TEXT NOT NULL REFERENCES agentkit_proposals_v2 (id),
+        from_state TEXT,
+        to_state TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        at {ts} NOT NULL,
+        note TEXT NOT NULL
+    )"""
+
+
+def _sqlite_only(statement: str) -> PerDatabase:
+    return PerDatabase(sqlite=statement, postgresql=None)
+
+
+_V2: tuple[Statement, ...] = (
+    _sqlite_only(_PROPOSALS_V2),
+    _sqlite_only("INSERT INTO agentkit_proposals_v2 SELECT * FROM agentkit_proposals"),
+    _sqlite_only(_TRANSITIONS_V2),
+    _sqlite_only("INSERT INTO agentkit_transitions_v2 SELECT * FROM agentkit_transitions"),
+    _sqlite_only("DROP TABLE agentkit_transitions"),
+    _sqlite_only("DROP TABLE agentkit_proposals"),
+    # Renaming also rewrites the transitions' REFERENCES clause to the new name.
+    _sqlite_only("ALTER TABLE agentkit_proposals_v2 RENAME TO agentkit_proposals"),
+    _sqlite_only("ALTER TABLE agentkit_transitions_v2 RENAME TO agentkit_transitions"),
+    _sqlite_only("CREATE INDEX agentkit_proposals_state ON agentkit_proposals (state, proposed_at)"),
+    _sqlite_only("CREATE INDEX agentkit_transitions_proposal ON agentkit_transitions (proposal_id, id)"),
+    PerDatabase(
+        sqlite=None,
+        postgresql="ALTER TABLE agentkit_proposals DROP CONSTRAINT agentkit_proposals_run_id_round_digest_key",
+    ),
+    f"CREATE UNIQUE INDEX agentkit_proposals_open ON agentkit_proposals (run_id, round, digest) "
+    f"WHERE state IN ({_OPEN_STATES})",
+    "ALTER TABLE agentkit_runs ADD COLUMN loop_config TEXT",
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2)
 """``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The version this code writes and reads."""
 
 
-def render(statement: str, types: Mapping[str, str]) -> str:
-    """Fill a statement's column-type placeholders for one database."""
+def render(statement: Statement, dialect: str, types: Mapping[str, str]) -> str | None:
+    """The statement for one database (``sqlite`` or ``postgresql``), its column types filled; ``None``: skip it."""
+    if isinstance(statement, PerDatabase):
+        chosen: str | None = getattr(statement, dialect)
+        return None if chosen is None else chosen.format_map(types)
     return statement.format_map(types)

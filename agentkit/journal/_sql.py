@@ -9,15 +9,16 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
-from agentkit.journal._errors import DigestMismatch
-from agentkit.journal._events import canonical_json, entry_of_record, fold_events
+from agentkit.journal._errors import DigestMismatch, JournalError
+from agentkit.journal._events import entry_of_record, fold_events, loop_config_data
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunState, Transition
 from agentkit.outcome import Outcome, StopReason
-from agentkit.proposals import ProposedAction
+from agentkit.proposals import ProposedAction, canonical_json
 from agentkit.results import Usage
 from agentkit.tiers import Tier
 
 __all__ = [
+    "OPEN_STATES",
     "Connection",
     "abort_run",
     "append_event",
@@ -37,6 +38,8 @@ __all__ = [
 class Connection(Protocol):
     """What the journal needs from one database connection (used by one thread at a time)."""
 
+    dialect: str
+    """``sqlite`` or ``postgresql``: which side of a ``PerDatabase`` migration step applies."""
     errors: tuple[type[Exception], ...]
     """The driver's exception classes; the journal turns them into ``JournalError``."""
     types: Mapping[str, str]
@@ -62,10 +65,11 @@ def now() -> datetime:
 def insert_run(db: Connection, event: RunStarted, at: datetime) -> None:
     """Record a run's start."""
     config = json.dumps({"tools": list(event.tools), "max_rounds": event.max_rounds})
+    loop = None if event.config is None else json.dumps(loop_config_data(event.config))
     db.execute(
-        "INSERT INTO agentkit_runs (id, agent, model, config, started_at) VALUES (?, ?, ?, ?, ?) "
+        "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (id) DO NOTHING",
-        (event.run_id, event.agent, event.model, config, db.to_db_time(at)),
+        (event.run_id, event.agent, event.model, config, loop, db.to_db_time(at)),
     )
 
 
@@ -132,38 +136,58 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
         )
 
 
+OPEN_STATES = (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING)
+"""States in which the same call proposed again is the same inbox entry."""
+
+
 def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at: datetime) -> str:
-    """Put ``action`` in the inbox as pending; returns its id (the existing one if it is already there)."""
+    """Put ``action`` in the inbox as pending; returns its id.
+
+    While an entry for the same call (run, round, digest) is still open (pending, approved or
+    executing), that entry's id is returned and nothing is written: the observer and the caller
+    recording one proposal must not make two approvable entries. Once it is final (rejected,
+    executed, failed), proposing the call again is a new request and gets a new pending entry.
+    """
     if not action.digest_matches():
         raise DigestMismatch(
             f"proposal for {action.tool_name!r} carries a digest that does not match its args; "
             "build it with ProposedAction.create so the digest covers exactly the call",
             id="",
         )
-    new_id = uuid.uuid4().hex[:16]
-    # The same proposal recorded twice (by the observer and by hand) must not become two approvable entries.
-    inserted = db.execute(
-        "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
-        "proposed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, round, digest) DO NOTHING",
-        (
-            new_id,
-            ProposalState.PENDING.value,
-            action.tool_name,
-            int(action.tier),
-            canonical_json(action.args),
-            action.digest,
-            action.rationale,
-            action.round,
-            action.run_id,
-            db.to_db_time(action.created_at),
-        ),
+    key = (action.run_id, action.round, action.digest, *(s.value for s in OPEN_STATES))
+    # The partial unique index on open entries makes a concurrent insert of the same call do nothing;
+    # the loop covers the open entry becoming final between that insert and the lookup.
+    for _ in range(3):
+        new_id = uuid.uuid4().hex[:16]
+        inserted = db.execute(
+            "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
+            "proposed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            (
+                new_id,
+                ProposalState.PENDING.value,
+                action.tool_name,
+                int(action.tier),
+                canonical_json(action.args),
+                action.digest,
+                action.rationale,
+                action.round,
+                action.run_id,
+                db.to_db_time(action.created_at),
+            ),
+        )
+        if inserted == 1:
+            log_transition(db, new_id, None, ProposalState.PENDING, actor, at, "")
+            return new_id
+        rows = db.query(
+            "SELECT id FROM agentkit_proposals WHERE run_id = ? AND round = ? AND digest = ? AND state IN (?, ?, ?)",
+            key,
+        )
+        if rows:
+            return str(rows[0]["id"])
+    raise JournalError(
+        f"proposal for {action.tool_name!r} (run {action.run_id!r}, round {action.round}) kept changing while it "
+        "was recorded; try again"
     )
-    if inserted != 1:
-        key = (action.run_id, action.round, action.digest)
-        rows = db.query("SELECT id FROM agentkit_proposals WHERE run_id = ? AND round = ? AND digest = ?", key)
-        return str(rows[0]["id"])
-    log_transition(db, new_id, None, ProposalState.PENDING, actor, at, "")
-    return new_id
 
 
 def log_transition(
@@ -247,6 +271,7 @@ def run_of(db: Connection, row: Mapping[str, Any]) -> RunRecord:
         agent=row["agent"],
         model=row["model"],
         config=json.loads(row["config"]),
+        loop_config=None if row["loop_config"] is None else json.loads(row["loop_config"]),
         started_at=None if row["started_at"] is None else db.from_db_time(row["started_at"]),
         ended_at=None if row["ended_at"] is None else db.from_db_time(row["ended_at"]),
         outcome=None if row["outcome"] is None else Outcome(row["outcome"]),

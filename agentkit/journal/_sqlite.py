@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Any
 
 from agentkit.journal._errors import JournalUnavailable
+from agentkit.journal._schema import VERSION_TABLE
 from agentkit.journal._store import SQLJournal
 
 __all__ = ["SQLiteJournal"]
@@ -20,6 +21,7 @@ BUSY_TIMEOUT_S = 30.0
 
 
 class _SQLiteConnection:
+    dialect = "sqlite"
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
     types: Mapping[str, str] = MappingProxyType(
         {"ts": "TEXT", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "bool": "INTEGER", "real": "REAL"}
@@ -76,9 +78,10 @@ class _SQLiteConnection:
 class SQLiteJournal(SQLJournal):
     """The journal in one SQLite file: no server, safe across processes on one machine.
 
-    The file is created with its schema on first open (``create=False`` refuses a missing file
-    instead). WAL mode lets readers work while a writer writes; every write is one transaction
-    that takes the write lock up front, and commits are synced to disk.
+    The file is created with its schema on first open. ``create=False`` refuses a missing file,
+    or a file that holds no journal, after reading it read-only: such a file is left unchanged.
+    WAL mode lets readers work while a writer writes; every write is one transaction that takes the
+    write lock up front, and commits are synced to disk.
 
     Args:
         path: The database file (``":memory:"`` for a journal that lives as long as the object).
@@ -91,13 +94,39 @@ class SQLiteJournal(SQLJournal):
 
     def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
         where = os.fspath(path)
-        if where != ":memory:" and not create and not Path(where).is_file():
-            raise JournalUnavailable(
-                f"no journal at {where}; pass the path of an existing journal (--db), or create one by opening it "
-                "from code"
-            )
+        if where != ":memory:" and not create:
+            _check_is_journal(where)
         try:
             conn = _SQLiteConnection(where)
         except sqlite3.Error as error:
             raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
         super().__init__(conn, where=where, create=create)
+
+
+def _check_is_journal(where: str) -> None:
+    """Refuse a path that is not a journal, reading it only: a wrong ``--db`` must not change the file.
+
+    Opening for writing switches the file to WAL (and gives an empty file a header) before the
+    schema can be read, so the check goes first, over a read-only connection.
+    """
+    if not Path(where).is_file():
+        raise JournalUnavailable(
+            f"no journal at {where}; pass the path of an existing journal (--db), or create one by opening it from code"
+        )
+    uri = f"{Path(where).absolute().as_uri()}?mode=ro"
+    try:
+        probe = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            found = probe.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (VERSION_TABLE,))
+            is_journal = bool(found.fetchall())
+        finally:
+            probe.close()
+    except sqlite3.Error as error:
+        raise JournalUnavailable(
+            f"cannot read {where} as a SQLite journal: {error}; point --db at a journal"
+        ) from error
+    if not is_journal:
+        raise JournalUnavailable(
+            f"{where} holds no agentkit journal (no {VERSION_TABLE} table); point --db at a journal, or open it "
+            "from code to create one"
+        )

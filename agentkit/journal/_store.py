@@ -2,8 +2,8 @@
 
 A backend supplies a ``Connection`` (transactions, queries, column types, time conversion); this
 module holds every statement and every rule. Writes run in one transaction each, under a lock, so a
-journal object may be shared by the observer (in the event loop's thread) and by the inbox methods
-(in worker threads via ``asyncio.to_thread``).
+journal object may be shared by the observer (in its writer thread) and by the inbox methods (in
+worker threads via ``asyncio.to_thread``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from agentkit.journal._sql import (
     run_of,
     transition_of,
 )
-from agentkit.proposals import ProposedAction, call_digest
+from agentkit.proposals import ProposedAction, call_digest, canonical_json
 from agentkit.tiers import tier_choices
 from agentkit.tools import Tool, declared_tier
 
@@ -58,7 +58,7 @@ _HINTS = {
     ProposalState.PENDING: "a human must approve it first",
     ProposalState.APPROVED: "it is approved and waits for a worker to execute it",
     ProposalState.REJECTED: "it was rejected, which is final; propose the call again if it is still wanted",
-    ProposalState.EXECUTING: "a worker claimed it; if that worker died, list it with stuck() and resolve() it",
+    ProposalState.EXECUTING: "a worker claimed it; once you confirmed that worker is gone (claimed_by), resolve() it",
     ProposalState.EXECUTED: "it was executed, which is final",
     ProposalState.FAILED: "its execution failed, which is final; propose the call again to retry",
 }
@@ -66,6 +66,20 @@ _HINTS = {
 
 def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _check_id(value: object, what: str) -> None:
+    # PostgreSQL would fail on comparing a text column with an integer; SQLite would coerce it.
+    if not isinstance(value, str):
+        raise UnknownId(
+            f"no {what} {value!r}: {what} ids are strings (got {type(value).__name__}); pass the id as text",
+            id=repr(value),
+        )
+
+
+def _check_limit(limit: object) -> None:
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+        raise UsageError(f"limit must be an integer >= 1; got {limit!r}")
 
 
 def _named(value: str, what: str) -> str:
@@ -143,7 +157,9 @@ class SQLJournal:
                 )
             for statements in MIGRATIONS[version:]:
                 for statement in statements:
-                    db.execute(render(statement, db.types))
+                    sql = render(statement, db.dialect, db.types)
+                    if sql is not None:
+                        db.execute(sql)
             if version == 0:
                 db.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (?)", (SCHEMA_VERSION,))
             elif version < SCHEMA_VERSION:
@@ -154,10 +170,10 @@ class SQLJournal:
         with self._tx(write=False) as db:
             return int(db.query(f"SELECT version FROM {VERSION_TABLE}")[0]["version"])
 
-    # -- run events (synchronous: the observer calls this from its hooks) ------------------------
+    # -- run events (synchronous: the observer's writer thread calls this) ------------------------
 
     def record(self, event: Event) -> None:
-        """Write one run event, in one transaction, before returning.
+        """Write one run event, in one transaction, before returning (it may wait for the database).
 
         A run's start inserts its row, a proposal enters the inbox as ``pending``, and the run's
         end records its outcome, usage and every round of its trace. Every event is also appended
@@ -182,6 +198,7 @@ class SQLJournal:
     # -- reading --------------------------------------------------------------------------------
 
     def _fetch(self, db: Connection, id: str) -> ProposalRecord:
+        _check_id(id, "proposal")
         rows = db.query("SELECT * FROM agentkit_proposals WHERE id = ?", (id,))
         if not rows:
             raise UnknownId(
@@ -194,6 +211,8 @@ class SQLJournal:
             return self._fetch(db, id)
 
     def _proposals(self, *, state: ProposalState | None = None, limit: int | None = None) -> list[ProposalRecord]:
+        if limit is not None:
+            _check_limit(limit)
         sql = "SELECT * FROM agentkit_proposals"
         params: list[object] = []
         if state is not None:
@@ -221,24 +240,30 @@ class SQLJournal:
             return [transition_of(db, row) for row in rows]
 
     def _runs(self, *, limit: int = 20) -> list[RunRecord]:
+        _check_limit(limit)
         with self._tx(write=False) as db:
             rows = db.query(
                 "SELECT * FROM agentkit_runs ORDER BY COALESCE(started_at, ended_at) DESC, id LIMIT ?", (limit,)
             )
             return [run_of(db, row) for row in rows]
 
+    def _run_row(self, db: Connection, run_id: str) -> dict[str, Any]:
+        _check_id(run_id, "run")
+        rows = db.query("SELECT * FROM agentkit_runs WHERE id = ?", (run_id,))
+        if not rows:
+            raise UnknownId(
+                f"no run {run_id!r} in the journal at {self._where}; list them with `agentkit journal runs`",
+                id=run_id,
+            )
+        return rows[0]
+
     def _run(self, run_id: str) -> RunRecord:
         with self._tx(write=False) as db:
-            rows = db.query("SELECT * FROM agentkit_runs WHERE id = ?", (run_id,))
-            if not rows:
-                raise UnknownId(
-                    f"no run {run_id!r} in the journal at {self._where}; list them with `agentkit journal runs`",
-                    id=run_id,
-                )
-            return run_of(db, rows[0])
+            return run_of(db, self._run_row(db, run_id))
 
     def _rounds(self, run_id: str) -> list[RoundEntry]:
         with self._tx(write=False) as db:
+            self._run_row(db, run_id)
             rows = db.query("SELECT * FROM agentkit_rounds WHERE run_id = ? ORDER BY round", (run_id,))
             if not rows:
                 return folded(db, run_id)
@@ -381,6 +406,15 @@ class SQLJournal:
                 "(they were altered); it was not run. Reject it and propose the call again",
                 id=record.id,
             )
+        # Validation drops keys the args type does not declare, so the digest alone would pass stored args
+        # with an extra key added; the stored text must be exactly the validated call.
+        if canonical_json(args) != record.args_json:
+            raise DigestMismatch(
+                f"proposal {record.id!r}: the stored args are not the canonical form of the approved call (a field "
+                f"{tool.args_type.__name__} does not declare was added, or the text was altered); it was not run. "
+                "Reject it and propose the call again",
+                id=record.id,
+            )
         return args
 
     def _finish(
@@ -423,7 +457,12 @@ class SQLJournal:
     # -- the async contract ---------------------------------------------------------------------
 
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
-        """Put a proposal in the inbox as ``pending``; the same proposal twice gives the same record."""
+        """Put a proposal in the inbox as ``pending``.
+
+        The same call (run, round, digest) proposed while its entry is still open (pending, approved
+        or executing) gives that entry back; after it was rejected, executed or failed it is a new
+        pending entry that needs its own approval.
+        """
         return await asyncio.to_thread(self._propose, action, proposed_by=proposed_by)
 
     async def get(self, id: str) -> ProposalRecord:
@@ -451,7 +490,11 @@ class SQLJournal:
         return await asyncio.to_thread(self._reject, id, rejected_by, reason)
 
     async def stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
-        """Proposals claimed for execution longer ago than ``older_than`` and still ``executing``."""
+        """Proposals claimed for execution longer ago than ``older_than`` and still ``executing``.
+
+        Each carries ``claimed_by`` and ``claimed_at``. A listed execution may be slow rather than
+        dead: confirm that its worker is gone before ``resolve``, or the call can run twice.
+        """
         return await asyncio.to_thread(self._stuck, older_than=older_than)
 
     async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
@@ -486,7 +529,7 @@ class SQLJournal:
         return Execution(proposal=record, error=error)
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
-        """The most recent runs, newest first."""
+        """The most recent runs, newest first (``limit`` >= 1, else ``UsageError``)."""
         return await asyncio.to_thread(self._runs, limit=limit)
 
     async def run(self, run_id: str) -> RunRecord:
@@ -494,7 +537,11 @@ class SQLJournal:
         return await asyncio.to_thread(self._run, run_id)
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:
-        """The run's rounds: from its trace once it finished, rebuilt from its events until then."""
+        """The run's rounds: from its trace once it finished, rebuilt from its events until then.
+
+        Raises:
+            UnknownId: the journal never saw the run.
+        """
         return await asyncio.to_thread(self._rounds, run_id)
 
     async def close(self) -> None:

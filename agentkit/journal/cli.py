@@ -3,7 +3,7 @@
 ``--db`` takes a SQLite path or a ``postgresql://`` URL (default: ``$AGENTKIT_JOURNAL``, else
 ``agentkit-journal.db`` in the working directory). The command line never creates a journal:
 a missing database, an unknown id or a refused transition is reported on stderr with exit code 1,
-and nothing is written.
+and nothing is written. Times are UTC, printed as ISO 8601 with a ``Z``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from agentkit.errors import AgentkitError
@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
     journal = subparsers.add_parser("journal", help="runs recorded in a journal", description=__doc__)
     runs_of = journal.add_subparsers(dest="journal_command", required=True, metavar="COMMAND")
     runs = runs_of.add_parser("runs", parents=[db], help="recent runs with outcome, rounds and tokens")
-    runs.add_argument("--limit", type=int, default=20, help="how many runs (default 20)")
+    runs.add_argument("--limit", type=_positive, default=20, metavar="N", help="how many runs, at least 1 (default 20)")
     runs.set_defaults(handler=_handler(_runs))
     show = runs_of.add_parser("show", parents=[db], help="one run's rounds as a table")
     show.add_argument("run", metavar="RUN", help="the run id (from `agentkit journal runs`)")
@@ -89,6 +89,16 @@ def register(subparsers: Any) -> None:
     )
     resolve.add_argument("--note", required=True, metavar="TEXT", help="what you checked, for the record")
     resolve.set_defaults(handler=_handler(_resolve))
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
 
 
 def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
@@ -143,6 +153,7 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
     print(f"run {run.id}  ({run.state.value})", file=out)
     print(f"agent {run.agent}, model {run.model}, tools {', '.join(run.config.get('tools', []))}", file=out)
     print(f"started {_time(run.started_at)}, ended {_time(run.ended_at)}", file=out)
+    print(f"config {_config(run.loop_config)}", file=out)
     outcome = f"{run.outcome.value}, stop {run.stop_reason.value}" if run.outcome and run.stop_reason else "-"
     usage = run.usage
     print(
@@ -160,6 +171,18 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
     _table(out, headers, [_round_row(entry) for entry in rounds])
     if not rounds[0].from_trace:
         print("\n(rounds rebuilt from the event log: the run has no recorded result)", file=out)
+
+
+def _config(config: dict[str, Any] | None) -> str:
+    if config is None:
+        return "- (not recorded)"
+
+    def value(v: object) -> str:
+        if isinstance(v, dict):
+            return "(" + ", ".join(f"{k} {value(inner)}" for k, inner in v.items()) + ")"
+        return "none" if v is None else str(v)
+
+    return ", ".join(f"{key} {value(v)}" for key, v in config.items())
 
 
 def _round_row(entry: RoundEntry) -> tuple[str, ...]:
@@ -211,9 +234,24 @@ async def _stuck(journal: Journal, args: argparse.Namespace, out: TextIO) -> Non
     if not found:
         print(f"no execution claimed more than {args.older_than:g} minutes ago is unfinished", file=out)
         return
-    _proposal_table(out, found)
+    now = datetime.now(UTC)
+    headers = ("ID", "TOOL", "ARGS", "CLAIMED BY", "CLAIMED AT", "FOR")
+    rows = [
+        (
+            p.id,
+            p.tool_name,
+            p.args_json,
+            p.claimed_by or "-",
+            _time(p.claimed_at),
+            "-" if p.claimed_at is None else _age(now - p.claimed_at),
+        )
+        for p in found
+    ]
+    _table(out, headers, rows)
     print(
-        "\ndecide each with: agentkit proposals resolve ID --by NAME --as executed|failed|approved --note TEXT",
+        "\na listed worker may be slow, not dead: check on its host that CLAIMED BY is gone before deciding, or\n"
+        "the call can run twice. Then: agentkit proposals resolve ID --by NAME --as executed|failed|approved "
+        "--note TEXT",
         file=out,
     )
 
@@ -246,6 +284,8 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
         ("run", f"{p.run_id or '-'}, round {p.round}"),
         ("rationale", p.rationale or "-"),
     ]
+    if p.claimed_by or p.claimed_at:
+        lines.append(("claimed", f"by {p.claimed_by or '-'} at {_time(p.claimed_at)}"))
     if p.reason:
         lines.append(("reason", p.reason))
     if p.batch_json is not None:
@@ -284,7 +324,13 @@ async def _resolve(journal: Journal, args: argparse.Namespace, out: TextIO) -> N
 
 
 def _time(at: datetime | None) -> str:
-    return "-" if at is None else at.strftime("%Y-%m-%d %H:%M:%S")
+    return "-" if at is None else at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _age(elapsed: timedelta) -> str:
+    seconds = max(int(elapsed.total_seconds()), 0)
+    hours, rest = divmod(seconds, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
 def _cut(text: str) -> str:

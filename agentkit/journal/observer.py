@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections import deque
+from types import TracebackType
+from typing import Self
 
-from agentkit.events import Event
+from agentkit.errors import UsageError
+from agentkit.events import Event, RunAborted, RunFinished
 from agentkit.journal._contract import Journal
+from agentkit.journal._errors import JournalError
 from agentkit.observe import Observer
 
 __all__ = ["JournalObserver"]
@@ -14,37 +20,166 @@ logger = logging.getLogger("agentkit.journal")
 
 
 class JournalObserver(Observer):
-    """An observer that records each event of a run in a journal before the run goes on.
+    """An observer that records each event of a run in a journal, from a writer thread of its own.
 
-    Each hook writes synchronously, in one transaction, so a crash loses at most the event in
-    flight. A failed write never changes the run: it is logged (logger ``agentkit.journal``) and
-    counted in ``failures``.
+    Hooks only put the event (a frozen value) on a bounded queue, so a database that is busy (another
+    process approving a proposal or claiming one holds the write lock) never stalls the event loop.
+    The writer thread writes the events in order, one transaction each. When a run ends or aborts,
+    the hook waits (at most ``flush_timeout`` seconds) until every event queued so far is written, so
+    the run's record is complete when the run returns. A crash loses at most the events still queued.
+
+    A failed write, or an event dropped because the queue is full, never changes the run: it is
+    logged (logger ``agentkit.journal``) and counted in ``failures``. ``close()`` (or leaving a
+    ``with`` block) writes what is queued and stops the thread.
+
+    Args:
+        journal: Where the events go.
+        capacity: Most events waiting to be written; an event beyond it is dropped and counted.
+        flush_timeout: Longest wait, in seconds, at a run's end for its events to be written; past
+            it the run returns and the rest is written when the database frees up.
 
     Example:
-        >>> journal = SQLiteJournal("agentkit-journal.db")
-        >>> result = await run_tool_loop_tiered(caller, agent, tools, ctx, observer=JournalObserver(journal))
+        >>> with JournalObserver(SQLiteJournal("agentkit-journal.db")) as observer:
+        ...     result = await run_tool_loop_tiered(caller, agent, tools, ctx, observer=observer)
     """
 
-    def __init__(self, journal: Journal) -> None:
+    def __init__(self, journal: Journal, *, capacity: int = 10_000, flush_timeout: float = 10.0) -> None:
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+            raise UsageError(f"capacity must be an integer >= 1 (events that may wait to be written); got {capacity!r}")
+        if flush_timeout < 0:
+            raise UsageError(f"flush_timeout must be >= 0 seconds; got {flush_timeout!r}")
         self.journal = journal
         """Where the events go."""
+        self.capacity = capacity
+        """Most events waiting to be written."""
+        self.flush_timeout = flush_timeout
+        """Longest wait at a run's end for its events to be written."""
         self.failures = 0
-        """Events that could not be written."""
+        """Events that could not be written (the write failed, or the queue was full)."""
         self.last_error: Exception | None = None
-        """The most recent write failure."""
+        """The most recent failure."""
+        self._cond = threading.Condition()
+        self._queue: deque[Event] = deque()
+        self._accepted = 0
+        self._settled = 0
+        """Accepted events that were written or failed; ``flush`` waits for it to catch up."""
+        self._closed = False
+        self._writer: threading.Thread | None = None
+
+    # -- hooks ----------------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        """Record the event (every kind: start, rounds, calls, proposals, the end or an abort)."""
-        try:
-            self.journal.record(event)
-        except Exception as error:
+        """Queue the event for the writer thread (every kind: start, rounds, calls, proposals, the end)."""
+        with self._cond:
+            if self._closed:
+                refused = f"the observer is closed, so the {event.kind} event was not written; use a new one"
+            elif len(self._queue) >= self.capacity:
+                refused = (
+                    f"{self.capacity} events already wait to be written (the database is slow or locked), so the "
+                    f"{event.kind} event was dropped; raise capacity or free the database"
+                )
+            else:
+                self._queue.append(event)
+                self._accepted += 1
+                self._start_writer()
+                self._cond.notify_all()
+                return
+        self._failed(event, JournalError(refused))
+
+    def on_run_end(self, event: RunFinished) -> None:
+        """Wait (bounded) until the run's events are written, so its record is complete when it returns."""
+        self._flush_run(event.run_id)
+
+    def on_run_abort(self, event: RunAborted) -> None:
+        """Wait (bounded) until the aborted run's events are written."""
+        self._flush_run(event.run_id)
+
+    # -- control --------------------------------------------------------------------------------
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event queued so far is written (or has failed).
+
+        Args:
+            timeout: Longest wait in seconds; ``None`` waits as long as it takes.
+
+        Returns:
+            Whether everything queued before the call was settled in time.
+        """
+        with self._cond:
+            target = self._accepted
+            return self._cond.wait_for(lambda: self._settled >= target, timeout)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Write what is queued, then stop the writer thread; events after this are counted as failures.
+
+        Returns:
+            Whether the thread stopped within ``timeout`` (it keeps writing in the background otherwise).
+        """
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+            writer = self._writer
+        if writer is None:
+            return True
+        writer.join(timeout)
+        return not writer.is_alive()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- machinery ------------------------------------------------------------------------------
+
+    def _start_writer(self) -> None:
+        if self._writer is None:
+            # A daemon: a process that exits without close() must not hang on a locked database; what is
+            # still queued then is lost, as it would be in a crash.
+            self._writer = threading.Thread(target=self._write_all, name="agentkit-journal-writer", daemon=True)
+            self._writer.start()
+
+    def _write_all(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._queue) or self._closed)
+                if not self._queue:
+                    return
+                event = self._queue.popleft()
+            try:
+                self.journal.record(event)
+            except Exception as error:
+                self._failed(event, error)
+            finally:
+                with self._cond:
+                    self._settled += 1
+                    self._cond.notify_all()
+
+    def _failed(self, event: Event, error: Exception) -> None:
+        with self._cond:
             self.failures += 1
             self.last_error = error
+            failures = self.failures
+        logger.warning(
+            "journal %s: could not record the %s event of run %s (%d failed so far): %s",
+            self.journal.where,
+            event.kind,
+            event.run_id,
+            failures,
+            error,
+        )
+
+    def _flush_run(self, run_id: str) -> None:
+        if not self.flush(self.flush_timeout):
+            with self._cond:
+                waiting = len(self._queue)
             logger.warning(
-                "journal %s: could not record the %s event of run %s (%d failed so far): %s",
+                "journal %s: run %s ended but its record is not complete after %gs (%d events still wait for the "
+                "database); they are written when it frees up",
                 self.journal.where,
-                event.kind,
-                event.run_id,
-                self.failures,
-                error,
+                run_id,
+                self.flush_timeout,
+                waiting,
             )

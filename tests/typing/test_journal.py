@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, assert_never, assert_type
 
 from pydantic import BaseModel
@@ -28,6 +28,7 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.outcome import Outcome
+from agentkit.proposals import canonical_json
 
 
 class Target(BaseModel):
@@ -57,6 +58,10 @@ def observer_is_an_observer(journal: Journal) -> None:
     assert_type(JournalObserver(journal).failures, int)
     assert_type(JournalObserver(journal).last_error, Exception | None)
     assert_type(observer, Observer)
+    with JournalObserver(journal, capacity=100, flush_timeout=1.0) as opened:
+        assert_type(opened, JournalObserver)
+        assert_type(opened.flush(timeout=2.0), bool)
+        assert_type(opened.close(), bool)
 
 
 async def inbox(journal: Journal, action: ProposedAction[Target]) -> None:
@@ -88,6 +93,8 @@ async def runs(journal: Journal, run_id: str) -> None:
     run = await journal.run(run_id)
     assert_type(run, RunRecord)
     assert_type(run.outcome, Outcome | None)
+    assert_type(run.loop_config, dict[str, Any] | None)
+    assert_type(record_of(run_id).claimed_at, datetime | None)
     assert_type(await journal.runs(limit=5), list[RunRecord])
     assert_type(await journal.rounds(run_id), list[RoundEntry])
     match run.state:
@@ -95,6 +102,14 @@ async def runs(journal: Journal, run_id: str) -> None:
             pass
         case _:
             assert_never(run.state)
+
+
+def record_of(id: str) -> ProposalRecord:
+    raise NotImplementedError
+
+
+def canonical_args_are_text(args: Target) -> None:
+    assert_type(canonical_json(args), str)
 
 
 def states_are_closed(state: ProposalState) -> str:

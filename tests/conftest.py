@@ -1,0 +1,54 @@
+"""Shared fixtures for the journal tests: one journal per test, on SQLite and on a real PostgreSQL.
+
+PostgreSQL runs when ``AGENTKIT_TEST_POSTGRES_DSN`` is set (``.ci/postgres.sh start`` starts a
+server and prints it); each test gets a fresh schema there, as it gets a fresh file with SQLite.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from agentkit.journal import Journal, open_journal
+
+POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
+"""The test server, or ``None`` when the PostgreSQL half of the journal tests is skipped."""
+
+
+@pytest.fixture
+def postgres_url() -> Iterator[str]:
+    """A URL whose connections use a fresh, empty schema (dropped afterwards); skips without a server."""
+    if POSTGRES_DSN is None:
+        pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+        conn.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{POSTGRES_DSN}{'&' if '?' in POSTGRES_DSN else '?'}options={quote(f'-csearch_path={schema}')}"
+    finally:
+        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def journal_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a fresh journal goes: a file in ``tmp_path``, or a fresh PostgreSQL schema."""
+    if request.param == "sqlite":
+        return str(tmp_path / "journal.db")
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+async def journal(journal_url: str) -> AsyncIterator[Journal]:
+    """A journal opened (and created) at ``journal_url``, closed after the test."""
+    opened = open_journal(journal_url)
+    yield opened
+    await opened.close()
