@@ -4,9 +4,10 @@
 
 1. starts the lean server (``benchmarks.server``) in its own process;
 2. cold import times: a fresh interpreter per sample, every target once per repeat, shuffled;
-3. sequential samples: each repeat runs every contender once, in a shuffled order, each sample
-   in a fresh worker process (``benchmarks.worker``), so drifting machine load hits every
-   contender alike; ratios to the floor are taken within a repeat, then the median is reported;
+3. sequential samples: one worker process per contender (``benchmarks.worker --mode serve``);
+   each repeat asks every worker for one sample, in a shuffled order, so drifting machine load
+   hits every contender alike; a sample's figure is the median over its runs, ratios to the floor
+   are taken within a repeat, and the median over the repeats is reported;
 4. 1,000 runs started at once, once per contender (wall time, peak RSS, errors);
 5. the scripted-caller microbenchmark of the loop itself (``benchmarks.microbench``);
 6. writes ``results/<date>.json`` and ``.md``, plus ``latest.json`` and ``latest.md``.
@@ -26,6 +27,7 @@ import platform
 import random
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -65,9 +67,9 @@ class Options:
     """What one benchmark invocation measures."""
 
     contenders: tuple[str, ...]
-    repeats: int = 5
-    runs: int = 30
-    warmup: int = 3
+    repeats: int = 15
+    runs: int = 20
+    warmup: int = 2
     concurrent: int = 1000
     import_repeats: int = 7
     micro: bool = True
@@ -170,23 +172,75 @@ def import_profile(statement: str = "import agentkit") -> dict[str, float]:
     return dict(sorted(by_package.items(), key=lambda item: -item[1]))
 
 
+@contextlib.contextmanager
+def sample_servers(names: Sequence[str], base_url: str) -> Iterator[dict[str, subprocess.Popen[str]]]:
+    """One ``worker --mode serve`` process per contender, all started (and imported) before any sample."""
+    workers: dict[str, subprocess.Popen[str]] = {}
+    with contextlib.ExitStack() as stack:
+        for name in names:
+            errors = stack.enter_context(tempfile.TemporaryFile("w+"))
+            command = [sys.executable, "-m", "benchmarks.worker", "--contender", name, "--base-url", base_url]
+            workers[name] = stack.enter_context(
+                subprocess.Popen(
+                    [*command, "--mode", "serve"],
+                    cwd=ROOT,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=errors,
+                    text=True,
+                )
+            )
+            workers[name].errors = errors  # type: ignore[attr-defined]  # kept beside the process for failure reports
+        for name, process in workers.items():
+            assert process.stdout is not None
+            if not process.stdout.readline():
+                log(f"{name}: worker did not start: {_stderr_tail(process)}")
+        try:
+            yield workers
+        finally:
+            for process in workers.values():
+                assert process.stdin is not None
+                with contextlib.suppress(BrokenPipeError):
+                    process.stdin.close()
+                process.wait(timeout=30)
+
+
+def _stderr_tail(process: subprocess.Popen[str]) -> str:
+    errors = process.errors  # type: ignore[attr-defined]  # set by sample_servers
+    errors.seek(0)
+    lines = errors.read().strip().splitlines()
+    return lines[-1] if lines else f"exit {process.poll()}"
+
+
+def one_sample(process: subprocess.Popen[str], runs: int, warmup: int) -> dict[str, Any]:
+    """Ask a serving worker for one sequential sample."""
+    assert process.stdin is not None
+    assert process.stdout is not None
+    try:
+        process.stdin.write(f"{runs} {warmup}\n")
+        process.stdin.flush()
+    except BrokenPipeError:
+        return {"error": _stderr_tail(process)}
+    line = process.stdout.readline()
+    if not line:
+        return {"error": _stderr_tail(process)}
+    sample: dict[str, Any] = json.loads(line)
+    return sample
+
+
 def measure_sequential(base_url: str, options: Options, rng: random.Random, collected: Collected) -> None:
     order = list(options.contenders)
-    for repeat in range(options.repeats):
-        rng.shuffle(order)
-        log(f"sequential repeat {repeat + 1}/{options.repeats}: {', '.join(order)}")
-        for name in order:
-            args = ["--contender", name, "--base-url", base_url, "--runs", str(options.runs)]
-            try:
-                sample = worker([*args, "--warmup", str(options.warmup), "--mode", "seq"])
-            except (RuntimeError, subprocess.TimeoutExpired) as error:
-                sample = {"error": str(error)}
-            sample["repeat"] = repeat
-            collected.sequential.setdefault(name, []).append(sample)
-            if "error" in sample or not sample["check"]["ok"]:
-                collected.failures.append(
-                    f"{name} sequential repeat {repeat + 1}: {sample.get('error') or sample['check']}"
-                )
+    with sample_servers(order, base_url) as workers:
+        for repeat in range(options.repeats):
+            rng.shuffle(order)
+            log(f"sequential repeat {repeat + 1}/{options.repeats}: {', '.join(order)}")
+            for name in order:
+                sample = one_sample(workers[name], options.runs, options.warmup)
+                sample["repeat"] = repeat
+                collected.sequential.setdefault(name, []).append(sample)
+                if "error" in sample or not sample["check"]["ok"]:
+                    problem = sample.get("error") or sample["check"]
+                    collected.failures.append(f"{name} sequential repeat {repeat + 1}: {problem}")
 
 
 def measure_concurrent(base_url: str, options: Options, rng: random.Random, collected: Collected) -> None:
@@ -232,7 +286,7 @@ def environment() -> dict[str, Any]:
     with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="utf-8") as info:
         cpu = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), cpu)
     commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
+        ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True, check=False
     )
     return {
         "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -279,9 +333,9 @@ def write(summary: dict[str, Any], out: Path) -> list[Path]:
 def parse(argv: Sequence[str] | None) -> Options:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.split("\n\n")[0])
     parser.add_argument("--contenders", default="all", help="'all', 'core' (no peers) or a comma-separated list")
-    parser.add_argument("--repeats", type=int, default=5, help="interleaved sequential samples per contender")
-    parser.add_argument("--runs", type=int, default=30, help="timed runs per sequential sample")
-    parser.add_argument("--warmup", type=int, default=3, help="untimed runs before each sequential sample")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved sequential samples per contender")
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per sequential sample")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs before each sequential sample")
     parser.add_argument("--concurrent", type=int, default=1000, help="runs started at once (0 to skip)")
     parser.add_argument("--import-repeats", type=int, default=7, help="fresh interpreters per import (0 to skip)")
     parser.add_argument("--micro-repeats", type=int, default=5, help="microbenchmark samples (0 to skip)")

@@ -6,7 +6,7 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from benchmarks import contenders
+from benchmarks import contenders, scenario
 
 WALL_TARGET = 1.25
 """agentkit's wall time per round, at most this many times the floor's."""
@@ -34,17 +34,18 @@ def _good(samples: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def _per_round(sample: Mapping[str, Any], key: str) -> float:
-    return float(sample[key]) / float(sample["rounds"]) * 1e3
+    """Milliseconds per round from a sample's median run (robust to bursts of load on a shared host)."""
+    return float(sample[key]) / scenario.ROUNDS * 1e3
 
 
 def _paired_ratios(samples: Sequence[Mapping[str, Any]], floor: Sequence[Mapping[str, Any]], key: str) -> list[float]:
-    """Per repeat, this contender's figure over the floor's in the same repeat."""
+    """Per repeat, this contender's median run over the floor's in the same repeat."""
     by_repeat = {sample["repeat"]: sample for sample in _good(floor)}
     ratios = []
     for sample in _good(samples):
         base = by_repeat.get(sample["repeat"])
         if base is not None and base[key] > 0:
-            ratios.append((sample[key] / sample["rounds"]) / (base[key] / base["rounds"]))
+            ratios.append(sample[key] / base[key])
     return ratios
 
 
@@ -53,10 +54,10 @@ def _sequential(name: str, samples: Sequence[Mapping[str, Any]], floor: Sequence
     return {
         "samples": len(samples),
         "correct_samples": len(good),
-        "wall_ms_per_round": spread([_per_round(s, "wall") for s in good]),
-        "cpu_ms_per_round": spread([_per_round(s, "cpu") for s in good]),
-        "wall_ratio": spread(_paired_ratios(samples, floor, "wall")),
-        "cpu_ratio": spread(_paired_ratios(samples, floor, "cpu")),
+        "wall_ms_per_round": spread([_per_round(s, "run_wall_median") for s in good]),
+        "cpu_ms_per_round": spread([_per_round(s, "run_cpu_median") for s in good]),
+        "wall_ratio": spread(_paired_ratios(samples, floor, "run_wall_median")),
+        "cpu_ratio": spread(_paired_ratios(samples, floor, "run_cpu_median")),
         "server_cpu_ms_per_round": spread(
             [s["server"]["cpu_seconds"] / s["server"]["requests"] * 1e3 for s in good if s["server"]["requests"]]
         ),
@@ -319,9 +320,9 @@ def markdown(summary: Mapping[str, Any]) -> str:
         f"x 4 rounds per contender, {options['concurrent']} concurrent runs once per contender).",
         f"Versions: {versions}.",
         "",
-        "Medians over the repeats, (min-max) in brackets; `x floor` is the median of per-repeat ratios "
-        f"to `{summary['floor']}`. Every sample passed the server-side check (3 searches + 1 final answer "
-        "per run) unless the last column says otherwise.",
+        "Each sample's figure is its median run; the table gives the median over the repeats, (min-max) "
+        f"in brackets; `x floor` is the median of per-repeat ratios to `{summary['floor']}`. Every sample "
+        "passed the server-side check (3 searches + 1 final answer per run) unless the last column says otherwise.",
         "",
         headline(summary),
         "",

@@ -1,12 +1,15 @@
-"""One measurement of one contender, in a fresh process: ``python -m benchmarks.worker``.
+"""Measurements of one contender in a process of its own: ``python -m benchmarks.worker``.
 
-A fresh interpreter per sample keeps contenders from sharing imports, caches or garbage, and lets
-the process's own CPU time and peak RSS be read without the harness in them. The worker resets
-the server's statistics, runs the contender, reads the statistics back and prints one JSON line.
+A process per contender keeps contenders from sharing imports, caches or garbage, and lets the
+process's own CPU time and peak RSS be read without the harness in them. For each sample the
+worker resets the server's statistics, runs the contender, reads the statistics back and prints
+one JSON line.
 
 Modes:
     ``seq``: ``--warmup`` untimed runs, then ``--runs`` timed runs one after another (wall and
-    CPU time per round, server CPU and request bytes per round).
+    CPU time of each run, server CPU and request bytes per round).
+    ``serve``: the same, once for each ``RUNS WARMUP`` line read from stdin (the harness keeps one
+    such process per contender and interleaves their samples).
     ``concurrent``: one warm-up run, then ``--runs`` runs started at once with ``asyncio.gather``
     (wall time, peak RSS, errors).
     ``--profile FILE`` (``seq`` only): the timed runs under cProfile, the top of the profile
@@ -20,6 +23,8 @@ import asyncio
 import http.client
 import json
 import resource
+import statistics
+import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -67,17 +72,21 @@ async def sequential(
 
         profiler = cProfile.Profile()
         profiler.enable()
-    started, cpu_started = time.perf_counter(), time.process_time()
+    walls, cpus = [], []
     for run_id in ids:
+        started, cpu_started = time.perf_counter(), time.process_time()
         await contender.run(run_id)
-    wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+        walls.append(time.perf_counter() - started)
+        cpus.append(time.process_time() - cpu_started)
     if profiler is not None:
         profiler.disable()
         write_profile(profiler, profile or "")
     after = server_call(base_url, "GET", "/stats")
     return {
-        "wall": wall,
-        "cpu": cpu,
+        "wall": sum(walls),
+        "cpu": sum(cpus),
+        "run_wall_median": statistics.median(walls),
+        "run_cpu_median": statistics.median(cpus),
         "runs": runs,
         "rounds": runs * scenario.ROUNDS,
         "server": server_delta(before, after),
@@ -134,12 +143,27 @@ def write_profile(profiler: Any, path: str) -> None:
         file.write(out.getvalue())
 
 
+async def serve(contender: contenders.Contender, base_url: str) -> None:
+    """Answer ``RUNS WARMUP`` lines on stdin with one sequential sample each, until stdin closes.
+
+    One process per contender then serves every repeat, so the harness can interleave many short
+    samples without paying an interpreter start and the framework's import for each.
+    """
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        runs, warmup = (int(field) for field in line.split())
+        print(json.dumps(await sequential(contender, base_url, runs, warmup, None)), flush=True)
+
+
 async def main_async(options: argparse.Namespace) -> dict[str, Any]:
     spec = contenders.spec(options.contender)
     contender = spec.make(options.base_url)
     try:
         if options.mode == "concurrent":
             return await concurrent(contender, options.base_url, options.runs)
+        if options.mode == "serve":
+            await serve(contender, options.base_url)
+            return {}
         return await sequential(contender, options.base_url, options.runs, options.warmup, options.profile)
     finally:
         await contender.aclose()
@@ -150,13 +174,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--contender", required=True)
     parser.add_argument("--base-url", required=True)
-    parser.add_argument("--mode", choices=("seq", "concurrent"), default="seq")
+    parser.add_argument("--mode", choices=("seq", "concurrent", "serve"), default="seq")
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", default=None)
     options = parser.parse_args()
     result = asyncio.run(main_async(options))
-    print(json.dumps({"contender": options.contender, "mode": options.mode, **result}))
+    if options.mode != "serve":
+        print(json.dumps({"contender": options.contender, "mode": options.mode, **result}))
 
 
 if __name__ == "__main__":
