@@ -319,15 +319,17 @@ class LocalModel:
         params.cpuparams.n_threads = self.threads
         params.cpuparams_batch.n_threads = self.threads
         params.verbosity = 3 if self.verbose else -1
+        # No local name for the server: the runtime has no stop call and stops only when its last
+        # reference goes, and a local would live on in the traceback of a failed readiness check,
+        # keeping the port open and the model loaded.
         try:
-            server = runtime.Server(params)
+            self._server = runtime.Server(params)
         except Exception as failed:
             raise ProviderError(
                 f"the local model server failed to start on {path}: {failed}; check that the file is a GGUF "
                 "model (run with verbose=True to see llama.cpp's log)"
             ) from failed
-        self._server = server
-        self._address = str(server.listening_address).rstrip("/")
+        self._address = str(self._server.listening_address).rstrip("/")
         try:
             _wait_ready(self._address, self.ready_timeout)
         except BaseException:
@@ -336,9 +338,9 @@ class LocalModel:
 
     def stop(self) -> None:
         """Stop the server (waits for its threads); stopping a stopped model does nothing."""
-        server, self._server, self._address = self._server, None, None
-        # The runtime stops its HTTP and inference threads when its last reference goes.
-        del server
+        # The runtime has no stop call: it stops its HTTP and inference threads when its last
+        # reference goes, which is this one (start() keeps no other).
+        self._server, self._address = None, None
 
     def _model_file(self) -> Path:
         if self.model_path is None:

@@ -12,6 +12,7 @@ import hashlib
 import importlib.util
 import json
 import re
+import socket
 import subprocess
 import sys
 import threading
@@ -260,6 +261,14 @@ def answers(base_url: str) -> bool:
         return False
 
 
+def accepts_connections(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
 def test_server_starts_on_loopback_with_a_free_port_and_one_thread(runtime: list[Any], weights: Path) -> None:
     """The server binds 127.0.0.1, lets the OS choose the port, and generates on one thread by default."""
     with LocalModel(model_path=weights) as local:
@@ -332,13 +341,18 @@ def test_server_that_fails_to_load_raises_provider_error(monkeypatch: pytest.Mon
 
 
 def test_server_that_never_gets_ready_times_out_and_is_stopped(monkeypatch: pytest.MonkeyPatch, weights: Path) -> None:
-    """A server that keeps answering 503 is given up after ``ready_timeout`` and stopped."""
+    """A server that keeps answering 503 is given up after ``ready_timeout`` and really stopped: its
+    port is closed while the raised error (and its traceback) is still alive."""
     module, _ = fake_runtime(status=503)
     monkeypatch.setitem(sys.modules, "xllamacpp", module)
     local = LocalModel(model_path=weights, ready_timeout=0.3)
-    with pytest.raises(ProviderError, match=r"not ready after 0\.3s \(HTTP 503\)"):
+    with pytest.raises(ProviderError, match=r"not ready after 0\.3s \(HTTP 503\)") as raised:
         local.start()
     assert not local.running
+    address = re.search(r"http://127\.0\.0\.1:(\d+)", str(raised.value))
+    assert address is not None
+    assert raised.value.__traceback__ is not None
+    assert not accepts_connections(int(address.group(1)))
 
 
 def test_missing_model_path_is_a_usage_error(runtime: list[Any], tmp_path: Path) -> None:
