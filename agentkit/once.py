@@ -103,8 +103,22 @@ def is_material(value: object) -> bool:
     return True
 
 
+class Ending:
+    """What every single-shot and pair result shares: an ``error`` and ``raise_for_error()``."""
+
+    __slots__ = ()  # so that the frozen slots dataclasses built on it stay without a __dict__
+
+    error: AgentkitError | None
+
+    def raise_for_error(self) -> Self:
+        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
+        if self.error is not None:
+            raise self.error
+        return self
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
-class OnceResult(Generic[V_co]):
+class OnceResult(Ending, Generic[V_co]):
     """The ending of ``run_once``: always returned, never raised."""
 
     value: V_co | None
@@ -122,15 +136,9 @@ class OnceResult(Generic[V_co]):
     run_id: str = ""
     """A unique id for the run, as carried by its observer events."""
 
-    def raise_for_error(self) -> Self:
-        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
-        if self.error is not None:
-            raise self.error
-        return self
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TextResult:
+class TextResult(Ending):
     """The ending of ``run_once_text``: always returned, never raised."""
 
     text: str | None
@@ -147,12 +155,6 @@ class TextResult:
     """The model that answered; empty on error."""
     run_id: str = ""
     """A unique id for the run, as carried by its observer events."""
-
-    def raise_for_error(self) -> Self:
-        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
-        if self.error is not None:
-            raise self.error
-        return self
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -176,10 +178,18 @@ class Session:
     (cancellation, a ``UsageError``) is reported aborted, so observers can close what they opened.
     """
 
-    def __init__(self, observers: tuple[Observer, ...], *, agent: object, role: RoleSpec, max_rounds: int) -> None:
+    def __init__(
+        self,
+        observers: tuple[Observer, ...],
+        *,
+        agent: object,
+        role: RoleSpec,
+        max_rounds: int,
+        label: str = "executor",
+    ) -> None:
         self.observers = observers
         self.run_id = uuid.uuid4().hex
-        self.label = role.prompt_type or "executor"
+        self.label = role.prompt_type or label
         self.start = RunStarted(
             run_id=self.run_id, agent=type(agent).__name__, model=role.model, tools=(), max_rounds=max_rounds
         )
@@ -314,9 +324,23 @@ async def run_once(
     Raises:
         UsageError: ``schema`` is not a pydantic model, or another wiring mistake.
     """
+    return await once_as("executor", caller, agent, ctx, schema=schema, observer=observer, retry=retry)
+
+
+async def once_as(
+    label: str,
+    caller: StructuredCaller,
+    agent: OnceAgent[Ctx],
+    ctx: Ctx,
+    *,
+    schema: type[V],
+    observer: ObserverArg,
+    retry: RetryPolicy | None,
+) -> OnceResult[V]:
+    """``run_once`` whose model calls are reported under ``label`` when the role names no ``prompt_type``."""
     check_schema(schema, "run_once")
     role = agent.role()
-    with Session(observers_of(observer), agent=agent, role=role, max_rounds=1) as session:
+    with Session(observers_of(observer), agent=agent, role=role, max_rounds=1, label=label) as session:
         reply = await _single_shot(caller, agent, ctx, role, schema, retry, session)
         result: OnceResult[V]
         if reply.value is None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -26,6 +26,7 @@ from agentkit.degeneration import SameFunc, same_args
 from agentkit.errors import AgentkitError, Throttled, UsageError, VerifierError
 from agentkit.observe import Observer, ObserverArg, observers_of
 from agentkit.once import (
+    Ending,
     OnceAgent,
     Reply,
     RoundInfo,
@@ -33,15 +34,12 @@ from agentkit.once import (
     ask,
     check_schema,
     is_material,
+    once_as,
     request_for,
-    run_once,
 )
 from agentkit.outcome import Outcome, StopReason
 from agentkit.results import Usage
 from agentkit.structured import RetryPolicy, StructuredCaller
-
-if TYPE_CHECKING:
-    from typing import Self
 
 __all__ = [
     "Critique",
@@ -120,7 +118,8 @@ class LLMVerifier(Generic[V]):
     the draft, played by the executor's own model, can make results worse. Prefer a
     ``RulesVerifier`` or an execution-based check where one exists.
 
-    Its calls are reported to ``observer`` as runs of their own.
+    Its calls are reported to ``observer`` as runs of their own, their model calls under the role
+    ``"verifier"`` (or the critic's ``prompt_type``).
     """
 
     def __init__(
@@ -142,8 +141,8 @@ class LLMVerifier(Generic[V]):
         Raises:
             AgentkitError: the critic's call failed; the error's ``usage`` holds what it spent.
         """
-        result = await run_once(
-            self.caller, self.critic, draft, schema=Critique, observer=self.observer, retry=self.retry
+        result = await once_as(
+            "verifier", self.caller, self.critic, draft, schema=Critique, observer=self.observer, retry=self.retry
         )
         if result.value is None:
             assert result.error is not None
@@ -170,7 +169,7 @@ class PairConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class PairResult(Generic[V_co]):
+class PairResult(Ending, Generic[V_co]):
     """The ending of ``pair``: always returned, never raised; ``value`` is always an executor draft."""
 
     value: V_co | None
@@ -195,12 +194,6 @@ class PairResult(Generic[V_co]):
     def approved(self) -> bool:
         """The verifier approved ``value`` (a ``ROUND_CEILING`` draft was never reviewed)."""
         return self.stop_reason is StopReason.VERIFIER_APPROVED
-
-    def raise_for_error(self) -> Self:
-        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
-        if self.error is not None:
-            raise self.error
-        return self
 
 
 def _verifier_failure(raised: Exception, verifier: object) -> AgentkitError:
@@ -314,6 +307,11 @@ class _PairRun(Generic[Ctx, V]):
             error = _verifier_failure(raised, verifier)
             self.usage += error.usage or Usage()
             return error
+        if not isinstance(review, Review):
+            raise UsageError(
+                f"verifier {type(verifier).__name__}.review() returned a {type(review).__name__}, not a Review; "
+                "return Review(approved=..., feedback=...)"
+            )
         self.usage += review.usage
         return review
 

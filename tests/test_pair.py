@@ -314,6 +314,32 @@ async def test_verifier_wiring_mistake_raises() -> None:
         await pair(ScriptedCaller([good()]), Drafter(), verifier, "x", schema=Answer)
 
 
+async def test_llm_verifier_calls_are_reported_under_the_verifier_role() -> None:
+    """The critic's model calls reach observers as role "verifier", not "executor"; the pair's own
+    calls keep the executor's label."""
+    recorder = Recorder()
+    critic = ScriptedCaller([{"feedback": "", "approve": True}])
+    verifier = LLMVerifier(critic, Critic(task="t"), observer=recorder)
+    result = await pair(ScriptedCaller([good()]), Drafter(), verifier, "x", schema=Answer, observer=recorder)
+    assert result.approved
+    roles = [e.role for e in recorder.events if isinstance(e, LLMCallFinished)]
+    assert roles == ["drafter", "verifier"]
+
+
+@dataclass
+class TupleVerifier:
+    """A verifier wired wrongly: it returns the rule's tuple instead of a ``Review``."""
+
+    async def review(self, draft: Answer) -> Review:
+        return (True, "")  # type: ignore[return-value]  # the wiring mistake under test
+
+
+async def test_verifier_that_returns_no_review_is_a_usage_error() -> None:
+    """A verifier returning anything but a ``Review`` is a wiring mistake named as such, not an AttributeError."""
+    with pytest.raises(UsageError, match=r"TupleVerifier\.review\(\) returned a tuple, not a Review"):
+        await pair(ScriptedCaller([good()]), Drafter(), TupleVerifier(), "x", schema=Answer)
+
+
 async def test_observer_sees_each_executor_round() -> None:
     """Observers see the pair start, each executor round with its position, its calls and the end."""
     recorder = Recorder()
