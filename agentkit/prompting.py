@@ -3,11 +3,16 @@
 ``reflective_prompt`` puts everything stable (the doctrine, how a round works, the tools, an
 optional worked example) in ``Prompt.system``, byte-identical across rounds so provider prompt
 caching works, and everything that changes (the request, where the round sits in the budget, the
-earlier calls with their results, observations and proposals, the final-round instruction) in
+earlier calls with their results, observations and proposals, what to check this round) in
 ``Prompt.dynamic``::
 
     def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
         return reflective_prompt(DOCTRINE, ctx, info, render_item=lambda doc: doc.title)
+
+Measured on a 0.5B model: a worked example is followed only when it is laid out exactly as the
+real rounds are, and a round is acted on only when its prompt ends with what to check. So
+``worked_example`` renders its rounds with the code that renders the real ones, and both take
+the same ``check`` line.
 """
 
 from __future__ import annotations
@@ -27,16 +32,17 @@ __all__ = ["USE_THE_TOOL", "reflective_prompt", "worked_example"]
 R = TypeVar("R")
 
 USE_THE_TOOL = (
-    "Use the tool to find what the request needs; do not answer from memory. "
-    "Only what the tool returned counts as known."
+    "Use the tool to find what the request needs; do not answer from memory, even when you think you "
+    "know the answer: look it up first. Only what the tool returned counts as known."
 )
 """A doctrine line for retrieval agents: look it up, never recall it (small models need it said)."""
 
 _HOW_A_ROUND_WORKS = """\
 How each round works:
-- Reply with exactly one step. To call a tool, set "done" to false and give the "call". When the \
-results so far answer the request, or nothing is needed, set "done" to true and give no call.
-- First reflect on the earlier results: what do they establish, and what is still missing?
+- Reply with exactly one step. Write its "rationale" first: one short sentence on what the \
+earlier results establish and what is still missing.
+- To call a tool, set "done" to false and give the "call". When the results so far answer the \
+request, or nothing is needed, set "done" to true and give no call ("call": null).
 - Do not repeat a call you have already made: a repeated call ends the run.
 - A call marked as proposed did not run; it awaits a human's approval. Do not propose it again.
 - Rounds are limited; each prompt says which round this is. On the final round, commit."""
@@ -46,7 +52,9 @@ _FINAL_ROUND = (
     "true. Otherwise make the one call most likely to complete it; you will not see its results."
 )
 _NEXT_ROUND = "Reflect on the results above, then reply with your next step."
-_FIRST_ROUND = "Nothing has been looked up yet. Reply with your first step."
+_FIRST_ROUND = "Reply with your first step."
+_NOTHING_YET = "Nothing has been looked up yet."
+_EARLIER = "Earlier calls and what came of them:"
 
 
 def reflective_prompt(
@@ -57,6 +65,7 @@ def reflective_prompt(
     render_item: Callable[[R], str] | None = None,
     example: str | None = None,
     tools: Sequence[Tool[Any, Any]] = (),
+    check: str | None = None,
 ) -> Prompt:
     """The standard reflect-on-results prompt for one tool-loop round.
 
@@ -67,8 +76,12 @@ def reflective_prompt(
         info: The round, as the loop passes it to ``render``.
         render_item: One result item as prompt text; pydantic items default to compact JSON,
             anything else to ``str``.
-        example: A worked example for the system part (see ``worked_example``).
+        example: A worked example for the system part (see ``worked_example``; give it the same
+            ``render_item`` layout and ``check``).
         tools: Tools to list by name and description in the system part.
+        check: What to check this round, the last line of every round that has results and is
+            not the final one, e.g. "If a passage above states the answer, set done to true;
+            otherwise search with new keywords." The default asks to reflect on the results.
 
     Returns:
         A ``Prompt`` whose ``system`` depends only on ``doctrine``, ``example`` and ``tools``.
@@ -79,18 +92,11 @@ def reflective_prompt(
     if example:
         system.append(example.strip())
     show = render_item or _default_item
-    dynamic = [f"Request:\n{request.strip()}", _budget_line(info)]
     earlier = _earlier_calls(info, show)
-    if earlier:
-        dynamic.append(earlier)
     waiting = _unlisted_proposals(info)
-    if waiting:
-        dynamic.append(waiting)
-    if info.is_final_round:
-        dynamic.append(_FINAL_ROUND)
-    else:
-        dynamic.append(_NEXT_ROUND if earlier or waiting else _FIRST_ROUND)
-    return Prompt(system="\n\n".join(system), dynamic="\n\n".join(dynamic))
+    closing = _closing(info.is_final_round, bool(earlier or waiting), check)
+    dynamic = _round_text(request, earlier, waiting=waiting, budget=_budget_line(info), closing=closing)
+    return Prompt(system="\n\n".join(system), dynamic=dynamic)
 
 
 def worked_example(
@@ -99,37 +105,92 @@ def worked_example(
     results: Sequence[str],
     *,
     tool: str | None = None,
+    tool_name: str | None = None,
+    then: BaseModel | Mapping[str, Any] | None = None,
+    then_tool: str | None = None,
+    check: str | None = None,
     search_rationale: str = "I have nothing yet; I look it up.",
     done_rationale: str = "The result answers the request; I am done.",
 ) -> str:
-    """One short demonstration of a search-then-done exchange, in the step's wire format.
+    """A two-round demonstration (a call, then done), each round shown as ``reflective_prompt`` shows it.
+
+    Round 1 shows the request with nothing looked up and replies with ``call``; round 2 shows the
+    request with that call and its ``results``, ends with ``check``, and replies done (or, with
+    ``then``, makes that call: the action the results called for). The rounds are rendered by the
+    code that renders real rounds (only the budget line is left out), so a small model sees the
+    example in exactly the layout it must act on.
 
     Args:
-        request: The example request.
+        request: The example request (a different one from the real requests, so the model
+            cannot copy the answer).
         call: The example call's arguments.
-        results: The example results, as they would be rendered.
+        results: The example results, rendered as ``render_item`` renders real ones.
         tool: The tool's name when the loop has a set of tools (the call is then
             ``{"tool": name, "args": {...}}``); omit it for a single tool.
-        search_rationale: The rationale of the searching step.
-        done_rationale: The rationale of the closing step.
+        tool_name: The name the earlier call is shown under (default: ``tool``, else
+            ``"search"``); give the single tool's real name.
+        then: Round 2's call instead of done, e.g. the irreversible action a search was for.
+        then_tool: The tool of ``then`` when the loop has a set of tools.
+        check: The same ``check`` line as given to ``reflective_prompt``.
+        search_rationale: The rationale of the first step.
+        done_rationale: The rationale of the second step (done, or the ``then`` call).
     """
-    args = call.model_dump(mode="json") if isinstance(call, BaseModel) else dict(call)
-    wire = args if tool is None else {"tool": tool, "args": args}
-    search = {"rationale": search_rationale, "done": False, "call": wire}
-    done = {"rationale": done_rationale, "done": True, "call": None}
+    first = {"rationale": search_rationale, "done": False, "call": _wire(call, tool)}
+    second = {
+        "rationale": done_rationale,
+        "done": then is None,
+        "call": None if then is None else _wire(then, then_tool),
+    }
+    shown = f"{tool_name or tool or 'search'} {_compact(_args_of(call))}"
+    found = _batch(f"1. Round 1: {shown}", results, str)
     lines = [
-        "Example of a good exchange (search, then done):",
-        f"Request: {request}",
-        f"Round 1 reply: {_json(search)}",
-        "Results:",
-        *(f"  - {line}" for line in results),
-        f"Round 2 reply: {_json(done)}",
+        f"Example of a good exchange ({'a call, then another' if then is not None else 'a call, then done'}), "
+        "for a different request:",
+        "",
+        "Round 1 prompt:",
+        _round_text(request, "", waiting="", budget="", closing=_FIRST_ROUND),
+        f"Round 1 reply: {_json(first)}",
+        "",
+        "Round 2 prompt:",
+        _round_text(request, f"{_EARLIER}\n{found}", waiting="", budget="", closing=check or _NEXT_ROUND),
+        f"Round 2 reply: {_json(second)}",
     ]
     return "\n".join(lines)
 
 
+def _closing(final: bool, has_results: bool, check: str | None) -> str:
+    if final:
+        return _FINAL_ROUND
+    return (check or _NEXT_ROUND) if has_results else _FIRST_ROUND
+
+
+def _round_text(request: str, earlier: str, *, waiting: str, budget: str, closing: str) -> str:
+    parts = [f"Request:\n{request.strip()}"]
+    if budget:
+        parts.append(budget)
+    parts.append(earlier or f"{_EARLIER}\n{_NOTHING_YET}")
+    if waiting:
+        parts.append(waiting)
+    parts.append(closing)
+    return "\n\n".join(parts)
+
+
+def _args_of(call: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    return call.model_dump(mode="json") if isinstance(call, BaseModel) else dict(call)
+
+
+def _wire(call: BaseModel | Mapping[str, Any], tool: str | None) -> dict[str, Any]:
+    args = _args_of(call)
+    return args if tool is None else {"tool": tool, "args": args}
+
+
 def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(", ", ": "))
+
+
+def _compact(value: object) -> str:
+    # The layout model_dump_json gives a real call's arguments.
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _default_item(item: object) -> str:
@@ -153,7 +214,7 @@ def _call_text(tool_name: str, args: BaseModel) -> str:
 def _earlier_calls(info: ToolRoundInfo[R], show: Callable[[R], str]) -> str:
     if info.prior_calls:
         entries = [_prior_call(n, call, show) for n, call in enumerate(info.prior_calls, 1)]
-        return "Earlier calls and what came of them:\n" + "\n".join(entries)
+        return f"{_EARLIER}\n" + "\n".join(entries)
     if info.prior_results:
         # An info built without call records still carries the batches to reflect on.
         entries = [_batch(f"{n}. Results", batch, show) for n, batch in enumerate(info.prior_results, 1)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import socket
 import subprocess
 import sys
 
@@ -14,18 +15,22 @@ from pydantic import ValidationError
 from agentkit.cli import main
 from agentkit.demo.agent import (
     ANSWER_MAX_LENGTH,
+    CURATOR_CHECK,
     DEMO_CONFIG,
     QUESTIONS,
+    RESEARCH_CHECK,
     Curator,
     Researcher,
     answer_schema,
     delete_tool,
+    plan,
     research,
 )
 from agentkit.demo.cli import LiveRounds, scripted_caller
 from agentkit.demo.search import BM25Index, Hit, Passage, SearchArgs, load_corpus, search_tool, terms
 from agentkit.errors import ToolRetry, UsageError
 from agentkit.outcome import Outcome, StopReason
+from agentkit.prompting import USE_THE_TOOL
 from agentkit.proposals import call_digest
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from agentkit.tiers import Tier
@@ -79,13 +84,61 @@ def test_scripted_demo_shows_the_proposed_delete_with_tier_args_and_digest(
     assert f"digest={digest}" in planning
 
 
-def test_scripted_demo_takes_your_own_question(capsys: pytest.CaptureFixture[str]) -> None:
-    """``--question`` replaces the built-in questions, and the answer comes from the right passage."""
+def test_scripted_demo_searches_your_own_question_but_does_not_pretend_to_answer_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--question`` replaces the built-in questions; scripted, it is really searched, but no hit is
+    presented as the answer: the script says it answers only the built-in questions."""
     assert main(["demo", "--scripted", "--question", "How deep is Lake Baikal?"]) == 0
     out = capsys.readouterr().out
     assert "[1/1] How deep is Lake Baikal?" in out
-    assert "[geo-03]" in out
+    assert "outcome  APPLIED (executor_done) after 2 rounds" in out
+    assert "items    geo-03 Lake Baikal" in out
+    assert "answer   (none: the scripted model answers only the built-in questions)" in out
+    assert not re.search(r"answer   .+  \[[a-z]+-\d+\]", out)
     assert QUESTIONS[0] not in out
+
+
+@pytest.mark.parametrize("question", ["", "   "])
+def test_blank_question_is_refused_by_the_argument_parser(question: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty or blank ``--question`` is a usage error with a clear message, not a traceback."""
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", "--scripted", "--question", question])
+    assert exited.value.code == 2
+    assert "argument --question: a question must not be empty" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--scripted", "--model", "m"], "--scripted uses no model"),
+        (["--scripted", "--api-key", "k"], "--scripted uses no model"),
+        (["--model", "m"], "--model and --api-key name a model on --base-url"),
+        (["--base-url", "http://127.0.0.1:9/v1"], "--base-url needs --model"),
+    ],
+)
+def test_model_flags_that_would_be_ignored_are_refused(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A server flag that the chosen mode would ignore (or one missing its partner) is refused."""
+    with pytest.raises(SystemExit) as exited:
+        main(["demo", *argv])
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unreachable_server_stops_the_demo_after_the_first_run(capsys: pytest.CaptureFixture[str]) -> None:
+    """A ``--base-url`` nobody listens on ends the demo after the first question, with the error once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert main(["demo", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", "m"]) == 1
+    out = capsys.readouterr().out
+    assert "[1/3]" in out
+    assert "[2/3]" not in out
+    assert "Planning with tiers" not in out
+    assert out.count("could not reach the model server") == 1
+    assert "stopped  the model server did not answer" in out
 
 
 def test_scripted_demo_with_nothing_found_says_so(capsys: pytest.CaptureFixture[str]) -> None:
@@ -102,12 +155,6 @@ def test_python_dash_m_runs_the_demo() -> None:
         [sys.executable, "-m", "agentkit", "demo", "--scripted"], capture_output=True, text=True, check=True
     )
     assert "proposal tool=delete_passage" in done.stdout
-
-
-def test_base_url_without_a_model_is_refused() -> None:
-    """``--base-url`` needs ``--model``: the server's model name cannot be guessed."""
-    with pytest.raises(SystemExit, match="--base-url needs --model"):
-        main(["demo", "--base-url", "http://127.0.0.1:9/v1"])
 
 
 def test_scripted_and_base_url_are_exclusive(capsys: pytest.CaptureFixture[str]) -> None:
@@ -253,7 +300,7 @@ async def test_researcher_prompt_is_written_for_small_models() -> None:
     caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), done_step("geo-03 says it")])
     result = await research(caller, "m", BM25Index(load_corpus()), "Which lake is deepest?")
     first, second = caller.requests
-    assert "Do not answer from memory" in first.system
+    assert "do not answer from memory" in first.system
     assert '"call": {"query": "Golden Gate Bridge length"}' in first.system
     assert first.system == second.system
     assert "[geo-03] Lake Baikal" in second.dynamic
@@ -263,13 +310,43 @@ async def test_researcher_prompt_is_written_for_small_models() -> None:
     assert DEMO_CONFIG.rationale_max_length is not None
 
 
+async def test_researcher_renders_the_library_reflective_prompt() -> None:
+    """The researcher's prompt is ``reflective_prompt``: ``USE_THE_TOOL``, the tool and a worked
+    example laid out as the real rounds in the system part; a round with results ends with what to check."""
+    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), done_step("geo-03 says it")])
+    await research(caller, "m", BM25Index(load_corpus()), "Which lake is deepest?")
+    first, second = caller.requests
+    assert USE_THE_TOOL in first.system
+    assert "- search_corpus: Search the passages by keywords" in first.system
+    assert '1. Round 1: search_corpus {"query":"Golden Gate Bridge length"}' in first.system
+    assert "   - [ex-7] Golden Gate Bridge: " in first.system
+    assert '1. Round 1: search_corpus {"query":"deepest lake"}' in second.dynamic
+    assert "   - [geo-03] Lake Baikal: " in second.dynamic
+    assert second.dynamic.endswith(RESEARCH_CHECK)
+    assert first.dynamic.endswith("Reply with your first step.")
+
+
+async def test_curator_renders_the_library_reflective_prompt_with_a_search_then_delete_example() -> None:
+    """The curator's prompt is ``reflective_prompt`` with both tools and an example whose second
+    round proposes the delete the search found; its rounds with results end with what to check."""
+    caller = scripted_caller(BM25Index(load_corpus()), [])
+    result = await plan(caller, "m", BM25Index(load_corpus()))
+    first, second = caller.requests
+    assert first.system == second.system
+    assert USE_THE_TOOL in first.system
+    assert "- delete_passage: Permanently delete one passage" in first.system
+    assert '"call": {"tool": "delete_passage", "args": {"passage_id": "k-42"' in first.system
+    assert second.dynamic.endswith(CURATOR_CHECK)
+    assert result.stop_reason is StopReason.PROPOSED
+
+
 def test_final_round_prompt_tells_the_model_to_stop() -> None:
     """On the last round the prompt says to stop now."""
     from agentkit.agent import ToolRoundInfo
 
     info: ToolRoundInfo[Hit] = ToolRoundInfo(round=4, max_rounds=4, is_final_round=True)
-    assert "the last: stop now" in Researcher(model="m").render("q", info).dynamic
-    assert "the last: stop now" in Curator(model="m").render("q", info).dynamic
+    assert "final round: commit now" in Researcher(model="m").render("q", info).dynamic
+    assert "final round: commit now" in Curator(model="m").render("q", info).dynamic
 
 
 async def test_live_display_prints_a_status_line_then_replaces_it_on_a_terminal() -> None:
@@ -303,10 +380,11 @@ async def test_live_display_reports_a_repeat_and_a_tool_retry() -> None:
     assert result.outcome is Outcome.STALEMATE
 
 
-def test_scripted_caller_follows_the_index() -> None:
-    """The script searches each question's keywords and cites the best hit, so any question works."""
-    caller = scripted_caller(BM25Index(load_corpus()), ["How deep is Lake Baikal?"])
-    assert caller.remaining == 3 + 2  # search, done, answer; then the planning search and delete
+def test_scripted_caller_answers_only_the_built_in_questions() -> None:
+    """The script searches any question's keywords, but writes an answer only for a built-in one."""
+    index = BM25Index(load_corpus())
+    assert scripted_caller(index, [QUESTIONS[0]]).remaining == 3 + 2  # search, done, answer; search, delete
+    assert scripted_caller(index, ["How deep is Lake Baikal?"]).remaining == 2 + 2  # search, done
 
 
 def test_step_schema_the_model_sees_requires_the_rationale_first() -> None:

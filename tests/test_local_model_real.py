@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentkit.demo.agent import research
+from agentkit.demo.agent import plan, research
 from agentkit.demo.search import BM25Index, load_corpus
 from agentkit.local import LocalModel
 from agentkit.outcome import Outcome
@@ -51,6 +51,7 @@ def test_embedded_server_speaks_the_openai_api_on_loopback(local: LocalModel) ->
     [
         ("When was the Voyager 1 space probe launched?", "space-01"),
         ("Which metal is liquid at room temperature?", "chem-01"),
+        ("Who wrote the first published computer program, and for which machine?", "comp-01"),
     ],
 )
 async def test_real_model_searches_then_stops_with_the_answer_passage(
@@ -67,3 +68,19 @@ async def test_real_model_searches_then_stops_with_the_answer_passage(
     assert result.outcome is Outcome.APPLIED, result.trace
     assert searches, result.trace
     assert passage_id in {hit.id for hit in result.items}
+
+
+async def test_real_model_searches_then_proposes_deleting_the_archived_passage(local: LocalModel) -> None:
+    """The curator searches (run live), then asks to delete the archived Pluto entry, which comes
+    back as a proposal for that passage and is never run."""
+    caller = local.caller()
+    index = BM25Index(load_corpus())
+    try:
+        result = await plan(caller, local.model_name, index)
+    finally:
+        await caller.aclose()
+    assert result.outcome is Outcome.APPLIED, result.trace
+    assert [(p.tool_name, p.args.model_dump()["passage_id"]) for p in result.proposed] == [
+        ("delete_passage", "space-04")
+    ], result.trace
+    assert index.get("space-04") is not None

@@ -192,6 +192,7 @@ def test_tools_and_doctrine_in_system() -> None:
 def test_use_the_tool_line_forbids_answering_from_memory() -> None:
     """The ready doctrine line tells the model to use the tool and not answer from memory."""
     assert "do not answer from memory" in USE_THE_TOOL
+    assert "look it up first" in USE_THE_TOOL
     assert "Use the tool" in USE_THE_TOOL
 
 
@@ -216,6 +217,53 @@ def test_worked_example_names_the_tool_for_a_tool_set() -> None:
     first = model.model_validate_json(_replies(example)[0])
     assert json.loads(_replies(example)[0])["call"] == {"tool": "search", "args": {"query": "lease"}}
     assert first.call is not None
+
+
+CHECK = "If a note above is the one asked for, set done to true; otherwise search again."
+
+
+def test_check_line_ends_every_round_with_results_but_the_final_one() -> None:
+    """``check`` is the last line of a round that has results; round 1 and the final round keep their own."""
+    calls = (PriorCall(round=1, tool_name="search", args=Query(query="q"), batch=[Note(title="A")]),)
+    assert reflective_prompt(DOCTRINE, "r", info(2, prior_calls=calls), check=CHECK).dynamic.endswith(CHECK)
+    assert reflective_prompt(DOCTRINE, "r", info(1), check=CHECK).dynamic.endswith("Reply with your first step.")
+    final = reflective_prompt(DOCTRINE, "r", info(3, prior_calls=calls), check=CHECK).dynamic
+    assert CHECK not in final
+    assert final.endswith("you will not see its results.")
+
+
+def _without_budget(dynamic: str) -> str:
+    return "\n\n".join(part for part in dynamic.split("\n\n") if not part.startswith("Round "))
+
+
+def test_worked_example_rounds_are_laid_out_as_the_real_rounds() -> None:
+    """Each example round is the real round's prompt (less its budget line), then the reply: the
+    layout a small model must act on, shown before it has to."""
+    example = worked_example("find the lease", Query(query="lease"), ["Lease renewal"], tool_name="search", check=CHECK)
+    show = lambda note: note.title  # noqa: E731  # the renderer the example's results were written with
+    first = reflective_prompt(DOCTRINE, "find the lease", info(1), render_item=show, check=CHECK)
+    calls = (PriorCall(round=1, tool_name="search", args=Query(query="lease"), batch=[Note(title="Lease renewal")]),)
+    second = reflective_prompt(DOCTRINE, "find the lease", info(2, prior_calls=calls), render_item=show, check=CHECK)
+    round_1 = example.index(_without_budget(first.dynamic))
+    round_2 = example.index(_without_budget(second.dynamic))
+    assert round_1 < example.index("Round 1 reply") < round_2 < example.index("Round 2 reply")
+
+
+def test_worked_example_can_end_with_the_action_the_results_called_for() -> None:
+    """With ``then``, round 2 makes that call (e.g. a delete found by the search) instead of done."""
+    example = worked_example(
+        "remove the stale note",
+        Query(query="stale"),
+        ["7: stale"],
+        tool="search",
+        then=Remove(note_id=7),
+        then_tool="remove",
+    )
+    model = build_step_model((("search", Query), ("remove", Remove)))
+    first, second = (model.model_validate_json(r) for r in _replies(example))
+    assert (first.done, second.done) == (False, False)
+    assert json.loads(_replies(example)[1])["call"] == {"tool": "remove", "args": {"note_id": 7}}
+    assert '1. Round 1: search {"query":"stale"}' in example
 
 
 def test_worked_example_lands_in_system_only() -> None:

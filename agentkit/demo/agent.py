@@ -1,15 +1,16 @@
 """The demo's agents: a retrieval executor, an answer writer, and a curator whose delete is proposed.
 
-The prompts are written for small models, following what was measured on a 0.5B model: the
-step's free-text ``rationale`` comes before ``done`` (constrained decoding emits fields in schema
-order, so the model reasons before it decides) and is bounded in length, the rules say "use the
-tool, do not answer from memory", and one worked example shows the exact step shape. With a
-plain prompt the same model answered from memory every time.
+The executors' prompts are the library's ``reflective_prompt``, tuned for small models as measured
+on a 0.5B model: the step's free-text ``rationale`` comes before ``done`` (constrained decoding
+emits fields in schema order, so the model reasons before it decides) and is bounded in length,
+the doctrine says "use the tool, do not answer from memory" (``USE_THE_TOOL``), a
+``worked_example`` shows two rounds laid out exactly as the real ones, and every round with
+results ends with what to check. With a plain prompt the same model answered from memory every
+time.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,21 +19,24 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from agentkit.agent import Prompt, RoleSpec, ToolRoundInfo
 from agentkit.config import LoopConfig
-from agentkit.demo.search import BM25Index, Hit, search_tool
+from agentkit.demo.search import BM25Index, Hit, SearchArgs, search_tool
 from agentkit.errors import ToolRetry
 from agentkit.loop import run_tool_loop, run_tool_loop_tiered
 from agentkit.observe import ObserverArg
 from agentkit.once import OnceResult, RoundInfo, run_once
+from agentkit.prompting import USE_THE_TOOL, reflective_prompt, worked_example
 from agentkit.results import TieredLoopResult, ToolLoopResult
 from agentkit.structured import StructuredCaller
 from agentkit.tiers import Tier
-from agentkit.tools import FunctionTool
+from agentkit.tools import FunctionTool, Tool
 
 __all__ = [
     "ANSWER_MAX_LENGTH",
+    "CURATOR_CHECK",
     "DEMO_CONFIG",
     "PLANNING_TASK",
     "QUESTIONS",
+    "RESEARCH_CHECK",
     "AnswerWriter",
     "Curator",
     "DeleteArgs",
@@ -63,57 +67,28 @@ DEMO_CONFIG = LoopConfig(max_rounds=4, rationale_max_length=160)
 ANSWER_MAX_LENGTH = 200
 """Longest answer the answer writer may give."""
 
-_RULES = """\
-You are a research assistant. You answer questions ONLY from passages returned by the \
-search_corpus tool. Do not answer from memory, even when you think you know the answer: \
-search first.
+RESEARCH_CHECK = "If a passage above states the answer, set done to true; otherwise search with new keywords."
+"""The researcher's last line on every round with results: what to check before replying."""
 
-Each turn, reply with one JSON step:
-- "rationale": one short sentence: what the results so far say, and what is still missing.
-- "done": false with a "call", to search; true with "call": null, to stop.
-Search while no passage in the results states the answer; use a few keywords from the question. \
-Stop (done: true) as soon as a passage in the results states the answer, or when two searches \
-found nothing useful. Never repeat a query you already made."""
+_RESEARCH_DOCTRINE = (
+    "You are a research assistant: you answer questions only from the passages that the search_corpus tool "
+    f"returns. {USE_THE_TOOL} Search with a few keywords from the question. Stop (done: true) as soon as a "
+    "passage in the results states the answer, or when two searches found nothing useful."
+)
 
-_EXAMPLE = """\
-Example, round 1 (a different corpus):
-Question: How long is the Golden Gate Bridge?
-Results so far:
-(none yet: search first)
-Step: {"rationale": "No results yet, so I must search.", "done": false, \
-"call": {"query": "Golden Gate Bridge length"}}
-
-Example, round 2:
-Question: How long is the Golden Gate Bridge?
-Results so far:
-Round 1: search_corpus {"query": "Golden Gate Bridge length"}
-  [ex-7] Golden Gate Bridge: The Golden Gate Bridge is 2,737 metres long.
-Step: {"rationale": "Passage ex-7 states the answer: 2,737 metres.", "done": true, "call": null}"""
-
-_SEARCH_DESCRIPTION = "keyword search over short factual passages; returns the best matches with their ids."
+_RESEARCH_EXAMPLE = worked_example(
+    "How long is the Golden Gate Bridge?",
+    SearchArgs(query="Golden Gate Bridge length"),
+    ["[ex-7] Golden Gate Bridge: The Golden Gate Bridge is 2,737 metres long."],
+    tool_name="search_corpus",
+    check=RESEARCH_CHECK,
+    search_rationale="No results yet, so I must search.",
+    done_rationale="Passage ex-7 states the answer: 2,737 metres.",
+)
 
 
-def _results_text(info: ToolRoundInfo[Hit]) -> str:
-    lines: list[str] = []
-    for prior in info.prior_calls:
-        args = json.dumps(prior.args.model_dump(mode="json"), ensure_ascii=False)
-        lines.append(f"Round {prior.round}: {prior.tool_name} {args}")
-        if prior.observation is not None:
-            lines.append(f"  -> {prior.observation}")
-        elif not prior.batch:
-            lines.append("  -> no passage matched")
-        for hit in prior.batch:
-            lines.append(f"  [{hit.id}] {hit.passage.title}: {hit.passage.text}")
-    return "\n".join(lines) if lines else "(none yet: search first)"
-
-
-def _budget_line(info: ToolRoundInfo[Any], check: str) -> str:
-    of = f" of {info.max_rounds}" if info.max_rounds is not None else ""
-    if info.is_final_round:
-        return f"Round {info.round}{of}, the last: stop now with done: true."
-    if not info.prior_calls:
-        return f"Round {info.round}{of}. No results yet: search."
-    return f"Round {info.round}{of}. {check}"
+def _passage_line(hit: Hit) -> str:
+    return f"[{hit.id}] {hit.passage.title}: {hit.passage.text}"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -122,6 +97,8 @@ class Researcher:
 
     model: str
     """The model to ask."""
+    tools: tuple[Tool[Any, Any], ...] = ()
+    """The tools the loop runs, listed in the prompt by name and description (``research`` passes them)."""
     seed: int = 7
     """Sampling seed; with temperature 0 a run repeats exactly on servers that honour both."""
     max_tokens: int = 200
@@ -134,11 +111,16 @@ class Researcher:
         )
 
     def render(self, ctx: str, info: ToolRoundInfo[Hit]) -> Prompt:
-        """The stable rules and example, then the question and the passages found so far."""
-        system = f"{_RULES}\n\nTool: search_corpus(query): {_SEARCH_DESCRIPTION}\n\n{_EXAMPLE}"
-        check = "If a passage above states the answer, stop with done: true; otherwise search with new keywords."
-        dynamic = f"Question: {ctx}\nResults so far:\n{_results_text(info)}\n\n{_budget_line(info, check)}"
-        return Prompt(system=system, dynamic=dynamic)
+        """The library's reflective prompt: doctrine, tools and worked example, then this round."""
+        return reflective_prompt(
+            _RESEARCH_DOCTRINE,
+            ctx,
+            info,
+            render_item=_passage_line,
+            example=_RESEARCH_EXAMPLE,
+            tools=self.tools,
+            check=RESEARCH_CHECK,
+        )
 
 
 class _AnswerBase(BaseModel):
@@ -241,35 +223,32 @@ def delete_tool(index: BM25Index) -> FunctionTool[DeleteArgs, str]:
     )
 
 
-_CURATOR_RULES = """\
-You are a corpus curator. You find passages with the search_corpus tool and remove a wrong one \
-with the delete_passage tool. Never guess an id: delete only a passage id that a search returned.
+CURATOR_CHECK = "If a passage above is the one to delete, call delete_passage with its id; otherwise search again."
+"""The curator's last line on every round with results."""
 
-Each turn, reply with one JSON step:
-- "rationale": one short sentence: what the results so far say, and what is still missing.
-- "done": false with a "call" {"tool": <name>, "args": {...}}; or true with "call": null.
-First search for the passage. Once a search returned it, call delete_passage with its id.
+_CURATOR_DOCTRINE = (
+    "You are a corpus curator: you find passages with the search_corpus tool and remove a wrong one with the "
+    f"delete_passage tool. {USE_THE_TOOL} Never guess an id: delete only a passage that a search returned. "
+    "First search for the passage; once a search returned it, call delete_passage with its id."
+)
 
-Tools:
-- search_corpus {"query": "..."}: """
-
-
-_CURATOR_EXAMPLE = """\
-Example, round 1 (a different corpus):
-Task: Delete the outdated passage that says the Eiffel Tower is the tallest building.
-Results so far:
-(none yet: search first)
-Step: {"rationale": "I must find the passage first.", "done": false, \
-"call": {"tool": "search_corpus", "args": {"query": "Eiffel Tower tallest building"}}}
-
-Example, round 2:
-Task: Delete the outdated passage that says the Eiffel Tower is the tallest building.
-Results so far:
-Round 1: search_corpus {"query": "Eiffel Tower tallest building"}
-  [k-17] Burj Khalifa: The Burj Khalifa has been the tallest building since 2010.
-  [k-42] Eiffel Tower (archived): The Eiffel Tower is the tallest building in the world.
-Step: {"rationale": "Passage k-42, the archived one, makes the outdated claim.", "done": false, \
-"call": {"tool": "delete_passage", "args": {"passage_id": "k-42", "reason": "outdated claim"}}}"""
+# Measured on the 0.5B model: it names the passage at the position the example's target had, so
+# the target comes first, as a search built from the claim's words ranks it; and the title comes
+# before the id, so the id it copies is the one next to the title it chose.
+_CURATOR_EXAMPLE = worked_example(
+    "Delete the outdated passage that says the Eiffel Tower is the tallest building.",
+    SearchArgs(query="Eiffel Tower tallest building"),
+    [
+        "Eiffel Tower (archived entry) [k-42]: Archived 1900 entry: the Eiffel Tower is the tallest building.",
+        "Burj Khalifa [k-17]: The Burj Khalifa has been the tallest building since 2010.",
+    ],
+    tool="search_corpus",
+    then=DeleteArgs(passage_id="k-42", reason="outdated claim"),
+    then_tool="delete_passage",
+    check=CURATOR_CHECK,
+    search_rationale="I must find the passage first.",
+    done_rationale="The passage Eiffel Tower (archived entry) [k-42] makes the outdated claim.",
+)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -277,6 +256,8 @@ class Curator:
     """The planning executor: searches (live), then asks to delete a passage (proposed, never run)."""
 
     model: str
+    tools: tuple[Tool[Any, Any], ...] = ()
+    """The tools the loop runs, listed in the prompt (``plan`` passes them)."""
     seed: int = 7
     max_tokens: int = 240
 
@@ -287,15 +268,22 @@ class Curator:
         )
 
     def render(self, ctx: str, info: ToolRoundInfo[Any]) -> Prompt:
-        """Rules, tools and example, then the task and the results so far."""
-        system = (
-            f"{_CURATOR_RULES}{_SEARCH_DESCRIPTION}\n"
-            '- delete_passage {"passage_id": "...", "reason": "..."}: permanently delete one passage.\n\n'
-            f"{_CURATOR_EXAMPLE}"
+        """The library's reflective prompt, with a worked example that searches, then proposes the delete."""
+        return reflective_prompt(
+            _CURATOR_DOCTRINE,
+            ctx,
+            info,
+            render_item=_titled_line,
+            example=_CURATOR_EXAMPLE,
+            tools=self.tools,
+            check=CURATOR_CHECK,
         )
-        check = "If a passage above is the one to delete, call delete_passage with its id; otherwise search again."
-        dynamic = f"Task: {ctx}\nResults so far:\n{_results_text(info)}\n\n{_budget_line(info, check)}"
-        return Prompt(system=system, dynamic=dynamic)
+
+
+def _titled_line(item: object) -> str:
+    if isinstance(item, Hit):
+        return f"{item.passage.title} [{item.id}]: {item.passage.text}"
+    return str(item)
 
 
 async def research(
@@ -308,7 +296,10 @@ async def research(
     config: LoopConfig = DEMO_CONFIG,
 ) -> ToolLoopResult[Hit]:
     """Run the retrieval loop for one question."""
-    return await run_tool_loop(caller, Researcher(model=model), search_tool(index), question, config, observer=observer)
+    tool = search_tool(index)
+    return await run_tool_loop(
+        caller, Researcher(model=model, tools=(tool,)), tool, question, config, observer=observer
+    )
 
 
 async def answer(
@@ -330,5 +321,5 @@ async def plan(
     config: LoopConfig = DEMO_CONFIG,
 ) -> TieredLoopResult[BaseModel, Any]:
     """Run the tiered loop: the search runs live, the delete becomes a proposal."""
-    tools: list[FunctionTool[Any, Any]] = [search_tool(index), delete_tool(index)]
-    return await run_tool_loop_tiered(caller, Curator(model=model), tools, task, config, observer=observer)
+    tools: tuple[FunctionTool[Any, Any], ...] = (search_tool(index), delete_tool(index))
+    return await run_tool_loop_tiered(caller, Curator(model=model, tools=tools), tools, task, config, observer=observer)

@@ -15,13 +15,13 @@ import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from agentkit.agent import ToolRoundInfo
 from agentkit.demo.agent import PLANNING_TASK, QUESTIONS, DeleteArgs, answer, plan, research
 from agentkit.demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus
-from agentkit.errors import UsageError
+from agentkit.errors import AgentkitError, ProviderError, UsageError
 from agentkit.events import (
     DegenerationDetected,
     LLMCallFinished,
@@ -54,15 +54,30 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--model", help="the model name on --base-url")
     parser.add_argument("--api-key", help="the API key for --base-url (default: $OPENAI_API_KEY, else 'none')")
     parser.add_argument(
-        "--question", action="append", metavar="TEXT", help="ask this instead of the built-in questions (repeatable)"
+        "--question",
+        action="append",
+        type=_question,
+        metavar="TEXT",
+        help="ask this instead of the built-in questions (repeatable)",
     )
     parser.add_argument("--threads", type=int, default=1, help="CPU threads for the embedded model (default 1)")
-    parser.set_defaults(handler=_handle)
+    parser.set_defaults(handler=_handle, demo_parser=parser)
+
+
+def _question(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("a question must not be empty")
+    return text.strip()
 
 
 def _handle(args: argparse.Namespace) -> int:
+    parser: argparse.ArgumentParser = args.demo_parser
+    if args.scripted and (args.model or args.api_key):
+        parser.error("--scripted uses no model: drop --model/--api-key, or drop --scripted to ask a server")
     if args.base_url and not args.model:
-        raise SystemExit("agentkit demo: --base-url needs --model, the model name that server serves")
+        parser.error("--base-url needs --model, the model name that server serves")
+    if not args.base_url and (args.model or args.api_key):
+        parser.error("--model and --api-key name a model on --base-url; the embedded model needs neither")
     questions = tuple(args.question) if args.question else QUESTIONS
     try:
         return asyncio.run(_run(args, questions))
@@ -77,7 +92,7 @@ async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
         index = BM25Index(load_corpus())
         caller = scripted_caller(index, questions)
         print("agentkit demo, scripted (no model): replies are replayed from a script.\n", file=out)
-        return await run_demo(caller, "scripted", questions, out=out)
+        return await run_demo(caller, "scripted", questions, out=out, scripted=True)
     if args.base_url:
         from agentkit.providers.openai import OpenAICaller
 
@@ -110,8 +125,20 @@ async def _embedded(threads: int, out: TextIO) -> AsyncIterator[tuple[Structured
         yield local.caller(), local.model_name
 
 
-async def run_demo(caller: StructuredCaller, model: str, questions: Sequence[str], *, out: TextIO) -> int:
+async def run_demo(
+    caller: StructuredCaller, model: str, questions: Sequence[str], *, out: TextIO, scripted: bool = False
+) -> int:
     """Run the questions, then the planning example, printing each round live.
+
+    A model server that cannot be reached ends the demo at the first run that finds out.
+
+    Args:
+        caller: The model seam.
+        model: The model name to ask.
+        questions: The questions to research.
+        out: Where to print.
+        scripted: ``caller`` is ``scripted_caller``'s, which writes answers only for the built-in
+            questions; the others are searched but not answered.
 
     Returns:
         0 when no run ended in error, else 1.
@@ -127,16 +154,22 @@ async def run_demo(caller: StructuredCaller, model: str, questions: Sequence[str
         rounds += result.rounds
         errors += result.outcome is Outcome.ERROR
         _summary(result, out)
+        if _unreachable(result.error, out):
+            return 1
         hits = list(result.items)
-        if hits:
+        if not hits:
+            print("  answer   (none: nothing was retrieved)", file=out)
+        elif scripted and question not in QUESTIONS:
+            print("  answer   (none: the scripted model answers only the built-in questions)", file=out)
+        else:
             written = await answer(caller, model, question, hits)
             if written.value is not None:
                 print(f"  answer   {written.value.answer}  [{written.value.passage_id}]", file=out)
             else:
                 errors += 1
                 print(f"  answer   (failed: {written.error})", file=out)
-        else:
-            print("  answer   (none: nothing was retrieved)", file=out)
+                if _unreachable(written.error, out):
+                    return 1
         print(file=out, flush=True)
 
     print("Planning with tiers: a read runs live, a delete is only proposed.", file=out)
@@ -152,6 +185,15 @@ async def run_demo(caller: StructuredCaller, model: str, questions: Sequence[str
     elapsed = time.perf_counter() - started
     print(f"\n{rounds} rounds in {elapsed:.1f} s ({elapsed / max(rounds, 1):.2f} s per round).", file=out, flush=True)
     return 1 if errors else 0
+
+
+def _unreachable(error: AgentkitError | None, out: TextIO) -> bool:
+    """Whether ``error`` says the server gave no answer at all; if so, say the demo stops."""
+    # No HTTP status: the connection failed or timed out, so every later run would fail the same way.
+    if isinstance(error, ProviderError) and error.status is None:
+        print("  stopped  the model server did not answer, so the demo ends here.", file=out, flush=True)
+        return True
+    return False
 
 
 def _summary(result: ToolLoopResult[Any], out: TextIO) -> None:
@@ -185,6 +227,7 @@ class _Round:
     llm_seconds: float = 0.0
     call: str = ""
     outcome: str = ""
+    failed: list[tuple[int, str]] = field(default_factory=list)
 
 
 class LiveRounds(Observer):
@@ -211,7 +254,7 @@ class LiveRounds(Observer):
             return
         self._round.llm_seconds += event.seconds
         if event.error is not None:
-            self._round.outcome += f" (attempt {event.attempt} failed: {event.error})"
+            self._round.failed.append((event.attempt, str(event.error)))
 
     def on_tool_call(self, event: ToolCallStarted) -> None:
         if self._round is not None:
@@ -246,9 +289,10 @@ class LiveRounds(Observer):
             elif record.executed and not current.outcome:
                 batch = event.result.items[len(event.result.items) - record.batch_size :] if record.batch_size else []
                 current.outcome = f"-> {_describe(batch)}"
-            elif record.error and not current.outcome:
+            elif record.error and not current.outcome and not current.failed:
                 current.outcome = f"-> {record.error}"
-        self._print_round()
+        # A run that ends in error has its error printed once, by the summary.
+        self._print_round(reasons=event.result.error is None)
 
     def _finish_round(self, info: ToolRoundInfo[Any]) -> None:
         current = self._round
@@ -264,17 +308,22 @@ class LiveRounds(Observer):
         assert current is not None
         return f"{current.number}/{current.of}" if current.of is not None else str(current.number)
 
-    def _print_round(self) -> None:
+    def _print_round(self, *, reasons: bool = True) -> None:
         current = self._round
         if current is None:
             return
         line = f"  round {self._position()}  {current.call or '(no call)'}  [{current.llm_seconds:.2f} s]"
         if current.outcome:
             line += f"  {current.outcome}"
+        line += "".join(_failure(attempt, reason if reasons else "") for attempt, reason in current.failed)
         prefix = "\r\x1b[2K" if self.live else ""
         self.out.write(f"{prefix}{line}\n")
         self.out.flush()
         self._round = None
+
+
+def _failure(attempt: int, reason: str) -> str:
+    return f"  (attempt {attempt} failed: {reason})" if reason else f"  (attempt {attempt} failed)"
 
 
 def _args(args: Any) -> str:
@@ -285,18 +334,22 @@ def _args(args: Any) -> str:
 
 
 def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLANNING_TASK) -> ScriptedCaller:
-    """A caller scripted to play the demo: per question a search with its keywords, done, and an
-    answer from the best hit; then the planning example's search and delete.
+    """A caller scripted to play the demo: per question a search with its keywords and done, with
+    an answer from the best hit for the built-in questions; then the planning example's search and
+    delete.
 
-    The script is derived from ``index`` the way a model would act on it, so ``--question`` works
-    scripted too.
+    The searches are derived from ``index``, so ``--question`` works scripted too; but a script
+    cannot read, so another question is searched and not answered (``run_demo(scripted=True)``
+    asks for no answer there).
     """
     caller = ScriptedCaller()
     for question in questions:
         query = " ".join(keywords(question))[:120] or question[:120]
         hits = index.search(query)
         caller.add(call_step(SearchArgs(query=query), rationale="No results yet, so I must search."))
-        if hits:
+        if hits and question not in QUESTIONS:
+            caller.add(done_step("A script stops after one search; it cannot read the passages."))
+        elif hits:
             top = hits[0]
             caller.add(done_step(f"Passage {top.id} states the answer."))
             sentence = top.passage.text.split(". ")[0].rstrip(".") + "."

@@ -100,4 +100,7 @@ def prompts(info: ToolRoundInfo[Doc]) -> None:
     prompt = reflective_prompt(USE_THE_TOOL, "find it", info, render_item=lambda d: d.id)
     assert_type(prompt, Prompt)
     assert_type(worked_example("q", Doc(id="x"), ["r"]), str)
+    example = worked_example("q", {"id": "x"}, ["r"], tool="find", then=Doc(id="x"), then_tool="drop", check="c")
+    assert_type(reflective_prompt("d", "r", info, example=example, check="c"), Prompt)
+    worked_example("q", Doc(id="x"), ["r"], then=3)  # type: ignore[arg-type]  # then is a call's arguments
     reflective_prompt("d", "r", info, render_item=lambda d: d.title)  # type: ignore[attr-defined]  # items are Doc
