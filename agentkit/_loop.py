@@ -6,7 +6,6 @@ executor, ``gate`` the call by tier, ``dispatch`` it to the tool, and ``finish``
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import itertools
 import time
@@ -43,6 +42,15 @@ from agentkit.tiers import Tier, runs_live, tier_choices
 from agentkit.tools import Tool, declared_tier, validate_tool_names
 
 Verdict = Literal["run", "propose", "no_tier"]
+
+
+def timeout(delay: float | None) -> Any:
+    """``asyncio.timeout``, imported on first use so that ``import agentkit`` does not load asyncio."""
+    import asyncio  # see the docstring
+
+    return asyncio.timeout(delay)
+
+
 PROPOSED_NOTE = "proposed for human approval; not executed"
 
 
@@ -183,7 +191,7 @@ class _Run:
         ending: Ending | None = None
         step: ToolStep[Any] | None = None
         try:
-            async with asyncio.timeout(self.remaining()):
+            async with timeout(self.remaining()):
                 completion = await generate_structured(
                     self.caller,
                     request,
@@ -342,7 +350,7 @@ class _Run:
             limit = remaining
         started = time.monotonic()
         try:
-            async with asyncio.timeout(limit) as scope:
+            async with timeout(limit) as scope:
                 batch = await tool.call(args)
         except ToolRetry as retry:
             return (), retry.message, None

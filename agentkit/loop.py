@@ -6,7 +6,6 @@ they accept and in the result they return.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from typing import Any, TypeVar, overload
 
@@ -136,4 +135,6 @@ def run_tool_loop_sync(
     observer: ObserverArg = None,
 ) -> ToolLoopResult[R]:
     """``run_tool_loop`` for scripts: runs it to completion in a new event loop."""
+    import asyncio  # kept off `import agentkit`
+
     return asyncio.run(run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=observer))

@@ -18,13 +18,6 @@ from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-    wait_exponential,
-    wait_random,
-)
 
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
 from agentkit.results import Usage
@@ -168,6 +161,9 @@ async def generate_structured(
         AgentkitError: the last attempt's error once every attempt is spent; its ``usage``
             attribute then holds the usage of all attempts.
     """
+    # tenacity (and the asyncio it loads) is imported on first use, keeping `import agentkit` light.
+    from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
+
     policy = policy or RetryPolicy()
     plan = [(request.model, policy.primary_attempts)]
     if request.fallback_model and policy.fallback_attempts > 0:

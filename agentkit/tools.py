@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 import typing
@@ -72,6 +71,8 @@ class FunctionTool(Generic[Args, R]):
     async def call(self, args: Args) -> Sequence[R]:
         """Run the function with ``args``."""
         if self.in_thread:
+            import asyncio  # kept off `import agentkit`: asyncio costs more than the rest
+
             result: Any = await asyncio.to_thread(self.fn, args)
         else:
             result = self.fn(args)
