@@ -29,6 +29,8 @@ from agentkit import (
     StopReason,
     Tier,
     ToolRoundInfo,
+    UsageError,
+    run_tool_loop,
     run_tool_loop_tiered,
 )
 from agentkit.approval import ApprovalError, approve, execute_approved
@@ -252,3 +254,28 @@ def test_approval_runs_only_the_exact_call_at_most_once(tier: Tier, tamper: Tamp
         assert tool.calls == [N(n=7)]
     else:
         assert tool.calls == []
+
+
+@SETTINGS
+@given(tool_tiers=st.lists(tiers, min_size=1, max_size=3), ceiling=ceilings, data=st.data())
+def test_plain_loop_refuses_or_runs_only_live_tools(
+    tool_tiers: list[object], ceiling: Tier, data: st.DataObject
+) -> None:
+    """The plain loop either refuses the wiring before any model call, or runs only what may run live."""
+    tools = [Recording(f"t{i}", tier) for i, tier in enumerate(tool_tiers)]
+    script = data.draw(steps(len(tools)))
+    replies = [done_step() if s is None else call_step(N(n=s[1]), tool=tools[s[0]].name) for s in script]
+    caller = ScriptedCaller(replies)
+    cfg = LoopConfig(max_rounds=len(script), autonomy=ceiling, retry=NO_WAIT)
+    try:
+        result: Any = asyncio.run(run_tool_loop(caller, Agent(), tools, None, cfg))
+    except UsageError:
+        assert caller.requests == []
+        assert any(isinstance(t.tier, Tier) and not may_run_live(t.tier, ceiling) for t in tools)
+        assert all(t.calls == [] for t in tools)
+        return
+    for candidate in tools:
+        if not may_run_live(candidate.tier, ceiling):
+            assert candidate.calls == [], f"{candidate.name} (tier {candidate.tier!r}) ran under {ceiling!r}"
+    if any(not isinstance(t.tier, Tier) for t in tools):
+        assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER)
