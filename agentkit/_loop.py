@@ -225,18 +225,7 @@ class _Run:
             spent.append(attempt.usage)
             if not self.observers:
                 return
-            self.emit(
-                LLMCallFinished(
-                    run_id=self.run_id,
-                    role=role,
-                    round=round,
-                    model=attempt.model,
-                    attempt=attempt.attempt,
-                    seconds=attempt.seconds,
-                    usage=attempt.usage,
-                    error=attempt.error,
-                )
-            )
+            self.emit(LLMCallFinished.of(attempt, run_id=self.run_id, role=role, round=round))
 
         return hook
 

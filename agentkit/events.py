@@ -15,6 +15,7 @@ from agentkit.tiers import Tier
 if TYPE_CHECKING:
     from agentkit.errors import AgentkitError
     from agentkit.proposals import ProposedAction
+    from agentkit.structured import Attempt
 
 __all__ = [
     "DegenerationDetected",
@@ -73,6 +74,20 @@ class LLMCallFinished:
     seconds: float
     usage: Usage
     error: AgentkitError | None = None
+
+    @classmethod
+    def of(cls, attempt: Attempt, *, run_id: str, role: str, round: int) -> LLMCallFinished:
+        """The event for one attempt reported by ``generate_structured``'s ``on_attempt``."""
+        return cls(
+            run_id=run_id,
+            role=role,
+            round=round,
+            model=attempt.model,
+            attempt=attempt.attempt,
+            seconds=attempt.seconds,
+            usage=attempt.usage,
+            error=attempt.error,
+        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

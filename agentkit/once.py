@@ -218,18 +218,7 @@ class Session:
             return None
 
         def hook(attempt: Attempt) -> None:
-            self.emit(
-                LLMCallFinished(
-                    run_id=self.run_id,
-                    role=self.label,
-                    round=round,
-                    model=attempt.model,
-                    attempt=attempt.attempt,
-                    seconds=attempt.seconds,
-                    usage=attempt.usage,
-                    error=attempt.error,
-                )
-            )
+            self.emit(LLMCallFinished.of(attempt, run_id=self.run_id, role=self.label, round=round))
 
         return hook
 
