@@ -18,12 +18,18 @@ from agentkit.journal import Journal, open_journal
 
 POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
 """The test server, or ``None`` when the PostgreSQL half of the journal tests is skipped."""
+REQUIRE_POSTGRES = os.environ.get("AGENTKIT_REQUIRE_POSTGRES") == "1"
+"""Set by CI: a missing server is then a failure, never a silent skip."""
 
 
 @pytest.fixture
 def postgres_url() -> Iterator[str]:
     """A URL whose connections use a fresh, empty schema (dropped afterwards); skips without a server."""
     if POSTGRES_DSN is None:
+        if REQUIRE_POSTGRES:
+            pytest.fail(
+                "AGENTKIT_REQUIRE_POSTGRES=1 but AGENTKIT_TEST_POSTGRES_DSN is not set; did .ci/postgres.sh start?"
+            )
         pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
     import psycopg
 
