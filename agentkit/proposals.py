@@ -75,7 +75,10 @@ class ProposedAction(BaseModel, Generic[Args]):
         cls, *, tool_name: str, tier: Tier, args: Args, rationale: str = "", round: int, run_id: str = ""
     ) -> ProposedAction[Args]:
         """Build a proposal and compute its digest (on the bare class, typed by the args given)."""
-        model = cls if cls.__pydantic_generic_metadata__["args"] else cls[type(args)]  # type: ignore[index]
+        model = cls
+        if not cls.__pydantic_generic_metadata__["args"]:
+            # mypy types cls as type[ProposedAction[Args]], already parametrised, so refuses to index it.
+            model = cls[type(args)]  # type: ignore[index]  # parametrise the bare class by the args' run-time type
         return model(
             tool_name=tool_name,
             tier=tier,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
+from typing import TypedDict, Unpack
 
 import pytest
 from pydantic import BaseModel
@@ -73,8 +74,19 @@ class Agent:
         return Prompt(system="find documents", dynamic=f"{ctx} round {info.round}")
 
 
-def config(**kwargs: object) -> LoopConfig:
-    return LoopConfig(retry=NO_WAIT, **kwargs)  # type: ignore[arg-type]  # test shorthand
+class Limits(TypedDict, total=False):
+    """The ceilings a test sets; mypy checks each against ``LoopConfig``'s own field."""
+
+    max_rounds: int | None
+    token_budget: int | None
+    deadline: float | None
+    tool_timeout: float | None
+    degeneration_window: int
+
+
+def config(**limits: Unpack[Limits]) -> LoopConfig:
+    """A config that never waits between retries, with the test's ceilings."""
+    return LoopConfig(retry=NO_WAIT, **limits)
 
 
 async def test_executor_done_with_items_is_applied() -> None:

@@ -189,7 +189,8 @@ async def test_proposal_is_recorded_on_its_round(observer: OTelObserver, exporte
     assert run.attributes is not None
     assert run.attributes["agentkit.stop_reason"] == "proposed"
     assert run.attributes["agentkit.outcome"] == "applied"
-    assert list(run.attributes["agentkit.proposal.digests"]) == [proposal.digest]  # type: ignore[arg-type]
+    # The SDK stores every sequence attribute as a tuple, so equality pins the exact digests.
+    assert run.attributes["agentkit.proposal.digests"] == (proposal.digest,)
     assert run.status.status_code is StatusCode.UNSET
 
 
