@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import re
 import sys
+import textwrap
 import types
 from pathlib import Path
 
@@ -62,6 +63,22 @@ def run_blocks(page: Path, namespace: dict[str, object]) -> None:
 def test_doc_examples_run(page: Path) -> None:
     """Each page's Python examples run top to bottom without error."""
     run_page(page)
+
+
+def test_doc_examples_type_check(tmp_path: Path) -> None:
+    """Each page's examples, taken together, pass mypy --strict, as a user's code would have to."""
+    from mypy import api
+
+    for page in PAGES:
+        code = "\n".join(code for _, code, reason in blocks(page) if reason is None)
+        if code:
+            # One async function per page, so top-level await and async with are legal, as they are when run.
+            module = tmp_path / f"doc_{page.stem.replace('-', '_')}.py"
+            module.write_text("async def _page() -> None:\n" + textwrap.indent(code, "    "), encoding="utf-8")
+    config = tmp_path / "mypy.ini"
+    config.write_text("[mypy]\nstrict = True\nplugins = pydantic.mypy\nwarn_unused_ignores = True\n")
+    out, err, status = api.run(["--config-file", str(config), "--cache-dir", str(tmp_path / "cache"), str(tmp_path)])
+    assert status == 0, out + err
 
 
 def test_readme_example_is_found() -> None:
