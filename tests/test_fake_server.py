@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import struct
 import threading
+import time
 from collections.abc import Callable, Iterator
 from enum import Enum
 from typing import Any, Literal
@@ -288,6 +291,52 @@ def test_stop_leaves_no_thread_behind() -> None:
     assert set(threading.enumerate()) - before == set()
     with pytest.raises(RuntimeError, match="not running"):
         _ = server.base_url
+
+
+def test_client_resetting_its_connection_is_not_a_server_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """A client that resets its keep-alive connection (as openai's stream does at [DONE]) is no error, nor noise."""
+    server = FakeOpenAIServer().start()
+    host, port = server.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    body = json.dumps({"model": "m", "messages": messages()}).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as raw:
+        head = f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-length: {len(body)}\r\n\r\n"
+        raw.sendall(head.encode() + body)
+        assert raw.recv(65536).startswith(b"HTTP/1.1 200")
+        # Linger 0 makes close() send a reset, which the handler meets waiting for the next request.
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    httpd = server._httpd
+    assert httpd is not None
+    wait_for(lambda: not httpd._connections)  # the handler has met the reset and ended
+    server.stop()  # joins the handler thread, so its error, had it been one, is recorded by now
+    assert server.errors == []
+    server.assert_complete()
+    assert "Exception occurred" not in capsys.readouterr().err
+
+
+def test_server_failing_on_a_request_fails_assert_complete(
+    server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An exception in the server is recorded and fails assert_complete (and assert_no_errors), traceback on stderr."""
+
+    def broken(request: dict[str, Any], reply: FakeReply) -> None:
+        raise RuntimeError("composer broke")
+
+    monkeypatch.setattr("agentkit.testing._fake_server._compose", broken)
+    with pytest.raises(http.client.RemoteDisconnected):
+        post(server, {"model": "m", "messages": messages()})
+    assert [repr(error) for error in server.errors] == ["RuntimeError('composer broke')"]
+    with pytest.raises(AssertionError, match=r"failed on 1 request\(s\), first with RuntimeError\('composer broke'\)"):
+        server.assert_no_errors()
+    with pytest.raises(AssertionError, match="composer broke"):
+        server.assert_complete()
+    assert "RuntimeError: composer broke" in capsys.readouterr().err
+
+
+def wait_for(condition: Callable[[], bool], seconds: float = 5) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
 
 
 # --- requests a real server rejects ------------------------------------------------------------------

@@ -16,6 +16,7 @@ import contextlib
 import json
 import math
 import socket
+import sys
 import threading
 import time
 from collections import deque
@@ -23,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypedDict, Unpack
 
 from pydantic import BaseModel
 
@@ -37,9 +38,20 @@ from agentkit.testing._fake_wire import (
     wants_fence,
 )
 
-__all__ = ["FakeOpenAIServer", "FakeReply"]
+__all__ = ["FakeOpenAIServer", "FakeReply", "ReplyOptions"]
 
 ReplyKind = Literal["text", "value", "tool_call", "error", "malformed", "truncated", "no_choices", "auto"]
+
+
+class ReplyOptions(TypedDict, total=False):
+    """The options every ``FakeReply`` factory takes, so a misspelt one is a type error, not ignored."""
+
+    delay: float
+    """Seconds to wait before answering (a slow server, or a client timeout)."""
+    prompt_tokens: int | None
+    """``usage.prompt_tokens`` to report; estimated from the request when omitted."""
+    completion_tokens: int | None
+    """``usage.completion_tokens`` to report; estimated from the reply when omitted."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,18 +78,18 @@ class FakeReply:
     """``usage.completion_tokens`` to report; estimated from the reply when omitted."""
 
     @classmethod
-    def text(cls, content: str, **options: Any) -> FakeReply:
+    def text(cls, content: str, **options: Unpack[ReplyOptions]) -> FakeReply:
         """The assistant's message content, as is (plain text, or JSON that may be invalid)."""
         return cls(kind="text", body=content, **options)
 
     @classmethod
-    def value(cls, value: Mapping[str, Any] | BaseModel, **options: Any) -> FakeReply:
+    def value(cls, value: Mapping[str, Any] | BaseModel, **options: Unpack[ReplyOptions]) -> FakeReply:
         """A JSON value, sent the way the request asks for it: a call of the forced tool, else content."""
         return cls(kind="value", body=_dump(value), **options)
 
     @classmethod
     def tool_call(
-        cls, arguments: Mapping[str, Any] | BaseModel | str, *, name: str | None = None, **options: Any
+        cls, arguments: Mapping[str, Any] | BaseModel | str, *, name: str | None = None, **options: Unpack[ReplyOptions]
     ) -> FakeReply:
         """A tool call with these arguments (a string is sent as is, even if it is not JSON)."""
         body = arguments if isinstance(arguments, str) else _dump(arguments)
@@ -85,40 +97,49 @@ class FakeReply:
 
     @classmethod
     def tool_calls(
-        cls, first: Mapping[str, Any] | BaseModel | str, *more: Mapping[str, Any] | BaseModel | str, **options: Any
+        cls,
+        first: Mapping[str, Any] | BaseModel | str,
+        *more: Mapping[str, Any] | BaseModel | str,
+        name: str | None = None,
+        **options: Unpack[ReplyOptions],
     ) -> FakeReply:
         """One reply with several calls of the function (``name=``, else the forced tool), in this order.
 
         A server that ignores ``parallel_tool_calls: false`` answers this way.
         """
         rest = tuple(arguments if isinstance(arguments, str) else _dump(arguments) for arguments in more)
-        return replace(cls.tool_call(first, **options), more_arguments=rest)
+        return replace(cls.tool_call(first, name=name, **options), more_arguments=rest)
 
     @classmethod
     def error(
-        cls, status: int, *, retry_after: float | str | None = None, message: str | None = None, **options: Any
+        cls,
+        status: int,
+        *,
+        retry_after: float | str | None = None,
+        message: str | None = None,
+        **options: Unpack[ReplyOptions],
     ) -> FakeReply:
         """An HTTP error with an OpenAI-shaped error body and an optional ``Retry-After``."""
         header = None if retry_after is None else str(retry_after)
         return cls(kind="error", status=status, retry_after=header, body=message, **options)
 
     @classmethod
-    def malformed(cls, **options: Any) -> FakeReply:
+    def malformed(cls, **options: Unpack[ReplyOptions]) -> FakeReply:
         """A 200 whose body claims to be JSON and is not."""
         return cls(kind="malformed", **options)
 
     @classmethod
-    def truncated(cls, content: str | None = None, **options: Any) -> FakeReply:
+    def truncated(cls, content: str | None = None, **options: Unpack[ReplyOptions]) -> FakeReply:
         """A reply cut off by the token limit (``finish_reason: "length"``): half of the default reply."""
         return cls(kind="truncated", body=content, **options)
 
     @classmethod
-    def no_choices(cls, **options: Any) -> FakeReply:
+    def no_choices(cls, **options: Unpack[ReplyOptions]) -> FakeReply:
         """A 200 whose ``choices`` list is empty."""
         return cls(kind="no_choices", **options)
 
     @classmethod
-    def auto(cls, **options: Any) -> FakeReply:
+    def auto(cls, **options: Unpack[ReplyOptions]) -> FakeReply:
         """The unscripted answer (a minimal schema-valid instance), e.g. with a ``delay``."""
         return cls(kind="auto", **options)
 
@@ -162,6 +183,11 @@ class FakeOpenAIServer:
         """Every request body received, in order (rejected ones included; ``{}`` for a non-JSON body)."""
         self.responses: list[dict[str, Any] | None] = []
         """The body answered to each request (the whole reply for a stream; ``None`` when malformed)."""
+        self.errors: list[Exception] = []
+        """What the server raised while handling a request (its traceback also goes to stderr).
+
+        A client hanging up is not an error: it may close a connection whenever it likes.
+        """
 
     def add(self, *replies: Scripted) -> None:
         """Append answers to the script, one per request to come."""
@@ -173,8 +199,17 @@ class FakeOpenAIServer:
         """Scripted answers not yet used."""
         return len(self._script)
 
+    def assert_no_errors(self) -> None:
+        """Fail when the server raised while handling a request (the client saw a dropped connection)."""
+        if self.errors:
+            raise AssertionError(
+                f"the fake server failed on {len(self.errors)} request(s), first with {self.errors[0]!r}; "
+                "its traceback is on stderr, and the request is in .requests"
+            )
+
     def assert_complete(self) -> None:
-        """Fail when scripted answers were never used."""
+        """Fail when the server raised while handling a request, or when scripted answers were never used."""
+        self.assert_no_errors()
         if self._script:
             raise AssertionError(f"{len(self._script)} scripted answer(s) of the fake server never used")
 
@@ -240,9 +275,18 @@ class FakeOpenAIServer:
         with self._lock:
             self.responses[index] = payload
 
+    def _failed(self, error: Exception) -> None:
+        with self._lock:
+            self.errors.append(error)
+
     def _wait(self, seconds: float) -> None:
         if seconds > 0:
             self._stopping.wait(seconds)
+
+
+# A client may close its connection at any moment: openai's stream closes it at "data: [DONE]", before
+# the chunked body's last bytes are read, so the kernel resets it under the handler's next keep-alive read.
+_HANGUPS = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
 
 class _Httpd(ThreadingHTTPServer):
@@ -260,6 +304,14 @@ class _Httpd(ThreadingHTTPServer):
                 self._connections.add(connection)
             else:
                 self._connections.discard(connection)
+
+    def handle_error(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
+        error = sys.exc_info()[1]
+        if isinstance(error, _HANGUPS):
+            return
+        if isinstance(error, Exception):
+            self.fake._failed(error)
+        super().handle_error(request, client_address)  # stderr too, for a test that never asserts
 
     def close_connections(self) -> None:
         with self._connections_lock:

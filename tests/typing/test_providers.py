@@ -48,3 +48,13 @@ def fake_server() -> None:
         server.assert_complete()
     assert_type(FakeReply.error(500), FakeReply)
     assert_type(FakeReply.tool_calls({"score": 1}, Verdict(score=2), '{"score": 3}', name="answer"), FakeReply)
+
+
+def fake_reply_options() -> None:
+    # Each factory takes exactly ReplyOptions beside its own arguments; warn_unused_ignores fails if one is accepted.
+    assert_type(FakeReply.error(503, retry_after="2", delay=0.1, prompt_tokens=None, completion_tokens=0), FakeReply)
+    FakeReply.auto(dealy=5)  # type: ignore[call-arg]  # misspelt option is refused
+    FakeReply.text("x", prompt_token=3)  # type: ignore[call-arg]  # misspelt option is refused
+    FakeReply.tool_calls({"score": 1}, {"score": 2}, nmae="answer")  # type: ignore[call-arg]  # misspelt option is refused
+    FakeReply.no_choices(status=500)  # type: ignore[call-arg]  # status belongs to FakeReply.error only
+    FakeReply.value({"score": 1}, delay="5")  # type: ignore[arg-type]  # delay is seconds, a number
