@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from agentkit.agent import Prompt, RoleSpec, ToolRoundInfo
 from agentkit.errors import AgentkitError, Throttled, UsageError
-from agentkit.events import LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
+from agentkit.events import Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
 from agentkit.observe import Observer, ObserverArg, dispatch, observers_of
 from agentkit.outcome import Outcome, StopReason
 from agentkit.results import ToolLoopResult, Usage
@@ -202,7 +202,7 @@ class Session:
         if error is not None:
             self.emit(RunAborted(run_id=self.run_id, error=error))
 
-    def emit(self, event: Any) -> None:
+    def emit(self, event: Event) -> None:
         if self.observers:
             dispatch(self.observers, event)
 

@@ -40,7 +40,7 @@ from agentkit.testing import ScriptedCaller, call_step, done_step
 __all__ = ["LiveRounds", "register", "run_demo", "scripted_caller"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``demo`` command."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "demo",

@@ -33,7 +33,7 @@ _CELL = 60
 Command = Callable[[Journal, argparse.Namespace, TextIO], Awaitable[None]]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``journal`` and ``proposals`` command groups."""
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument(
