@@ -137,7 +137,7 @@ async def test_ceiling_with_nothing_gathered_is_silent() -> None:
 async def test_explicit_none_means_unlimited_rounds() -> None:
     """max_rounds=None runs past the default ceiling until the executor says done."""
     steps: list[object] = [call_step(Query(query=f"q{i}")) for i in range(7)] + [done_step()]
-    caller = ScriptedCaller(steps)  # type: ignore[arg-type]  # a list of dict steps
+    caller = ScriptedCaller(steps)  # type: ignore[arg-type]  # list[object] holds only dict steps here
     agent = Agent()
     result = await run_tool_loop(caller, agent, search, "q", config(max_rounds=None, degeneration_window=1))
     assert result.rounds == 8
@@ -461,7 +461,7 @@ async def test_tool_returning_non_sequence_is_tool_error() -> None:
 async def test_unordered_tool_collection_is_usage_error() -> None:
     """A set of tools has no order for the schema; it is refused with the fix, not mistaken for one tool."""
     with pytest.raises(UsageError, match="list or tuple"):
-        await run_tool_loop(ScriptedCaller([]), Agent(), {search}, "q")  # type: ignore[arg-type]  # the point
+        await run_tool_loop(ScriptedCaller([]), Agent(), {search}, "q")  # type: ignore[arg-type]  # an unordered set must be refused
 
 
 async def test_sync_tool_past_its_timeout_is_tool_error() -> None:

@@ -72,9 +72,9 @@ def test_capability_requires_a_tier() -> None:
     """A capability with no tier, or one that is not a Tier, is refused when declared."""
     for tier in (None, "read_only", 0):
         with pytest.raises(UsageError, match=r"declares no tier.*Tier\.IRREVERSIBLE"):
-            Capability(name="x", description="x", tier=tier, args_type=PathArgs)  # type: ignore[arg-type]  # on purpose
+            Capability(name="x", description="x", tier=tier, args_type=PathArgs)  # type: ignore[arg-type]  # a non-Tier tier must be refused
     with pytest.raises(UsageError, match="needs a Tier"):
-        capability(tier=None)  # type: ignore[arg-type]  # on purpose
+        capability(tier=None)  # type: ignore[arg-type]  # a missing tier must be refused
 
 
 def test_capability_that_never_runs_live_cannot_have_a_handler() -> None:
@@ -234,7 +234,7 @@ def test_capability_whose_tier_was_removed_rejects_the_program() -> None:
 def test_gate_needs_a_tier_ceiling() -> None:
     """A ceiling that is not a Tier is a UsageError."""
     with pytest.raises(UsageError, match="ceiling must be a Tier"):
-        gate_program([], "reversible", capabilities=Board().set())  # type: ignore[arg-type]  # on purpose
+        gate_program([], "reversible", capabilities=Board().set())  # type: ignore[arg-type]  # a ceiling given as text must be refused
 
 
 async def test_apply_plan_runs_only_apply_in_order() -> None:
