@@ -554,6 +554,10 @@ async def test_cancelling_execute_during_the_claim_leaves_it_executing_and_the_t
     action = ProposedAction[Gated].create(tool_name="gated", tier=Tier.IRREVERSIBLE, args=Gated(target="t"), round=1)
     id = (await journal.propose(action)).id
     await journal.approve(id, "alice")
+    # A fresh gate per run: a gate left open by an earlier parametrisation would let the task be
+    # cancelled before its claim began.
+    claim_gate.entered.clear()
+    claim_gate.release.clear()
     claim_gate.armed = True
     try:
         task = asyncio.create_task(journal.execute(id, gated, worker="cancelled-worker"))
