@@ -269,7 +269,7 @@ ENDINGS: list[tuple[StopReason, bool, Any, list[Any], LoopConfig, list[str]]] = 
         False,
         slow,
         [call_step(Query(query="a"))],
-        LoopConfig(deadline=0.05),
+        LoopConfig(deadline=0.5),
         ["run_start", *ROUND, "run_end"],
     ),
 ]
