@@ -19,7 +19,7 @@ from agentkit.errors import AgentkitError, Throttled, UsageError
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
 from agentkit.observe import Observer, ObserverArg, dispatch, observers_of
 from agentkit.outcome import Outcome, StopReason
-from agentkit.results import ToolLoopResult, Usage
+from agentkit.results import RunEnding, ToolLoopResult, Usage
 from agentkit.structured import (
     Attempt,
     Completion,
@@ -103,22 +103,8 @@ def is_material(value: object) -> bool:
     return True
 
 
-class Ending:
-    """What every single-shot and pair result shares: an ``error`` and ``raise_for_error()``."""
-
-    __slots__ = ()  # so that the frozen slots dataclasses built on it stay without a __dict__
-
-    error: AgentkitError | None
-
-    def raise_for_error(self) -> Self:
-        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
-        if self.error is not None:
-            raise self.error
-        return self
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
-class OnceResult(Ending, Generic[V_co]):
+class OnceResult(RunEnding, Generic[V_co]):
     """The ending of ``run_once``: always returned, never raised."""
 
     value: V_co | None
@@ -138,7 +124,7 @@ class OnceResult(Ending, Generic[V_co]):
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TextResult(Ending):
+class TextResult(RunEnding):
     """The ending of ``run_once_text``: always returned, never raised."""
 
     text: str | None

@@ -26,7 +26,6 @@ from agentkit.degeneration import SameFunc, same_args
 from agentkit.errors import AgentkitError, Throttled, UsageError, VerifierError
 from agentkit.observe import Observer, ObserverArg, observers_of
 from agentkit.once import (
-    Ending,
     OnceAgent,
     Reply,
     RoundInfo,
@@ -38,7 +37,7 @@ from agentkit.once import (
     request_for,
 )
 from agentkit.outcome import Outcome, StopReason
-from agentkit.results import Usage
+from agentkit.results import RunEnding, Usage
 from agentkit.structured import RetryPolicy, StructuredCaller
 
 __all__ = [
@@ -169,7 +168,7 @@ class PairConfig:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class PairResult(Ending, Generic[V_co]):
+class PairResult(RunEnding, Generic[V_co]):
     """The ending of ``pair``: always returned, never raised; ``value`` is always an executor draft."""
 
     value: V_co | None

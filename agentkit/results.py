@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from agentkit.errors import AgentkitError
     from agentkit.proposals import ProposedAction
 
-__all__ = ["RoundRecord", "TieredLoopResult", "ToolLoopResult", "Usage"]
+__all__ = ["RoundRecord", "RunEnding", "TieredLoopResult", "ToolLoopResult", "Usage"]
 
 R = TypeVar("R")
 Args = TypeVar("Args", bound=BaseModel)
@@ -80,8 +80,22 @@ class RoundRecord:
     """Model usage of this round."""
 
 
+class RunEnding:
+    """What every result shares: an ``error`` and ``raise_for_error()``."""
+
+    __slots__ = ()  # so that the frozen slots dataclasses built on it stay without a __dict__
+
+    error: AgentkitError | None
+
+    def raise_for_error(self) -> Self:
+        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
+        if self.error is not None:
+            raise self.error
+        return self
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ToolLoopResult(Generic[R]):
+class ToolLoopResult(RunEnding, Generic[R]):
     """The ending of ``run_tool_loop``: always returned, never raised."""
 
     items: list[R]
@@ -100,12 +114,6 @@ class ToolLoopResult(Generic[R]):
     """One record per round."""
     run_id: str = ""
     """A unique id for the run (also stamped on its proposals)."""
-
-    def raise_for_error(self) -> Self:
-        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
-        if self.error is not None:
-            raise self.error
-        return self
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
