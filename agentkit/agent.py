@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from agentkit.proposals import ProposedAction
 
-__all__ = ["PriorCall", "Prompt", "RoleSpec", "ToolAgent", "ToolRoundInfo"]
+__all__ = ["PriorCall", "Prompt", "RoleSpec", "RoundInfo", "ToolAgent", "ToolRoundInfo"]
 
 Ctx = TypeVar("Ctx")
 Ctx_contra = TypeVar("Ctx_contra", contravariant=True)
@@ -80,6 +80,22 @@ class ToolRoundInfo(Generic[R]):
     """Every earlier call with its batch or observation, in order."""
     proposals: tuple[ProposedAction[Any], ...] = ()
     """Calls proposed so far (with ``AfterProposal.CONTINUE``)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RoundInfo:
+    """What a single-shot or pair executor sees when it renders its prompt."""
+
+    round: int
+    """This round, from 1 (a single shot is round 1 of 1)."""
+    max_rounds: int
+    """The ceiling: 1 for ``run_once``, ``PairConfig.max_rounds`` for ``pair``."""
+    is_final_round: bool
+    """No review follows this round's draft: commit to your best answer."""
+    feedback: str | None = None
+    """The verifier's objection to the previous draft (``pair`` revisions only)."""
+    previous: BaseModel | None = None
+    """The previous draft the feedback is about (``pair`` revisions only)."""
 
 
 class ToolAgent(Protocol[Ctx_contra, Args_co, R]):

@@ -22,19 +22,16 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from agentkit.errors import AgentkitError, ToolError, UsageError
+from agentkit._invoke import admit, invoke, missing_tier
+from agentkit.errors import ApprovalError, UsageError
 from agentkit.proposals import ProposedAction, call_digest
-from agentkit.tiers import Tier, tier_choices
-from agentkit.tools import Tool, declared_tier
+from agentkit.tiers import Tier
+from agentkit.tools import Tool
 
 __all__ = ["Approval", "ApprovalError", "Rejection", "approve", "execute_approved", "reject"]
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
-
-
-class ApprovalError(AgentkitError):
-    """An approval was refused or an approved call was refused; the tool was not called."""
 
 
 class _Once:
@@ -146,50 +143,41 @@ async def execute_approved(approval: Approval[Args], tool: Tool[Any, R]) -> Sequ
         The tool's batch.
 
     Raises:
-        ApprovalError: the tool's name differs from the proposal's, the tool declares no tier or
-            a different tier, the args were altered after approval, or this approval was already
-            used. The tool is not called.
-        ToolError: the tool raised; the original exception is its ``__cause__``.
+        UsageError: ``tool`` is not the tool the proposal names (or has no pydantic args type).
+        MissingTierError: the tool declares no tier. The tool is not called.
+        TierChanged: the tool declares a tier other than the one approved. The tool is not called.
+        ApprovalError: the args were altered after approval, or this approval was already used.
+            The tool is not called.
+        ToolError: the tool raised (the original exception is its ``__cause__``), returned
+            something other than a batch, or raised ``ToolRetry`` (there is no next round to
+            hear it).
     """
     proposal = approval.proposal
-    name = getattr(tool, "name", None)
-    if name != proposal.tool_name:
-        raise ApprovalError(
-            f"approval {approval.id} is for tool {proposal.tool_name!r}, not {name!r}; "
-            f"pass the tool named {proposal.tool_name!r}"
-        )
-    tier = declared_tier(tool)
-    if tier is None:
-        raise ApprovalError(f"tool {proposal.tool_name!r} declares no tier; choose one of {tier_choices()}")
-    if tier is not proposal.tier:
-        raise ApprovalError(
-            f"tool {proposal.tool_name!r} is now Tier.{tier.name} but Tier.{proposal.tier.name} was approved; "
-            "propose the call again so it is approved at its current tier"
-        )
+    admit(tool, name=proposal.tool_name, tier=proposal.tier)
     args = _args_to_run(tool, proposal)
     if call_digest(proposal.tool_name, args) != approval.digest:
         raise ApprovalError(
             f"the args of the call to {proposal.tool_name!r} changed after approval {approval.id}; "
-            "nothing ran. Propose and approve the new call instead"
+            "nothing ran. Propose and approve the new call instead",
+            tool_name=proposal.tool_name,
         )
     if not approval._once.claim():
         raise ApprovalError(
-            f"approval {approval.id} for {proposal.tool_name!r} was already executed; an approval runs once"
+            f"approval {approval.id} for {proposal.tool_name!r} was already executed; an approval runs once",
+            tool_name=proposal.tool_name,
         )
-    try:
-        batch = await tool.call(args)
-    except Exception as raised:
-        message = f"tool {proposal.tool_name!r} failed: {type(raised).__name__}: {raised}"
-        error = ToolError(message, tool_name=proposal.tool_name)
-        raise error from raised
-    return batch
+    outcome = await invoke(tool, args)
+    failure = outcome.failure()
+    if failure is not None:
+        raise failure
+    return outcome.batch
 
 
 def _args_to_run(tool: Tool[Any, Any], proposal: ProposedAction[Any]) -> BaseModel:
     """A private copy of the args, of the tool's args type, so nothing can change them mid-call."""
     args_type = getattr(tool, "args_type", None)
     if not (inspect.isclass(args_type) and issubclass(args_type, BaseModel)):
-        raise ApprovalError(f"tool {proposal.tool_name!r} has no pydantic args_type; got {args_type!r}")
+        raise UsageError(f"tool {proposal.tool_name!r} has no pydantic args_type; got {args_type!r}")
     args = proposal.args
     if isinstance(args, args_type):
         return args.model_copy(deep=True)
@@ -200,22 +188,25 @@ def _args_to_run(tool: Tool[Any, Any], proposal: ProposedAction[Any]) -> BaseMod
         return args_type.model_validate(raw)
     except ValueError as invalid:
         raise ApprovalError(
-            f"the approved args do not validate as {args_type.__name__} for {proposal.tool_name!r}: {invalid}"
+            f"the approved args do not validate as {args_type.__name__} for {proposal.tool_name!r}: {invalid}",
+            tool_name=proposal.tool_name,
         ) from invalid
 
 
 def _check_intact(proposal: ProposedAction[Any]) -> None:
     if not isinstance(proposal.tier, Tier):
-        raise ApprovalError(f"proposal for {proposal.tool_name!r} has no tier; choose one of {tier_choices()}")
+        raise missing_tier(proposal.tool_name)
     if not isinstance(proposal.args, BaseModel):
         raise ApprovalError(
             f"proposal for {proposal.tool_name!r} holds untyped args ({type(proposal.args).__name__}); reload it "
-            "with ProposedAction[YourArgs].model_validate_json(...) or load_proposal(data, tools)"
+            "with ProposedAction[YourArgs].model_validate_json(...) or load_proposal(data, tools)",
+            tool_name=proposal.tool_name,
         )
     if not proposal.digest_matches():
         raise ApprovalError(
             f"proposal for {proposal.tool_name!r} does not match its digest (altered after it was proposed); "
-            "refusing to approve it"
+            "refusing to approve it",
+            tool_name=proposal.tool_name,
         )
 
 

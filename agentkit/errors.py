@@ -1,40 +1,70 @@
-"""Every exception agentkit raises or attaches to a result.
+"""Every exception agentkit raises or attaches to a result, in one tree.
 
 The tree::
 
-    AgentkitError
-    ├── UsageError              wiring mistake; raised before any model call, with the fix
-    ├── TierParseError          a tier read from text was not recognised (fails closed)
-    ├── Throttled               HTTP 429: never retried, never failed over
-    ├── ProviderError           the model server failed; ``transient`` ones are retried
-    ├── StructuredOutputError   the reply never validated against the requested schema
-    ├── ToolError               a tool failed; carries the tool's name
-    │   ├── MissingTierError    a tool declares no reversibility tier; it is never called
-    │   └── ToolTimeout         a tool ran past ``LoopConfig.tool_timeout``
-    ├── ToolRetry               raised *by* a tool: the call was wrong, tell the model and go on
-    └── VerifierError           a pair's verifier failed; the unverified draft is discarded
+    AgentkitError                   root of every agentkit error; ``usage`` is what the model cost
+    ├── UsageError                  wiring mistake; raised before any model call, with the fix
+    │   └── ScriptExhausted         a ScriptedCaller ran out of scripted replies (tests)
+    ├── TierParseError              a tier read from text was not recognised (fails closed)
+    ├── Throttled                   HTTP 429: never retried, never failed over
+    ├── ProviderError               the model server failed; ``transient`` ones are retried
+    ├── StructuredOutputError       the reply never validated against the requested schema
+    ├── ToolError                   a tool failed while it ran; carries the tool's name
+    │   └── ToolTimeout             a tool ran past ``LoopConfig.tool_timeout``
+    ├── CallRefused                 a call was not admitted, so its tool never ran; carries the tool's name
+    │   ├── MissingTierError        the tool declares no reversibility tier (also a ToolError)
+    │   ├── TierChanged             the tool's tier is not the tier the call was proposed and approved at
+    │   ├── ApprovalError           the approval is spent, or the call is not exactly what was approved
+    │   └── DigestMismatch          the journal's stored call does not reproduce its digest (also a JournalError)
+    ├── VerifierError               a pair's verifier failed; the unverified draft is discarded
+    ├── ProgramError                a program of calls was rejected as a whole; nothing ran
+    └── JournalError                a journal operation failed; a refused change wrote nothing
+        ├── JournalUnavailable      no journal there, cannot connect, or a schema this code cannot read
+        ├── UnknownId               no proposal (or run) with that id
+        ├── TransitionRefused       the proposal's state does not allow the change
+        └── DigestMismatch
+
+    ToolRetry                       not an error: a tool's signal that the call was wrong (see below)
 
 Expected endings of a run come back as results carrying one of these in ``error``; only
-``UsageError`` (and cancellation) is raised out of the loops.
+``UsageError`` (and cancellation) is raised out of the loops. ``ToolRetry`` is a control signal a
+tool raises to tell the executor its call was wrong; it derives from ``Exception``, not from
+``AgentkitError``, so a tool's own ``except AgentkitError:`` cannot swallow it.
+
+The modules that raise them re-export them (``agentkit.approval.ApprovalError``,
+``agentkit.journal.JournalError``, ``agentkit.program.ProgramError``,
+``agentkit.testing.ScriptExhausted``); they are the same classes.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from agentkit.program import ProgramIssue
     from agentkit.results import Usage
 
 __all__ = [
     "AgentkitError",
+    "ApprovalError",
+    "CallRefused",
+    "DigestMismatch",
+    "JournalError",
+    "JournalUnavailable",
     "MissingTierError",
+    "ProgramError",
     "ProviderError",
+    "ScriptExhausted",
     "StructuredOutputError",
     "Throttled",
+    "TierChanged",
     "TierParseError",
     "ToolError",
     "ToolRetry",
     "ToolTimeout",
+    "TransitionRefused",
+    "UnknownId",
     "UsageError",
     "VerifierError",
 ]
@@ -43,12 +73,18 @@ __all__ = [
 class AgentkitError(Exception):
     """Root of every agentkit exception."""
 
-    usage: Usage | None = None
-    """Model usage spent before a model-call error was raised, when a caller reported it."""
+    def __init__(self, message: str = "", *, usage: Usage | None = None) -> None:
+        super().__init__(message)
+        self.usage = usage
+        """Model usage spent before the error, when the code that raised it knew it (model calls)."""
 
 
 class UsageError(AgentkitError, ValueError):
     """The library was wired wrongly; the message names the fix."""
+
+
+class ScriptExhausted(UsageError):
+    """The script ran dry: the code under test made more model calls than were scripted."""
 
 
 class TierParseError(AgentkitError, ValueError):
@@ -62,8 +98,10 @@ class Throttled(AgentkitError):
     a queue consumer can release the work and let the queue be the backoff.
     """
 
-    def __init__(self, message: str = "throttled", *, retry_after: float | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str = "throttled", *, retry_after: float | None = None, usage: Usage | None = None
+    ) -> None:
+        super().__init__(message, usage=usage)
         self.retry_after = retry_after
         """Seconds the server asked to wait (its ``Retry-After`` header), when it sent one."""
 
@@ -75,8 +113,10 @@ class ProviderError(AgentkitError):
     over; anything else (400, 401, 403, 404) ends the call at once.
     """
 
-    def __init__(self, message: str, *, transient: bool = False, status: int | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, *, transient: bool = False, status: int | None = None, usage: Usage | None = None
+    ) -> None:
+        super().__init__(message, usage=usage)
         self.transient = transient
         """Whether retrying the same request may succeed."""
         self.status = status
@@ -86,8 +126,10 @@ class ProviderError(AgentkitError):
 class StructuredOutputError(AgentkitError):
     """The model's reply did not validate against the requested schema, re-asks included."""
 
-    def __init__(self, message: str, *, schema_name: str = "", raw: str | None = None) -> None:
-        super().__init__(message)
+    def __init__(
+        self, message: str, *, schema_name: str = "", raw: str | None = None, usage: Usage | None = None
+    ) -> None:
+        super().__init__(message, usage=usage)
         self.schema_name = schema_name
         """The name of the schema the reply had to match."""
         self.raw = raw
@@ -95,34 +137,108 @@ class StructuredOutputError(AgentkitError):
 
 
 class ToolError(AgentkitError):
-    """A tool failed while the loop ran it; the run ended with ``Outcome.ERROR``."""
+    """A tool failed while it ran; a loop run ends ``Outcome.ERROR`` with it."""
 
     def __init__(self, message: str, *, tool_name: str) -> None:
-        super().__init__(message)
+        # Not super(): MissingTierError is both a CallRefused and a ToolError, and each sets the name.
+        AgentkitError.__init__(self, message)
         self.tool_name = tool_name
         """The name of the tool that failed."""
-
-
-class MissingTierError(ToolError):
-    """A tool declares no reversibility tier, so it is never called."""
 
 
 class ToolTimeout(ToolError):
     """A tool call ran past the per-tool timeout."""
 
 
-class ToolRetry(AgentkitError):
+class CallRefused(AgentkitError):
+    """A call was not admitted, so its tool never ran: nothing happened.
+
+    Raised (or attached to a result) by every path that runs a tool: the loops, ``apply_plan``,
+    ``execute_approved`` and the journal's ``execute``, for the same conditions with the same type.
+    """
+
+    def __init__(self, message: str, *, tool_name: str) -> None:
+        # Not super(): MissingTierError is both a CallRefused and a ToolError, and each sets the name.
+        AgentkitError.__init__(self, message)
+        self.tool_name = tool_name
+        """The name of the tool whose call was refused."""
+
+
+class MissingTierError(CallRefused, ToolError):
+    """A tool declares no reversibility tier, so it is never called."""
+
+
+class TierChanged(CallRefused):
+    """The tool now declares a tier other than the one its call was proposed and approved at."""
+
+
+class ApprovalError(CallRefused):
+    """An approval was refused, or an approved call is not exactly what was approved; the tool was not called."""
+
+
+class VerifierError(AgentkitError):
+    """A pair's verifier raised; the draft it was reviewing is discarded, never returned as approved."""
+
+
+class ProgramError(AgentkitError):
+    """A program was rejected as a whole; ``issues`` lists every problem found."""
+
+    def __init__(self, message: str, *, issues: Sequence[ProgramIssue] = ()) -> None:
+        super().__init__(message)
+        self.issues = tuple(issues)
+        """Every problem, one per offending call."""
+
+
+class JournalError(AgentkitError):
+    """A journal operation failed; when it was a change, nothing was written."""
+
+
+class JournalUnavailable(JournalError):
+    """The journal could not be opened: missing database, unreachable server, or unknown schema."""
+
+
+class UnknownId(JournalError, LookupError):
+    """No proposal or run has that id."""
+
+    def __init__(self, message: str, *, id: str) -> None:
+        super().__init__(message)
+        self.id = id
+        """The id that was looked up."""
+
+
+class TransitionRefused(JournalError):
+    """The proposal's current state does not allow the change asked for; the journal is unchanged."""
+
+    def __init__(self, message: str, *, id: str, state: str) -> None:
+        super().__init__(message)
+        self.id = id
+        """The proposal."""
+        self.state = state
+        """Its state when the change was refused."""
+
+
+class DigestMismatch(JournalError, CallRefused):
+    """The stored call does not reproduce the digest that was proposed and approved; it was not run."""
+
+    def __init__(self, message: str, *, id: str, tool_name: str = "") -> None:
+        CallRefused.__init__(self, message, tool_name=tool_name)
+        self.id = id
+        """The proposal."""
+
+
+class ToolRetry(Exception):
     """Raised by a tool when the call itself was wrong (unknown id, empty query).
 
     The message becomes that call's observation in the next round and the loop goes on; the
-    round still counts toward the ceiling. Any other exception from a tool ends the run.
+    round still counts toward the ceiling. Any other exception from a tool ends the run. Where no
+    next round follows (an approved call run by ``execute_approved`` or a journal worker), it ends
+    that call as a ``ToolError`` whose message carries the tool's.
+
+    It is not an ``AgentkitError``: a tool catching ``AgentkitError`` around its own calls into
+    agentkit must not swallow it.
     """
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
         """What the model is told about its call."""
-
-
-class VerifierError(AgentkitError):
-    """A pair's verifier raised; the draft it was reviewing is discarded, never returned as approved."""

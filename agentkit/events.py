@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from agentkit.agent import ToolRoundInfo
+from agentkit.agent import RoundInfo, ToolRoundInfo
 from agentkit.config import LoopConfig
-from agentkit.results import ToolLoopResult, Usage
+from agentkit.results import RunEnding, Usage
 from agentkit.tiers import Tier
 
 if TYPE_CHECKING:
@@ -52,11 +52,15 @@ class RunStarted:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RoundStarted:
-    """A round began; ``info`` is what the executor renders from."""
+    """A round began; ``info`` is what the executor renders from.
+
+    A tool loop's round carries a ``ToolRoundInfo``; a single shot's or a pair's a ``RoundInfo``.
+    Both have ``round``, ``max_rounds`` and ``is_final_round``.
+    """
 
     kind: Literal["round_start"] = "round_start"
     run_id: str
-    info: ToolRoundInfo[Any]
+    info: ToolRoundInfo[Any] | RoundInfo
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -138,11 +142,16 @@ class DegenerationDetected:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunFinished:
-    """A run ended; ``result`` is what the caller gets."""
+    """A run ended; ``result`` is what the caller gets (a copy of it, where it holds lists).
+
+    Every run shape's result is a ``RunEnding``: ``outcome``, ``stop_reason``, ``error``,
+    ``usage``, ``rounds`` and ``run_id`` are always there; narrow with ``isinstance`` (to
+    ``ToolLoopResult``, ``OnceResult``, ...) for the rest.
+    """
 
     kind: Literal["run_end"] = "run_end"
     run_id: str
-    result: ToolLoopResult[Any]
+    result: RunEnding
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

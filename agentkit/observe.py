@@ -12,6 +12,7 @@ import json
 import logging
 from collections.abc import Sequence
 
+from agentkit.agent import ToolRoundInfo
 from agentkit.events import (
     DegenerationDetected,
     Event,
@@ -24,6 +25,7 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
+from agentkit.results import ToolLoopResult
 
 __all__ = ["LoggingObserver", "Observer", "ObserverArg", "dispatch", "event_fields", "observers_of"]
 
@@ -145,7 +147,7 @@ def event_fields(event: Event, *, include_args: bool = True) -> dict[str, object
         case RoundStarted():
             info = event.info
             fields |= {"round": info.round, "max_rounds": info.max_rounds, "final": info.is_final_round}
-            fields["prior_calls"] = len(info.prior_calls)
+            fields["prior_calls"] = len(info.prior_calls) if isinstance(info, ToolRoundInfo) else 0
         case LLMCallFinished():
             fields |= {"role": event.role, "round": event.round, "model": event.model, "attempt": event.attempt}
             fields |= {"seconds": round(event.seconds, 4), "requests": event.usage.requests}
@@ -168,7 +170,8 @@ def event_fields(event: Event, *, include_args: bool = True) -> dict[str, object
         case RunFinished():
             result = event.result
             fields |= {"outcome": result.outcome.value, "stop_reason": result.stop_reason.value}
-            fields |= {"rounds": result.rounds, "items": len(result.items), "requests": result.usage.requests}
+            items = len(result.items) if isinstance(result, ToolLoopResult) else None
+            fields |= {"rounds": result.rounds, "items": items, "requests": result.usage.requests}
             fields |= {"input_tokens": result.usage.input_tokens, "output_tokens": result.usage.output_tokens}
             fields["error"] = _error_text(result.error)
         case RunAborted():

@@ -36,7 +36,7 @@ from agentkit.events import (
 )
 from agentkit.observe import Observer
 from agentkit.outcome import Outcome
-from agentkit.results import TieredLoopResult, Usage
+from agentkit.results import TieredLoopResult, ToolLoopResult, Usage
 
 try:
     from opentelemetry import trace
@@ -224,10 +224,11 @@ class OTelObserver(Observer):
                 "agentkit.outcome": result.outcome.value,
                 "agentkit.stop_reason": result.stop_reason.value,
                 "agentkit.rounds": result.rounds,
-                "agentkit.items": len(result.items),
                 **_usage_attributes(result.usage),
             }
         )
+        if isinstance(result, ToolLoopResult):
+            span.set_attribute("agentkit.items", len(result.items))
         if isinstance(result, TieredLoopResult) and result.proposed:
             span.set_attribute("agentkit.proposal.digests", [proposal.digest for proposal in result.proposed])
         if result.outcome is Outcome.ERROR:

@@ -22,20 +22,14 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
+from agentkit._invoke import describe
+from agentkit._session import Reply, RunSession, failure_reason
+from agentkit.agent import RoundInfo
 from agentkit.degeneration import SameFunc, same_args
-from agentkit.errors import AgentkitError, Throttled, UsageError, VerifierError
+from agentkit.errors import AgentkitError, UsageError, VerifierError
+from agentkit.events import RoundStarted
 from agentkit.observe import Observer, ObserverArg, observers_of
-from agentkit.once import (
-    OnceAgent,
-    Reply,
-    RoundInfo,
-    Session,
-    ask,
-    check_schema,
-    is_material,
-    once_as,
-    request_for,
-)
+from agentkit.once import OnceAgent, check_schema, is_material, once_as
 from agentkit.outcome import Outcome, StopReason
 from agentkit.results import RunEnding, Usage
 from agentkit.structured import RetryPolicy, StructuredCaller
@@ -145,7 +139,6 @@ class LLMVerifier(Generic[V]):
         )
         if result.value is None:
             assert result.error is not None
-            result.error.usage = result.usage
             raise result.error
         return Review(approved=result.value.approve, feedback=result.value.feedback, usage=result.usage)
 
@@ -169,25 +162,18 @@ class PairConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PairResult(RunEnding, Generic[V_co]):
-    """The ending of ``pair``: always returned, never raised; ``value`` is always an executor draft."""
+    """The ending of ``pair``: always returned, never raised; ``value`` is always an executor draft.
+
+    ``outcome`` is APPLIED (or SILENT for a non-material draft), STALEMATE, or ERROR;
+    ``stop_reason`` is ``VERIFIER_APPROVED``, ``ROUND_CEILING`` (the last draft, unreviewed),
+    ``DEGENERATION``, ``LLM_ERROR``, ``VERIFIER_ERROR`` or ``THROTTLED``. ``usage`` sums the
+    executor's calls and the verifier's reviews; ``rounds`` counts executor turns.
+    """
 
     value: V_co | None
     """The executor's last draft; ``None`` exactly when ``outcome`` is ``Outcome.ERROR``."""
-    outcome: Outcome
-    """APPLIED (or SILENT for a non-material draft), STALEMATE, or ERROR."""
-    stop_reason: StopReason
-    """``VERIFIER_APPROVED``; ``ROUND_CEILING`` (the last draft, unreviewed); ``DEGENERATION``;
-    ``LLM_ERROR``, ``VERIFIER_ERROR`` or ``THROTTLED``."""
-    error: AgentkitError | None = None
-    """Set exactly when ``outcome`` is ``Outcome.ERROR``."""
-    usage: Usage = field(default_factory=Usage)
-    """Model usage of the executor and of the verifier's reviews, summed."""
-    rounds: int = 0
-    """Executor turns taken."""
     reviews: int = 0
     """Verifier passes made (failed ones included)."""
-    run_id: str = ""
-    """A unique id for the run, as carried by its observer events."""
 
     @property
     def approved(self) -> bool:
@@ -198,7 +184,7 @@ class PairResult(RunEnding, Generic[V_co]):
 def _verifier_failure(raised: Exception, verifier: object) -> AgentkitError:
     if isinstance(raised, AgentkitError):
         return raised
-    wrapped = VerifierError(f"verifier {type(verifier).__name__} failed: {type(raised).__name__}: {raised}")
+    wrapped = VerifierError(f"verifier {type(verifier).__name__} failed: {describe(raised)}")
     wrapped.__cause__ = raised
     return wrapped
 
@@ -258,7 +244,8 @@ async def _rounds(
         )
         reply = await run.draft(caller, ctx, info)
         if reply.value is None:
-            return run.finish(None, Outcome.ERROR, reply.failure_reason, reply.error)
+            assert reply.stop_reason is not None
+            return run.finish(None, Outcome.ERROR, reply.stop_reason, reply.error)
         draft = reply.value
         if any(compare(earlier, draft) for earlier in drafts):
             return run.finish(draft, Outcome.STALEMATE, StopReason.DEGENERATION)
@@ -267,7 +254,8 @@ async def _rounds(
             return run.finish(draft, None, StopReason.ROUND_CEILING)
         review = await run.review(verifier, draft)
         if isinstance(review, AgentkitError):
-            reason = StopReason.THROTTLED if isinstance(review, Throttled) else StopReason.VERIFIER_ERROR
+            reason = failure_reason(review)
+            reason = StopReason.VERIFIER_ERROR if reason is StopReason.LLM_ERROR else reason
             return run.finish(None, Outcome.ERROR, reason, review)
         if review.approved:
             return run.finish(draft, None, StopReason.VERIFIER_APPROVED)
@@ -276,23 +264,22 @@ async def _rounds(
 
 
 class _PairRun(Generic[Ctx, V]):
-    """The state of one ``pair`` run: usage, counts and the observer session."""
+    """The state of one ``pair`` run: its session, usage and counts."""
 
     def __init__(
         self, executor: OnceAgent[Ctx], schema: type[V], config: PairConfig, observers: tuple[Observer, ...]
     ) -> None:
         self.executor, self.schema, self.config = executor, schema, config
-        self.role = executor.role()
-        self.session = Session(observers, agent=executor, role=self.role, max_rounds=config.max_rounds)
+        self.session = RunSession(observers, agent=executor, role=executor.role(), max_rounds=config.max_rounds)
         self.usage = Usage()
         self.rounds = 0
         self.reviews = 0
 
     async def draft(self, caller: StructuredCaller, ctx: Ctx, info: RoundInfo) -> Reply[V]:
         self.rounds = info.round
-        self.session.round_started(info)
-        request = request_for(self.executor.render(ctx, info), self.role)
-        reply = await ask(caller, request, self.schema, self.config.retry, self.session.attempt_hook(info.round))
+        self.session.emit(RoundStarted(run_id=self.session.run_id, info=info))
+        prompt = self.executor.render(ctx, info)
+        reply = await self.session.ask(caller, prompt, self.schema, self.config.retry, round=info.round)
         self.usage += reply.usage
         return reply
 
@@ -319,10 +306,7 @@ class _PairRun(Generic[Ctx, V]):
     ) -> PairResult[V]:
         if outcome is None:
             outcome = Outcome.APPLIED if is_material(value) else Outcome.SILENT
-        self.session.finished(
-            value=value, rounds=self.rounds, outcome=outcome, stop_reason=reason, error=error, usage=self.usage
-        )
-        return PairResult(
+        result = PairResult(
             value=value,
             outcome=outcome,
             stop_reason=reason,
@@ -332,3 +316,4 @@ class _PairRun(Generic[Ctx, V]):
             reviews=self.reviews,
             run_id=self.session.run_id,
         )
+        return self.session.finish(result)

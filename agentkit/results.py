@@ -80,12 +80,25 @@ class RoundRecord:
     """Model usage of this round."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RunEnding:
-    """What every result shares: an ``error`` and ``raise_for_error()``."""
+    """What every run's result shares, whatever its shape (tool loop, single shot, pair).
 
-    __slots__ = ()  # so that the frozen slots dataclasses built on it stay without a __dict__
+    A handler written against it (``RunFinished.result`` is one) serves every run.
+    """
 
-    error: AgentkitError | None
+    outcome: Outcome
+    """What the run produced."""
+    stop_reason: StopReason
+    """Why the run ended."""
+    error: AgentkitError | None = None
+    """Set exactly when ``outcome`` is ``Outcome.ERROR``."""
+    usage: Usage = field(default_factory=Usage)
+    """Model usage summed over the run, every attempt (retries and fallback) included."""
+    rounds: int = 0
+    """Rounds started (model turns asked, not counting retries)."""
+    run_id: str = ""
+    """A unique id for the run, as carried by its observer events (and stamped on its proposals)."""
 
     def raise_for_error(self) -> Self:
         """Raise ``error`` if the run ended in error; otherwise return the result itself."""
@@ -100,20 +113,8 @@ class ToolLoopResult(RunEnding, Generic[R]):
 
     items: list[R]
     """Every item gathered, batches concatenated in call order; kept whatever the ending."""
-    rounds: int
-    """Rounds started (model calls made, not counting retries)."""
-    outcome: Outcome
-    """What the run produced."""
-    stop_reason: StopReason
-    """Why the run ended."""
-    error: AgentkitError | None = None
-    """Set exactly when ``outcome`` is ``Outcome.ERROR``."""
-    usage: Usage = field(default_factory=Usage)
-    """Model usage summed over the run."""
     trace: tuple[RoundRecord, ...] = ()
     """One record per round."""
-    run_id: str = ""
-    """A unique id for the run (also stamped on its proposals)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,6 +23,7 @@ from agentkit import (
     run_tool_loop_tiered,
 )
 from agentkit.approval import Approval, ApprovalError, Rejection, approve, execute_approved, reject
+from agentkit.errors import MissingTierError, TierChanged
 from agentkit.proposals import call_digest, load_proposal
 from agentkit.testing import ScriptedCaller, call_step
 
@@ -107,7 +108,8 @@ async def test_execute_approved_runs_the_call_once() -> None:
 async def test_execute_approved_refuses_another_tool() -> None:
     """A tool whose name differs from the proposal's is refused and not called."""
     other = Deleter(name="shred")
-    with pytest.raises(ApprovalError, match=r"'delete', not 'shred'"):
+    # Passing another tool is a wiring mistake on every path (approval, journal): UsageError.
+    with pytest.raises(UsageError, match=r"'delete', not 'shred'"):
         await execute_approved(approve(proposed(), approved_by="ana"), other)
     assert other.calls == []
 
@@ -190,7 +192,8 @@ async def test_a_failed_execution_spends_the_approval() -> None:
 async def test_execute_approved_refuses_a_tool_without_a_tier(tier: object) -> None:
     """A tool that declares no tier is never called, even with an approval."""
     delete = Deleter(tier=tier)
-    with pytest.raises(ApprovalError, match=r"declares no tier.*Tier\.READ_ONLY"):
+    # The one missing-tier error of every path (loop, program, approval, journal).
+    with pytest.raises(MissingTierError, match=r"declares no tier.*Tier\.READ_ONLY"):
         await execute_approved(approve(proposed(), approved_by="ana"), delete)
     assert delete.calls == []
 
@@ -198,7 +201,8 @@ async def test_execute_approved_refuses_a_tool_without_a_tier(tier: object) -> N
 async def test_execute_approved_refuses_a_tool_whose_tier_changed() -> None:
     """An approval at one tier does not run a tool now declared at another."""
     delete = Deleter(tier=Tier.EXTERNAL_REVERSIBLE)
-    with pytest.raises(ApprovalError, match="IRREVERSIBLE was approved"):
+    # The one tier-changed error of every path (approval, journal).
+    with pytest.raises(TierChanged, match=r"now declares Tier\.EXTERNAL_REVERSIBLE .* approved at Tier\.IRREVERSIBLE"):
         await execute_approved(approve(proposed(), approved_by="ana"), delete)
     assert delete.calls == []
 

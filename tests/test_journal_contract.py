@@ -20,6 +20,7 @@ import pytest
 from pydantic import BaseModel, model_validator
 
 from agentkit import ProposedAction, Tier, ToolError, ToolRetry, UsageError, tool
+from agentkit.errors import TierChanged
 from agentkit.journal import (
     DigestMismatch,
     Journal,
@@ -474,9 +475,10 @@ async def test_execute_refuses_a_different_tool_or_a_changed_tier(journal: Journ
     def softer(args: Wipe) -> list[str]:
         raise AssertionError("must not run")
 
-    with pytest.raises(UsageError, match="calls tool 'wipe', not 'shred'"):
+    with pytest.raises(UsageError, match="for tool 'wipe', not 'shred'"):
         await journal.execute(id, shred)
-    with pytest.raises(JournalError, match=r"now declares Tier\.REVERSIBLE"):
+    # The same error as execute_approved gives for a changed tier (it used to be a plain JournalError here).
+    with pytest.raises(TierChanged, match=r"now declares Tier\.REVERSIBLE"):
         await journal.execute(id, softer)
     assert (await journal.get(id)).state is ProposalState.APPROVED
 

@@ -31,7 +31,7 @@ from agentkit import (
     tool,
 )
 from agentkit.events import RunFinished, ToolCallStarted
-from agentkit.results import Usage
+from agentkit.results import ToolLoopResult, Usage
 from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
@@ -531,6 +531,7 @@ async def test_observer_cannot_change_the_call_or_the_result() -> None:
             event.args.query = "MUTATED"  # type: ignore[attr-defined]  # the point of the test
 
         def on_run_end(self, event: RunFinished) -> None:
+            assert isinstance(event.result, ToolLoopResult)
             event.result.items.clear()
 
     caller = ScriptedCaller([call_step(Query(query="a")), done_step()])

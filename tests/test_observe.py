@@ -302,6 +302,7 @@ async def test_hooks_fire_in_order_for_every_ending(
     assert {event.run_id for event in recorder.events} == {result.run_id}
     final = recorder.events[-1]
     assert isinstance(final, RunFinished)
+    assert isinstance(final.result, ToolLoopResult)
     assert (final.result.outcome, final.result.stop_reason, final.result.items) == (
         result.outcome,
         result.stop_reason,
@@ -327,6 +328,7 @@ async def test_event_fields_follow_the_run() -> None:
     assert isinstance(start, RunStarted)
     assert (start.agent, start.model, start.tools, start.max_rounds) == ("Finder", "exec-model", ("search",), 5)
     assert isinstance(round1, RoundStarted)
+    assert isinstance(round1.info, ToolRoundInfo)
     assert (round1.info.round, round1.info.max_rounds, round1.info.prior_results) == (1, 5, ())
     assert isinstance(llm1, LLMCallFinished)
     assert (llm1.role, llm1.round, llm1.model, llm1.attempt, llm1.usage, llm1.error) == (
@@ -343,6 +345,7 @@ async def test_event_fields_follow_the_run() -> None:
     assert isinstance(returned, ToolResultReturned)
     assert (returned.tool_name, returned.batch_size, returned.observation, returned.error) == ("search", 2, None, None)
     assert isinstance(round2, RoundStarted)
+    assert isinstance(round2.info, ToolRoundInfo)
     assert round2.info.prior_results == ((Doc(id="a1"), Doc(id="a2")),)
     assert isinstance(llm2, LLMCallFinished)
     assert (llm2.round, llm2.usage) == (2, tokens(3))

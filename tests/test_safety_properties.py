@@ -33,7 +33,8 @@ from agentkit import (
     run_tool_loop,
     run_tool_loop_tiered,
 )
-from agentkit.approval import ApprovalError, approve, execute_approved
+from agentkit.approval import approve, execute_approved
+from agentkit.errors import CallRefused
 from agentkit.program import Capability, CapabilitySet, apply_plan, gate_program
 from agentkit.proposals import call_digest
 from agentkit.testing import ScriptedCaller, call_step, done_step
@@ -243,7 +244,7 @@ def test_approval_runs_only_the_exact_call_at_most_once(tier: Tier, tamper: Tamp
         else:
             runs = [execute_approved(approval, tool)]
         outcomes = await asyncio.gather(*runs, return_exceptions=True)
-        assert all(isinstance(outcome, list | ApprovalError) for outcome in outcomes), outcomes
+        assert all(isinstance(outcome, list | CallRefused | UsageError) for outcome in outcomes), outcomes
 
     async def main() -> None:
         for kind in attempts:

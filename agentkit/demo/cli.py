@@ -242,7 +242,8 @@ class LiveRounds(Observer):
         self._round: _Round | None = None
 
     def on_round_start(self, event: RoundStarted) -> None:
-        self._finish_round(event.info)
+        if isinstance(event.info, ToolRoundInfo):
+            self._finish_round(event.info)
         info = event.info
         self._round = _Round(number=info.round, of=info.max_rounds)
         if self.live:
@@ -281,13 +282,15 @@ class LiveRounds(Observer):
 
     def on_run_end(self, event: RunFinished) -> None:
         current = self._round
-        trace = event.result.trace
+        result = event.result
+        trace = result.trace if isinstance(result, ToolLoopResult) else ()
         record = trace[-1] if trace and current is not None and trace[-1].round == current.number else None
         if current is not None and record is not None:
             if record.done:
                 current.call = f'done: "{record.rationale}"'
             elif record.executed and not current.outcome:
-                batch = event.result.items[len(event.result.items) - record.batch_size :] if record.batch_size else []
+                assert isinstance(result, ToolLoopResult)
+                batch = result.items[len(result.items) - record.batch_size :] if record.batch_size else []
                 current.outcome = f"-> {_describe(batch)}"
             elif record.error and not current.outcome and not current.failed:
                 current.outcome = f"-> {record.error}"

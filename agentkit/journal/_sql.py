@@ -14,7 +14,7 @@ from agentkit.journal._events import entry_of_record, fold_events, loop_config_d
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunState, Transition
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction, canonical_json
-from agentkit.results import Usage
+from agentkit.results import ToolLoopResult, Usage
 from agentkit.tiers import Tier
 
 __all__ = [
@@ -104,8 +104,9 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
             usage.output_tokens,
         ),
     )
-    last = len(result.trace) - 1
-    for index, record in enumerate(result.trace):
+    trace = result.trace if isinstance(result, ToolLoopResult) else ()
+    last = len(trace) - 1
+    for index, record in enumerate(trace):
         repeated = index == last and result.stop_reason is StopReason.DEGENERATION
         e = entry_of_record(event.run_id, record, repeated=repeated)
         db.execute(

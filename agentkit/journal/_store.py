@@ -21,7 +21,8 @@ from typing import Any, Self, TypeVar
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
-from agentkit.errors import ToolError, ToolRetry, UsageError
+from agentkit._invoke import admit, invoke
+from agentkit.errors import UsageError
 from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError, JournalUnavailable, TransitionRefused, UnknownId
 from agentkit.journal._events import event_data
@@ -43,8 +44,7 @@ from agentkit.journal._sql import (
     transition_of,
 )
 from agentkit.proposals import ProposedAction, call_digest, canonical_json
-from agentkit.tiers import tier_choices
-from agentkit.tools import Tool, declared_tier
+from agentkit.tools import Tool
 
 __all__ = ["DEFAULT_STUCK_AFTER", "SQLJournal"]
 
@@ -379,19 +379,7 @@ class SQLJournal:
             return args, token
 
     def _checked_args(self, record: ProposalRecord, tool: Tool[Args, Any]) -> Args:
-        if tool.name != record.tool_name:
-            raise UsageError(
-                f"proposal {record.id!r} calls tool {record.tool_name!r}, not {tool.name!r}; pass the tool it was "
-                "proposed for"
-            )
-        tier = declared_tier(tool)
-        if tier is None:
-            raise UsageError(f"tool {tool.name!r} declares no tier; choose one of {tier_choices()}")
-        if tier != record.tier:
-            raise JournalError(
-                f"proposal {record.id!r} was approved as a Tier.{record.tier.name} call, but tool {tool.name!r} now "
-                f"declares Tier.{tier.name}; reject it and propose the call again"
-            )
+        admit(tool, name=record.tool_name, tier=record.tier)
         try:
             args = tool.args_type.model_validate_json(record.args_json)
         except ValidationError as invalid:
@@ -399,12 +387,14 @@ class SQLJournal:
                 f"proposal {record.id!r}: the stored args no longer validate as {tool.args_type.__name__} "
                 f"({invalid.error_count()} errors); it was not run. Reject it and propose the call again",
                 id=record.id,
+                tool_name=record.tool_name,
             ) from invalid
         if call_digest(tool.name, args) != record.digest:
             raise DigestMismatch(
                 f"proposal {record.id!r}: the stored args do not reproduce the digest that was proposed and approved "
                 "(they were altered); it was not run. Reject it and propose the call again",
                 id=record.id,
+                tool_name=record.tool_name,
             )
         # Validation drops keys the args type does not declare, so the digest alone would pass stored args
         # with an extra key added; the stored text must be exactly the validated call.
@@ -414,6 +404,7 @@ class SQLJournal:
                 f"{tool.args_type.__name__} does not declare was added, or the text was altered); it was not run. "
                 "Reject it and propose the call again",
                 id=record.id,
+                tool_name=record.tool_name,
             )
         return args
 
@@ -509,22 +500,18 @@ class SQLJournal:
             TransitionRefused: it is not approved (or another worker claimed it first).
             DigestMismatch: the stored args do not reproduce the approved digest; nothing ran.
             UsageError: ``tool`` is not the tool it was proposed for.
+            MissingTierError: the tool declares no tier; nothing ran.
+            TierChanged: the tool declares another tier than the one approved; nothing ran.
+            JournalError: the database failed.
         """
         who = worker or _worker_name()
         args, token = await asyncio.to_thread(self._claim, id, tool, who)
         # From here on the proposal is ``executing``: if this process dies, it stays so, and a human decides.
-        try:
-            batch = await tool.call(args)
-            if not isinstance(batch, Sequence) or isinstance(batch, str | bytes):
-                raise TypeError(f"returned {type(batch).__name__}; a tool returns a sequence (a batch) of items")
-        except ToolRetry as retry:
-            error = ToolError(f"tool {tool.name!r} refused the call: {retry.message}", tool_name=tool.name)
-        except Exception as raised:
-            error = ToolError(f"tool {tool.name!r} failed: {type(raised).__name__}: {raised}", tool_name=tool.name)
-            error.__cause__ = raised
-        else:
-            record = await asyncio.to_thread(self._finish, id, token, who, batch=batch, error=None)
-            return Execution(proposal=record, batch=tuple(batch))
+        outcome = await invoke(tool, args)
+        error = outcome.failure()
+        if error is None:
+            record = await asyncio.to_thread(self._finish, id, token, who, batch=outcome.batch, error=None)
+            return Execution(proposal=record, batch=tuple(outcome.batch))
         record = await asyncio.to_thread(self._finish, id, token, who, batch=None, error=str(error))
         return Execution(proposal=record, error=error)
 

@@ -1,0 +1,182 @@
+"""One run session, shared by the tool loop, single shots and the pair.
+
+A session owns what every run shape has in common: the run id, the request built from the role,
+the model call (``generate_structured`` with the attempt hook and an optional deadline), the
+mapping of a failed call to its stop reason, and the start, finish and abort events. The run
+shapes keep only what is theirs: rounds of tools, one verdict, drafts and reviews.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit._timing import timeout_scope
+from agentkit.agent import Prompt, RoleSpec
+from agentkit.config import LoopConfig
+from agentkit.errors import AgentkitError, Throttled, UsageError
+from agentkit.events import Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
+from agentkit.observe import Observer, dispatch
+from agentkit.outcome import StopReason
+from agentkit.results import RunEnding, Usage
+from agentkit.structured import (
+    Attempt,
+    Completion,
+    RetryPolicy,
+    StructuredCaller,
+    StructuredRequest,
+    generate_structured,
+)
+
+if TYPE_CHECKING:
+    from types import TracebackType
+    from typing import Self
+
+M = TypeVar("M", bound=BaseModel)
+M_co = TypeVar("M_co", bound=BaseModel, covariant=True)
+E = TypeVar("E", bound=RunEnding)
+
+_ROLE_FIELDS = tuple(field.name for field in dataclasses.fields(RoleSpec))
+
+
+def request_for(prompt: Prompt, role: RoleSpec) -> StructuredRequest:
+    """The request for one rendered prompt under a role (every ``RoleSpec`` field carries over)."""
+    settings: dict[str, Any] = {name: getattr(role, name) for name in _ROLE_FIELDS}
+    return StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **settings)
+
+
+def failure_reason(error: AgentkitError) -> StopReason:
+    """The stop reason of a run whose model call failed with ``error``."""
+    return StopReason.THROTTLED if isinstance(error, Throttled) else StopReason.LLM_ERROR
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Reply(Generic[M_co]):
+    """One model call's ending: a value, or why there is none."""
+
+    value: M_co | None
+    usage: Usage
+    seconds: float = 0.0
+    model: str = ""
+    error: AgentkitError | None = None
+    stop_reason: StopReason | None = None
+    """Why there is no value: ``LLM_ERROR``, ``THROTTLED`` or ``DEADLINE``."""
+
+
+class _Counted:
+    """Counts the requests that started, so that one cut off by a deadline is still counted."""
+
+    __slots__ = ("caller", "started")
+
+    def __init__(self, caller: StructuredCaller) -> None:
+        self.caller = caller
+        self.started = 0
+
+    async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
+        self.started += 1
+        return await self.caller.complete(request, schema)
+
+
+class RunSession:
+    """The parts every run shares. As a context manager it reports the start, and an abort when
+    the run is left by an exception (cancellation, a ``UsageError``) so observers can close what
+    they opened; ``finish`` reports the result."""
+
+    def __init__(
+        self,
+        observers: tuple[Observer, ...],
+        *,
+        agent: object,
+        role: RoleSpec,
+        max_rounds: int | None,
+        label: str = "executor",
+        tools: Sequence[str] = (),
+        config: LoopConfig | None = None,
+    ) -> None:
+        self.observers = observers
+        self.role = role
+        self.label = role.prompt_type or label
+        self.run_id = uuid.uuid4().hex
+        self.usage = Usage()
+        self._start = RunStarted(
+            run_id=self.run_id,
+            agent=type(agent).__name__,
+            model=role.model,
+            tools=tuple(tools),
+            max_rounds=max_rounds,
+            config=config,
+        )
+
+    def __enter__(self) -> Self:
+        self.emit(self._start)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        if error is not None:
+            self.emit(RunAborted(run_id=self.run_id, error=error))
+
+    def emit(self, event: Event) -> None:
+        """Deliver ``event`` to the observers (a no-op without them)."""
+        if self.observers:
+            dispatch(self.observers, event)
+
+    def finish(self, result: E, *, seen: RunEnding | None = None) -> E:
+        """Report the run's result (observers get ``seen``, a copy, where the result holds mutable parts)."""
+        if self.observers:
+            self.emit(RunFinished(run_id=self.run_id, result=seen if seen is not None else result))
+        return result
+
+    async def ask(
+        self,
+        caller: StructuredCaller,
+        prompt: Prompt,
+        schema: type[M],
+        policy: RetryPolicy | None,
+        *,
+        round: int,
+        deadline: float | None = None,
+    ) -> Reply[M]:
+        """One model call through ``generate_structured``, within ``deadline`` seconds when given.
+
+        Failures become a ``Reply`` without a value; its usage counts every request sent, one cut
+        off by the deadline included.
+
+        Raises:
+            UsageError: a wiring mistake (a script run dry, a bad schema) is never a model failure.
+        """
+        request = request_for(prompt, self.role)
+        counted = _Counted(caller)
+        finished: list[Usage] = []
+        started = time.perf_counter()
+        try:
+            async with timeout_scope(deadline):
+                completion = await generate_structured(
+                    counted, request, schema, policy, on_attempt=self._attempt_hook(round, finished)
+                )
+        except UsageError:
+            raise
+        except TimeoutError:
+            # The deadline cut the call short: keep what the attempts spent, the one in flight included.
+            cut = Usage(requests=counted.started - len(finished))
+            reply: Reply[M] = Reply(value=None, usage=sum(finished, cut), stop_reason=StopReason.DEADLINE)
+        except AgentkitError as error:
+            reply = Reply(value=None, usage=error.usage or Usage(), error=error, stop_reason=failure_reason(error))
+        else:
+            reply = Reply(value=completion.value, usage=completion.usage, model=completion.model)
+        reply = dataclasses.replace(reply, seconds=time.perf_counter() - started)
+        self.usage += reply.usage
+        return reply
+
+    def _attempt_hook(self, round: int, finished: list[Usage]) -> Callable[[Attempt], None]:
+        def hook(attempt: Attempt) -> None:
+            finished.append(attempt.usage)
+            if self.observers:
+                self.emit(LLMCallFinished.of(attempt, run_id=self.run_id, role=self.label, round=round))
+
+        return hook
