@@ -13,6 +13,7 @@ from agentkit.config import AfterProposal, LoopConfig
 from agentkit.degeneration import SameFunc
 from agentkit.errors import (
     AgentkitError,
+    CallRefused,
     MissingTierError,
     ProviderError,
     StructuredOutputError,
@@ -81,6 +82,7 @@ __all__ = [
     "Approval",
     "ApprovalError",
     "AutonomyRung",
+    "CallRefused",
     "Completion",
     "Event",
     "FunctionTool",

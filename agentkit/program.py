@@ -11,16 +11,17 @@ instead of one call per round. Here the calls are made against declared capabili
    values for a human, the same type the tiered loop returns, approved with ``approve``);
 3. ``apply_plan`` runs ``plan.apply`` only, in order, past failures, and reports every error.
 
-A capability that can never run live (external-reversible, irreversible) is propose-only: it is
-declared without a handler, so no code path here can run it. Approved proposals run through
-``execute_approved`` with a real ``Tool``.
+Capabilities are tools: a ``Capability`` is a ``Tool`` (usable in every loop), and a
+``CapabilitySet`` takes any ``Tool``, ``@tool`` ones included. A capability that can never run
+live (external-reversible, irreversible) is propose-only: it is declared without a handler, so no
+code path here can run it. Approved proposals run through ``execute_approved`` with a real
+``Tool``. ``apply_plan`` runs each call through the same admission and invocation as the loop.
 """
 
 from __future__ import annotations
 
 import inspect
 import json
-import re
 import typing
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -29,10 +30,11 @@ from typing import Any, Generic, Never, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentkit.errors import AgentkitError, ToolError, UsageError
+from agentkit._invoke import admit, invoke, missing_tier, refused
+from agentkit.errors import AgentkitError, CallRefused, ProgramError, UsageError
 from agentkit.proposals import ProposedAction
 from agentkit.tiers import AutonomyRung, Tier, max_rung_for, runs_live, tier_choices
-from agentkit.tools import declared_tier
+from agentkit.tools import Tool, args_type_of, check_name, declared_tier
 
 __all__ = [
     "ApplyReport",
@@ -48,7 +50,6 @@ __all__ = [
     "capability",
     "gate_program",
     "propose_only",
-    "runs_live",
 ]
 
 Args = TypeVar("Args", bound=BaseModel)
@@ -58,21 +59,10 @@ R_co = TypeVar("R_co", covariant=True)
 Handler = Callable[[Args], Sequence[R]] | Callable[[Args], Awaitable[Sequence[R]]]
 """What applies a capability's call: a sync or async function returning a batch."""
 
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-
-class ProgramError(AgentkitError):
-    """A program was rejected as a whole; ``issues`` lists every problem found."""
-
-    def __init__(self, message: str, *, issues: Sequence[ProgramIssue] = ()) -> None:
-        super().__init__(message)
-        self.issues = tuple(issues)
-        """Every problem, one per offending call."""
-
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Capability(Generic[Args, R_co]):
-    """One thing a program may ask for: a name, a description, a tier and typed args.
+    """One thing a program may ask for: a name, a description, a tier and typed args; a ``Tool``.
 
     ``handler`` applies the call; a capability without one is propose-only. A capability whose
     tier can never run live (external-reversible, irreversible) must be propose-only.
@@ -94,10 +84,9 @@ class Capability(Generic[Args, R_co]):
     """Applies a call; ``None`` makes the capability propose-only."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not _NAME.match(self.name):
-            raise UsageError(f"capability name {self.name!r} is not valid; use letters, digits, '_' or '-' (1-64)")
+        check_name(self.name, "capability")
         if declared_tier(self) is None:
-            raise UsageError(f"capability {self.name!r} declares no tier; choose one of {tier_choices()}")
+            raise UsageError(str(missing_tier(self.name)))
         if not (inspect.isclass(self.args_type) and issubclass(self.args_type, BaseModel)):
             raise UsageError(f"capability {self.name!r} needs a pydantic args_type; got {self.args_type!r}")
         if self.handler is not None and max_rung_for(self.tier) is AutonomyRung.ASK:
@@ -110,6 +99,20 @@ class Capability(Generic[Args, R_co]):
     def propose_only(self) -> bool:
         """Whether the capability has no handler (its calls can only be proposed)."""
         return self.handler is None
+
+    async def call(self, args: Args) -> Sequence[R_co]:
+        """Apply the call with the handler (the ``Tool`` method, so a capability runs anywhere a tool does).
+
+        Raises:
+            UsageError: the capability is propose-only; its calls run only through ``execute_approved``
+                with a real tool.
+        """
+        if self.handler is None:
+            raise UsageError(f"capability {self.name!r} is propose-only: it has no handler to run")
+        batch: Any = self.handler(args)
+        if inspect.isawaitable(batch):
+            batch = await batch
+        return typing.cast("Sequence[R_co]", batch)
 
 
 def propose_only(name: str, *, description: str, tier: Tier, args_type: type[Args]) -> Capability[Args, Never]:
@@ -137,44 +140,35 @@ def capability(
             name=name or fn_name,
             description=description or inspect.cleandoc(fn.__doc__ or "") or fn_name,
             tier=tier,
-            args_type=_args_type_of(fn),
+            args_type=args_type_of(fn, "@capability"),
             handler=fn,
         )
 
     return wrap
 
 
-def _args_type_of(fn: Callable[..., Any]) -> type[Any]:
-    params = list(inspect.signature(fn).parameters.values())
-    hints = typing.get_type_hints(fn)
-    annotation = hints.get(params[0].name) if params else None
-    if not (inspect.isclass(annotation) and issubclass(annotation, BaseModel)):
-        raise UsageError(
-            f"@capability function {getattr(fn, '__name__', fn)!r} needs its first parameter annotated with a "
-            f"pydantic model, (args: YourArgsModel); got {annotation!r}"
-        )
-    return annotation
-
-
 class CapabilitySet(Generic[R]):
     """The capabilities a program may use, validated once and rendered for the model.
 
+    A capability is any ``Tool``: a ``Capability``, or a ``@tool`` function.
+
     Raises:
-        UsageError: no capabilities, or two with the same name.
+        UsageError: no capabilities, two with the same name, or something that is not a tool.
     """
 
-    def __init__(self, *capabilities: Capability[Any, R]) -> None:
-        self._by_name: dict[str, Capability[Any, R]] = {}
+    def __init__(self, *capabilities: Tool[Any, R]) -> None:
+        self._by_name: dict[str, Tool[Any, R]] = {}
         for declared in capabilities:
-            if not isinstance(declared, Capability):
-                raise UsageError(f"{declared!r} is not a Capability; declare it with Capability(...) or @capability")
+            if not callable(getattr(declared, "call", None)):
+                raise UsageError(f"{declared!r} is not a Tool; declare it with Capability(...), @capability or @tool")
+            check_name(declared.name, "capability")
             if declared.name in self._by_name:
                 raise UsageError(f"two capabilities are named {declared.name!r}; names must be unique in a set")
             self._by_name[declared.name] = declared
         if not self._by_name:
             raise UsageError("a CapabilitySet needs at least one Capability")
 
-    def __iter__(self) -> Iterator[Capability[Any, R]]:
+    def __iter__(self) -> Iterator[Tool[Any, R]]:
         return iter(self._by_name.values())
 
     def __len__(self) -> int:
@@ -183,7 +177,7 @@ class CapabilitySet(Generic[R]):
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
-    def get(self, name: str) -> Capability[Any, R] | None:
+    def get(self, name: str) -> Tool[Any, R] | None:
         """The capability called ``name``, if there is one."""
         return self._by_name.get(name)
 
@@ -375,8 +369,7 @@ def _verify(index: int, raw: object, capabilities: CapabilitySet[Any]) -> Planne
         return ProgramIssue(index=index, tool_name=call.tool, message=message)
     tier = declared_tier(declared)
     if tier is None:
-        message = f"capability {call.tool!r} declares no tier; choose one of {tier_choices()}"
-        return ProgramIssue(index=index, tool_name=call.tool, message=message)
+        return ProgramIssue(index=index, tool_name=call.tool, message=str(missing_tier(call.tool)))
     try:
         # An argument the capability does not declare would be dropped silently; refuse it, unless
         # the args model says for itself what to do with extra data.
@@ -454,28 +447,20 @@ async def apply_plan(plan: Plan[R]) -> ApplyReport[R]:
 async def _apply_one(call: PlannedCall, plan: Plan[R]) -> CallResult[R]:
     name = call.tool_name
     declared = plan.capabilities.get(name)
-    refusal: str | None = None
-    tier = declared_tier(declared) if declared is not None else None
-    if declared is None:
-        refusal = f"unknown capability {name!r}; not applied"
-    elif tier is None:
-        refusal = f"capability {name!r} declares no tier; choose one of {tier_choices()}"
-    elif not runs_live(tier, plan.ceiling):
-        refusal = f"capability {name!r} is Tier.{tier.name} and may not run live under Tier.{plan.ceiling.name}"
-    elif not isinstance(call.args, declared.args_type):
-        refusal = f"args for {name!r} are {type(call.args).__name__}, not {declared.args_type.__name__}"
-    elif declared.handler is None:
-        refusal = f"capability {name!r} has no handler (it is propose-only); give it one or propose the call"
-    if refusal is not None or declared is None or declared.handler is None:
-        return CallResult(call=call, error=ToolError(refusal or "not applied", tool_name=name))
     try:
-        batch: Any = declared.handler(call.args.model_copy(deep=True))
-        if inspect.isawaitable(batch):
-            batch = await batch
-        if not isinstance(batch, Sequence) or isinstance(batch, str | bytes):
-            raise TypeError(f"returned {type(batch).__name__}; a handler returns a sequence (a batch) of items")
-    except Exception as raised:
-        error = ToolError(f"capability {name!r} failed: {type(raised).__name__}: {raised}", tool_name=name)
-        error.__cause__ = raised
-        return CallResult(call=call, error=error)
-    return CallResult(call=call, batch=typing.cast("Sequence[R]", batch))
+        if declared is None:
+            raise refused(name, "unknown capability: it is not in the plan's set")
+        tier = admit(declared, name=name)
+        if not runs_live(tier, plan.ceiling):
+            raise refused(name, f"it is Tier.{tier.name} and may not run live under Tier.{plan.ceiling.name}")
+        if not isinstance(call.args, declared.args_type):
+            raise refused(name, f"its args are {type(call.args).__name__}, not {declared.args_type.__name__}")
+        if isinstance(declared, Capability) and declared.handler is None:
+            raise refused(name, "the capability has no handler (it is propose-only); propose the call instead")
+    except CallRefused as refusal:
+        return CallResult(call=call, error=refusal)
+    outcome = await invoke(declared, call.args)
+    failure = outcome.failure()
+    if failure is not None:
+        return CallResult(call=call, error=failure)
+    return CallResult(call=call, batch=outcome.batch)

@@ -14,7 +14,8 @@ __all__ = ["ToolCall", "ToolStep", "build_step_model", "schema_name"]
 
 Args = TypeVar("Args", bound=BaseModel)
 
-_NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+VALID_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""OpenAI's rule for function and schema names, which tool names follow too."""
 _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
@@ -24,7 +25,7 @@ def schema_name(raw: str) -> str:
     Characters outside the set become ``_``; a name longer than 64 characters keeps its head and
     gains a short hash of the whole, so two long names stay distinct.
     """
-    if _NAME_OK.match(raw):
+    if VALID_NAME.match(raw):
         return raw
     cleaned = _NAME_BAD_CHARS.sub("_", raw).strip("_") or "schema"
     if len(cleaned) <= 64:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import re
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ from typing import Any, Generic, Protocol, TypeVar, overload
 from pydantic import BaseModel
 
 from agentkit.errors import UsageError
+from agentkit.step import VALID_NAME
 from agentkit.tiers import Tier, tier_choices
 
 __all__ = ["FunctionTool", "Tool", "declared_tier", "tool", "tool_set", "validate_tool_names"]
@@ -21,7 +21,6 @@ R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
 
 RESERVED_NAMES = frozenset({"done", "call", "rationale", "tool", "args"})
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 class Tool(Protocol[Args, R_co]):
@@ -97,7 +96,7 @@ class _ToolDecorator:
         return FunctionTool(
             name=name,
             description=self._description or inspect.cleandoc(fn.__doc__ or "") or name,
-            args_type=_args_type_of(fn),
+            args_type=args_type_of(fn),
             tier=self._tier,
             fn=fn,
             in_thread=self._in_thread,
@@ -127,15 +126,21 @@ def tool(
     return _ToolDecorator(tier, name, description, in_thread)
 
 
-def _args_type_of(fn: Callable[..., Any]) -> type[Any]:
+def args_type_of(fn: Callable[..., Any], decorator: str = "@tool") -> type[Any]:
+    """The pydantic model a tool function's first parameter is annotated with.
+
+    Raises:
+        UsageError: the function has no annotated parameter, or its annotation is not a pydantic model.
+    """
+    name = getattr(fn, "__name__", repr(fn))
     params = list(inspect.signature(fn).parameters.values())
     hints = typing.get_type_hints(fn)
     if not params or params[0].name not in hints:
-        raise UsageError(f"@tool function {fn.__name__!r} needs one annotated parameter, (args: YourArgsModel)")
+        raise UsageError(f"{decorator} function {name!r} needs one annotated parameter, (args: YourArgsModel)")
     annotation = hints[params[0].name]
-    if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+    if not (inspect.isclass(annotation) and issubclass(annotation, BaseModel)):
         raise UsageError(
-            f"@tool function {fn.__name__!r}: its parameter must be annotated with a pydantic model, got {annotation!r}"
+            f"{decorator} function {name!r}: its parameter must be annotated with a pydantic model, got {annotation!r}"
         )
     return annotation
 
@@ -155,6 +160,19 @@ def declared_tier(candidate: object) -> Tier | None:
     return tier if isinstance(tier, Tier) else None
 
 
+def check_name(name: object, what: str = "tool") -> str:
+    """``name`` if it is a valid tool name (``VALID_NAME``: what the model can call).
+
+    Raises:
+        UsageError: naming the problem and the fix.
+    """
+    if not isinstance(name, str) or not name:
+        raise UsageError(f"{what} {name!r} has an empty name; give it a name matching {VALID_NAME.pattern}")
+    if not VALID_NAME.match(name):
+        raise UsageError(f"{what} name {name!r} is not valid for the model; use letters, digits, '_' or '-' (1-64)")
+    return name
+
+
 def validate_tool_names(tools: Sequence[Tool[Any, Any]]) -> None:
     """Refuse empty, malformed, reserved or duplicate names, and a missing ``args_type``.
 
@@ -165,11 +183,7 @@ def validate_tool_names(tools: Sequence[Tool[Any, Any]]) -> None:
         raise UsageError("no tools given; pass one Tool or a non-empty sequence of tools")
     seen: set[str] = set()
     for candidate in tools:
-        name = getattr(candidate, "name", None)
-        if not isinstance(name, str) or not name:
-            raise UsageError(f"tool {candidate!r} has an empty name; give it a name matching {_TOOL_NAME.pattern}")
-        if not _TOOL_NAME.match(name):
-            raise UsageError(f"tool name {name!r} is not valid for the model; use letters, digits, '_' or '-' (1-64)")
+        name = check_name(getattr(candidate, "name", None) or candidate)
         if name in RESERVED_NAMES:
             raise UsageError(
                 f"tool name {name!r} collides with a step field; rename it (reserved: {sorted(RESERVED_NAMES)})"

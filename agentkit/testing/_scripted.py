@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
-from agentkit.errors import AgentkitError, StructuredOutputError, UsageError
+from agentkit.errors import AgentkitError, ScriptExhausted, StructuredOutputError, UsageError
 from agentkit.results import Usage
 from agentkit.structured import Completion, StructuredRequest
 from agentkit.text import TextCompletion
@@ -18,10 +18,6 @@ from agentkit.text import TextCompletion
 __all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
 
 M = TypeVar("M", bound=BaseModel)
-
-
-class ScriptExhausted(UsageError):
-    """The script ran dry: the code under test made more model calls than were scripted."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
