@@ -46,7 +46,7 @@ _ROLE_FIELDS = tuple(field.name for field in dataclasses.fields(RoleSpec))
 
 
 def request_for(prompt: Prompt, role: RoleSpec) -> StructuredRequest:
-    """The request for one rendered prompt under a role (every ``RoleSpec`` field carries over)."""
+    """The request for one rendered prompt under a role (a request is the role plus the prompt)."""
     settings: dict[str, Any] = {name: getattr(role, name) for name in _ROLE_FIELDS}
     return StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **settings)
 

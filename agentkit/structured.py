@@ -19,6 +19,7 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit.agent import RoleSpec
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
 from agentkit.results import Usage
 
@@ -37,25 +38,15 @@ M_co = TypeVar("M_co", bound=BaseModel, covariant=True)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class StructuredRequest:
-    """One structured call: the prompt and the model settings."""
+class StructuredRequest(RoleSpec):
+    """One structured call: the prompt, and the model settings of the role asking (every ``RoleSpec``
+    field: ``model``, ``fallback_model``, ``temperature``, ``max_tokens`` (a reply cut off by it is
+    an error, never parsed), ``prompt_type``, ``seed``)."""
 
     system: str
     """Stable instructions (kept byte-identical across rounds so provider prompt caching works)."""
     dynamic: str
     """This run's data: the request, prior results, the round's position in the budget."""
-    model: str
-    """The model to ask."""
-    fallback_model: str | None = None
-    """The model to ask once the primary's attempts are spent."""
-    temperature: float | None = None
-    """Sampling temperature; ``None`` leaves the server's default."""
-    max_tokens: int | None = None
-    """Completion token limit; a reply cut off by it is an error, never parsed."""
-    prompt_type: str = ""
-    """A label for the prompt (observability and routing)."""
-    seed: int | None = None
-    """Sampling seed, for servers that honour one."""
     reask: str | None = None
     """The validation error of the previous attempt, to be shown to the model."""
 

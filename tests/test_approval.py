@@ -12,13 +12,10 @@ import pytest
 from pydantic import BaseModel
 
 from agentkit import (
-    Prompt,
     ProposedAction,
-    RoleSpec,
     StopReason,
     Tier,
     ToolError,
-    ToolRoundInfo,
     UsageError,
     run_tool_loop_tiered,
 )
@@ -26,6 +23,7 @@ from agentkit.approval import Approval, ApprovalError, Rejection, approve, execu
 from agentkit.errors import MissingTierError, TierChanged
 from agentkit.proposals import call_digest, load_proposal
 from agentkit.testing import ScriptedCaller, call_step
+from tests.support import Executor
 
 
 class PathArgs(BaseModel):
@@ -226,12 +224,9 @@ def test_approval_is_frozen() -> None:
         approval.digest = "0" * 64  # type: ignore[misc]  # the assignment under test
 
 
-class Planner:
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="planner")
-
-    def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
-        return Prompt(system="clean up", dynamic=ctx)
+class Planner(Executor[str]):
+    def __init__(self) -> None:
+        super().__init__("planner", system="clean up")
 
 
 async def test_loop_proposal_runs_only_through_approval() -> None:

@@ -14,16 +14,13 @@ from agentkit import (
     LoopConfig,
     Observer,
     Outcome,
-    Prompt,
     ProviderError,
     RetryPolicy,
-    RoleSpec,
     StopReason,
     Throttled,
     Tier,
     ToolError,
     ToolRetry,
-    ToolRoundInfo,
     ToolTimeout,
     UsageError,
     run_tool_loop,
@@ -33,12 +30,9 @@ from agentkit import (
 from agentkit.events import RunFinished, ToolCallStarted
 from agentkit.results import ToolLoopResult, Usage
 from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
+from tests.support import Executor, Query
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
-
-
-class Query(BaseModel):
-    query: str
 
 
 class Doc(BaseModel):
@@ -59,19 +53,11 @@ def search(args: Query) -> list[Doc]:
     return CORPUS.get(args.query, [])
 
 
-class Agent:
-    """A minimal executor that records what it was shown."""
+class Agent(Executor[Doc]):
+    """The executor of these tests: records what it is shown each round."""
 
     def __init__(self, *, fallback: str | None = None) -> None:
-        self.infos: list[ToolRoundInfo[Doc]] = []
-        self.fallback = fallback
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="primary", fallback_model=self.fallback, prompt_type="retrieval")
-
-    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
-        self.infos.append(info)
-        return Prompt(system="find documents", dynamic=f"{ctx} round {info.round}")
+        super().__init__("primary", fallback_model=fallback, prompt_type="retrieval", system="find documents")
 
 
 class Limits(TypedDict, total=False):

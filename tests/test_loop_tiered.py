@@ -7,7 +7,6 @@ from datetime import UTC
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import (
     AfterProposal,
@@ -18,7 +17,6 @@ from agentkit import (
     Prompt,
     ProposedAction,
     RetryPolicy,
-    RoleSpec,
     StopReason,
     StructuredOutputError,
     Tier,
@@ -31,50 +29,17 @@ from agentkit import (
 from agentkit.events import ProposalCaptured, ToolCallStarted
 from agentkit.proposals import call_digest
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import Doc, Executor, PathArgs, Query, Recording
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
 TIER_NAMES = ("Tier.READ_ONLY", "Tier.REVERSIBLE", "Tier.EXTERNAL_REVERSIBLE", "Tier.IRREVERSIBLE")
 
 
-class Query(BaseModel):
-    query: str
-
-
-class PathArgs(BaseModel):
-    path: str
-
-
-class Doc(BaseModel):
-    id: str
-
-
-class Recording:
-    """A tool with a settable tier that records every call it receives."""
-
-    def __init__(self, name: str, tier: Any, args_type: type[BaseModel] = Query) -> None:
-        self.name = name
-        self.description = f"the {name} tool"
-        self.args_type = args_type
-        self.tier = tier
-        self.calls: list[BaseModel] = []
-
-    async def call(self, args: BaseModel) -> Sequence[Doc]:
-        self.calls.append(args)
-        return [Doc(id=f"{self.name}:{len(self.calls)}")]
-
-
-class Agent:
-    """An executor that records what it is shown each round."""
+class Agent(Executor[Doc]):
+    """The executor of these tests: records what it is shown each round."""
 
     def __init__(self) -> None:
-        self.infos: list[ToolRoundInfo[Doc]] = []
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="planner")
-
-    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
-        self.infos.append(info)
-        return Prompt(system="plan the clean-up", dynamic=f"{ctx} round {info.round}")
+        super().__init__("planner", system="plan the clean-up")
 
 
 def config(**kwargs: Any) -> LoopConfig:
@@ -270,7 +235,7 @@ async def test_tier_removed_mid_run_is_refused_at_the_call() -> None:
     caller = ScriptedCaller([call_step(Query(query="a")), call_step(Query(query="b"))])
 
     class Forgetful(Agent):
-        def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        def render(self, ctx: object, info: ToolRoundInfo[Doc]) -> Prompt:
             if info.round == 2:
                 search.tier = None
             return super().render(ctx, info)
@@ -441,7 +406,7 @@ async def test_proposal_is_not_altered_by_code_that_edits_what_the_executor_saw(
     search = Recording("search", Tier.READ_ONLY)
 
     class Normalising(Agent):
-        def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        def render(self, ctx: object, info: ToolRoundInfo[Doc]) -> Prompt:
             for prior in info.prior_calls:
                 if isinstance(prior.args, PathArgs):
                     prior.args.path = prior.args.path.rstrip("/") + "/*"

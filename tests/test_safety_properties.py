@@ -22,13 +22,10 @@ from agentkit import (
     AfterProposal,
     LoopConfig,
     Outcome,
-    Prompt,
     ProposedAction,
     RetryPolicy,
-    RoleSpec,
     StopReason,
     Tier,
-    ToolRoundInfo,
     UsageError,
     run_tool_loop,
     run_tool_loop_tiered,
@@ -38,6 +35,7 @@ from agentkit.errors import CallRefused
 from agentkit.program import Capability, CapabilitySet, apply_plan, gate_program
 from agentkit.proposals import call_digest
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import Executor
 
 SETTINGS = settings(max_examples=150, deadline=None)
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
@@ -67,12 +65,8 @@ class Recording:
         return [args.n]
 
 
-class Agent:
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="m")
-
-    def render(self, ctx: None, info: ToolRoundInfo[int]) -> Prompt:
-        return Prompt(system="s", dynamic=str(info.round))
+class Agent(Executor[int]):
+    """The executor of these properties."""
 
 
 tiers = st.one_of(st.sampled_from(list(Tier)), st.sampled_from(NOT_A_TIER))

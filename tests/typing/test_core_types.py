@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any, assert_type
-
-from pydantic import BaseModel
 
 from agentkit import (
     FunctionTool,
     LoopConfig,
     Outcome,
-    Prompt,
     ProviderError,
-    RoleSpec,
     RoundRecord,
     StopReason,
     StructuredRequest,
@@ -21,7 +16,6 @@ from agentkit import (
     TieredLoopResult,
     Tool,
     ToolLoopResult,
-    ToolRoundInfo,
     ToolStep,
     Usage,
     generate_structured,
@@ -29,50 +23,12 @@ from agentkit import (
     run_tool_loop,
     run_tool_loop_sync,
     run_tool_loop_tiered,
-    tool,
     tool_set,
 )
 from agentkit.errors import AgentkitError, TierParseError
 from agentkit.structured import Completion
 from agentkit.testing import ScriptedCaller
-
-
-class SearchArgs(BaseModel):
-    query: str
-
-
-class DeleteArgs(BaseModel):
-    id: str
-
-
-class Doc(BaseModel):
-    id: str
-
-
-@tool(tier=Tier.READ_ONLY)
-def search(args: SearchArgs) -> list[Doc]:
-    """Search."""
-    return []
-
-
-@tool(tier=Tier.READ_ONLY)
-async def asearch(args: SearchArgs) -> Sequence[Doc]:
-    """Search, async."""
-    return []
-
-
-@tool(tier=Tier.IRREVERSIBLE)
-def delete(args: DeleteArgs) -> list[Doc]:
-    """Delete."""
-    return []
-
-
-class Agent:
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="m")
-
-    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
-        return Prompt(system="s", dynamic=ctx)
+from tests.typing.models import DeleteArgs, Doc, Finder, SearchArgs, asearch, delete, search
 
 
 async def check() -> None:
@@ -80,7 +36,7 @@ async def check() -> None:
     assert_type(asearch, FunctionTool[SearchArgs, Doc])
     caller = ScriptedCaller()
 
-    result = await run_tool_loop(caller, Agent(), search, "ctx")
+    result = await run_tool_loop(caller, Finder(), search, "ctx")
     assert_type(result, ToolLoopResult[Doc])
     assert_type(result.items, list[Doc])
     assert_type(result.outcome, Outcome)
@@ -90,19 +46,19 @@ async def check() -> None:
     assert_type(result.trace, tuple[RoundRecord, ...])
     assert_type(result.raise_for_error(), ToolLoopResult[Doc])
 
-    assert_type(await run_tool_loop(caller, Agent(), asearch, "ctx", LoopConfig(max_rounds=None)), ToolLoopResult[Doc])
-    assert_type(run_tool_loop_sync(caller, Agent(), search, "ctx"), ToolLoopResult[Doc])
+    assert_type(await run_tool_loop(caller, Finder(), asearch, "ctx", LoopConfig(max_rounds=None)), ToolLoopResult[Doc])
+    assert_type(run_tool_loop_sync(caller, Finder(), search, "ctx"), ToolLoopResult[Doc])
 
-    tiered = await run_tool_loop_tiered(caller, Agent(), delete, "ctx")
+    tiered = await run_tool_loop_tiered(caller, Finder(), delete, "ctx")
     assert_type(tiered, TieredLoopResult[DeleteArgs, Doc])
     assert_type(tiered.proposed[0].args, DeleteArgs)
     assert_type(tiered.items, list[Doc])
 
-    mixed = await run_tool_loop_tiered(caller, Agent(), [search, delete], "ctx")
+    mixed = await run_tool_loop_tiered(caller, Finder(), [search, delete], "ctx")
     assert_type(mixed.items, list[Doc])
     kept = tool_set(search, delete)
     assert_type(kept, tuple[Tool[Any, Doc], ...])
-    assert_type((await run_tool_loop_tiered(caller, Agent(), kept, "ctx")).items, list[Doc])
+    assert_type((await run_tool_loop_tiered(caller, Finder(), kept, "ctx")).items, list[Doc])
 
     completion = await generate_structured(caller, StructuredRequest(system="", dynamic="", model="m"), SearchArgs)
     assert_type(completion, Completion[SearchArgs])

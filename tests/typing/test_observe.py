@@ -8,7 +8,7 @@ from typing import Literal, assert_never, assert_type
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic import BaseModel
 
-from agentkit import Observer, Prompt, RoleSpec, Tier, TieredLoopResult, ToolLoopResult, ToolRoundInfo, tool
+from agentkit import Observer, TieredLoopResult, ToolLoopResult
 from agentkit.events import (
     DegenerationDetected,
     Event,
@@ -26,38 +26,7 @@ from agentkit.otel import OTelObserver
 from agentkit.results import Usage
 from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
 from agentkit.testing import ScriptedCaller
-
-
-class SearchArgs(BaseModel):
-    query: str
-
-
-class DeleteArgs(BaseModel):
-    id: str
-
-
-class Doc(BaseModel):
-    id: str
-
-
-@tool(tier=Tier.READ_ONLY)
-def search(args: SearchArgs) -> list[Doc]:
-    """Search."""
-    return []
-
-
-@tool(tier=Tier.IRREVERSIBLE)
-def delete(args: DeleteArgs) -> list[Doc]:
-    """Delete."""
-    return []
-
-
-class Finder:
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="m")
-
-    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
-        return Prompt(system="s", dynamic=ctx)
+from tests.typing.models import Doc, Finder, SearchArgs, delete, search
 
 
 class Tokens(Observer):

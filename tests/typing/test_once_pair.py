@@ -16,6 +16,7 @@ from agentkit.once import OnceAgent, OnceResult, RoundInfo, TextResult, is_mater
 from agentkit.pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, Verifier, pair
 from agentkit.prompting import USE_THE_TOOL, reflective_prompt, worked_example
 from agentkit.testing import ScriptedCaller
+from tests.typing.models import Doc
 
 
 class Triage(BaseModel):
@@ -24,10 +25,6 @@ class Triage(BaseModel):
 
 class Invoice(BaseModel):
     total: int
-
-
-class Doc(BaseModel):
-    id: str
 
 
 class Triager:

@@ -16,7 +16,6 @@ from agentkit import (
     Tool,
     ToolRoundInfo,
     run_tool_loop_tiered,
-    tool,
 )
 from agentkit.approval import Approval, Rejection, approve, execute_approved, reject
 from agentkit.program import (
@@ -32,40 +31,7 @@ from agentkit.program import (
 )
 from agentkit.proposals import load_proposal
 from agentkit.testing import ScriptedCaller
-
-
-class SearchArgs(BaseModel):
-    query: str
-
-
-class FetchArgs(BaseModel):
-    doc_id: str
-
-
-class DeleteArgs(BaseModel):
-    path: str
-
-
-class Doc(BaseModel):
-    text: str
-
-
-@tool(tier=Tier.READ_ONLY)
-def search(args: SearchArgs) -> list[Doc]:
-    """Search."""
-    return []
-
-
-@tool(tier=Tier.READ_ONLY)
-async def fetch(args: FetchArgs) -> list[Doc]:
-    """Fetch one document."""
-    return []
-
-
-@tool(tier=Tier.IRREVERSIBLE)
-def delete(args: DeleteArgs) -> list[Doc]:
-    """Delete a path."""
-    return []
+from tests.typing.models import DeleteArgs, Doc, SearchArgs, delete, fetch, search
 
 
 class Planner:

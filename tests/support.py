@@ -1,0 +1,58 @@
+"""What many test modules share: small args and item models, a recording tool, and an executor."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit import Prompt, RoleSpec, ToolRoundInfo
+
+R = TypeVar("R")
+
+
+class Query(BaseModel):
+    query: str
+
+
+class PathArgs(BaseModel):
+    path: str
+
+
+class Doc(BaseModel):
+    id: str
+
+
+class Executor(Generic[R]):
+    """A minimal tool-loop executor: names its model, renders ``"{ctx} round {n}"``, records each round."""
+
+    def __init__(
+        self, model: str = "m", *, fallback_model: str | None = None, prompt_type: str = "", system: str = "s"
+    ) -> None:
+        self.spec = RoleSpec(model=model, fallback_model=fallback_model, prompt_type=prompt_type)
+        self.system = system
+        self.infos: list[ToolRoundInfo[R]] = []
+        """What the executor was shown, one entry per round."""
+
+    def role(self) -> RoleSpec:
+        return self.spec
+
+    def render(self, ctx: object, info: ToolRoundInfo[R]) -> Prompt:
+        self.infos.append(info)
+        return Prompt(system=self.system, dynamic=f"{ctx} round {info.round}")
+
+
+class Recording:
+    """A tool with a settable tier that records every call it receives."""
+
+    def __init__(self, name: str, tier: Any, args_type: type[BaseModel] = Query) -> None:
+        self.name = name
+        self.description = f"the {name} tool"
+        self.args_type = args_type
+        self.tier = tier
+        self.calls: list[BaseModel] = []
+
+    async def call(self, args: BaseModel) -> Sequence[Doc]:
+        self.calls.append(args)
+        return [Doc(id=f"{self.name}:{len(self.calls)}")]
