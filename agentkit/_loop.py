@@ -32,7 +32,7 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.observe import Observer, dispatch
+from agentkit.observe import ModelCall, Observer, ToolInvocation, dispatch, observed
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.results import RoundRecord, TieredLoopResult, Usage
@@ -192,12 +192,23 @@ class _Run:
         step: ToolStep[Any] | None = None
         try:
             async with timeout(self.remaining()):
-                completion = await generate_structured(
-                    self.caller,
-                    request,
-                    self.box.step_model,
-                    self.config.retry,
-                    on_attempt=self._attempt_hook(info.round, spent),
+                call = ModelCall(
+                    run_id=self.run_id,
+                    round=info.round,
+                    role=role.prompt_type or "executor",
+                    request=request,
+                    caller=self.caller,
+                )
+                completion = await observed(
+                    self.observers,
+                    call,
+                    generate_structured(
+                        self.caller,
+                        request,
+                        self.box.step_model,
+                        self.config.retry,
+                        on_attempt=self._attempt_hook(info.round, spent),
+                    ),
                 )
             step, used = completion.value, completion.usage
         except UsageError:
@@ -340,7 +351,8 @@ class _Run:
         started = time.monotonic()
         try:
             async with timeout(limit) as scope:
-                batch = await tool.call(args)
+                call = ToolInvocation(run_id=self.run_id, round=self.rounds, tool=tool, args=args)
+                batch = await observed(self.observers, call, tool.call(args))
         except ToolRetry as retry:
             return (), retry.message, None
         except TimeoutError as raised:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
 from agentkit.agent import Prompt, RoleSpec, ToolRoundInfo
 from agentkit.errors import AgentkitError, Throttled, UsageError
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
-from agentkit.observe import Observer, ObserverArg, dispatch, observers_of
+from agentkit.observe import ModelCall, Observer, ObserverArg, dispatch, observed, observers_of
 from agentkit.outcome import Outcome, StopReason
 from agentkit.results import RunEnding, ToolLoopResult, Usage
 from agentkit.structured import (
@@ -252,15 +252,18 @@ async def ask(
     request: StructuredRequest,
     schema: type[M],
     policy: RetryPolicy | None,
-    on_attempt: Callable[[Attempt], None] | None,
+    session: Session,
+    round: int,
 ) -> Reply[M]:
     """One call through ``generate_structured``; model failures become a ``Reply`` with ``error``.
 
     Raises:
         UsageError: a wiring mistake (a script run dry, a bad schema) is never a model failure.
     """
+    call = ModelCall(run_id=session.run_id, round=round, role=session.label, request=request, caller=caller)
     try:
-        completion = await generate_structured(caller, request, schema, policy, on_attempt=on_attempt)
+        work = generate_structured(caller, request, schema, policy, on_attempt=session.attempt_hook(round))
+        completion = await observed(session.observers, call, work)
     except UsageError:
         raise
     except AgentkitError as error:
@@ -359,7 +362,7 @@ async def _single_shot(
     info = RoundInfo(round=1, max_rounds=1, is_final_round=True)
     session.round_started(info)
     request = request_for(agent.render(ctx, info), role)
-    return await ask(caller, request, schema, retry, session.attempt_hook(1))
+    return await ask(caller, request, schema, retry, session, 1)
 
 
 class _Text(BaseModel):
@@ -374,6 +377,8 @@ class _TextAsStructured:
     """
 
     caller: TextCaller
+    output_type: ClassVar[str] = "text"
+    """What observers report as the requested output (``gen_ai.output.type``)."""
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         reply = await self.caller.complete_text(request)

@@ -292,7 +292,7 @@ class _PairRun(Generic[Ctx, V]):
         self.rounds = info.round
         self.session.round_started(info)
         request = request_for(self.executor.render(ctx, info), self.role)
-        reply = await ask(caller, request, self.schema, self.config.retry, self.session.attempt_hook(info.round))
+        reply = await ask(caller, request, self.schema, self.config.retry, self.session, info.round)
         self.usage += reply.usage
         return reply
 
