@@ -72,8 +72,7 @@ _DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
 _RAW_IN_MESSAGE = 1000
 _TRANSIENT_STATUSES = frozenset({408, 409})
 _STRICT_HOSTS = frozenset({"api.openai.com"})
-# gen_ai.provider.name (OpenTelemetry GenAI semantic conventions) of the providers whose OpenAI-compatible
-# endpoint is known by host; any other server speaks OpenAI's API and format, so it is reported as "openai".
+"""Hosts ``strict=None`` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
 _PROVIDERS = {
     "api.deepseek.com": "deepseek",
     "api.groq.com": "groq",
@@ -82,7 +81,8 @@ _PROVIDERS = {
     "api.x.ai": "x_ai",
     "generativelanguage.googleapis.com": "gcp.gemini",
 }
-"""Hosts ``strict=None`` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
+"""``gen_ai.provider.name`` (OpenTelemetry GenAI conventions) of OpenAI-compatible endpoints known by host;
+any other server speaks OpenAI's API and wire format, so it is reported as ``"openai"``."""
 _STATUS_HINTS = {
     400: "the server rejected the request; if it does not support this structured mode, pick another StructuredMode",
     401: "check the API key (api_key=... or OPENAI_API_KEY)",
