@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import typing
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
@@ -101,33 +101,41 @@ class Invocation(Generic[R]):
         return self.error
 
 
-async def invoke(tool: Tool[Any, R], args: BaseModel, *, timeout: float | None = None) -> Invocation[R]:  # noqa: ASYNC109  # the loop's deadline arithmetic lives with the caller
-    """Run one admitted call within ``timeout`` seconds (``None``: no limit).
+async def invoke(  # the loop's deadline arithmetic lives with the caller
+    tool: Tool[Any, R],
+    args: BaseModel,
+    *,
+    limit: float | None = None,
+    around: Callable[[Awaitable[Sequence[R]]], Awaitable[Sequence[R]]] | None = None,
+) -> Invocation[R]:
+    """Run one admitted call within ``limit`` seconds (``None``: no limit).
 
     The tool gets its own deep copy of ``args``: whatever it does to them, the call the model made
     (and a human approved) stays as it was in traces, proposals and the repeat guard. Nothing the
-    tool raises escapes, except cancellation.
+    tool raises escapes, except cancellation. ``around`` wraps the tool's own awaitable (the
+    observers' contexts), so what the tool does runs inside them and its exceptions pass through.
     """
     from agentkit._timing import timeout_scope  # asyncio is loaded on first use, not at import
 
     name = tool.name
     started = time.monotonic()
     try:
-        async with timeout_scope(timeout) as scope:
-            batch: object = await tool.call(args.model_copy(deep=True))
+        async with timeout_scope(limit) as scope:
+            work = tool.call(args.model_copy(deep=True))
+            batch: object = await (around(work) if around is not None else work)
     except ToolRetry as retry:
         return Invocation(tool_name=name, observation=_message_of(retry), seconds=time.monotonic() - started)
     except TimeoutError as raised:
         # Only our own timer means "timed out"; a TimeoutError the tool raised (a socket's) is its failure.
-        error = _timed_out(name, timeout) if scope.expired() else _failed(name, raised)
+        error = _timed_out(name, limit) if scope.expired() else _failed(name, raised)
         return Invocation(tool_name=name, error=error, seconds=time.monotonic() - started)
     except Exception as raised:
         return Invocation(tool_name=name, error=_failed(name, raised), seconds=time.monotonic() - started)
     seconds = time.monotonic() - started
-    if timeout is not None and seconds > timeout:
+    if limit is not None and seconds > limit:
         # A sync tool holds the event loop, so the timer could not interrupt it: its late result
         # is discarded all the same.
-        return Invocation(tool_name=name, error=_timed_out(name, timeout), seconds=seconds)
+        return Invocation(tool_name=name, error=_timed_out(name, limit), seconds=seconds)
     if not isinstance(batch, Sequence) or isinstance(batch, str | bytes):
         wrong = TypeError(f"returned {type(batch).__name__}; a tool returns a sequence (a batch) of items")
         return Invocation(tool_name=name, error=_failed(name, wrong), seconds=seconds)

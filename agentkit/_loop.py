@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 import time
 import typing
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,7 +26,7 @@ from agentkit.config import AfterProposal, LoopConfig
 from agentkit.degeneration import SameFunc, is_repeat
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
 from agentkit.events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
-from agentkit.observe import Observer
+from agentkit.observe import Observer, ToolInvocation, observed
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.results import RoundRecord, TieredLoopResult, Usage
@@ -270,7 +270,15 @@ class _Run:
             self.session.emit(
                 ToolCallStarted(run_id=run_id, round=this.round, tool_name=tool.name, tier=tier, args=event_args)
             )
-        outcome = await invoke(tool, args, timeout=self.tool_limit())
+        around = None
+        if self.session.observers:
+            call = ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args)
+            observers = self.session.observers
+
+            def around(work: Awaitable[Sequence[Any]]) -> Awaitable[Sequence[Any]]:
+                return observed(observers, call, work)
+
+        outcome = await invoke(tool, args, limit=self.tool_limit(), around=around)
         ending = self.ending_of(outcome)
         batch = tuple(outcome.batch)
         if outcome.ran:

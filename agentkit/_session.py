@@ -22,7 +22,7 @@ from agentkit.agent import Prompt, RoleSpec
 from agentkit.config import LoopConfig
 from agentkit.errors import AgentkitError, Throttled, UsageError
 from agentkit.events import Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
-from agentkit.observe import Observer, dispatch
+from agentkit.observe import ModelCall, Observer, dispatch, observed
 from agentkit.outcome import StopReason
 from agentkit.results import RunEnding, Usage
 from agentkit.structured import (
@@ -156,9 +156,14 @@ class RunSession:
         started = time.perf_counter()
         try:
             async with timeout_scope(deadline):
-                completion = await generate_structured(
+                work = generate_structured(
                     counted, request, schema, policy, on_attempt=self._attempt_hook(round, finished)
                 )
+                if self.observers:
+                    # Observers see the call while it runs (an OpenTelemetry span made current, say).
+                    call = ModelCall(run_id=self.run_id, round=round, role=self.label, request=request, caller=caller)
+                    work = observed(self.observers, call, work)
+                completion = await work
         except UsageError:
             raise
         except TimeoutError:

@@ -2,15 +2,21 @@
 
 ``Observer`` is the base class (a no-op hook per moment, plus ``on_event`` for every event);
 ``LoggingObserver`` writes one structured log line per event; ``dispatch`` delivers an event to
-a run's observers, isolating their failures. The OpenTelemetry observer lives in
+a run's observers, isolating their failures. ``observed`` runs a model call or a tool invocation
+inside each observer's ``around`` context, so that tracing observers can make their span current
+for the work (and everything the work calls) while it runs. The OpenTelemetry observer lives in
 ``agentkit.otel`` (an optional extra) and the event stream in ``agentkit.stream``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentkit.agent import ToolRoundInfo
 from agentkit.events import (
@@ -27,9 +33,61 @@ from agentkit.events import (
 )
 from agentkit.results import ToolLoopResult
 
-__all__ = ["LoggingObserver", "Observer", "ObserverArg", "dispatch", "event_fields", "observers_of"]
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from agentkit.structured import StructuredRequest
+    from agentkit.tools import Tool
+
+__all__ = [
+    "LoggingObserver",
+    "ModelCall",
+    "Observer",
+    "ObserverArg",
+    "ToolInvocation",
+    "dispatch",
+    "event_fields",
+    "observed",
+    "observers_of",
+]
 
 logger = logging.getLogger("agentkit.observe")
+
+T = TypeVar("T")
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class ModelCall:
+    """One logical model call of a run (its retries and fallback included), as ``around`` sees it.
+
+    Treat it as read-only; ``result`` is filled in by ``observed`` when the call returns, before
+    the observers' contexts exit.
+    """
+
+    run_id: str
+    round: int
+    role: str
+    """The role's ``prompt_type`` (or ``"executor"``, ``"verifier"``)."""
+    request: StructuredRequest
+    """The request as first sent (re-asks and the fallback model derive from it)."""
+    caller: object
+    """The caller asked. It may describe itself with ``provider_name``, ``server_address``,
+    ``server_port`` and ``output_type`` attributes (``OpenAICaller`` does)."""
+    result: object = None
+    """The ``Completion`` the call returned; ``None`` while it runs and when it raised."""
+
+
+@dataclass(kw_only=True, slots=True, eq=False)
+class ToolInvocation:
+    """One invocation of a tool by a run, as ``around`` sees it (read-only)."""
+
+    run_id: str
+    round: int
+    tool: Tool[Any, Any]
+    args: BaseModel
+    """The arguments the tool is called with: the call's own, not a copy; never modify them."""
+    result: object = None
+    """What the tool returned; ``None`` while it runs and when it raised."""
 
 
 class Observer:
@@ -72,6 +130,16 @@ class Observer:
 
     def on_run_abort(self, event: RunAborted) -> None:
         """A run was cancelled or raised; there is no result."""
+
+    def around(self, call: ModelCall | ToolInvocation) -> contextlib.AbstractContextManager[object]:
+        """A context the run enters around one model call or tool invocation, in the task that runs it.
+
+        The work runs inside it, so a context variable set on entry (an OpenTelemetry span made
+        current) is seen by everything the work does; an exception the work raises passes through
+        its exit. The default does nothing. Failures on entry or exit are logged and isolated like
+        a hook's, and an exit can never swallow the work's exception.
+        """
+        return contextlib.nullcontext()
 
 
 ObserverArg = Observer | Sequence[Observer] | None
@@ -129,6 +197,59 @@ def dispatch(observers: tuple[Observer, ...], event: Event) -> None:
                     event.kind,
                     event.run_id,
                 )
+
+
+class _Guarded:
+    """An observer's ``around`` context whose failures are logged, never raised, never swallowing."""
+
+    __slots__ = ("call", "context", "observer")
+
+    def __init__(self, observer: Observer, call: ModelCall | ToolInvocation) -> None:
+        self.observer, self.call = observer, call
+        self.context: contextlib.AbstractContextManager[object] | None = None
+
+    def __enter__(self) -> None:
+        try:
+            context = self.observer.around(self.call)
+            context.__enter__()
+        except Exception:
+            self._log("entering")
+        else:
+            self.context = context
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        if self.context is None:
+            return
+        try:
+            self.context.__exit__(kind, error, tb)
+        except Exception as raised:
+            if raised is not error:
+                self._log("leaving")
+
+    def _log(self, moment: str) -> None:
+        logger.exception(
+            "observer %s failed %s the context of a %s (run %s); the run goes on",
+            type(self.observer).__name__,
+            moment,
+            type(self.call).__name__,
+            self.call.run_id,
+        )
+
+
+async def observed(observers: tuple[Observer, ...], call: ModelCall | ToolInvocation, work: Awaitable[T]) -> T:
+    """Await ``work`` inside every observer's ``around(call)`` context; what it returns is returned.
+
+    The one seam through which observers see a model call or tool invocation *while it runs*:
+    each call site wraps its ``await`` in it. Without observers it is a plain ``await``.
+    """
+    if not observers:
+        return await work
+    with contextlib.ExitStack() as stack:
+        for observer in observers:
+            stack.enter_context(_Guarded(observer, call))
+        result = await work
+        call.result = result
+        return result
 
 
 def event_fields(event: Event, *, include_args: bool = True) -> dict[str, object]:

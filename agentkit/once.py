@@ -8,7 +8,7 @@ tool loop's), and the ending comes back as a result, never as an exception.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Generic, Protocol, TypedDict, TypeVar, runtime_checkable
+from typing import ClassVar, Generic, Protocol, TypedDict, TypeVar, runtime_checkable
 
 from pydantic import BaseModel
 
@@ -218,6 +218,8 @@ class _TextAsStructured:
     """
 
     caller: TextCaller
+    output_type: ClassVar[str] = "text"
+    """What observers report as the requested output (``gen_ai.output.type``)."""
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         reply = await self.caller.complete_text(request)

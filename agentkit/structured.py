@@ -61,6 +61,10 @@ class Completion(Generic[M_co]):
     """Usage of this call (for ``generate_structured``: of every attempt)."""
     model: str
     """The model that answered."""
+    response_id: str | None = None
+    """The server's id of the reply (``chatcmpl-...``), when it gives one."""
+    finish_reasons: tuple[str, ...] = ()
+    """Why the model stopped, per choice (``("stop",)``), when the server says."""
 
 
 class StructuredCaller(Protocol):
@@ -214,7 +218,7 @@ async def generate_structured(
                 error.usage = total
                 raise
             continue
-        return Completion(value=completion.value, usage=total, model=completion.model)
+        return dataclasses.replace(completion, usage=total)
     assert last is not None
     last.usage = total
     raise last

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
@@ -43,7 +45,7 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.observe import LoggingObserver, dispatch, event_fields, observers_of
+from agentkit.observe import LoggingObserver, ModelCall, ToolInvocation, dispatch, event_fields, observers_of
 from agentkit.results import Usage
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 
@@ -581,3 +583,129 @@ async def test_a_cancelled_run_ends_with_run_abort() -> None:
     final = recorder.events[-1]
     assert isinstance(final, RunAborted)
     assert isinstance(final.error, asyncio.CancelledError)
+
+
+# --- around: the work runs inside each observer's context ------------------------------------------
+
+INSIDE: contextvars.ContextVar[str] = contextvars.ContextVar("inside", default="")
+
+
+class Wrapping(Observer):
+    """Sets a context variable around each call (as a tracer makes its span current) and records what it saw."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, str, str]] = []
+
+    @contextlib.contextmanager
+    def around(self, call: ModelCall | ToolInvocation) -> Iterator[None]:
+        name = call.request.model if isinstance(call, ModelCall) else call.tool.name
+        token = INSIDE.set(name)
+        outcome = "raised"
+        try:
+            yield
+            outcome = type(call.result).__name__
+        finally:
+            INSIDE.reset(token)
+            self.seen.append((type(call).__name__, call.round, name, outcome))
+
+
+@tool(tier=Tier.READ_ONLY)
+def where(args: Query) -> list[Doc]:
+    """Reports the context it runs in."""
+    if args.query == "boom":
+        raise RuntimeError("index offline")
+    return [Doc(id=INSIDE.get())]
+
+
+async def test_around_wraps_each_model_call_and_tool_invocation() -> None:
+    """Each logical model call (retries included) and each tool invocation runs inside ``around``, once."""
+    wrapping = Wrapping()
+    caller = ScriptedCaller([ProviderError("503", transient=True), call_step(Query(query="a")), done_step()])
+    result = await run_tool_loop(caller, Finder(), where, "ctx", LoopConfig(retry=NO_WAIT), observer=wrapping)
+    assert result.items == [Doc(id="where")]
+    assert wrapping.seen == [
+        ("ModelCall", 1, "exec-model", "Completion"),
+        ("ToolInvocation", 1, "where", "list"),
+        ("ModelCall", 2, "exec-model", "Completion"),
+    ]
+    assert INSIDE.get() == ""
+
+
+async def test_around_sees_the_exception_of_a_failing_tool() -> None:
+    """A tool's exception passes through ``around`` (no result is set), and the run ends as it would without it."""
+    wrapping = Wrapping()
+    caller = ScriptedCaller([call_step(Query(query="boom"))])
+    result = await run_tool_loop(caller, Finder(), where, "ctx", LoopConfig(retry=NO_WAIT), observer=wrapping)
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    assert wrapping.seen[-1] == ("ToolInvocation", 1, "where", "raised")
+
+
+async def test_single_shot_and_pair_model_calls_run_inside_around() -> None:
+    """run_once and pair send their model calls through the same seam, labelled by role."""
+    from agentkit import PairConfig, RulesVerifier, pair, run_once
+    from agentkit.once import RoundInfo
+
+    class Judge:
+        def role(self) -> RoleSpec:
+            return RoleSpec(model="judge-model")
+
+        def render(self, ctx: str, info: RoundInfo) -> Prompt:
+            return Prompt(system="judge", dynamic=ctx)
+
+    roles: list[str] = []
+
+    class Roles(Observer):
+        @contextlib.contextmanager
+        def around(self, call: ModelCall | ToolInvocation) -> Iterator[None]:
+            assert isinstance(call, ModelCall)
+            roles.append(f"{call.role}:{call.round}")
+            yield
+
+    await run_once(ScriptedCaller([{"id": "a"}]), Judge(), "ctx", schema=Doc, observer=Roles())
+    verifier = RulesVerifier[Doc](lambda d: (d.id == "b", "not b"))
+    drafts = ScriptedCaller([{"id": "a"}, {"id": "b"}])
+    await pair(drafts, Judge(), verifier, "ctx", PairConfig(retry=NO_WAIT), schema=Doc, observer=Roles())
+    assert roles == ["executor:1", "executor:1", "executor:2"]
+
+
+class BrokenAround(Observer):
+    """An ``around`` that fails on entry, on exit, or tries to swallow the work's exception."""
+
+    def __init__(self, how: str) -> None:
+        self.how = how
+
+    @contextlib.contextmanager
+    def around(self, call: ModelCall | ToolInvocation) -> Iterator[None]:
+        if self.how == "enter":
+            raise RuntimeError("broken on entry")
+        try:
+            yield
+        except Exception:
+            if self.how == "swallow":
+                return
+            raise
+        if self.how == "exit":
+            raise RuntimeError("broken on exit")
+
+
+@pytest.mark.parametrize("how", ["enter", "exit", "swallow"])
+async def test_a_failing_around_never_changes_the_run(how: str, caplog: pytest.LogCaptureFixture) -> None:
+    """An ``around`` that raises is logged and skipped; one that swallows cannot hide a tool's failure."""
+    wrapping = Wrapping()
+
+    async def run(*observers: Observer) -> ToolLoopResult[Doc]:
+        caller = ScriptedCaller([call_step(Query(query="a")), call_step(Query(query="boom"))])
+        return await run_tool_loop(caller, Finder(), where, "ctx", LoopConfig(retry=NO_WAIT), observer=list(observers))
+
+    expected = await run(Wrapping())
+    with caplog.at_level(logging.ERROR, logger="agentkit.observe"):
+        result = await run(BrokenAround(how), wrapping)
+    assert (result.outcome, result.stop_reason, result.items) == (
+        expected.outcome,
+        expected.stop_reason,
+        expected.items,
+    )
+    assert result.items == [Doc(id="where")]
+    assert [kind for kind, *_ in wrapping.seen] == ["ModelCall", "ToolInvocation", "ModelCall", "ToolInvocation"]
+    failures = [r for r in caplog.records if "BrokenAround" in r.getMessage()]
+    assert len(failures) == (0 if how == "swallow" else 3 if how == "exit" else 4)

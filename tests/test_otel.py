@@ -3,32 +3,40 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx2
+import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind, StatusCode
+from opentelemetry.trace import SpanKind, StatusCode, Tracer
 
 from agentkit import (
     LoopConfig,
+    Prompt,
     ProviderError,
     RoleSpec,
     StopReason,
     Throttled,
     Tier,
+    ToolRetry,
     Usage,
-    UsageError,
+    run_once,
     run_tool_loop,
     run_tool_loop_tiered,
     tool,
 )
 from agentkit.agent import ToolRoundInfo
-from agentkit.events import Event, RoundStarted, RunAborted, RunStarted, ToolCallStarted
+from agentkit.events import RoundStarted, RunAborted, RunStarted
 from agentkit.observe import dispatch
+from agentkit.once import RoundInfo
 from agentkit.otel import (
     GEN_AI_AGENT_NAME,
     GEN_AI_OPERATION_NAME,
@@ -39,7 +47,8 @@ from agentkit.otel import (
     GEN_AI_USAGE_OUTPUT_TOKENS,
     OTelObserver,
 )
-from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
+from agentkit.providers.openai import OpenAICaller
+from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.test_observe import NO_WAIT, Doc, Finder, Query, delete, search
 
 CONFIG = LoopConfig(retry=NO_WAIT)
@@ -58,8 +67,44 @@ def provider(exporter: InMemorySpanExporter) -> TracerProvider:
 
 
 @pytest.fixture
-def observer(provider: TracerProvider) -> OTelObserver:
-    return OTelObserver(provider.get_tracer("agentkit-tests"))
+def tracer(provider: TracerProvider) -> Tracer:
+    return provider.get_tracer("agentkit-tests")
+
+
+@pytest.fixture
+def observer(tracer: Tracer) -> OTelObserver:
+    return OTelObserver(tracer)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as fake:
+        yield fake
+
+
+class TracedTransport(httpx2.AsyncBaseTransport):
+    """An instrumented HTTP client, as httpx instrumentation makes one: a CLIENT span per request."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+        self.inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        with self.tracer.start_as_current_span(f"{request.method} {request.url.path}", kind=SpanKind.CLIENT) as span:
+            response = await self.inner.handle_async_request(request)
+            span.set_attribute("http.response.status_code", response.status_code)
+            return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@pytest.fixture
+async def traced_caller(server: FakeOpenAIServer, tracer: Tracer) -> AsyncIterator[OpenAICaller]:
+    """An ``OpenAICaller`` on the fake server whose HTTP requests make spans of their own."""
+    async with httpx2.AsyncClient(transport=TracedTransport(tracer)) as http:
+        client = openai.AsyncOpenAI(base_url=server.base_url, api_key="unused", http_client=http)
+        yield OpenAICaller(client, max_reasks=0)
 
 
 def reply(value: dict[str, Any], input_tokens: int, output_tokens: int) -> ScriptedReply:
@@ -77,6 +122,24 @@ def parent_of(span: ReadableSpan) -> int | None:
 def span_id(span: ReadableSpan) -> int:
     assert span.context is not None
     return int(span.context.span_id)
+
+
+def attrs(span: ReadableSpan) -> dict[str, Any]:
+    return dict(span.attributes or {})
+
+
+def exceptions(span: ReadableSpan) -> list[dict[str, Any]]:
+    return [dict(e.attributes or {}) for e in span.events if e.name == "exception"]
+
+
+class Tuned(Finder):
+    """An executor whose role sets every request setting the spans report."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="exec-model", fallback_model="backup-model", temperature=0.2, max_tokens=300, seed=7)
+
+
+# --- the tree -------------------------------------------------------------------------------------
 
 
 async def test_three_round_run_makes_the_span_tree(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
@@ -99,137 +162,277 @@ async def test_three_round_run_makes_the_span_tree(observer: OTelObserver, expor
     assert run.name == "invoke_agent Finder"
     assert run.parent is None
     assert {s.context.trace_id for s in spans if s.context} == {run.context.trace_id if run.context else 0}
-
-    assert [r.attributes["agentkit.round"] for r in rounds if r.attributes] == [1, 2, 3]
+    assert [attrs(r)["agentkit.round"] for r in rounds] == [1, 2, 3]
     assert all(parent_of(r) == span_id(run) for r in rounds)
-    round_ids = {r.attributes["agentkit.round"]: span_id(r) for r in rounds if r.attributes}
+    round_ids = {attrs(r)["agentkit.round"]: span_id(r) for r in rounds}
     for child in [*chats, *tools]:
-        assert child.attributes is not None
-        assert parent_of(child) == round_ids[child.attributes["agentkit.round"]]
-    assert [t.attributes["agentkit.round"] for t in tools if t.attributes] == [1, 2]
+        assert parent_of(child) == round_ids[attrs(child)["agentkit.round"]]
 
-    assert run.attributes is not None
-    assert run.attributes[GEN_AI_OPERATION_NAME] == "invoke_agent"
-    assert run.attributes[GEN_AI_AGENT_NAME] == "Finder"
-    assert run.attributes["agentkit.run_id"] == result.run_id
-    assert run.attributes["agentkit.outcome"] == "applied"
-    assert run.attributes["agentkit.stop_reason"] == "executor_done"
-    assert run.attributes["agentkit.rounds"] == 3
-    assert run.attributes["agentkit.items"] == 4
-    assert run.attributes["agentkit.usage.input_tokens"] == 360
-    assert run.attributes["agentkit.usage.output_tokens"] == 36
-    assert GEN_AI_USAGE_INPUT_TOKENS not in run.attributes
+    assert attrs(run)[GEN_AI_OPERATION_NAME] == "invoke_agent"
+    assert attrs(run)[GEN_AI_AGENT_NAME] == "Finder"
+    assert attrs(run)["agentkit.run_id"] == result.run_id
+    assert attrs(run)["agentkit.outcome"] == "applied"
+    assert attrs(run)["agentkit.rounds"] == 3
+    assert attrs(run)["agentkit.items"] == 4
+    assert attrs(run)["agentkit.usage.input_tokens"] == 360
+    assert GEN_AI_USAGE_INPUT_TOKENS not in attrs(run)
     assert run.status.status_code is StatusCode.UNSET
 
     chat = chats[1]
     assert chat.name == "chat exec-model"
     assert chat.kind is SpanKind.CLIENT
-    assert chat.attributes is not None
-    assert chat.attributes[GEN_AI_OPERATION_NAME] == "chat"
-    assert chat.attributes[GEN_AI_PROVIDER_NAME] == "openai"
-    assert chat.attributes[GEN_AI_REQUEST_MODEL] == "exec-model"
-    assert chat.attributes[GEN_AI_USAGE_INPUT_TOKENS] == 120
-    assert chat.attributes[GEN_AI_USAGE_OUTPUT_TOKENS] == 12
-    assert chat.attributes["agentkit.attempt"] == 1
-    assert rounds[1].attributes is not None
-    assert rounds[1].attributes["agentkit.usage.input_tokens"] == 120
+    assert attrs(chat)[GEN_AI_OPERATION_NAME] == "chat"
+    assert attrs(chat)[GEN_AI_REQUEST_MODEL] == "exec-model"
+    assert attrs(chat)["gen_ai.response.model"] == "exec-model"
+    assert attrs(chat)["gen_ai.output.type"] == "json"
+    assert attrs(chat)[GEN_AI_USAGE_INPUT_TOKENS] == 120
+    assert attrs(chat)[GEN_AI_USAGE_OUTPUT_TOKENS] == 12
+    assert attrs(chat)["agentkit.attempts"] == 1
+    assert attrs(rounds[1])["agentkit.usage.input_tokens"] == 120
 
-    tool = tools[0]
-    assert tool.name == "execute_tool search"
-    assert tool.attributes is not None
-    assert tool.attributes[GEN_AI_OPERATION_NAME] == "execute_tool"
-    assert tool.attributes[GEN_AI_TOOL_NAME] == "search"
-    assert tool.attributes["agentkit.tier"] == "READ_ONLY"
-    assert tool.attributes["agentkit.batch_size"] == 2
-
+    (tool_span, _) = tools
+    assert tool_span.name == "execute_tool search"
+    assert tool_span.kind is SpanKind.INTERNAL
+    assert attrs(tool_span)[GEN_AI_TOOL_NAME] == "search"
+    assert attrs(tool_span)["gen_ai.tool.type"] == "function"
+    assert attrs(tool_span)["gen_ai.tool.description"] == "Look up documents."
+    assert attrs(tool_span)["agentkit.tier"] == "READ_ONLY"
+    assert attrs(tool_span)["agentkit.batch_size"] == 2
     for child in spans:
         if child is not run:
             assert (child.start_time or 0) >= (run.start_time or 0)
             assert (child.end_time or 0) <= (run.end_time or 0)
 
 
-async def test_throttled_run_marks_the_run_span_as_error(
+async def test_chat_span_reports_the_request_and_response_of_an_openai_call(
+    traced_caller: OpenAICaller, server: FakeOpenAIServer, observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """Over the OpenAI adapter, the chat span carries the provider, server, request settings and response."""
+    server.add(FakeReply.value(done_step()))
+    await run_tool_loop(traced_caller, Tuned(), search, "ctx", CONFIG, observer=observer)
+    spans = exporter.get_finished_spans()
+    (run,) = by_name(spans, "invoke_agent")
+    (chat,) = by_name(spans, "chat ")
+    port = int(server.base_url.split(":")[2].split("/")[0])
+    assert attrs(run)[GEN_AI_PROVIDER_NAME] == "openai"
+    expected = {
+        GEN_AI_PROVIDER_NAME: "openai",
+        "server.address": "127.0.0.1",
+        "server.port": port,
+        "gen_ai.request.temperature": 0.2,
+        "gen_ai.request.max_tokens": 300,
+        "gen_ai.request.seed": 7,
+        "gen_ai.response.model": "exec-model",
+        "gen_ai.response.finish_reasons": ("stop",),
+        "agentkit.fallback_model": "backup-model",
+    }
+    assert {key: attrs(chat).get(key) for key in expected} == expected
+    assert str(attrs(chat)["gen_ai.response.id"]).startswith("chatcmpl-")
+
+
+async def test_provider_name_comes_from_the_caller_used(tracer: Tracer, exporter: InMemorySpanExporter) -> None:
+    """The caller's own provider_name wins; the observer's is only the fallback for callers without one."""
+
+    class Named(ScriptedCaller):
+        provider_name = "vllm"
+
+    observer = OTelObserver(tracer, provider_name="ollama")
+    await run_tool_loop(Named([done_step()]), Finder(), search, "ctx", CONFIG, observer=observer)
+    await run_tool_loop(ScriptedCaller([done_step()]), Finder(), search, "ctx", CONFIG, observer=observer)
+    await run_tool_loop(ScriptedCaller([done_step()]), Finder(), search, "ctx", CONFIG, observer=OTelObserver(tracer))
+    runs = by_name(exporter.get_finished_spans(), "invoke_agent")
+    assert [attrs(r)[GEN_AI_PROVIDER_NAME] for r in runs] == ["vllm", "ollama", "_OTHER"]
+    chats = by_name(exporter.get_finished_spans(), "chat ")
+    assert [attrs(c)[GEN_AI_PROVIDER_NAME] for c in chats] == ["vllm", "ollama", "_OTHER"]
+
+
+def test_openai_caller_names_its_provider_from_the_host() -> None:
+    """OpenAICaller reports a known provider's name from the base URL's host, else "openai"."""
+    cases = {
+        "https://api.openai.com/v1": ("openai", "api.openai.com", 443),
+        "https://api.deepseek.com/v1": ("deepseek", "api.deepseek.com", 443),
+        "https://x.openai.azure.com/openai/v1": ("azure.ai.openai", "x.openai.azure.com", 443),
+        "http://127.0.0.1:8000/v1": ("openai", "127.0.0.1", 8000),
+    }
+    for url, expected in cases.items():
+        caller = OpenAICaller(base_url=url, api_key="unused")
+        assert (caller.provider_name, caller.server_address, caller.server_port) == expected
+
+
+# --- nesting: the work runs inside its span --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+async def test_a_span_made_inside_a_tool_nests_under_its_tool_span(
+    kind: str, tracer: Tracer, observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """A span a tool opens (a database query, say) is a child of ``execute_tool``, async or sync tool alike."""
+
+    def query(args: Query) -> list[Doc]:
+        with tracer.start_as_current_span("db.query"):
+            return [Doc(id=args.query)]
+
+    @tool(tier=Tier.READ_ONLY)
+    async def lookup(args: Query) -> list[Doc]:
+        """Query the database."""
+        return query(args)
+
+    @tool(tier=Tier.READ_ONLY)
+    def lookup_sync(args: Query) -> list[Doc]:
+        """Query the database (blocking)."""
+        return query(args)
+
+    chosen = lookup if kind == "async" else lookup_sync
+    caller = ScriptedCaller([call_step(Query(query="a")), done_step()])
+    await run_tool_loop(caller, Finder(), chosen, "ctx", CONFIG, observer=observer)
+    spans = exporter.get_finished_spans()
+    (db,) = by_name(spans, "db.query")
+    (tool_span,) = by_name(spans, "execute_tool")
+    assert parent_of(db) == span_id(tool_span)
+    assert (tool_span.start_time or 0) <= (db.start_time or 0) <= (db.end_time or 0) <= (tool_span.end_time or 0)
+
+
+async def test_http_spans_of_each_attempt_nest_under_the_chat_span(
+    traced_caller: OpenAICaller, server: FakeOpenAIServer, observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """The HTTP client's spans of a retried call (a 503, then a reply) are both children of its one chat span."""
+    server.add(FakeReply.error(503), FakeReply.value(done_step()))
+    result = await run_tool_loop(traced_caller, Finder(), search, "ctx", CONFIG, observer=observer)
+    assert result.stop_reason is StopReason.NOTHING_RETRIEVED
+    spans = exporter.get_finished_spans()
+    (chat,) = by_name(spans, "chat ")
+    posts = by_name(spans, "POST")
+    assert [attrs(p)["http.response.status_code"] for p in posts] == [503, 200]
+    assert all(parent_of(p) == span_id(chat) for p in posts)
+    assert (chat.start_time or 0) <= (posts[0].start_time or 0)
+    assert (posts[-1].end_time or 0) <= (chat.end_time or 0)
+
+
+async def test_single_shot_model_call_runs_inside_its_chat_span(
+    traced_caller: OpenAICaller, server: FakeOpenAIServer, observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """run_once uses the same seam: its HTTP span nests under its chat span, under its run."""
+
+    class Verdict(Doc):
+        pass
+
+    class Judge:
+        def role(self) -> RoleSpec:
+            return RoleSpec(model="judge-model")
+
+        def render(self, ctx: str, info: RoundInfo) -> Prompt:
+            return Prompt(system="judge", dynamic=ctx)
+
+    server.add(FakeReply.value({"id": "v"}))
+    result = await run_once(traced_caller, Judge(), "ctx", schema=Verdict, observer=observer)
+    assert result.value == Verdict(id="v")
+    spans = exporter.get_finished_spans()
+    (run,) = by_name(spans, "invoke_agent")
+    (chat,) = by_name(spans, "chat ")
+    (post,) = by_name(spans, "POST")
+    assert parent_of(post) == span_id(chat)
+    assert chat.context is not None
+    assert run.context is not None
+    assert chat.context.trace_id == run.context.trace_id
+
+
+# --- retries, errors -------------------------------------------------------------------------------
+
+
+async def test_one_chat_span_covers_retries_and_fallback(
     observer: OTelObserver, exporter: InMemorySpanExporter
 ) -> None:
-    """A throttle: the model span records the exception, and the run span is an error with its stop reason."""
+    """A call retried, then answered by the fallback: one chat span, not an error, its attempts as events."""
+    caller = ScriptedCaller(
+        [ProviderError("503", transient=True), ProviderError("503", transient=True), reply(done_step(), 5, 1)]
+    )
+    await run_tool_loop(caller, Tuned(), search, "ctx", CONFIG, observer=observer)
+    (chat,) = by_name(exporter.get_finished_spans(), "chat ")
+    assert chat.name == "chat exec-model"
+    assert chat.status.status_code is StatusCode.UNSET
+    assert attrs(chat)["agentkit.attempts"] == 3
+    assert not exceptions(chat)
+    attempts = [dict(e.attributes or {}) for e in chat.events if e.name == "agentkit.attempt"]
+    assert [(a["agentkit.attempt"], a[GEN_AI_REQUEST_MODEL], a.get("error.type")) for a in attempts] == [
+        (1, "exec-model", "agentkit.errors.ProviderError"),
+        (2, "exec-model", "agentkit.errors.ProviderError"),
+        (3, "backup-model", None),
+    ]
+    # Usage of every attempt, counted once, on the one span of the call (the scripted caller
+    # reports one request and no tokens for a scripted error).
+    assert (attrs(chat)[GEN_AI_USAGE_INPUT_TOKENS], attrs(chat)[GEN_AI_USAGE_OUTPUT_TOKENS]) == (5, 1)
+
+
+async def test_each_exception_is_recorded_once_on_the_span_that_failed(
+    observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """A failing tool: its span has the exception event; the round and run spans have status and error.type only."""
+    caller = ScriptedCaller([call_step(Query(query="boom"))])
+    await run_tool_loop(caller, Finder(), search, "ctx", CONFIG, observer=observer)
+    spans = exporter.get_finished_spans()
+    (tool_span,) = by_name(spans, "execute_tool")
+    (run,) = by_name(spans, "invoke_agent")
+    assert tool_span.status.status_code is StatusCode.ERROR
+    assert attrs(tool_span)["error.type"] == "RuntimeError"
+    assert exceptions(tool_span) == [{"exception.type": "RuntimeError"}]
+    assert run.status.status_code is StatusCode.ERROR
+    assert attrs(run)["error.type"] == "agentkit.errors.ToolError"
+    assert sum(len(exceptions(s)) for s in spans) == 1
+
+
+async def test_throttled_call_fails_its_chat_span_and_marks_the_run(
+    observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """A throttle: the chat span records it; the run span is an error with its stop reason, no exception event."""
     caller = ScriptedCaller([Throttled("slow down", retry_after=3)])
     result = await run_tool_loop(caller, Finder(), search, "ctx", CONFIG, observer=observer)
     assert result.stop_reason is StopReason.THROTTLED
     spans = exporter.get_finished_spans()
-    assert sorted(s.name for s in spans) == ["agentkit.round", "chat exec-model", "invoke_agent Finder"]
     (run,) = by_name(spans, "invoke_agent")
     (chat,) = by_name(spans, "chat ")
+    assert exceptions(chat) == [{"exception.type": "agentkit.errors.Throttled"}]
+    assert not exceptions(run)
     for span in (run, chat):
         assert span.status.status_code is StatusCode.ERROR
-        assert span.status.description == "Throttled: slow down"
-        assert span.attributes is not None
-        assert span.attributes["error.type"] == "agentkit.errors.Throttled"
-        (exception,) = [e for e in span.events if e.name == "exception"]
-        assert exception.attributes is not None
-        assert exception.attributes["exception.type"] == "agentkit.errors.Throttled"
-    assert run.attributes is not None
-    assert run.attributes["agentkit.outcome"] == "error"
-    assert run.attributes["agentkit.stop_reason"] == "throttled"
+        assert span.status.description is None
+        assert attrs(span)["error.type"] == "agentkit.errors.Throttled"
+    assert attrs(run)["agentkit.stop_reason"] == "throttled"
 
 
-async def test_proposal_is_recorded_on_its_round(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
-    """A proposal: no tool span (nothing ran); the round and the run carry its tier and digest."""
+async def test_proposal_round_carries_agentkit_attributes_not_a_tool_name(
+    observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """A proposal: no tool span and no gen_ai.tool.name (nothing ran); no digest unless content is captured."""
     caller = ScriptedCaller([call_step(Query(query="old"), tool="delete")])
     result = await run_tool_loop_tiered(caller, Finder(), [search, delete], "ctx", CONFIG, observer=observer)
-    (proposal,) = result.proposed
+    assert result.proposed
     spans = exporter.get_finished_spans()
     assert not by_name(spans, "execute_tool")
     (round_span,) = by_name(spans, "agentkit.round")
-    assert round_span.attributes is not None
-    assert round_span.attributes["agentkit.proposal.digest"] == proposal.digest
-    assert round_span.attributes["agentkit.tier"] == "IRREVERSIBLE"
-    assert round_span.attributes[GEN_AI_TOOL_NAME] == "delete"
+    assert attrs(round_span)["agentkit.proposal.tool_name"] == "delete"
+    assert attrs(round_span)["agentkit.proposal.tier"] == "IRREVERSIBLE"
+    assert all(not key.startswith("gen_ai.tool") for s in spans for key in attrs(s))
     assert [e.name for e in round_span.events] == ["agentkit.proposal"]
     (run,) = by_name(spans, "invoke_agent")
-    assert run.attributes is not None
-    assert run.attributes["agentkit.stop_reason"] == "proposed"
-    assert run.attributes["agentkit.outcome"] == "applied"
-    # The SDK stores every sequence attribute as a tuple, so equality pins the exact digests.
-    assert run.attributes["agentkit.proposal.digests"] == (proposal.digest,)
-    assert run.status.status_code is StatusCode.UNSET
+    assert attrs(run)["agentkit.proposals"] == 1
+    assert all("digest" not in key for s in spans for key in attrs(s))
 
 
-async def test_failed_tool_span_records_the_exception(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
-    """A tool that raises: its span is an error with the ToolError recorded."""
-    caller = ScriptedCaller([call_step(Query(query="boom"))])
-    await run_tool_loop(caller, Finder(), search, "ctx", CONFIG, observer=observer)
-    (tool,) = by_name(exporter.get_finished_spans(), "execute_tool")
-    assert tool.status.status_code is StatusCode.ERROR
-    assert tool.attributes is not None
-    assert tool.attributes["error.type"] == "agentkit.errors.ToolError"
-    assert "index offline" in (tool.status.description or "")
-
-
-async def test_each_attempt_gets_its_own_model_span(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
-    """A retried call and its fallback: one model span per attempt, the failed ones marked as errors."""
-
-    class WithFallback(Finder):
-        def role(self) -> RoleSpec:
-            return RoleSpec(model="exec-model", fallback_model="backup-model")
-
-    caller = ScriptedCaller(
-        [ProviderError("503", transient=True), ProviderError("503", transient=True), reply(done_step(), 5, 1)]
-    )
-    await run_tool_loop(caller, WithFallback(), search, "ctx", CONFIG, observer=observer)
-    chats = by_name(exporter.get_finished_spans(), "chat ")
-    assert [(c.name, c.status.status_code) for c in chats] == [
-        ("chat exec-model", StatusCode.ERROR),
-        ("chat exec-model", StatusCode.ERROR),
-        ("chat backup-model", StatusCode.UNSET),
-    ]
-    assert [c.attributes["agentkit.attempt"] for c in chats if c.attributes] == [1, 2, 3]
+async def test_proposal_digest_is_recorded_with_capture_on(tracer: Tracer, exporter: InMemorySpanExporter) -> None:
+    """With content captured, the round and run carry the proposal's digest (the SDK stores sequences as tuples)."""
+    caller = ScriptedCaller([call_step(Query(query="old"), tool="delete")])
+    observer = OTelObserver(tracer, capture_content=True)
+    result = await run_tool_loop_tiered(caller, Finder(), [search, delete], "ctx", CONFIG, observer=observer)
+    (proposal,) = result.proposed
+    spans = exporter.get_finished_spans()
+    assert attrs(by_name(spans, "agentkit.round")[0])["agentkit.proposal.digest"] == proposal.digest
+    assert attrs(by_name(spans, "invoke_agent")[0])["agentkit.proposal.digests"] == (proposal.digest,)
 
 
 async def test_run_span_nests_under_the_current_span(
-    provider: TracerProvider, observer: OTelObserver, exporter: InMemorySpanExporter
+    tracer: Tracer, observer: OTelObserver, exporter: InMemorySpanExporter
 ) -> None:
     """A run started inside the caller's span becomes its child."""
-    tracer = provider.get_tracer("app")
     with tracer.start_as_current_span("handle-request") as outer:
         await run_tool_loop(ScriptedCaller([done_step()]), Finder(), search, "ctx", CONFIG, observer=observer)
     (run,) = by_name(exporter.get_finished_spans(), "invoke_agent")
@@ -237,7 +440,7 @@ async def test_run_span_nests_under_the_current_span(
 
 
 async def test_concurrent_runs_keep_their_spans_apart(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
-    """One observer shared by concurrent runs parents each round under its own run."""
+    """One observer shared by concurrent runs parents each round, chat and tool span under its own run."""
 
     async def one() -> str:
         caller = ScriptedCaller([call_step(Query(query="a")), done_step()])
@@ -245,60 +448,14 @@ async def test_concurrent_runs_keep_their_spans_apart(observer: OTelObserver, ex
 
     await asyncio.gather(one(), one())
     spans = exporter.get_finished_spans()
-    runs = {span_id(s): s for s in by_name(spans, "invoke_agent")}
+    runs = by_name(spans, "invoke_agent")
     assert len(runs) == 2
-    for round_span in by_name(spans, "agentkit.round"):
-        assert parent_of(round_span) in runs
-    assert sorted(parent_of(r) or 0 for r in by_name(spans, "agentkit.round")) == sorted([*runs, *runs])
-
-
-def test_an_aborted_run_ends_its_open_spans_as_errors(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
-    """On RunAborted, the open tool, round and run spans end, marked as errors."""
-    events: list[Event] = [
-        RunStarted(run_id="r1", agent="Finder", model="m", tools=("search",), max_rounds=None),
-        RoundStarted(run_id="r1", info=ToolRoundInfo(round=1, max_rounds=None, is_final_round=False)),
-        ToolCallStarted(run_id="r1", round=1, tool_name="search", tier=Tier.READ_ONLY, args=Query(query="a")),
-        RunAborted(run_id="r1", error=asyncio.CancelledError()),
-    ]
-    for event in events:
-        dispatch((observer,), event)
-    spans = exporter.get_finished_spans()
-    assert sorted(s.name for s in spans) == ["agentkit.round", "execute_tool search", "invoke_agent Finder"]
-    assert all(s.status.status_code is StatusCode.ERROR for s in spans)
-    (run,) = by_name(spans, "invoke_agent")
-    assert run.attributes is not None
-    assert run.attributes["agentkit.aborted"] is True
-    assert "agentkit.max_rounds" not in run.attributes
-
-
-def test_events_of_an_unknown_run_are_ignored(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
-    """Events for a run the observer never saw start (attached mid-run) make no broken spans."""
-    dispatch((observer,), RoundStarted(run_id="x", info=ToolRoundInfo(round=2, max_rounds=4, is_final_round=False)))
-    dispatch((observer,), RunAborted(run_id="x", error=UsageError("wiring")))
-    assert exporter.get_finished_spans() == ()
-
-
-def test_attribute_names_match_the_semantic_conventions_package() -> None:
-    """The gen_ai.* names used are those of the installed OpenTelemetry semantic conventions."""
-    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as semconv
-
-    assert GEN_AI_OPERATION_NAME == semconv.GEN_AI_OPERATION_NAME
-    assert GEN_AI_REQUEST_MODEL == semconv.GEN_AI_REQUEST_MODEL
-    assert GEN_AI_USAGE_INPUT_TOKENS == semconv.GEN_AI_USAGE_INPUT_TOKENS
-    assert GEN_AI_USAGE_OUTPUT_TOKENS == semconv.GEN_AI_USAGE_OUTPUT_TOKENS
-    assert GEN_AI_AGENT_NAME == semconv.GEN_AI_AGENT_NAME
-    assert GEN_AI_TOOL_NAME == semconv.GEN_AI_TOOL_NAME
-    assert GEN_AI_PROVIDER_NAME == semconv.GEN_AI_PROVIDER_NAME
-
-
-def test_importing_agentkit_does_not_import_opentelemetry() -> None:
-    """``import agentkit`` (and its stream and observers) leaves OpenTelemetry unimported."""
-    code = (
-        "import sys, agentkit, agentkit.stream, agentkit.observe, agentkit.testing; "
-        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    for run in runs:
+        assert run.context is not None
+        trace_spans = [s for s in spans if s.context is not None and s.context.trace_id == run.context.trace_id]
+        assert sorted(s.name for s in trace_spans) == sorted(
+            ["invoke_agent Finder", *["agentkit.round"] * 2, *["chat exec-model"] * 2, "execute_tool search"]
+        )
 
 
 async def test_a_cancelled_run_closes_its_spans(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
@@ -326,4 +483,295 @@ async def test_a_cancelled_run_closes_its_spans(observer: OTelObserver, exporter
         "execute_tool hang",
         "invoke_agent Finder",
     ]
-    assert [s.status.status_code for s in spans if not s.name.startswith("chat")] == [StatusCode.ERROR] * 3
+    failed = [s for s in spans if not s.name.startswith("chat")]
+    assert [s.status.status_code for s in failed] == [StatusCode.ERROR] * 3
+    assert all(attrs(s)["error.type"] == "asyncio.exceptions.CancelledError" for s in failed)
+    (run,) = by_name(spans, "invoke_agent")
+    assert attrs(run)["agentkit.aborted"] is True
+    assert sum(len(exceptions(s)) for s in spans) == 1
+
+
+def test_events_of_an_unknown_run_are_ignored(observer: OTelObserver, exporter: InMemorySpanExporter) -> None:
+    """Events for a run the observer never saw start (attached mid-run) make no broken spans."""
+    dispatch((observer,), RoundStarted(run_id="x", info=ToolRoundInfo(round=2, max_rounds=4, is_final_round=False)))
+    dispatch((observer,), RunAborted(run_id="x", error=asyncio.CancelledError()))
+    assert exporter.get_finished_spans() == ()
+
+
+def test_an_aborted_run_without_a_round_ends_its_run_span(
+    observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """RunAborted right after RunStarted ends the run span as an error, with no max_rounds when unlimited."""
+    dispatch((observer,), RunStarted(run_id="r1", agent="Finder", model="m", tools=("search",), max_rounds=None))
+    dispatch((observer,), RunAborted(run_id="r1", error=asyncio.CancelledError()))
+    (run,) = exporter.get_finished_spans()
+    assert run.status.status_code is StatusCode.ERROR
+    assert "agentkit.max_rounds" not in attrs(run)
+
+
+def test_attribute_names_match_the_semantic_conventions_package() -> None:
+    """The gen_ai.* names used are those of the installed OpenTelemetry semantic conventions."""
+    from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as semconv
+
+    assert GEN_AI_OPERATION_NAME == semconv.GEN_AI_OPERATION_NAME
+    assert GEN_AI_REQUEST_MODEL == semconv.GEN_AI_REQUEST_MODEL
+    assert GEN_AI_USAGE_INPUT_TOKENS == semconv.GEN_AI_USAGE_INPUT_TOKENS
+    assert GEN_AI_USAGE_OUTPUT_TOKENS == semconv.GEN_AI_USAGE_OUTPUT_TOKENS
+    assert GEN_AI_AGENT_NAME == semconv.GEN_AI_AGENT_NAME
+    assert GEN_AI_TOOL_NAME == semconv.GEN_AI_TOOL_NAME
+    assert GEN_AI_PROVIDER_NAME == semconv.GEN_AI_PROVIDER_NAME
+
+
+def test_importing_agentkit_does_not_import_opentelemetry() -> None:
+    """``import agentkit`` (and its stream and observers) leaves OpenTelemetry unimported."""
+    code = (
+        "import sys, agentkit, agentkit.stream, agentkit.observe, agentkit.testing; "
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@tool(tier=Tier.READ_ONLY)
+async def hanging(args: Query) -> list[Doc]:
+    """Blocks until cancelled."""
+    await asyncio.sleep(60)
+    return []
+
+
+# --- content ---------------------------------------------------------------------------------------
+
+
+@tool(tier=Tier.READ_ONLY)
+def planted(args: Query) -> list[Doc]:
+    """Look up documents (markers planted in its failures and results)."""
+    if args.query == "retry":
+        raise ToolRetry("MARKER-RETRY no such index")
+    if args.query == "boom":
+        raise RuntimeError("MARKER-ERROR index offline")
+    return [Doc(id="MARKER-RESULT")]
+
+
+MARKERS = [
+    "MARKER-PROMPT",
+    "MARKER-BAD-REPLY",
+    "MARKER-REPLY",
+    "MARKER-ARGS",
+    "MARKER-RETRY",
+    "MARKER-RESULT",
+    "MARKER-ERROR",
+]
+
+
+async def planted_run(caller: OpenAICaller, server: FakeOpenAIServer, observer: OTelObserver) -> None:
+    """A run that puts each marker where content lives: prompt, invalid and valid replies, args, results, errors."""
+    server.add(
+        FakeReply.text("MARKER-BAD-REPLY is not JSON"),
+        FakeReply.value(call_step(Query(query="retry"), rationale="MARKER-REPLY")),
+        FakeReply.value(call_step(Query(query="MARKER-ARGS"))),
+        FakeReply.value(call_step(Query(query="boom"))),
+    )
+    result = await run_tool_loop(caller, Finder(), planted, "MARKER-PROMPT", CONFIG, observer=observer)
+    assert result.stop_reason is StopReason.TOOL_ERROR
+
+
+def everything_recorded(spans: tuple[ReadableSpan, ...]) -> str:
+    """Every string a backend would receive: names, status descriptions, attributes, events."""
+    parts: list[str] = []
+    for span in spans:
+        parts += [span.name, span.status.description or "", repr(dict(span.attributes or {}))]
+        parts += [f"{e.name} {dict(e.attributes or {})!r}" for e in span.events]
+    return "\n".join(parts)
+
+
+async def test_no_content_reaches_any_span_by_default(
+    traced_caller: OpenAICaller, server: FakeOpenAIServer, observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """Markers planted in the prompt, replies, args, results and errors appear on no span by default."""
+    await planted_run(traced_caller, server, observer)
+    recorded = everything_recorded(exporter.get_finished_spans())
+    assert [marker for marker in MARKERS if marker in recorded] == []
+
+
+async def test_capture_content_records_every_planted_marker(
+    traced_caller: OpenAICaller, server: FakeOpenAIServer, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """With capture_content=True, each marker is recorded, under the semantic conventions' opt-in attributes."""
+    await planted_run(traced_caller, server, OTelObserver(tracer, capture_content=True))
+    spans = exporter.get_finished_spans()
+    recorded = everything_recorded(spans)
+    assert [marker for marker in MARKERS if marker not in recorded] == []
+    chats = by_name(spans, "chat ")
+    assert "MARKER-PROMPT" in attrs(chats[0])["gen_ai.input.messages"]
+    assert "MARKER-REPLY" in attrs(chats[0])["gen_ai.output.messages"]
+    tools = by_name(spans, "execute_tool")
+    assert "MARKER-ARGS" in attrs(tools[1])["gen_ai.tool.call.arguments"]
+    assert "MARKER-RESULT" in attrs(tools[1])["gen_ai.tool.call.result"]
+    assert "MARKER-ERROR" in exceptions(tools[2])[0]["exception.message"]
+
+
+# --- docs/observability.md: the attribute table and the real trace ---------------------------------
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "observability.md"
+KINDS = {"invoke_agent ": "run", "agentkit.round": "round", "chat ": "chat", "execute_tool ": "execute_tool"}
+
+
+def kind_of(span: ReadableSpan) -> str | None:
+    return next((kind for prefix, kind in KINDS.items() if span.name.startswith(prefix)), None)
+
+
+def docs_section(name: str) -> str:
+    text = DOCS.read_text(encoding="utf-8")
+    start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
+    return text[text.index(start) + len(start) : text.index(end)]
+
+
+def documented_attributes() -> dict[tuple[str, str], str]:
+    """(span kind, attribute) -> when it is recorded, from the table in the docs."""
+    table: dict[tuple[str, str], str] = {}
+    for line in docs_section("span-attributes").splitlines()[2:]:
+        kind, attribute, recorded = (cell.strip() for cell in line.strip("|").split("|"))
+        table[(kind, attribute.strip("`"))] = recorded
+    return table
+
+
+class Documented(Finder):
+    """The executor of the documented trace: every request setting set."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(
+            model="gpt-4.1-mini",
+            fallback_model="gpt-4.1",
+            temperature=0.0,
+            max_tokens=400,
+            seed=1,
+            prompt_type="finder",
+        )
+
+
+async def documented_run(
+    caller: OpenAICaller, server: FakeOpenAIServer, observer: OTelObserver, tracer: Tracer
+) -> None:
+    """The run of the docs' trace: a retried 503, a tool that makes its own span, then a proposal."""
+
+    @tool(tier=Tier.READ_ONLY)
+    def search(args: Query) -> list[Doc]:
+        """Search the corpus."""
+        with tracer.start_as_current_span("corpus.query"):
+            return [Doc(id=f"{args.query}-1"), Doc(id=f"{args.query}-2")]
+
+    server.add(
+        FakeReply.error(503),
+        FakeReply.value(call_step(Query(query="otel"), tool="search")),
+        FakeReply.value(call_step(Query(query="otel-1"), tool="delete")),
+    )
+    result = await run_tool_loop_tiered(caller, Documented(), [search, delete], "ctx", CONFIG, observer=observer)
+    assert result.stop_reason is StopReason.PROPOSED
+
+
+SHOWN = {
+    "invoke_agent": ("gen_ai.provider.name", "agentkit.outcome", "agentkit.stop_reason"),
+    "agentkit.round": ("agentkit.round", "agentkit.proposal.tool_name"),
+    "chat": (
+        "agentkit.attempts",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.usage.input_tokens",
+        "gen_ai.usage.output_tokens",
+    ),
+    "execute_tool": ("gen_ai.tool.type", "agentkit.tier", "agentkit.batch_size"),
+    "agentkit.attempt": ("agentkit.attempt", "error.type"),
+    "agentkit.proposal": ("agentkit.proposal.tool_name", "agentkit.proposal.tier"),
+    "POST": ("http.response.status_code",),
+}
+"""What the docs' tree shows of each span and event (by the first word of its name): what does not vary by run."""
+
+
+def rendered(spans: tuple[ReadableSpan, ...]) -> str:
+    """The spans as a tree (children and events in time order), with the attributes that do not vary by run."""
+
+    def shown(name: str, attributes: Any) -> str:
+        keys = SHOWN.get(name.split(" ")[0], ())
+        values = {key: attributes[key] for key in keys if attributes and key in attributes}
+        text = " ".join(f"{key}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for key, v in values.items())
+        return f"{name}  {text}".rstrip()
+
+    children: dict[int | None, list[ReadableSpan]] = {}
+    for span in spans:
+        children.setdefault(parent_of(span), []).append(span)
+    lines: list[str] = []
+
+    def walk(span: ReadableSpan, prefix: str, last: bool, top: bool) -> None:
+        status = "  [ERROR]" if span.status.status_code is StatusCode.ERROR else ""
+        lines.append(
+            ("" if top else prefix + ("└── " if last else "├── ")) + shown(span.name, span.attributes) + status
+        )
+        inner = "" if top else prefix + ("    " if last else "│   ")
+        items: list[tuple[int, ReadableSpan | str]] = [(c.start_time or 0, c) for c in children.get(span_id(span), [])]
+        items += [(e.timestamp, "· " + shown(e.name, e.attributes)) for e in span.events]
+        items.sort(key=lambda item: item[0])
+        for index, (_, item) in enumerate(items):
+            end = index == len(items) - 1
+            if isinstance(item, str):
+                lines.append(inner + ("└── " if end else "├── ") + item)
+            else:
+                walk(item, inner, end, False)
+
+    for root in children.get(None, []):
+        walk(root, "", True, True)
+    return "\n".join(lines)
+
+
+async def test_docs_show_a_real_trace(
+    traced_caller: OpenAICaller,
+    server: FakeOpenAIServer,
+    observer: OTelObserver,
+    tracer: Tracer,
+    exporter: InMemorySpanExporter,
+) -> None:
+    """The span tree in docs/observability.md is the one a real run exports (regenerated on request)."""
+    await documented_run(traced_caller, server, observer, tracer)
+    tree = "```text\n" + rendered(exporter.get_finished_spans()) + "\n```\n"
+    if os.environ.get("AGENTKIT_REGENERATE_DOCS"):
+        text = DOCS.read_text(encoding="utf-8")
+        start, end = "<!-- span-tree:start -->\n", "<!-- span-tree:end -->"
+        head, tail = text[: text.index(start) + len(start)], text[text.index(end) :]
+        DOCS.write_text(head + tree + tail, encoding="utf-8")
+    assert docs_section("span-tree") == tree
+
+
+async def test_every_span_attribute_is_the_documented_one(
+    traced_caller: OpenAICaller, server: FakeOpenAIServer, tracer: Tracer, exporter: InMemorySpanExporter
+) -> None:
+    """Across runs covering every path, each span kind carries exactly the attributes the docs' table lists."""
+    table = documented_attributes()
+    seen: dict[tuple[str, str], set[bool]] = {}
+    for capture in (False, True):
+        exporter.clear()
+        observer = OTelObserver(tracer, capture_content=capture)
+        await documented_run(traced_caller, server, observer, tracer)
+        await planted_run(traced_caller, server, observer)
+        await run_tool_loop(ScriptedCaller([Throttled()]), Finder(), search, "ctx", CONFIG, observer=observer)
+        await run_tool_loop(
+            ScriptedCaller([done_step()]), Finder(), search, "c", LoopConfig(max_rounds=None), observer=observer
+        )
+        task = asyncio.create_task(
+            run_tool_loop(ScriptedCaller([call_step(Query(query="a"))]), Finder(), hanging, "c", observer=observer)
+        )
+        await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        for span in exporter.get_finished_spans():
+            kind = kind_of(span)
+            if kind is None:
+                continue
+            for key in attrs(span):
+                assert (kind, key) in table, f"{key} on a {kind} span is not in the docs' table"
+                seen.setdefault((kind, key), set()).add(capture)
+            for (documented_kind, key), recorded in table.items():
+                if documented_kind == kind and recorded.startswith("always"):
+                    assert key in attrs(span), f"{key} is documented as always on {kind} spans; missing on {span.name}"
+    for entry, recorded in table.items():
+        assert entry in seen, f"{entry} is documented but was never recorded"
+        if "capture_content" in recorded:
+            assert seen[entry] == {True}, f"{entry} was recorded without capture_content"

@@ -73,6 +73,16 @@ _RAW_IN_MESSAGE = 1000
 _TRANSIENT_STATUSES = frozenset({408, 409})
 _STRICT_HOSTS = frozenset({"api.openai.com"})
 """Hosts ``strict=None`` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
+_PROVIDERS = {
+    "api.deepseek.com": "deepseek",
+    "api.groq.com": "groq",
+    "api.mistral.ai": "mistral_ai",
+    "api.perplexity.ai": "perplexity",
+    "api.x.ai": "x_ai",
+    "generativelanguage.googleapis.com": "gcp.gemini",
+}
+"""``gen_ai.provider.name`` (OpenTelemetry GenAI conventions) of OpenAI-compatible endpoints known by host;
+any other server speaks OpenAI's API and wire format, so it is reported as ``"openai"``."""
 _STATUS_HINTS = {
     400: "the server rejected the request; if it does not support this structured mode, pick another StructuredMode",
     401: "check the API key (api_key=... or OPENAI_API_KEY)",
@@ -272,6 +282,14 @@ class OpenAICaller:
         self.strict = client.base_url.host in _STRICT_HOSTS if strict is None else strict
         """Whether ``JSON_SCHEMA`` and ``TOOLS`` requests ask for OpenAI's strict mode."""
         self._max_tokens_field = max_tokens_field
+        url = client.base_url
+        self.server_address: str = url.host
+        """The server's host, as tracing reports it (``server.address``)."""
+        self.server_port: int = url.port or (443 if url.scheme == "https" else 80)
+        """The server's port (``server.port``)."""
+        azure = url.host.endswith(".openai.azure.com")
+        self.provider_name: str = "azure.ai.openai" if azure else _PROVIDERS.get(url.host, "openai")
+        """The provider as tracing reports it (``gen_ai.provider.name``): known from the host, else ``"openai"``."""
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -317,7 +335,11 @@ class OpenAICaller:
                         raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
                     kwargs = plan.reask(kwargs=kwargs, response=response, exception=invalid)
                     continue
-                return Completion(value=value, usage=tally.usage, model=response.model or request.model)
+                reasons = (choice.finish_reason,) if choice.finish_reason else ()
+                model = response.model or request.model
+                return Completion(
+                    value=value, usage=tally.usage, model=model, response_id=response.id, finish_reasons=reasons
+                )
         except AgentkitError as error:
             error.usage = tally.usage
             raise

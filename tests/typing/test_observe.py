@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Iterator
 from typing import Literal, assert_never, assert_type
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -21,7 +23,7 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.observe import LoggingObserver, event_fields
+from agentkit.observe import LoggingObserver, ModelCall, ToolInvocation, event_fields, observed
 from agentkit.otel import OTelObserver
 from agentkit.results import Usage
 from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
@@ -108,3 +110,26 @@ def observers() -> None:
     logs = LoggingObserver(logging.getLogger("app"), level=logging.DEBUG, include_args=False)
     assert_type(logs, LoggingObserver)
     assert_type(event_fields(RunAborted(run_id="r", error=ValueError())), dict[str, object])
+
+
+class Timing(Observer):
+    """An observer that wraps each call: its context manager type narrows ``around``'s."""
+
+    @contextlib.contextmanager
+    def around(self, call: ModelCall | ToolInvocation) -> Iterator[None]:
+        assert_type(call.run_id, str)
+        assert_type(call.result, object)
+        yield
+
+
+async def seams(call: ToolInvocation, batch: list[Doc]) -> None:
+    otel = OTelObserver(capture_content=True, provider_name="vllm")
+    assert_type(otel.capture_content, bool)
+    assert_type(Observer().around(call), contextlib.AbstractContextManager[object])
+
+    async def work() -> list[Doc]:
+        return batch
+
+    assert_type(await observed((otel, Timing()), call, work()), list[Doc])
+    assert_type(call.tool.name, str)
+    assert_type(call.args, BaseModel)
