@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 from agentkit.errors import UsageError
@@ -25,16 +26,25 @@ class AfterProposal(enum.StrEnum):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoopConfig:
-    """Ceilings and policies for one loop run. Every limit has a default; unlimited is explicit."""
+    """Ceilings and policies for one loop run.
+
+    The round ceiling has a default (4) and unlimited rounds must be asked for (``None``); the
+    token budget, the deadline and the tool timeout are off unless set. Every field is checked
+    when the config is built: a wrong type, NaN, infinity or a value out of range is a
+    ``UsageError`` naming the field and what it accepts.
+    """
 
     max_rounds: int | None = DEFAULT_MAX_ROUNDS
     """Most rounds to run; ``None`` means unlimited and must be said explicitly."""
     token_budget: int | None = None
-    """Most input+output tokens; the loop stops before a call that would exceed it."""
+    """Input+output tokens for the run; ``None`` (the default): no budget. A soft stop: before each
+    round the loop stops if the tokens spent plus the largest round so far would exceed it, so
+    one round (its retries and fallback included) can still overshoot it; the first round always
+    runs."""
     deadline: float | None = None
-    """Seconds the whole run may take (wall clock)."""
+    """Seconds the whole run may take (wall clock); ``None`` (the default): no deadline."""
     tool_timeout: float | None = None
-    """Seconds one tool call may take; a timeout is a tool error."""
+    """Seconds one tool call may take (a timeout is a tool error); ``None`` (the default): no limit."""
     autonomy: Tier = Tier.REVERSIBLE
     """Highest tier allowed to run live; external-reversible and irreversible never do."""
     after_proposal: AfterProposal = AfterProposal.STOP
@@ -47,21 +57,41 @@ class LoopConfig:
     """Bound on the step's free-text rationale (small models run on without one)."""
 
     def __post_init__(self) -> None:
-        if self.max_rounds is not None and (
-            not isinstance(self.max_rounds, int) or isinstance(self.max_rounds, bool) or self.max_rounds < 1
-        ):
-            raise UsageError(f"max_rounds must be >= 1, or None for unlimited; got {self.max_rounds!r}")
-        for name in ("token_budget", "deadline", "tool_timeout"):
-            value = getattr(self, name)
-            if value is not None and value <= 0:
-                raise UsageError(f"{name} must be positive, or None for no limit; got {value!r}")
+        whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
+        whole_or_none("token_budget", self.token_budget, "an int >= 1 (tokens), or None for no budget")
+        seconds_or_none("deadline", self.deadline)
+        seconds_or_none("tool_timeout", self.tool_timeout)
+        whole_or_none("degeneration_window", self.degeneration_window, "an int >= 1", optional=False)
+        whole_or_none("rationale_max_length", self.rationale_max_length, "an int >= 1 (characters), or None")
         if not isinstance(self.autonomy, Tier):
-            raise UsageError(f"autonomy must be a Tier, got {self.autonomy!r}")
+            raise UsageError(f"LoopConfig.autonomy must be a Tier; got {self.autonomy!r}")
         if not isinstance(self.retry, RetryPolicy):
-            raise UsageError(f"retry must be a RetryPolicy, got {self.retry!r}")
+            raise UsageError(f"LoopConfig.retry must be a RetryPolicy; got {self.retry!r}")
         if not isinstance(self.after_proposal, AfterProposal):
-            raise UsageError(f"after_proposal must be an AfterProposal, got {self.after_proposal!r}")
-        if self.degeneration_window < 1:
-            raise UsageError(f"degeneration_window must be >= 1; got {self.degeneration_window!r}")
-        if self.rationale_max_length is not None and self.rationale_max_length < 1:
-            raise UsageError(f"rationale_max_length must be >= 1; got {self.rationale_max_length!r}")
+            raise UsageError(f"LoopConfig.after_proposal must be an AfterProposal; got {self.after_proposal!r}")
+
+
+def whole_or_none(name: str, value: object, accepted: str, *, optional: bool = True) -> None:
+    """Refuse anything but a whole number >= 1 (or ``None`` when ``optional``); bools are not numbers here.
+
+    Raises:
+        UsageError: naming the field and what it accepts.
+    """
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"LoopConfig.{name} must be {accepted}; got {value!r}")
+
+
+def seconds_or_none(name: str, value: object) -> None:
+    """Refuse anything but a finite number of seconds > 0, or ``None`` (NaN and infinity included).
+
+    Raises:
+        UsageError: naming the field and what it accepts.
+    """
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise UsageError(
+            f"LoopConfig.{name} must be a finite number of seconds > 0, or None for no limit; got {value!r}"
+        )

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -95,12 +96,14 @@ class RetryPolicy:
     """Longest wait between two attempts."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.primary_attempts, int) or self.primary_attempts < 1:
-            raise UsageError(f"primary_attempts must be a whole number >= 1; got {self.primary_attempts!r}")
-        if not isinstance(self.fallback_attempts, int) or self.fallback_attempts < 0:
-            raise UsageError(f"fallback_attempts must be a whole number >= 0; got {self.fallback_attempts!r}")
-        if self.wait_initial < 0 or self.wait_max < 0:
-            raise UsageError(f"waits must be >= 0; got wait_initial={self.wait_initial!r}, wait_max={self.wait_max!r}")
+        for name, least in (("primary_attempts", 1), ("fallback_attempts", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise UsageError(f"RetryPolicy.{name} must be a whole number >= {least}; got {value!r}")
+        for name in ("wait_initial", "wait_max"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise UsageError(f"RetryPolicy.{name} must be a finite number of seconds >= 0; got {value!r}")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
