@@ -14,6 +14,7 @@ from agentkit.degeneration import SameFunc
 from agentkit.errors import (
     AgentkitError,
     CallRefused,
+    ExecutorError,
     MissingTierError,
     ProviderError,
     StructuredOutputError,
@@ -85,6 +86,7 @@ __all__ = [
     "CallRefused",
     "Completion",
     "Event",
+    "ExecutorError",
     "FunctionTool",
     "LLMVerifier",
     "LoggingObserver",

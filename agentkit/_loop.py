@@ -9,6 +9,7 @@ program gating and the journal).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 import time
@@ -20,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from agentkit._invoke import Invocation, invoke, missing_tier
-from agentkit._session import RunSession
+from agentkit._session import RunSession, executor_failed
 from agentkit.agent import PriorCall, ToolAgent, ToolRoundInfo
 from agentkit.config import AfterProposal, LoopConfig
 from agentkit.degeneration import SameFunc, is_repeat
@@ -151,6 +152,47 @@ class _Round:
         )
 
 
+def _own(item: Any) -> Any:
+    """A deep copy of one item, or the item itself when it cannot be copied (a live handle, say)."""
+    try:
+        return copy.deepcopy(item)
+    except Exception:  # an uncopyable item is shown as it is; see docs/loops.md
+        return item
+
+
+class _View:
+    """What one audience (the executor; the observers) is shown of the run so far.
+
+    Its own copies, made once per entry: nothing it does to what it is shown can reach the run
+    (the items, the repeat guard, the proposals) or the other audience.
+    """
+
+    __slots__ = ("batches", "calls", "proposals")
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[Any, ...]] = []
+        self.calls: list[PriorCall[Any]] = []
+        self.proposals: list[ProposedAction[Any]] = []
+
+    def add(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None) -> None:
+        batch = tuple(_own(item) for item in call.batch)
+        if ran:
+            self.batches.append(batch)
+        self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
+        if proposal is not None:
+            self.proposals.append(proposal.model_copy(deep=True))
+
+    def info(self, round: int, max_rounds: int | None) -> ToolRoundInfo[Any]:
+        return ToolRoundInfo(
+            round=round,
+            max_rounds=max_rounds,
+            is_final_round=round == max_rounds,
+            prior_results=tuple(self.batches),
+            prior_calls=tuple(self.calls),
+            proposals=tuple(self.proposals),
+        )
+
+
 class _Run:
     def __init__(
         self,
@@ -167,8 +209,10 @@ class _Run:
         self.config, self.same, self.may_propose = config, same, may_propose
         self.started = time.monotonic()
         self.items: list[Any] = []
-        self.batches: list[tuple[Any, ...]] = []
-        self.calls: list[PriorCall[Any]] = []
+        self.shown = _View()
+        """The executor's view: what ``render`` gets."""
+        self.watched = _View() if session.observers else None
+        """The observers' view: what ``RoundStarted`` carries."""
         self.recent: list[tuple[str, BaseModel]] = []
         self.proposals: list[ProposedAction[Any]] = []
         self.trace: list[RoundRecord] = []
@@ -189,21 +233,20 @@ class _Run:
             return Ending(None, StopReason.BUDGET_EXHAUSTED)
         return None
 
-    def round_info(self, round: int) -> ToolRoundInfo[Any]:
-        max_rounds = self.config.max_rounds
-        return ToolRoundInfo(
-            round=round,
-            max_rounds=max_rounds,
-            is_final_round=round == max_rounds,
-            prior_results=tuple(self.batches),
-            prior_calls=tuple(self.calls),
-            proposals=tuple(self.proposals),
-        )
+    def called(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None = None) -> None:
+        """A call's outcome joins what the executor and the observers are shown (each their own copy)."""
+        self.shown.add(call, ran=ran, proposal=proposal)
+        if self.watched is not None:
+            self.watched.add(call, ran=ran, proposal=proposal)
 
     async def ask(self, info: ToolRoundInfo[Any]) -> tuple[ToolStep[Any], _Round] | Ending:
-        prompt = self.agent.render(self.ctx, info)
         reply = await self.session.ask(
-            self.caller, prompt, self.box.step_model, self.config.retry, round=info.round, deadline=self.remaining()
+            self.caller,
+            lambda: self.agent.render(self.ctx, info),
+            self.box.step_model,
+            self.config.retry,
+            round=info.round,
+            deadline=self.remaining(),
         )
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
         this = _Round(info.round, reply.seconds, reply.usage)
@@ -215,7 +258,13 @@ class _Run:
         return reply.value, dataclasses.replace(this, rationale=reply.value.rationale)
 
     def repeat(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending | None:
-        if is_repeat(tool.name, args, self.recent, self.same, self.config.degeneration_window):
+        try:
+            repeated = is_repeat(tool.name, args, self.recent, self.same, self.config.degeneration_window)
+        except Exception as raised:
+            error = executor_failed("repeat comparator (same=)", raised)
+            self.trace.append(this.unrun(tool.name, args, declared_tier(tool), error=str(error)))
+            return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
+        if repeated:
             if self.session.observers:
                 copied = args.model_copy(deep=True)
                 event = DegenerationDetected(
@@ -252,9 +301,10 @@ class _Run:
             run_id=self.session.run_id,
         )
         self.proposals.append(proposal)
-        self.calls.append(
-            PriorCall(round=this.round, tool_name=tool.name, args=args, observation=PROPOSED_NOTE, proposed=True)
+        note: PriorCall[Any] = PriorCall(
+            round=this.round, tool_name=tool.name, args=args, observation=PROPOSED_NOTE, proposed=True
         )
+        self.called(note, ran=False, proposal=proposal)
         if self.session.observers:
             self.session.emit(ProposalCaptured(run_id=self.session.run_id, proposal=proposal.model_copy(deep=True)))
         self.trace.append(this.unrun(tool.name, args, tier, proposed=True))
@@ -283,17 +333,11 @@ class _Run:
         batch = tuple(outcome.batch)
         if outcome.ran:
             self.items.extend(batch)
-            self.batches.append(batch)
         if ending is None:
-            self.calls.append(
-                PriorCall(
-                    round=this.round,
-                    tool_name=tool.name,
-                    args=args,
-                    batch=batch,
-                    observation=outcome.observation,
-                )
+            prior = PriorCall(
+                round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
+            self.called(prior, ran=outcome.ran)
         self.session.emit(
             ToolResultReturned(
                 run_id=run_id,
@@ -380,10 +424,10 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
     for round in rounds:
         if (limit := run.limit_reached()) is not None:
             return run.finish(limit)
-        info = run.round_info(round)
         run.rounds = round
-        run.session.emit(RoundStarted(run_id=run.session.run_id, info=info))
-        asked = await run.ask(info)
+        if run.watched is not None:
+            run.session.emit(RoundStarted(run_id=run.session.run_id, info=run.watched.info(round, config.max_rounds)))
+        asked = await run.ask(run.shown.info(round, config.max_rounds))
         if isinstance(asked, Ending):
             return run.finish(asked)
         step, this = asked

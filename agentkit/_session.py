@@ -17,10 +17,11 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit._invoke import describe
 from agentkit._timing import timeout_scope
 from agentkit.agent import Prompt, RoleSpec
 from agentkit.config import LoopConfig
-from agentkit.errors import AgentkitError, Throttled, UsageError
+from agentkit.errors import AgentkitError, ExecutorError, Throttled, UsageError
 from agentkit.events import Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit.observe import ModelCall, Observer, dispatch, observed
 from agentkit.outcome import StopReason
@@ -51,6 +52,13 @@ def request_for(prompt: Prompt, role: RoleSpec) -> StructuredRequest:
     return StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **settings)
 
 
+def executor_failed(what: str, raised: BaseException) -> ExecutorError:
+    """The error of a run whose executor code (``render``, the ``same=`` comparator) raised."""
+    error = ExecutorError(f"the executor's {what} raised {describe(raised)}")
+    error.__cause__ = raised
+    return error
+
+
 def failure_reason(error: AgentkitError) -> StopReason:
     """The stop reason of a run whose model call failed with ``error``."""
     return StopReason.THROTTLED if isinstance(error, Throttled) else StopReason.LLM_ERROR
@@ -66,7 +74,7 @@ class Reply(Generic[M_co]):
     model: str = ""
     error: AgentkitError | None = None
     stop_reason: StopReason | None = None
-    """Why there is no value: ``LLM_ERROR``, ``THROTTLED`` or ``DEADLINE``."""
+    """Why there is no value: ``LLM_ERROR``, ``THROTTLED``, ``DEADLINE`` or ``EXECUTOR_ERROR``."""
 
 
 class _Counted:
@@ -135,21 +143,28 @@ class RunSession:
     async def ask(
         self,
         caller: StructuredCaller,
-        prompt: Prompt,
+        render: Callable[[], Prompt],
         schema: type[M],
         policy: RetryPolicy | None,
         *,
         round: int,
         deadline: float | None = None,
     ) -> Reply[M]:
-        """One model call through ``generate_structured``, within ``deadline`` seconds when given.
+        """Render the prompt, then make one model call through ``generate_structured``, within
+        ``deadline`` seconds when given.
 
-        Failures become a ``Reply`` without a value; its usage counts every request sent, one cut
-        off by the deadline included.
+        Failures become a ``Reply`` without a value: a ``render`` that raises is an
+        ``EXECUTOR_ERROR``; a failed call's usage counts every request sent, one cut off by the
+        deadline included.
 
         Raises:
             UsageError: a wiring mistake (a script run dry, a bad schema) is never a model failure.
         """
+        try:
+            prompt = render()
+        except Exception as raised:
+            error = executor_failed("render", raised)
+            return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
         request = request_for(prompt, self.role)
         counted = _Counted(caller)
         finished: list[Usage] = []

@@ -16,6 +16,7 @@ The tree::
     │   ├── TierChanged             the tool's tier is not the tier the call was proposed and approved at
     │   ├── ApprovalError           the approval is spent, or the call is not exactly what was approved
     │   └── DigestMismatch          the journal's stored call does not reproduce its digest (also a JournalError)
+    ├── ExecutorError               the executor's render (or the same= comparator) raised; items are kept
     ├── VerifierError               a pair's verifier failed; the unverified draft is discarded
     ├── ProgramError                a program of calls was rejected as a whole; nothing ran
     └── JournalError                a journal operation failed; a refused change wrote nothing
@@ -50,6 +51,7 @@ __all__ = [
     "ApprovalError",
     "CallRefused",
     "DigestMismatch",
+    "ExecutorError",
     "JournalError",
     "JournalUnavailable",
     "MissingTierError",
@@ -174,6 +176,14 @@ class TierChanged(CallRefused):
 
 class ApprovalError(CallRefused):
     """An approval was refused, or an approved call is not exactly what was approved; the tool was not called."""
+
+
+class ExecutorError(AgentkitError):
+    """The executor's own code failed mid-run: its ``render`` raised, or the repeat comparator did.
+
+    The run ends ``ERROR`` with ``StopReason.EXECUTOR_ERROR``; the exception is the ``__cause__``
+    and the items gathered before it are kept.
+    """
 
 
 class VerifierError(AgentkitError):

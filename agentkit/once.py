@@ -203,7 +203,7 @@ async def _single_shot(
 ) -> Reply[M]:
     info = RoundInfo(round=1, max_rounds=1, is_final_round=True)
     session.emit(RoundStarted(run_id=session.run_id, info=info))
-    return await session.ask(caller, agent.render(ctx, info), schema, retry, round=1)
+    return await session.ask(caller, lambda: agent.render(ctx, info), schema, retry, round=1)
 
 
 class _Text(BaseModel):

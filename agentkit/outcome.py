@@ -45,6 +45,9 @@ class StopReason(enum.StrEnum):
     """The next model call would have exceeded ``LoopConfig.token_budget``."""
     DEADLINE = "deadline"
     """``LoopConfig.deadline`` passed."""
+    EXECUTOR_ERROR = "executor_error"
+    """The executor's own code (its ``render``) or the repeat comparator (``same=``) raised; the
+    error is an ``ExecutorError`` whose cause is the exception. Items gathered are kept."""
     VERIFIER_APPROVED = "verifier_approved"
     """A pair's verifier approved the executor's draft."""
     VERIFIER_ERROR = "verifier_error"

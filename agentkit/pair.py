@@ -23,7 +23,7 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel, Field
 
 from agentkit._invoke import describe
-from agentkit._session import Reply, RunSession, failure_reason
+from agentkit._session import Reply, RunSession, executor_failed, failure_reason
 from agentkit.agent import RoundInfo
 from agentkit.degeneration import SameFunc, same_args
 from agentkit.errors import AgentkitError, UsageError, VerifierError
@@ -247,7 +247,12 @@ async def _rounds(
             assert reply.stop_reason is not None
             return run.finish(None, Outcome.ERROR, reply.stop_reason, reply.error)
         draft = reply.value
-        if any(compare(earlier, draft) for earlier in drafts):
+        try:
+            repeated = any(compare(earlier, draft) for earlier in drafts)
+        except Exception as raised:
+            error = executor_failed("repeat comparator (same=)", raised)
+            return run.finish(None, Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
+        if repeated:
             return run.finish(draft, Outcome.STALEMATE, StopReason.DEGENERATION)
         drafts.append(draft)
         if info.is_final_round:
@@ -278,8 +283,10 @@ class _PairRun(Generic[Ctx, V]):
     async def draft(self, caller: StructuredCaller, ctx: Ctx, info: RoundInfo) -> Reply[V]:
         self.rounds = info.round
         self.session.emit(RoundStarted(run_id=self.session.run_id, info=info))
-        prompt = self.executor.render(ctx, info)
-        reply = await self.session.ask(caller, prompt, self.schema, self.config.retry, round=info.round)
+        render = self.executor.render
+        reply = await self.session.ask(
+            caller, lambda: render(ctx, info), self.schema, self.config.retry, round=info.round
+        )
         self.usage += reply.usage
         return reply
 
