@@ -14,6 +14,11 @@ __all__ = ["ToolCall", "ToolStep", "build_step_model", "schema_name"]
 
 Args = TypeVar("Args", bound=BaseModel)
 
+STEP_MODEL_CACHE_SIZE = 256
+"""Step models (and their call models) kept built, most recently used first. Bounded, so that an
+application that defines tools per request (a new args type or name each run) keeps flat memory;
+a long-lived tool set is rebuilt only if more than this many other sets were used since."""
+
 VALID_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """OpenAI's rule for function and schema names, which tool names follow too."""
 _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
@@ -73,7 +78,7 @@ class ToolCall(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@functools.cache
+@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
 def _call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
     model: type[ToolCall] = create_model(
         schema_name(f"Call_{tool_name}"),
@@ -84,7 +89,7 @@ def _call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
     return model
 
 
-@functools.cache
+@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
 def build_step_model(
     tools: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel],
     *,
