@@ -10,7 +10,9 @@ from __future__ import annotations
 import ast
 import asyncio
 import inspect
+import json
 import re
+import subprocess
 import sys
 import textwrap
 import types
@@ -65,20 +67,46 @@ def test_doc_examples_run(page: Path) -> None:
     run_page(page)
 
 
-def test_doc_examples_type_check(tmp_path: Path) -> None:
-    """Each page's examples, taken together, pass mypy --strict, as a user's code would have to."""
-    from mypy import api
-
+def write_pages(directory: Path) -> None:
+    """Write each page's examples, taken together, as one module for a type checker."""
     for page in PAGES:
         code = "\n".join(code for _, code, reason in blocks(page) if reason is None)
         if code:
             # One async function per page, so top-level await and async with are legal, as they are when run.
-            module = tmp_path / f"doc_{page.stem.replace('-', '_')}.py"
-            module.write_text("async def _page() -> None:\n" + textwrap.indent(code, "    "), encoding="utf-8")
+            module = directory / f"doc_{page.stem.replace('-', '_')}.py"
+            module.write_text("async def page() -> None:\n" + textwrap.indent(code, "    "), encoding="utf-8")
+
+
+def test_doc_examples_type_check(tmp_path: Path) -> None:
+    """Each page's examples, taken together, pass mypy --strict, as a user's code would have to."""
+    from mypy import api
+
+    write_pages(tmp_path)
     config = tmp_path / "mypy.ini"
     config.write_text("[mypy]\nstrict = True\nplugins = pydantic.mypy\nwarn_unused_ignores = True\n")
     out, err, status = api.run(["--config-file", str(config), "--cache-dir", str(tmp_path / "cache"), str(tmp_path)])
     assert status == 0, out + err
+
+
+def test_doc_examples_pass_pyright_strict(tmp_path: Path) -> None:
+    """Each page's examples, taken together, pass pyright in strict mode too (basedpyright)."""
+    pages = tmp_path / "pages"
+    pages.mkdir()
+    write_pages(pages)
+    (pages / "pyrightconfig.json").write_text(
+        json.dumps({"typeCheckingMode": "strict", "pythonVersion": "3.11"}), encoding="utf-8"
+    )
+    checked = subprocess.run(
+        [sys.executable, "-m", "basedpyright", "--outputjson", "--pythonpath", sys.executable, "--project", str(pages)],
+        cwd=pages,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    report = json.loads(checked.stdout)
+    problems = [f"{d['file']}:{d['range']['start']['line'] + 1}: {d['message']}" for d in report["generalDiagnostics"]]
+    assert checked.returncode == 0, "\n".join(problems) or checked.stderr
+    assert report["summary"]["filesAnalyzed"] == len(list(pages.glob("doc_*.py")))
 
 
 def test_readme_example_is_found() -> None:
