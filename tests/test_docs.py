@@ -1,14 +1,17 @@
 """Every Python block in README.md and docs/ runs, unless it is marked as not run with a reason.
 
-A page's blocks run in order in one namespace, so a page can build an example step by step.
-Top-level ``await`` is allowed. A block preceded by ``<!-- not-run: reason -->`` is skipped; the
-reason must be given.
+A page's blocks run in order in one namespace, so a page can build an example step by step; a
+block that needs names from an earlier block says so in its first line (``# Continues ...``).
+Top-level ``await`` is allowed, and a page that uses it says how to run it in a script. A block
+preceded by ``<!-- not-run: reason -->`` is skipped; the reason must be given. Every example is
+also type-checked, with mypy --strict and with pyright strict (basedpyright).
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import builtins
 import inspect
 import json
 import re
@@ -107,6 +110,58 @@ def test_doc_examples_pass_pyright_strict(tmp_path: Path) -> None:
     problems = [f"{d['file']}:{d['range']['start']['line'] + 1}: {d['message']}" for d in report["generalDiagnostics"]]
     assert checked.returncode == 0, "\n".join(problems) or checked.stderr
     assert report["summary"]["filesAnalyzed"] == len(list(pages.glob("doc_*.py")))
+
+
+def _parse(code: str) -> ast.Module:
+    tree = compile(code, "<docs>", "exec", flags=ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True)
+    assert isinstance(tree, ast.Module)
+    return tree
+
+
+def _names(code: str) -> tuple[set[str], set[str]]:
+    """The names a block binds (definitions, assignments, imports), and the names it reads."""
+    bound: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(_parse(code)):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            bound.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    return bound, read
+
+
+def _awaits_at_top_level(code: str) -> bool:
+    statements = [
+        s for s in _parse(code).body if not isinstance(s, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+    ]
+    return any(isinstance(n, ast.Await | ast.AsyncWith | ast.AsyncFor) for s in statements for n in ast.walk(s))
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_block_that_needs_earlier_blocks_says_so(page: Path) -> None:
+    """A block that reads names defined by an earlier block starts with "# Continues", so nobody copies it alone."""
+    earlier: set[str] = set()
+    for line, code, reason in blocks(page):
+        if reason is not None:
+            continue
+        bound, read = _names(code)
+        borrowed = (read - bound - set(dir(builtins))) & earlier
+        assert not borrowed or code.startswith("# Continues"), f"{page.name}:{line} uses {sorted(borrowed)} from above"
+        earlier |= bound
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if blocks(p)], ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_page_with_top_level_await_says_how_to_run_it(page: Path) -> None:
+    """Before its first block with top-level await, a page says how to run it as a script (asyncio.run(main()))."""
+    text = page.read_text(encoding="utf-8")
+    for match in BLOCK.finditer(text):
+        if match.group("reason") is None and _awaits_at_top_level(match.group("code")):
+            assert "asyncio.run(main())" in text[: match.start()], f"{page.name}: top-level await, not explained"
+            return
 
 
 def test_readme_example_is_found() -> None:
