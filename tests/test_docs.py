@@ -164,6 +164,39 @@ def test_a_page_with_top_level_await_says_how_to_run_it(page: Path) -> None:
             return
 
 
+TEST_REFERENCE = re.compile(r"`(?P<file>tests/[\w/]+\.py)(?:::(?P<test>\w+))?`")
+LINES_CLAIM = re.compile(r"^#+ .* in (?P<count>\d+) lines$", re.MULTILINE)
+
+
+@pytest.mark.parametrize("page", [ROOT / "CONTRIBUTING.md", *PAGES], ids=lambda p: str(p.relative_to(ROOT)))
+def test_tests_the_docs_point_at_exist(page: Path) -> None:
+    """Every `tests/...py` (or `tests/...py::test_name`) a page points at exists, and defines that test."""
+    for match in TEST_REFERENCE.finditer(page.read_text(encoding="utf-8")):
+        source = ROOT / match["file"]
+        assert source.is_file(), f"{page.name} points at {match['file']}, which does not exist"
+        if match["test"]:
+            defined = re.search(rf"^(async )?def {match['test']}\(", source.read_text(encoding="utf-8"), re.MULTILINE)
+            assert defined, f"{page.name} points at {match[0]}, which {match['file']} does not define"
+    # A table row that names test files and bare test names: each test is in one of the row's files.
+    for row in re.findall(r"^\|.*\|$", page.read_text(encoding="utf-8"), re.MULTILINE):
+        files = [ROOT / m["file"] for m in TEST_REFERENCE.finditer(row) if (ROOT / m["file"]).is_file()]
+        for name in re.findall(r"`(test_\w+)`", row):
+            pattern = rf"^(async )?def {name}\("
+            found = any(re.search(pattern, f.read_text(encoding="utf-8"), re.MULTILINE) for f in files)
+            assert found, f"{page.name}: {name} is in none of the files its row names"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_a_heading_that_counts_lines_counts_them_right(page: Path) -> None:
+    """A heading such as "The first loop in N lines" counts the non-blank lines of the example under it."""
+    text = page.read_text(encoding="utf-8")
+    for claim in LINES_CLAIM.finditer(text):
+        example = BLOCK.search(text, claim.end())
+        assert example is not None, f"{page.name}: {claim[0]!r} has no example under it"
+        lines = [line for line in example["code"].splitlines() if line.strip()]
+        assert len(lines) == int(claim["count"]), f"{page.name}: {claim[0]!r}, but the example has {len(lines)}"
+
+
 def test_readme_example_is_found() -> None:
     """The docs test finds the README's example, so a broken pattern cannot silently skip everything."""
     assert blocks(ROOT / "README.md")
