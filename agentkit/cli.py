@@ -2,24 +2,83 @@
 
 A command module exposes ``register(subparsers)``; it adds its sub-commands, each with a
 ``handler`` default taking the parsed ``argparse.Namespace`` and returning an exit code.
+Sub-parsers made through ``subparsers.add_parser`` are ``CommandParser`` instances, so their
+help is plain text and an unknown flag is reported with the usage of the command it was given to.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import re
 from collections.abc import Callable, Sequence
-from typing import cast
+from importlib import metadata
+from typing import Any, cast
 
-__all__ = ["main"]
+__all__ = ["CommandParser", "main", "plain_text", "positive_int"]
 
 # Imported only when the command line runs, so `import agentkit` stays light.
 COMMAND_MODULES = ("agentkit.demo.cli", "agentkit.journal.cli")
 
+_ROLE = re.compile(r":[a-z]+:`([^`]*)`")
+_LITERAL = re.compile(r"``([^`]*)``|`([^`]*)`")
+
+
+def plain_text(text: str) -> str:
+    """``text`` without its inline markup, for a terminal: docstrings double as help texts.
+
+    A reStructuredText role (a name in backticks after ``:func:``, say) becomes the bare name, and
+    text in double or single backticks (reStructuredText and Markdown literals) the bare text.
+    """
+    text = _ROLE.sub(r"\1", text)
+    return _LITERAL.sub(lambda m: m.group(1) if m.group(1) is not None else m.group(2), text)
+
+
+class _PlainFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps a description's own line breaks (docstrings are wrapped already) and drops markup."""
+
+    def _format_text(self, text: str) -> str:
+        return super()._format_text(plain_text(text))
+
+    def _expand_help(self, action: argparse.Action) -> str:
+        return plain_text(super()._expand_help(action))
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose help is plain text, and which remembers itself on the namespace.
+
+    Each parser sets ``command_parser`` to itself as a default; the innermost sub-command parsed
+    sets it last, so ``main`` can report a stray argument with that sub-command's usage.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _PlainFormatter)
+        super().__init__(*args, **kwargs)
+        self.set_defaults(command_parser=self)
+
+
+def positive_int(text: str) -> int:
+    """An ``argparse`` type: a whole number of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _version() -> str:
+    try:
+        return metadata.version("agentkit")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="agentkit", description="Typed agents in a bounded loop.")
-    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    parser = CommandParser(prog="agentkit", description="Typed agents in a bounded loop.")
+    parser.add_argument("--version", action="version", version=f"agentkit {_version()}")
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="the command to run")
     for name in COMMAND_MODULES:
         try:
             module = importlib.import_module(name)
@@ -33,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args, stray = build_parser().parse_known_args(argv)
+    if stray:
+        # argparse would report it with the top-level usage; the command's own usage is the useful one.
+        command = cast("argparse.ArgumentParser", args.command_parser)
+        command.error(f"unrecognized arguments: {' '.join(stray)}")
     handler = cast("Callable[[argparse.Namespace], int]", args.handler)
     return handler(args)

@@ -367,7 +367,17 @@ class LocalModel:
         self.stop()
 
     async def __aenter__(self) -> Self:
-        await asyncio.to_thread(self.start)
+        starting = asyncio.ensure_future(asyncio.to_thread(self.start))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # A start cannot be interrupted in its thread (Ctrl-C while the model loads): let it
+            # finish, then stop what it started, so that a cancelled enter leaves no server running.
+            await asyncio.wait([starting])
+            if not starting.cancelled():
+                starting.exception()  # retrieved: the cancellation is what the caller must see
+            await asyncio.to_thread(self.stop)
+            raise
         return self
 
     async def __aexit__(

@@ -8,6 +8,7 @@ the real runtime is exercised by ``test_local_model_real.py``.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import importlib.util
 import json
@@ -379,3 +380,41 @@ def test_real_runtime_refuses_a_file_that_is_not_a_model(tmp_path: Path) -> None
     garbage.write_bytes(b"GGUF" + bytes(4096))
     with pytest.raises(ProviderError, match="failed to start"):
         LocalModel(model_path=garbage).start()
+
+
+async def test_cancelled_start_leaves_no_server_running(weights: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cancelling ``async with`` while the server loads (Ctrl-C) waits for the start, then stops the server."""
+    module, _ = fake_runtime()
+    server = module.Server
+    entered, release = threading.Event(), threading.Event()
+    started: list[Any] = []
+
+    def slow_server(params: Any) -> Any:
+        entered.set()
+        release.wait(10)
+        started.append(made := server(params))
+        return made
+
+    module.Server = slow_server  # type: ignore[attr-defined]  # a stand-in module built at run time
+    monkeypatch.setitem(sys.modules, "xllamacpp", module)
+    local = LocalModel(model_path=weights)
+
+    async def enter() -> None:
+        async with local:
+            raise AssertionError("entered a cancelled start")
+
+    task = asyncio.create_task(enter())
+    await asyncio.to_thread(entered.wait, 10)
+    task.cancel()
+    release.set()
+    try:
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert started, "the cancelled enter returned before the start ended"
+        url = started[0].listening_address
+        started.clear()  # the test's own reference would keep the stand-in server alive
+        assert not local.running
+        assert not answers(url + "/v1")
+    finally:
+        started.clear()
+        local.stop()  # a stand-in server left running would hang the interpreter's exit

@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, TextIO
+from urllib.parse import urlsplit
 
 from agentkit.agent import ToolRoundInfo
+from agentkit.cli import positive_int
 from agentkit.demo.agent import PLANNING_TASK, QUESTIONS, DeleteArgs, answer, plan, research
 from agentkit.demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus
 from agentkit.errors import AgentkitError, ProviderError, UsageError
@@ -46,13 +48,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "demo",
         help="run a retrieval agent on a real model, then a tiered planning example",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument("--scripted", action="store_true", help="replay a script instantly, with no model")
-    where.add_argument("--base-url", help="an OpenAI-compatible server (default: the embedded local model)")
-    parser.add_argument("--model", help="the model name on --base-url")
-    parser.add_argument("--api-key", help="the API key for --base-url (default: $OPENAI_API_KEY, else 'none')")
+    where.add_argument(
+        "--base-url",
+        type=_base_url,
+        metavar="URL",
+        help="an OpenAI-compatible server, http:// or https:// (default: the embedded local model)",
+    )
+    parser.add_argument("--model", metavar="NAME", help="the model name on --base-url")
+    parser.add_argument(
+        "--api-key", metavar="KEY", help="the API key for --base-url (default: $OPENAI_API_KEY, else 'none')"
+    )
     parser.add_argument(
         "--question",
         action="append",
@@ -60,8 +68,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="TEXT",
         help="ask this instead of the built-in questions (repeatable)",
     )
-    parser.add_argument("--threads", type=int, default=1, help="CPU threads for the embedded model (default 1)")
-    parser.set_defaults(handler=_handle, demo_parser=parser)
+    parser.add_argument(
+        "--threads", type=positive_int, default=1, metavar="N", help="CPU threads for the embedded model (default 1)"
+    )
+    parser.set_defaults(handler=_handle)
 
 
 def _question(text: str) -> str:
@@ -70,8 +80,22 @@ def _question(text: str) -> str:
     return text.strip()
 
 
+def _base_url(text: str) -> str:
+    """An ``argparse`` type: checked here, so a typo fails at once rather than as a failed first request."""
+    parts = urlsplit(text.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(
+            f"expected an http:// or https:// URL with a host, such as http://127.0.0.1:8080/v1; got {text!r}"
+        )
+    try:
+        _ = parts.port  # a port that is not a number in range raises here
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"the port in {text!r} is not a number from 0 to 65535") from None
+    return text.strip()
+
+
 def _handle(args: argparse.Namespace) -> int:
-    parser: argparse.ArgumentParser = args.demo_parser
+    parser: argparse.ArgumentParser = args.command_parser
     if args.scripted and (args.model or args.api_key):
         parser.error("--scripted uses no model: drop --model/--api-key, or drop --scripted to ask a server")
     if args.base_url and not args.model:
@@ -84,6 +108,14 @@ def _handle(args: argparse.Namespace) -> int:
     except UsageError as error:
         print(f"agentkit demo: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        # asyncio.run has cancelled the demo by now, and leaving `async with LocalModel` stopped the
+        # embedded server; what is left to say fits on one line.
+        stopped = "" if args.scripted or args.base_url else " (the model server is stopped)"
+        if sys.stdout.isatty():
+            print(file=sys.stdout)  # end the live status line
+        print(f"agentkit demo: interrupted{stopped}", file=sys.stderr)
+        return 130
 
 
 async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
@@ -113,9 +145,16 @@ async def _embedded(threads: int, out: TextIO) -> AsyncIterator[tuple[Structured
 
     local = LocalModel(threads=threads)
     size_mb = DEFAULT_MODEL.size / 1e6
+    joined = default_cache_dir() / f"{DEFAULT_MODEL.name}.gguf"
+    # A cheap look, not the checksum (LocalModel checks that): the note is for the run that joins.
+    first = not joined.is_file() or joined.stat().st_size != DEFAULT_MODEL.size
     print(
         f"agentkit demo on the embedded model {local.model_name} ({size_mb:.0f} MB, {threads} thread"
-        f"{'s' if threads != 1 else ''}).\nStarting it (the first run joins the model into {default_cache_dir()}) ...",
+        f"{'s' if threads != 1 else ''}).",
+        file=out,
+    )
+    print(
+        f"Starting it (this first run joins the model's six chunks into {joined}) ..." if first else "Starting it ...",
         file=out,
         flush=True,
     )

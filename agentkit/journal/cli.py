@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
+from agentkit.cli import positive_int
 from agentkit.errors import AgentkitError
 from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry
@@ -29,6 +30,8 @@ DEFAULT_DB = "agentkit-journal.db"
 
 _CELL = 60
 """Longest cell in a table; longer text is cut with an ellipsis."""
+
+_ID_HELP = "the proposal id (from `agentkit proposals list`)"
 
 Command = Callable[[Journal, argparse.Namespace, TextIO], Awaitable[None]]
 
@@ -43,28 +46,34 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
 
     journal = subparsers.add_parser("journal", help="runs recorded in a journal", description=__doc__)
-    runs_of = journal.add_subparsers(dest="journal_command", required=True, metavar="COMMAND")
+    runs_of = journal.add_subparsers(
+        dest="journal_command", required=True, metavar="COMMAND", help="what to show from the journal"
+    )
     runs = runs_of.add_parser("runs", parents=[db], help="recent runs with outcome, rounds and tokens")
-    runs.add_argument("--limit", type=_positive, default=20, metavar="N", help="how many runs, at least 1 (default 20)")
+    runs.add_argument(
+        "--limit", type=positive_int, default=20, metavar="N", help="how many runs, at least 1 (default 20)"
+    )
     runs.set_defaults(handler=_handler(_runs))
     show = runs_of.add_parser("show", parents=[db], help="one run's rounds as a table")
     show.add_argument("run", metavar="RUN", help="the run id (from `agentkit journal runs`)")
     show.set_defaults(handler=_handler(_show_run))
 
     proposals = subparsers.add_parser("proposals", help="the proposal inbox", description=__doc__)
-    inbox = proposals.add_subparsers(dest="proposals_command", required=True, metavar="COMMAND")
+    inbox = proposals.add_subparsers(
+        dest="proposals_command", required=True, metavar="COMMAND", help="what to show or decide in the inbox"
+    )
     listing = inbox.add_parser("list", parents=[db], help="proposals, oldest first")
     listing.add_argument("--state", choices=[s.value for s in ProposalState], help="only proposals in this state")
     listing.set_defaults(handler=_handler(_list))
     detail = inbox.add_parser("show", parents=[db], help="one proposal: the call, its digest and its history")
-    detail.add_argument("id", metavar="ID")
+    detail.add_argument("id", metavar="ID", help=_ID_HELP)
     detail.set_defaults(handler=_handler(_show_proposal))
     approve = inbox.add_parser("approve", parents=[db], help="pending -> approved")
-    approve.add_argument("id", metavar="ID")
+    approve.add_argument("id", metavar="ID", help=_ID_HELP)
     approve.add_argument("--by", required=True, metavar="NAME", help="who approves")
     approve.set_defaults(handler=_handler(_approve))
     reject = inbox.add_parser("reject", parents=[db], help="pending or approved -> rejected")
-    reject.add_argument("id", metavar="ID")
+    reject.add_argument("id", metavar="ID", help=_ID_HELP)
     reject.add_argument("--by", required=True, metavar="NAME", help="who rejects")
     reject.add_argument("--reason", required=True, metavar="TEXT", help="why, for the record")
     reject.set_defaults(handler=_handler(_reject))
@@ -78,7 +87,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     stuck.set_defaults(handler=_handler(_stuck))
     resolve = inbox.add_parser("resolve", parents=[db], help="decide an abandoned execution")
-    resolve.add_argument("id", metavar="ID")
+    resolve.add_argument("id", metavar="ID", help=_ID_HELP)
     resolve.add_argument("--by", required=True, metavar="NAME", help="who decides")
     resolve.add_argument(
         "--as",
@@ -89,16 +98,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     resolve.add_argument("--note", required=True, metavar="TEXT", help="what you checked, for the record")
     resolve.set_defaults(handler=_handler(_resolve))
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
 
 
 def _handler(command: Command) -> Callable[[argparse.Namespace], int]:

@@ -47,17 +47,17 @@ def delete(args: Target) -> list[Receipt]:
 
 def backends_are_journals(path: str, url: str) -> None:
     sqlite: Journal = SQLiteJournal(path)
-    postgres: Journal = PostgresJournal(url, create=False)
+    # An annotated assignment is the check that a backend is a Journal (pyright narrows the
+    # variable to the assigned class, so an assert_type on it would test nothing).
+    _postgres: Journal = PostgresJournal(url, create=False)
     assert_type(open_journal(path), Journal)
     assert_type(sqlite.where, str)
-    assert_type(postgres, Journal)
 
 
 def observer_is_an_observer(journal: Journal) -> None:
-    observer: Observer = JournalObserver(journal)
+    _observer: Observer = JournalObserver(journal)
     assert_type(JournalObserver(journal).failures, int)
     assert_type(JournalObserver(journal).last_error, Exception | None)
-    assert_type(observer, Observer)
     with JournalObserver(journal, capacity=100, flush_timeout=1.0) as opened:
         assert_type(opened, JournalObserver)
         assert_type(opened.flush(timeout=2.0), bool)
@@ -123,5 +123,4 @@ def states_are_closed(state: ProposalState) -> str:
 
 
 def errors_are_journal_errors() -> None:
-    errors: tuple[type[JournalError], ...] = (JournalUnavailable, UnknownId, TransitionRefused, DigestMismatch)
-    assert_type(errors, tuple[type[JournalError], ...])
+    _errors: tuple[type[JournalError], ...] = (JournalUnavailable, UnknownId, TransitionRefused, DigestMismatch)

@@ -24,7 +24,7 @@ def check_local() -> None:
         assert_type(local.model_name, str)
         caller = local.caller()
         assert_type(caller, OpenAICaller)
-        seam: StructuredCaller = caller
+        _seam: StructuredCaller = caller
 
 
 async def check_local_async() -> None:

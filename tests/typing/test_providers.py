@@ -27,8 +27,8 @@ async def structured_and_text(request: StructuredRequest) -> None:
     assert_type(await caller.complete(request, Verdict), Completion[Verdict])
     assert_type((await caller.complete(request, Verdict)).value, Verdict)
     assert_type(await caller.complete_text(request), TextCompletion)
-    structured: StructuredCaller = caller
-    text: TextCaller = caller
+    _structured: StructuredCaller = caller
+    _text: TextCaller = caller
     async with OpenAICaller(openai.AsyncOpenAI(api_key="k")) as scoped:
         assert_type(scoped, OpenAICaller)
     await caller.aclose()
