@@ -22,6 +22,7 @@ from typing import Annotated, Any
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError as ToolFailed
 from mcp.types import Tool as ToolDefinition
 from mcp.types import ToolAnnotations
 from pydantic import Field
@@ -60,8 +61,8 @@ def files_server() -> MCPServer:
 
     @server.tool()
     def fail(message: str) -> str:
-        """Fail with the message."""
-        raise ValueError(message)
+        """Fail with the message (an error result the model sees)."""
+        raise ToolFailed(message)
 
     @server.tool()
     def crash() -> str:

@@ -183,7 +183,9 @@ async def test_a_tool_without_a_tier_raises_on_tier_and_names_the_fix(files: Mcp
         _ = tool.tier
 
 
-async def test_a_read_only_call_runs_in_the_plain_loop_and_its_structured_content_is_the_batch(connect: Connect) -> None:
+async def test_a_read_only_call_runs_in_the_plain_loop_and_its_structured_content_is_the_batch(
+    connect: Connect,
+) -> None:
     """A read-only MCP tool runs live; its structured content is the batch's one item."""
     async with connect() as server:
         tools = await server.tools(tiers=TIERS, include=["search", "read_file"])
@@ -298,7 +300,10 @@ async def test_a_tier_is_fixed_at_wiring(files: McpConnection) -> None:
     [
         ({"tiers": {"search": "read_only"}}, r"'read_only', not a Tier; choose one of Tier.READ_ONLY"),
         ({"tiers": lambda definition: 0}, r"is 0, not a Tier"),
-        ({"tiers": {"serach": Tier.READ_ONLY}}, r"tiers names tools that MCP server 'files' does not list: \['serach'\]"),
+        (
+            {"tiers": {"serach": Tier.READ_ONLY}},
+            r"tiers names tools that MCP server 'files' does not list: \['serach'\]",
+        ),
         ({"include": ["nope"]}, r"include names tools .* \['nope'\]"),
         ({"include": "search"}, r"include=\['search'\]"),
         ({"names": {"nope": "x"}}, r"names names tools .* \['nope'\]"),

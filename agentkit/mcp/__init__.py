@@ -15,10 +15,18 @@ Example:
 """
 
 from agentkit.mcp._args import McpArgs
-from agentkit.mcp._connection import DEFAULT_TIMEOUT, McpConnection, McpServerError, connect_http, connect_stdio
+from agentkit.mcp._connection import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_TIMEOUT,
+    McpConnection,
+    McpServerError,
+    connect_http,
+    connect_stdio,
+)
 from agentkit.mcp._tools import McpItem, McpTool, TierSource, tier_from_annotations
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "McpArgs",
     "McpConnection",

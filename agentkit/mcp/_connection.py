@@ -31,7 +31,9 @@ __all__ = ["McpConnection", "McpServerError", "connect_http", "connect_stdio"]
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 60.0
-"""Seconds one request to a server (connecting, listing, one call) may take by default."""
+"""Seconds one request to a server (listing, one call) may take by default."""
+DEFAULT_CONNECT_TIMEOUT = 30.0
+"""Seconds starting or reaching a server, with the protocol handshake, may take by default."""
 _MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
 """The largest server-sent event read over HTTP (the SDK's default, 1 MiB, is smaller than many results)."""
 _MAX_PAGES = 100
@@ -55,11 +57,15 @@ class McpConnection:
     ``Tool``. The tools call through this connection, so use them inside the ``async with``.
     """
 
-    def __init__(self, client: Callable[[], mcp.Client], *, name: str, timeout: float | None) -> None:
+    def __init__(
+        self, client: Callable[[], mcp.Client], *, name: str, timeout: float | None, connect_timeout: float | None
+    ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise UsageError(f"an MCP connection needs a non-empty name (used in errors); got {name!r}")
-        if timeout is not None and not timeout > 0:
-            raise UsageError(f"timeout must be positive seconds, or None for no limit; got {timeout!r}")
+        for option, value in (("timeout", timeout), ("connect_timeout", connect_timeout)):
+            if value is not None and not value > 0:
+                raise UsageError(f"{option} must be positive seconds, or None for no limit; got {value!r}")
+        self._connect_timeout = connect_timeout
         self._make_client = client
         self._name = name
         self._timeout = timeout
@@ -89,12 +95,13 @@ class McpConnection:
         self._owner = asyncio.create_task(self._own(ready), name=f"mcp:{self._name}")
         waiter = asyncio.create_task(ready.wait())
         try:
-            async with asyncio.timeout(self._timeout):
+            async with asyncio.timeout(self._connect_timeout):
                 await asyncio.wait({waiter, self._owner}, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             await self._stop()
             raise McpServerError(
-                f"MCP server {self._name!r} did not finish connecting within {self._timeout}s", server=self._name
+                f"MCP server {self._name!r} did not finish connecting within {self._connect_timeout}s",
+                server=self._name,
             ) from None
         except BaseException:
             await self._stop()
@@ -246,6 +253,7 @@ def connect_stdio(
     env: Mapping[str, str] | None = None,
     cwd: str | os.PathLike[str] | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> McpConnection:
     """A connection to an MCP server that runs as a subprocess speaking over stdin/stdout.
 
@@ -259,7 +267,8 @@ def connect_stdio(
         name: The server's name in errors; the executable's file name by default.
         env: Environment variables for the server.
         cwd: Its working directory.
-        timeout: Seconds one request (starting, listing, one call) may take; ``None``: no limit.
+        timeout: Seconds one request (listing, one call) may take; ``None``: no limit.
+        connect_timeout: Seconds starting the server and the handshake may take; ``None``: no limit.
     """
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -271,7 +280,9 @@ def connect_stdio(
         cwd=None if cwd is None else Path(cwd),
     )
     label = name if name is not None else Path(command).name
-    return McpConnection(lambda: Client(params, cache=None), name=label, timeout=timeout)
+    return McpConnection(
+        lambda: Client(params, cache=None), name=label, timeout=timeout, connect_timeout=connect_timeout
+    )
 
 
 def connect_http(
@@ -280,6 +291,7 @@ def connect_http(
     name: str | None = None,
     headers: Mapping[str, str] | None = None,
     timeout: float | None = DEFAULT_TIMEOUT,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> McpConnection:
     """A connection to an MCP server over streamable HTTP at ``url`` (``http://host:port/mcp``).
 
@@ -287,7 +299,8 @@ def connect_http(
         url: The server's MCP endpoint.
         name: The server's name in errors; the URL's host and path by default.
         headers: Sent with every request (an ``Authorization`` header, say).
-        timeout: Seconds one request (connecting, listing, one call) may take; ``None``: no limit.
+        timeout: Seconds one request (listing, one call) may take; ``None``: no limit.
+        connect_timeout: Seconds connecting and the handshake may take; ``None``: no limit.
     """
     from mcp import Client
 
@@ -298,7 +311,12 @@ def connect_http(
         )
     label = name if name is not None else f"{parts.hostname}{f':{parts.port}' if parts.port else ''}{parts.path}"
     fixed_headers = dict(headers or {})
-    return McpConnection(lambda: Client(_http_transport(url, fixed_headers), cache=None), name=label, timeout=timeout)
+    return McpConnection(
+        lambda: Client(_http_transport(url, fixed_headers), cache=None),
+        name=label,
+        timeout=timeout,
+        connect_timeout=connect_timeout,
+    )
 
 
 @contextlib.asynccontextmanager
