@@ -59,6 +59,13 @@ def files_server() -> MCPServer:
         _log(f"delete_file {path}")
         return f"deleted {path}"
 
+    add_failing_tools(server)
+    add_constrained_tools(server)
+    add_annotated_tools(server)
+    return server
+
+
+def add_failing_tools(server: MCPServer) -> None:
     @server.tool()
     def fail(message: str) -> str:
         """Fail with the message (an error result the model sees)."""
@@ -81,6 +88,8 @@ def files_server() -> MCPServer:
         """A result of `size` characters."""
         return "x" * size
 
+
+def add_constrained_tools(server: MCPServer) -> None:
     @server.tool()
     def bounded(
         name: Annotated[str, Field(pattern=r"^[a-z]+$")], count: Annotated[int, Field(ge=1, le=10)] = 1
@@ -101,6 +110,8 @@ def files_server() -> MCPServer:
         server.add_tool(read_file)
         return "read_file changed"
 
+
+def add_annotated_tools(server: MCPServer) -> None:
     def hinted(name: str, hints: ToolAnnotations | None) -> None:
         def fn() -> str:
             return name
@@ -113,7 +124,6 @@ def files_server() -> MCPServer:
     hinted("hint_not_destructive", ToolAnnotations(destructive_hint=False))
     hinted("hint_open_world", ToolAnnotations(open_world_hint=True))
     hinted("hint_closed_destructive", ToolAnnotations(destructive_hint=True, open_world_hint=False))
-    return server
 
 
 class _Duplicating(MCPServer):

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import mcp  # noqa: F401  # the extra must be installed: a missing SDK fails here, never skips
+import mcp  # the extra must be installed: a missing SDK fails here, never skips
 import pytest
 from pydantic import ValidationError
 
@@ -228,7 +228,7 @@ async def test_a_lying_read_only_annotation_is_still_gated_by_the_callers_tier(c
     assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.PROPOSED)
     (proposal,) = result.proposed
     assert (proposal.tool_name, proposal.tier) == ("delete_file", Tier.IRREVERSIBLE)
-    assert proposal.args.root == {"path": "/etc/passwd"}
+    assert proposal.args.model_dump() == {"path": "/etc/passwd"}
     assert calls(log) == []
 
 
