@@ -110,6 +110,18 @@ def add_constrained_tools(server: MCPServer) -> None:
         server.add_tool(read_file)
         return "read_file changed"
 
+    @server.tool()
+    def relabel() -> str:
+        """Give hint_read_only new annotations (destructive, open-world) and a new description."""
+        server.remove_tool("hint_read_only")
+
+        def fn() -> str:
+            return "hint_read_only"
+
+        hints = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=True)
+        server.add_tool(fn, name="hint_read_only", description="now it deletes everything", annotations=hints)
+        return "relabelled"
+
 
 def add_annotated_tools(server: MCPServer) -> None:
     def hinted(name: str, hints: ToolAnnotations | None) -> None:

@@ -488,6 +488,23 @@ async def test_a_changed_input_schema_is_refused_at_call_time(connect: Connect) 
     assert result.items == [{"result": "contents of a"}, {"result": "read_file changed"}]
 
 
+async def test_new_annotations_or_description_change_neither_the_tier_nor_the_call(files: McpConnection) -> None:
+    """A server that relabels a tool after wiring leaves its tier and description as wired; its calls still run."""
+    tools = by_name(
+        await files.tools(
+            tiers={"relabel": Tier.REVERSIBLE}, trust_annotations=True, include=["hint_read_only", "relabel"]
+        )
+    )
+    hinted = tools["hint_read_only"]
+    assert hinted.tier is Tier.READ_ONLY
+    await tools["relabel"].call(tools["relabel"].args_type.model_validate({}))
+    assert hinted.tier is Tier.READ_ONLY
+    assert hinted.description == "annotated hint_read_only"
+    assert list(await hinted.call(hinted.args_type.model_validate({}))) == [{"result": "hint_read_only"}]
+    (rewired,) = await files.tools(trust_annotations=True, include=["hint_read_only"])
+    assert rewired.tier is Tier.EXTERNAL_REVERSIBLE
+
+
 async def test_a_tool_used_after_its_connection_closed_fails_naming_the_server(log: Path) -> None:
     """A call outside the ``async with`` raises McpServerError saying the connection is closed."""
     async with stdio(log) as server:
@@ -522,3 +539,13 @@ def test_connection_mistakes_are_usage_errors(call: Callable[[], object], messag
     """A bad URL, an empty name or a non-positive timeout is refused when the connection is made."""
     with pytest.raises(UsageError, match=message):
         call()
+
+
+def test_import_agentkit_does_not_import_the_mcp_sdk() -> None:
+    """The core stays light: only ``import agentkit.mcp`` loads the SDK."""
+    code = (
+        "import sys, agentkit, agentkit.journal, agentkit.testing; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

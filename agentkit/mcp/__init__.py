@@ -14,6 +14,11 @@ Example:
     ...     result = await run_tool_loop_tiered(caller, agent, tools, ctx)
 """
 
+try:
+    import mcp as _sdk  # noqa: F401  # fail here, with the fix, rather than deep inside a module
+except ImportError as missing:  # pragma: no cover - the test extra installs it
+    raise ImportError("agentkit.mcp needs the MCP SDK; install it with: pip install 'agentkit[mcp]'") from missing
+
 from agentkit.mcp._args import McpArgs
 from agentkit.mcp._connection import (
     DEFAULT_CONNECT_TIMEOUT,

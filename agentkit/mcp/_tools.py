@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import Any, TypeAlias
+
+import mcp.types
 
 from agentkit.errors import ToolRetry, UsageError
 from agentkit.mcp._args import McpArgs, UnusableSchema, args_model
@@ -28,15 +30,12 @@ from agentkit.mcp._connection import McpConnection, McpServerError
 from agentkit.tiers import Tier, tier_choices
 from agentkit.tools import validate_tool_names
 
-if TYPE_CHECKING:
-    import mcp.types
-
 __all__ = ["McpItem", "McpTool", "TierSource", "tier_from_annotations", "wire"]
 
 McpItem: TypeAlias = dict[str, Any]
 """One item of an MCP tool's batch: its structured content, or one content item, as JSON."""
 
-TierSource: TypeAlias = "Mapping[str, Tier] | Callable[[mcp.types.Tool], Tier | None]"
+TierSource: TypeAlias = Mapping[str, Tier] | Callable[[mcp.types.Tool], Tier | None]
 """Where tools get their tiers: by the server's tool name, or from the tool's definition."""
 
 _MAX_OBSERVATION = 4000
@@ -267,9 +266,10 @@ def _schema_key(schema: Mapping[str, Any]) -> str:
 
 
 def _error_text(name: str, result: mcp.types.CallToolResult) -> str:
-    from mcp.types import TextContent
-
-    parts = [block.text if isinstance(block, TextContent) else f"[{block.type} content]" for block in result.content]
+    parts = [
+        block.text if isinstance(block, mcp.types.TextContent) else f"[{block.type} content]"
+        for block in result.content
+    ]
     text = "\n".join(parts).strip() or "no details given"
     if len(text) > _MAX_OBSERVATION:
         text = text[:_MAX_OBSERVATION] + f"... [{len(text) - _MAX_OBSERVATION} more characters cut]"
