@@ -148,3 +148,10 @@ def test_the_base_class_holds_any_json_object() -> None:
     """McpArgs itself checks only that the arguments are a JSON object (a tool checks its own schema)."""
     assert McpArgs.model_validate({"a": [1, {"b": None}]}).root == {"a": [1, {"b": None}]}
     assert McpArgs.model_json_schema() == {"type": "object", "additionalProperties": True}
+
+
+def test_the_same_schema_gives_the_same_args_type() -> None:
+    """Wiring a tool again gives the same args class (so step models stay cached); a new schema gives a new one."""
+    assert args_model("search", SEARCH) is args_model("search", dict(reversed(list(SEARCH.items()))))
+    assert args_model("search", SEARCH) is not args_model("search", {**SEARCH, "required": []})
+    assert args_model("search", SEARCH) is not args_model("find", SEARCH)

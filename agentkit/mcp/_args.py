@@ -19,6 +19,7 @@ Why a model that carries the server's JSON schema, and not a pydantic model rebu
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -102,11 +103,19 @@ class _Spec:
 def args_model(tool: str, input_schema: Mapping[str, Any]) -> type[McpArgs]:
     """A ``McpArgs`` subclass that validates against ``input_schema``.
 
+    The same tool name and schema give the same class, however often the tools are wired: an
+    args type stays one type across connections, and the step models built from it stay cached.
+
     Raises:
         UnusableSchema: the schema is not a valid JSON schema, is not an object schema, or is
             recursive (a recursive schema cannot be inlined into the step schema).
     """
-    schema = copy.deepcopy(dict(input_schema))
+    return _args_model(tool, json.dumps(input_schema, sort_keys=True, separators=(",", ":")))
+
+
+@functools.lru_cache(maxsize=1024)
+def _args_model(tool: str, schema_json: str) -> type[McpArgs]:
+    schema = json.loads(schema_json)
     validator_class = validator_for(schema, default=Draft202012Validator)
     try:
         validator_class.check_schema(schema)
