@@ -168,8 +168,7 @@ class McpConnection:
         finally:
             if not sent.done():
                 sent.cancel()
-                with contextlib.suppress(BaseException):
-                    await sent
+                await asyncio.wait({sent})  # let it unwind; its outcome is not wanted any more
         if sent.cancelled():
             raise McpServerError(self._gone_message(what), server=self._name) from self._failure
         try:
@@ -178,7 +177,7 @@ class McpConnection:
             raise McpServerError(
                 f"MCP server {self._name!r} failed {what}: {error} (code {error.code})", server=self._name
             ) from error
-        except (OSError, RuntimeError, ValueError) as error:  # a broken transport, a malformed reply
+        except Exception as error:  # a broken transport, a malformed or unexpected reply
             raise McpServerError(
                 f"MCP server {self._name!r} failed {what}: {_describe(error)}", server=self._name
             ) from error
