@@ -568,7 +568,10 @@ async def test_cancelling_execute_during_the_claim_leaves_it_executing_and_the_t
     finally:
         claim_gate.armed = False
         claim_gate.release.set()
-    record = await journal.get(id)  # waits for the claim's transaction to finish
+    # The claim's thread holds the write lock since the gate: a write waits for its transaction to end
+    # (a read would not: reads never wait for writes).
+    await journal.propose(proposal("other"))
+    record = await journal.get(id)
     assert (record.state, record.claimed_by) == (ProposalState.EXECUTING, "cancelled-worker")
     assert calls == []
     assert [p.id for p in await journal.stuck(older_than=timedelta(0))] == [id]

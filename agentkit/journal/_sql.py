@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -20,10 +21,12 @@ from agentkit.tiers import Tier
 __all__ = [
     "OPEN_STATES",
     "Connection",
+    "Lossless",
     "abort_run",
     "append_event",
     "finish_run",
     "folded",
+    "from_stored",
     "insert_proposal",
     "insert_run",
     "log_transition",
@@ -31,6 +34,7 @@ __all__ = [
     "proposal_of",
     "round_of",
     "run_of",
+    "to_stored",
     "transition_of",
 ]
 
@@ -55,6 +59,83 @@ class Connection(Protocol):
     def to_db_time(self, at: datetime) -> object: ...
     def from_db_time(self, value: object) -> datetime: ...
     def close(self) -> None: ...
+
+
+_ESCAPE = "\uffff"
+"""Starts an escape in stored text: a Unicode noncharacter, never meant to appear in interchanged text."""
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff\uffff]")
+"""What PostgreSQL text cannot hold (NUL), what no UTF-8 database can (lone surrogates, such as the
+``surrogateescape`` form of non-UTF-8 bytes), and the escape character itself."""
+_ESCAPED = re.compile("\uffff([0-9a-f]{4})")
+
+
+def to_stored(text: str) -> str:
+    """``text`` in a form every backend stores as is; ``from_stored`` gives ``text`` back exactly.
+
+    Text without NUL, lone surrogates or U+FFFF is stored unchanged (so equality in SQL, and
+    every row written before, keep working); each of those characters becomes U+FFFF and its four
+    hex digits.
+    """
+    if _UNSTORABLE.search(text) is None:
+        return text
+    return _UNSTORABLE.sub(lambda found: f"{_ESCAPE}{ord(found.group()):04x}", text)
+
+
+def from_stored(text: str) -> str:
+    """The text ``to_stored`` was given."""
+    if _ESCAPE not in text:
+        return text
+    return _ESCAPED.sub(lambda found: chr(int(found.group(1), 16)), text)
+
+
+class Lossless:
+    """A ``Connection`` that stores every text parameter with ``to_stored`` and reads it back with ``from_stored``.
+
+    Every text field of the journal goes through here, on every backend, so none of them can lose a
+    character or fail a write (and leave a proposal or a run half-recorded) because of what it holds.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.inner = conn
+        """The backend's connection."""
+        self.dialect = conn.dialect
+        self.errors = conn.errors
+        self.types = conn.types
+
+    def begin(self, *, write: bool) -> None:
+        self.inner.begin(write=write)
+
+    def commit(self) -> None:
+        self.inner.commit()
+
+    def rollback(self) -> None:
+        self.inner.rollback()
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
+        rows = self.inner.query(sql, _stored(params))
+        return [{name: from_stored(v) if isinstance(v, str) else v for name, v in row.items()} for row in rows]
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        return self.inner.execute(sql, _stored(params))
+
+    def table_exists(self, name: str) -> bool:
+        return self.inner.table_exists(name)
+
+    def lock_schema(self) -> None:
+        self.inner.lock_schema()
+
+    def to_db_time(self, at: datetime) -> object:
+        return self.inner.to_db_time(at)
+
+    def from_db_time(self, value: object) -> datetime:
+        return self.inner.from_db_time(value)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _stored(params: Sequence[object]) -> list[object]:
+    return [to_stored(p) if isinstance(p, str) else p for p in params]
 
 
 def now() -> datetime:
