@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable
@@ -417,6 +418,36 @@ async def test_a_failing_tool_marks_the_proposal_failed_with_the_error(journal: 
     with pytest.raises(TransitionRefused, match="it is failed"):
         await journal.execute(id, wipe)
     assert len(ran) == 1
+
+
+class Opaque:
+    """An item whose repr is all there is to store of it."""
+
+    def __repr__(self) -> str:
+        return "Opaque()"
+
+
+async def test_a_batch_json_cannot_hold_is_recorded_described_and_raises_journal_error(journal: Journal) -> None:
+    """The tool ran: a batch with bytes that are not UTF-8 ends executed, those items described, JournalError raised."""
+
+    @tool(tier=Tier.IRREVERSIBLE, name="wipe")
+    def wipe_to_bytes(args: Wipe) -> list[object]:
+        ran.append(args)
+        return ["kept \x00 \udcff", b"\xff\xfe", Opaque()]
+
+    id = await approved(journal)
+    with pytest.raises(JournalError, match=r"recorded executed, but 1 of its 3 items cannot be stored") as raised:
+        await journal.execute(id, wipe_to_bytes)
+    assert "item 1 (bytes" in str(raised.value)
+    record = await journal.get(id)
+    assert (record.state, record.batch_size, len(ran)) == (ProposalState.EXECUTED, 3, 1)
+    assert record.batch_json is not None
+    assert json.loads(record.batch_json) == [
+        "kept \x00 \udcff",
+        {"unserialisable": "bytes", "repr": "b'\\xff\\xfe'"},
+        "Opaque()",
+    ]
+    assert await journal.stuck(older_than=timedelta(0)) == []
 
 
 async def test_tampered_args_are_refused_and_nothing_runs(journal: Journal) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -122,7 +123,21 @@ class ProposalRecord:
 
     def args_as(self, args_type: type[Args]) -> Args:
         """The arguments validated as ``args_type`` (the tool's ``args_type``)."""
-        return args_type.model_validate_json(self.args_json)
+        return validate_args(args_type, self.args_json)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def validate_args(args_type: type[Args], args_json: str) -> Args:
+    """Validate stored args as JSON; args holding text that is not UTF-8 (lone surrogates) from the parsed data.
+
+    The JSON parser refuses lone surrogates, which ``canonical_json`` writes as they are; for those
+    (rare) args the data ``json.loads`` gives is validated instead, as a tool call's args are.
+    """
+    if _SURROGATE.search(args_json) is None:
+        return args_type.model_validate_json(args_json)
+    return args_type.model_validate(json.loads(args_json))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import pydantic_core
+
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import entry_of_record, fold_events, loop_config_data
@@ -24,6 +26,7 @@ __all__ = [
     "Lossless",
     "abort_run",
     "append_event",
+    "batch_text",
     "finish_run",
     "folded",
     "from_stored",
@@ -138,6 +141,59 @@ def _stored(params: Sequence[object]) -> list[object]:
     return [to_stored(p) if isinstance(p, str) else p for p in params]
 
 
+_REPR_LIMIT = 2000
+"""Longest description kept of a batch item JSON cannot hold."""
+
+
+def batch_text(batch: Sequence[object]) -> tuple[str, str | None]:
+    """An executed tool's batch as JSON text, and what could not be stored as it is (``None``: nothing).
+
+    Every item JSON can hold is stored exactly, text with NUL or lone surrogates included. An item
+    it cannot hold (bytes that are not UTF-8, an object whose serialisation raises) is stored
+    described, as ``{"unserialisable": <type>, "repr": <repr>}``: the tool ran, so its outcome is
+    recorded whatever it returned.
+    """
+    items = list(batch)
+    try:
+        return pydantic_core.to_json(items, serialize_unknown=True).decode(), None
+    except Exception:  # pydantic refuses some item; find which, and keep the rest exactly
+        pass
+    data: list[object] = []
+    refused: list[str] = []
+    for index, item in enumerate(items):
+        try:
+            data.append(pydantic_core.to_jsonable_python(item, serialize_unknown=True))
+        except Exception as error:
+            data.append({"unserialisable": type(item).__name__, "repr": _described(item)})
+            refused.append(f"item {index} ({type(item).__name__}: {_first_line(error)})")
+    text = _json(data)
+    if not refused:
+        return text, None
+    return text, f"{len(refused)} of its {len(items)} items cannot be stored as JSON: {', '.join(refused)}"
+
+
+def _json(data: object) -> str:
+    # Not ASCII-escaped: json.loads would join an escaped pair of surrogate halves into one character,
+    # while raw text comes back as it was (``Lossless`` stores what UTF-8 cannot hold).
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def _described(item: object) -> str:
+    try:
+        text = repr(item)
+    except Exception as error:  # a repr that raises still leaves the type to go by
+        text = f"<{type(item).__name__} whose repr() raised {type(error).__name__}>"
+    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 1] + "…"
+
+
+def _first_line(error: Exception) -> str:
+    try:
+        lines = str(error).strip().splitlines()
+    except Exception:
+        lines = []
+    return lines[0] if lines else type(error).__name__
+
+
 def now() -> datetime:
     """The current time, UTC (every timestamp in the journal)."""
     return datetime.now(UTC)
@@ -145,8 +201,8 @@ def now() -> datetime:
 
 def insert_run(db: Connection, event: RunStarted, at: datetime) -> None:
     """Record a run's start."""
-    config = json.dumps({"tools": list(event.tools), "max_rounds": event.max_rounds})
-    loop = None if event.config is None else json.dumps(loop_config_data(event.config))
+    config = _json({"tools": list(event.tools), "max_rounds": event.max_rounds})
+    loop = None if event.config is None else _json(loop_config_data(event.config))
     db.execute(
         "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (id) DO NOTHING",
@@ -158,7 +214,7 @@ def append_event(db: Connection, event: Event, round: int | None, data: Mapping[
     """Append one event to the run's log (never updated, never deleted)."""
     db.execute(
         "INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES (?, ?, ?, ?, ?)",
-        (event.run_id, event.kind, round, db.to_db_time(at), json.dumps(data)),
+        (event.run_id, event.kind, round, db.to_db_time(at), _json(data)),
     )
 
 

@@ -22,7 +22,6 @@ from contextlib import contextmanager, suppress
 from datetime import timedelta
 from typing import Any, ParamSpec, Self, TypeVar
 
-import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from agentkit.errors import ToolError, ToolRetry, UsageError
@@ -36,6 +35,7 @@ from agentkit.journal._sql import (
     Lossless,
     abort_run,
     append_event,
+    batch_text,
     finish_run,
     folded,
     insert_proposal,
@@ -425,7 +425,7 @@ class SQLJournal:
                 f"declares Tier.{tier.name}; reject it and propose the call again"
             )
         try:
-            args = tool.args_type.model_validate_json(record.args_json)
+            args = record.args_as(tool.args_type)
         except ValidationError as invalid:
             raise DigestMismatch(
                 f"proposal {record.id!r}: the stored args no longer validate as {tool.args_type.__name__} "
@@ -455,7 +455,7 @@ class SQLJournal:
         """Record an execution's outcome for the worker holding claim ``token``: executing -> executed or failed."""
         at = now()
         after = ProposalState.EXECUTED if error is None else ProposalState.FAILED
-        batch_json = None if batch is None else pydantic_core.to_json(list(batch), serialize_unknown=True).decode()
+        batch_json, unstored = (None, None) if batch is None else batch_text(batch)
         with self._tx(write=True) as db:
             changed = db.execute(
                 "UPDATE agentkit_proposals SET state = ?, finished_at = ?, batch = ?, batch_size = ?, error = ?, "
@@ -477,7 +477,13 @@ class SQLJournal:
                     "while it ran, so this outcome was not recorded; check the tool's effect and the proposal's history"
                 )
             log_transition(db, id, ProposalState.EXECUTING, after, worker, at, error or "")
-            return self._fetch(db, id)
+            record = self._fetch(db, id)
+        if unstored is not None:
+            raise JournalError(
+                f"proposal {id!r}: the tool ran and the proposal is recorded {after.value}, but {unstored}; those "
+                "are stored described (type and repr) in its batch. Return JSON-compatible items from the tool"
+            )
+        return record
 
     def _close(self) -> None:
         """Close the connection; later calls raise ``JournalError``."""
