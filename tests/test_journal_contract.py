@@ -369,6 +369,69 @@ async def test_a_limit_below_one_is_a_usage_error(journal: Journal, limit: int) 
 # -- executing ------------------------------------------------------------------------------------
 
 
+# -- rows that do not parse ------------------------------------------------------------------------
+
+
+async def test_a_corrupt_proposal_row_is_flagged_in_listings_and_refused_by_name(journal: Journal) -> None:
+    """A row with tier 9 does not break pending(): the others are listed, it is flagged; acting on it names it."""
+    before = (await journal.propose(proposal("a", round=1))).id
+    bad = (await journal.propose(proposal("b", round=2))).id
+    after = (await journal.propose(proposal("c", round=3))).id
+    raw_sql(journal, f"UPDATE agentkit_proposals SET tier = 9 WHERE id = '{bad}'")
+    listed = await journal.pending()
+    assert [p.id for p in listed] == [before, bad, after]
+    assert [p.unreadable is None for p in listed] == [True, False, True]
+    flagged = listed[1].unreadable
+    assert flagged is not None
+    assert f"proposal {bad!r}" in flagged
+    assert "tier 9" in flagged
+    assert listed[1].tier is Tier.IRREVERSIBLE  # the placeholder fails closed
+    assert [p.id for p in await journal.proposals(limit=5)] == [before, bad, after]
+    for operation in (
+        lambda: journal.get(bad),
+        lambda: journal.approve(bad, "alice"),
+        lambda: journal.reject(bad, "alice", "broken"),
+        lambda: journal.history(bad),
+    ):
+        with pytest.raises(JournalError, match=f"proposal {bad!r} cannot be read: tier 9"):
+            await operation()
+    await journal.approve(after, "alice")  # the rest of the inbox works
+
+
+async def test_a_corrupt_run_row_is_flagged_in_runs_and_refused_by_name(journal: Journal) -> None:
+    """A run whose outcome is not an Outcome is flagged in runs(); run() raises a JournalError naming it."""
+    raw_sql(
+        journal,
+        "INSERT INTO agentkit_runs (id, agent, model, config, outcome, stop_reason) "
+        "VALUES ('bad-run', 'A', 'm', '{}', 'exploded', 'executor_done')",
+    )
+    [run] = await journal.runs()
+    assert run.unreadable is not None
+    assert "run 'bad-run'" in run.unreadable
+    assert "outcome 'exploded'" in run.unreadable
+    with pytest.raises(JournalError, match="run 'bad-run' cannot be read: outcome 'exploded'"):
+        await journal.run("bad-run")
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "shown"),
+    [("proposed_at", "'yesterday'", "proposed_at 'yesterday'"), ("round", "'two'", "round 'two'")],
+)
+async def test_a_sqlite_row_with_an_unparsable_value_is_flagged(
+    tmp_path: Path, column: str, value: str, shown: str
+) -> None:
+    """SQLite keeps any value in any column: a timestamp that does not parse, or text for a number, is flagged."""
+    journal = SQLiteJournal(tmp_path / "j.db")
+    good = (await journal.propose(proposal("a", round=1))).id
+    bad = (await journal.propose(proposal("b", round=2))).id
+    raw_sql(journal, f"UPDATE agentkit_proposals SET {column} = {value} WHERE id = '{bad}'")
+    listed = await journal.pending()
+    assert {p.id: p.unreadable is None for p in listed} == {good: True, bad: False}
+    with pytest.raises(JournalError, match=f"proposal {bad!r} cannot be read: {shown}"):
+        await journal.get(bad)
+    await journal.close()
+
+
 async def test_execute_runs_an_approved_proposal_and_records_the_batch(journal: Journal) -> None:
     """approved -> executing -> executed; the batch and the worker are on the record."""
     id = await approved(journal)

@@ -114,6 +114,10 @@ class ProposalRecord:
     resolved_at: datetime | None = None
     note: str | None = None
     """The resolution note."""
+    unreadable: str | None = None
+    """Set on a row a listing could not read (edited by hand or damaged): why, naming the row. Its
+    unreadable fields hold placeholders (``Tier.IRREVERSIBLE``, the epoch); ``get`` and every change
+    of it raise ``JournalError`` with this message."""
 
     @property
     def args(self) -> dict[str, Any]:
@@ -185,6 +189,9 @@ class RunRecord:
     """Rounds started (for an unfinished run: rounds seen so far)."""
     usage: Usage = field(default_factory=Usage)
     """Model usage (for an unfinished run: summed over the calls recorded so far)."""
+    unreadable: str | None = None
+    """Set on a row ``runs()`` could not read (edited by hand or damaged): why, naming the row; its
+    unreadable fields hold placeholders. ``run()`` raises ``JournalError`` with this message."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -255,7 +255,7 @@ class SQLJournal:
             sql += " LIMIT ?"
             params.append(limit)
         with self._tx(write=False) as db:
-            return [proposal_of(db, row) for row in db.query(sql, params)]
+            return [proposal_of(db, row, lenient=True) for row in db.query(sql, params)]
 
     def _stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
         with self._tx(write=False) as db:
@@ -263,7 +263,7 @@ class SQLJournal:
                 "SELECT * FROM agentkit_proposals WHERE state = ? AND claimed_at <= ? ORDER BY claimed_at, id",
                 (ProposalState.EXECUTING.value, db.to_db_time(now() - older_than)),
             )
-            return [proposal_of(db, row) for row in rows]
+            return [proposal_of(db, row, lenient=True) for row in rows]
 
     def _history(self, id: str) -> list[Transition]:
         with self._tx(write=False) as db:
@@ -277,7 +277,7 @@ class SQLJournal:
             rows = db.query(
                 "SELECT * FROM agentkit_runs ORDER BY COALESCE(started_at, ended_at) DESC, id LIMIT ?", (limit,)
             )
-            return [run_of(db, row) for row in rows]
+            return [run_of(db, row, lenient=True) for row in rows]
 
     def _run_row(self, db: Connection, run_id: str) -> dict[str, Any]:
         _check_id(run_id, "run")
