@@ -32,7 +32,7 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.observe import Observer, dispatch
+from agentkit.observe import Observer, dispatch, settle
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.results import RoundRecord, TieredLoopResult, Usage
@@ -422,11 +422,16 @@ async def run_core(
         )
     )
     try:
-        return await _rounds(run, box, config)
+        result = await _rounds(run, box, config)
     except BaseException as raised:
         # Cancellation and wiring mistakes propagate; observers still learn the run is over.
         run.emit(RunAborted(run_id=run.run_id, error=raised))
+        if observers:
+            await settle(observers, run.run_id)
         raise
+    if observers:
+        await settle(observers, run.run_id)
+    return result
 
 
 async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResult[Any, Any]:

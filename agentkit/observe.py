@@ -25,7 +25,7 @@ from agentkit.events import (
     ToolResultReturned,
 )
 
-__all__ = ["LoggingObserver", "Observer", "ObserverArg", "dispatch", "event_fields", "observers_of"]
+__all__ = ["LoggingObserver", "Observer", "ObserverArg", "dispatch", "event_fields", "observers_of", "settle"]
 
 logger = logging.getLogger("agentkit.observe")
 
@@ -39,6 +39,10 @@ class Observer:
     Hooks are synchronous, run on the loop's task and should be quick. An exception raised by a
     hook is logged once through ``logging`` (logger ``agentkit.observe``, level ERROR, with the
     traceback) and swallowed: it never changes the run, its items or the other observers.
+
+    ``settle`` is the one coroutine: the run awaits it after its end (or abort) was delivered and
+    before it returns, so an observer that hands events to another thread can wait there for them
+    to be done without blocking the event loop.
     """
 
     def on_event(self, event: Event) -> None:
@@ -70,6 +74,9 @@ class Observer:
 
     def on_run_abort(self, event: RunAborted) -> None:
         """A run was cancelled or raised; there is no result."""
+
+    async def settle(self, run_id: str) -> None:
+        """Awaited after the run's end (or abort) was delivered, before the run returns; returns at once here."""
 
 
 ObserverArg = Observer | Sequence[Observer] | None
@@ -127,6 +134,15 @@ def dispatch(observers: tuple[Observer, ...], event: Event) -> None:
                     event.kind,
                     event.run_id,
                 )
+
+
+async def settle(observers: tuple[Observer, ...], run_id: str) -> None:
+    """Await each observer's ``settle`` once a run ended, isolating failures as ``dispatch`` does."""
+    for observer in observers:
+        try:
+            await observer.settle(run_id)
+        except Exception:
+            logger.exception("observer %s failed to settle run %s; the run goes on", type(observer).__name__, run_id)
 
 
 def event_fields(event: Event, *, include_args: bool = True) -> dict[str, object]:

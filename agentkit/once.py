@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from agentkit.agent import Prompt, RoleSpec, ToolRoundInfo
 from agentkit.errors import AgentkitError, Throttled, UsageError
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
-from agentkit.observe import Observer, ObserverArg, dispatch, observers_of
+from agentkit.observe import Observer, ObserverArg, dispatch, observers_of, settle
 from agentkit.outcome import Outcome, StopReason
 from agentkit.results import RunEnding, ToolLoopResult, Usage
 from agentkit.structured import (
@@ -188,6 +188,17 @@ class Session:
         if error is not None:
             self.emit(RunAborted(run_id=self.run_id, error=error))
 
+    async def __aenter__(self) -> Self:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        # Leaving it awaits the observers' settle, so their record of the run is complete when it returns.
+        self.__exit__(kind, error, tb)
+        if self.observers:
+            await settle(self.observers, self.run_id)
+
     def emit(self, event: Event) -> None:
         if self.observers:
             dispatch(self.observers, event)
@@ -315,7 +326,7 @@ async def once_as(
     """``run_once`` whose model calls are reported under ``label`` when the role names no ``prompt_type``."""
     check_schema(schema, "run_once")
     role = agent.role()
-    with Session(observers_of(observer), agent=agent, role=role, max_rounds=1, label=label) as session:
+    async with Session(observers_of(observer), agent=agent, role=role, max_rounds=1, label=label) as session:
         reply = await _single_shot(caller, agent, ctx, role, schema, retry, session)
         result: OnceResult[V]
         if reply.value is None:
@@ -401,7 +412,7 @@ async def run_once_text(
         retry: Retry and fallback of the call; ``RetryPolicy()`` when omitted.
     """
     role = agent.role()
-    with Session(observers_of(observer), agent=agent, role=role, max_rounds=1) as session:
+    async with Session(observers_of(observer), agent=agent, role=role, max_rounds=1) as session:
         reply = await _single_shot(_TextAsStructured(caller), agent, ctx, role, _Text, retry, session)
         result: TextResult
         if reply.value is None:
