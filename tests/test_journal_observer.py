@@ -453,3 +453,22 @@ def test_observer_options_are_checked(journal: Journal) -> None:
         JournalObserver(journal, capacity=0)
     with pytest.raises(UsageError, match="flush_timeout"):
         JournalObserver(journal, flush_timeout=-1.0)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+async def test_an_error_whose_str_raises_is_still_recorded(journal: Journal, observer: JournalObserver) -> None:
+    """An abort whose exception cannot be turned into text is recorded, described by its type."""
+    capture = Capture()
+    result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=capture)
+    for event in capture.events[:-1]:
+        dispatch((observer,), event)
+    dispatch((observer,), RunAborted(run_id=result.run_id, error=Unprintable()))
+    await observer.settle(result.run_id)
+    assert observer.failures == 0, observer.last_error
+    run = await journal.run(result.run_id)
+    assert run.state is RunState.ABORTED
+    assert run.error == "aborted: Unprintable: <str() of the Unprintable raised RuntimeError>"

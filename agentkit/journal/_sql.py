@@ -14,7 +14,7 @@ import pydantic_core
 
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
-from agentkit.journal._events import entry_of_record, fold_events, loop_config_data
+from agentkit.journal._events import entry_of_record, fold_events, loop_config_data, said
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunState, Transition
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction, canonical_json
@@ -235,7 +235,7 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
             db.to_db_time(at),
             result.outcome.value,
             result.stop_reason.value,
-            None if result.error is None else str(result.error),
+            said(result.error),
             result.rounds,
             usage.requests,
             usage.input_tokens,
@@ -343,7 +343,7 @@ def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
     db.execute(
         "INSERT INTO agentkit_runs (id, ended_at, error) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
         "ended_at = excluded.ended_at, error = excluded.error WHERE agentkit_runs.ended_at IS NULL",
-        (event.run_id, db.to_db_time(at), f"aborted: {type(event.error).__name__}: {event.error}"),
+        (event.run_id, db.to_db_time(at), f"aborted: {type(event.error).__name__}: {said(event.error)}"),
     )
 
 
