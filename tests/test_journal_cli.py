@@ -409,3 +409,15 @@ def test_python_dash_m_agentkit_runs_the_journal_commands(db: str) -> None:
     )
     assert bad.returncode == 1
     assert "no proposal 'nope'" in bad.stderr
+
+
+@pytest.mark.parametrize(("db", "said"), [("", "path is empty"), (":memory:", "lost on close")])
+def test_an_empty_or_in_memory_db_is_refused(
+    db: str, said: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--db "" (an unset variable, say) and --db :memory: would lose every record: exit 1, naming why."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "proposals", "list", "--db", db)
+    assert (code, out) == (1, "")
+    assert said in err
+    assert list(tmp_path.iterdir()) == []
