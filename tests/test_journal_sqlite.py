@@ -6,6 +6,7 @@ SQLite file itself: its path, concurrent first opens, and reads while the write 
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import threading
 import time
@@ -120,10 +121,11 @@ def test_the_switch_to_wal_waits_for_another_opener(tmp_path: Path) -> None:
 
 
 async def test_a_read_never_waits_for_a_write_of_the_same_object(tmp_path: Path, short_busy_timeout: None) -> None:
-    """While this journal's own write waits for another connection's lock, its reads still answer at once."""
+    """While this journal's own writes wait for another connection's lock, its reads still answer at once."""
     path = tmp_path / "j.db"
     journal = SQLiteJournal(path)
     kept = await journal.propose(proposal("kept"))
+    waiting = [(await journal.propose(proposal(f"w{n}"))).id for n in range(6)]
     lock = WriteLock(path)
     writing = threading.Thread(
         target=journal.record, args=(RunStarted(run_id="r", agent="A", model="m", tools=(), max_rounds=1),)
@@ -131,15 +133,20 @@ async def test_a_read_never_waits_for_a_write_of_the_same_object(tmp_path: Path,
     try:
         writing.start()
         wait_until(journal._lock.locked)  # the write is in, waiting for the other connection
-        # Before reads had their own connection, these queued behind the write until its busy timeout.
-        assert [p.id for p in await journal.pending()] == [kept.id]
+        # More writes than the journal has threads wait behind it.
+        approvals = [asyncio.create_task(journal.approve(id, "alice")) for id in waiting]
+        await asyncio.sleep(0)
+        # Before reads had their own connection (and threads), these queued behind the writes until the busy timeout.
+        assert [p.id for p in await journal.pending()] == [kept.id, *waiting]
         assert (await journal.get(kept.id)).state is ProposalState.PENDING
         assert await journal.runs() == []
         assert writing.is_alive(), "the read answered only after the write gave up"
     finally:
         lock.release()
         writing.join()
+    await asyncio.gather(*approvals)
     assert [r.id for r in await journal.runs()] == ["r"]
+    assert await journal.pending() == [await journal.get(kept.id)]
     await journal.close()
 
 

@@ -59,8 +59,9 @@ T = TypeVar("T")
 P = ParamSpec("P")
 
 JOURNAL_THREADS = 4
-"""Threads each journal object runs its database calls in: its own, never the event loop's default
-executor, so blocking tools that hold those threads cannot starve the journal (and the reverse)."""
+"""Threads each journal object runs its database calls in, as many for reads again: its own, never
+the event loop's default executor, so blocking tools that hold those threads cannot starve the
+journal (and the reverse), and writes waiting for the database cannot hold up reads."""
 
 DEFAULT_STUCK_AFTER = timedelta(minutes=10)
 """How long a claim may stay ``executing`` before ``stuck()`` lists it by default."""
@@ -110,11 +111,13 @@ class SQLJournal:
         self._read_lock = threading.Lock()
         self._closed = False
         self._threads = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="agentkit-journal")
+        self._read_threads = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="agentkit-journal-read")
         try:
             self._migrate(create)
         except BaseException as error:
             self._close()
             self._threads.shutdown(wait=False)
+            self._read_threads.shutdown(wait=False)
             if isinstance(error, JournalError) and not isinstance(error, JournalUnavailable):
                 raise JournalUnavailable(f"cannot open the journal at {where}: {error}") from error
             raise
@@ -127,11 +130,17 @@ class SQLJournal:
     # -- plumbing -------------------------------------------------------------------------------
 
     async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """Run a blocking database call in the journal's own threads (with the caller's context)."""
+        """Run a blocking database call (one that may write) in the journal's own threads."""
+        return await self._in(self._threads, functools.partial(fn, *args, **kwargs))
+
+    async def _read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a read in threads of its own, so that writes waiting for the database never hold it up."""
+        return await self._in(self._read_threads, functools.partial(fn, *args, **kwargs))
+
+    async def _in(self, threads: ThreadPoolExecutor, fn: Callable[[], T]) -> T:
         context = contextvars.copy_context()
-        call = functools.partial(context.run, fn, *args, **kwargs)
         try:
-            future = asyncio.get_running_loop().run_in_executor(self._threads, call)
+            future = asyncio.get_running_loop().run_in_executor(threads, context.run, fn)
         except RuntimeError as closed:  # close() shut the threads down
             raise JournalError(f"the journal at {self._where} is closed; open it again") from closed
         return await future
@@ -507,19 +516,19 @@ class SQLJournal:
 
     async def get(self, id: str) -> ProposalRecord:
         """The proposal with that id; ``UnknownId`` if there is none."""
-        return await self._call(self._get, id)
+        return await self._read(self._get, id)
 
     async def pending(self) -> list[ProposalRecord]:
         """Proposals waiting for a human, oldest first."""
-        return await self._call(self._proposals, state=ProposalState.PENDING)
+        return await self._read(self._proposals, state=ProposalState.PENDING)
 
     async def proposals(self, *, state: ProposalState | None = None, limit: int | None = None) -> list[ProposalRecord]:
         """Proposals (in one state, if given), oldest first."""
-        return await self._call(self._proposals, state=state, limit=limit)
+        return await self._read(self._proposals, state=state, limit=limit)
 
     async def history(self, id: str) -> list[Transition]:
         """Every state change of the proposal, in order, with who and when."""
-        return await self._call(self._history, id)
+        return await self._read(self._history, id)
 
     async def approve(self, id: str, approved_by: str) -> ProposalRecord:
         """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing."""
@@ -535,7 +544,7 @@ class SQLJournal:
         Each carries ``claimed_by`` and ``claimed_at``. A listed execution may be slow rather than
         dead: confirm that its worker is gone before ``resolve``, or the call can run twice.
         """
-        return await self._call(self._stuck, older_than=older_than)
+        return await self._read(self._stuck, older_than=older_than)
 
     async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
         """A human's decision on an abandoned execution: executing -> executed, failed or approved (run again)."""
@@ -570,11 +579,11 @@ class SQLJournal:
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
         """The most recent runs, newest first (``limit`` >= 1, else ``UsageError``)."""
-        return await self._call(self._runs, limit=limit)
+        return await self._read(self._runs, limit=limit)
 
     async def run(self, run_id: str) -> RunRecord:
         """One run; ``UnknownId`` if the journal never saw it."""
-        return await self._call(self._run, run_id)
+        return await self._read(self._run, run_id)
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:
         """The run's rounds: from its trace once it finished, rebuilt from its events until then.
@@ -582,13 +591,14 @@ class SQLJournal:
         Raises:
             UnknownId: the journal never saw the run.
         """
-        return await self._call(self._rounds, run_id)
+        return await self._read(self._rounds, run_id)
 
     async def close(self) -> None:
         """Close the connection."""
         if not self._closed:
             await self._call(self._close)
         self._threads.shutdown(wait=False)
+        self._read_threads.shutdown(wait=False)
 
     async def __aenter__(self) -> Self:
         return self
