@@ -21,7 +21,7 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.observe import LoggingObserver, event_fields
+from agentkit.observe import LoggingObserver, event_fields, settle
 from agentkit.otel import OTelObserver
 from agentkit.results import Usage
 from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
@@ -139,3 +139,8 @@ def observers() -> None:
     logs = LoggingObserver(logging.getLogger("app"), level=logging.DEBUG, include_args=False)
     assert_type(logs, LoggingObserver)
     assert_type(event_fields(RunAborted(run_id="r", error=ValueError())), dict[str, object])
+
+
+async def observers_settle(observer: Observer, observers: tuple[Observer, ...], run_id: str) -> None:
+    assert_type(await observer.settle(run_id), None)
+    assert_type(await settle(observers, run_id), None)
