@@ -27,7 +27,7 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.events import Event, RunFinished
+from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunState, SQLiteJournal
 from agentkit.journal._sql import from_stored, to_stored
 from agentkit.journal._store import SQLJournal
@@ -268,3 +268,18 @@ def test_text_that_is_not_utf8_in_a_sqlite_file_is_read_not_refused(tmp_path: Pa
     [run] = journal._runs()
     assert run.agent == b"al\xe9".decode("utf-8", "surrogateescape")
     journal._close()
+
+
+class Hostile(Exception):
+    """An error whose text is the hostile text."""
+
+
+async def test_a_run_row_keeps_its_id_agent_model_tools_and_error_exactly(journal: Journal, text: str) -> None:
+    """A run's id, agent, model, tool names and abort error, written from events, come back exactly."""
+    run_id = f"run {text}"
+    journal.record(RunStarted(run_id=run_id, agent=f"agent {text}", model=f"model {text}", tools=(text,), max_rounds=2))
+    journal.record(RunAborted(run_id=run_id, error=Hostile(text)))
+    run = await journal.run(run_id)
+    assert (run.id, run.agent, run.model, run.config["tools"]) == (run_id, f"agent {text}", f"model {text}", [text])
+    assert (run.state, run.error) == (RunState.ABORTED, f"aborted: Hostile: {text}")
+    assert [r.id for r in await journal.runs()] == [run_id]
