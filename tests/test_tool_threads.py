@@ -10,8 +10,21 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from pydantic import BaseModel
 
-from agentkit import Tier, ToolError, _tool_threads, tool
+from agentkit import (
+    LoopConfig,
+    Prompt,
+    RoleSpec,
+    StopReason,
+    Tier,
+    ToolError,
+    ToolRoundInfo,
+    ToolTimeout,
+    _tool_threads,
+    tool,
+)
 from agentkit.journal import Journal
+from agentkit.loop import run_tool_loop_sync
+from agentkit.testing import ScriptedCaller, call_step
 from agentkit.tools import FunctionTool
 
 
@@ -110,3 +123,29 @@ async def test_a_cancelled_wait_for_a_thread_passes_its_turn_on(
     gate.set()
     assert await asyncio.wait_for(asyncio.gather(*running, last), 30) == [["a"], ["b"], ["last"]]
     assert waiting.cancelled()
+
+
+class Quiet:
+    """An executor that renders nothing interesting."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: None, info: ToolRoundInfo[str]) -> Prompt:
+        return Prompt(system="s", dynamic="d")
+
+
+def test_the_sync_loop_returns_while_a_timed_out_tool_thread_still_runs(gate: threading.Event) -> None:
+    """``asyncio.run`` no longer waits for a stuck blocking tool: the TOOL_ERROR result comes back while it hangs."""
+
+    @tool(tier=Tier.READ_ONLY, in_thread=True, name="stuck")
+    def stuck(args: Wait) -> list[str]:
+        gate.wait(timeout=10)
+        return []
+
+    caller = ScriptedCaller([call_step(Wait(label="x"))])
+    result = run_tool_loop_sync(caller, Quiet(), stuck, None, LoopConfig(tool_timeout=0.05))
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    assert isinstance(result.error, ToolTimeout)
+    # Before, the default executor held the thread and asyncio.run waited for it to return.
+    assert any(t.name == "agentkit-tool-stuck" and t.is_alive() for t in threading.enumerate())
