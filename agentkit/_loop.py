@@ -410,7 +410,7 @@ async def run_core(
     session = RunSession(
         observers, agent=agent, role=role, max_rounds=config.max_rounds, tools=tuple(box.tools), config=config
     )
-    with session:
+    async with session:
         # Cancellation and wiring mistakes propagate; the session tells observers the run is over.
         return await _rounds(_Run(session, caller, agent, box, ctx, config, same, may_propose), box, config)
 

@@ -23,7 +23,7 @@ from agentkit.agent import Prompt, RoleSpec
 from agentkit.config import LoopConfig
 from agentkit.errors import AgentkitError, ExecutorError, Throttled, UsageError
 from agentkit.events import Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
-from agentkit.observe import ModelCall, Observer, dispatch, observed
+from agentkit.observe import ModelCall, Observer, dispatch, observed, settle
 from agentkit.outcome import StopReason
 from agentkit.results import RunEnding, Usage
 from agentkit.structured import (
@@ -92,9 +92,10 @@ class _Counted:
 
 
 class RunSession:
-    """The parts every run shares. As a context manager it reports the start, and an abort when
-    the run is left by an exception (cancellation, a ``UsageError``) so observers can close what
-    they opened; ``finish`` reports the result."""
+    """The parts every run shares. As an async context manager it reports the start, an abort
+    when the run is left by an exception (cancellation, a ``UsageError``) so observers can close
+    what they opened, and awaits every observer's ``settle`` on the way out; ``finish`` reports
+    the result."""
 
     def __init__(
         self,
@@ -121,13 +122,19 @@ class RunSession:
             config=config,
         )
 
-    def __enter__(self) -> Self:
+    async def __aenter__(self) -> Self:
         self.emit(self._start)
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if error is not None:
             self.emit(RunAborted(run_id=self.run_id, error=error))
+        if self.observers:
+            # Awaited after the end (or abort) was delivered, so an observer's record of the run (a
+            # journal write) is complete when the run returns, without blocking the event loop.
+            await settle(self.observers, self.run_id)
 
     def emit(self, event: Event) -> None:
         """Deliver ``event`` to the observers (a no-op without them)."""

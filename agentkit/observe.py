@@ -49,6 +49,7 @@ __all__ = [
     "event_fields",
     "observed",
     "observers_of",
+    "settle",
 ]
 
 logger = logging.getLogger("agentkit.observe")
@@ -99,6 +100,10 @@ class Observer:
     Hooks are synchronous, run on the loop's task and should be quick. An exception raised by a
     hook is logged once through ``logging`` (logger ``agentkit.observe``, level ERROR, with the
     traceback) and swallowed: it never changes the run, its items or the other observers.
+
+    ``settle`` is the one coroutine: the run awaits it after its end (or abort) was delivered and
+    before it returns, so an observer that hands events to another thread can wait there for them
+    to be done without blocking the event loop.
     """
 
     def on_event(self, event: Event) -> None:
@@ -140,6 +145,9 @@ class Observer:
         a hook's, and an exit can never swallow the work's exception.
         """
         return contextlib.nullcontext()
+
+    async def settle(self, run_id: str) -> None:
+        """Awaited after the run's end (or abort) was delivered, before the run returns; returns at once here."""
 
 
 ObserverArg = Observer | Sequence[Observer] | None
@@ -250,6 +258,15 @@ async def observed(observers: tuple[Observer, ...], call: ModelCall | ToolInvoca
         result = await work
         call.result = result
         return result
+
+
+async def settle(observers: tuple[Observer, ...], run_id: str) -> None:
+    """Await each observer's ``settle`` once a run ended, isolating failures as ``dispatch`` does."""
+    for observer in observers:
+        try:
+            await observer.settle(run_id)
+        except Exception:
+            logger.exception("observer %s failed to settle run %s; the run goes on", type(observer).__name__, run_id)
 
 
 def event_fields(event: Event, *, include_args: bool = True) -> dict[str, object]:

@@ -151,7 +151,7 @@ async def once_as(
     """``run_once`` whose model calls are reported under ``label`` when the role names no ``prompt_type``."""
     check_schema(schema, "run_once")
     role = agent.role()
-    with RunSession(observers_of(observer), agent=agent, role=role, max_rounds=1, label=label) as session:
+    async with RunSession(observers_of(observer), agent=agent, role=role, max_rounds=1, label=label) as session:
         reply = await _single_shot(caller, agent, ctx, schema, retry, session)
         if reply.value is None:
             return session.finish(OnceResult(value=None, **_failed(reply, session)))
@@ -247,7 +247,7 @@ async def run_once_text(
         retry: Retry and fallback of the call; ``RetryPolicy()`` when omitted.
     """
     role = agent.role()
-    with RunSession(observers_of(observer), agent=agent, role=role, max_rounds=1) as session:
+    async with RunSession(observers_of(observer), agent=agent, role=role, max_rounds=1) as session:
         reply = await _single_shot(_TextAsStructured(caller), agent, ctx, _Text, retry, session)
         if reply.value is None:
             return session.finish(TextResult(text=None, **_failed(reply, session)))

@@ -224,7 +224,7 @@ async def pair(
     check_schema(schema, "pair")
     config = config or PairConfig()
     run = _PairRun(executor, schema, config, observers_of(observer))
-    with run.session:
+    async with run.session:
         return await _rounds(run, caller, verifier, ctx, same or same_args)
 
 

@@ -32,9 +32,10 @@ def call_digest(tool_name: str, args: BaseModel) -> str:
     """SHA-256 of the tool name and the canonical JSON of the arguments (``canonical_json``).
 
     The same call always has the same digest, and any change to the name or to one argument
-    changes it.
+    changes it. Text that is not UTF-8 (lone surrogates, as ``surrogateescape`` makes of bytes)
+    is hashed as its ``surrogatepass`` bytes; UTF-8 text hashes as before.
     """
-    return hashlib.sha256(f"{tool_name}\n{canonical_json(args)}".encode()).hexdigest()
+    return hashlib.sha256(f"{tool_name}\n{canonical_json(args)}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class ProposedAction(BaseModel, Generic[Args]):

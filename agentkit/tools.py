@@ -65,14 +65,17 @@ class FunctionTool(Generic[Args, R]):
     fn: Callable[[Args], Sequence[R]] | Callable[[Args], Awaitable[Sequence[R]]]
     """The decorated function."""
     in_thread: bool = False
-    """Run a sync function in a worker thread (for blocking I/O)."""
+    """Run a sync function in one of agentkit's threads for blocking tools (for blocking I/O; at most
+    ``TOOL_THREADS``, 32, at once in a process, see ``docs/concepts.md``)."""
 
     async def call(self, args: Args) -> Sequence[R]:
         """Run the function with ``args``."""
         if self.in_thread:
-            import asyncio  # kept off `import agentkit`: asyncio costs more than the rest
+            # Kept off `import agentkit` (asyncio costs more than the rest). Agentkit's own bounded threads,
+            # not the default executor: a call that timed out keeps its thread until it returns.
+            from agentkit._tool_threads import run_in_tool_thread
 
-            result: Any = await asyncio.to_thread(self.fn, args)
+            result: Any = await run_in_tool_thread(self.fn, args, name=self.name)
         else:
             result = self.fn(args)
         if inspect.isawaitable(result):

@@ -12,7 +12,17 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from agentkit import AfterProposal, LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, run_tool_loop_tiered, tool
+from agentkit import (
+    AfterProposal,
+    LoopConfig,
+    Prompt,
+    ProposedAction,
+    RoleSpec,
+    Tier,
+    ToolRoundInfo,
+    run_tool_loop_tiered,
+    tool,
+)
 from agentkit.cli import main
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
 from agentkit.journal._store import SQLJournal
@@ -154,6 +164,52 @@ def test_proposals_list_shows_the_inbox_and_filters_by_state(db: str, capsys: py
     assert [line.split()[0] for line in out.splitlines()[1:]] == [second.id]
     _, out, _ = cli(capsys, "proposals", "list", "--state", "executed", "--db", db)
     assert out.startswith("no executed proposals")
+
+
+def test_proposals_list_flags_a_corrupt_row_without_a_traceback(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A hand-edited row (tier 9, a timestamp that does not parse) is listed as unreadable, the rest as usual."""
+    record_run(db, "/tmp/a", "/tmp/b", "/tmp/c")
+    first, second, third = inbox(db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE agentkit_proposals SET tier = 9, proposed_at = 'soon' WHERE id = ?", (second.id,))
+    code, out, err = cli(capsys, "proposals", "list", "--db", db)
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    # ORDER BY proposed_at puts the damaged timestamp where its text sorts: listed all the same.
+    assert dict(line.split()[:2] for line in lines[1:4]) == {
+        first.id: "pending",
+        second.id: "unreadable",
+        third.id: "pending",
+    }
+    [why] = [line for line in lines[4:] if line]
+    assert why.startswith(f"unreadable: proposal {second.id!r} cannot be read: tier 9")
+    assert "proposed_at 'soon'" in why
+    code, _, err = cli(capsys, "proposals", "show", second.id, "--db", db)
+    assert code == 1
+    assert err.startswith(f"agentkit: error: proposal {second.id!r} cannot be read")
+
+
+def test_text_a_terminal_cannot_show_is_printed_escaped(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """NUL and lone surrogates in stored text are printed escaped, never as a crash."""
+    hostile = "/tmp/a\x00\udcff"
+
+    async def propose() -> None:
+        journal = open_journal(db)
+        action = ProposedAction[Target].create(
+            tool_name="delete", tier=Tier.IRREVERSIBLE, args=Target(path=hostile), rationale=f"{hostile} stale", round=1
+        )
+        await journal.propose(action)
+        await journal.close()
+
+    asyncio.run(propose())
+    [p] = inbox(db)
+    code, out, err = cli(capsys, "proposals", "list", "--db", db)
+    assert (code, err) == (0, "")
+    assert '{"path":"/tmp/a\\u0000\\udcff"}' in out  # JSON escapes NUL itself
+    code, out, _ = cli(capsys, "proposals", "show", p.id, "--db", db)
+    assert code == 0
+    assert "/tmp/a\\x00\\udcff stale" in out
+    out.encode("utf-8")
 
 
 def test_proposals_show_prints_the_call_its_digest_and_its_history(db: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -353,3 +409,15 @@ def test_python_dash_m_agentkit_runs_the_journal_commands(db: str) -> None:
     )
     assert bad.returncode == 1
     assert "no proposal 'nope'" in bad.stderr
+
+
+@pytest.mark.parametrize(("db", "said"), [("", "path is empty"), (":memory:", "lost on close")])
+def test_an_empty_or_in_memory_db_is_refused(
+    db: str, said: str, capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--db "" (an unset variable, say) and --db :memory: would lose every record: exit 1, naming why."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(capsys, "proposals", "list", "--db", db)
+    assert (code, out) == (1, "")
+    assert said in err
+    assert list(tmp_path.iterdir()) == []

@@ -109,6 +109,19 @@ def race_worker(url: str, id: str, log: str, barrier: Barrier) -> None:
     raise SystemExit(asyncio.run(main()))
 
 
+def fresh_opener(paths: list[str], barrier: Barrier) -> None:
+    """Open each fresh journal in ``paths`` at the same moment as the other openers; exit 1 on the first failure."""
+
+    async def main() -> int:
+        for path in paths:
+            barrier.wait(timeout=120)
+            journal = open_journal(path)
+            await journal.close()
+        return 0
+
+    raise SystemExit(asyncio.run(main()))
+
+
 def hanging_executor(url: str, id: str, log: str) -> None:
     """Claim the proposal and hang inside the tool, to be killed there."""
 
@@ -211,6 +224,19 @@ async def test_eight_processes_racing_to_execute_run_the_tool_exactly_once(
     claims = [t for t in await journal.history(id) if t.to_state is ProposalState.EXECUTING]
     assert len(claims) == 1
     assert claims[0].actor == record.claimed_by
+
+
+def test_twelve_processes_opening_a_fresh_sqlite_journal_at_once_all_succeed(tmp_path: Path) -> None:
+    """Twelve processes create the same fresh SQLite journal at once, ten times over: every open succeeds."""
+    openers = 12
+    paths = [str(tmp_path / f"fresh-{i}.db") for i in range(10)]
+    barrier = SPAWN.Barrier(openers)
+    processes = [SPAWN.Process(target=fresh_opener, args=(paths, barrier)) for _ in range(openers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=180)
+    assert [process.exitcode for process in processes] == [0] * openers
 
 
 async def test_a_worker_killed_mid_execution_leaves_the_proposal_surfaced_never_rerun(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import sqlite3
 import threading
 from collections.abc import Awaitable, Callable
@@ -369,6 +370,69 @@ async def test_a_limit_below_one_is_a_usage_error(journal: Journal, limit: int) 
 # -- executing ------------------------------------------------------------------------------------
 
 
+# -- rows that do not parse ------------------------------------------------------------------------
+
+
+async def test_a_corrupt_proposal_row_is_flagged_in_listings_and_refused_by_name(journal: Journal) -> None:
+    """A row with tier 9 does not break pending(): the others are listed, it is flagged; acting on it names it."""
+    before = (await journal.propose(proposal("a", round=1))).id
+    bad = (await journal.propose(proposal("b", round=2))).id
+    after = (await journal.propose(proposal("c", round=3))).id
+    raw_sql(journal, f"UPDATE agentkit_proposals SET tier = 9 WHERE id = '{bad}'")
+    listed = await journal.pending()
+    assert [p.id for p in listed] == [before, bad, after]
+    assert [p.unreadable is None for p in listed] == [True, False, True]
+    flagged = listed[1].unreadable
+    assert flagged is not None
+    assert f"proposal {bad!r}" in flagged
+    assert "tier 9" in flagged
+    assert listed[1].tier is Tier.IRREVERSIBLE  # the placeholder fails closed
+    assert [p.id for p in await journal.proposals(limit=5)] == [before, bad, after]
+    for operation in (
+        lambda: journal.get(bad),
+        lambda: journal.approve(bad, "alice"),
+        lambda: journal.reject(bad, "alice", "broken"),
+        lambda: journal.history(bad),
+    ):
+        with pytest.raises(JournalError, match=f"proposal {bad!r} cannot be read: tier 9"):
+            await operation()
+    await journal.approve(after, "alice")  # the rest of the inbox works
+
+
+async def test_a_corrupt_run_row_is_flagged_in_runs_and_refused_by_name(journal: Journal) -> None:
+    """A run whose outcome is not an Outcome is flagged in runs(); run() raises a JournalError naming it."""
+    raw_sql(
+        journal,
+        "INSERT INTO agentkit_runs (id, agent, model, config, outcome, stop_reason) "
+        "VALUES ('bad-run', 'A', 'm', '{}', 'exploded', 'executor_done')",
+    )
+    [run] = await journal.runs()
+    assert run.unreadable is not None
+    assert "run 'bad-run'" in run.unreadable
+    assert "outcome 'exploded'" in run.unreadable
+    with pytest.raises(JournalError, match="run 'bad-run' cannot be read: outcome 'exploded'"):
+        await journal.run("bad-run")
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "shown"),
+    [("proposed_at", "'yesterday'", "proposed_at 'yesterday'"), ("round", "'two'", "round 'two'")],
+)
+async def test_a_sqlite_row_with_an_unparsable_value_is_flagged(
+    tmp_path: Path, column: str, value: str, shown: str
+) -> None:
+    """SQLite keeps any value in any column: a timestamp that does not parse, or text for a number, is flagged."""
+    journal = SQLiteJournal(tmp_path / "j.db")
+    good = (await journal.propose(proposal("a", round=1))).id
+    bad = (await journal.propose(proposal("b", round=2))).id
+    raw_sql(journal, f"UPDATE agentkit_proposals SET {column} = {value} WHERE id = '{bad}'")
+    listed = await journal.pending()
+    assert {p.id: p.unreadable is None for p in listed} == {good: True, bad: False}
+    with pytest.raises(JournalError, match=f"proposal {bad!r} cannot be read: {shown}"):
+        await journal.get(bad)
+    await journal.close()
+
+
 async def test_execute_runs_an_approved_proposal_and_records_the_batch(journal: Journal) -> None:
     """approved -> executing -> executed; the batch and the worker are on the record."""
     id = await approved(journal)
@@ -418,6 +482,36 @@ async def test_a_failing_tool_marks_the_proposal_failed_with_the_error(journal: 
     with pytest.raises(TransitionRefused, match="it is failed"):
         await journal.execute(id, wipe)
     assert len(ran) == 1
+
+
+class Opaque:
+    """An item whose repr is all there is to store of it."""
+
+    def __repr__(self) -> str:
+        return "Opaque()"
+
+
+async def test_a_batch_json_cannot_hold_is_recorded_described_and_raises_journal_error(journal: Journal) -> None:
+    """The tool ran: a batch with bytes that are not UTF-8 ends executed, those items described, JournalError raised."""
+
+    @tool(tier=Tier.IRREVERSIBLE, name="wipe")
+    def wipe_to_bytes(args: Wipe) -> list[object]:
+        ran.append(args)
+        return ["kept \x00 \udcff", b"\xff\xfe", Opaque()]
+
+    id = await approved(journal)
+    with pytest.raises(JournalError, match=r"recorded executed, but 1 of its 3 items cannot be stored") as raised:
+        await journal.execute(id, wipe_to_bytes)
+    assert "item 1 (bytes" in str(raised.value)
+    record = await journal.get(id)
+    assert (record.state, record.batch_size, len(ran)) == (ProposalState.EXECUTED, 3, 1)
+    assert record.batch_json is not None
+    assert json.loads(record.batch_json) == [
+        "kept \x00 \udcff",
+        {"unserialisable": "bytes", "repr": "b'\\xff\\xfe'"},
+        "Opaque()",
+    ]
+    assert await journal.stuck(older_than=timedelta(0)) == []
 
 
 async def test_tampered_args_are_refused_and_nothing_runs(journal: Journal) -> None:
@@ -570,7 +664,10 @@ async def test_cancelling_execute_during_the_claim_leaves_it_executing_and_the_t
     finally:
         claim_gate.armed = False
         claim_gate.release.set()
-    record = await journal.get(id)  # waits for the claim's transaction to finish
+    # The claim's thread holds the write lock since the gate: a write waits for its transaction to end
+    # (a read would not: reads never wait for writes).
+    await journal.propose(proposal("other"))
+    record = await journal.get(id)
     assert (record.state, record.claimed_by) == (ProposalState.EXECUTING, "cancelled-worker")
     assert calls == []
     assert [p.id for p in await journal.stuck(older_than=timedelta(0))] == [id]

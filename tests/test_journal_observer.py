@@ -29,7 +29,7 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.events import Event, RunAborted
+from agentkit.events import Event, RunAborted, RunFinished
 from agentkit.journal import Journal, JournalError, JournalObserver, ProposalState, RunState, open_journal
 from agentkit.journal._store import SQLJournal
 from agentkit.observe import Observer, dispatch
@@ -239,8 +239,9 @@ async def test_an_aborted_run_is_recorded_as_aborted(journal: Journal, observer:
     result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=capture)
     for event in capture.events[:-1]:
         dispatch((observer,), event)
-    # The abort hook waits for the writer, so the record is complete when it returns.
+    # A run awaits its observers' settle after the abort hook: then the record is complete.
     dispatch((observer,), RunAborted(run_id=result.run_id, error=asyncio.CancelledError("shutting down")))
+    await observer.settle(result.run_id)
     run = await journal.run(result.run_id)
     assert (run.state, run.outcome, run.stop_reason) == (RunState.ABORTED, None, None)
     assert run.error == "aborted: CancelledError: shutting down"
@@ -359,6 +360,53 @@ async def test_a_busy_database_never_stalls_the_event_loop(journal: Journal, jou
     assert observer.failures == 0
 
 
+class EndWatch(Observer):
+    """Notes the moment the run's end reaches the observers."""
+
+    def __init__(self) -> None:
+        self.ended = False
+
+    def on_run_end(self, event: RunFinished) -> None:
+        self.ended = True
+
+
+async def test_the_end_of_run_wait_for_a_busy_database_leaves_the_event_loop_free(
+    journal: Journal, journal_url: str
+) -> None:
+    """While the run waits for its record at its end, other tasks run: here, the very task that frees the database.
+
+    The other connection holds the write lock until a ticker task has ticked ten times after the
+    run's end was delivered. A hook that blocked the event loop would keep the ticker from ticking:
+    the lock would stay until the flush gave up, and the run would return with its record incomplete.
+    """
+    lock = WriteLock(journal_url)
+    watch = EndWatch()
+    ticks_after_end = 0
+
+    async def ticker() -> None:
+        nonlocal ticks_after_end
+        while ticks_after_end < 10:
+            if watch.ended:
+                ticks_after_end += 1
+            await asyncio.sleep(0)
+        lock.release("ticker")
+
+    ticking = asyncio.create_task(ticker())
+    try:
+        with JournalObserver(journal, flush_timeout=20) as observer:
+            result = await run_tool_loop_tiered(
+                script(), Planner(), [search, delete], None, CONTINUE, observer=[watch, observer]
+            )
+            run = await journal.run(result.run_id)
+    finally:
+        ticking.cancel()
+        lock.release("test end")
+    assert (ticks_after_end, lock.released_by) == (10, "ticker")
+    # The run returned only once its record was complete.
+    assert (run.state, run.rounds, run.usage) == (RunState.FINISHED, 3, result.usage)
+    assert observer.failures == 0
+
+
 async def test_a_full_queue_drops_events_without_changing_the_run(
     journal: Journal, journal_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -405,3 +453,22 @@ def test_observer_options_are_checked(journal: Journal) -> None:
         JournalObserver(journal, capacity=0)
     with pytest.raises(UsageError, match="flush_timeout"):
         JournalObserver(journal, flush_timeout=-1.0)
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError("no text for you")
+
+
+async def test_an_error_whose_str_raises_is_still_recorded(journal: Journal, observer: JournalObserver) -> None:
+    """An abort whose exception cannot be turned into text is recorded, described by its type."""
+    capture = Capture()
+    result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=capture)
+    for event in capture.events[:-1]:
+        dispatch((observer,), event)
+    dispatch((observer,), RunAborted(run_id=result.run_id, error=Unprintable()))
+    await observer.settle(result.run_id)
+    assert observer.failures == 0, observer.last_error
+    run = await journal.run(result.run_id)
+    assert run.state is RunState.ABORTED
+    assert run.error == "aborted: Unprintable: <str() of the Unprintable raised RuntimeError>"

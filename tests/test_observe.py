@@ -711,3 +711,44 @@ async def test_a_failing_around_never_changes_the_run(how: str, caplog: pytest.L
     assert [kind for kind, *_ in wrapping.seen] == ["ModelCall", "ToolInvocation", "ModelCall", "ToolInvocation"]
     failures = [r for r in caplog.records if "BrokenAround" in r.getMessage()]
     assert len(failures) == (0 if how == "swallow" else 3 if how == "exit" else 4)
+
+
+class Settling(Observer):
+    """Notes each run it was asked to settle, after yielding to the loop once (as a real wait would)."""
+
+    def __init__(self) -> None:
+        self.ended: list[str] = []
+        self.settled: list[tuple[str, bool]] = []
+
+    def on_event(self, event: Event) -> None:
+        if isinstance(event, RunFinished | RunAborted):
+            self.ended.append(event.run_id)
+
+    async def settle(self, run_id: str) -> None:
+        await asyncio.sleep(0)
+        self.settled.append((run_id, run_id in self.ended))
+
+
+async def test_a_run_awaits_its_observers_settle_after_its_end() -> None:
+    """Before a run returns, each observer's settle is awaited once, after the end was delivered."""
+    settling = Settling()
+    caller = ScriptedCaller([call_step(Query(query="a")), done_step()])
+    result = await run_tool_loop(caller, Finder(), search, "ctx", observer=settling)
+    assert settling.settled == [(result.run_id, True)]
+
+
+async def test_a_raising_run_awaits_settle_too_and_a_failing_settle_changes_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An aborted run settles its observers before raising; a settle that raises is logged and skipped."""
+
+    class Broken(Observer):
+        async def settle(self, run_id: str) -> None:
+            raise RuntimeError("settle failed")
+
+    settling = Settling()
+    observers = [Broken(), settling]
+    with caplog.at_level(logging.ERROR, logger="agentkit.observe"), pytest.raises(UsageError):
+        await run_tool_loop(ScriptedCaller([]), Finder(), search, "ctx", LoopConfig(retry=NO_WAIT), observer=observers)
+    assert [after_end for _, after_end in settling.settled] == [True]
+    assert any("failed to settle" in r.getMessage() for r in caplog.records)

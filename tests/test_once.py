@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -387,3 +388,19 @@ async def test_http_429_over_the_wire_is_throttled_after_one_request() -> None:
     assert isinstance(result.error, Throttled)
     assert result.error.retry_after == 7
     assert len(server.requests) == 1
+
+
+class Settling(Observer):
+    def __init__(self) -> None:
+        self.settled: list[str] = []
+
+    async def settle(self, run_id: str) -> None:
+        await asyncio.sleep(0)
+        self.settled.append(run_id)
+
+
+async def test_run_once_awaits_its_observers_settle_before_returning() -> None:
+    """A single shot settles its observers (a journal writes its record) before it returns."""
+    settling = Settling()
+    result = await run_once(ScriptedCaller([{"label": "spam"}]), Classifier(), "x", schema=Label, observer=settling)
+    assert settling.settled == [result.run_id]

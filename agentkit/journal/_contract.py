@@ -8,6 +8,7 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit.errors import UsageError
 from agentkit.events import Event
 from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
 from agentkit.journal._store import DEFAULT_STUCK_AFTER
@@ -96,22 +97,27 @@ class Journal(Protocol):
         ...
 
 
-def open_journal(url: str | os.PathLike[str], *, create: bool = True) -> Journal:
+def open_journal(url: str | os.PathLike[str], *, create: bool = True, in_memory: bool = False) -> Journal:
     """Open the journal at ``url``: a ``postgresql://`` URL, or else the path of a SQLite file.
 
     Args:
-        url: Where the journal lives.
+        url: Where the journal lives. An empty path is refused, and so is ``":memory:"`` unless
+            ``in_memory=True`` says that a journal lost on close is what you want.
         create: Create the database's schema (and a SQLite file) when missing; ``False`` refuses
             instead, as the command line does.
+        in_memory: Open SQLite's ``":memory:"`` database (``url`` must be ``":memory:"``).
 
     Raises:
+        UsageError: an empty path, or ``":memory:"`` without ``in_memory=True``.
         JournalUnavailable: see ``SQLiteJournal`` and ``PostgresJournal``.
     """
     target = os.fspath(url)
-    if target.startswith(_POSTGRES_SCHEMES):
+    if isinstance(target, str) and target.startswith(_POSTGRES_SCHEMES):
+        if in_memory:
+            raise UsageError("in_memory=True is for SQLite's ':memory:' database, not a PostgreSQL URL")
         from agentkit.journal._postgres import PostgresJournal
 
         return PostgresJournal(target, create=create)
     from agentkit.journal._sqlite import SQLiteJournal
 
-    return SQLiteJournal(target, create=create)
+    return SQLiteJournal(target, create=create, in_memory=in_memory)

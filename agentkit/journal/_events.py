@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass, replace
-from typing import Any, assert_never
+from typing import Any, assert_never, overload
 
 from agentkit.config import LoopConfig
 from agentkit.events import (
@@ -25,7 +25,7 @@ from agentkit.proposals import canonical_json
 from agentkit.results import RoundRecord, Usage
 from agentkit.tiers import Tier
 
-__all__ = ["entry_of_record", "event_data", "fold_events", "loop_config_data"]
+__all__ = ["entry_of_record", "event_data", "fold_events", "loop_config_data", "said"]
 
 
 def loop_config_data(config: LoopConfig) -> dict[str, Any]:
@@ -47,6 +47,20 @@ def _plain(value: object) -> Any:
     return repr(value)
 
 
+@overload
+def said(error: BaseException) -> str: ...
+@overload
+def said(error: None) -> None: ...
+def said(error: BaseException | None) -> str | None:
+    """The error's text for the journal, even when its ``__str__`` raises (the record must not fail with it)."""
+    if error is None:
+        return None
+    try:
+        return str(error)
+    except Exception as broken:
+        return f"<str() of the {type(error).__name__} raised {type(broken).__name__}>"
+
+
 def _usage(usage: Usage) -> dict[str, int]:
     return {"requests": usage.requests, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
 
@@ -61,12 +75,12 @@ def event_data(event: Event) -> tuple[int | None, dict[str, Any]]:
         case LLMCallFinished():
             data: dict[str, Any] = {"role": event.role, "model": event.model, "attempt": event.attempt}
             data |= {"seconds": event.seconds, "usage": _usage(event.usage)}
-            return event.round, data | {"error": None if event.error is None else str(event.error)}
+            return event.round, data | {"error": said(event.error)}
         case ToolCallStarted():
             return event.round, {"tool": event.tool_name, "tier": int(event.tier), "args": canonical_json(event.args)}
         case ToolResultReturned():
             data = {"tool": event.tool_name, "batch_size": event.batch_size, "seconds": event.seconds}
-            data |= {"observation": event.observation, "error": None if event.error is None else str(event.error)}
+            data |= {"observation": event.observation, "error": said(event.error)}
             return event.round, data
         case ProposalCaptured():
             p = event.proposal
@@ -79,10 +93,10 @@ def event_data(event: Event) -> tuple[int | None, dict[str, Any]]:
             data = {"outcome": result.outcome.value, "stop_reason": result.stop_reason.value, "rounds": result.rounds}
             return None, data | {
                 "usage": _usage(result.usage),
-                "error": None if result.error is None else str(result.error),
+                "error": said(result.error),
             }
         case RunAborted():
-            return None, {"error": f"{type(event.error).__name__}: {event.error}"}
+            return None, {"error": f"{type(event.error).__name__}: {said(event.error)}"}
         case _:
             assert_never(event)
 

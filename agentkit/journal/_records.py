@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -113,6 +114,10 @@ class ProposalRecord:
     resolved_at: datetime | None = None
     note: str | None = None
     """The resolution note."""
+    unreadable: str | None = None
+    """Set on a row a listing could not read (edited by hand or damaged): why, naming the row. Its
+    unreadable fields hold placeholders (``Tier.IRREVERSIBLE``, the epoch); ``get`` and every change
+    of it raise ``JournalError`` with this message."""
 
     @property
     def args(self) -> dict[str, Any]:
@@ -122,7 +127,21 @@ class ProposalRecord:
 
     def args_as(self, args_type: type[Args]) -> Args:
         """The arguments validated as ``args_type`` (the tool's ``args_type``)."""
-        return args_type.model_validate_json(self.args_json)
+        return validate_args(args_type, self.args_json)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def validate_args(args_type: type[Args], args_json: str) -> Args:
+    """Validate stored args as JSON; args holding text that is not UTF-8 (lone surrogates) from the parsed data.
+
+    The JSON parser refuses lone surrogates, which ``canonical_json`` writes as they are; for those
+    (rare) args the data ``json.loads`` gives is validated instead, as a tool call's args are.
+    """
+    if _SURROGATE.search(args_json) is None:
+        return args_type.model_validate_json(args_json)
+    return args_type.model_validate(json.loads(args_json))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -170,6 +189,9 @@ class RunRecord:
     """Rounds started (for an unfinished run: rounds seen so far)."""
     usage: Usage = field(default_factory=Usage)
     """Model usage (for an unfinished run: summed over the calls recorded so far)."""
+    unreadable: str | None = None
+    """Set on a row ``runs()`` could not read (edited by hand or damaged): why, naming the row; its
+    unreadable fields hold placeholders. ``run()`` raises ``JournalError`` with this message."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

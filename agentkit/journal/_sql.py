@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import pydantic_core
+
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
-from agentkit.journal._events import entry_of_record, fold_events, loop_config_data
+from agentkit.journal._events import entry_of_record, fold_events, loop_config_data, said
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunState, Transition
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction, canonical_json
@@ -20,10 +24,13 @@ from agentkit.tiers import Tier
 __all__ = [
     "OPEN_STATES",
     "Connection",
+    "Lossless",
     "abort_run",
     "append_event",
+    "batch_text",
     "finish_run",
     "folded",
+    "from_stored",
     "insert_proposal",
     "insert_run",
     "log_transition",
@@ -31,6 +38,7 @@ __all__ = [
     "proposal_of",
     "round_of",
     "run_of",
+    "to_stored",
     "transition_of",
 ]
 
@@ -57,6 +65,136 @@ class Connection(Protocol):
     def close(self) -> None: ...
 
 
+_ESCAPE = "\uffff"
+"""Starts an escape in stored text: a Unicode noncharacter, never meant to appear in interchanged text."""
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff\uffff]")
+"""What PostgreSQL text cannot hold (NUL), what no UTF-8 database can (lone surrogates, such as the
+``surrogateescape`` form of non-UTF-8 bytes), and the escape character itself."""
+_ESCAPED = re.compile("\uffff([0-9a-f]{4})")
+
+
+def to_stored(text: str) -> str:
+    """``text`` in a form every backend stores as is; ``from_stored`` gives ``text`` back exactly.
+
+    Text without NUL, lone surrogates or U+FFFF is stored unchanged (so equality in SQL, and
+    every row written before, keep working); each of those characters becomes U+FFFF and its four
+    hex digits.
+    """
+    if _UNSTORABLE.search(text) is None:
+        return text
+    return _UNSTORABLE.sub(lambda found: f"{_ESCAPE}{ord(found.group()):04x}", text)
+
+
+def from_stored(text: str) -> str:
+    """The text ``to_stored`` was given."""
+    if _ESCAPE not in text:
+        return text
+    return _ESCAPED.sub(lambda found: chr(int(found.group(1), 16)), text)
+
+
+class Lossless:
+    """A ``Connection`` that stores every text parameter with ``to_stored`` and reads it back with ``from_stored``.
+
+    Every text field of the journal goes through here, on every backend, so none of them can lose a
+    character or fail a write (and leave a proposal or a run half-recorded) because of what it holds.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.inner = conn
+        """The backend's connection."""
+        self.dialect = conn.dialect
+        self.errors = conn.errors
+        self.types = conn.types
+
+    def begin(self, *, write: bool) -> None:
+        self.inner.begin(write=write)
+
+    def commit(self) -> None:
+        self.inner.commit()
+
+    def rollback(self) -> None:
+        self.inner.rollback()
+
+    def query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]:
+        rows = self.inner.query(sql, _stored(params))
+        return [{name: from_stored(v) if isinstance(v, str) else v for name, v in row.items()} for row in rows]
+
+    def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+        return self.inner.execute(sql, _stored(params))
+
+    def table_exists(self, name: str) -> bool:
+        return self.inner.table_exists(name)
+
+    def lock_schema(self) -> None:
+        self.inner.lock_schema()
+
+    def to_db_time(self, at: datetime) -> object:
+        return self.inner.to_db_time(at)
+
+    def from_db_time(self, value: object) -> datetime:
+        return self.inner.from_db_time(value)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def _stored(params: Sequence[object]) -> list[object]:
+    return [to_stored(p) if isinstance(p, str) else p for p in params]
+
+
+_REPR_LIMIT = 2000
+"""Longest description kept of a batch item JSON cannot hold."""
+
+
+def batch_text(batch: Sequence[object]) -> tuple[str, str | None]:
+    """An executed tool's batch as JSON text, and what could not be stored as it is (``None``: nothing).
+
+    Every item JSON can hold is stored exactly, text with NUL or lone surrogates included. An item
+    it cannot hold (bytes that are not UTF-8, an object whose serialisation raises) is stored
+    described, as ``{"unserialisable": <type>, "repr": <repr>}``: the tool ran, so its outcome is
+    recorded whatever it returned.
+    """
+    items = list(batch)
+    try:
+        return pydantic_core.to_json(items, serialize_unknown=True).decode(), None
+    except Exception:  # pydantic refuses some item; find which, and keep the rest exactly
+        pass
+    data: list[object] = []
+    refused: list[str] = []
+    for index, item in enumerate(items):
+        try:
+            data.append(pydantic_core.to_jsonable_python(item, serialize_unknown=True))
+        except Exception as error:
+            data.append({"unserialisable": type(item).__name__, "repr": _described(item)})
+            refused.append(f"item {index} ({type(item).__name__}: {_first_line(error)})")
+    text = _json(data)
+    if not refused:
+        return text, None
+    return text, f"{len(refused)} of its {len(items)} items cannot be stored as JSON: {', '.join(refused)}"
+
+
+def _json(data: object) -> str:
+    # Not ASCII-escaped: json.loads would join an escaped pair of surrogate halves into one character,
+    # while raw text comes back as it was (``Lossless`` stores what UTF-8 cannot hold).
+    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+
+
+def _described(item: object) -> str:
+    try:
+        text = repr(item)
+    except Exception as error:  # a repr that raises still leaves the type to go by
+        text = f"<{type(item).__name__} whose repr() raised {type(error).__name__}>"
+    return text if len(text) <= _REPR_LIMIT else text[: _REPR_LIMIT - 1] + "…"
+
+
+def _first_line(error: Exception) -> str:
+    try:
+        lines = str(error).strip().splitlines()
+    except Exception:
+        lines = []
+    return lines[0] if lines else type(error).__name__
+
+
 def now() -> datetime:
     """The current time, UTC (every timestamp in the journal)."""
     return datetime.now(UTC)
@@ -64,8 +202,8 @@ def now() -> datetime:
 
 def insert_run(db: Connection, event: RunStarted, at: datetime) -> None:
     """Record a run's start."""
-    config = json.dumps({"tools": list(event.tools), "max_rounds": event.max_rounds})
-    loop = None if event.config is None else json.dumps(loop_config_data(event.config))
+    config = _json({"tools": list(event.tools), "max_rounds": event.max_rounds})
+    loop = None if event.config is None else _json(loop_config_data(event.config))
     db.execute(
         "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (id) DO NOTHING",
@@ -77,7 +215,7 @@ def append_event(db: Connection, event: Event, round: int | None, data: Mapping[
     """Append one event to the run's log (never updated, never deleted)."""
     db.execute(
         "INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES (?, ?, ?, ?, ?)",
-        (event.run_id, event.kind, round, db.to_db_time(at), json.dumps(data)),
+        (event.run_id, event.kind, round, db.to_db_time(at), _json(data)),
     )
 
 
@@ -97,7 +235,7 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
             db.to_db_time(at),
             result.outcome.value,
             result.stop_reason.value,
-            None if result.error is None else str(result.error),
+            said(result.error),
             result.rounds,
             usage.requests,
             usage.input_tokens,
@@ -206,105 +344,230 @@ def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
     db.execute(
         "INSERT INTO agentkit_runs (id, ended_at, error) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
         "ended_at = excluded.ended_at, error = excluded.error WHERE agentkit_runs.ended_at IS NULL",
-        (event.run_id, db.to_db_time(at), f"aborted: {type(event.error).__name__}: {event.error}"),
+        (event.run_id, db.to_db_time(at), f"aborted: {type(event.error).__name__}: {said(event.error)}"),
     )
 
 
-def proposal_of(db: Connection, row: Mapping[str, Any]) -> ProposalRecord:
-    def ts(name: str) -> datetime | None:
-        value = row[name]
-        return None if value is None else db.from_db_time(value)
+_EPOCH = datetime.fromtimestamp(0, UTC)
 
-    return ProposalRecord(
-        id=row["id"],
-        state=ProposalState(row["state"]),
-        tool_name=row["tool_name"],
-        tier=Tier(row["tier"]),
-        args_json=row["args"],
-        digest=row["digest"],
-        rationale=row["rationale"],
-        round=row["round"],
-        run_id=row["run_id"],
-        proposed_at=db.from_db_time(row["proposed_at"]),
-        approved_by=row["approved_by"],
-        approved_at=ts("approved_at"),
-        rejected_by=row["rejected_by"],
-        rejected_at=ts("rejected_at"),
-        reason=row["reason"],
-        claimed_by=row["claimed_by"],
-        claimed_at=ts("claimed_at"),
-        finished_at=ts("finished_at"),
-        batch_json=row["batch"],
-        batch_size=row["batch_size"],
-        error=row["error"],
-        resolved_by=row["resolved_by"],
-        resolved_at=ts("resolved_at"),
-        note=row["note"],
+
+class _Fields:
+    """Reads one row's columns, noting each that does not parse instead of failing at the first.
+
+    A row edited by hand or damaged (a tier no ``Tier`` has, a timestamp that does not parse, a
+    number where text belongs) must not take a whole listing down: the listing flags it, and
+    anything that would act on it raises a ``JournalError`` naming it.
+    """
+
+    def __init__(self, what: str, row: Mapping[str, Any]) -> None:
+        self.what = what
+        self.row = row
+        self.problems: list[str] = []
+
+    def get(self, name: str, convert: Any, fallback: Any) -> Any:
+        value = self.row[name]
+        try:
+            return convert(value)
+        except Exception as error:  # any way a stored value can fail to parse makes the row unreadable
+            self.problems.append(f"{name} {value!r} ({_first_line(error)})")
+            return fallback
+
+    def text(self, name: str) -> Any:
+        return self.get(name, _text, "")
+
+    def optional_text(self, name: str) -> Any:
+        return self.get(name, _optional(_text), None)
+
+    def number(self, name: str) -> Any:
+        return self.get(name, _integer, 0)
+
+    def time(self, db: Connection, name: str) -> Any:
+        return self.get(name, _optional(db.from_db_time), None)
+
+    def verdict(self, *, lenient: bool) -> str | None:
+        """``None`` for a sound row; else why it cannot be read (raised as ``JournalError`` unless ``lenient``)."""
+        if not self.problems:
+            return None
+        message = (
+            f"{self.what} cannot be read: {'; '.join(self.problems)}. The row was edited by hand or damaged; "
+            "correct or delete it"
+        )
+        if not lenient:
+            raise JournalError(message)
+        return message
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, got {type(value).__name__}")
+    return value
+
+
+def _integer(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an integer, got {type(value).__name__}")
+    return value
+
+
+def _optional(convert: Any) -> Any:
+    return lambda value: None if value is None else convert(value)
+
+
+def _row_id(row: Mapping[str, Any], key: str = "id") -> str:
+    value = row.get(key)
+    return value if isinstance(value, str) else repr(value)
+
+
+def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> ProposalRecord:
+    """A proposal row as a record.
+
+    Raises:
+        JournalError: a column does not parse, naming the row (unless ``lenient``: then the record
+            is flagged in ``unreadable``, its unreadable fields holding placeholders).
+    """
+    f = _Fields(f"proposal {_row_id(row)!r}", row)
+    record = ProposalRecord(
+        id=_row_id(row),
+        state=f.get("state", ProposalState, ProposalState.PENDING),
+        tool_name=f.text("tool_name"),
+        # An unknown tier reads as the most dangerous one: a flagged row is never treated as harmless.
+        tier=f.get("tier", Tier, Tier.IRREVERSIBLE),
+        args_json=f.text("args"),
+        digest=f.text("digest"),
+        rationale=f.text("rationale"),
+        round=f.number("round"),
+        run_id=f.text("run_id"),
+        proposed_at=f.get("proposed_at", db.from_db_time, _EPOCH),
+        approved_by=f.optional_text("approved_by"),
+        approved_at=f.time(db, "approved_at"),
+        rejected_by=f.optional_text("rejected_by"),
+        rejected_at=f.time(db, "rejected_at"),
+        reason=f.optional_text("reason"),
+        claimed_by=f.optional_text("claimed_by"),
+        claimed_at=f.time(db, "claimed_at"),
+        finished_at=f.time(db, "finished_at"),
+        batch_json=f.optional_text("batch"),
+        batch_size=f.get("batch_size", _optional(_integer), None),
+        error=f.optional_text("error"),
+        resolved_by=f.optional_text("resolved_by"),
+        resolved_at=f.time(db, "resolved_at"),
+        note=f.optional_text("note"),
     )
+    unreadable = f.verdict(lenient=lenient)
+    return record if unreadable is None else replace(record, unreadable=unreadable)
 
 
 def transition_of(db: Connection, row: Mapping[str, Any]) -> Transition:
-    return Transition(
-        proposal_id=row["proposal_id"],
-        from_state=None if row["from_state"] is None else ProposalState(row["from_state"]),
-        to_state=ProposalState(row["to_state"]),
-        actor=row["actor"],
-        at=db.from_db_time(row["at"]),
-        note=row["note"],
+    f = _Fields(f"transition {row.get('id')!r} of proposal {_row_id(row, 'proposal_id')!r}", row)
+    transition = Transition(
+        proposal_id=_row_id(row, "proposal_id"),
+        from_state=f.get("from_state", _optional(ProposalState), None),
+        to_state=f.get("to_state", ProposalState, ProposalState.PENDING),
+        actor=f.text("actor"),
+        at=f.get("at", db.from_db_time, _EPOCH),
+        note=f.text("note"),
     )
+    f.verdict(lenient=False)
+    return transition
 
 
-def run_of(db: Connection, row: Mapping[str, Any]) -> RunRecord:
-    """A run row as a record; the rounds and usage of a run without a result come from its events."""
+def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> RunRecord:
+    """A run row as a record; the rounds and usage of a run without a result come from its events.
+
+    Raises:
+        JournalError: a column (or an event of an unfinished run) does not parse, naming the row
+            (unless ``lenient``: then the record is flagged in ``unreadable``).
+    """
+    f = _Fields(f"run {_row_id(row)!r}", row)
+    outcome = f.get("outcome", _optional(Outcome), None)
+    ended_at = f.time(db, "ended_at")
     finished = row["outcome"] is not None
     state = RunState.FINISHED if finished else RunState.UNFINISHED if row["ended_at"] is None else RunState.ABORTED
-    rounds = row["rounds"] or 0
+    rounds = f.get("rounds", _optional(_integer), None) or 0
     usage = Usage(
-        requests=row["requests"] or 0, input_tokens=row["input_tokens"] or 0, output_tokens=row["output_tokens"] or 0
+        requests=f.get("requests", _optional(_integer), None) or 0,
+        input_tokens=f.get("input_tokens", _optional(_integer), None) or 0,
+        output_tokens=f.get("output_tokens", _optional(_integer), None) or 0,
     )
     if not finished:
-        entries = folded(db, row["id"])
+        try:
+            entries = folded(db, _row_id(row))
+        except JournalError as error:
+            f.problems.append(f"its event log ({error})")
+            entries = []
         rounds = max((e.round for e in entries), default=0)
         usage = sum((e.usage for e in entries), Usage())
-    return RunRecord(
-        id=row["id"],
+    record = RunRecord(
+        id=_row_id(row),
         state=state,
-        agent=row["agent"],
-        model=row["model"],
-        config=json.loads(row["config"]),
-        loop_config=None if row["loop_config"] is None else json.loads(row["loop_config"]),
-        started_at=None if row["started_at"] is None else db.from_db_time(row["started_at"]),
-        ended_at=None if row["ended_at"] is None else db.from_db_time(row["ended_at"]),
-        outcome=None if row["outcome"] is None else Outcome(row["outcome"]),
-        stop_reason=None if row["stop_reason"] is None else StopReason(row["stop_reason"]),
-        error=row["error"],
+        agent=f.text("agent"),
+        model=f.text("model"),
+        config=f.get("config", _json_object, {}),
+        loop_config=f.get("loop_config", _optional(_json_object), None),
+        started_at=f.time(db, "started_at"),
+        ended_at=ended_at,
+        outcome=outcome,
+        stop_reason=f.get("stop_reason", _optional(StopReason), None),
+        error=f.optional_text("error"),
         rounds=rounds,
         usage=usage,
     )
+    unreadable = f.verdict(lenient=lenient)
+    return record if unreadable is None else replace(record, unreadable=unreadable)
+
+
+def _json_object(value: object) -> dict[str, Any]:
+    data = json.loads(_text(value))
+    if not isinstance(data, dict):
+        raise TypeError(f"expected a JSON object, got {type(data).__name__}")
+    return data
 
 
 def folded(db: Connection, run_id: str) -> list[RoundEntry]:
-    """The run's rounds rebuilt from its event log."""
-    rows = db.query("SELECT kind, round, data FROM agentkit_events WHERE run_id = ? ORDER BY id", (run_id,))
-    return fold_events(run_id, ((r["kind"], r["round"], json.loads(r["data"])) for r in rows))
+    """The run's rounds rebuilt from its event log.
+
+    Raises:
+        JournalError: an event row does not parse, naming it.
+    """
+    rows = db.query("SELECT id, kind, round, data FROM agentkit_events WHERE run_id = ? ORDER BY id", (run_id,))
+    events = []
+    for r in rows:
+        f = _Fields(f"event {r.get('id')!r} of run {run_id!r}", r)
+        event = (f.text("kind"), f.get("round", _optional(_integer), None), f.get("data", _json_object, {}))
+        f.verdict(lenient=False)
+        events.append(event)
+    try:
+        return fold_events(run_id, events)
+    except Exception as error:  # an event whose data lacks what its kind carries
+        raise JournalError(
+            f"the event log of run {run_id!r} cannot be read ({type(error).__name__}: {error}); an event row was "
+            "edited by hand or damaged"
+        ) from error
 
 
 def round_of(row: Mapping[str, Any]) -> RoundEntry:
-    return RoundEntry(
-        run_id=row["run_id"],
-        round=row["round"],
+    f = _Fields(f"round {row.get('round')!r} of run {_row_id(row, 'run_id')!r}", row)
+    entry = RoundEntry(
+        run_id=_row_id(row, "run_id"),
+        round=f.number("round"),
         done=bool(row["done"]),
-        rationale=row["rationale"],
-        tool_name=row["tool_name"],
-        tier=None if row["tier"] is None else Tier(row["tier"]),
-        args_json=row["args"],
+        rationale=f.text("rationale"),
+        tool_name=f.optional_text("tool_name"),
+        tier=f.get("tier", _optional(Tier), None),
+        args_json=f.optional_text("args"),
         executed=bool(row["executed"]),
         proposed=bool(row["proposed"]),
         repeated=bool(row["repeated"]),
-        batch_size=row["batch_size"],
-        observation=row["observation"],
-        error=row["error"],
-        llm_seconds=float(row["llm_seconds"]),
-        tool_seconds=float(row["tool_seconds"]),
-        usage=Usage(requests=row["requests"], input_tokens=row["input_tokens"], output_tokens=row["output_tokens"]),
+        batch_size=f.number("batch_size"),
+        observation=f.optional_text("observation"),
+        error=f.optional_text("error"),
+        llm_seconds=f.get("llm_seconds", float, 0.0),
+        tool_seconds=f.get("tool_seconds", float, 0.0),
+        usage=Usage(
+            requests=f.number("requests"),
+            input_tokens=f.number("input_tokens"),
+            output_tokens=f.number("output_tokens"),
+        ),
     )
+    f.verdict(lenient=False)
+    return entry

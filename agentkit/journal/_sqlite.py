@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from agentkit.errors import UsageError
 from agentkit.journal._errors import JournalUnavailable
 from agentkit.journal._schema import VERSION_TABLE
 from agentkit.journal._store import SQLJournal
@@ -19,6 +21,42 @@ __all__ = ["SQLiteJournal"]
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another process's write to finish before failing."""
 
+MEMORY = ":memory:"
+"""SQLite's name for a database that lives in memory and is lost on close."""
+
+_BUSY = (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+
+
+def _text(raw: bytes) -> str:
+    # Text that is not UTF-8 (a file written by other code, or damaged) reads back as lone surrogates
+    # (``surrogateescape``) instead of failing the whole read; the journal stores those losslessly.
+    return raw.decode("utf-8", "surrogateescape")
+
+
+def _switch_to_wal(db: sqlite3.Connection, where: str) -> None:
+    """Put the file in WAL mode, waiting (up to the busy timeout) for other openers instead of failing.
+
+    Changing the journal mode needs the file to itself, and SQLite answers a connection that finds
+    it taken with "database is locked" at once, without calling its busy handler; so concurrent
+    first opens of a fresh file wait here, as every other step of opening waits on the timeout.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    pause = 0.001
+    while True:
+        try:
+            (mode,) = db.execute("PRAGMA journal_mode = WAL").fetchone()
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF not in _BUSY or time.monotonic() >= deadline:
+                raise
+        else:
+            # Another connection in the middle of a write in the old mode leaves it unchanged, without an error.
+            if mode == "wal" or where == MEMORY:
+                return
+            if time.monotonic() >= deadline:
+                raise JournalUnavailable(f"cannot switch the SQLite journal at {where} to WAL mode (it stays {mode})")
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
 
 class _SQLiteConnection:
     dialect = "sqlite"
@@ -27,15 +65,20 @@ class _SQLiteConnection:
         {"ts": "TEXT", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "bool": "INTEGER", "real": "REAL"}
     )
 
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, *, reader: bool = False) -> None:
         # Transactions are explicit (BEGIN IMMEDIATE for writes), never the module's implicit ones.
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
+        self._db.text_factory = _text
         try:
-            self._db.execute("PRAGMA journal_mode = WAL")
-            # FULL: a committed claim survives power loss too, so an executed proposal cannot reappear as approved.
-            self._db.execute("PRAGMA synchronous = FULL")
-            self._db.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.Error:
+            if reader:
+                # The writer's connection switched the file to WAL; this one only reads, and says so.
+                self._db.execute("PRAGMA query_only = ON")
+            else:
+                _switch_to_wal(self._db, path)
+                # FULL: a committed claim survives power loss too, so an executed proposal cannot reappear as approved.
+                self._db.execute("PRAGMA synchronous = FULL")
+                self._db.execute("PRAGMA foreign_keys = ON")
+        except BaseException:
             self._db.close()
             raise
 
@@ -69,7 +112,11 @@ class _SQLiteConnection:
         return at.astimezone(UTC).isoformat(timespec="microseconds")
 
     def from_db_time(self, value: object) -> datetime:
-        return datetime.fromisoformat(str(value))
+        if not isinstance(value, str):
+            raise TypeError(f"expected an ISO 8601 timestamp, got {value!r}")
+        at = datetime.fromisoformat(value)
+        # The journal writes UTC with an offset; a time edited in by hand without one is read as UTC too.
+        return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
     def close(self) -> None:
         self._db.close()
@@ -78,29 +125,66 @@ class _SQLiteConnection:
 class SQLiteJournal(SQLJournal):
     """The journal in one SQLite file: no server, safe across processes on one machine.
 
-    The file is created with its schema on first open. ``create=False`` refuses a missing file,
-    or a file that holds no journal, after reading it read-only: such a file is left unchanged.
-    WAL mode lets readers work while a writer writes; every write is one transaction that takes the
-    write lock up front, and commits are synced to disk.
+    The file is created with its schema on first open; processes opening a fresh file at once wait
+    for each other (up to the busy timeout, 30 s) instead of failing. ``create=False`` refuses a
+    missing file, or a file that holds no journal, after reading it read-only: such a file is left
+    unchanged. Opening a journal whose schema is up to date only reads it.
+
+    WAL mode lets readers work while a writer writes. Reads use a connection of their own, so a read
+    never waits behind a write, not even one of this object's that waits for another process's
+    lock. Every write is one transaction that takes the write lock up front, and commits are synced
+    to disk.
 
     Args:
-        path: The database file (``":memory:"`` for a journal that lives as long as the object).
+        path: The database file. ``":memory:"`` (a journal that lives as long as the object, lost
+            on close) only with ``in_memory=True``.
         create: Create the file and its schema when missing.
+        in_memory: Say that a journal in memory is what you want.
 
     Raises:
+        UsageError: ``path`` is empty, or ``":memory:"`` without ``in_memory=True`` (or
+            ``in_memory=True`` with a path).
         JournalUnavailable: no file at ``path`` (with ``create=False``), not a journal, or a
             journal written by a newer agentkit.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True) -> None:
-        where = os.fspath(path)
-        if where != ":memory:" and not create:
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True, in_memory: bool = False) -> None:
+        where = _checked_path(path, in_memory=in_memory)
+        if where != MEMORY and not create:
             _check_is_journal(where)
         try:
             conn = _SQLiteConnection(where)
         except sqlite3.Error as error:
             raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
-        super().__init__(conn, where=where, create=create)
+        # In memory there is one database per connection, so reads share the writer's.
+        try:
+            reader = None if where == MEMORY else _SQLiteConnection(where, reader=True)
+        except sqlite3.Error as error:
+            conn.close()
+            raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
+        super().__init__(conn, where=where, create=create, reader=reader)
+
+
+def _checked_path(path: str | os.PathLike[str], *, in_memory: bool) -> str:
+    """The path as text, refusing the two names SQLite would silently open as throw-away databases."""
+    where = os.fspath(path)
+    if not isinstance(where, str):
+        raise UsageError(f"the journal path must be text, got {where!r}")
+    if in_memory:
+        if where != MEMORY:
+            raise UsageError(f"in_memory=True opens {MEMORY!r}; got the path {where!r}: pass one or the other")
+        return where
+    if not where.strip():
+        raise UsageError(
+            f"the journal path is empty ({where!r}); SQLite would open a temporary database and lose every record "
+            "on close. Pass the path of the journal file (or a postgresql:// URL)"
+        )
+    if where == MEMORY:
+        raise UsageError(
+            f"{MEMORY!r} is a journal in memory: every record is lost on close. Pass a file path, or "
+            f"SQLiteJournal({MEMORY!r}, in_memory=True) if that is what you want"
+        )
+    return where
 
 
 def _check_is_journal(where: str) -> None:

@@ -3,22 +3,25 @@
 A backend supplies a ``Connection`` (transactions, queries, column types, time conversion); this
 module holds every statement and every rule. Writes run in one transaction each, under a lock, so a
 journal object may be shared by the observer (in its writer thread) and by the inbox methods (in
-worker threads via ``asyncio.to_thread``).
+the journal's own threads). A backend may give a second connection for reads, with a lock of its
+own, so that a read never queues behind a write waiting for the database.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from datetime import timedelta
-from typing import Any, Self, TypeVar
+from typing import Any, ParamSpec, Self, TypeVar
 
-import pydantic_core
 from pydantic import BaseModel, ValidationError
 
 from agentkit._invoke import admit, invoke
@@ -30,8 +33,10 @@ from agentkit.journal._records import Execution, ProposalRecord, ProposalState, 
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
 from agentkit.journal._sql import (
     Connection,
+    Lossless,
     abort_run,
     append_event,
+    batch_text,
     finish_run,
     folded,
     insert_proposal,
@@ -50,6 +55,13 @@ __all__ = ["DEFAULT_STUCK_AFTER", "SQLJournal"]
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
+T = TypeVar("T")
+P = ParamSpec("P")
+
+JOURNAL_THREADS = 4
+"""Threads each journal object runs its database calls in, as many for reads again: its own, never
+the event loop's default executor, so blocking tools that hold those threads cannot starve the
+journal (and the reverse), and writes waiting for the database cannot hold up reads."""
 
 DEFAULT_STUCK_AFTER = timedelta(minutes=10)
 """How long a claim may stay ``executing`` before ``stuck()`` lists it by default."""
@@ -91,19 +103,24 @@ def _named(value: str, what: str) -> str:
 class SQLJournal:
     """The journal contract over a SQL ``Connection``; ``SQLiteJournal`` and ``PostgresJournal`` build on it."""
 
-    def __init__(self, conn: Connection, *, where: str, create: bool) -> None:
-        self._conn = conn
+    def __init__(self, conn: Connection, *, where: str, create: bool, reader: Connection | None = None) -> None:
+        self._conn: Connection = Lossless(conn)
+        self._reader: Connection | None = None if reader is None else Lossless(reader)
         self._where = where
         self._lock = threading.Lock()
+        self._read_lock = threading.Lock()
         self._closed = False
+        self._threads = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="agentkit-journal")
+        self._read_threads = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="agentkit-journal-read")
         try:
             self._migrate(create)
-        except JournalUnavailable:
-            conn.close()
+        except BaseException as error:
+            self._close()
+            self._threads.shutdown(wait=False)
+            self._read_threads.shutdown(wait=False)
+            if isinstance(error, JournalError) and not isinstance(error, JournalUnavailable):
+                raise JournalUnavailable(f"cannot open the journal at {where}: {error}") from error
             raise
-        except JournalError as error:
-            conn.close()
-            raise JournalUnavailable(f"cannot open the journal at {where}: {error}") from error
 
     @property
     def where(self) -> str:
@@ -112,12 +129,30 @@ class SQLJournal:
 
     # -- plumbing -------------------------------------------------------------------------------
 
+    async def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a blocking database call (one that may write) in the journal's own threads."""
+        return await self._in(self._threads, functools.partial(fn, *args, **kwargs))
+
+    async def _read(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a read in threads of its own, so that writes waiting for the database never hold it up."""
+        return await self._in(self._read_threads, functools.partial(fn, *args, **kwargs))
+
+    async def _in(self, threads: ThreadPoolExecutor, fn: Callable[[], T]) -> T:
+        context = contextvars.copy_context()
+        try:
+            future = asyncio.get_running_loop().run_in_executor(threads, context.run, fn)
+        except RuntimeError as closed:  # close() shut the threads down
+            raise JournalError(f"the journal at {self._where} is closed; open it again") from closed
+        return await future
+
     @contextmanager
     def _tx(self, *, write: bool) -> Iterator[Connection]:
-        with self._lock:
+        # Reads go to the read connection when there is one, so they never wait for a write's lock.
+        reads_apart = not write and self._reader is not None
+        with self._read_lock if reads_apart else self._lock:
             if self._closed:
                 raise JournalError(f"the journal at {self._where} is closed; open it again")
-            db = self._conn
+            db = self._reader if reads_apart and self._reader is not None else self._conn
             try:
                 db.begin(write=write)
             except db.errors as error:
@@ -138,6 +173,12 @@ class SQLJournal:
                 raise JournalError(f"the journal at {self._where} failed to commit: {error}") from error
 
     def _migrate(self, create: bool) -> None:
+        # An up-to-date journal is only read: opening it never waits for, nor takes, the write lock.
+        with self._tx(write=False) as db:
+            if db.table_exists(VERSION_TABLE):
+                rows = db.query(f"SELECT version FROM {VERSION_TABLE}")
+                if rows and int(rows[0]["version"]) == SCHEMA_VERSION:
+                    return
         with self._tx(write=True) as db:
             db.lock_schema()
             if db.table_exists(VERSION_TABLE):
@@ -223,7 +264,7 @@ class SQLJournal:
             sql += " LIMIT ?"
             params.append(limit)
         with self._tx(write=False) as db:
-            return [proposal_of(db, row) for row in db.query(sql, params)]
+            return [proposal_of(db, row, lenient=True) for row in db.query(sql, params)]
 
     def _stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
         with self._tx(write=False) as db:
@@ -231,7 +272,7 @@ class SQLJournal:
                 "SELECT * FROM agentkit_proposals WHERE state = ? AND claimed_at <= ? ORDER BY claimed_at, id",
                 (ProposalState.EXECUTING.value, db.to_db_time(now() - older_than)),
             )
-            return [proposal_of(db, row) for row in rows]
+            return [proposal_of(db, row, lenient=True) for row in rows]
 
     def _history(self, id: str) -> list[Transition]:
         with self._tx(write=False) as db:
@@ -245,7 +286,7 @@ class SQLJournal:
             rows = db.query(
                 "SELECT * FROM agentkit_runs ORDER BY COALESCE(started_at, ended_at) DESC, id LIMIT ?", (limit,)
             )
-            return [run_of(db, row) for row in rows]
+            return [run_of(db, row, lenient=True) for row in rows]
 
     def _run_row(self, db: Connection, run_id: str) -> dict[str, Any]:
         _check_id(run_id, "run")
@@ -381,7 +422,7 @@ class SQLJournal:
     def _checked_args(self, record: ProposalRecord, tool: Tool[Args, Any]) -> Args:
         admit(tool, name=record.tool_name, tier=record.tier)
         try:
-            args = tool.args_type.model_validate_json(record.args_json)
+            args = record.args_as(tool.args_type)
         except ValidationError as invalid:
             raise DigestMismatch(
                 f"proposal {record.id!r}: the stored args no longer validate as {tool.args_type.__name__} "
@@ -414,7 +455,7 @@ class SQLJournal:
         """Record an execution's outcome for the worker holding claim ``token``: executing -> executed or failed."""
         at = now()
         after = ProposalState.EXECUTED if error is None else ProposalState.FAILED
-        batch_json = None if batch is None else pydantic_core.to_json(list(batch), serialize_unknown=True).decode()
+        batch_json, unstored = (None, None) if batch is None else batch_text(batch)
         with self._tx(write=True) as db:
             changed = db.execute(
                 "UPDATE agentkit_proposals SET state = ?, finished_at = ?, batch = ?, batch_size = ?, error = ?, "
@@ -436,14 +477,22 @@ class SQLJournal:
                     "while it ran, so this outcome was not recorded; check the tool's effect and the proposal's history"
                 )
             log_transition(db, id, ProposalState.EXECUTING, after, worker, at, error or "")
-            return self._fetch(db, id)
+            record = self._fetch(db, id)
+        if unstored is not None:
+            raise JournalError(
+                f"proposal {id!r}: the tool ran and the proposal is recorded {after.value}, but {unstored}; those "
+                "are stored described (type and repr) in its batch. Return JSON-compatible items from the tool"
+            )
+        return record
 
     def _close(self) -> None:
         """Close the connection; later calls raise ``JournalError``."""
-        with self._lock:
+        with self._lock, self._read_lock:
             if not self._closed:
                 self._closed = True
                 self._conn.close()
+                if self._reader is not None:
+                    self._reader.close()
 
     # -- the async contract ---------------------------------------------------------------------
 
@@ -454,31 +503,31 @@ class SQLJournal:
         or executing) gives that entry back; after it was rejected, executed or failed it is a new
         pending entry that needs its own approval.
         """
-        return await asyncio.to_thread(self._propose, action, proposed_by=proposed_by)
+        return await self._call(self._propose, action, proposed_by=proposed_by)
 
     async def get(self, id: str) -> ProposalRecord:
         """The proposal with that id; ``UnknownId`` if there is none."""
-        return await asyncio.to_thread(self._get, id)
+        return await self._read(self._get, id)
 
     async def pending(self) -> list[ProposalRecord]:
         """Proposals waiting for a human, oldest first."""
-        return await asyncio.to_thread(self._proposals, state=ProposalState.PENDING)
+        return await self._read(self._proposals, state=ProposalState.PENDING)
 
     async def proposals(self, *, state: ProposalState | None = None, limit: int | None = None) -> list[ProposalRecord]:
         """Proposals (in one state, if given), oldest first."""
-        return await asyncio.to_thread(self._proposals, state=state, limit=limit)
+        return await self._read(self._proposals, state=state, limit=limit)
 
     async def history(self, id: str) -> list[Transition]:
         """Every state change of the proposal, in order, with who and when."""
-        return await asyncio.to_thread(self._history, id)
+        return await self._read(self._history, id)
 
     async def approve(self, id: str, approved_by: str) -> ProposalRecord:
         """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing."""
-        return await asyncio.to_thread(self._approve, id, approved_by)
+        return await self._call(self._approve, id, approved_by)
 
     async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
         """pending or approved -> rejected (final)."""
-        return await asyncio.to_thread(self._reject, id, rejected_by, reason)
+        return await self._call(self._reject, id, rejected_by, reason)
 
     async def stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
         """Proposals claimed for execution longer ago than ``older_than`` and still ``executing``.
@@ -486,11 +535,11 @@ class SQLJournal:
         Each carries ``claimed_by`` and ``claimed_at``. A listed execution may be slow rather than
         dead: confirm that its worker is gone before ``resolve``, or the call can run twice.
         """
-        return await asyncio.to_thread(self._stuck, older_than=older_than)
+        return await self._read(self._stuck, older_than=older_than)
 
     async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
         """A human's decision on an abandoned execution: executing -> executed, failed or approved (run again)."""
-        return await asyncio.to_thread(self._resolve, id, resolved_by, state, note)
+        return await self._call(self._resolve, id, resolved_by, state, note)
 
     async def execute(self, id: str, tool: Tool[Args, R], *, worker: str | None = None) -> Execution[R]:
         """Run an approved proposal exactly once, whatever the number of workers racing for it.
@@ -505,23 +554,23 @@ class SQLJournal:
             JournalError: the database failed.
         """
         who = worker or _worker_name()
-        args, token = await asyncio.to_thread(self._claim, id, tool, who)
+        args, token = await self._call(self._claim, id, tool, who)
         # From here on the proposal is ``executing``: if this process dies, it stays so, and a human decides.
         outcome = await invoke(tool, args)
         error = outcome.failure()
         if error is None:
-            record = await asyncio.to_thread(self._finish, id, token, who, batch=outcome.batch, error=None)
+            record = await self._call(self._finish, id, token, who, batch=outcome.batch, error=None)
             return Execution(proposal=record, batch=tuple(outcome.batch))
-        record = await asyncio.to_thread(self._finish, id, token, who, batch=None, error=str(error))
+        record = await self._call(self._finish, id, token, who, batch=None, error=str(error))
         return Execution(proposal=record, error=error)
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
         """The most recent runs, newest first (``limit`` >= 1, else ``UsageError``)."""
-        return await asyncio.to_thread(self._runs, limit=limit)
+        return await self._read(self._runs, limit=limit)
 
     async def run(self, run_id: str) -> RunRecord:
         """One run; ``UnknownId`` if the journal never saw it."""
-        return await asyncio.to_thread(self._run, run_id)
+        return await self._read(self._run, run_id)
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:
         """The run's rounds: from its trace once it finished, rebuilt from its events until then.
@@ -529,11 +578,14 @@ class SQLJournal:
         Raises:
             UnknownId: the journal never saw the run.
         """
-        return await asyncio.to_thread(self._rounds, run_id)
+        return await self._read(self._rounds, run_id)
 
     async def close(self) -> None:
         """Close the connection."""
-        await asyncio.to_thread(self._close)
+        if not self._closed:
+            await self._call(self._close)
+        self._threads.shutdown(wait=False)
+        self._read_threads.shutdown(wait=False)
 
     async def __aenter__(self) -> Self:
         return self

@@ -3,7 +3,9 @@
 ``--db`` takes a SQLite path or a ``postgresql://`` URL (default: ``$AGENTKIT_JOURNAL``, else
 ``agentkit-journal.db`` in the working directory). The command line never creates a journal:
 a missing database, an unknown id or a refused transition is reported on stderr with exit code 1,
-and nothing is written. Times are UTC, printed as ISO 8601 with a ``Z``.
+and nothing is written. Times are UTC, printed as ISO 8601 with a ``Z``. A row the journal cannot
+read (edited by hand or damaged) is listed as ``unreadable``, with why, below the table; text that
+cannot be printed as it is (NUL, lone surrogates) is shown escaped (``\\x00``, ``\\udcff``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ _CELL = 60
 """Longest cell in a table; longer text is cut with an ellipsis."""
 
 _ID_HELP = "the proposal id (from `agentkit proposals list`)"
+
+_UNREADABLE = "unreadable"
+"""The state shown for a row the journal cannot read."""
 
 Command = Callable[[Journal, argparse.Namespace, TextIO], Awaitable[None]]
 
@@ -105,7 +110,7 @@ def _handler(command: Command) -> Callable[[argparse.Namespace], int]:
         try:
             asyncio.run(_with_journal(command, args, sys.stdout))
         except AgentkitError as error:
-            print(f"agentkit: error: {error}", file=sys.stderr)
+            print(f"agentkit: error: {_printable(str(error))}", file=sys.stderr)
             return 1
         return 0
 
@@ -135,7 +140,7 @@ async def _runs(journal: Journal, args: argparse.Namespace, out: TextIO) -> None
             _time(run.started_at),
             run.agent,
             run.model,
-            run.state.value,
+            _UNREADABLE if run.unreadable else run.state.value,
             run.outcome.value if run.outcome else "-",
             run.stop_reason.value if run.stop_reason else "-",
             str(run.rounds),
@@ -144,13 +149,15 @@ async def _runs(journal: Journal, args: argparse.Namespace, out: TextIO) -> None
         for run in runs
     ]
     _table(out, headers, rows)
+    _flagged(out, [run.unreadable for run in runs])
 
 
 async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     run = await journal.run(args.run)
     rounds = await journal.rounds(run.id)
     print(f"run {run.id}  ({run.state.value})", file=out)
-    print(f"agent {run.agent}, model {run.model}, tools {', '.join(run.config.get('tools', []))}", file=out)
+    tools = ", ".join(str(name) for name in run.config.get("tools", []))
+    print(_printable(f"agent {run.agent}, model {run.model}, tools {tools}"), file=out)
     print(f"started {_time(run.started_at)}, ended {_time(run.ended_at)}", file=out)
     print(f"config {_config(run.loop_config)}", file=out)
     outcome = f"{run.outcome.value}, stop {run.stop_reason.value}" if run.outcome and run.stop_reason else "-"
@@ -161,7 +168,7 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
         file=out,
     )
     if run.error:
-        print(f"error: {run.error}", file=out)
+        print(_printable(f"error: {run.error}"), file=out)
     print(file=out)
     if not rounds:
         print("no rounds recorded", file=out)
@@ -247,6 +254,7 @@ async def _stuck(journal: Journal, args: argparse.Namespace, out: TextIO) -> Non
         for p in found
     ]
     _table(out, headers, rows)
+    _flagged(out, [p.unreadable for p in found])
     print(
         "\na listed worker may be slow, not dead: check on its host that CLAIMED BY is gone before deciding, or\n"
         "the call can run twice. Then: agentkit proposals resolve ID --by NAME --as executed|failed|approved "
@@ -260,16 +268,17 @@ def _proposal_table(out: TextIO, found: Sequence[ProposalRecord]) -> None:
     rows = [
         (
             p.id,
-            p.state.value,
+            _UNREADABLE if p.unreadable else p.state.value,
             p.tool_name,
-            p.tier.name.lower(),
+            "?" if p.unreadable else p.tier.name.lower(),
             p.args_json,
-            _time(p.proposed_at),
+            "?" if p.unreadable else _time(p.proposed_at),
             p.claimed_by or p.rejected_by or p.approved_by or "-",
         )
         for p in found
     ]
     _table(out, headers, rows)
+    _flagged(out, [p.unreadable for p in found])
 
 
 async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
@@ -294,9 +303,9 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
     if p.note:
         lines.append(("note", p.note))
     for key, value in lines:
-        print(f"{key + ':':<11}{value}", file=out)
+        print(_printable(f"{key + ':':<11}{value}"), file=out)
     print("args:", file=out)
-    print(json.dumps(p.args, indent=2, ensure_ascii=False, sort_keys=True), file=out)
+    print(_printable(json.dumps(p.args, indent=2, ensure_ascii=False, sort_keys=True)), file=out)
     print(file=out)
     rows = [
         (_time(t.at), t.from_state.value if t.from_state else "-", t.to_state.value, t.actor, t.note) for t in history
@@ -306,17 +315,17 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
 
 async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     p = await journal.approve(args.id, args.by)
-    print(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by})", file=out)
+    print(_printable(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by})"), file=out)
 
 
 async def _reject(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     p = await journal.reject(args.id, args.by, args.reason)
-    print(f"rejected {p.id}: {p.tool_name} {p.args_json} (by {p.rejected_by}: {p.reason})", file=out)
+    print(_printable(f"rejected {p.id}: {p.tool_name} {p.args_json} (by {p.rejected_by}: {p.reason})"), file=out)
 
 
 async def _resolve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     p = await journal.resolve(args.id, args.by, ProposalState(args.outcome), args.note)
-    print(f"resolved {p.id} as {p.state.value} (by {p.resolved_by}: {p.note})", file=out)
+    print(_printable(f"resolved {p.id} as {p.state.value} (by {p.resolved_by}: {p.note})"), file=out)
 
 
 # -- formatting -----------------------------------------------------------------------------------
@@ -332,9 +341,25 @@ def _age(elapsed: timedelta) -> str:
     return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"
 
 
+def _printable(text: str) -> str:
+    """``text`` with what a terminal cannot show (NUL and other controls, lone surrogates) escaped; lines kept."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c == "\n" else ascii(c)[1:-1] for c in text)
+
+
 def _cut(text: str) -> str:
-    flat = " ".join(text.split())
+    flat = _printable(" ".join(text.split()))
     return flat if len(flat) <= _CELL else flat[: _CELL - 1] + "…"
+
+
+def _flagged(out: TextIO, unreadable: Sequence[str | None]) -> None:
+    """Why each row listed as unreadable could not be read, below the table."""
+    reasons = [why for why in unreadable if why]
+    if reasons:
+        print(file=out)
+    for why in reasons:
+        print(_printable(f"{_UNREADABLE}: {why}"), file=out)
 
 
 def _table(out: TextIO, headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:

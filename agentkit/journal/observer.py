@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections import deque
+from contextlib import suppress
 from types import TracebackType
 from typing import Self
 
@@ -25,8 +27,10 @@ class JournalObserver(Observer):
     Hooks only put the event (a frozen value) on a bounded queue, so a database that is busy (another
     process approving a proposal or claiming one holds the write lock) never stalls the event loop.
     The writer thread writes the events in order, one transaction each. When a run ends or aborts,
-    the hook waits (at most ``flush_timeout`` seconds) until every event queued so far is written, so
-    the run's record is complete when the run returns. A crash loses at most the events still queued.
+    the run awaits ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the
+    event loop) until every event queued so far is written, so the run's record is complete when the
+    run returns. Called outside an event loop, the end hooks wait the same way, blocking. A crash
+    loses at most the events still queued.
 
     A failed write, or an event dropped because the queue is full, never changes the run: it is
     logged (logger ``agentkit.journal``) and counted in ``failures``. ``close()`` (or leaving a
@@ -65,6 +69,8 @@ class JournalObserver(Observer):
         """Accepted events that were written or failed; ``flush`` waits for it to catch up."""
         self._closed = False
         self._writer: threading.Thread | None = None
+        self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
+        """Coroutines in ``settle``: the count of settled events each waits for, its loop and its future."""
 
     # -- hooks ----------------------------------------------------------------------------------
 
@@ -87,12 +93,22 @@ class JournalObserver(Observer):
         self._failed(event, JournalError(refused))
 
     def on_run_end(self, event: RunFinished) -> None:
-        """Wait (bounded) until the run's events are written, so its record is complete when it returns."""
-        self._flush_run(event.run_id)
+        """Outside an event loop, wait (bounded) until the run's events are written; in one, ``settle`` waits."""
+        if not _in_event_loop():
+            self._flush_run(event.run_id)
 
     def on_run_abort(self, event: RunAborted) -> None:
-        """Wait (bounded) until the aborted run's events are written."""
-        self._flush_run(event.run_id)
+        """Outside an event loop, wait (bounded) until the aborted run's events are written."""
+        if not _in_event_loop():
+            self._flush_run(event.run_id)
+
+    async def settle(self, run_id: str) -> None:
+        """Wait (at most ``flush_timeout``) until the ended run's events are written, without blocking the loop."""
+        try:
+            async with asyncio.timeout(self.flush_timeout):
+                await self.wait_flushed()
+        except TimeoutError:
+            self._incomplete(run_id)
 
     # -- control --------------------------------------------------------------------------------
 
@@ -108,6 +124,26 @@ class JournalObserver(Observer):
         with self._cond:
             target = self._accepted
             return self._cond.wait_for(lambda: self._settled >= target, timeout)
+
+    async def wait_flushed(self) -> None:
+        """``flush`` for coroutines: wait until every event queued so far is written, the event loop free meanwhile.
+
+        Bound the wait with ``asyncio.timeout``; cancelling it leaves the writer writing.
+        """
+        loop = asyncio.get_running_loop()
+        with self._cond:
+            target = self._accepted
+            if self._settled >= target:
+                return
+            waiter: asyncio.Future[None] = loop.create_future()
+            entry = (target, loop, waiter)
+            self._waiters.append(entry)
+        try:
+            await waiter
+        finally:
+            with self._cond:
+                if entry in self._waiters:
+                    self._waiters.remove(entry)
 
     def close(self, timeout: float | None = None) -> bool:
         """Write what is queued, then stop the writer thread; events after this are counted as failures.
@@ -156,6 +192,12 @@ class JournalObserver(Observer):
                 with self._cond:
                     self._settled += 1
                     self._cond.notify_all()
+                    due = [w for w in self._waiters if w[0] <= self._settled]
+                    self._waiters = [w for w in self._waiters if w[0] > self._settled]
+                for _, loop, waiter in due:
+                    # A closed loop (RuntimeError) has nobody left waiting.
+                    with suppress(RuntimeError):
+                        loop.call_soon_threadsafe(_resolve, waiter)
 
     def _failed(self, event: Event, error: Exception) -> None:
         with self._cond:
@@ -173,13 +215,29 @@ class JournalObserver(Observer):
 
     def _flush_run(self, run_id: str) -> None:
         if not self.flush(self.flush_timeout):
-            with self._cond:
-                waiting = len(self._queue)
-            logger.warning(
-                "journal %s: run %s ended but its record is not complete after %gs (%d events still wait for the "
-                "database); they are written when it frees up",
-                self.journal.where,
-                run_id,
-                self.flush_timeout,
-                waiting,
-            )
+            self._incomplete(run_id)
+
+    def _incomplete(self, run_id: str) -> None:
+        with self._cond:
+            waiting = len(self._queue)
+        logger.warning(
+            "journal %s: run %s ended but its record is not complete after %gs (%d events still wait for the "
+            "database); they are written when it frees up",
+            self.journal.where,
+            run_id,
+            self.flush_timeout,
+            waiting,
+        )
+
+
+def _in_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _resolve(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -51,6 +51,8 @@ def backends_are_journals(path: str, url: str) -> None:
     # variable to the assigned class, so an assert_type on it would test nothing).
     _postgres: Journal = PostgresJournal(url, create=False)
     assert_type(open_journal(path), Journal)
+    assert_type(open_journal(":memory:", in_memory=True), Journal)
+    assert_type(SQLiteJournal(":memory:", in_memory=True, create=True), SQLiteJournal)
     assert_type(sqlite.where, str)
 
 
@@ -64,6 +66,11 @@ def observer_is_an_observer(journal: Journal) -> None:
         assert_type(opened.close(), bool)
 
 
+async def observer_waits_without_blocking(observer: JournalObserver, run_id: str) -> None:
+    assert_type(await observer.wait_flushed(), None)
+    assert_type(await observer.settle(run_id), None)
+
+
 async def inbox(journal: Journal, action: ProposedAction[Target]) -> None:
     record = await journal.propose(action)
     assert_type(record, ProposalRecord)
@@ -71,6 +78,7 @@ async def inbox(journal: Journal, action: ProposedAction[Target]) -> None:
     assert_type(record.state, ProposalState)
     assert_type(record.args, dict[str, Any])
     assert_type(record.args_as(Target), Target)
+    assert_type(record.unreadable, str | None)
     assert_type(await journal.pending(), list[ProposalRecord])
     assert_type(await journal.proposals(state=ProposalState.APPROVED), list[ProposalRecord])
     assert_type(await journal.get(record.id), ProposalRecord)
@@ -94,6 +102,7 @@ async def runs(journal: Journal, run_id: str) -> None:
     assert_type(run, RunRecord)
     assert_type(run.outcome, Outcome | None)
     assert_type(run.loop_config, dict[str, Any] | None)
+    assert_type(run.unreadable, str | None)
     assert_type(record_of(run_id).claimed_at, datetime | None)
     assert_type(await journal.runs(limit=5), list[RunRecord])
     assert_type(await journal.rounds(run_id), list[RoundEntry])

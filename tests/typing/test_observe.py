@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Generator
 from typing import Literal, assert_never, assert_type
 
 from opentelemetry.sdk.trace import TracerProvider
@@ -23,7 +23,7 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.observe import LoggingObserver, ModelCall, ToolInvocation, event_fields, observed
+from agentkit.observe import LoggingObserver, ModelCall, ToolInvocation, event_fields, observed, settle
 from agentkit.otel import OTelObserver
 from agentkit.results import Usage
 from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
@@ -116,7 +116,7 @@ class Timing(Observer):
     """An observer that wraps each call: its context manager type narrows ``around``'s."""
 
     @contextlib.contextmanager
-    def around(self, call: ModelCall | ToolInvocation) -> Iterator[None]:
+    def around(self, call: ModelCall | ToolInvocation) -> Generator[None, None, None]:
         assert_type(call.run_id, str)
         assert_type(call.result, object)
         yield
@@ -133,3 +133,8 @@ async def seams(call: ToolInvocation, batch: list[Doc]) -> None:
     assert_type(await observed((otel, Timing()), call, work()), list[Doc])
     assert_type(call.tool.name, str)
     assert_type(call.args, BaseModel)
+
+
+async def observers_settle(observer: Observer, observers: tuple[Observer, ...], run_id: str) -> None:
+    assert_type(await observer.settle(run_id), None)
+    assert_type(await settle(observers, run_id), None)
