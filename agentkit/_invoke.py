@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from agentkit.errors import CallRefused, MissingTierError, TierChanged, ToolError, ToolRetry, ToolTimeout, UsageError
 from agentkit.tiers import Tier, tier_choices
-from agentkit.tools import Tool, declared_tier
+from agentkit.tools import Tool, check_args_type, declared_tier
 
 R = TypeVar("R")
 
@@ -40,7 +40,8 @@ def admit(tool: Tool[Any, Any], *, name: str | None = None, tier: Tier | None = 
         tier: The tier the call was proposed and approved at, when there is one.
 
     Raises:
-        UsageError: ``tool`` is not the tool named ``name`` (a wiring mistake).
+        UsageError: ``tool`` is not the tool named ``name``, or its args type leaves a field out of
+            its dump (wiring mistakes).
         MissingTierError: the tool declares no tier.
         TierChanged: the tool's tier is no longer ``tier``.
     """
@@ -50,6 +51,9 @@ def admit(tool: Tool[Any, Any], *, name: str | None = None, tier: Tier | None = 
     declared = declared_tier(tool)
     if declared is None:
         raise missing_tier(str(actual))
+    args_type = getattr(tool, "args_type", None)
+    if isinstance(args_type, type) and issubclass(args_type, BaseModel):
+        check_args_type(str(actual), args_type)
     if tier is not None and declared is not tier:
         raise TierChanged(
             f"tool {actual!r} now declares Tier.{declared.name} but its call was approved at Tier.{tier.name}; "

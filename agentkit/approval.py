@@ -13,8 +13,10 @@ Example:
 from __future__ import annotations
 
 import inspect
+import json
 import threading
 import uuid
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,7 +26,7 @@ from pydantic import BaseModel
 
 from agentkit._invoke import admit, invoke, missing_tier
 from agentkit.errors import ApprovalError, UsageError
-from agentkit.proposals import ProposedAction, call_digest
+from agentkit.proposals import ProposedAction, call_digest, canonical_json
 from agentkit.tiers import Tier
 from agentkit.tools import Tool
 
@@ -37,7 +39,7 @@ R = TypeVar("R")
 class _Once:
     """The single-use state an ``Approval`` carries; claiming it is atomic across tasks and threads."""
 
-    __slots__ = ("_claimed", "_lock")
+    __slots__ = ("__weakref__", "_claimed", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -55,13 +57,25 @@ class _Once:
     def claimed(self) -> bool:
         return self._claimed
 
+    def __copy__(self) -> _Once:
+        return self  # every copy of an approval shares its one use
+
+    def __deepcopy__(self, memo: dict[int, object]) -> _Once:
+        return self
+
+
+_ISSUED: weakref.WeakKeyDictionary[_Once, str] = weakref.WeakKeyDictionary()
+"""The single-use states ``approve`` issued, each with the digest it was issued for."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Approval(Generic[Args]):
     """A person's consent to run exactly one proposed call, exactly once.
 
-    Made by ``approve``; spent by ``execute_approved``. Copies made with ``dataclasses.replace``
-    share the single-use state, so no copy of an approval can run a second time.
+    Made by ``approve``, and only by it: ``execute_approved`` refuses an approval built by hand,
+    one whose single-use state was replaced, and one pointed at another call than the one approved.
+    Copies made with ``dataclasses.replace`` share the single-use state, so no copy of an approval
+    can run a second time.
     """
 
     proposal: ProposedAction[Args]
@@ -115,7 +129,9 @@ def approve(proposal: ProposedAction[Args], *, approved_by: str, note: str = "")
     """
     _check_person(approved_by, "approved_by")
     _check_intact(proposal)
-    return Approval(proposal=proposal, approved_by=approved_by, digest=proposal.digest, note=note)
+    approval = Approval(proposal=proposal, approved_by=approved_by, digest=proposal.digest, note=note)
+    _ISSUED[approval._once] = approval.digest
+    return approval
 
 
 def reject(proposal: ProposedAction[Args], *, rejected_by: str, reason: str = "") -> Rejection[Args]:
@@ -153,6 +169,12 @@ async def execute_approved(approval: Approval[Args], tool: Tool[Any, R]) -> Sequ
             hear it).
     """
     proposal = approval.proposal
+    if _ISSUED.get(approval._once) != approval.digest or proposal.digest != approval.digest:
+        raise ApprovalError(
+            f"approval {approval.id} for {proposal.tool_name!r} was not made by approve() for this call (built by "
+            "hand, or altered after it was made); nothing ran. Approve the proposal with approve()",
+            tool_name=proposal.tool_name,
+        )
     admit(tool, name=proposal.tool_name, tier=proposal.tier)
     args = _args_to_run(tool, proposal)
     if call_digest(proposal.tool_name, args) != approval.digest:
@@ -179,13 +201,11 @@ def _args_to_run(tool: Tool[Any, Any], proposal: ProposedAction[Any]) -> BaseMod
     if not (inspect.isclass(args_type) and issubclass(args_type, BaseModel)):
         raise UsageError(f"tool {proposal.tool_name!r} has no pydantic args_type; got {args_type!r}")
     args = proposal.args
-    if isinstance(args, args_type):
-        return args.model_copy(deep=True)
-    # A proposal reloaded without its args type holds a dict or another model; revalidate it, and
-    # the digest check that follows proves the result is still the approved call.
-    raw = args.model_dump(mode="json") if isinstance(args, BaseModel) else args
+    # The tool gets the args rebuilt from their canonical JSON, the very text the digest covers:
+    # whatever a field left out of the dump held, the call that runs is the call that was approved.
+    raw = canonical_json(args) if isinstance(args, BaseModel) else json.dumps(args)
     try:
-        return args_type.model_validate(raw)
+        return args_type.model_validate_json(raw)
     except ValueError as invalid:
         raise ApprovalError(
             f"the approved args do not validate as {args_type.__name__} for {proposal.tool_name!r}: {invalid}",

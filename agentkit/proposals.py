@@ -76,6 +76,7 @@ class ProposedAction(BaseModel, Generic[Args]):
         cls, *, tool_name: str, tier: Tier, args: Args, rationale: str = "", round: int, run_id: str = ""
     ) -> ProposedAction[Args]:
         """Build a proposal and compute its digest (on the bare class, typed by the args given)."""
+        _check_round_trip(tool_name, args)
         model = cls
         if not cls.__pydantic_generic_metadata__["args"]:
             # mypy types cls as type[ProposedAction[Args]], already parametrised, so refuses to index it.
@@ -93,6 +94,28 @@ class ProposedAction(BaseModel, Generic[Args]):
     def digest_matches(self) -> bool:
         """Whether ``digest`` still matches the tool name and args (they were not altered)."""
         return call_digest(self.tool_name, self.args) == self.digest
+
+
+def _check_round_trip(tool_name: str, args: BaseModel) -> None:
+    """Refuse args whose canonical JSON does not validate back to an equal value.
+
+    The digest covers the canonical JSON; what runs is rebuilt from it. Args that do not survive
+    the trip (a field left out of the dump, a serializer that loses data) could run as a call
+    other than the one a human approved.
+    """
+    try:
+        again = type(args).model_validate_json(canonical_json(args))
+    except ValueError as invalid:
+        raise UsageError(
+            f"the args of the call to {tool_name!r} ({type(args).__name__}) do not validate from their own JSON, "
+            f"so the call cannot be proposed: {invalid}"
+        ) from invalid
+    if again != args:
+        raise UsageError(
+            f"the args of the call to {tool_name!r} ({type(args).__name__}) change in a JSON round trip "
+            "(a field left out of the dump, or a lossy serializer), so an approval could not cover the call; "
+            "make the args type round-trip exactly"
+        )
 
 
 class _Named(BaseModel):

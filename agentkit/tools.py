@@ -176,6 +176,43 @@ def check_name(name: object, what: str = "tool") -> str:
     return name
 
 
+def lossy_fields(args_type: type[BaseModel], _seen: frozenset[type[BaseModel]] = frozenset()) -> list[str]:
+    """The fields (dotted, nested models included) that a dump of ``args_type`` leaves out.
+
+    A proposal's digest covers the args' dump: a field excluded from it (``Field(exclude=True)``)
+    could differ between the call a human approved and the call that runs.
+    """
+    found: list[str] = []
+    for name, info in args_type.model_fields.items():
+        if info.exclude:
+            found.append(name)
+            continue
+        for nested in _models_in(info.annotation):
+            if nested not in _seen:
+                found += [f"{name}.{inner}" for inner in lossy_fields(nested, _seen | {args_type})]
+    return found
+
+
+def _models_in(annotation: object) -> list[type[BaseModel]]:
+    if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for argument in typing.get_args(annotation) for model in _models_in(argument)]
+
+
+def check_args_type(name: str, args_type: type[BaseModel]) -> None:
+    """Refuse an args type whose dump leaves a field out (the digest would not cover the whole call).
+
+    Raises:
+        UsageError: naming the tool, the type and the fields.
+    """
+    lossy = lossy_fields(args_type)
+    if lossy:
+        raise UsageError(
+            f"tool {name!r}: {args_type.__name__} leaves {lossy} out of its dump (Field(exclude=True)), so an "
+            "approval could not cover the whole call; remove exclude=True from the args type"
+        )
+
+
 def validate_tool_names(tools: Sequence[Tool[Any, Any]]) -> None:
     """Refuse empty, malformed, reserved or duplicate names, and a missing ``args_type``.
 
@@ -197,3 +234,4 @@ def validate_tool_names(tools: Sequence[Tool[Any, Any]]) -> None:
         args_type = getattr(candidate, "args_type", None)
         if not (isinstance(args_type, type) and issubclass(args_type, BaseModel)):
             raise UsageError(f"tool {name!r} has no pydantic args_type; got {args_type!r}")
+        check_args_type(name, args_type)

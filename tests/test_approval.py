@@ -127,7 +127,8 @@ async def test_execute_approved_refuses_a_swapped_proposal() -> None:
     delete = Deleter()
     approval = approve(proposed("/tmp/old"), approved_by="ana")
     swapped = dataclasses.replace(approval, proposal=proposed("/"))
-    with pytest.raises(ApprovalError, match="changed after approval"):
+    # Refused before the digest check: the approval no longer points at the call approve() issued it for.
+    with pytest.raises(ApprovalError, match="not made by approve"):
         await execute_approved(swapped, delete)
     assert delete.calls == []
 

@@ -30,7 +30,8 @@ from agentkit import (
     run_tool_loop_tiered,
 )
 from agentkit.approval import ApprovalError
-from agentkit.journal import JournalError, JournalObserver, ProposalState, SQLiteJournal, TransitionRefused
+from agentkit.errors import TierChanged
+from agentkit.journal import JournalObserver, ProposalState, SQLiteJournal, TransitionRefused
 from agentkit.mcp import McpConnection, McpItem, McpTool, connect_stdio
 from agentkit.program import Capability, CapabilitySet, apply_plan, gate_program
 from agentkit.providers.openai import OpenAICaller
@@ -194,7 +195,7 @@ async def test_the_journal_refuses_an_mcp_tool_rewired_at_another_tier(tmp_path:
         record = await journal.propose(proposal)
         await journal.approve(record.id, "ops@example.com")
         (relabelled,) = await server.tools(tiers={"delete_file": Tier.REVERSIBLE}, include=["delete_file"])
-        with pytest.raises(JournalError, match=r"now declares Tier\.REVERSIBLE"):
+        with pytest.raises(TierChanged, match=r"now declares Tier\.REVERSIBLE"):
             await journal.execute(record.id, relabelled)
     assert calls(log) == []
     await journal.close()
