@@ -11,12 +11,24 @@ How the work is split, and why:
   the schema instructions that JSON and MD_JSON add to the prompt) and the re-ask messages that
   send a validation error back to the model. The request handler runs **once per schema** and its
   output is cached as a template; a call only fills in this round's system and user text.
-* **This module owns the HTTP exchange.** Each attempt is one ``chat.completions.create`` with
-  the client's own retries off (``max_retries=0``), so retry and fallback live in one place
+* **This module owns the HTTP exchange.** Each attempt is one ``POST /chat/completions`` through
+  the client's public ``post(..., cast_to=httpx2.Response, content=...)``: the client still
+  brings its auth, base URL, headers, per-phase timeouts and its error classes, but the body is
+  this module's JSON (the message list, then the schema's part of the request, serialised once
+  per schema) and the reply is validated from its bytes by pydantic. ``chat.completions.create``
+  would walk every request against its typed parameters and build a ``ChatCompletion`` for
+  every reply, which cost more client CPU than everything else in a round. The client's own
+  retries are off (``max_retries=0``), so retry and fallback live in one place
   (``generate_structured``), a 429 surfaces as ``Throttled`` after exactly one request, and usage
   is read from every response, re-asks included. instructor's patched ``create`` is not used: it
   rebuilds the schema on every call, wraps every HTTP error (a 429 included) in
   ``InstructorRetryException``, and drops the usage of a truncated reply.
+* **The timeout bounds the whole request.** httpx's timeouts apply per phase and per read, so a
+  server that sends its headers and then one byte at a time could hold a request forever; every
+  request here also runs under one overall deadline of ``timeout`` seconds.
+* **Usage from the wire is checked.** A token count that is negative, not a whole number, or
+  above ``MAX_TOKENS_PER_REPLY`` is a protocol error (``ProviderError``), never summed: a server
+  that reports ``prompt_tokens: -1000000`` would otherwise defeat ``LoopConfig.token_budget``.
 * **Strict mode is this module's.** OpenAI enforces a schema only with ``strict: true``, and
   then only a subset of JSON Schema; ``_strict.strict_schema`` rewrites the schema into it, once
   per schema, as part of the cached template.
@@ -32,11 +44,13 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import enum
 import functools
 import ipaddress
 import json
+import math
 import os
 import time
 import urllib.parse
@@ -45,11 +59,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, cast
 
+import httpx2
 import openai
 from instructor import v2 as instructor_v2
 from instructor.utils import extract_json_from_codeblock
 from openai.types.chat import ChatCompletion
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
 from agentkit.providers._strict import strict_schema
@@ -58,7 +73,7 @@ from agentkit.step import schema_name
 from agentkit.structured import Completion, StructuredRequest
 from agentkit.text import TextCompletion
 
-__all__ = ["DEFAULT_MAX_REASKS", "DEFAULT_TIMEOUT", "OpenAICaller", "StructuredMode"]
+__all__ = ["DEFAULT_MAX_REASKS", "DEFAULT_TIMEOUT", "MAX_TOKENS_PER_REPLY", "OpenAICaller", "StructuredMode"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -66,10 +81,17 @@ DEFAULT_TIMEOUT = 120.0
 """Seconds one HTTP request may take when ``OpenAICaller`` builds the client itself."""
 DEFAULT_MAX_REASKS = 1
 """Schema-invalid replies re-asked within one attempt before it fails."""
+MAX_TOKENS_PER_REPLY = 100_000_000
+"""The largest token count one reply may report in ``usage`` (ten times the largest context window
+of any model today); a larger one, a negative one or one that is not a whole number is a protocol
+error, never summed."""
 
 _SYSTEM_MARK = "\x00agentkit:system\x00"
 _DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
 _RAW_IN_MESSAGE = 1000
+_PATH = "/chat/completions"
+_PLAN_CACHE_SIZE = 256
+"""Request plans kept (one per schema, mode and strictness); least recently used go first."""
 _TRANSIENT_STATUSES = frozenset({408, 409})
 _STRICT_HOSTS = frozenset({"api.openai.com"})
 """Hosts ``strict=None`` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
@@ -126,10 +148,14 @@ class _Plan:
     name: str
     template: tuple[_Slot, ...]
     extra: Mapping[str, Any]
+    extra_json: str
+    """``extra`` as the members of a JSON object (no braces), spliced into every request body."""
     reask: Callable[..., dict[str, Any]]
 
 
-@functools.lru_cache(maxsize=512)
+# Keyed by the schema class itself (identity), so two tool sets with the same step name never share a
+# plan, and bounded, so tools built per request cannot grow it without limit.
+@functools.lru_cache(maxsize=_PLAN_CACHE_SIZE)
 def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -> _Plan:
     instructor_mode = getattr(instructor_v2.Mode, _INSTRUCTOR_MODES[mode])
     handlers = instructor_v2.mode_registry.get_handlers(instructor_v2.Provider.OPENAI, instructor_mode)
@@ -143,7 +169,8 @@ def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -
         extra["parallel_tool_calls"] = False
     if strict:
         _make_strict(extra, name)
-    return _Plan(name=name, template=template, extra=extra, reask=handlers.reask_handler)
+    extra_json = _dumps(extra)[1:-1] if extra else ""
+    return _Plan(name=name, template=template, extra=extra, extra_json=extra_json, reask=handlers.reask_handler)
 
 
 def _slot(message: Mapping[str, Any]) -> _Slot:
@@ -198,8 +225,11 @@ class OpenAICaller:
     Errors (each carries the usage spent on ``.usage``):
 
     * HTTP 429 -> ``Throttled`` (with ``retry_after`` from ``Retry-After``), after one request;
-    * 5xx, 408, 409, timeouts, lost connections, an unreadable body, no choices -> ``ProviderError``
-      with ``transient=True`` (retried, then failed over to the fallback model);
+    * 5xx, 408, 409, timeouts (the whole request past ``timeout`` included), lost connections,
+      an unreadable body, no choices -> ``ProviderError`` with ``transient=True`` (retried, then
+      failed over to the fallback model);
+    * a ``usage`` token count that is negative, not a whole number or above
+      ``MAX_TOKENS_PER_REPLY`` -> ``ProviderError`` with ``transient=False`` (a broken server);
     * 400, 401, 403, 404 and other 4xx -> ``ProviderError`` with ``transient=False`` (no retry);
     * a reply still invalid after the re-asks, or cut off by the token limit ->
       ``StructuredOutputError`` naming the schema, with the last raw reply on ``.raw``.
@@ -212,8 +242,12 @@ class OpenAICaller:
         api_key: The key; only without ``client``. Defaults to ``OPENAI_API_KEY``, or to a
             placeholder when ``base_url`` is on this machine (``localhost``, ``127.0.0.0/8``,
             ``::1``): local servers take any key. Any other server needs one.
-        timeout: Seconds one HTTP request may take. ``None`` keeps the passed client's setting;
-            a client built here then uses ``DEFAULT_TIMEOUT``.
+        timeout: Seconds one HTTP request may take in all: connecting, sending, waiting and
+            reading the whole reply (a server that drips its reply byte by byte is cut off too).
+            It is also the client's per-phase httpx timeout. ``None`` keeps the passed client's
+            setting (a plain number bounds the whole request the same way; an
+            ``httpx2.Timeout`` applies per phase only); a client built here then uses
+            ``DEFAULT_TIMEOUT``.
         max_reasks: Schema-invalid replies re-asked within one attempt (0 to never re-ask).
         max_tokens_field: The request field that carries ``StructuredRequest.max_tokens``:
             ``"max_tokens"`` (understood by every compatible server) or
@@ -254,6 +288,10 @@ class OpenAICaller:
             )
         if strict is not None and not isinstance(strict, bool):
             raise UsageError(f"strict must be True, False or None (decided by the server's host); got {strict!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
+        ):
+            raise UsageError(f"timeout must be a finite number of seconds > 0, or None; got {timeout!r}")
         self._owns_client = client is None
         if client is None:
             client = _build_client(base_url, api_key, DEFAULT_TIMEOUT if timeout is None else timeout)
@@ -264,7 +302,11 @@ class OpenAICaller:
         else:
             client = client.with_options(max_retries=0)
         self._client = client
-        self._create = cast("Callable[..., Awaitable[ChatCompletion]]", client.chat.completions.create)
+        self._post = cast("Callable[..., Awaitable[httpx2.Response]]", client.post)
+        bound = client.timeout if timeout is None else timeout
+        self._deadline: float | None = (
+            float(bound) if isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0 else None
+        )
         self.mode = mode
         """How the schema is put to the server."""
         self.max_reasks = max_reasks
@@ -301,12 +343,11 @@ class OpenAICaller:
         """
         plan = _plan(schema, self.mode, self.strict)
         kwargs = self._kwargs(request, _messages(plan, request))
-        kwargs.update(plan.extra)
         tally = _Tally()
         try:
             for asked in range(self.max_reasks + 1):
-                response = await self._send(kwargs, tally)
-                choice = _first_choice(response, request.model)
+                reply, body = await self._send(kwargs, plan.extra_json, tally)
+                choice = _first_choice(reply, request.model)
                 raw = _raw_text(choice)
                 if choice.finish_reason == "length":
                     raise _truncated(request, plan.name, raw)
@@ -315,9 +356,11 @@ class OpenAICaller:
                 except (ValidationError, _InvalidReply) as invalid:
                     if asked == self.max_reasks:
                         raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
+                    # instructor's re-ask handlers read an openai ChatCompletion; built only on this path
+                    response = ChatCompletion.construct(**json.loads(body))
                     kwargs = plan.reask(kwargs=kwargs, response=response, exception=invalid)
                     continue
-                return Completion(value=value, usage=tally.usage, model=response.model or request.model)
+                return Completion(value=value, usage=tally.usage, model=reply.model or request.model)
         except AgentkitError as error:
             error.usage = tally.usage
             raise
@@ -334,8 +377,8 @@ class OpenAICaller:
         messages.append({"role": "user", "content": request.dynamic})
         tally = _Tally()
         try:
-            response = await self._send(self._kwargs(request, messages), tally)
-            choice = _first_choice(response, request.model)
+            reply, _ = await self._send(self._kwargs(request, messages), "", tally)
+            choice = _first_choice(reply, request.model)
             if choice.finish_reason == "length":
                 raise ProviderError(
                     f"the reply of model {request.model!r} was cut off by the token limit "
@@ -344,7 +387,7 @@ class OpenAICaller:
         except AgentkitError as error:
             error.usage = tally.usage
             raise
-        return TextCompletion(text=_raw_text(choice), usage=tally.usage, model=response.model or request.model)
+        return TextCompletion(text=_raw_text(choice), usage=tally.usage, model=reply.model or request.model)
 
     def _kwargs(self, request: StructuredRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
@@ -356,11 +399,20 @@ class OpenAICaller:
             kwargs["seed"] = request.seed
         return kwargs
 
-    async def _send(self, kwargs: dict[str, Any], tally: _Tally) -> ChatCompletion:
+    async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[_Reply, bytes]:
+        """One POST: the reply validated from its bytes, and the bytes (a re-ask rebuilds from them)."""
         tally.requests += 1
         model = str(kwargs["model"])
         try:
-            response = await self._create(**kwargs)
+            async with asyncio.timeout(self._deadline):
+                response = await self._post(_PATH, cast_to=httpx2.Response, content=_body(kwargs, extra_json))
+        except TimeoutError as error:
+            raise ProviderError(
+                f"request to model {model!r} timed out after {self._deadline}s for the whole request "
+                "(connecting, sending, waiting and reading the reply); "
+                "raise OpenAICaller(timeout=...) or check the server's load",
+                transient=True,
+            ) from error
         except openai.RateLimitError as error:
             raise Throttled(
                 f"model server throttled model {model!r} (HTTP 429): {_server_message(error)}",
@@ -379,17 +431,17 @@ class OpenAICaller:
             ) from error
         except openai.APIStatusError as error:
             raise _status_error(model, error) from error
-        except (openai.APIResponseValidationError, json.JSONDecodeError) as error:
+        body = response.content
+        try:
+            reply = _Reply.model_validate_json(body)
+        except ValidationError as error:
             raise ProviderError(
-                f"model server sent an unreadable reply for model {model!r}: {type(error).__name__}: {error}",
+                f"model server sent an unreadable reply for model {model!r} (not a chat completion: "
+                f"{error.errors(include_url=False)[0]['msg']}): {body[:200]!r}",
                 transient=True,
             ) from error
-        if not isinstance(response, ChatCompletion):
-            raise ProviderError(
-                f"model server sent a non-JSON reply for model {model!r}: {str(response)[:200]!r}", transient=True
-            )
-        tally.add(response)
-        return response
+        tally.add(reply, model)
+        return reply, body
 
     def _json_text(self, choice: Any) -> str:
         message = getattr(choice, "message", None)
@@ -418,6 +470,46 @@ class OpenAICaller:
         return str(content)
 
 
+class _Function(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    function: _Function | None = None
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    message: _Message | None = None
+    finish_reason: str | None = None
+
+
+class _UsageBlock(BaseModel):
+    # Read as sent and checked by ``_Tally``, so a bad count is named in a protocol error of its own.
+    model_config = ConfigDict(frozen=True)
+    prompt_tokens: object = None
+    completion_tokens: object = None
+
+
+class _Reply(BaseModel):
+    """The part of a chat completion this module reads; every other field is ignored."""
+
+    model_config = ConfigDict(frozen=True)
+    model: str | None = None
+    choices: list[_Choice] | None = None
+    usage: _UsageBlock | None = None
+
+
 class _Tally:
     """Usage of one call, summed over every HTTP request it made."""
 
@@ -428,15 +520,49 @@ class _Tally:
         self.input_tokens = 0
         self.output_tokens = 0
 
-    def add(self, response: ChatCompletion) -> None:
-        usage = getattr(response, "usage", None)
+    def add(self, reply: _Reply, model: str) -> None:
+        usage = reply.usage
         if usage is not None:
-            self.input_tokens += usage.prompt_tokens or 0
-            self.output_tokens += usage.completion_tokens or 0
+            prompt = _token_count(usage.prompt_tokens, "prompt_tokens", model)
+            completion = _token_count(usage.completion_tokens, "completion_tokens", model)
+            self.input_tokens += prompt
+            self.output_tokens += completion
 
     @property
     def usage(self) -> Usage:
         return Usage(requests=self.requests, input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+
+
+def _token_count(value: object, field: str, model: str) -> int:
+    """A token count from the wire: missing is 0; anything but a whole number in range is a protocol error."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS_PER_REPLY:
+        raise ProviderError(
+            f"model server reported usage.{field}={value!r} for model {model!r}: a token count must be a whole "
+            f"number from 0 to {MAX_TOKENS_PER_REPLY:,}; the server's usage report is broken, so token "
+            "budgets cannot be kept (the reply was not used)",
+            status=200,
+        )
+    return value
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def _body(kwargs: Mapping[str, Any], extra_json: str) -> bytes:
+    """The request body: ``kwargs`` as JSON, with the plan's pre-serialised members spliced in."""
+    text = _dumps(kwargs)
+    if extra_json:
+        text = f"{text[:-1]},{extra_json}}}"
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # a lone surrogate cannot be UTF-8; JSON's \u escapes carry it losslessly
+        return json.dumps(json.loads(text), separators=(",", ":")).encode()
 
 
 def _build_client(base_url: str | None, api_key: str | None, timeout: float | None) -> openai.AsyncOpenAI:
@@ -489,7 +615,7 @@ def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def _first_choice(response: ChatCompletion, model: str) -> Any:
+def _first_choice(response: _Reply, model: str) -> Any:
     choices = getattr(response, "choices", None)
     if not choices:
         raise ProviderError(
