@@ -219,3 +219,30 @@ def test_the_request_plan_cache_is_bounded() -> None:
     for number in range(maxsize + 10):
         _plan(create_model(f"Model{number}", x=(int, ...)), StructuredMode.JSON_SCHEMA)
     assert _plan.cache_info().currsize <= maxsize
+
+
+# --- requests in flight ----------------------------------------------------------------------------
+
+
+async def test_requests_in_flight_are_bounded_by_max_in_flight(server: FakeOpenAIServer) -> None:
+    """With max_in_flight=2, six concurrent calls all complete, never more than two at the server at once."""
+    server.add(*[FakeReply.value({"score": n}, delay=0.3) for n in range(6)])
+    async with OpenAICaller(base_url=server.base_url, max_in_flight=2) as caller:
+        completions = await asyncio.gather(*(caller.complete(request(), Verdict) for _ in range(6)))
+    assert sorted(c.value.score for c in completions) == list(range(6))
+    assert server.max_concurrent <= 2
+
+
+async def test_without_a_bound_every_request_is_sent_at_once(server: FakeOpenAIServer) -> None:
+    """max_in_flight=None hands every call to the client at once: the server sees them overlap."""
+    server.add(*[FakeReply.value({"score": n}, delay=1.0) for n in range(4)])
+    async with OpenAICaller(base_url=server.base_url, max_in_flight=None) as caller:
+        await asyncio.gather(*(caller.complete(request(), Verdict) for _ in range(4)))
+    assert server.max_concurrent > 2
+
+
+@pytest.mark.parametrize("bound", [0, -1, True, 1.5])
+def test_a_max_in_flight_that_is_not_a_positive_int_is_a_usage_error(bound: Any) -> None:
+    """max_in_flight must be an int >= 1 or None."""
+    with pytest.raises(UsageError, match="max_in_flight"):
+        OpenAICaller(base_url="http://127.0.0.1:1/v1", max_in_flight=bound)

@@ -26,6 +26,11 @@ How the work is split, and why:
 * **The timeout bounds the whole request.** httpx's timeouts apply per phase and per read, so a
   server that sends its headers and then one byte at a time could hold a request forever; every
   request here also runs under one overall deadline of ``timeout`` seconds.
+* **Requests in flight are bounded** (``max_in_flight``, 100 by default): further requests wait
+  their turn in a FIFO queue before they reach the HTTP pool. httpx's pool scans every queued
+  request and every connection on each request it starts or ends, so 10,000 concurrent runs
+  handed to it at once cost quadratic CPU (and a pool wider than the 100 connections it keeps
+  alive closes and reopens connections); behind the bound, its work per request stays constant.
 * **Usage from the wire is checked.** A token count that is negative, not a whole number, or
   above ``MAX_TOKENS_PER_REPLY`` is a protocol error (``ProviderError``), never summed: a server
   that reports ``prompt_tokens: -1000000`` would otherwise defeat ``LoopConfig.token_budget``.
@@ -45,6 +50,7 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import enum
 import functools
@@ -73,7 +79,14 @@ from agentkit.step import schema_name
 from agentkit.structured import Completion, StructuredRequest
 from agentkit.text import TextCompletion
 
-__all__ = ["DEFAULT_MAX_REASKS", "DEFAULT_TIMEOUT", "MAX_TOKENS_PER_REPLY", "OpenAICaller", "StructuredMode"]
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_REASKS",
+    "DEFAULT_TIMEOUT",
+    "MAX_TOKENS_PER_REPLY",
+    "OpenAICaller",
+    "StructuredMode",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -81,6 +94,8 @@ DEFAULT_TIMEOUT = 120.0
 """Seconds one HTTP request may take when ``OpenAICaller`` builds the client itself."""
 DEFAULT_MAX_REASKS = 1
 """Schema-invalid replies re-asked within one attempt before it fails."""
+DEFAULT_MAX_IN_FLIGHT = 100
+"""Requests one ``OpenAICaller`` has on the wire at once (the ``openai`` client keeps 100 connections alive)."""
 MAX_TOKENS_PER_REPLY = 100_000_000
 """The largest token count one reply may report in ``usage`` (ten times the largest context window
 of any model today); a larger one, a negative one or one that is not a whole number is a protocol
@@ -252,6 +267,9 @@ class OpenAICaller:
         max_tokens_field: The request field that carries ``StructuredRequest.max_tokens``:
             ``"max_tokens"`` (understood by every compatible server) or
             ``"max_completion_tokens"`` (required by OpenAI's reasoning models).
+        max_in_flight: Requests this caller has on the wire at once; more wait their turn (first
+            come, first served) before they are sent, and the wait is not part of ``timeout``.
+            ``None`` hands every request to the client's connection pool at once.
         strict: Ask for strict mode in ``JSON_SCHEMA`` and ``TOOLS`` (``strict: true``, with the
             schema rewritten into OpenAI's strict subset), which is what makes OpenAI enforce the
             schema. ``None`` (the default) turns it on for ``api.openai.com`` only: other servers
@@ -277,6 +295,7 @@ class OpenAICaller:
         max_reasks: int = DEFAULT_MAX_REASKS,
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         strict: bool | None = None,
+        max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         if not isinstance(mode, StructuredMode):
             raise UsageError(f"mode must be a StructuredMode, one of {[m.name for m in StructuredMode]}; got {mode!r}")
@@ -288,6 +307,10 @@ class OpenAICaller:
             )
         if strict is not None and not isinstance(strict, bool):
             raise UsageError(f"strict must be True, False or None (decided by the server's host); got {strict!r}")
+        if max_in_flight is not None and (
+            isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1
+        ):
+            raise UsageError(f"max_in_flight must be an int >= 1, or None for no bound; got {max_in_flight!r}")
         if timeout is not None and (
             isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
         ):
@@ -314,6 +337,9 @@ class OpenAICaller:
         self.strict = client.base_url.host in _STRICT_HOSTS if strict is None else strict
         """Whether ``JSON_SCHEMA`` and ``TOOLS`` requests ask for OpenAI's strict mode."""
         self._max_tokens_field = max_tokens_field
+        self._max_in_flight = max_in_flight
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -403,9 +429,11 @@ class OpenAICaller:
         """One POST: the reply validated from its bytes, and the bytes (a re-ask rebuilds from them)."""
         tally.requests += 1
         model = str(kwargs["model"])
+        content = _body(kwargs, extra_json)
         try:
-            async with asyncio.timeout(self._deadline):
-                response = await self._post(_PATH, cast_to=httpx2.Response, content=_body(kwargs, extra_json))
+            async with self._slot():
+                async with asyncio.timeout(self._deadline):
+                    response = await self._post(_PATH, cast_to=httpx2.Response, content=content)
         except TimeoutError as error:
             raise ProviderError(
                 f"request to model {model!r} timed out after {self._deadline}s for the whole request "
@@ -442,6 +470,15 @@ class OpenAICaller:
             ) from error
         tally.add(reply, model)
         return reply, body
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A place among the ``max_in_flight`` requests on the wire (one semaphore per event loop)."""
+        if self._max_in_flight is None:
+            return contextlib.nullcontext()
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots, self._slots_loop = asyncio.Semaphore(self._max_in_flight), loop
+        return self._slots
 
     def _json_text(self, choice: Any) -> str:
         message = getattr(choice, "message", None)

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -191,6 +191,9 @@ class FakeOpenAIServer:
         """Every request body received, in order (rejected ones included; ``{}`` for a non-JSON body)."""
         self.responses: list[dict[str, Any] | None] = []
         """The body answered to each request (the whole reply for a stream; ``None`` when malformed)."""
+        self.max_concurrent = 0
+        """The most chat-completion requests the server was handling at the same moment."""
+        self._handling = 0
         self.errors: list[Exception] = []
         """What the server raised while handling a request (its traceback also goes to stderr).
 
@@ -279,6 +282,17 @@ class FakeOpenAIServer:
             self.responses.append(None)
             return len(self.requests) - 1
 
+    @contextlib.contextmanager
+    def _handling_one(self) -> Iterator[None]:
+        with self._lock:
+            self._handling += 1
+            self.max_concurrent = max(self.max_concurrent, self._handling)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._handling -= 1
+
     def _answered(self, index: int, payload: dict[str, Any] | None) -> None:
         with self._lock:
             self.responses[index] = payload
@@ -363,6 +377,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(404, _error_body(f"no route GET {self.path}", "not_found"))
 
     def do_POST(self) -> None:
+        with self.server.fake._handling_one():
+            self._post()
+
+    def _post(self) -> None:
         fake = self.server.fake
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         try:
