@@ -27,7 +27,8 @@ from agentkit import (
     run_tool_loop,
     tool,
 )
-from agentkit.providers.openai import MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode, _plan, _token_count
+from agentkit.providers._wire import token_count
+from agentkit.providers.openai import MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
@@ -181,13 +182,13 @@ async def test_negative_token_counts_cannot_defeat_the_token_budget(server: Fake
 def test_token_counts_that_are_not_whole_numbers_are_a_protocol_error(value: object) -> None:
     """A count that is not a whole number (a fraction, a string, a bool) is refused like a negative one."""
     with pytest.raises(ProviderError, match=r"usage\.prompt_tokens"):
-        _token_count(value, "prompt_tokens", "m")
+        token_count(value, "prompt_tokens", "m")
 
 
 @pytest.mark.parametrize(("value", "count"), [(None, 0), (0, 0), (12, 12), (12.0, 12), (MAX_TOKENS_PER_REPLY,) * 2])
 def test_valid_token_counts_are_read_as_sent(value: object, count: int) -> None:
     """A missing count is 0; a whole number in range (even written 12.0) is taken as is."""
-    assert _token_count(value, "prompt_tokens", "m") == count
+    assert token_count(value, "prompt_tokens", "m") == count
 
 
 # --- what goes on the wire -------------------------------------------------------------------------

@@ -70,10 +70,11 @@ import openai
 from instructor import v2 as instructor_v2
 from instructor.utils import extract_json_from_codeblock
 from openai.types.chat import ChatCompletion
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
 from agentkit.providers._strict import strict_schema
+from agentkit.providers._wire import MAX_TOKENS_PER_REPLY, Reply, dumps, request_body, token_count
 from agentkit.results import Usage
 from agentkit.step import schema_name
 from agentkit.structured import Completion, StructuredRequest
@@ -96,10 +97,6 @@ DEFAULT_MAX_REASKS = 1
 """Schema-invalid replies re-asked within one attempt before it fails."""
 DEFAULT_MAX_IN_FLIGHT = 100
 """Requests one ``OpenAICaller`` has on the wire at once (the ``openai`` client keeps 100 connections alive)."""
-MAX_TOKENS_PER_REPLY = 100_000_000
-"""The largest token count one reply may report in ``usage`` (ten times the largest context window
-of any model today); a larger one, a negative one or one that is not a whole number is a protocol
-error, never summed."""
 
 _SYSTEM_MARK = "\x00agentkit:system\x00"
 _DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
@@ -184,7 +181,7 @@ def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -
         extra["parallel_tool_calls"] = False
     if strict:
         _make_strict(extra, name)
-    extra_json = _dumps(extra)[1:-1] if extra else ""
+    extra_json = dumps(extra)[1:-1] if extra else ""
     return _Plan(name=name, template=template, extra=extra, extra_json=extra_json, reask=handlers.reask_handler)
 
 
@@ -425,11 +422,11 @@ class OpenAICaller:
             kwargs["seed"] = request.seed
         return kwargs
 
-    async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[_Reply, bytes]:
+    async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[Reply, bytes]:
         """One POST: the reply validated from its bytes, and the bytes (a re-ask rebuilds from them)."""
         tally.requests += 1
         model = str(kwargs["model"])
-        content = _body(kwargs, extra_json)
+        content = request_body(kwargs, extra_json)
         try:
             async with self._slot():
                 async with asyncio.timeout(self._deadline):
@@ -461,7 +458,7 @@ class OpenAICaller:
             raise _status_error(model, error) from error
         body = response.content
         try:
-            reply = _Reply.model_validate_json(body)
+            reply = Reply.model_validate_json(body)
         except ValidationError as error:
             raise ProviderError(
                 f"model server sent an unreadable reply for model {model!r} (not a chat completion: "
@@ -507,46 +504,6 @@ class OpenAICaller:
         return str(content)
 
 
-class _Function(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCall(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    function: _Function | None = None
-
-
-class _Message(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[_ToolCall] | None = None
-
-
-class _Choice(BaseModel):
-    model_config = ConfigDict(frozen=True)
-    message: _Message | None = None
-    finish_reason: str | None = None
-
-
-class _UsageBlock(BaseModel):
-    # Read as sent and checked by ``_Tally``, so a bad count is named in a protocol error of its own.
-    model_config = ConfigDict(frozen=True)
-    prompt_tokens: object = None
-    completion_tokens: object = None
-
-
-class _Reply(BaseModel):
-    """The part of a chat completion this module reads; every other field is ignored."""
-
-    model_config = ConfigDict(frozen=True)
-    model: str | None = None
-    choices: list[_Choice] | None = None
-    usage: _UsageBlock | None = None
-
-
 class _Tally:
     """Usage of one call, summed over every HTTP request it made."""
 
@@ -557,49 +514,17 @@ class _Tally:
         self.input_tokens = 0
         self.output_tokens = 0
 
-    def add(self, reply: _Reply, model: str) -> None:
+    def add(self, reply: Reply, model: str) -> None:
         usage = reply.usage
         if usage is not None:
-            prompt = _token_count(usage.prompt_tokens, "prompt_tokens", model)
-            completion = _token_count(usage.completion_tokens, "completion_tokens", model)
+            prompt = token_count(usage.prompt_tokens, "prompt_tokens", model)
+            completion = token_count(usage.completion_tokens, "completion_tokens", model)
             self.input_tokens += prompt
             self.output_tokens += completion
 
     @property
     def usage(self) -> Usage:
         return Usage(requests=self.requests, input_tokens=self.input_tokens, output_tokens=self.output_tokens)
-
-
-def _token_count(value: object, field: str, model: str) -> int:
-    """A token count from the wire: missing is 0; anything but a whole number in range is a protocol error."""
-    if value is None:
-        return 0
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS_PER_REPLY:
-        raise ProviderError(
-            f"model server reported usage.{field}={value!r} for model {model!r}: a token count must be a whole "
-            f"number from 0 to {MAX_TOKENS_PER_REPLY:,}; the server's usage report is broken, so token "
-            "budgets cannot be kept (the reply was not used)",
-            status=200,
-        )
-    return value
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-
-
-def _body(kwargs: Mapping[str, Any], extra_json: str) -> bytes:
-    """The request body: ``kwargs`` as JSON, with the plan's pre-serialised members spliced in."""
-    text = _dumps(kwargs)
-    if extra_json:
-        text = f"{text[:-1]},{extra_json}}}"
-    try:
-        return text.encode()
-    except UnicodeEncodeError:
-        # a lone surrogate cannot be UTF-8; JSON's \u escapes carry it losslessly
-        return json.dumps(json.loads(text), separators=(",", ":")).encode()
 
 
 def _build_client(base_url: str | None, api_key: str | None, timeout: float | None) -> openai.AsyncOpenAI:
@@ -652,7 +577,7 @@ def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def _first_choice(response: _Reply, model: str) -> Any:
+def _first_choice(response: Reply, model: str) -> Any:
     choices = getattr(response, "choices", None)
     if not choices:
         raise ProviderError(
