@@ -144,6 +144,54 @@ def _as_agentkit_error(error: Exception) -> AgentkitError:
     return wrapped
 
 
+class _Attempts(Generic[M]):
+    """The attempts of one ``generate_structured`` call: the running usage, count and last error."""
+
+    __slots__ = ("caller", "counter", "current", "last", "on_attempt", "schema", "total")
+
+    def __init__(
+        self,
+        caller: StructuredCaller,
+        request: StructuredRequest,
+        schema: type[M],
+        on_attempt: Callable[[Attempt], None] | None,
+    ) -> None:
+        self.caller = caller
+        self.current = request
+        self.schema = schema
+        self.on_attempt = on_attempt
+        self.total = Usage()
+        self.counter = 0
+        self.last: AgentkitError | None = None
+
+    async def once(self, model: str) -> Completion[M]:
+        """One attempt on ``model``; a failure is raised as an ``AgentkitError`` and remembered."""
+        self.counter += 1
+        started = time.perf_counter()
+        request = self.current if self.current.model == model else dataclasses.replace(self.current, model=model)
+        try:
+            completion = await self.caller.complete(request, self.schema)
+        except Exception as raw:
+            error = _as_agentkit_error(raw)
+            used = usage_of(error)
+            self.total += used
+            self.last = error
+            if isinstance(error, StructuredOutputError):
+                self.current = dataclasses.replace(self.current, reask=str(error))
+            self._report(model, started, used, error)
+            if error is raw:
+                raise
+            raise error from raw
+        self.total += completion.usage
+        self._report(model, started, completion.usage, None)
+        return completion
+
+    def _report(self, model: str, started: float, usage: Usage, error: AgentkitError | None) -> None:
+        if self.on_attempt is not None:
+            seconds = time.perf_counter() - started
+            self.on_attempt(Attempt(model=model, attempt=self.counter, seconds=seconds, usage=usage, error=error))
+
+
 async def generate_structured(
     caller: StructuredCaller,
     request: StructuredRequest,
@@ -159,56 +207,42 @@ async def generate_structured(
         AgentkitError: the last attempt's error once every attempt is spent; its ``usage``
             attribute then holds the usage of all attempts.
     """
+    policy = policy or RetryPolicy()
+    attempts = _Attempts(caller, request, schema, on_attempt)
+    # The first attempt is a plain call: a call that succeeds at once (nearly all of them) never
+    # enters the retry machinery. Its failure is handed to tenacity as the primary's attempt 1.
+    try:
+        return await attempts.once(request.model)
+    except AgentkitError as error:
+        if not _retryable(error):
+            error.usage = attempts.total
+            raise
+        first_failure = error
+    return await _retry(attempts, request, policy, first_failure)
+
+
+async def _retry(
+    attempts: _Attempts[M], request: StructuredRequest, policy: RetryPolicy, first_failure: AgentkitError
+) -> Completion[M]:
+    """The attempts after a retryable first failure: the primary's rest, then the fallback's."""
     # tenacity (and the asyncio it loads) is imported on first use, keeping `import agentkit` light.
     from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
-    policy = policy or RetryPolicy()
     plan = [(request.model, policy.primary_attempts)]
     if request.fallback_model and policy.fallback_attempts > 0:
         plan.append((request.fallback_model, policy.fallback_attempts))
-    total = Usage()
-    counter = 0
-    last: AgentkitError | None = None
-    current = request
+    replay: list[AgentkitError] = [first_failure]
 
     async def attempt(model: str) -> Completion[M]:
-        nonlocal total, counter, last, current
-        counter += 1
-        started = time.perf_counter()
-        try:
-            completion = await caller.complete(dataclasses.replace(current, model=model), schema)
-        except Exception as raw:
-            error = _as_agentkit_error(raw)
-            used = usage_of(error)
-            total += used
-            last = error
-            if isinstance(error, StructuredOutputError):
-                current = dataclasses.replace(current, reask=str(error))
-            if on_attempt is not None:
-                on_attempt(
-                    Attempt(
-                        model=model, attempt=counter, seconds=time.perf_counter() - started, usage=used, error=error
-                    )
-                )
-            if error is raw:
-                raise
-            raise error from raw
-        total += completion.usage
-        if on_attempt is not None:
-            on_attempt(
-                Attempt(
-                    model=model,
-                    attempt=counter,
-                    seconds=time.perf_counter() - started,
-                    usage=completion.usage,
-                    error=None,
-                )
-            )
-        return completion
+        if replay:
+            # tenacity sees the first attempt's failure as its own attempt 1, so its stop and wait
+            # (the backoff before attempt 2 included) are exactly those of a call it made itself
+            raise replay.pop()
+        return await attempts.once(model)
 
-    for model, attempts in plan:
+    for model, count in plan:
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(attempts),
+            stop=stop_after_attempt(count),
             retry=retry_if_exception(_retryable),
             wait=wait_exponential(multiplier=policy.wait_initial, max=policy.wait_max)
             + wait_random(0, policy.wait_initial),
@@ -218,10 +252,10 @@ async def generate_structured(
             completion: Completion[M] = await retrying(attempt, model)
         except AgentkitError as error:
             if not _retryable(error):
-                error.usage = total
+                error.usage = attempts.total
                 raise
             continue
-        return dataclasses.replace(completion, usage=total)
-    assert last is not None
-    last.usage = total
-    raise last
+        return dataclasses.replace(completion, usage=attempts.total)
+    assert attempts.last is not None
+    attempts.last.usage = attempts.total
+    raise attempts.last

@@ -355,8 +355,9 @@ def parse(argv: Sequence[str] | None) -> Options:
         for name in names:
             if not contenders.spec(name).available():
                 parser.error(f"contender {name!r} is not installed here; run bash benchmarks/setup.sh")
-    if contenders.FLOOR not in names:
-        names.insert(0, contenders.FLOOR)
+    for floor in (contenders.HTTP_FLOOR, contenders.FLOOR):
+        if floor not in names and contenders.spec(floor).available():
+            names.insert(0, floor)
     return Options(
         contenders=tuple(names),
         repeats=ns.repeats,

@@ -12,6 +12,8 @@ WALL_TARGET = 1.25
 """agentkit's wall time per round, at most this many times the floor's."""
 CPU_TARGET = 1.3
 """agentkit's client CPU time per round, at most this many times the floor's."""
+HTTP_TARGET = 1.5
+"""agentkit's wall and client CPU time per round, at most this many times the bare-httpx floor's."""
 RSS_TARGET = 1.3
 """agentkit's peak RSS with 1,000 concurrent runs, at most this many times the floor's."""
 IMPORT_TARGET = 1.5
@@ -49,7 +51,9 @@ def _paired_ratios(samples: Sequence[Mapping[str, Any]], floor: Sequence[Mapping
     return ratios
 
 
-def _sequential(name: str, samples: Sequence[Mapping[str, Any]], floor: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def _sequential(
+    samples: Sequence[Mapping[str, Any]], floor: Sequence[Mapping[str, Any]], http_floor: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     good = _good(samples)
     return {
         "samples": len(samples),
@@ -58,6 +62,8 @@ def _sequential(name: str, samples: Sequence[Mapping[str, Any]], floor: Sequence
         "cpu_ms_per_round": spread([_per_round(s, "run_cpu_median") for s in good]),
         "wall_ratio": spread(_paired_ratios(samples, floor, "run_wall_median")),
         "cpu_ratio": spread(_paired_ratios(samples, floor, "run_cpu_median")),
+        "wall_ratio_http": spread(_paired_ratios(samples, http_floor, "run_wall_median")),
+        "cpu_ratio_http": spread(_paired_ratios(samples, http_floor, "run_cpu_median")),
         "server_cpu_ms_per_round": spread(
             [s["server"]["cpu_seconds"] / s["server"]["requests"] * 1e3 for s in good if s["server"]["requests"]]
         ),
@@ -111,6 +117,7 @@ def summarise(
     """Figures per contender (medians with min and max), ratios to the floor, and the raw samples."""
     floor_seq = sequential.get(contenders.FLOOR, [])
     floor_conc = concurrent.get(contenders.FLOOR)
+    http_seq = sequential.get(contenders.HTTP_FLOOR, [])
     figures = {}
     for name in options["contenders"]:
         spec = contenders.spec(name)
@@ -118,13 +125,14 @@ def summarise(
             "note": spec.note,
             "peer": spec.peer,
             "import_statement": spec.imports,
-            **_sequential(name, sequential.get(name, []), floor_seq),
+            **_sequential(sequential.get(name, []), floor_seq, http_seq),
             "concurrent": _concurrent(concurrent.get(name), floor_conc),
         }
     return {
         "environment": dict(env),
         "options": dict(options),
         "floor": contenders.FLOOR,
+        "http_floor": contenders.HTTP_FLOOR,
         "contenders": figures,
         "imports": _imports(imports),
         "raw": {"sequential": sequential, "concurrent": concurrent, "imports": imports},
@@ -173,11 +181,24 @@ def _contender_targets(name: str, figure: Mapping[str, Any], rivals: Mapping[str
             None if cpu_ratio is None else cpu_ratio <= CPU_TARGET,
         ),
     ]
+    for key, label in (("wall_ratio_http", "wall"), ("cpu_ratio_http", "client CPU")):
+        ratio = _median(figure.get(key))
+        found.append(
+            _target(
+                f"{name}: {label}/round vs bare-httpx floor",
+                ratio,
+                f"<= {HTTP_TARGET}x",
+                None if ratio is None else ratio <= HTTP_TARGET,
+            )
+        )
     conc = figure["concurrent"]
     if conc is not None and "error" not in conc:
         found.append(
             _target(
-                f"{name}: 1,000 concurrent runs, errors", conc["errors"], "0", conc["errors"] == 0 and conc["correct"]
+                f"{name}: {conc['runs']:,} concurrent runs, errors",
+                conc["errors"],
+                "0",
+                conc["errors"] == 0 and conc["correct"],
             )
         )
         ratio = conc["peak_rss_ratio"]
@@ -239,8 +260,10 @@ def _headline_row(name: str, figure: Mapping[str, Any], imports: Mapping[str, An
         f"`{name}`",
         _cell(figure["wall_ms_per_round"], 3),
         _cell(figure["wall_ratio"]),
+        _cell(figure.get("wall_ratio_http")),
         _cell(figure["cpu_ms_per_round"], 3),
         _cell(figure["cpu_ratio"]),
+        _cell(figure.get("cpu_ratio_http")),
         _fmt(_median(figure["server_cpu_ms_per_round"]), 3),
         _fmt(_median(figure["request_body_bytes_per_round"]), 0),
         *conc_cells,
@@ -251,9 +274,10 @@ def _headline_row(name: str, figure: Mapping[str, Any], imports: Mapping[str, An
 
 
 HEADLINE_HEADER = (
-    "| contender | wall ms/round | x floor | client CPU ms/round | x floor | server CPU ms/round | request bytes/round "
-    "| 1,000 concurrent: wall s | peak RSS MiB | x floor | errors | cold import ms | samples correct |\n"
-    "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| contender | wall ms/round | x openai floor | x httpx floor | client CPU ms/round | x openai floor "
+    "| x httpx floor | server CPU ms/round | request bytes/round "
+    "| concurrent: wall s | peak RSS MiB | x openai floor | errors | cold import ms | samples correct |\n"
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -321,7 +345,8 @@ def markdown(summary: Mapping[str, Any]) -> str:
         f"Versions: {versions}.",
         "",
         "Each sample's figure is its median run; the table gives the median over the repeats, (min-max) "
-        f"in brackets; `x floor` is the median of per-repeat ratios to `{summary['floor']}`. Every sample "
+        f"in brackets; `x openai floor` and `x httpx floor` are the medians of per-repeat ratios to "
+        f"`{summary['floor']}` and `{summary.get('http_floor')}`. Every sample "
         "passed the server-side check (3 searches + 1 final answer per run) unless the last column says otherwise.",
         "",
         headline(summary),

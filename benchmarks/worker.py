@@ -12,8 +12,8 @@ Modes:
     such process per contender and interleaves their samples).
     ``concurrent``: one warm-up run, then ``--runs`` runs started at once with ``asyncio.gather``
     (wall time, peak RSS, errors).
-    ``--profile FILE`` (``seq`` only): the timed runs under cProfile, the top of the profile
-    written to FILE.
+    ``--profile FILE``: the timed runs (``seq``) or the gathered runs (``concurrent``) under
+    cProfile, the top of the profile written to FILE.
 """
 
 from __future__ import annotations
@@ -94,15 +94,26 @@ async def sequential(
     }
 
 
-async def concurrent(contender: contenders.Contender, base_url: str, runs: int) -> dict[str, Any]:
+async def concurrent(
+    contender: contenders.Contender, base_url: str, runs: int, profile: str | None = None
+) -> dict[str, Any]:
     await contender.run(scenario.new_run_id())
     server_call(base_url, "POST", "/reset")
     rss_before = rss_kib()
+    profiler: Any = None
+    if profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
     started, cpu_started = time.perf_counter(), time.process_time()
     outcomes = await asyncio.gather(
         *(contender.run(scenario.new_run_id()) for _ in range(runs)), return_exceptions=True
     )
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    if profiler is not None:
+        profiler.disable()
+        write_profile(profiler, profile or "")
     errors = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
     after = server_call(base_url, "GET", "/stats")
     return {
@@ -160,7 +171,7 @@ async def main_async(options: argparse.Namespace) -> dict[str, Any]:
     contender = spec.make(options.base_url)
     try:
         if options.mode == "concurrent":
-            return await concurrent(contender, options.base_url, options.runs)
+            return await concurrent(contender, options.base_url, options.runs, options.profile)
         if options.mode == "serve":
             await serve(contender, options.base_url)
             return {}

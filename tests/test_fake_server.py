@@ -280,6 +280,40 @@ def test_delay_fault_outlasts_a_client_timeout(server: FakeOpenAIServer) -> None
         chat(client)
 
 
+def test_drip_fault_sends_the_headers_then_the_body_a_byte_at_a_time(server: FakeOpenAIServer) -> None:
+    """drip= sends the headers at once, then the body in many small pieces, whole and unchanged."""
+    server.add(FakeReply.error(503, message="busy", drip=0.02))
+    host, port = server.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    body = json.dumps({"model": "m", "messages": messages()}).encode()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        received = b""
+        while b"\r\n\r\n" not in received:
+            received += sock.recv(65536)
+        head, _, payload = received.partition(b"\r\n\r\n")
+        header = next(line for line in head.split(b"\r\n") if line.lower().startswith(b"content-length"))
+        length = int(header.split(b":")[1])
+        reads = 0
+        while len(payload) < length:
+            payload += sock.recv(65536)
+            reads += 1
+    assert head.startswith(b"HTTP/1.1 503")
+    assert json.loads(payload)["error"]["message"] == "busy"
+    assert reads > 10  # ~100 bytes, one every 20 ms: far more pieces than a plain reply's one or two
+
+
+def test_max_concurrent_counts_requests_handled_at_once(server: FakeOpenAIServer) -> None:
+    """max_concurrent is 0 before any request and 1 after requests made one at a time."""
+    assert server.max_concurrent == 0
+    post(server, {"model": "m", "messages": messages()})
+    post(server, {"model": "m", "messages": messages()})
+    assert server.max_concurrent == 1
+
+
 def test_stop_leaves_no_thread_behind() -> None:
     """Stopping ends keep-alive connections and joins every handler thread."""
     before = set(threading.enumerate())

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from pydantic import BaseModel
 
@@ -170,3 +173,24 @@ async def test_policy_attempt_counts_are_honoured() -> None:
     with pytest.raises(ProviderError):
         await generate_structured(caller, request(), Verdict, policy)
     assert [r.model for r in caller.requests] == ["primary"] * 3
+
+
+def test_a_first_attempt_that_succeeds_never_enters_the_retry_machinery() -> None:
+    """A call whose first attempt succeeds does not even import tenacity; a retried one does."""
+    code = """
+import asyncio, sys
+from agentkit import ProviderError, RetryPolicy, StructuredRequest, generate_structured
+from agentkit.testing import ScriptedCaller
+from pydantic import BaseModel
+class Verdict(BaseModel):
+    ok: bool
+request = StructuredRequest(system="s", dynamic="d", model="primary")
+policy = RetryPolicy(wait_initial=0, wait_max=0)
+asyncio.run(generate_structured(ScriptedCaller([{"ok": True}]), request, Verdict, policy))
+print("tenacity" in sys.modules)
+failing = ScriptedCaller([ProviderError("503", transient=True), {"ok": True}])
+asyncio.run(generate_structured(failing, request, Verdict, policy))
+print("tenacity" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]

@@ -11,12 +11,29 @@ How the work is split, and why:
   the schema instructions that JSON and MD_JSON add to the prompt) and the re-ask messages that
   send a validation error back to the model. The request handler runs **once per schema** and its
   output is cached as a template; a call only fills in this round's system and user text.
-* **This module owns the HTTP exchange.** Each attempt is one ``chat.completions.create`` with
-  the client's own retries off (``max_retries=0``), so retry and fallback live in one place
+* **This module owns the HTTP exchange.** Each attempt is one ``POST /chat/completions`` through
+  the client's public ``post(..., cast_to=httpx2.Response, content=...)``: the client still
+  brings its auth, base URL, headers, per-phase timeouts and its error classes, but the body is
+  this module's JSON (the message list, then the schema's part of the request, serialised once
+  per schema) and the reply is validated from its bytes by pydantic. ``chat.completions.create``
+  would walk every request against its typed parameters and build a ``ChatCompletion`` for
+  every reply, which cost more client CPU than everything else in a round. The client's own
+  retries are off (``max_retries=0``), so retry and fallback live in one place
   (``generate_structured``), a 429 surfaces as ``Throttled`` after exactly one request, and usage
   is read from every response, re-asks included. instructor's patched ``create`` is not used: it
   rebuilds the schema on every call, wraps every HTTP error (a 429 included) in
   ``InstructorRetryException``, and drops the usage of a truncated reply.
+* **The timeout bounds the whole request.** httpx's timeouts apply per phase and per read, so a
+  server that sends its headers and then one byte at a time could hold a request forever; every
+  request here also runs under one overall deadline of ``timeout`` seconds.
+* **Requests in flight are bounded** (``max_in_flight``, 100 by default): further requests wait
+  their turn in a FIFO queue before they reach the HTTP pool. httpx's pool scans every queued
+  request and every connection on each request it starts or ends, so 10,000 concurrent runs
+  handed to it at once cost quadratic CPU (and a pool wider than the 100 connections it keeps
+  alive closes and reopens connections); behind the bound, its work per request stays constant.
+* **Usage from the wire is checked.** A token count that is negative, not a whole number, or
+  above ``MAX_TOKENS_PER_REPLY`` is a protocol error (``ProviderError``), never summed: a server
+  that reports ``prompt_tokens: -1000000`` would otherwise defeat ``LoopConfig.token_budget``.
 * **Strict mode is this module's.** OpenAI enforces a schema only with ``strict: true``, and
   then only a subset of JSON Schema; ``_strict.strict_schema`` rewrites the schema into it, once
   per schema, as part of the cached template.
@@ -32,11 +49,14 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import email.utils
 import enum
 import functools
 import ipaddress
 import json
+import math
 import os
 import time
 import urllib.parse
@@ -45,6 +65,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, cast
 
+import httpx2
 import openai
 from instructor import v2 as instructor_v2
 from instructor.utils import extract_json_from_codeblock
@@ -53,12 +74,20 @@ from pydantic import BaseModel, ValidationError
 
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
 from agentkit.providers._strict import strict_schema
+from agentkit.providers._wire import MAX_TOKENS_PER_REPLY, Reply, dumps, request_body, token_count
 from agentkit.results import Usage
 from agentkit.step import schema_name
 from agentkit.structured import Completion, StructuredRequest
 from agentkit.text import TextCompletion
 
-__all__ = ["DEFAULT_MAX_REASKS", "DEFAULT_TIMEOUT", "OpenAICaller", "StructuredMode"]
+__all__ = [
+    "DEFAULT_MAX_IN_FLIGHT",
+    "DEFAULT_MAX_REASKS",
+    "DEFAULT_TIMEOUT",
+    "MAX_TOKENS_PER_REPLY",
+    "OpenAICaller",
+    "StructuredMode",
+]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -66,10 +95,15 @@ DEFAULT_TIMEOUT = 120.0
 """Seconds one HTTP request may take when ``OpenAICaller`` builds the client itself."""
 DEFAULT_MAX_REASKS = 1
 """Schema-invalid replies re-asked within one attempt before it fails."""
+DEFAULT_MAX_IN_FLIGHT: int = 100
+"""Requests one ``OpenAICaller`` has on the wire at once (the ``openai`` client keeps 100 connections alive)."""
 
 _SYSTEM_MARK = "\x00agentkit:system\x00"
 _DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
 _RAW_IN_MESSAGE = 1000
+_PATH = "/chat/completions"
+_PLAN_CACHE_SIZE = 256
+"""Request plans kept (one per schema, mode and strictness); least recently used go first."""
 _TRANSIENT_STATUSES = frozenset({408, 409})
 _STRICT_HOSTS = frozenset({"api.openai.com"})
 """Hosts ``strict=None`` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
@@ -136,10 +170,14 @@ class _Plan:
     name: str
     template: tuple[_Slot, ...]
     extra: Mapping[str, Any]
+    extra_json: str
+    """``extra`` as the members of a JSON object (no braces), spliced into every request body."""
     reask: Callable[..., dict[str, Any]]
 
 
-@functools.lru_cache(maxsize=512)
+# Keyed by the schema class itself (identity), so two tool sets with the same step name never share a
+# plan, and bounded, so tools built per request cannot grow it without limit.
+@functools.lru_cache(maxsize=_PLAN_CACHE_SIZE)
 def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -> _Plan:
     instructor_mode = getattr(instructor_v2.Mode, _INSTRUCTOR_MODES[mode])
     handlers = instructor_v2.mode_registry.get_handlers(instructor_v2.Provider.OPENAI, instructor_mode)
@@ -153,7 +191,8 @@ def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -
         extra["parallel_tool_calls"] = False
     if strict:
         _make_strict(extra, name)
-    return _Plan(name=name, template=template, extra=extra, reask=handlers.reask_handler)
+    extra_json = dumps(extra)[1:-1] if extra else ""
+    return _Plan(name=name, template=template, extra=extra, extra_json=extra_json, reask=handlers.reask_handler)
 
 
 def _slot(message: Mapping[str, Any]) -> _Slot:
@@ -208,8 +247,11 @@ class OpenAICaller:
     Errors (each carries the usage spent on ``.usage``):
 
     * HTTP 429 -> ``Throttled`` (with ``retry_after`` from ``Retry-After``), after one request;
-    * 5xx, 408, 409, timeouts, lost connections, an unreadable body, no choices -> ``ProviderError``
-      with ``transient=True`` (retried, then failed over to the fallback model);
+    * 5xx, 408, 409, timeouts (the whole request past ``timeout`` included), lost connections,
+      an unreadable body, no choices -> ``ProviderError`` with ``transient=True`` (retried, then
+      failed over to the fallback model);
+    * a ``usage`` token count that is negative, not a whole number or above
+      ``MAX_TOKENS_PER_REPLY`` -> ``ProviderError`` with ``transient=False`` (a broken server);
     * 400, 401, 403, 404 and other 4xx -> ``ProviderError`` with ``transient=False`` (no retry);
     * a reply still invalid after the re-asks, or cut off by the token limit ->
       ``StructuredOutputError`` naming the schema, with the last raw reply on ``.raw``.
@@ -222,12 +264,19 @@ class OpenAICaller:
         api_key: The key; only without ``client``. Defaults to ``OPENAI_API_KEY``, or to a
             placeholder when ``base_url`` is on this machine (``localhost``, ``127.0.0.0/8``,
             ``::1``): local servers take any key. Any other server needs one.
-        timeout: Seconds one HTTP request may take. ``None`` keeps the passed client's setting;
-            a client built here then uses ``DEFAULT_TIMEOUT``.
+        timeout: Seconds one HTTP request may take in all: connecting, sending, waiting and
+            reading the whole reply (a server that drips its reply byte by byte is cut off too).
+            It is also the client's per-phase httpx timeout. ``None`` keeps the passed client's
+            setting (a plain number bounds the whole request the same way; an
+            ``httpx2.Timeout`` applies per phase only); a client built here then uses
+            ``DEFAULT_TIMEOUT``.
         max_reasks: Schema-invalid replies re-asked within one attempt (0 to never re-ask).
         max_tokens_field: The request field that carries ``StructuredRequest.max_tokens``:
             ``"max_tokens"`` (understood by every compatible server) or
             ``"max_completion_tokens"`` (required by OpenAI's reasoning models).
+        max_in_flight: Requests this caller has on the wire at once; more wait their turn (first
+            come, first served) before they are sent, and the wait is not part of ``timeout``.
+            ``None`` hands every request to the client's connection pool at once.
         strict: Ask for strict mode in ``JSON_SCHEMA`` and ``TOOLS`` (``strict: true``, with the
             schema rewritten into OpenAI's strict subset), which is what makes OpenAI enforce the
             schema. ``None`` (the default) turns it on for ``api.openai.com`` only: other servers
@@ -253,6 +302,7 @@ class OpenAICaller:
         max_reasks: int = DEFAULT_MAX_REASKS,
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         strict: bool | None = None,
+        max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
     ) -> None:
         if not isinstance(mode, StructuredMode):
             raise UsageError(f"mode must be a StructuredMode, one of {[m.name for m in StructuredMode]}; got {mode!r}")
@@ -264,6 +314,14 @@ class OpenAICaller:
             )
         if strict is not None and not isinstance(strict, bool):
             raise UsageError(f"strict must be True, False or None (decided by the server's host); got {strict!r}")
+        if max_in_flight is not None and (
+            isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1
+        ):
+            raise UsageError(f"max_in_flight must be an int >= 1, or None for no bound; got {max_in_flight!r}")
+        if timeout is not None and (
+            isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout < math.inf
+        ):
+            raise UsageError(f"timeout must be a finite number of seconds > 0, or None; got {timeout!r}")
         self._owns_client = client is None
         if client is None:
             client = _build_client(base_url, api_key, DEFAULT_TIMEOUT if timeout is None else timeout)
@@ -274,7 +332,11 @@ class OpenAICaller:
         else:
             client = client.with_options(max_retries=0)
         self._client = client
-        self._create = cast("Callable[..., Awaitable[ChatCompletion]]", client.chat.completions.create)
+        self._post = cast("Callable[..., Awaitable[httpx2.Response]]", client.post)
+        bound = client.timeout if timeout is None else timeout
+        self._deadline: float | None = (
+            float(bound) if isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0 else None
+        )
         self.mode = mode
         """How the schema is put to the server."""
         self.max_reasks = max_reasks
@@ -290,6 +352,9 @@ class OpenAICaller:
         azure = url.host.endswith(".openai.azure.com")
         self.provider_name: str = "azure.ai.openai" if azure else _PROVIDERS.get(url.host, "openai")
         """The provider as tracing reports it (``gen_ai.provider.name``): known from the host, else ``"openai"``."""
+        self._max_in_flight = max_in_flight
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -319,12 +384,11 @@ class OpenAICaller:
         """
         plan = _plan(schema, self.mode, self.strict)
         kwargs = self._kwargs(request, _messages(plan, request))
-        kwargs.update(plan.extra)
         tally = _Tally()
         try:
             for asked in range(self.max_reasks + 1):
-                response = await self._send(kwargs, tally)
-                choice = _first_choice(response, request.model)
+                reply, body = await self._send(kwargs, plan.extra_json, tally)
+                choice = _first_choice(reply, request.model)
                 raw = _raw_text(choice)
                 if choice.finish_reason == "length":
                     raise _truncated(request, plan.name, raw)
@@ -333,12 +397,14 @@ class OpenAICaller:
                 except (ValidationError, _InvalidReply) as invalid:
                     if asked == self.max_reasks:
                         raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
+                    # instructor's re-ask handlers read an openai ChatCompletion; built only on this path
+                    response = ChatCompletion.construct(**json.loads(body))
                     kwargs = plan.reask(kwargs=kwargs, response=response, exception=invalid)
                     continue
                 reasons = (choice.finish_reason,) if choice.finish_reason else ()
-                model = response.model or request.model
+                model = reply.model or request.model
                 return Completion(
-                    value=value, usage=tally.usage, model=model, response_id=response.id, finish_reasons=reasons
+                    value=value, usage=tally.usage, model=model, response_id=reply.id, finish_reasons=reasons
                 )
         except AgentkitError as error:
             error.usage = tally.usage
@@ -356,8 +422,8 @@ class OpenAICaller:
         messages.append({"role": "user", "content": request.dynamic})
         tally = _Tally()
         try:
-            response = await self._send(self._kwargs(request, messages), tally)
-            choice = _first_choice(response, request.model)
+            reply, _ = await self._send(self._kwargs(request, messages), "", tally)
+            choice = _first_choice(reply, request.model)
             if choice.finish_reason == "length":
                 raise ProviderError(
                     f"the reply of model {request.model!r} was cut off by the token limit "
@@ -366,7 +432,7 @@ class OpenAICaller:
         except AgentkitError as error:
             error.usage = tally.usage
             raise
-        return TextCompletion(text=_raw_text(choice), usage=tally.usage, model=response.model or request.model)
+        return TextCompletion(text=_raw_text(choice), usage=tally.usage, model=reply.model or request.model)
 
     def _kwargs(self, request: StructuredRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
@@ -378,11 +444,22 @@ class OpenAICaller:
             kwargs["seed"] = request.seed
         return kwargs
 
-    async def _send(self, kwargs: dict[str, Any], tally: _Tally) -> ChatCompletion:
+    async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[Reply, bytes]:
+        """One POST: the reply validated from its bytes, and the bytes (a re-ask rebuilds from them)."""
         tally.requests += 1
         model = str(kwargs["model"])
+        content = request_body(kwargs, extra_json)
         try:
-            response = await self._create(**kwargs)
+            async with self._slot():
+                async with asyncio.timeout(self._deadline):
+                    response = await self._post(_PATH, cast_to=httpx2.Response, content=content)
+        except TimeoutError as error:
+            raise ProviderError(
+                f"request to model {model!r} timed out after {self._deadline}s for the whole request "
+                "(connecting, sending, waiting and reading the reply); "
+                "raise OpenAICaller(timeout=...) or check the server's load",
+                transient=True,
+            ) from error
         except openai.RateLimitError as error:
             raise Throttled(
                 f"model server throttled model {model!r} (HTTP 429): {_server_message(error)}",
@@ -401,17 +478,26 @@ class OpenAICaller:
             ) from error
         except openai.APIStatusError as error:
             raise _status_error(model, error) from error
-        except (openai.APIResponseValidationError, json.JSONDecodeError) as error:
+        body = response.content
+        try:
+            reply = Reply.model_validate_json(body)
+        except ValidationError as error:
             raise ProviderError(
-                f"model server sent an unreadable reply for model {model!r}: {type(error).__name__}: {error}",
+                f"model server sent an unreadable reply for model {model!r} (not a chat completion: "
+                f"{error.errors(include_url=False)[0]['msg']}): {body[:200]!r}",
                 transient=True,
             ) from error
-        if not isinstance(response, ChatCompletion):
-            raise ProviderError(
-                f"model server sent a non-JSON reply for model {model!r}: {str(response)[:200]!r}", transient=True
-            )
-        tally.add(response)
-        return response
+        tally.add(reply, model)
+        return reply, body
+
+    def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        """A place among the ``max_in_flight`` requests on the wire (one semaphore per event loop)."""
+        if self._max_in_flight is None:
+            return contextlib.nullcontext()
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:
+            self._slots, self._slots_loop = asyncio.Semaphore(self._max_in_flight), loop
+        return self._slots
 
     def _json_text(self, choice: Any) -> str:
         message = getattr(choice, "message", None)
@@ -450,11 +536,13 @@ class _Tally:
         self.input_tokens = 0
         self.output_tokens = 0
 
-    def add(self, response: ChatCompletion) -> None:
-        usage = getattr(response, "usage", None)
+    def add(self, reply: Reply, model: str) -> None:
+        usage = reply.usage
         if usage is not None:
-            self.input_tokens += usage.prompt_tokens or 0
-            self.output_tokens += usage.completion_tokens or 0
+            prompt = token_count(usage.prompt_tokens, "prompt_tokens", model)
+            completion = token_count(usage.completion_tokens, "completion_tokens", model)
+            self.input_tokens += prompt
+            self.output_tokens += completion
 
     @property
     def usage(self) -> Usage:
@@ -511,7 +599,7 @@ def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
     return messages
 
 
-def _first_choice(response: ChatCompletion, model: str) -> Any:
+def _first_choice(response: Reply, model: str) -> Any:
     choices = getattr(response, "choices", None)
     if not choices:
         raise ProviderError(

@@ -6,8 +6,9 @@ included, streaming as server-sent events), validates requests the way a real se
 breaks OpenAI's strict-mode rules is a 400), records every request
 body, and answers from a script or, with nothing scripted, with a minimal instance of whatever
 schema the request carries. Faults are scripted like replies: any HTTP status (with
-``Retry-After``), a delay, a body that is not JSON, a reply cut off by the token limit, no
-choices. It is standard library only: a ``ThreadingHTTPServer`` in a thread.
+``Retry-After``), a delay, a body dripped out one byte at a time, a body that is not JSON, a
+reply cut off by the token limit, no choices, any usage counts (negative ones included). It is
+standard library only: a ``ThreadingHTTPServer`` in a thread.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -48,6 +49,8 @@ class ReplyOptions(TypedDict, total=False):
 
     delay: float
     """Seconds to wait before answering (a slow server, or a client timeout)."""
+    drip: float
+    """Seconds between bytes: the headers go at once, then the body one byte at a time (not for streams)."""
     prompt_tokens: int | None
     """``usage.prompt_tokens`` to report; estimated from the request when omitted."""
     completion_tokens: int | None
@@ -72,6 +75,11 @@ class FakeReply:
     """The ``Retry-After`` header of an ``error``, when set."""
     delay: float = 0.0
     """Seconds to wait before answering (a slow server, or a client timeout)."""
+    drip: float = 0.0
+    """Seconds between bytes: the headers go at once, then the body one byte at a time (not for streams).
+
+    Each read then succeeds well within a per-read timeout, so only a bound on the whole request
+    ends it."""
     prompt_tokens: int | None = None
     """``usage.prompt_tokens`` to report; estimated from the request when omitted."""
     completion_tokens: int | None = None
@@ -183,6 +191,9 @@ class FakeOpenAIServer:
         """Every request body received, in order (rejected ones included; ``{}`` for a non-JSON body)."""
         self.responses: list[dict[str, Any] | None] = []
         """The body answered to each request (the whole reply for a stream; ``None`` when malformed)."""
+        self.max_concurrent = 0
+        """The most chat-completion requests the server was handling at the same moment."""
+        self._handling = 0
         self.errors: list[Exception] = []
         """What the server raised while handling a request (its traceback also goes to stderr).
 
@@ -271,6 +282,17 @@ class FakeOpenAIServer:
             self.responses.append(None)
             return len(self.requests) - 1
 
+    @contextlib.contextmanager
+    def _handling_one(self) -> Iterator[None]:
+        with self._lock:
+            self._handling += 1
+            self.max_concurrent = max(self.max_concurrent, self._handling)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._handling -= 1
+
     def _answered(self, index: int, payload: dict[str, Any] | None) -> None:
         with self._lock:
             self.responses[index] = payload
@@ -355,6 +377,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(404, _error_body(f"no route GET {self.path}", "not_found"))
 
     def do_POST(self) -> None:
+        with self.server.fake._handling_one():
+            self._post()
+
+    def _post(self) -> None:
         fake = self.server.fake
         raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         try:
@@ -380,12 +406,11 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.kind == "error":
             headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
             message = reply.body or f"fake server error {reply.status}"
-            self._send_json(
-                reply.status, _error_body(message, _ERROR_CODES.get(reply.status, "server_error")), fake, index, headers
-            )
+            error = _error_body(message, _ERROR_CODES.get(reply.status, "server_error"))
+            self._send_json(reply.status, error, fake, index, headers, drip=reply.drip)
             return
         if reply.kind == "malformed":
-            self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json")
+            self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json", drip=reply.drip)
             return
         answer = _compose(request, reply)
         payload = _completion(request, answer)
@@ -393,7 +418,7 @@ class _Handler(BaseHTTPRequestHandler):
         if request.get("stream"):
             self._stream(request, answer, payload)
         else:
-            self._send_raw(200, json.dumps(payload).encode(), "application/json")
+            self._send_raw(200, json.dumps(payload).encode(), "application/json", drip=reply.drip)
 
     def _stream(self, request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -> None:
         self.send_response(200)
@@ -415,19 +440,37 @@ class _Handler(BaseHTTPRequestHandler):
         fake: FakeOpenAIServer | None = None,
         index: int | None = None,
         headers: Mapping[str, str] | None = None,
+        *,
+        drip: float = 0.0,
     ) -> None:
         if fake is not None and index is not None:
             fake._answered(index, payload)
-        self._send_raw(status, json.dumps(payload).encode(), "application/json", headers)
+        self._send_raw(status, json.dumps(payload).encode(), "application/json", headers, drip=drip)
 
-    def _send_raw(self, status: int, data: bytes, content_type: str, headers: Mapping[str, str] | None = None) -> None:
+    def _send_raw(
+        self,
+        status: int,
+        data: bytes,
+        content_type: str,
+        headers: Mapping[str, str] | None = None,
+        *,
+        drip: float = 0.0,
+    ) -> None:
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(data)))
         for name, value in (headers or {}).items():
             self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(data)
+        if drip <= 0:
+            self.wfile.write(data)
+            return
+        fake = self.server.fake
+        for offset in range(len(data)):
+            self.wfile.write(data[offset : offset + 1])
+            fake._wait(drip)
+            if fake._stopping.is_set():
+                return
 
 
 _ERROR_CODES = {

@@ -61,6 +61,13 @@ _INSTRUCTOR_IMPORTS = "import instructor; import openai"
 
 SPECS: tuple[Spec, ...] = (
     Spec(
+        name="raw-httpx",
+        module="benchmarks.contenders.floor_httpx",
+        imports="import httpx2",
+        needs=("httpx2",),
+        note="the bare-HTTP floor: httpx2 posts the same JSON, json.loads, pydantic parse, minimal loop",
+    ),
+    Spec(
         name="raw-openai",
         module="benchmarks.contenders.floor",
         imports="import openai",
@@ -123,7 +130,9 @@ SPECS: tuple[Spec, ...] = (
 )
 
 FLOOR = "raw-openai"
-"""The contender every ratio is taken against."""
+"""The contender every ``x floor`` ratio is taken against."""
+HTTP_FLOOR = "raw-httpx"
+"""The bare-HTTP floor: every ``x httpx`` ratio is taken against it."""
 
 
 def spec(name: str) -> Spec:

@@ -8,7 +8,7 @@ import openai
 from pydantic import BaseModel
 
 from agentkit import Completion, StructuredCaller, StructuredRequest
-from agentkit.providers.openai import OpenAICaller, StructuredMode
+from agentkit.providers.openai import DEFAULT_MAX_IN_FLIGHT, MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode
 from agentkit.testing import FakeOpenAIServer, FakeReply
 from agentkit.text import TextCaller, TextCompletion
 
@@ -24,6 +24,9 @@ async def structured_and_text(request: StructuredRequest) -> None:
     assert_type(caller.mode, StructuredMode)
     assert_type(caller.strict, bool)
     assert_type(OpenAICaller(base_url="https://api.openai.com/v1", api_key="k", strict=True).strict, bool)
+    assert_type(OpenAICaller(base_url="http://localhost:8000/v1", max_in_flight=None), OpenAICaller)
+    assert_type(OpenAICaller(base_url="http://localhost:8000/v1", max_in_flight=DEFAULT_MAX_IN_FLIGHT), OpenAICaller)
+    assert_type(MAX_TOKENS_PER_REPLY, int)
     assert_type(await caller.complete(request, Verdict), Completion[Verdict])
     assert_type((await caller.complete(request, Verdict)).value, Verdict)
     assert_type(await caller.complete_text(request), TextCompletion)
@@ -41,10 +44,12 @@ def fake_server() -> None:
         assert_type(server.requests, list[dict[str, Any]])
         assert_type(server.responses, list[dict[str, Any] | None])
         assert_type(server.remaining, int)
+        assert_type(server.max_concurrent, int)
         server.add(
             FakeReply.tool_call({"score": 3}), FakeReply.truncated(), FakeReply.no_choices(), FakeReply.malformed()
         )
         server.add(FakeReply.auto(delay=0.5), FakeReply.value(Verdict(score=4)), FakeReply.text("x", prompt_tokens=3))
+        server.add(FakeReply.auto(drip=0.2), FakeReply.value(Verdict(score=5), drip=0.01, prompt_tokens=-1))
         server.assert_complete()
     assert_type(FakeReply.error(500), FakeReply)
     assert_type(FakeReply.tool_calls({"score": 1}, Verdict(score=2), '{"score": 3}', name="answer"), FakeReply)
@@ -58,3 +63,4 @@ def fake_reply_options() -> None:
     FakeReply.tool_calls({"score": 1}, {"score": 2}, nmae="answer")  # type: ignore[call-arg]  # misspelt option is refused
     FakeReply.no_choices(status=500)  # type: ignore[call-arg]  # status belongs to FakeReply.error only
     FakeReply.value({"score": 1}, delay="5")  # type: ignore[arg-type]  # delay is seconds, a number
+    FakeReply.auto(drip="0.2")  # type: ignore[arg-type]  # drip is seconds, a number

@@ -1,0 +1,100 @@
+"""The chat-completions wire, as ``OpenAICaller`` reads and writes it: the request body and the reply.
+
+The request body is this call's fields as compact JSON with the schema's part of the request
+(serialised once per schema) spliced in, so the part that never changes is never re-encoded.
+The reply is validated from its bytes by pydantic against ``Reply``, which names only the fields
+agentkit reads; every other field of a chat completion is ignored. Usage counts are taken as sent
+and checked by ``token_count``: a broken count is a protocol error of its own, named in the
+message, never summed and never clamped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from agentkit.errors import ProviderError
+
+__all__ = ["MAX_TOKENS_PER_REPLY", "Reply", "dumps", "request_body", "token_count"]
+
+MAX_TOKENS_PER_REPLY: int = 100_000_000
+"""The largest token count one reply may report in ``usage`` (ten times the largest context window
+of any model today); a larger one, a negative one or one that is not a whole number is a protocol
+error, never summed."""
+
+
+class _Function(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCall(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    function: _Function | None = None
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolCall] | None = None
+
+
+class _Choice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    message: _Message | None = None
+    finish_reason: str | None = None
+
+
+class _UsageBlock(BaseModel):
+    # Read as sent and checked by ``token_count``, so a bad count is named in a protocol error of its own.
+    model_config = ConfigDict(frozen=True)
+    prompt_tokens: object = None
+    completion_tokens: object = None
+
+
+class Reply(BaseModel):
+    """The part of a chat completion agentkit reads; every other field is ignored."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str | None = None
+    model: str | None = None
+    choices: list[_Choice] | None = None
+    usage: _UsageBlock | None = None
+
+
+def token_count(value: object, field: str, model: str) -> int:
+    """A token count from the wire: missing is 0; anything but a whole number in range is a protocol error."""
+    if value is None:
+        return 0
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKENS_PER_REPLY:
+        raise ProviderError(
+            f"model server reported usage.{field}={value!r} for model {model!r}: a token count must be a whole "
+            f"number from 0 to {MAX_TOKENS_PER_REPLY:,}; the server's usage report is broken, so token "
+            "budgets cannot be kept (the reply was not used)",
+            status=200,
+        )
+    return value
+
+
+def dumps(value: Any) -> str:
+    """Compact JSON, as the openai client writes it (UTF-8 text, no NaN)."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def request_body(kwargs: Mapping[str, Any], extra_json: str) -> bytes:
+    """The request body: ``kwargs`` as JSON, with the plan's pre-serialised members spliced in."""
+    text = dumps(kwargs)
+    if extra_json:
+        text = f"{text[:-1]},{extra_json}}}"
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        # a lone surrogate cannot be UTF-8; JSON's \u escapes carry it losslessly
+        return json.dumps(json.loads(text), separators=(",", ":")).encode()
