@@ -101,6 +101,12 @@ class ProposalRecord:
     """The worker that claimed it for execution (``host:pid`` unless the worker named itself)."""
     claimed_at: datetime | None = None
     """When that worker claimed it (UTC); with ``claimed_by``, what an operator checks before resolving."""
+    lease_until: datetime | None = None
+    """Until when the claim is known alive (UTC): its worker renews the lease while the tool runs.
+
+    A lease in the past on an ``executing`` proposal means its worker stopped renewing (it died, or
+    lost the database): ``stuck()`` lists it.
+    """
     finished_at: datetime | None = None
     """When the execution's outcome was recorded."""
     batch_json: str | None = None

@@ -22,6 +22,7 @@ BUSY_TIMEOUT_S = 30.0
 
 class _SQLiteConnection:
     dialect = "sqlite"
+    serialised = True
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
     types: Mapping[str, str] = MappingProxyType(
         {"ts": "TEXT", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "bool": "INTEGER", "real": "REAL"}
