@@ -14,7 +14,7 @@ from typing import cast
 __all__ = ["main"]
 
 # Imported only when the command line runs, so `import agentkit` stays light.
-COMMAND_MODULES = ("agentkit.demo.cli", "agentkit.journal.cli")
+COMMAND_MODULES = ("agentkit.demo.cli", "agentkit.journal.cli", "agentkit._worker_cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

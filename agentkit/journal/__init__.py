@@ -28,7 +28,7 @@ from agentkit.journal._records import (
 )
 from agentkit.journal._sqlite import SQLiteJournal
 from agentkit.journal._store import DEFAULT_LEASE, DEFAULT_STUCK_AFTER, OUTCOME_ATTEMPTS
-from agentkit.journal._worker import WorkOutcome, WorkReport, Worked
+from agentkit.journal._worker import Worked, WorkOutcome, WorkReport
 from agentkit.journal.observer import JournalObserver
 
 __all__ = [

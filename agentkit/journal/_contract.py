@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
-from datetime import timedelta
 from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel
@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from agentkit.events import Event
 from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
 from agentkit.journal._store import DEFAULT_LEASE, DEFAULT_STUCK_AFTER
-from agentkit.journal._worker import WorkReport, Worked
+from agentkit.journal._worker import Worked, WorkReport
 from agentkit.proposals import ProposedAction
 from agentkit.tools import Tool
 

@@ -61,7 +61,7 @@ from agentkit.tiers import tier_choices
 from agentkit.tools import Tool, declared_tier
 
 if TYPE_CHECKING:
-    from agentkit.journal._worker import WorkReport, Worked, Wakeups
+    from agentkit.journal._worker import Wakeups, Worked, WorkReport
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "SQLJournal"]
 
@@ -473,9 +473,8 @@ class SQLJournal:
         """Hand back a claim whose tool was never called: executing -> approved. ``False``: no such claim."""
         at = now()
         with self._tx(write=True) as db:
-            rows = db.query(
-                "SELECT id FROM agentkit_proposals WHERE state = ? AND claim = ?", (ProposalState.EXECUTING.value, token)
-            )
+            executing = ProposalState.EXECUTING.value
+            rows = db.query("SELECT id FROM agentkit_proposals WHERE state = ? AND claim = ?", (executing, token))
             for row in rows:
                 db.execute(
                     "UPDATE agentkit_proposals SET state = ?, claim = NULL, claimed_by = NULL, claimed_at = NULL, "
@@ -541,20 +540,13 @@ class SQLJournal:
         at = now()
         after = ProposalState.EXECUTED if error is None else ProposalState.FAILED
         batch_json = None if batch is None else pydantic_core.to_json(list(batch), serialize_unknown=True).decode()
+        # The claim token is set only while the proposal is executing under this claim, so ``id`` and
+        # ``claim`` say it all; no state predicate, whose index a custom plan could prefer to the key.
         with self._tx(write=True) as db:
             changed = db.execute(
                 "UPDATE agentkit_proposals SET state = ?, finished_at = ?, batch = ?, batch_size = ?, error = ?, "
-                "claim = NULL, lease_until = NULL WHERE id = ? AND state = ? AND claim = ?",
-                (
-                    after.value,
-                    db.to_db_time(at),
-                    batch_json,
-                    None if batch is None else len(batch),
-                    error,
-                    id,
-                    ProposalState.EXECUTING.value,
-                    token,
-                ),
+                "claim = NULL, lease_until = NULL WHERE id = ? AND claim = ?",
+                (after.value, db.to_db_time(at), batch_json, None if batch is None else len(batch), error, id, token),
             )
             if changed != 1:
                 record = self._fetch(db, id)
@@ -688,9 +680,7 @@ class SQLJournal:
         try:
             async for attempt in retrying:
                 with attempt:
-                    return await asyncio.to_thread(
-                        self._finish, id, claim.token, claim.worker, batch=batch, error=text
-                    )
+                    return await asyncio.to_thread(self._finish, id, claim.token, claim.worker, batch=batch, error=text)
         except _DatabaseFailed as failed:
             outcome = ProposalState.EXECUTED if error is None else ProposalState.FAILED
             raise OutcomeNotRecorded(
