@@ -126,7 +126,8 @@ async def test_limit_returns_after_that_many_claims(journal: Journal) -> None:
 async def test_stop_lets_the_running_call_finish_and_claims_nothing_more(journal: Journal) -> None:
     """Setting ``stop`` while a call runs: that call is recorded executed, the next one stays approved."""
     first, second = await approved(journal, "a"), await approved(journal, "b")
-    gate, stop, started, ran = asyncio.Event(), asyncio.Event(), asyncio.Event(), []
+    gate, stop, started = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    ran: list[str] = []
     worker = asyncio.create_task(journal.work([wipe_tool(ran, gate=gate, started=started)], stop=stop))
     await asyncio.wait_for(started.wait(), 60)
     stop.set()
