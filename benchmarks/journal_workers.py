@@ -152,6 +152,19 @@ def check_exactly_once(url: str, log: Path, count: int) -> dict[str, Any]:
 # -- scale ----------------------------------------------------------------------------------------
 
 
+def server_cpu_s() -> float:
+    """CPU seconds used so far by the local PostgreSQL server's processes (from /proc; 0 where unreadable)."""
+    total = 0
+    tick = os.sysconf("SC_CLK_TCK")
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with suppress(OSError, ValueError, IndexError):
+            text = stat.read_text()
+            name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
+            if name.startswith("postgres"):
+                total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
 def scale_worker(url: str, log: str, ready: Any, out: Any) -> None:
     async def main() -> None:
         journal = open_journal(url, create=False)
@@ -165,6 +178,7 @@ def scale_worker(url: str, log: str, ready: Any, out: Any) -> None:
                 "empty": report.empty_claims,
                 "failures": report.claim_failures,
                 "ended": time.time(),
+                "cpu_s": time.process_time(),
             }
         )
 
@@ -180,8 +194,9 @@ def scale(backend: str, dsn: str | None, folder: Path, count: int, workers: int)
         for process in processes:
             process.start()
         ready.wait()
-        started = time.time()
+        started, server_before = time.time(), server_cpu_s()
         reports = [out.get(timeout=600) for _ in processes]
+        server_used = server_cpu_s() - server_before
         for process in processes:
             process.join(timeout=60)
         wall = max(r["ended"] for r in reports) - started
@@ -200,6 +215,8 @@ def scale(backend: str, dsn: str | None, folder: Path, count: int, workers: int)
             "empty_claims": empty,
             "failed_claims": failures,
             "refusal_pct": round(100 * wasted / attempts, 2),
+            "worker_cpu_ms_per_call": round(1000 * sum(r["cpu_s"] for r in reports) / count, 2),
+            "server_cpu_ms_per_call": round(1000 * server_used / count, 2) if backend == "postgres" else None,
             "per_worker": sorted(r["executed"] for r in reports),
             **check_exactly_once(url, log, count),
         }
@@ -300,22 +317,32 @@ def kill(backend: str, dsn: str | None, folder: Path, count: int) -> dict[str, A
         assert processes[0].pid is not None
         os.kill(processes[0].pid, signal.SIGKILL)
         killed_at = datetime.now(UTC)
-        for process in processes:
-            process.join(timeout=600)
 
-        async def orphans() -> tuple[list[str], float | None]:
+        async def watch() -> float | None:
+            """Look at stuck() (default threshold) while the others work on: when does the dead claim show?"""
+            journal = open_journal(url, create=False)
+            seen_after = None
+            while seen_after is None:
+                if any(p.claimed_by == names[0] for p in await journal.stuck()):
+                    seen_after = (datetime.now(UTC) - killed_at).total_seconds()
+                elif not any(p.is_alive() for p in processes[1:]):
+                    executing = await journal.proposals(state=ProposalState.EXECUTING)
+                    if not any(p.claimed_by == names[0] for p in executing):
+                        break  # the worker died between claims: it held nothing
+                await asyncio.sleep(0.02)
+            await journal.close()
+            return seen_after
+
+        async def orphans() -> list[str]:
             journal = open_journal(url, create=False)
             held = [p.id for p in await journal.proposals(state=ProposalState.EXECUTING)]
-            seen_after = None
-            while held and seen_after is None:
-                if {p.id for p in await journal.stuck()} == set(held):
-                    seen_after = (datetime.now(UTC) - killed_at).total_seconds()
-                else:
-                    await asyncio.sleep(0.02)
             await journal.close()
-            return held, seen_after
+            return held
 
-        held, stuck_after = asyncio.run(orphans())
+        stuck_after = asyncio.run(watch())
+        for process in processes:
+            process.join(timeout=600)
+        held = asyncio.run(orphans())
         ran = [int(line.split()[1]) for line in log.read_text().splitlines()]
         return {
             "backend": backend,
@@ -335,13 +362,15 @@ def kill(backend: str, dsn: str | None, folder: Path, count: int) -> dict[str, A
 def markdown(results: dict[str, Any]) -> str:
     lines = [f"# Journal workers, {results['date']}", "", results["machine"], "", "## Scale", ""]
     lines += [
-        "| backend | workers | proposals | wall s | per s | claim attempts | refusals % | exactly once | per worker |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| backend | workers | proposals | wall s | per s | claim attempts | refusals % | worker CPU ms/call "
+        "| server CPU ms/call | exactly once | per worker |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results["scale"]:
         lines.append(
             f"| {r['backend']} | {r['workers']} | {r['proposals']} | {r['wall_s']} | {r['per_s']} | "
-            f"{r['claim_attempts']} | {r['refusal_pct']} | {r['exactly_once']} | {r['per_worker']} |"
+            f"{r['claim_attempts']} | {r['refusal_pct']} | {r.get('worker_cpu_ms_per_call', '')} | "
+            f"{r.get('server_cpu_ms_per_call') or '-'} | {r['exactly_once']} | {r['per_worker']} |"
         )
     lines += [
         "",

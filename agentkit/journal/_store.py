@@ -78,9 +78,9 @@ A worker that dies (SIGKILL, power loss, a lost network) stops renewing, and ``s
 claim once the lease runs out.
 """
 
-OUTCOME_ATTEMPTS = 8
-"""How many times a worker tries to record a tool's outcome (over about ten seconds) before
-raising ``OutcomeNotRecorded``; each try takes a fresh connection."""
+OUTCOME_ATTEMPTS = 10
+"""How many times a worker tries to record a tool's outcome before raising ``OutcomeNotRecorded``:
+over about fifteen seconds (waits doubling from 0.05 s, at most 4 s), each try on a fresh connection."""
 
 _HINTS = {
     ProposalState.PENDING: "a human must approve it first",
@@ -673,7 +673,7 @@ class SQLJournal:
         id, text = claim.record.id, None if error is None else str(error)
         retrying = tenacity.AsyncRetrying(
             stop=tenacity.stop_after_attempt(self._outcome_attempts),
-            wait=tenacity.wait_exponential(multiplier=self._outcome_wait, max=2.0),
+            wait=tenacity.wait_exponential(multiplier=self._outcome_wait, max=4.0),
             retry=tenacity.retry_if_exception_type(_DatabaseFailed),
             reraise=True,
         )
