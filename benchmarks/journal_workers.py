@@ -14,9 +14,9 @@ approval's commit to the tool's call is measured: PostgreSQL woken by LISTEN/NOT
 polling every 0.5 s (the same worker with notifications replaced by a poll), SQLite polling
 every 0.5 s (its default).
 
-``kill``: four workers drain N proposals (the tool takes 5 ms); one is SIGKILLed a quarter of the
-way in. Nothing may run twice; the killed worker's claim (if it died holding one) must show in
-``stuck()`` (default threshold, ten minutes) within its lease (5 s).
+``kill``: four workers drain N proposals (the tool logs its call, then takes 5 ms); one is SIGKILLed
+a quarter of the way in, just after its tool logged a call. Nothing may run twice; the killed
+worker's claim must show in ``stuck()`` (default threshold, ten minutes) within its lease (5 s).
 
 Results go to ``benchmarks/results/journal-workers-<date>.json`` and ``.md``.
 """
@@ -64,13 +64,13 @@ def logging_tool(log: str, *, delay: float = 0.0) -> FunctionTool[Job, int]:
 
     @tool(tier=Tier.IRREVERSIBLE, name="job")
     def job(args: Job) -> list[int]:
-        if delay:
-            time.sleep(delay)
         fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
         try:
             os.write(fd, f"{os.getpid()} {args.n} {time.time():.6f}\n".encode())
         finally:
             os.close(fd)
+        if delay:
+            time.sleep(delay)
         return [args.n]
 
     return job
@@ -153,7 +153,7 @@ def check_exactly_once(url: str, log: Path, count: int) -> dict[str, Any]:
 
 
 def server_cpu_s() -> float:
-    """CPU seconds used so far by the local PostgreSQL server's processes (from /proc; 0 where unreadable)."""
+    """CPU seconds used so far by the local PostgreSQL server (its processes and the backends that exited; /proc)."""
     total = 0
     tick = os.sysconf("SC_CLK_TCK")
     for stat in Path("/proc").glob("[0-9]*/stat"):
@@ -161,7 +161,8 @@ def server_cpu_s() -> float:
             text = stat.read_text()
             name, fields = text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
             if name.startswith("postgres"):
-                total += int(fields[11]) + int(fields[12])
+                # Own time, plus the time of the exited backends the postmaster reaped.
+                total += sum(int(f) for f in fields[11:15])
     return total / tick
 
 
@@ -312,10 +313,15 @@ def kill(backend: str, dsn: str | None, folder: Path, count: int) -> dict[str, A
         for process in processes:
             process.start()
         ready.wait()
-        while len(log.read_text().splitlines() if log.exists() else []) < count // 4:
-            time.sleep(0.005)
-        assert processes[0].pid is not None
-        os.kill(processes[0].pid, signal.SIGKILL)
+        victim = processes[0].pid
+        assert victim is not None
+        # A quarter of the way in, kill the first worker just after its tool logged a call (inside the call).
+        while True:
+            lines = log.read_text().splitlines() if log.exists() else []
+            if len(lines) >= count // 4 and lines[-1].startswith(f"{victim} "):
+                break
+            time.sleep(0.001)
+        os.kill(victim, signal.SIGKILL)
         killed_at = datetime.now(UTC)
 
         async def watch() -> float | None:
@@ -333,16 +339,17 @@ def kill(backend: str, dsn: str | None, folder: Path, count: int) -> dict[str, A
             await journal.close()
             return seen_after
 
-        async def orphans() -> list[str]:
+        async def orphans() -> tuple[list[str], int]:
             journal = open_journal(url, create=False)
             held = [p.id for p in await journal.proposals(state=ProposalState.EXECUTING)]
+            executed = len(await journal.proposals(state=ProposalState.EXECUTED))
             await journal.close()
-            return held
+            return held, executed
 
         stuck_after = asyncio.run(watch())
         for process in processes:
             process.join(timeout=600)
-        held = asyncio.run(orphans())
+        held, executed = asyncio.run(orphans())
         ran = [int(line.split()[1]) for line in log.read_text().splitlines()]
         return {
             "backend": backend,
@@ -352,7 +359,8 @@ def kill(backend: str, dsn: str | None, folder: Path, count: int) -> dict[str, A
             "orphans": len(held),
             "stuck_listed_after_kill_s": None if stuck_after is None else round(stuck_after, 2),
             "lease_s": LEASE.total_seconds(),
-            "unfinished_other": count - len(set(ran)) - len(held),
+            "executed": executed,
+            "neither_executed_nor_orphaned": count - executed - len(held),
         }
 
 
