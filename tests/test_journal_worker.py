@@ -16,6 +16,7 @@ from agentkit import ProposedAction, Tier, UsageError, tool
 from agentkit.journal import (
     DEFAULT_STUCK_AFTER,
     Journal,
+    NothingRan,
     ProposalState,
     Worked,
     WorkOutcome,
@@ -248,3 +249,36 @@ async def test_tools_with_one_name_twice_are_a_usage_error(journal: Journal) -> 
     """Two tools named alike cannot be told apart by a proposal's tool name."""
     with pytest.raises(UsageError, match="two tools are named 'wipe'"):
         await journal.work([wipe_tool([]), wipe_tool([])])
+
+
+@pytest.mark.parametrize("committed", [True, False])
+async def test_a_claim_whose_commit_is_unconfirmed_raises_nothing_ran_and_is_handed_back(
+    journal: Journal, committed: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The claim's commit fails (whether or not the server committed it): NothingRan, the tool not called, approved."""
+    assert isinstance(journal, SQLJournal)
+    id = await approved(journal, "x")
+    conn = journal._conn
+    commit = conn.commit
+    failed: list[bool] = []
+
+    def flaky_commit() -> None:
+        if not failed:
+            failed.append(True)
+            if committed:
+                commit()
+            raise conn.errors[0]("connection lost during COMMIT")
+        commit()
+
+    monkeypatch.setattr(conn, "commit", flaky_commit)
+    ran: list[str] = []
+    with pytest.raises(NothingRan, match="the tool was not run"):
+        await journal.execute(id, wipe_tool(ran))
+    monkeypatch.undo()
+    assert ran == []
+    record = await journal.get(id)
+    assert (record.state, record.claimed_by) == (ProposalState.APPROVED, None)
+    moves = [(t.from_state, t.to_state) for t in await journal.history(id)]
+    handed_back = [(ProposalState.APPROVED, ProposalState.EXECUTING), (ProposalState.EXECUTING, ProposalState.APPROVED)]
+    assert moves[2:] == (handed_back if committed else [])
+    assert (await journal.execute(id, wipe_tool(ran))).proposal.state is ProposalState.EXECUTED
