@@ -26,7 +26,7 @@ from pydantic import BaseModel
 
 from agentkit._invoke import admit, invoke, missing_tier
 from agentkit.errors import ApprovalError, UsageError
-from agentkit.proposals import ProposedAction, call_digest, canonical_json
+from agentkit.proposals import ProposedAction, call_digest, canonical_json, validate_args
 from agentkit.tiers import Tier
 from agentkit.tools import Tool
 
@@ -203,9 +203,9 @@ def _args_to_run(tool: Tool[Any, Any], proposal: ProposedAction[Any]) -> BaseMod
     args = proposal.args
     # The tool gets the args rebuilt from their canonical JSON, the very text the digest covers:
     # whatever a field left out of the dump held, the call that runs is the call that was approved.
-    raw = canonical_json(args) if isinstance(args, BaseModel) else json.dumps(args)
+    raw = canonical_json(args) if isinstance(args, BaseModel) else json.dumps(args, ensure_ascii=False)
     try:
-        return args_type.model_validate_json(raw)
+        return validate_args(args_type, raw)
     except ValueError as invalid:
         raise ApprovalError(
             f"the approved args do not validate as {args_type.__name__} for {proposal.tool_name!r}: {invalid}",

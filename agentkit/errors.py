@@ -23,7 +23,9 @@ The tree::
         ├── JournalUnavailable      no journal there, cannot connect, or a schema this code cannot read
         ├── UnknownId               no proposal (or run) with that id
         ├── TransitionRefused       the proposal's state does not allow the change
-        └── DigestMismatch
+        ├── DigestMismatch
+        ├── NothingRan              the journal failed before a claim held: the tool was not called
+        └── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
 
     ToolRetry                       not an error: a tool's signal that the call was wrong (see below)
 
@@ -55,6 +57,8 @@ __all__ = [
     "JournalError",
     "JournalUnavailable",
     "MissingTierError",
+    "NothingRan",
+    "OutcomeNotRecorded",
     "ProgramError",
     "ProviderError",
     "ScriptExhausted",
@@ -234,6 +238,38 @@ class DigestMismatch(JournalError, CallRefused):
         CallRefused.__init__(self, message, tool_name=tool_name)
         self.id = id
         """The proposal."""
+
+
+class NothingRan(JournalError):
+    """The journal failed (connection lost, server down) before a claim held: the tool was not called.
+
+    The proposal is still ``approved`` and another attempt may run it. When the failure hit the
+    claim's commit, the worker hands the claim back if it can; if it cannot reach the database, the
+    claim's lease runs out and ``stuck()`` lists the proposal, whose tool never ran.
+    """
+
+    def __init__(self, message: str, *, id: str) -> None:
+        super().__init__(message)
+        self.id = id
+        """The proposal, or ``""`` when the claim of the next approved proposal failed."""
+
+
+class OutcomeNotRecorded(JournalError):
+    """The tool ran, exactly once, but its outcome could not be written after every retry.
+
+    The proposal stays ``executing``, claimed by this worker; once the heartbeat stops, its lease
+    runs out and ``stuck()`` lists it. Never run it again: a human records what happened with
+    ``resolve``, using ``outcome`` and ``error`` below.
+    """
+
+    def __init__(self, message: str, *, id: str, outcome: str, error: str | None) -> None:
+        super().__init__(message)
+        self.id = id
+        """The proposal."""
+        self.outcome = outcome
+        """What the worker meant to record: ``executed`` or ``failed``."""
+        self.error = error
+        """The tool's error when it failed, else ``None``."""
 
 
 class ToolRetry(Exception):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar, overload
@@ -14,7 +15,7 @@ from agentkit.errors import UsageError
 from agentkit.tiers import Tier
 from agentkit.tools import Tool
 
-__all__ = ["ProposedAction", "call_digest", "canonical_json", "load_proposal"]
+__all__ = ["ProposedAction", "call_digest", "canonical_json", "load_proposal", "validate_args"]
 
 Args = TypeVar("Args", bound=BaseModel)
 
@@ -26,6 +27,20 @@ def canonical_json(args: BaseModel) -> str:
     validated ones character for character.
     """
     return json.dumps(args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def validate_args(args_type: type[Args], args_json: str) -> Args:
+    """Validate args from their JSON text (``canonical_json``), lone surrogates included.
+
+    The JSON parser refuses lone surrogates, which ``canonical_json`` writes as they are; for those
+    (rare) args the data ``json.loads`` gives is validated instead, as a tool call's args are.
+    """
+    if _SURROGATE.search(args_json) is None:
+        return args_type.model_validate_json(args_json)
+    return args_type.model_validate(json.loads(args_json))
 
 
 def call_digest(tool_name: str, args: BaseModel) -> str:
@@ -104,7 +119,7 @@ def _check_round_trip(tool_name: str, args: BaseModel) -> None:
     other than the one a human approved.
     """
     try:
-        again = type(args).model_validate_json(canonical_json(args))
+        again = validate_args(type(args), canonical_json(args))
     except ValueError as invalid:
         raise UsageError(
             f"the args of the call to {tool_name!r} ({type(args).__name__}) do not validate from their own JSON, "

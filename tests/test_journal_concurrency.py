@@ -11,7 +11,7 @@ import multiprocessing
 import os
 import sqlite3
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
@@ -122,6 +122,23 @@ def fresh_opener(paths: list[str], barrier: Barrier) -> None:
     raise SystemExit(asyncio.run(main()))
 
 
+def queue_worker(url: str, log: str, barrier: Barrier | None, hang: bool) -> None:
+    """Open the journal, wait for the others (given a barrier), then run approved wipes until none is left."""
+
+    async def main() -> None:
+        journal = open_journal(url, create=False)
+        if barrier is not None:
+            barrier.wait(timeout=120)
+        name = "doomed-worker" if hang else None
+        wipe = recording_wipe(log, hang=hang)
+        try:
+            await journal.work([wipe], concurrency=2, until_empty=True, worker=name, lease=timedelta(seconds=1))
+        finally:
+            await journal.close()
+
+    asyncio.run(main())
+
+
 def hanging_executor(url: str, id: str, log: str) -> None:
     """Claim the proposal and hang inside the tool, to be killed there."""
 
@@ -192,6 +209,17 @@ async def approved_wipe(journal: Journal) -> str:
     record = await journal.propose(action)
     await journal.approve(record.id, "alice")
     return record.id
+
+
+async def approved_wipes(journal: Journal, count: int) -> list[str]:
+    ids = []
+    for i in range(count):
+        action = ProposedAction[Target].create(
+            tool_name="wipe", tier=Tier.IRREVERSIBLE, args=Target(path=f"/srv/{i}"), round=1, run_id=f"run-{i}"
+        )
+        ids.append((await journal.propose(action)).id)
+        await journal.approve(ids[-1], "alice")
+    return ids
 
 
 def assert_sound(url: str) -> None:
@@ -312,3 +340,57 @@ async def test_a_process_killed_while_writing_runs_loses_at_most_the_run_in_flig
         rounds = [r.round for r in await reopened.rounds(run.id)]
         assert rounds == list(range(1, len(rounds) + 1))
     await reopened.close()
+
+
+async def test_four_worker_processes_drain_the_queue_each_call_exactly_once(
+    journal: Journal, journal_url: str, tmp_path: Path
+) -> None:
+    """Four processes working one queue of 120 approved calls: every call runs once (the tool's own log says so)."""
+    ids = await approved_wipes(journal, 120)
+    log = tmp_path / "executions.log"
+    barrier = SPAWN.Barrier(4)
+    workers = [SPAWN.Process(target=queue_worker, args=(journal_url, str(log), barrier, False)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=300)
+    assert [worker.exitcode for worker in workers] == [0] * 4
+    paths = [line.split()[1] for line in executions(log)]
+    assert sorted(paths) == sorted(f"/srv/{i}" for i in range(120))
+    assert {(await journal.get(id)).state for id in ids} == {ProposalState.EXECUTED}
+
+
+async def test_a_worker_killed_mid_run_leaves_its_claim_stuck_within_the_lease_and_nothing_runs_twice(
+    journal: Journal, journal_url: str, tmp_path: Path
+) -> None:
+    """SIGKILL one of four workers in its tool: the rest finish the queue; its claim is stuck once the lease ends."""
+    ids = await approved_wipes(journal, 40)
+    log = tmp_path / "executions.log"
+    # The doomed worker starts first, so it surely holds a claim (hanging in its tool) when the others start.
+    doomed = SPAWN.Process(target=queue_worker, args=(journal_url, str(log), None, True))
+    doomed.start()
+    wait_for(log, lines=1, process=doomed)
+    barrier = SPAWN.Barrier(3)
+    others = [SPAWN.Process(target=queue_worker, args=(journal_url, str(log), barrier, False)) for _ in range(3)]
+    for worker in others:
+        worker.start()
+    wait_for(log, lines=5)
+    doomed.kill()
+    doomed.join(timeout=30)
+    for worker in others:
+        worker.join(timeout=300)
+    assert [worker.exitcode for worker in others] == [0] * 3
+    assert_sound(journal_url)
+    paths = [line.split()[1] for line in executions(log)]
+    assert len(paths) == len(set(paths))  # nothing ran twice
+    # The doomed worker (two calls at once) died in its tool, holding one or two claims.
+    orphans = await journal.proposals(state=ProposalState.EXECUTING)
+    assert 1 <= len(orphans) <= 2
+    assert {o.claimed_by for o in orphans} == {"doomed-worker"}
+    executed = await journal.proposals(state=ProposalState.EXECUTED)
+    assert len(executed) + len(orphans) == len(ids)
+    assert {e.args["path"] for e in executed} <= set(paths)
+    # Once the leases have run out, stuck() lists the orphans with no threshold given.
+    lease_end = max(o.lease_until for o in orphans if o.lease_until is not None)
+    await asyncio.sleep(max(0.0, (lease_end - datetime.now(UTC)).total_seconds()) + 0.01)
+    assert {p.id for p in await journal.stuck()} == {o.id for o in orphans}

@@ -36,7 +36,7 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.journal._schema import SCHEMA_VERSION
-from agentkit.journal._store import SQLJournal
+from agentkit.journal._store import DEFAULT_LEASE, SQLJournal
 from agentkit.proposals import call_digest, canonical_json
 
 
@@ -709,10 +709,10 @@ async def test_a_late_finish_after_a_human_resolved_is_not_recorded(journal: Jou
     """A worker that finishes after a human decided cannot overwrite the decision."""
     assert isinstance(journal, SQLJournal)
     id = await approved(journal)
-    _, token = journal._claim(id, wipe, "slowpoke")
+    claim = journal._claim(id, wipe, "slowpoke", "token-1", DEFAULT_LEASE)
     await journal.resolve(id, "carol", ProposalState.FAILED, "worker looked dead")
     with pytest.raises(JournalError, match="resolved it while it ran"):
-        journal._finish(id, token, "slowpoke", batch=["late"], error=None)
+        journal._finish(id, claim.token, "slowpoke", batch=["late"], error=None)
     record = await journal.get(id)
     assert (record.state, record.batch_json) == (ProposalState.FAILED, None)
 

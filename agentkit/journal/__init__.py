@@ -7,7 +7,15 @@ contract: ``SQLiteJournal`` (a file, no server; the default) and ``PostgresJourn
 """
 
 from agentkit.journal._contract import Journal, open_journal
-from agentkit.journal._errors import DigestMismatch, JournalError, JournalUnavailable, TransitionRefused, UnknownId
+from agentkit.journal._errors import (
+    DigestMismatch,
+    JournalError,
+    JournalUnavailable,
+    NothingRan,
+    OutcomeNotRecorded,
+    TransitionRefused,
+    UnknownId,
+)
 from agentkit.journal._postgres import PostgresJournal
 from agentkit.journal._records import (
     Execution,
@@ -19,10 +27,12 @@ from agentkit.journal._records import (
     Transition,
 )
 from agentkit.journal._sqlite import SQLiteJournal
-from agentkit.journal._store import DEFAULT_STUCK_AFTER
+from agentkit.journal._store import DEFAULT_LEASE, DEFAULT_STUCK_AFTER, OUTCOME_ATTEMPTS
+from agentkit.journal._worker import Worked, WorkOutcome, WorkReport
 from agentkit.journal.observer import JournalObserver
 
 __all__ = [
+    "DEFAULT_LEASE",
     "DEFAULT_STUCK_AFTER",
     "DigestMismatch",
     "Execution",
@@ -30,6 +40,9 @@ __all__ = [
     "JournalError",
     "JournalObserver",
     "JournalUnavailable",
+    "NothingRan",
+    "OUTCOME_ATTEMPTS",
+    "OutcomeNotRecorded",
     "PostgresJournal",
     "ProposalRecord",
     "ProposalState",
@@ -40,5 +53,8 @@ __all__ = [
     "Transition",
     "TransitionRefused",
     "UnknownId",
+    "WorkOutcome",
+    "WorkReport",
+    "Worked",
     "open_journal",
 ]

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -11,7 +13,8 @@ from pydantic import BaseModel
 from agentkit.errors import UsageError
 from agentkit.events import Event
 from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
-from agentkit.journal._store import DEFAULT_STUCK_AFTER
+from agentkit.journal._store import DEFAULT_LEASE, DEFAULT_STUCK_AFTER
+from agentkit.journal._worker import Worked, WorkReport
 from agentkit.proposals import ProposedAction
 from agentkit.tools import Tool
 
@@ -68,12 +71,30 @@ class Journal(Protocol):
         """pending or approved -> rejected."""
         ...
 
-    async def execute(self, id: str, tool: Tool[Args, R], *, worker: str | None = None) -> Execution[R]:
+    async def execute(
+        self, id: str, tool: Tool[Args, R], *, worker: str | None = None, lease: timedelta = DEFAULT_LEASE
+    ) -> Execution[R]:
         """Run an approved proposal exactly once: approved -> executing -> executed or failed."""
         ...
 
+    async def work(
+        self,
+        tools: Sequence[Tool[Any, Any]],
+        *,
+        limit: int | None = None,
+        stop: asyncio.Event | None = None,
+        concurrency: int = 1,
+        until_empty: bool = False,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        poll: float | None = None,
+        report: Callable[[Worked], object] | None = None,
+    ) -> WorkReport:
+        """Claim approved proposals for ``tools`` one statement at a time and run each exactly once, until stopped."""
+        ...
+
     async def stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
-        """Executions claimed longer ago than ``older_than`` and never finished, with who claimed them and when."""
+        """Unfinished executions whose lease ran out, or claimed longer ago than ``older_than``."""
         ...
 
     async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:

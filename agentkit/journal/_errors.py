@@ -6,11 +6,29 @@ The subtree::
     ├── JournalUnavailable       no journal at that path, cannot connect, or a schema this code cannot read
     ├── UnknownId                no proposal (or run) with that id
     ├── TransitionRefused        the proposal is not in a state that allows the change; nothing changed
-    └── DigestMismatch           the stored args no longer reproduce the approved digest; nothing ran
+    ├── DigestMismatch           the stored args no longer reproduce the approved digest; nothing ran
+    ├── NothingRan               the journal failed before the claim held: the tool did not run
+    └── OutcomeNotRecorded       the tool ran, once; its outcome could not be recorded (never run it again)
 """
 
 from __future__ import annotations
 
-from agentkit.errors import DigestMismatch, JournalError, JournalUnavailable, TransitionRefused, UnknownId
+from agentkit.errors import (
+    DigestMismatch,
+    JournalError,
+    JournalUnavailable,
+    NothingRan,
+    OutcomeNotRecorded,
+    TransitionRefused,
+    UnknownId,
+)
 
-__all__ = ["DigestMismatch", "JournalError", "JournalUnavailable", "TransitionRefused", "UnknownId"]
+__all__ = [
+    "DigestMismatch",
+    "JournalError",
+    "JournalUnavailable",
+    "NothingRan",
+    "OutcomeNotRecorded",
+    "TransitionRefused",
+    "UnknownId",
+]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import enum
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -13,6 +12,7 @@ from pydantic import BaseModel
 
 from agentkit.errors import ToolError
 from agentkit.outcome import Outcome, StopReason
+from agentkit.proposals import validate_args
 from agentkit.results import Usage
 from agentkit.tiers import Tier
 
@@ -102,6 +102,12 @@ class ProposalRecord:
     """The worker that claimed it for execution (``host:pid`` unless the worker named itself)."""
     claimed_at: datetime | None = None
     """When that worker claimed it (UTC); with ``claimed_by``, what an operator checks before resolving."""
+    lease_until: datetime | None = None
+    """Until when the claim is known alive (UTC): its worker renews the lease while the tool runs.
+
+    A lease in the past on an ``executing`` proposal means its worker stopped renewing (it died, or
+    lost the database): ``stuck()`` lists it.
+    """
     finished_at: datetime | None = None
     """When the execution's outcome was recorded."""
     batch_json: str | None = None
@@ -128,20 +134,6 @@ class ProposalRecord:
     def args_as(self, args_type: type[Args]) -> Args:
         """The arguments validated as ``args_type`` (the tool's ``args_type``)."""
         return validate_args(args_type, self.args_json)
-
-
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def validate_args(args_type: type[Args], args_json: str) -> Args:
-    """Validate stored args as JSON; args holding text that is not UTF-8 (lone surrogates) from the parsed data.
-
-    The JSON parser refuses lone surrogates, which ``canonical_json`` writes as they are; for those
-    (rare) args the data ``json.loads`` gives is validated instead, as a tool call's args are.
-    """
-    if _SURROGATE.search(args_json) is None:
-        return args_type.model_validate_json(args_json)
-    return args_type.model_validate(json.loads(args_json))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -186,7 +186,27 @@ _V2: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_runs ADD COLUMN loop_config TEXT",
 )
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2)
+# Version 3: a claim carries a lease its worker renews while the tool runs, so a dead worker's claim
+# shows in stuck() once the lease runs out; and on PostgreSQL every proposal that becomes approved
+# notifies the workers LISTENing on the channel, so they wake without polling.
+_NOTIFY_APPROVED = """CREATE OR REPLACE FUNCTION agentkit_notify_approved() RETURNS trigger AS $$
+    BEGIN
+        PERFORM pg_notify('agentkit_approved', NEW.tool_name);
+        RETURN NULL;
+    END
+    $$ LANGUAGE plpgsql"""
+
+_V3: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_proposals ADD COLUMN lease_until {ts}",
+    PerDatabase(sqlite=None, postgresql=_NOTIFY_APPROVED),
+    PerDatabase(
+        sqlite=None,
+        postgresql="CREATE TRIGGER agentkit_proposals_approved AFTER INSERT OR UPDATE OF state ON agentkit_proposals "
+        "FOR EACH ROW WHEN (NEW.state = 'approved') EXECUTE FUNCTION agentkit_notify_approved()",
+    ),
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3)
 """``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -28,11 +28,14 @@ __all__ = [
     "abort_run",
     "append_event",
     "batch_text",
+    "claim_next_statement",
+    "claim_statement",
     "finish_run",
     "folded",
     "from_stored",
     "insert_proposal",
     "insert_run",
+    "lock_proposal_statement",
     "log_transition",
     "now",
     "proposal_of",
@@ -52,6 +55,9 @@ class Connection(Protocol):
     """The driver's exception classes; the journal turns them into ``JournalError``."""
     types: Mapping[str, str]
     """Column types for the schema's ``{ts}``, ``{serial}``, ``{bool}`` and ``{real}``."""
+    serialised: bool
+    """``True``: one connection, so the journal runs one transaction at a time on it (SQLite);
+    ``False``: each transaction takes its own connection from a pool (PostgreSQL)."""
 
     def begin(self, *, write: bool) -> None: ...
     def commit(self) -> None: ...
@@ -105,6 +111,7 @@ class Lossless:
         self.dialect = conn.dialect
         self.errors = conn.errors
         self.types = conn.types
+        self.serialised = conn.serialised
 
     def begin(self, *, write: bool) -> None:
         self.inner.begin(write=write)
@@ -198,6 +205,46 @@ def _first_line(error: Exception) -> str:
 def now() -> datetime:
     """The current time, UTC (every timestamp in the journal)."""
     return datetime.now(UTC)
+
+
+_CLAIM_SET = "state = 'executing', claimed_by = ?, claimed_at = ?, claim = ?, lease_until = ?"
+
+
+def lock_proposal_statement(dialect: str) -> str:
+    """Read one proposal by id for a claim, locking its row on PostgreSQL (SQLite's ``BEGIN IMMEDIATE`` already has).
+
+    The only predicate is the primary key, so the plan is the primary key's index whatever the
+    statistics say about states: a state predicate here let a custom plan drive the claim from the
+    state index and filter thousands of rows.
+    """
+    lock = " FOR UPDATE" if dialect == "postgresql" else ""
+    return f"SELECT * FROM agentkit_proposals WHERE id = ?{lock}"
+
+
+def claim_statement() -> str:
+    """Claim the proposal read by ``lock_proposal_statement`` (params: worker, time, token, lease, id)."""
+    return f"UPDATE agentkit_proposals SET {_CLAIM_SET} WHERE id = ?"
+
+
+def claim_next_statement(dialect: str, *, tools: int, skip: int) -> str:
+    """Claim the oldest approved proposal for one of ``tools`` tool names, skipping ``skip`` ids; one statement.
+
+    Params: worker, time, token, lease, the tool names, then the ids to skip. It returns the claimed
+    row, or none when nothing is approved for these tools. On PostgreSQL, ``FOR UPDATE SKIP LOCKED``
+    makes concurrent workers take different rows instead of queueing on the same one, and the
+    update finds its row by primary key (the subquery's result), never by a scan. On SQLite the
+    write lock (``BEGIN IMMEDIATE``) makes the claim single-writer, so the oldest row is free.
+    """
+    if tools < 1:
+        raise ValueError("claim_next_statement needs at least one tool name")
+    names = ", ".join("?" * tools)
+    others = f" AND id NOT IN ({', '.join('?' * skip)})" if skip else ""
+    lock = " FOR UPDATE SKIP LOCKED" if dialect == "postgresql" else ""
+    pick = (
+        f"SELECT id FROM agentkit_proposals WHERE state = 'approved' AND tool_name IN ({names}){others} "
+        f"ORDER BY proposed_at, id LIMIT 1{lock}"
+    )
+    return f"UPDATE agentkit_proposals SET {_CLAIM_SET} WHERE id = ({pick}) RETURNING *"
 
 
 def insert_run(db: Connection, event: RunStarted, at: datetime) -> None:
@@ -445,6 +492,7 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
         reason=f.optional_text("reason"),
         claimed_by=f.optional_text("claimed_by"),
         claimed_at=f.time(db, "claimed_at"),
+        lease_until=f.time(db, "lease_until"),
         finished_at=f.time(db, "finished_at"),
         batch_json=f.optional_text("batch"),
         batch_size=f.get("batch_size", _optional(_integer), None),

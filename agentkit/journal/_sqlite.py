@@ -60,6 +60,7 @@ def _switch_to_wal(db: sqlite3.Connection, where: str) -> None:
 
 class _SQLiteConnection:
     dialect = "sqlite"
+    serialised = True
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
     types: Mapping[str, str] = MappingProxyType(
         {"ts": "TEXT", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "bool": "INTEGER", "real": "REAL"}

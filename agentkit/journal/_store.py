@@ -1,10 +1,11 @@
 """The journal over SQL: one implementation of the contract, shared by SQLite and PostgreSQL.
 
 A backend supplies a ``Connection`` (transactions, queries, column types, time conversion); this
-module holds every statement and every rule. Writes run in one transaction each, under a lock, so a
-journal object may be shared by the observer (in its writer thread) and by the inbox methods (in
-the journal's own threads). A backend may give a second connection for reads, with a lock of its
-own, so that a read never queues behind a write waiting for the database.
+module holds every statement and every rule. Every operation is one transaction: on SQLite's
+connections they take turns under a lock (reads on a connection and lock of their own, so a read
+never queues behind a write); on PostgreSQL each takes a connection from the journal's pool.
+Either way a journal object may be shared by the observer (in its writer thread), the inbox
+methods (in the journal's own threads) and ``work``'s concurrent executions.
 """
 
 from __future__ import annotations
@@ -16,18 +17,28 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
+from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar
 
+import tenacity
 from pydantic import BaseModel, ValidationError
 
 from agentkit._invoke import admit, invoke
-from agentkit.errors import UsageError
+from agentkit.errors import ToolError, UsageError
 from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
-from agentkit.journal._errors import DigestMismatch, JournalError, JournalUnavailable, TransitionRefused, UnknownId
+from agentkit.journal._errors import (
+    DigestMismatch,
+    JournalError,
+    JournalUnavailable,
+    NothingRan,
+    OutcomeNotRecorded,
+    TransitionRefused,
+    UnknownId,
+)
 from agentkit.journal._events import event_data
 from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
@@ -37,10 +48,13 @@ from agentkit.journal._sql import (
     abort_run,
     append_event,
     batch_text,
+    claim_next_statement,
+    claim_statement,
     finish_run,
     folded,
     insert_proposal,
     insert_run,
+    lock_proposal_statement,
     log_transition,
     now,
     proposal_of,
@@ -51,7 +65,10 @@ from agentkit.journal._sql import (
 from agentkit.proposals import ProposedAction, call_digest, canonical_json
 from agentkit.tools import Tool
 
-__all__ = ["DEFAULT_STUCK_AFTER", "SQLJournal"]
+if TYPE_CHECKING:
+    from agentkit.journal._worker import Wakeups, Worked, WorkReport
+
+__all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "SQLJournal"]
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
@@ -64,7 +81,18 @@ the event loop's default executor, so blocking tools that hold those threads can
 journal (and the reverse), and writes waiting for the database cannot hold up reads."""
 
 DEFAULT_STUCK_AFTER = timedelta(minutes=10)
-"""How long a claim may stay ``executing`` before ``stuck()`` lists it by default."""
+"""How long a claim may stay ``executing`` before ``stuck()`` lists it by default, however alive its worker."""
+
+DEFAULT_LEASE = timedelta(seconds=30)
+"""How long a claim stays valid unless its worker renews it; the worker renews it every third of that.
+
+A worker that dies (SIGKILL, power loss, a lost network) stops renewing, and ``stuck()`` lists its
+claim once the lease runs out.
+"""
+
+OUTCOME_ATTEMPTS = 10
+"""How many times a worker tries to record a tool's outcome before raising ``OutcomeNotRecorded``:
+over about fifteen seconds (waits doubling from 0.05 s, at most 4 s), each try on a fresh connection."""
 
 _HINTS = {
     ProposalState.PENDING: "a human must approve it first",
@@ -74,6 +102,34 @@ _HINTS = {
     ProposalState.EXECUTED: "it was executed, which is final",
     ProposalState.FAILED: "its execution failed, which is final; propose the call again to retry",
 }
+
+
+class _DatabaseFailed(JournalError):
+    """The database failed (a driver error): the transaction did not commit."""
+
+
+class _CommitUnconfirmed(_DatabaseFailed):
+    """The commit itself failed: the server may or may not have committed the transaction."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Claim(Generic[Args]):
+    """A proposal this worker holds: ``executing``, claimed with ``token``, its args checked."""
+
+    record: ProposalRecord
+    args: Args
+    token: str
+    worker: str
+    lease: timedelta
+
+
+class Unrunnable(Exception):
+    """The next approved proposal cannot be run by this tool set; the claim was rolled back, it stays approved."""
+
+    def __init__(self, id: str, error: JournalError) -> None:
+        super().__init__(str(error))
+        self.id = id
+        self.error = error
 
 
 def _worker_name() -> str:
@@ -109,6 +165,8 @@ class SQLJournal:
         self._where = where
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
+        self._outcome_attempts = OUTCOME_ATTEMPTS
+        self._outcome_wait = 0.05
         self._closed = False
         self._threads = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="agentkit-journal")
         self._read_threads = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="agentkit-journal-read")
@@ -147,30 +205,32 @@ class SQLJournal:
 
     @contextmanager
     def _tx(self, *, write: bool) -> Iterator[Connection]:
-        # Reads go to the read connection when there is one, so they never wait for a write's lock.
+        # Reads go to the read connection when there is one, so they never wait for a write's lock;
+        # a pooled backend (PostgreSQL) needs no lock at all.
         reads_apart = not write and self._reader is not None
-        with self._read_lock if reads_apart else self._lock:
+        lock = self._read_lock if reads_apart else self._lock
+        with lock if reads_apart or self._conn.serialised else nullcontext():
             if self._closed:
                 raise JournalError(f"the journal at {self._where} is closed; open it again")
             db = self._reader if reads_apart and self._reader is not None else self._conn
             try:
                 db.begin(write=write)
             except db.errors as error:
-                raise JournalError(f"the journal at {self._where} failed to start a transaction: {error}") from error
+                raise _DatabaseFailed(f"the journal at {self._where} failed to start a transaction: {error}") from error
             try:
                 yield db
             except BaseException as error:
                 with suppress(Exception):
                     db.rollback()
                 if isinstance(error, db.errors):
-                    raise JournalError(f"the journal at {self._where} failed: {error}") from error
+                    raise _DatabaseFailed(f"the journal at {self._where} failed: {error}") from error
                 raise
             try:
                 db.commit()
             except db.errors as error:
                 with suppress(Exception):
                     db.rollback()
-                raise JournalError(f"the journal at {self._where} failed to commit: {error}") from error
+                raise _CommitUnconfirmed(f"the journal at {self._where} failed to commit: {error}") from error
 
     def _migrate(self, create: bool) -> None:
         # An up-to-date journal is only read: opening it never waits for, nor takes, the write lock.
@@ -238,9 +298,10 @@ class SQLJournal:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def _fetch(self, db: Connection, id: str) -> ProposalRecord:
+    def _fetch(self, db: Connection, id: str, *, lock: bool = False) -> ProposalRecord:
         _check_id(id, "proposal")
-        rows = db.query("SELECT * FROM agentkit_proposals WHERE id = ?", (id,))
+        sql = lock_proposal_statement(db.dialect) if lock else "SELECT * FROM agentkit_proposals WHERE id = ?"
+        rows = db.query(sql, (id,))
         if not rows:
             raise UnknownId(
                 f"no proposal {id!r} in the journal at {self._where}; list them with `agentkit proposals list`", id=id
@@ -267,10 +328,12 @@ class SQLJournal:
             return [proposal_of(db, row, lenient=True) for row in db.query(sql, params)]
 
     def _stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
+        at = now()
         with self._tx(write=False) as db:
             rows = db.query(
-                "SELECT * FROM agentkit_proposals WHERE state = ? AND claimed_at <= ? ORDER BY claimed_at, id",
-                (ProposalState.EXECUTING.value, db.to_db_time(now() - older_than)),
+                "SELECT * FROM agentkit_proposals WHERE state = ? AND (claimed_at <= ? OR lease_until <= ?) "
+                "ORDER BY claimed_at, id",
+                (ProposalState.EXECUTING.value, db.to_db_time(at - older_than), db.to_db_time(at)),
             )
             return [proposal_of(db, row, lenient=True) for row in rows]
 
@@ -367,9 +430,9 @@ class SQLJournal:
             )
         sets: dict[str, object] = {"resolved_by": by, "resolved_at": _AT, "note": why}
         if target is ProposalState.APPROVED:
-            sets |= {"claim": None, "claimed_by": None, "claimed_at": None}
+            sets |= {"claim": None, "claimed_by": None, "claimed_at": None, "lease_until": None}
         else:
-            sets |= {"finished_at": _AT, "claim": None}
+            sets |= {"finished_at": _AT, "claim": None, "lease_until": None}
             if target is ProposalState.FAILED:
                 sets["error"] = f"resolved by {by}: {why}"
         return self._move(id, "resolve", (ProposalState.EXECUTING,), target, by, why, sets)
@@ -381,14 +444,18 @@ class SQLJournal:
 
     # -- execution ------------------------------------------------------------------------------
 
-    def _claim(self, id: str, tool: Tool[Args, Any], worker: str) -> tuple[Args, str]:
+    def _claim(
+        self, id: str, tool: Tool[Args, Any], worker: str, token: str | None = None, lease: timedelta = DEFAULT_LEASE
+    ) -> Claim[Args]:
         """Check the stored call against ``tool`` and the digest, then claim it: approved -> executing.
 
-        Returns the validated args and the claim token. The claim is one conditional update in the
-        transaction that read the proposal: of many workers racing, exactly one sees it change.
+        The row is read with a lock (PostgreSQL ``FOR UPDATE``; SQLite's write lock is already held)
+        and updated by primary key in the same transaction: of many workers racing, the first holds
+        the row and every other reads it, once the first commits, as no longer approved.
         """
-        with self._tx(write=True) as db:
-            record = self._fetch(db, id)
+        token = token or uuid.uuid4().hex
+        with self._claiming(token, worker), self._tx(write=True) as db:
+            record = self._fetch(db, id, lock=True)
             if record.state is not ProposalState.APPROVED:
                 raise TransitionRefused(
                     f"cannot execute proposal {id!r}: it is {record.state.value}, and only an approved proposal "
@@ -397,27 +464,78 @@ class SQLJournal:
                     state=record.state.value,
                 )
             args = self._checked_args(record, tool)
-            token = uuid.uuid4().hex
-            claimed = db.execute(
-                "UPDATE agentkit_proposals SET state = ?, claimed_by = ?, claimed_at = ?, claim = ? "
-                "WHERE id = ? AND state = ? AND args = ? AND digest = ?",
-                (
-                    ProposalState.EXECUTING.value,
-                    worker,
-                    db.to_db_time(now()),
-                    token,
-                    id,
-                    ProposalState.APPROVED.value,
-                    record.args_json,
-                    record.digest,
-                ),
+            at = now()
+            db.execute(claim_statement(), (worker, db.to_db_time(at), token, db.to_db_time(at + lease), id))
+            log_transition(db, id, ProposalState.APPROVED, ProposalState.EXECUTING, worker, at, "")
+            return Claim(record=self._fetch(db, id), args=args, token=token, worker=worker, lease=lease)
+
+    def _claim_next(
+        self, tools: Mapping[str, Tool[Any, Any]], worker: str, lease: timedelta, skip: frozenset[str]
+    ) -> Claim[Any] | None:
+        """Claim the oldest approved proposal for one of ``tools`` in one statement; ``None``: there is none.
+
+        Raises ``Unrunnable`` (rolled back, the proposal stays approved) when the stored call does
+        not check out against the tool of that name, and ``NothingRan`` when the database failed.
+        """
+        token = uuid.uuid4().hex
+        with self._claiming(token, worker), self._tx(write=True) as db:
+            at = now()
+            sql = claim_next_statement(db.dialect, tools=len(tools), skip=len(skip))
+            params = (worker, db.to_db_time(at), token, db.to_db_time(at + lease), *tools, *sorted(skip))
+            rows = db.query(sql, params)
+            if not rows:
+                return None
+            record = proposal_of(db, rows[0])
+            try:
+                args = self._checked_args(record, tools[record.tool_name])
+            except (JournalError, UsageError) as refused:
+                error = refused if isinstance(refused, JournalError) else JournalError(str(refused))
+                raise Unrunnable(record.id, error) from refused
+            log_transition(db, record.id, ProposalState.APPROVED, ProposalState.EXECUTING, worker, at, "")
+            return Claim(record=record, args=args, token=token, worker=worker, lease=lease)
+
+    @contextmanager
+    def _claiming(self, token: str, worker: str) -> Iterator[None]:
+        """Turn a database failure during a claim into ``NothingRan``, handing back a claim whose commit is unknown."""
+        try:
+            yield
+        except _CommitUnconfirmed as error:
+            released = False
+            with suppress(JournalError):
+                released = self._release(token, worker)
+            hint = (
+                "the claim was handed back"
+                if released
+                else "if the commit did reach the server, the proposal shows in stuck() once its lease runs out"
             )
-            if claimed != 1:
-                raise TransitionRefused(
-                    f"cannot execute proposal {id!r}: another worker claimed it first", id=id, state="executing"
+            raise NothingRan(f"{error}; the tool was not run ({hint})", id="") from error
+        except _DatabaseFailed as error:
+            raise NothingRan(f"{error}; the tool was not run and the proposal is still approved", id="") from error
+
+    def _release(self, token: str, worker: str) -> bool:
+        """Hand back a claim whose tool was never called: executing -> approved. ``False``: no such claim."""
+        at = now()
+        with self._tx(write=True) as db:
+            executing = ProposalState.EXECUTING.value
+            rows = db.query("SELECT id FROM agentkit_proposals WHERE state = ? AND claim = ?", (executing, token))
+            for row in rows:
+                db.execute(
+                    "UPDATE agentkit_proposals SET state = ?, claim = NULL, claimed_by = NULL, claimed_at = NULL, "
+                    "lease_until = NULL WHERE id = ? AND claim = ?",
+                    (ProposalState.APPROVED.value, row["id"], token),
                 )
-            log_transition(db, id, ProposalState.APPROVED, ProposalState.EXECUTING, worker, now(), "")
-            return args, token
+                note = "the claim's commit was not confirmed and the tool was not run; handed back"
+                log_transition(db, row["id"], ProposalState.EXECUTING, ProposalState.APPROVED, worker, at, note)
+            return bool(rows)
+
+    def _renew(self, id: str, token: str, lease: timedelta) -> bool:
+        """Extend a held claim's lease; ``False``: the claim is no longer this worker's (a human resolved it)."""
+        with self._tx(write=True) as db:
+            until = db.to_db_time(now() + lease)
+            changed = db.execute(
+                "UPDATE agentkit_proposals SET lease_until = ? WHERE id = ? AND claim = ?", (until, id, token)
+            )
+            return changed == 1
 
     def _checked_args(self, record: ProposalRecord, tool: Tool[Args, Any]) -> Args:
         admit(tool, name=record.tool_name, tier=record.tier)
@@ -456,22 +574,18 @@ class SQLJournal:
         at = now()
         after = ProposalState.EXECUTED if error is None else ProposalState.FAILED
         batch_json, unstored = (None, None) if batch is None else batch_text(batch)
+        # The claim token is set only while the proposal is executing under this claim, so ``id`` and
+        # ``claim`` say it all; no state predicate, whose index a custom plan could prefer to the key.
         with self._tx(write=True) as db:
             changed = db.execute(
                 "UPDATE agentkit_proposals SET state = ?, finished_at = ?, batch = ?, batch_size = ?, error = ?, "
-                "claim = NULL WHERE id = ? AND state = ? AND claim = ?",
-                (
-                    after.value,
-                    db.to_db_time(at),
-                    batch_json,
-                    None if batch is None else len(batch),
-                    error,
-                    id,
-                    ProposalState.EXECUTING.value,
-                    token,
-                ),
+                "claim = NULL, lease_until = NULL WHERE id = ? AND claim = ?",
+                (after.value, db.to_db_time(at), batch_json, None if batch is None else len(batch), error, id, token),
             )
             if changed != 1:
+                record = self._fetch(db, id)
+                if record.state is after and record.claimed_by == worker and record.resolved_by is None:
+                    return record  # an earlier try committed, though its commit was not confirmed
                 raise JournalError(
                     f"proposal {id!r} ran ({after.value}{': ' + error if error else ''}) but a human resolved it "
                     "while it ran, so this outcome was not recorded; check the tool's effect and the proposal's history"
@@ -541,8 +655,15 @@ class SQLJournal:
         """A human's decision on an abandoned execution: executing -> executed, failed or approved (run again)."""
         return await self._call(self._resolve, id, resolved_by, state, note)
 
-    async def execute(self, id: str, tool: Tool[Args, R], *, worker: str | None = None) -> Execution[R]:
+    async def execute(
+        self, id: str, tool: Tool[Args, R], *, worker: str | None = None, lease: timedelta = DEFAULT_LEASE
+    ) -> Execution[R]:
         """Run an approved proposal exactly once, whatever the number of workers racing for it.
+
+        The claim carries a lease, renewed every third of ``lease`` while the tool runs; if this
+        process dies, the proposal stays ``executing`` and ``stuck()`` lists it once the lease runs
+        out. The outcome is recorded with up to ``OUTCOME_ATTEMPTS`` tries, each on a fresh
+        connection; the tool is never called again.
 
         Raises:
             UnknownId: no such proposal.
@@ -552,17 +673,132 @@ class SQLJournal:
             MissingTierError: the tool declares no tier; nothing ran.
             TierChanged: the tool declares another tier than the one approved; nothing ran.
             JournalError: the database failed.
+            NothingRan: the database failed before the claim held; the tool was not called.
+            OutcomeNotRecorded: the tool ran, but its outcome could not be recorded; do not run it again.
         """
+        if lease <= timedelta(0):
+            raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
         who = worker or _worker_name()
-        args, token = await self._call(self._claim, id, tool, who)
+        claim = await self._call(self._claim, id, tool, who, uuid.uuid4().hex, lease)
         # From here on the proposal is ``executing``: if this process dies, it stays so, and a human decides.
-        outcome = await invoke(tool, args)
+        return await self._run_claimed(claim, tool)
+
+    async def _run_claimed(self, claim: Claim[Args], tool: Tool[Args, R]) -> Execution[R]:
+        """Call the tool of a held claim once, renewing the lease meanwhile, then record the outcome."""
+        async with self._renewing(claim):
+            outcome = await invoke(tool, claim.args)
         error = outcome.failure()
-        if error is None:
-            record = await self._call(self._finish, id, token, who, batch=outcome.batch, error=None)
-            return Execution(proposal=record, batch=tuple(outcome.batch))
-        record = await self._call(self._finish, id, token, who, batch=None, error=str(error))
-        return Execution(proposal=record, error=error)
+        batch = outcome.batch if error is None else None
+        record = await self._record_outcome(claim, batch=batch, error=error)
+        if error is not None:
+            return Execution(proposal=record, error=error)
+        return Execution(proposal=record, batch=tuple(batch or ()))
+
+    @asynccontextmanager
+    async def _renewing(self, claim: Claim[Any]) -> AsyncIterator[None]:
+        async def renew() -> None:
+            while True:
+                await asyncio.sleep(claim.lease.total_seconds() / 3)
+                # A failed renewal is retried next time; a lost database shows as an expired lease.
+                with suppress(JournalError):
+                    if not await self._call(self._renew, claim.record.id, claim.token, claim.lease):
+                        return
+
+        task = asyncio.create_task(renew())
+        try:
+            yield
+        finally:
+            task.cancel()
+            with suppress(asyncio.CancelledError):
+                await task
+
+    async def _record_outcome(
+        self, claim: Claim[Any], *, batch: Sequence[object] | None, error: ToolError | None
+    ) -> ProposalRecord:
+        """Record what the tool did, retrying on database failures with a fresh connection each time."""
+        id, text = claim.record.id, None if error is None else str(error)
+        retrying = tenacity.AsyncRetrying(
+            stop=tenacity.stop_after_attempt(self._outcome_attempts),
+            wait=tenacity.wait_exponential(multiplier=self._outcome_wait, max=4.0),
+            retry=tenacity.retry_if_exception_type(_DatabaseFailed),
+            reraise=True,
+        )
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    return await self._call(self._finish, id, claim.token, claim.worker, batch=batch, error=text)
+        except _DatabaseFailed as failed:
+            outcome = ProposalState.EXECUTED if error is None else ProposalState.FAILED
+            raise OutcomeNotRecorded(
+                f"proposal {id!r} ran (its tool returned{': ' + text if text else ''}), but its outcome "
+                f"({outcome.value}) could not be recorded after {self._outcome_attempts} tries: {failed}. It stays "
+                "executing and shows in stuck() once its lease runs out; do not run it again: resolve it as "
+                f"{outcome.value}",
+                id=id,
+                outcome=outcome.value,
+                error=text,
+            ) from failed
+        raise AssertionError("unreachable: tenacity either returns or raises")  # pragma: no cover
+
+    async def work(
+        self,
+        tools: Sequence[Tool[Any, Any]],
+        *,
+        limit: int | None = None,
+        stop: asyncio.Event | None = None,
+        concurrency: int = 1,
+        until_empty: bool = False,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        poll: float | None = None,
+        report: Callable[[Worked], object] | None = None,
+    ) -> WorkReport:
+        """Run approved proposals for ``tools`` as they come, each exactly once; see ``docs/journal.md``.
+
+        Each claim takes the oldest approved proposal whose tool name is in ``tools`` in one
+        statement (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so workers never queue on one row;
+        SQLite: under the write lock). Proposals for other tools are left for other workers. Up to
+        ``concurrency`` calls run at once. With nothing to claim, the worker waits: on PostgreSQL
+        for a notification that a proposal was approved (``LISTEN``; ``poll`` seconds at most, a
+        safety net, default 30), on SQLite for ``poll`` seconds (default 0.5).
+
+        Args:
+            tools: The tools this worker runs, matched to proposals by name.
+            limit: Return after this many claims (``None``: no limit).
+            stop: Set it to stop: no new claims; running calls finish and are recorded.
+            concurrency: Calls run at once, at least 1.
+            until_empty: Return once nothing is approved for these tools and nothing runs.
+            worker: The name recorded as ``claimed_by`` (default ``host:pid``).
+            lease: Each claim's lease (see ``DEFAULT_LEASE``).
+            poll: Seconds between looks when no notification comes (see above).
+            report: Called with each ``Worked`` as it happens (progress output).
+
+        Returns:
+            What was executed, failed, left unrecorded or left for a human.
+
+        Raises:
+            UsageError: no tools, two tools with one name, a tool with no tier, or a bad option.
+        """
+        from agentkit.journal._worker import work
+
+        return await work(
+            self,
+            tools,
+            limit=limit,
+            stop=stop,
+            concurrency=concurrency,
+            until_empty=until_empty,
+            worker=worker or _worker_name(),
+            lease=lease,
+            poll=poll,
+            report=report,
+        )
+
+    def _wakeups(self, poll: float | None) -> AbstractAsyncContextManager[Wakeups]:
+        """How ``work`` waits for approvals: a short poll here; PostgreSQL listens for notifications."""
+        from agentkit.journal._worker import Polling
+
+        return Polling(0.5 if poll is None else poll)
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
         """The most recent runs, newest first (``limit`` >= 1, else ``UsageError``)."""

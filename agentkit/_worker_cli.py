@@ -1,0 +1,186 @@
+"""``agentkit worker``: run approved calls from a journal until stopped.
+
+    agentkit worker --db URL --tools module:attr [--tools module:attr ...] [--concurrency N] ...
+
+``--tools`` names a ``Tool``, or a sequence of tools, by import path (the working directory is on
+the import path, as with ``python -m``). The worker claims the next approved proposal whose tool
+it has, runs it once and records the outcome, printing one line per call. SIGTERM or Ctrl-C stops
+it cleanly: no new claims, running calls finish and are recorded, exit code 0 (SIGTERM) or 130
+(Ctrl-C). A second signal cancels the running calls: their claims stay ``executing`` and show in
+``agentkit proposals stuck`` once their lease runs out.
+
+The backend is one option of a required group (today ``--db``), so that another backend (a
+Temporal task queue, ``--temporal ADDRESS``) is one more option of the same command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, TextIO, cast
+
+from agentkit.errors import AgentkitError, UsageError
+from agentkit.tools import Tool
+
+__all__ = ["load_tools", "register"]
+
+EXIT_INTERRUPTED = 130
+"""Exit code after Ctrl-C, as shells report a process ended by SIGINT."""
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``worker`` command."""
+    worker = subparsers.add_parser(
+        "worker",
+        help="run approved calls from a journal until stopped",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    backend = worker.add_argument_group("backend (exactly one)").add_mutually_exclusive_group(required=True)
+    backend.add_argument("--db", metavar="URL", help="the journal: a SQLite path or a postgresql:// URL")
+    worker.add_argument(
+        "--tools",
+        action="append",
+        required=True,
+        metavar="MODULE:ATTR",
+        help="a Tool or a sequence of tools, by import path; repeat for more",
+    )
+    worker.add_argument("--concurrency", type=_positive_int, default=1, metavar="N", help="calls run at once (1)")
+    worker.add_argument("--name", metavar="NAME", help="the name recorded as claimed_by (default host:pid)")
+    worker.add_argument(
+        "--lease", type=_positive_float, default=30.0, metavar="SECONDS", help="each claim's lease, renewed (30)"
+    )
+    worker.add_argument(
+        "--poll",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="longest wait between looks: SQLite's poll (0.5), PostgreSQL's safety net besides LISTEN (30)",
+    )
+    worker.add_argument("--limit", type=_positive_int, metavar="N", help="exit after claiming N proposals")
+    worker.add_argument("--until-empty", action="store_true", help="exit once nothing is approved for these tools")
+    worker.add_argument("--quiet", action="store_true", help="print only the summary")
+    worker.set_defaults(handler=_handle)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
+def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:
+    """The tools named by ``module:attr`` paths (each a tool or a sequence of tools); ``UsageError`` otherwise."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    tools: list[Tool[Any, Any]] = []
+    for path in paths:
+        module_name, _, attr = path.partition(":")
+        if not module_name or not attr:
+            raise UsageError(f"--tools {path!r}: give MODULE:ATTR, e.g. myapp.tools:TOOLS")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as missing:
+            raise UsageError(f"--tools {path!r}: cannot import {module_name!r}: {missing}") from missing
+        try:
+            found: object = getattr(module, attr)
+        except AttributeError:
+            raise UsageError(f"--tools {path!r}: module {module_name!r} has no {attr!r}") from None
+        items = list(found) if isinstance(found, Sequence) and not isinstance(found, str) else [found]
+        for item in items:
+            if not all(hasattr(item, name) for name in ("name", "args_type", "call")):
+                raise UsageError(f"--tools {path!r}: {item!r} is not a Tool (make it with @tool or implement Tool)")
+            tools.append(cast("Tool[Any, Any]", item))
+    return tools
+
+
+def _handle(args: argparse.Namespace) -> int:
+    try:
+        tools = load_tools(args.tools)
+    except AgentkitError as error:
+        print(f"agentkit: error: {error}", file=sys.stderr)
+        return 2
+    try:
+        interrupted = asyncio.run(_serve(args, tools, sys.stdout))
+    except AgentkitError as error:
+        print(f"agentkit: error: {error}", file=sys.stderr)
+        return 1
+    return EXIT_INTERRUPTED if interrupted else 0
+
+
+async def _serve(args: argparse.Namespace, tools: list[Tool[Any, Any]], out: TextIO) -> bool:
+    """Run the worker; ``True`` when Ctrl-C stopped it."""
+    from agentkit.journal import Worked, WorkOutcome, open_journal
+
+    stop = asyncio.Event()
+    signals: list[int] = []
+    work_task: asyncio.Task[Any] | None = None
+
+    def on_signal(number: int) -> None:
+        signals.append(number)
+        if len(signals) == 1:
+            name = signal.Signals(number).name
+            print(f"{name}: stopping; running calls finish (signal again to cancel them)", file=out)
+            out.flush()
+            stop.set()
+        elif work_task is not None:
+            work_task.cancel()
+
+    def report(worked: Worked) -> None:
+        if args.quiet and worked.outcome is not WorkOutcome.NOT_RECORDED:
+            return
+        detail = f": {worked.error}" if worked.error else ""
+        if worked.outcome is WorkOutcome.EXECUTED and worked.execution is not None:
+            detail = f" ({len(worked.execution.batch)} items)"
+        print(f"{worked.outcome.value} {worked.proposal_id} {worked.tool_name}{detail}".rstrip(), file=out)
+        out.flush()
+
+    loop = asyncio.get_running_loop()
+    for number in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(number, on_signal, number)
+    journal = open_journal(args.db, create=False)
+    try:
+        names = ", ".join(tool.name for tool in tools)
+        print(f"worker on {journal.where}: tools {names}; concurrency {args.concurrency}", file=out)
+        out.flush()
+        work_task = asyncio.ensure_future(
+            journal.work(
+                tools,
+                limit=args.limit,
+                stop=stop,
+                concurrency=args.concurrency,
+                until_empty=args.until_empty,
+                worker=args.name,
+                lease=timedelta(seconds=args.lease),
+                poll=args.poll,
+                report=report,
+            )
+        )
+        try:
+            done = await work_task
+        except asyncio.CancelledError:
+            print("cancelled: running calls were interrupted; see `agentkit proposals stuck`", file=out)
+            return signal.SIGINT in signals
+        print(
+            f"stopped: {done.executed} executed, {done.failed} failed, {len(done.not_recorded)} not recorded, "
+            f"{len(done.left)} left",
+            file=out,
+        )
+        return bool(signals) and signals[0] == signal.SIGINT
+    finally:
+        for number in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(number)
+        await journal.close()

@@ -1,0 +1,146 @@
+"""``agentkit worker``: a real process over a real journal, stopped by real signals."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from agentkit import ProposedAction, Tier
+from agentkit.cli import main
+from agentkit.journal import ProposalState, open_journal
+
+TOOLS = '''
+import os, pathlib, time
+from pydantic import BaseModel
+from agentkit import Tier, tool
+
+class Wipe(BaseModel):
+    target: str
+
+@tool(tier=Tier.IRREVERSIBLE)
+def wipe(args: Wipe) -> list[str]:
+    """Wipe a target (slowly for 'slow': it marks its start, then takes a second)."""
+    here = pathlib.Path(os.environ["WORKER_TEST_DIR"])
+    if args.target == "slow":
+        (here / "started").write_text("1")
+        time.sleep(1)
+    with open(here / "ran.log", "a") as log:
+        log.write(args.target + "\\n")
+    return [args.target]
+
+TOOLS = [wipe]
+'''
+
+
+class Wipe(BaseModel):
+    target: str
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / "worker_tools.py").write_text(textwrap.dedent(TOOLS))
+    return tmp_path
+
+
+def approve(db: Path, *targets: str) -> list[str]:
+    async def go() -> list[str]:
+        journal = open_journal(db)
+        ids = []
+        for target in targets:
+            action = ProposedAction[Wipe].create(
+                tool_name="wipe", tier=Tier.IRREVERSIBLE, args=Wipe(target=target), round=1, run_id=target
+            )
+            ids.append((await journal.propose(action)).id)
+            await journal.approve(ids[-1], "alice")
+        await journal.close()
+        return ids
+
+    return asyncio.run(go())
+
+
+def states(db: Path, ids: list[str]) -> list[ProposalState]:
+    async def go() -> list[ProposalState]:
+        journal = open_journal(db)
+        found = [(await journal.get(id)).state for id in ids]
+        await journal.close()
+        return found
+
+    return asyncio.run(go())
+
+
+def start_worker(workdir: Path, db: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentkit", "worker", "--db", str(db), "--tools", "worker_tools:TOOLS", *extra],
+        cwd=workdir,
+        env={**os.environ, "WORKER_TEST_DIR": str(workdir)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_file(path: Path, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.02)
+
+
+def test_worker_runs_the_approved_calls_and_prints_each(workdir: Path) -> None:
+    """``--until-empty``: each approved call runs once, one line each, then a summary; exit code 0."""
+    db = workdir / "journal.db"
+    ids = approve(db, "a", "b")
+    worker = start_worker(workdir, db, "--until-empty")
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(f"worker on {db}: tools wipe; concurrency 1")
+    assert lines[1:3] == [f"executed {ids[0]} wipe (1 items)", f"executed {ids[1]} wipe (1 items)"]
+    assert lines[-1] == "stopped: 2 executed, 0 failed, 0 not recorded, 0 left"
+    assert (workdir / "ran.log").read_text().split() == ["a", "b"]
+    assert states(db, ids) == [ProposalState.EXECUTED] * 2
+
+
+@pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_a_signal_stops_the_worker_after_its_running_call_is_recorded(
+    workdir: Path, sent: signal.Signals, code: int
+) -> None:
+    """SIGTERM or Ctrl-C mid-call: the call finishes and is recorded, nothing new is claimed, one line, clean exit."""
+    db = workdir / "journal.db"
+    ids = approve(db, "slow", "next")
+    worker = start_worker(workdir, db, "--poll", "0.05")
+    wait_for_file(workdir / "started", worker)
+    worker.send_signal(sent)
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == code, err
+    assert f"{sent.name}: stopping; running calls finish" in out
+    assert out.splitlines()[-1] == "stopped: 1 executed, 0 failed, 0 not recorded, 0 left"
+    assert "Traceback" not in err
+    assert states(db, ids) == [ProposalState.EXECUTED, ProposalState.APPROVED]
+
+
+def test_worker_refuses_tools_it_cannot_import(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A wrong ``--tools`` path is a one-line error and exit code 2, before the journal is opened."""
+    db = workdir / "journal.db"
+    assert main(["worker", "--db", str(db), "--tools", "no_such_module:TOOLS"]) == 2
+    assert "cannot import 'no_such_module'" in capsys.readouterr().err
+    assert main(["worker", "--db", str(db), "--tools", "json"]) == 2
+    assert "give MODULE:ATTR" in capsys.readouterr().err
+    assert not db.exists()
+
+
+def test_worker_needs_a_backend() -> None:
+    """``--db`` (one of the backend options) is required."""
+    with pytest.raises(SystemExit) as exit:
+        main(["worker", "--tools", "x:y"])
+    assert exit.value.code == 2
