@@ -48,7 +48,7 @@ def _describe(dsn: str) -> str:
     return f"postgresql://{user}{host}{':' + str(port) if port else ''}/{dbname}"
 
 
-POOL_SIZE = 10
+POOL_SIZE: int = 10
 """Default bound on the connections one ``PostgresJournal`` opens for its transactions (``pool_size``)."""
 
 POOL_TIMEOUT_S = 30.0

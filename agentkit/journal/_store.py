@@ -90,7 +90,7 @@ A worker that dies (SIGKILL, power loss, a lost network) stops renewing, and ``s
 claim once the lease runs out.
 """
 
-OUTCOME_ATTEMPTS = 10
+OUTCOME_ATTEMPTS: int = 10
 """How many times a worker tries to record a tool's outcome before raising ``OutcomeNotRecorded``:
 over about fifteen seconds (waits doubling from 0.05 s, at most 4 s), each try on a fresh connection."""
 
