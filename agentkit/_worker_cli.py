@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, TextIO, cast
 
+from agentkit.cli import positive_int
 from agentkit.errors import AgentkitError, UsageError
 from agentkit.tools import Tool
 
@@ -40,7 +41,6 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "worker",
         help="run approved calls from a journal until stopped",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     backend = worker.add_argument_group("backend (exactly one)").add_mutually_exclusive_group(required=True)
     backend.add_argument("--db", metavar="URL", help="the journal: a SQLite path or a postgresql:// URL")
@@ -51,7 +51,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MODULE:ATTR",
         help="a Tool or a sequence of tools, by import path; repeat for more",
     )
-    worker.add_argument("--concurrency", type=_positive_int, default=1, metavar="N", help="calls run at once (1)")
+    worker.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="calls run at once (1)")
     worker.add_argument("--name", metavar="NAME", help="the name recorded as claimed_by (default host:pid)")
     worker.add_argument(
         "--lease", type=_positive_float, default=30.0, metavar="SECONDS", help="each claim's lease, renewed (30)"
@@ -62,17 +62,10 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="longest wait between looks: SQLite's poll (0.5), PostgreSQL's safety net besides LISTEN (30)",
     )
-    worker.add_argument("--limit", type=_positive_int, metavar="N", help="exit after claiming N proposals")
+    worker.add_argument("--limit", type=positive_int, metavar="N", help="exit after claiming N proposals")
     worker.add_argument("--until-empty", action="store_true", help="exit once nothing is approved for these tools")
     worker.add_argument("--quiet", action="store_true", help="print only the summary")
     worker.set_defaults(handler=_handle)
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _positive_float(text: str) -> float:
