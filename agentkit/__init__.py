@@ -23,6 +23,7 @@ from agentkit.errors import (
     ToolError,
     ToolRetry,
     ToolTimeout,
+    Truncated,
     UsageError,
     VerifierError,
 )
@@ -130,6 +131,7 @@ __all__ = [
     "ToolRoundInfo",
     "ToolStep",
     "ToolTimeout",
+    "Truncated",
     "Usage",
     "UsageError",
     "Verifier",

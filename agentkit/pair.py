@@ -68,7 +68,8 @@ class Review:
 class Verifier(Protocol[V_contra]):
     """Judges an executor's draft: approve it, or reject it with feedback.
 
-    A verifier that raises fails the run (``VERIFIER_ERROR``; ``THROTTLED`` for a ``Throttled``)
+    A verifier that raises fails the run (``VERIFIER_ERROR``; ``THROTTLED`` for a ``Throttled``,
+    ``MAX_TOKENS`` for a ``Truncated``)
     and the unverified draft is discarded; ``UsageError`` propagates as a wiring mistake.
     """
 
@@ -166,7 +167,8 @@ class PairResult(RunEnding, Generic[V_co]):
 
     ``outcome`` is APPLIED (or SILENT for a non-material draft), STALEMATE, or ERROR;
     ``stop_reason`` is ``VERIFIER_APPROVED``, ``ROUND_CEILING`` (the last draft, unreviewed),
-    ``DEGENERATION``, ``LLM_ERROR``, ``VERIFIER_ERROR`` or ``THROTTLED``. ``usage`` sums the
+    ``DEGENERATION``, ``LLM_ERROR``, ``VERIFIER_ERROR``, ``THROTTLED`` or ``MAX_TOKENS`` (the
+    executor's or an ``LLMVerifier``'s reply was cut off by the token limit). ``usage`` sums the
     executor's calls and the verifier's reviews; ``rounds`` counts executor turns.
     """
 

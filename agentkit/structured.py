@@ -6,7 +6,10 @@
   model ``RetryPolicy.fallback_attempts`` times (1);
 * only transient ``ProviderError``s and ``StructuredOutputError``s are retried; a schema failure
   is re-asked with the validation error text (``StructuredRequest.reask``);
-* ``Throttled`` (HTTP 429) is never retried and never failed over: it propagates at once.
+* ``Throttled`` (HTTP 429) is never retried and never failed over: it propagates at once;
+* ``Truncated`` (a reply cut off at ``max_tokens``) is never retried on the same model, since the
+  same request would be cut again: it fails over to the fallback model only when the fallback's
+  limit (``RoleSpec.fallback_max_tokens``) differs, and propagates otherwise.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from agentkit.agent import RoleSpec
-from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
+from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
 from agentkit.results import Usage
 
 __all__ = [
@@ -129,7 +132,7 @@ def usage_of(error: BaseException) -> Usage:
 
 
 def _retryable(error: BaseException) -> bool:
-    if isinstance(error, Throttled):
+    if isinstance(error, Throttled | Truncated):
         return False
     if isinstance(error, ProviderError):
         return error.transient
@@ -144,6 +147,11 @@ def _as_agentkit_error(error: Exception) -> AgentkitError:
     return wrapped
 
 
+def fallback_limit(role: RoleSpec) -> int | None:
+    """The token limit a request to the fallback model carries: ``fallback_max_tokens``, else ``max_tokens``."""
+    return role.fallback_max_tokens if role.fallback_max_tokens is not None else role.max_tokens
+
+
 async def generate_structured(
     caller: StructuredCaller,
     request: StructuredRequest,
@@ -156,6 +164,7 @@ async def generate_structured(
 
     Raises:
         Throttled: at the first HTTP 429, whatever attempt it came on.
+        Truncated: a reply was cut off by the token limit and no fallback with another limit was left.
         AgentkitError: the last attempt's error once every attempt is spent; its ``usage``
             attribute then holds the usage of all attempts.
     """
@@ -163,26 +172,26 @@ async def generate_structured(
     from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
     policy = policy or RetryPolicy()
-    plan = [(request.model, policy.primary_attempts)]
+    plan = [(request.model, policy.primary_attempts, request.max_tokens)]
     if request.fallback_model and policy.fallback_attempts > 0:
-        plan.append((request.fallback_model, policy.fallback_attempts))
+        plan.append((request.fallback_model, policy.fallback_attempts, fallback_limit(request)))
     total = Usage()
     counter = 0
     last: AgentkitError | None = None
     current = request
 
-    async def attempt(model: str) -> Completion[M]:
+    async def attempt(model: str, max_tokens: int | None) -> Completion[M]:
         nonlocal total, counter, last, current
         counter += 1
         started = time.perf_counter()
         try:
-            completion = await caller.complete(dataclasses.replace(current, model=model), schema)
+            completion = await caller.complete(dataclasses.replace(current, model=model, max_tokens=max_tokens), schema)
         except Exception as raw:
             error = _as_agentkit_error(raw)
             used = usage_of(error)
             total += used
             last = error
-            if isinstance(error, StructuredOutputError):
+            if isinstance(error, StructuredOutputError) and not isinstance(error, Truncated):
                 current = dataclasses.replace(current, reask=str(error))
             if on_attempt is not None:
                 on_attempt(
@@ -206,7 +215,7 @@ async def generate_structured(
             )
         return completion
 
-    for model, attempts in plan:
+    for stage, (model, attempts, max_tokens) in enumerate(plan):
         retrying = AsyncRetrying(
             stop=stop_after_attempt(attempts),
             retry=retry_if_exception(_retryable),
@@ -215,8 +224,10 @@ async def generate_structured(
             reraise=True,
         )
         try:
-            completion: Completion[M] = await retrying(attempt, model)
+            completion: Completion[M] = await retrying(attempt, model, max_tokens)
         except AgentkitError as error:
+            if isinstance(error, Truncated) and stage + 1 < len(plan) and plan[stage + 1][2] != max_tokens:
+                continue  # the next model's limit differs, so its reply may fit
             if not _retryable(error):
                 error.usage = total
                 raise

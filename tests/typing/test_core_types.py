@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, assert_type
+from typing import Any, Literal, assert_type
 
 from agentkit import (
     FunctionTool,
@@ -17,6 +17,7 @@ from agentkit import (
     Tool,
     ToolLoopResult,
     ToolStep,
+    Truncated,
     Usage,
     generate_structured,
     parse_tier,
@@ -66,3 +67,9 @@ async def check() -> None:
     assert_type(ToolStep[SearchArgs].model_validate({}).call, SearchArgs | None)
     assert_type(parse_tier("x"), tuple[Tier, TierParseError | None])
     assert_type(ProviderError("x").usage, Usage | None)
+
+    cut = Truncated("cut", raw="{", max_tokens=5)
+    assert_type(cut.max_tokens, int | None)
+    assert_type(cut.raw, str | None)
+    assert_type(cut.schema_name, str)
+    assert_type(StopReason.MAX_TOKENS, Literal[StopReason.MAX_TOKENS])
