@@ -81,9 +81,9 @@ class ScriptedCaller:
                 f"request {len(self.requests)} asked for {schema.__name__} but the script has a text reply"
             )
         reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
-        _raise_if_exception(reply)
+        raise_if_exception(reply)
         assert not isinstance(reply.value, BaseException)
-        value = _validate(reply.value, schema, reply.usage)
+        value = validate_reply(reply.value, schema, reply.usage)
         return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
 
     async def complete_text(self, request: StructuredRequest) -> TextCompletion:
@@ -95,7 +95,7 @@ class ScriptedCaller:
         if isinstance(entry, TextCompletion):
             return entry
         reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
-        _raise_if_exception(reply)
+        raise_if_exception(reply)
         if not isinstance(reply.value, str):
             raise UsageError(
                 f"request {len(self.requests)} asked for text but the script has {type(reply.value).__name__}; "
@@ -104,14 +104,14 @@ class ScriptedCaller:
         return TextCompletion(text=reply.value, usage=reply.usage, model=reply.model or request.model)
 
 
-def _raise_if_exception(reply: ScriptedReply) -> None:
+def raise_if_exception(reply: ScriptedReply) -> None:
     if isinstance(reply.value, BaseException):
         if isinstance(reply.value, AgentkitError) and reply.value.usage is None:
             reply.value.usage = reply.usage
         raise reply.value
 
 
-def _validate(value: BaseModel | Mapping[str, Any] | str, schema: type[M], usage: Usage) -> M:
+def validate_reply(value: BaseModel | Mapping[str, Any] | str, schema: type[M], usage: Usage) -> M:
     # Every entry goes through JSON validation, as a real reply's text does: a dict or an instance
     # that only Python-mode validation would accept fails here as it would on the wire.
     raw = value if isinstance(value, str) else to_json(value).decode()
