@@ -90,6 +90,12 @@ class OnceResult(RunEnding, Generic[V_co]):
     model: str = ""
     """The model that answered (the fallback's name when the fallback did); empty on error."""
 
+    def unwrap(self) -> V_co:
+        """The verdict, typed without ``None``; raises ``error`` when the run ended in error."""
+        if self.value is None:
+            raise no_value(self)
+        return self.value
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TextResult(RunEnding):
@@ -103,6 +109,19 @@ class TextResult(RunEnding):
     """The reply exactly as the model wrote it (an empty reply stays ``""``); ``None`` on error."""
     model: str = ""
     """The model that answered; empty on error."""
+
+    def unwrap(self) -> str:
+        """The text, typed without ``None``; raises ``error`` when the run ended in error."""
+        if self.text is None:
+            raise no_value(self)
+        return self.text
+
+
+def no_value(result: RunEnding) -> AgentkitError:
+    """What ``unwrap`` raises for a result without a value: its error."""
+    if result.error is not None:
+        return result.error
+    return AgentkitError(f"the run ended {result.outcome.name}, {result.stop_reason.name}, without a value")
 
 
 def check_schema(schema: object, entry_point: str) -> None:

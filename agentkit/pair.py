@@ -29,7 +29,7 @@ from agentkit.degeneration import SameFunc, same_args
 from agentkit.errors import AgentkitError, UsageError, VerifierError
 from agentkit.events import RoundStarted
 from agentkit.observe import Observer, ObserverArg, observers_of
-from agentkit.once import OnceAgent, check_schema, is_material, once_as
+from agentkit.once import OnceAgent, check_schema, is_material, no_value, once_as
 from agentkit.outcome import Outcome, StopReason
 from agentkit.results import RunEnding, Usage
 from agentkit.structured import RetryPolicy, StructuredCaller
@@ -176,6 +176,15 @@ class PairResult(RunEnding, Generic[V_co]):
     """The executor's last draft; ``None`` exactly when ``outcome`` is ``Outcome.ERROR``."""
     reviews: int = 0
     """Verifier passes made (failed ones included)."""
+
+    def unwrap(self) -> V_co:
+        """The last draft, typed without ``None``; raises ``error`` when the run ended in error.
+
+        A draft is returned whether or not it was approved: check ``approved`` for that.
+        """
+        if self.value is None:
+            raise no_value(self)
+        return self.value
 
     @property
     def approved(self) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
@@ -17,7 +17,11 @@ from agentkit.text import TextCompletion
 
 __all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
 
+if TYPE_CHECKING:
+    from agentkit.tools import Tool
+
 M = TypeVar("M", bound=BaseModel)
+A = TypeVar("A", bound=BaseModel)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -125,10 +129,24 @@ def validate_reply(value: BaseModel | Mapping[str, Any] | str, schema: type[M], 
         raise error from invalid
 
 
-def call_step(args: BaseModel | Mapping[str, Any], *, tool: str | None = None, rationale: str = "") -> dict[str, Any]:
-    """A scripted step that calls a tool; name the ``tool`` when the loop has a set of tools."""
+@overload
+def call_step(args: A, *, tool: Tool[A, Any], rationale: str = "") -> dict[str, Any]: ...
+@overload
+def call_step(
+    args: BaseModel | Mapping[str, Any], *, tool: str | None = None, rationale: str = ""
+) -> dict[str, Any]: ...
+def call_step(
+    args: BaseModel | Mapping[str, Any], *, tool: Tool[Any, Any] | str | None = None, rationale: str = ""
+) -> dict[str, Any]:
+    """A scripted step that calls a tool; name the ``tool`` when the loop has a set of tools.
+
+    Pass the tool object itself (``tool=search``) so that a misspelt name is a ``NameError`` and
+    args of another tool's type a type error; a name (``tool="search"``) is still accepted, for
+    tools made at run time.
+    """
     payload = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
-    call = payload if tool is None else {"tool": tool, "args": payload}
+    name = tool if tool is None or isinstance(tool, str) else tool.name
+    call = payload if name is None else {"tool": name, "args": payload}
     return {"rationale": rationale, "done": False, "call": call}
 
 
