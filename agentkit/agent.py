@@ -65,6 +65,9 @@ class PriorCall(Generic[R]):
     """The tool's ``ToolRetry`` message, or the note that the call was proposed for approval."""
     proposed: bool = False
     """The call was above the autonomy ceiling and awaits a human."""
+    repeats: int | None = None
+    """The round whose call this one repeated, when the loop refused it (``RepeatPolicy.REFUSE``):
+    it did not run; that round's results answer it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

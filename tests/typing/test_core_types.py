@@ -8,7 +8,9 @@ from agentkit import (
     FunctionTool,
     LoopConfig,
     Outcome,
+    PriorCall,
     ProviderError,
+    RepeatPolicy,
     RoundRecord,
     StopReason,
     StructuredRequest,
@@ -26,7 +28,9 @@ from agentkit import (
     run_tool_loop_tiered,
     tool_set,
 )
+from agentkit.degeneration import repeat_of
 from agentkit.errors import AgentkitError, TierParseError
+from agentkit.events import DegenerationDetected
 from agentkit.structured import Completion
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import DeleteArgs, Doc, Finder, SearchArgs, asearch, delete, search
@@ -73,3 +77,14 @@ async def check() -> None:
     assert_type(cut.raw, str | None)
     assert_type(cut.schema_name, str)
     assert_type(StopReason.MAX_TOKENS, Literal[StopReason.MAX_TOKENS])
+
+
+def repeat_policy() -> None:
+    config = LoopConfig(on_repeat=RepeatPolicy.REFUSE, repeat_refusals=3)
+    assert_type(config.on_repeat, RepeatPolicy)
+    assert_type(config.repeat_refusals, int)
+    assert_type(PriorCall(round=2, tool_name="search", args=SearchArgs(query="q"), repeats=1).repeats, int | None)
+    event = DegenerationDetected(run_id="r", round=2, tool_name="search", args=SearchArgs(query="q"), refused=True)
+    assert_type(event.refused, bool)
+    assert_type(repeat_of("search", SearchArgs(query="q"), [("search", SearchArgs(query="q"))], None, 3), int | None)
+    LoopConfig(on_repeat="refuse")  # type: ignore[arg-type]  # a RepeatPolicy, not a string
