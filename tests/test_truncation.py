@@ -27,6 +27,7 @@ from agentkit import (
     tool,
 )
 from agentkit.once import RoundInfo
+from agentkit.pair import LLMVerifier, pair
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller
 from tests.support import Executor, Query
@@ -158,3 +159,20 @@ async def test_loop_cut_off_by_the_token_limit_ends_max_tokens_keeping_items() -
     assert isinstance(result.error, Truncated)
     assert result.items == ["a"]
     assert len(caller.requests) == 2
+
+
+async def test_pair_ends_max_tokens_when_a_draft_or_a_review_is_cut_off() -> None:
+    """A cut-off draft and a cut-off LLM review each end a pair ERROR, MAX_TOKENS, the draft discarded."""
+    from tests.test_pair import Answer, Critic, Drafter, good
+
+    drafted = await pair(
+        ScriptedCaller([cut()]), Drafter(), LLMVerifier(ScriptedCaller(), Critic(task="t")), "x", schema=Answer
+    )
+    critic = ScriptedCaller([cut()])
+    reviewed = await pair(
+        ScriptedCaller([good()]), Drafter(), LLMVerifier(critic, Critic(task="t")), "x", schema=Answer
+    )
+    for result in (drafted, reviewed):
+        assert (result.outcome, result.stop_reason, result.value) == (Outcome.ERROR, StopReason.MAX_TOKENS, None)
+        assert isinstance(result.error, Truncated)
+    assert len(critic.requests) == 1
