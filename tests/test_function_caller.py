@@ -157,3 +157,16 @@ async def test_failures_get_retry_and_fallback_in_runs() -> None:
     assert [r.model for r in caller.requests] == ["primary", "primary", "backup"]
     text = await run_once_text(FunctionCaller(lambda request, schema: "fine"), Classifier(), "x")
     assert text.text == "fine"
+
+
+async def test_a_bug_in_the_function_ends_the_run_llm_error_with_it_as_the_cause() -> None:
+    """A non-agentkit exception from the function becomes a ProviderError whose cause it is."""
+    from tests.test_once import Classifier, Label
+
+    def broken(request: StructuredRequest, schema: type[BaseModel] | None) -> dict[str, Any]:
+        raise KeyError("oops")
+
+    result = await run_once(FunctionCaller(broken), Classifier(), "x", schema=Label, retry=FAST)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
+    assert isinstance(result.error, ProviderError)
+    assert isinstance(result.error.__cause__, KeyError)
