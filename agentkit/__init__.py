@@ -9,7 +9,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from agentkit.agent import PriorCall, Prompt, RoleSpec, ToolAgent, ToolRoundInfo
-from agentkit.config import AfterProposal, LoopConfig
+from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.degeneration import SameFunc
 from agentkit.errors import (
     AgentkitError,
@@ -23,6 +23,7 @@ from agentkit.errors import (
     ToolError,
     ToolRetry,
     ToolTimeout,
+    Truncated,
     UsageError,
     VerifierError,
 )
@@ -103,6 +104,7 @@ __all__ = [
     "ProposedAction",
     "ProviderError",
     "Rejection",
+    "RepeatPolicy",
     "RetryPolicy",
     "Review",
     "RoleSpec",
@@ -130,6 +132,7 @@ __all__ = [
     "ToolRoundInfo",
     "ToolStep",
     "ToolTimeout",
+    "Truncated",
     "Usage",
     "UsageError",
     "Verifier",

@@ -23,8 +23,8 @@ from pydantic import BaseModel
 from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._session import RunSession, executor_failed
 from agentkit.agent import PriorCall, ToolAgent, ToolRoundInfo
-from agentkit.config import AfterProposal, LoopConfig
-from agentkit.degeneration import SameFunc, is_repeat
+from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit.degeneration import SameFunc, repeat_of
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
 from agentkit.events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
 from agentkit.observe import Observer, ToolInvocation, observed
@@ -117,10 +117,18 @@ class _Round:
         )
 
     def unrun(
-        self, tool: str, call: BaseModel, tier: Tier | None, *, proposed: bool = False, error: str | None = None
+        self,
+        tool: str,
+        call: BaseModel,
+        tier: Tier | None,
+        *,
+        proposed: bool = False,
+        error: str | None = None,
+        observation: str | None = None,
     ) -> RoundRecord:
         """The call did not run: a repeat, a refusal, or a proposal."""
         return RoundRecord(
+            observation=observation,
             round=self.round,
             done=False,
             rationale=self.rationale,
@@ -214,6 +222,9 @@ class _Run:
         self.watched = _View() if session.observers else None
         """The observers' view: what ``RoundStarted`` carries."""
         self.recent: list[tuple[str, BaseModel]] = []
+        self.recent_rounds: list[int] = []
+        """The round of each entry of ``recent``."""
+        self.refusals = 0
         self.proposals: list[ProposedAction[Any]] = []
         self.trace: list[RoundRecord] = []
         self.largest_round_tokens = 0
@@ -257,23 +268,36 @@ class _Run:
             return Ending(outcome, reply.stop_reason, reply.error)
         return reply.value, dataclasses.replace(this, rationale=reply.value.rationale)
 
-    def repeat(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending | None:
+    def repeat(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending | Literal["refused"] | None:
         try:
-            repeated = is_repeat(tool.name, args, self.recent, self.same, self.config.degeneration_window)
+            index = repeat_of(tool.name, args, self.recent, self.same, self.config.degeneration_window)
         except Exception as raised:
             error = executor_failed("repeat comparator (same=)", raised)
             self.trace.append(this.unrun(tool.name, args, declared_tier(tool), error=str(error)))
             return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
-        if repeated:
+        if index is not None:
+            refuse = self.config.on_repeat is RepeatPolicy.REFUSE and self.refusals < self.config.repeat_refusals
             if self.session.observers:
                 copied = args.model_copy(deep=True)
                 event = DegenerationDetected(
-                    run_id=self.session.run_id, round=this.round, tool_name=tool.name, args=copied
+                    run_id=self.session.run_id, round=this.round, tool_name=tool.name, args=copied, refused=refuse
                 )
                 self.session.emit(event)
+            if refuse:
+                # Not run; the executor is told which earlier round's results already answer it.
+                self.refusals += 1
+                earlier = self.recent_rounds[index]
+                note = f"not run: it repeats the call of round {earlier}; that round's results answer it"
+                told: PriorCall[Any] = PriorCall(
+                    round=this.round, tool_name=tool.name, args=args, observation=note, repeats=earlier
+                )
+                self.called(told, ran=False)
+                self.trace.append(this.unrun(tool.name, args, declared_tier(tool), observation=note))
+                return "refused"
             self.trace.append(this.unrun(tool.name, args, declared_tier(tool)))
             return Ending(Outcome.STALEMATE, StopReason.DEGENERATION)
         self.recent.append((tool.name, args))
+        self.recent_rounds.append(this.round)
         return None
 
     def refuse(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending:
@@ -435,6 +459,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
             run.trace.append(this.done())
             return run.finish(Ending(None, StopReason.EXECUTOR_DONE))
         tool, args = box.resolve(step.call)
+        # A repeat refused under RepeatPolicy.REFUSE is neither None nor an Ending: the run goes on.
         ending = run.repeat(this, tool, args)
         if ending is None:
             match gate(tool, config):
@@ -444,6 +469,6 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
                     ending = run.propose(this, tool, tier, args)
                 case _:
                     ending = run.refuse(this, tool, args)
-        if ending is not None:
+        if isinstance(ending, Ending):
             return run.finish(ending)
     return run.finish(Ending(None, StopReason.ROUND_CEILING))

@@ -21,7 +21,7 @@ from agentkit._invoke import describe
 from agentkit._timing import timeout_scope
 from agentkit.agent import Prompt, RoleSpec
 from agentkit.config import LoopConfig
-from agentkit.errors import AgentkitError, ExecutorError, Throttled, UsageError
+from agentkit.errors import AgentkitError, ExecutorError, Throttled, Truncated, UsageError
 from agentkit.events import Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit.observe import ModelCall, Observer, dispatch, observed, settle
 from agentkit.outcome import StopReason
@@ -61,7 +61,9 @@ def executor_failed(what: str, raised: BaseException) -> ExecutorError:
 
 def failure_reason(error: AgentkitError) -> StopReason:
     """The stop reason of a run whose model call failed with ``error``."""
-    return StopReason.THROTTLED if isinstance(error, Throttled) else StopReason.LLM_ERROR
+    if isinstance(error, Throttled):
+        return StopReason.THROTTLED
+    return StopReason.MAX_TOKENS if isinstance(error, Truncated) else StopReason.LLM_ERROR
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -74,7 +76,7 @@ class Reply(Generic[M_co]):
     model: str = ""
     error: AgentkitError | None = None
     stop_reason: StopReason | None = None
-    """Why there is no value: ``LLM_ERROR``, ``THROTTLED``, ``DEADLINE`` or ``EXECUTOR_ERROR``."""
+    """Why there is no value: ``LLM_ERROR``, ``THROTTLED``, ``MAX_TOKENS``, ``DEADLINE`` or ``EXECUTOR_ERROR``."""
 
 
 class _Counted:

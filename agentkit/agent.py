@@ -39,7 +39,10 @@ class RoleSpec:
     temperature: float | None = None
     """Sampling temperature; ``None`` leaves the server's default."""
     max_tokens: int | None = None
-    """Completion token limit per call."""
+    """Completion token limit per call. A reply cut off by it is a ``Truncated`` error, never parsed."""
+    fallback_max_tokens: int | None = None
+    """Completion token limit on the fallback model; ``None``: the same as ``max_tokens``. Only a
+    fallback whose limit differs is asked after a reply is cut off by the token limit."""
     prompt_type: str = ""
     """A label for this role's prompt, carried into requests, traces and logs."""
     seed: int | None = None
@@ -62,6 +65,9 @@ class PriorCall(Generic[R]):
     """The tool's ``ToolRetry`` message, or the note that the call was proposed for approval."""
     proposed: bool = False
     """The call was above the autonomy ceiling and awaits a human."""
+    repeats: int | None = None
+    """The round whose call this one repeated, when the loop refused it (``RepeatPolicy.REFUSE``):
+    it did not run; that round's results answer it."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

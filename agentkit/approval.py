@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -144,8 +144,20 @@ def reject(proposal: ProposedAction[Args], *, rejected_by: str, reason: str = ""
     return Rejection(proposal=proposal, rejected_by=rejected_by, digest=proposal.digest, reason=reason)
 
 
-async def execute_approved(approval: Approval[Args], tool: Tool[Any, R]) -> Sequence[R]:
+@overload
+async def execute_approved(approval: Approval[Args], tool: Tool[Args, R]) -> Sequence[R]: ...
+@overload
+async def execute_approved(approval: Approval[BaseModel], tool: Tool[Any, R]) -> Sequence[R]: ...
+@overload
+async def execute_approved(approval: Approval[Any], tool: Tool[BaseModel, R]) -> Sequence[R]: ...
+async def execute_approved(approval: Approval[Any], tool: Tool[Any, R]) -> Sequence[R]:
     """Run an approved call, once; refuse anything that is not exactly what was approved.
+
+    Typed: an approval of a one-tool proposal (``Approval[DeleteArgs]``) runs only with a tool of
+    those args (``Tool[DeleteArgs, R]``) or with a tool that takes any model (``Tool[BaseModel, R]``),
+    so passing another tool is a type error. An approval from a multi-tool loop is an
+    ``Approval[BaseModel]`` and takes any tool, checked at run time; narrow its proposal first
+    (``proposal.narrow(tool)``) to have the type checker link the two.
 
     The approval is spent as the call starts, whether the tool then succeeds or fails: an
     irreversible call may have half-happened, so a retry needs a new proposal and a new approval.
@@ -153,7 +165,7 @@ async def execute_approved(approval: Approval[Args], tool: Tool[Any, R]) -> Sequ
     Args:
         approval: From ``approve``.
         tool: The tool to run; its name and tier must be the proposal's (checked here, at run
-            time, since a proposal from a multi-tool loop carries no static link to one tool).
+            time, whatever the types said).
 
     Returns:
         The tool's batch.

@@ -10,7 +10,7 @@ from agentkit.errors import UsageError
 from agentkit.structured import RetryPolicy
 from agentkit.tiers import Tier
 
-__all__ = ["DEFAULT_MAX_ROUNDS", "AfterProposal", "LoopConfig"]
+__all__ = ["DEFAULT_MAX_ROUNDS", "AfterProposal", "LoopConfig", "RepeatPolicy"]
 
 DEFAULT_MAX_ROUNDS = 4
 
@@ -22,6 +22,18 @@ class AfterProposal(enum.StrEnum):
     """End the run: outcome APPLIED, reason PROPOSED (the default)."""
     CONTINUE = "continue"
     """Tell the executor the call awaits approval and go on."""
+
+
+class RepeatPolicy(enum.StrEnum):
+    """What the loop does when the executor repeats a recent call (see ``degeneration_window``)."""
+
+    STOP = "stop"
+    """End the run: outcome STALEMATE, reason DEGENERATION (the default)."""
+    REFUSE = "refuse"
+    """Do not run the repeated call; tell the executor it repeats an earlier round's call (its
+    ``PriorCall`` has ``repeats`` set to that round and an ``observation`` saying so) and go on.
+    The round counts toward the ceiling. A repeat after ``LoopConfig.repeat_refusals`` refusals
+    ends the run STALEMATE, as ``STOP`` does at once."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -55,6 +67,11 @@ class LoopConfig:
     """How many recent calls a new call is compared against (catches A, B, A, B cycles)."""
     rationale_max_length: int | None = None
     """Bound on the step's free-text rationale (small models run on without one)."""
+    on_repeat: RepeatPolicy = RepeatPolicy.STOP
+    """End the run at a repeated call (``STOP``), or refuse the call and go on (``REFUSE``)."""
+    repeat_refusals: int = 2
+    """With ``RepeatPolicy.REFUSE``: how many repeated calls are refused in a run; the next
+    repeat ends it STALEMATE. Unused with ``STOP``."""
 
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
@@ -63,6 +80,9 @@ class LoopConfig:
         seconds_or_none("tool_timeout", self.tool_timeout)
         whole_or_none("degeneration_window", self.degeneration_window, "an int >= 1", optional=False)
         whole_or_none("rationale_max_length", self.rationale_max_length, "an int >= 1 (characters), or None")
+        whole_or_none("repeat_refusals", self.repeat_refusals, "an int >= 1", optional=False)
+        if not isinstance(self.on_repeat, RepeatPolicy):
+            raise UsageError(f"LoopConfig.on_repeat must be a RepeatPolicy; got {self.on_repeat!r}")
         if not isinstance(self.autonomy, Tier):
             raise UsageError(f"LoopConfig.autonomy must be a Tier; got {self.autonomy!r}")
         if not isinstance(self.retry, RetryPolicy):

@@ -9,6 +9,7 @@ The tree::
     ├── Throttled                   HTTP 429: never retried, never failed over
     ├── ProviderError               the model server failed; ``transient`` ones are retried
     ├── StructuredOutputError       the reply never validated against the requested schema
+    │   └── Truncated               the reply (structured or prose) was cut off at max_tokens; carries the raw text
     ├── ToolError                   a tool failed while it ran; carries the tool's name
     │   └── ToolTimeout             a tool ran past ``LoopConfig.tool_timeout``
     ├── CallRefused                 a call was not admitted, so its tool never ran; carries the tool's name
@@ -70,6 +71,7 @@ __all__ = [
     "ToolRetry",
     "ToolTimeout",
     "TransitionRefused",
+    "Truncated",
     "UnknownId",
     "UsageError",
     "VerifierError",
@@ -140,6 +142,31 @@ class StructuredOutputError(AgentkitError):
         """The name of the schema the reply had to match."""
         self.raw = raw
         """The last raw reply, when there was one."""
+
+
+class Truncated(StructuredOutputError):
+    """The reply stopped at the token limit (``finish_reason == "length"``), structured or prose.
+
+    Its text may be cut anywhere, so it is never parsed and never returned as an answer; ``raw``
+    holds it as far as it came. The same request would be cut again, so it is not retried on the same
+    model: it fails over to the fallback model only when that model's limit differs
+    (``RoleSpec.fallback_max_tokens``), and a run it ends stops with ``StopReason.MAX_TOKENS``.
+    It is a ``StructuredOutputError`` (the reply is not the one asked for; the server did not
+    fail), with ``schema_name`` empty for a prose reply.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        raw: str,
+        max_tokens: int | None,
+        schema_name: str = "",
+        usage: Usage | None = None,
+    ) -> None:
+        super().__init__(message, schema_name=schema_name, raw=raw, usage=usage)
+        self.max_tokens = max_tokens
+        """The limit the request carried (``None``: the server's own)."""
 
 
 class ToolError(AgentkitError):

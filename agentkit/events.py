@@ -131,13 +131,16 @@ class ProposalCaptured:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DegenerationDetected:
-    """The executor repeated a recent call; the run ends STALEMATE."""
+    """The executor repeated a recent call; the run ends STALEMATE, unless the call was refused
+    under ``RepeatPolicy.REFUSE`` (``refused``) and the run goes on."""
 
     kind: Literal["degeneration"] = "degeneration"
     run_id: str
     round: int
     tool_name: str
     args: BaseModel
+    refused: bool = False
+    """The repeated call was refused (not run) and the run goes on (``RepeatPolicy.REFUSE``)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -80,14 +80,21 @@ class OnceResult(RunEnding, Generic[V_co]):
     """The ending of ``run_once``: always returned, never raised.
 
     ``outcome`` is APPLIED for a material verdict, SILENT for a non-material one, ERROR on
-    failure; ``stop_reason`` is ``EXECUTOR_DONE`` on success, ``LLM_ERROR`` or ``THROTTLED`` on
-    failure (the ``error`` is then set: a ``Throttled`` when throttled).
+    failure; ``stop_reason`` is ``EXECUTOR_DONE`` on success, ``LLM_ERROR``, ``THROTTLED`` or
+    ``MAX_TOKENS`` on failure (the ``error`` is then set: a ``Throttled`` when throttled, a
+    ``Truncated`` when the reply was cut off by the token limit).
     """
 
     value: V_co | None
     """The validated verdict; ``None`` exactly when ``outcome`` is ``Outcome.ERROR``."""
     model: str = ""
     """The model that answered (the fallback's name when the fallback did); empty on error."""
+
+    def unwrap(self) -> V_co:
+        """The verdict, typed without ``None``; raises ``error`` when the run ended in error."""
+        if self.value is None:
+            raise no_value(self)
+        return self.value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -102,6 +109,19 @@ class TextResult(RunEnding):
     """The reply exactly as the model wrote it (an empty reply stays ``""``); ``None`` on error."""
     model: str = ""
     """The model that answered; empty on error."""
+
+    def unwrap(self) -> str:
+        """The text, typed without ``None``; raises ``error`` when the run ended in error."""
+        if self.text is None:
+            raise no_value(self)
+        return self.text
+
+
+def no_value(result: RunEnding) -> AgentkitError:
+    """What ``unwrap`` raises for a result without a value: its error."""
+    if result.error is not None:
+        return result.error
+    return AgentkitError(f"the run ended {result.outcome.name}, {result.stop_reason.name}, without a value")
 
 
 def check_schema(schema: object, entry_point: str) -> None:
@@ -122,7 +142,8 @@ async def run_once(
 
     The agent renders round 1 of 1. A verdict whose ``is_material()`` says ``False`` ends the
     run SILENT, any other APPLIED (reason ``EXECUTOR_DONE``). A failed call ends it ERROR with
-    the error attached: ``THROTTLED`` for HTTP 429 (never retried), ``LLM_ERROR`` otherwise.
+    the error attached: ``THROTTLED`` for HTTP 429 (never retried), ``MAX_TOKENS`` for a reply cut
+    off by the token limit (``Truncated``), ``LLM_ERROR`` otherwise.
 
     Args:
         caller: The structured-call seam.
@@ -236,8 +257,10 @@ async def run_once_text(
 ) -> TextResult:
     """Ask for one prose reply over the ``TextCaller`` seam (no JSON mode, no envelope).
 
-    Retry, fallback and the throttle contract are those of ``generate_structured``. An empty
-    reply is returned as it came (``text == ""``, outcome SILENT), not as an error.
+    Retry, fallback, the throttle contract and the truncation rule are those of
+    ``generate_structured``: a reply cut off by the token limit ends ERROR with ``MAX_TOKENS``,
+    as a structured run does. An empty reply is returned as it came (``text == ""``, outcome
+    SILENT), not as an error.
 
     Args:
         caller: The plain-text seam.

@@ -35,6 +35,9 @@ class StopReason(enum.StrEnum):
     """A call above the autonomy ceiling became a proposal and the loop stopped."""
     LLM_ERROR = "llm_error"
     """The structured call failed after retries and fallback."""
+    MAX_TOKENS = "max_tokens"
+    """The reply was cut off by the token limit (``finish_reason == "length"``) on every model that
+    could be asked; the error is a ``Truncated`` carrying the cut text."""
     THROTTLED = "throttled"
     """The provider answered HTTP 429; the error is a ``Throttled``."""
     TOOL_ERROR = "tool_error"

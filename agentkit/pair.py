@@ -29,7 +29,7 @@ from agentkit.degeneration import SameFunc, same_args
 from agentkit.errors import AgentkitError, UsageError, VerifierError
 from agentkit.events import RoundStarted
 from agentkit.observe import Observer, ObserverArg, observers_of
-from agentkit.once import OnceAgent, check_schema, is_material, once_as
+from agentkit.once import OnceAgent, check_schema, is_material, no_value, once_as
 from agentkit.outcome import Outcome, StopReason
 from agentkit.results import RunEnding, Usage
 from agentkit.structured import RetryPolicy, StructuredCaller
@@ -68,7 +68,8 @@ class Review:
 class Verifier(Protocol[V_contra]):
     """Judges an executor's draft: approve it, or reject it with feedback.
 
-    A verifier that raises fails the run (``VERIFIER_ERROR``; ``THROTTLED`` for a ``Throttled``)
+    A verifier that raises fails the run (``VERIFIER_ERROR``; ``THROTTLED`` for a ``Throttled``,
+    ``MAX_TOKENS`` for a ``Truncated``)
     and the unverified draft is discarded; ``UsageError`` propagates as a wiring mistake.
     """
 
@@ -166,7 +167,8 @@ class PairResult(RunEnding, Generic[V_co]):
 
     ``outcome`` is APPLIED (or SILENT for a non-material draft), STALEMATE, or ERROR;
     ``stop_reason`` is ``VERIFIER_APPROVED``, ``ROUND_CEILING`` (the last draft, unreviewed),
-    ``DEGENERATION``, ``LLM_ERROR``, ``VERIFIER_ERROR`` or ``THROTTLED``. ``usage`` sums the
+    ``DEGENERATION``, ``LLM_ERROR``, ``VERIFIER_ERROR``, ``THROTTLED`` or ``MAX_TOKENS`` (the
+    executor's or an ``LLMVerifier``'s reply was cut off by the token limit). ``usage`` sums the
     executor's calls and the verifier's reviews; ``rounds`` counts executor turns.
     """
 
@@ -174,6 +176,15 @@ class PairResult(RunEnding, Generic[V_co]):
     """The executor's last draft; ``None`` exactly when ``outcome`` is ``Outcome.ERROR``."""
     reviews: int = 0
     """Verifier passes made (failed ones included)."""
+
+    def unwrap(self) -> V_co:
+        """The last draft, typed without ``None``; raises ``error`` when the run ended in error.
+
+        A draft is returned whether or not it was approved: check ``approved`` for that.
+        """
+        if self.value is None:
+            raise no_value(self)
+        return self.value
 
     @property
     def approved(self) -> bool:

@@ -226,6 +226,8 @@ def _prior_call(n: int, call: PriorCall[R], show: Callable[[R], str]) -> str:
     head = f"{n}. Round {call.round}: {_call_text(call.tool_name, call.args)}"
     if call.proposed:
         return f"{head}\n   proposed for human approval; it did not run"
+    if call.repeats is not None:
+        return f"{head}\n   not run: it repeats the call of round {call.repeats}, whose results are above"
     if call.observation is not None:
         return f"{head}\n   the tool did not run it: {call.observation}"
     return _batch(head, call.batch, show)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import typing
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar, overload
@@ -18,6 +19,7 @@ from agentkit.tools import Tool
 __all__ = ["ProposedAction", "call_digest", "canonical_json", "load_proposal", "validate_args"]
 
 Args = TypeVar("Args", bound=BaseModel)
+Narrowed = TypeVar("Narrowed", bound=BaseModel)
 
 
 def canonical_json(args: BaseModel) -> str:
@@ -105,6 +107,38 @@ class ProposedAction(BaseModel, Generic[Args]):
             run_id=run_id,
             digest=call_digest(tool_name, args),
         )
+
+    def narrow(self, tool: Tool[Narrowed, Any]) -> ProposedAction[Narrowed] | None:
+        """This proposal typed by ``tool``'s args, if it is a call of ``tool``; else ``None``.
+
+        A proposal from a multi-tool loop is a ``ProposedAction[BaseModel]``; ``narrow`` gives the
+        type checker (and you) the one tool's args type, so the approval it leads to can only be
+        executed with that tool::
+
+            for proposal in result.proposed:
+                if (deletion := proposal.narrow(delete_file)) is not None:
+                    deletion.args.path  # typed as the tool's args
+
+        The proposal itself is returned when its args already are of the tool's ``args_type``;
+        args of another model (a proposal reloaded without its type) are validated into a copy
+        that keeps the digest, so ``approve`` still checks it against the call.
+
+        Raises:
+            UsageError: the proposal names ``tool`` but its args do not validate as its args type.
+        """
+        if self.tool_name != tool.name:
+            return None
+        args_type = tool.args_type
+        if isinstance(self.args, args_type):
+            return typing.cast("ProposedAction[Narrowed]", self)
+        try:
+            args = args_type.model_validate(self.args.model_dump(mode="json"))
+        except ValueError as invalid:
+            raise UsageError(
+                f"proposal for {self.tool_name!r} does not hold {args_type.__name__} args: {invalid}"
+            ) from invalid
+        fields = {name: getattr(self, name) for name in type(self).model_fields if name != "args"}
+        return ProposedAction[args_type](args=args, **fields)  # type: ignore[valid-type]  # a run-time type
 
     def digest_matches(self) -> bool:
         """Whether ``digest`` still matches the tool name and args (they were not altered)."""

@@ -6,7 +6,10 @@
   model ``RetryPolicy.fallback_attempts`` times (1);
 * only transient ``ProviderError``s and ``StructuredOutputError``s are retried; a schema failure
   is re-asked with the validation error text (``StructuredRequest.reask``);
-* ``Throttled`` (HTTP 429) is never retried and never failed over: it propagates at once.
+* ``Throttled`` (HTTP 429) is never retried and never failed over: it propagates at once;
+* ``Truncated`` (a reply cut off at ``max_tokens``) is never retried on the same model, since the
+  same request would be cut again: it fails over to the fallback model only when the fallback's
+  limit (``RoleSpec.fallback_max_tokens``) differs, and propagates otherwise.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from agentkit.agent import RoleSpec
-from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
+from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
 from agentkit.results import Usage
 
 __all__ = [
@@ -129,7 +132,7 @@ def usage_of(error: BaseException) -> Usage:
 
 
 def _retryable(error: BaseException) -> bool:
-    if isinstance(error, Throttled):
+    if isinstance(error, Throttled | Truncated):
         return False
     if isinstance(error, ProviderError):
         return error.transient
@@ -142,6 +145,11 @@ def _as_agentkit_error(error: Exception) -> AgentkitError:
     wrapped = ProviderError(f"model call failed: {type(error).__name__}: {error}")
     wrapped.__cause__ = error
     return wrapped
+
+
+def fallback_limit(role: RoleSpec) -> int | None:
+    """The token limit a request to the fallback model carries: ``fallback_max_tokens``, else ``max_tokens``."""
+    return role.fallback_max_tokens if role.fallback_max_tokens is not None else role.max_tokens
 
 
 class _Attempts(Generic[M]):
@@ -164,11 +172,13 @@ class _Attempts(Generic[M]):
         self.counter = 0
         self.last: AgentkitError | None = None
 
-    async def once(self, model: str) -> Completion[M]:
-        """One attempt on ``model``; a failure is raised as an ``AgentkitError`` and remembered."""
+    async def once(self, model: str, max_tokens: int | None) -> Completion[M]:
+        """One attempt on ``model`` with ``max_tokens``; a failure is raised as an ``AgentkitError`` and remembered."""
         self.counter += 1
         started = time.perf_counter()
-        request = self.current if self.current.model == model else dataclasses.replace(self.current, model=model)
+        current = self.current
+        same = current.model == model and current.max_tokens == max_tokens
+        request = current if same else dataclasses.replace(current, model=model, max_tokens=max_tokens)
         try:
             completion = await self.caller.complete(request, self.schema)
         except Exception as raw:
@@ -176,7 +186,8 @@ class _Attempts(Generic[M]):
             used = usage_of(error)
             self.total += used
             self.last = error
-            if isinstance(error, StructuredOutputError):
+            if isinstance(error, StructuredOutputError) and not isinstance(error, Truncated):
+                # A cut-off reply is not re-asked: the same limit would cut it off again.
                 self.current = dataclasses.replace(self.current, reask=str(error))
             self._report(model, started, used, error)
             if error is raw:
@@ -204,6 +215,7 @@ async def generate_structured(
 
     Raises:
         Throttled: at the first HTTP 429, whatever attempt it came on.
+        Truncated: a reply was cut off by the token limit and no fallback with another limit was left.
         AgentkitError: the last attempt's error once every attempt is spent; its ``usage``
             attribute then holds the usage of all attempts.
     """
@@ -212,13 +224,23 @@ async def generate_structured(
     # The first attempt is a plain call: a call that succeeds at once (nearly all of them) never
     # enters the retry machinery. Its failure is handed to tenacity as the primary's attempt 1.
     try:
-        return await attempts.once(request.model)
+        return await attempts.once(request.model, request.max_tokens)
     except AgentkitError as error:
-        if not _retryable(error):
+        if not _retryable(error) and not _fails_over(error, request, policy):
             error.usage = attempts.total
             raise
         first_failure = error
     return await _retry(attempts, request, policy, first_failure)
+
+
+def _fails_over(error: AgentkitError, request: StructuredRequest, policy: RetryPolicy) -> bool:
+    """A cut-off reply goes on to the fallback model only when the fallback's token limit differs."""
+    return (
+        isinstance(error, Truncated)
+        and bool(request.fallback_model)
+        and policy.fallback_attempts > 0
+        and fallback_limit(request) != request.max_tokens
+    )
 
 
 async def _retry(
@@ -228,19 +250,19 @@ async def _retry(
     # tenacity (and the asyncio it loads) is imported on first use, keeping `import agentkit` light.
     from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential, wait_random
 
-    plan = [(request.model, policy.primary_attempts)]
+    plan = [(request.model, policy.primary_attempts, request.max_tokens)]
     if request.fallback_model and policy.fallback_attempts > 0:
-        plan.append((request.fallback_model, policy.fallback_attempts))
+        plan.append((request.fallback_model, policy.fallback_attempts, fallback_limit(request)))
     replay: list[AgentkitError] = [first_failure]
 
-    async def attempt(model: str) -> Completion[M]:
+    async def attempt(model: str, max_tokens: int | None) -> Completion[M]:
         if replay:
             # tenacity sees the first attempt's failure as its own attempt 1, so its stop and wait
             # (the backoff before attempt 2 included) are exactly those of a call it made itself
             raise replay.pop()
-        return await attempts.once(model)
+        return await attempts.once(model, max_tokens)
 
-    for model, count in plan:
+    for stage, (model, count, max_tokens) in enumerate(plan):
         retrying = AsyncRetrying(
             stop=stop_after_attempt(count),
             retry=retry_if_exception(_retryable),
@@ -249,8 +271,10 @@ async def _retry(
             reraise=True,
         )
         try:
-            completion: Completion[M] = await retrying(attempt, model)
+            completion: Completion[M] = await retrying(attempt, model, max_tokens)
         except AgentkitError as error:
+            if isinstance(error, Truncated) and stage + 1 < len(plan) and plan[stage + 1][2] != max_tokens:
+                continue  # the next model's limit differs, so its reply may fit
             if not _retryable(error):
                 error.usage = attempts.total
                 raise

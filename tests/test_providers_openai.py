@@ -26,6 +26,7 @@ from agentkit import (
     Throttled,
     Tier,
     ToolRoundInfo,
+    Truncated,
     UsageError,
     generate_structured,
     run_tool_loop,
@@ -311,11 +312,11 @@ async def test_empty_choices_is_an_error_with_a_clear_message(server: FakeOpenAI
 
 
 async def test_truncated_reply_is_an_error_never_a_step(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """finish_reason "length" is a StructuredOutputError even when the cut text parses; it is not re-asked."""
+    """finish_reason "length" is a Truncated even when the cut text parses; it is not re-asked."""
     server.add(FakeReply.truncated('{"score": 1}'))
-    with pytest.raises(StructuredOutputError, match="cut off by the token limit") as raised:
+    with pytest.raises(Truncated, match="cut off by the token limit") as raised:
         await caller.complete(request(max_tokens=5), Verdict)
-    assert raised.value.raw == '{"score": 1}'
+    assert (raised.value.raw, raised.value.max_tokens, raised.value.schema_name) == ('{"score": 1}', 5, "Verdict")
     assert len(server.requests) == 1
 
 
@@ -579,12 +580,13 @@ async def test_complete_text_returns_prose_without_json_mode(server: FakeOpenAIS
 
 
 async def test_complete_text_maps_errors_like_complete(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """429 is Throttled and a cut-off text is an error for complete_text too."""
+    """429 is Throttled and a cut-off text is a Truncated carrying the text, as for complete."""
     server.add(FakeReply.error(429), FakeReply.truncated("Otters ho"))
     with pytest.raises(Throttled):
         await caller.complete_text(request())
-    with pytest.raises(ProviderError, match="cut off"):
+    with pytest.raises(Truncated, match="cut off") as cut:
         await caller.complete_text(request())
+    assert (cut.value.raw, cut.value.usage is not None and cut.value.usage.requests) == ("Otters ho", 1)
 
 
 def test_import_agentkit_does_not_import_openai_or_instructor() -> None:

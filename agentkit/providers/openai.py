@@ -72,7 +72,7 @@ from instructor.utils import extract_json_from_codeblock
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
-from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, UsageError
+from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
 from agentkit.providers._strict import strict_schema
 from agentkit.providers._wire import MAX_TOKENS_PER_REPLY, Reply, dumps, request_body, token_count
 from agentkit.results import Usage
@@ -380,7 +380,8 @@ class OpenAICaller:
         Raises:
             Throttled: HTTP 429.
             ProviderError: the server failed (``transient`` for 5xx, timeouts, lost connections).
-            StructuredOutputError: the reply stayed invalid after the re-asks, or was cut off.
+            StructuredOutputError: the reply stayed invalid after the re-asks.
+            Truncated: the reply was cut off by the token limit (a ``StructuredOutputError``).
         """
         plan = _plan(schema, self.mode, self.strict)
         kwargs = self._kwargs(request, _messages(plan, request))
@@ -416,7 +417,8 @@ class OpenAICaller:
 
         Raises:
             Throttled: HTTP 429.
-            ProviderError: the server failed, or the reply was cut off by the token limit.
+            ProviderError: the server failed.
+            Truncated: the reply was cut off by the token limit.
         """
         messages = [{"role": "system", "content": request.system}] if request.system else []
         messages.append({"role": "user", "content": request.dynamic})
@@ -425,9 +427,11 @@ class OpenAICaller:
             reply, _ = await self._send(self._kwargs(request, messages), "", tally)
             choice = _first_choice(reply, request.model)
             if choice.finish_reason == "length":
-                raise ProviderError(
+                raise Truncated(
                     f"the reply of model {request.model!r} was cut off by the token limit "
-                    f"(max_tokens={request.max_tokens}); raise max_tokens or ask for a shorter answer"
+                    f"(max_tokens={request.max_tokens}); raise max_tokens or ask for a shorter answer",
+                    raw=_raw_text(choice),
+                    max_tokens=request.max_tokens,
                 )
         except AgentkitError as error:
             error.usage = tally.usage
@@ -624,13 +628,14 @@ def _refusal(message: Any) -> str:
     return f" (the model refused: {refusal})" if refusal else ""
 
 
-def _truncated(request: StructuredRequest, name: str, raw: str) -> StructuredOutputError:
-    return StructuredOutputError(
+def _truncated(request: StructuredRequest, name: str, raw: str) -> Truncated:
+    return Truncated(
         f"the reply of model {request.model!r} was cut off by the token limit (finish_reason='length', "
         f"max_tokens={request.max_tokens}) before it was complete JSON for schema {name!r}; raise "
         "RoleSpec.max_tokens or keep the reply short (LoopConfig.rationale_max_length)",
         schema_name=name,
         raw=raw,
+        max_tokens=request.max_tokens,
     )
 
 

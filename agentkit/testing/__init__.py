@@ -1,11 +1,15 @@
-"""Test doubles for agents: the scripted caller and a fake OpenAI-compatible HTTP server."""
+"""Test doubles for agents: the scripted and function callers and a fake OpenAI-compatible HTTP server."""
 
 from agentkit.testing._fake_server import FakeOpenAIServer, FakeReply
+from agentkit.testing._function import Answer, AnswerFunction, FunctionCaller
 from agentkit.testing._scripted import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
 
 __all__ = [
+    "Answer",
+    "AnswerFunction",
     "FakeOpenAIServer",
     "FakeReply",
+    "FunctionCaller",
     "ScriptExhausted",
     "ScriptedCaller",
     "ScriptedReply",

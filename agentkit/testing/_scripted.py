@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
@@ -17,7 +17,11 @@ from agentkit.text import TextCompletion
 
 __all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
 
+if TYPE_CHECKING:
+    from agentkit.tools import Tool
+
 M = TypeVar("M", bound=BaseModel)
+A = TypeVar("A", bound=BaseModel)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,9 +85,9 @@ class ScriptedCaller:
                 f"request {len(self.requests)} asked for {schema.__name__} but the script has a text reply"
             )
         reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
-        _raise_if_exception(reply)
+        raise_if_exception(reply)
         assert not isinstance(reply.value, BaseException)
-        value = _validate(reply.value, schema, reply.usage)
+        value = validate_reply(reply.value, schema, reply.usage)
         return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
 
     async def complete_text(self, request: StructuredRequest) -> TextCompletion:
@@ -95,7 +99,7 @@ class ScriptedCaller:
         if isinstance(entry, TextCompletion):
             return entry
         reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
-        _raise_if_exception(reply)
+        raise_if_exception(reply)
         if not isinstance(reply.value, str):
             raise UsageError(
                 f"request {len(self.requests)} asked for text but the script has {type(reply.value).__name__}; "
@@ -104,14 +108,14 @@ class ScriptedCaller:
         return TextCompletion(text=reply.value, usage=reply.usage, model=reply.model or request.model)
 
 
-def _raise_if_exception(reply: ScriptedReply) -> None:
+def raise_if_exception(reply: ScriptedReply) -> None:
     if isinstance(reply.value, BaseException):
         if isinstance(reply.value, AgentkitError) and reply.value.usage is None:
             reply.value.usage = reply.usage
         raise reply.value
 
 
-def _validate(value: BaseModel | Mapping[str, Any] | str, schema: type[M], usage: Usage) -> M:
+def validate_reply(value: BaseModel | Mapping[str, Any] | str, schema: type[M], usage: Usage) -> M:
     # Every entry goes through JSON validation, as a real reply's text does: a dict or an instance
     # that only Python-mode validation would accept fails here as it would on the wire.
     raw = value if isinstance(value, str) else to_json(value).decode()
@@ -125,10 +129,24 @@ def _validate(value: BaseModel | Mapping[str, Any] | str, schema: type[M], usage
         raise error from invalid
 
 
-def call_step(args: BaseModel | Mapping[str, Any], *, tool: str | None = None, rationale: str = "") -> dict[str, Any]:
-    """A scripted step that calls a tool; name the ``tool`` when the loop has a set of tools."""
+@overload
+def call_step(args: A, *, tool: Tool[A, Any], rationale: str = "") -> dict[str, Any]: ...
+@overload
+def call_step(
+    args: BaseModel | Mapping[str, Any], *, tool: str | None = None, rationale: str = ""
+) -> dict[str, Any]: ...
+def call_step(
+    args: BaseModel | Mapping[str, Any], *, tool: Tool[Any, Any] | str | None = None, rationale: str = ""
+) -> dict[str, Any]:
+    """A scripted step that calls a tool; name the ``tool`` when the loop has a set of tools.
+
+    Pass the tool object itself (``tool=search``) so that a misspelt name is a ``NameError`` and
+    args of another tool's type a type error; a name (``tool="search"``) is still accepted, for
+    tools made at run time.
+    """
     payload = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
-    call = payload if tool is None else {"tool": tool, "args": payload}
+    name = tool if tool is None or isinstance(tool, str) else tool.name
+    call = payload if name is None else {"tool": name, "args": payload}
     return {"rationale": rationale, "done": False, "call": call}
 
 

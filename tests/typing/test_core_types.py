@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, assert_type
+from typing import Any, Literal, assert_type
 
 from agentkit import (
     FunctionTool,
     LoopConfig,
     Outcome,
+    PriorCall,
     ProviderError,
+    RepeatPolicy,
     RoundRecord,
     StopReason,
     StructuredRequest,
@@ -17,6 +19,7 @@ from agentkit import (
     Tool,
     ToolLoopResult,
     ToolStep,
+    Truncated,
     Usage,
     generate_structured,
     parse_tier,
@@ -25,7 +28,9 @@ from agentkit import (
     run_tool_loop_tiered,
     tool_set,
 )
+from agentkit.degeneration import repeat_of
 from agentkit.errors import AgentkitError, TierParseError
+from agentkit.events import DegenerationDetected
 from agentkit.structured import Completion
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import DeleteArgs, Doc, Finder, SearchArgs, asearch, delete, search
@@ -66,3 +71,20 @@ async def check() -> None:
     assert_type(ToolStep[SearchArgs].model_validate({}).call, SearchArgs | None)
     assert_type(parse_tier("x"), tuple[Tier, TierParseError | None])
     assert_type(ProviderError("x").usage, Usage | None)
+
+    cut = Truncated("cut", raw="{", max_tokens=5)
+    assert_type(cut.max_tokens, int | None)
+    assert_type(cut.raw, str | None)
+    assert_type(cut.schema_name, str)
+    assert_type(StopReason.MAX_TOKENS, Literal[StopReason.MAX_TOKENS])
+
+
+def repeat_policy() -> None:
+    config = LoopConfig(on_repeat=RepeatPolicy.REFUSE, repeat_refusals=3)
+    assert_type(config.on_repeat, RepeatPolicy)
+    assert_type(config.repeat_refusals, int)
+    assert_type(PriorCall(round=2, tool_name="search", args=SearchArgs(query="q"), repeats=1).repeats, int | None)
+    event = DegenerationDetected(run_id="r", round=2, tool_name="search", args=SearchArgs(query="q"), refused=True)
+    assert_type(event.refused, bool)
+    assert_type(repeat_of("search", SearchArgs(query="q"), [("search", SearchArgs(query="q"))], None, 3), int | None)
+    LoopConfig(on_repeat="refuse")  # type: ignore[arg-type]  # a RepeatPolicy, not a string

@@ -1,0 +1,98 @@
+"""``FunctionCaller``: the test double whose replies a function of the request computes."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeAlias, TypeVar
+
+from pydantic import BaseModel
+
+from agentkit.errors import AgentkitError, UsageError
+from agentkit.results import Usage
+from agentkit.structured import Completion, StructuredRequest
+from agentkit.testing._scripted import ScriptedReply, raise_if_exception, validate_reply
+from agentkit.text import TextCompletion
+
+__all__ = ["Answer", "AnswerFunction", "FunctionCaller"]
+
+M = TypeVar("M", bound=BaseModel)
+
+Answer: TypeAlias = BaseModel | Mapping[str, Any] | str | ScriptedReply | TextCompletion
+"""What the function returns for one request: what a ``ScriptedCaller`` script entry may be
+(an exception is raised by the function rather than returned)."""
+
+AnswerFunction: TypeAlias = Callable[[StructuredRequest, "type[BaseModel] | None"], Answer | Awaitable[Answer]]
+"""The function: the request, and the schema asked for (``None`` for a prose request)."""
+
+
+class FunctionCaller:
+    """A ``StructuredCaller`` (and ``TextCaller``) that answers each request by calling a function.
+
+    Where ``ScriptedCaller`` replays replies in a fixed order, ``FunctionCaller`` computes each
+    from the request: the function gets the ``StructuredRequest`` and the schema asked for
+    (``None`` for ``complete_text``), and returns (or, if it is async, resolves to) a dict, a
+    model instance, raw JSON text, a ``ScriptedReply`` or a ``TextCompletion``. A structured
+    answer is validated against the schema through JSON, exactly as ``ScriptedCaller`` does, so
+    an answer only Python-mode validation accepts fails as a real reply would. For a prose request
+    a ``str`` is the text as is.
+
+    An exception the function raises is the model call's failure, as a scripted exception is: an
+    ``AgentkitError`` (``Throttled``, ``Truncated``, ``ProviderError``...) gets the usual retry and
+    fallback treatment; any other exception becomes a ``ProviderError`` whose cause it is, and a
+    ``UsageError`` escapes the run. Every request is recorded in ``requests``, failed ones
+    included, and each call reports ``Usage(requests=1)`` unless a ``ScriptedReply`` says otherwise.
+    """
+
+    def __init__(self, function: AnswerFunction) -> None:
+        if not callable(function):
+            raise UsageError(f"FunctionCaller needs a function of (request, schema); got {function!r}")
+        self.function = function
+        """The function that answers."""
+        self.requests: list[StructuredRequest] = []
+        """Every request made, in order."""
+
+    async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
+        """Validate the function's answer for ``request`` against ``schema`` and return it."""
+        answer = await self._answer(request, schema)
+        if isinstance(answer, TextCompletion):
+            raise UsageError(
+                f"the function answered request {len(self.requests)} ({schema.__name__}) with a TextCompletion; "
+                "return a dict, a model instance or JSON text for a structured request"
+            )
+        reply = answer if isinstance(answer, ScriptedReply) else ScriptedReply(value=answer)
+        raise_if_exception(reply)
+        assert not isinstance(reply.value, BaseException)
+        value = validate_reply(reply.value, schema, reply.usage)
+        return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
+
+    async def complete_text(self, request: StructuredRequest) -> TextCompletion:
+        """Return the function's answer for ``request`` as a prose reply: a ``str`` is the text as is."""
+        answer = await self._answer(request, None)
+        if isinstance(answer, TextCompletion):
+            return answer
+        reply = answer if isinstance(answer, ScriptedReply) else ScriptedReply(value=answer)
+        raise_if_exception(reply)
+        if not isinstance(reply.value, str):
+            raise UsageError(
+                f"the function answered text request {len(self.requests)} with {type(reply.value).__name__}; "
+                "return a str (or a ScriptedReply or TextCompletion of one) for a prose request"
+            )
+        return TextCompletion(text=reply.value, usage=reply.usage, model=reply.model or request.model)
+
+    async def _answer(self, request: StructuredRequest, schema: type[BaseModel] | None) -> Answer:
+        self.requests.append(request)
+        try:
+            answer = self.function(request, schema)
+            if inspect.isawaitable(answer):
+                answer = await answer
+        except AgentkitError as error:
+            if error.usage is None:
+                error.usage = Usage(requests=1)
+            raise
+        if not isinstance(answer, BaseModel | Mapping | str | ScriptedReply | TextCompletion):
+            raise UsageError(
+                f"the function answered request {len(self.requests)} with {type(answer).__name__}; return a dict, "
+                "a model instance, JSON text, a ScriptedReply or a TextCompletion (raise an exception to fail)"
+            )
+        return answer

@@ -1,0 +1,44 @@
+"""assert_type checks for the test doubles of ``agentkit.testing`` (mypy and basedpyright).
+
+A ``# type: ignore[code]`` here is a negative check: ``warn_unused_ignores`` fails the run if
+mypy stops reporting that error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, assert_type
+
+from pydantic import BaseModel
+
+from agentkit import StructuredRequest, ToolLoopResult, run_tool_loop
+from agentkit.once import TextResult, run_once_text
+from agentkit.structured import Completion
+from agentkit.testing import Answer, AnswerFunction, FunctionCaller, done_step
+from agentkit.text import TextCompletion
+from tests.typing.models import Doc, Finder, SearchArgs, search
+from tests.typing.test_once_pair import Triager
+
+
+def answer(request: StructuredRequest, schema: type[BaseModel] | None) -> dict[str, Any]:
+    return done_step()
+
+
+async def answer_later(request: StructuredRequest, schema: type[BaseModel] | None) -> Answer:
+    return "prose"
+
+
+def wrong(request: StructuredRequest) -> str:
+    return "no schema parameter"
+
+
+async def check() -> None:
+    caller = FunctionCaller(answer)
+    assert_type(caller.function, AnswerFunction)
+    assert_type(caller.requests, list[StructuredRequest])
+    assert_type(FunctionCaller(answer_later), FunctionCaller)
+    FunctionCaller(wrong)  # type: ignore[arg-type]  # a function must take the request and the schema
+    request = StructuredRequest(system="", dynamic="", model="m")
+    assert_type(await caller.complete(request, SearchArgs), Completion[SearchArgs])
+    assert_type(await caller.complete_text(request), TextCompletion)
+    assert_type(await run_tool_loop(caller, Finder(), search, "ctx"), ToolLoopResult[Doc])
+    assert_type(await run_once_text(caller, Triager(), "ctx"), TextResult)
