@@ -223,7 +223,9 @@ class Codec:
 
     def encode_batch(self, tool_name: str, batch: Sequence[Any]) -> list[JsonValue]:
         """The batch as JSON. Raises ``ValueError`` for an item that is not of the declared type."""
-        dumped: list[JsonValue] = self.items[tool_name].dump_python(list(batch), mode="json", warnings="error")
+        adapter = self.items[tool_name]
+        checked = adapter.validate_python(list(batch), strict=True)  # instances pass as they are
+        dumped: list[JsonValue] = adapter.dump_python(checked, mode="json", warnings="error")
         return dumped
 
     def decode_batch(self, tool_name: str, batch: list[JsonValue]) -> list[Any]:
