@@ -13,6 +13,7 @@ function or of its ``call`` method, ``list[Doc]`` meaning ``Doc``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -28,7 +29,7 @@ from agentkit.errors import ResumeRefused, UsageError
 from agentkit.outcome import StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.structured import RetryPolicy
-from agentkit.tiers import Tier
+from agentkit.tiers import Tier, runs_live
 from agentkit.tools import FunctionTool, Tool, declared_tier
 
 __all__ = ["CHECKPOINT_VERSION", "RunCheckpoint", "item_type_of"]
@@ -212,8 +213,6 @@ class Codec:
         Raises:
             UsageError: a tool whose items cannot round-trip through JSON, naming it and the type.
         """
-        from agentkit.tiers import runs_live
-
         if config.after_proposal is not AfterProposal.STOP:
             return None
         tiers = [declared_tier(candidate) for candidate in tools.values()]
@@ -240,6 +239,25 @@ class Codec:
         return ProposedAction[self.args[stored.tool_name]].model_validate(data)  # type: ignore[name-defined]  # a run-time type
 
 
+def _list_adapter(item: Any) -> TypeAdapter[list[Any]]:
+    """A batch's adapter; its JSON schema is built once to prove JSON can carry the type."""
+    adapter: TypeAdapter[list[Any]] = TypeAdapter(list[item])
+    adapter.json_schema()
+    return adapter
+
+
+_cached_adapter = functools.lru_cache(maxsize=256)(_list_adapter)
+"""Bounded, like the step models' cache: tools defined per request leave memory flat."""
+
+
+def _adapter_for(item: Any) -> TypeAdapter[list[Any]]:
+    try:
+        hash(item)
+    except TypeError:  # an unhashable annotation is built afresh each time
+        return _list_adapter(item)
+    return _cached_adapter(item)
+
+
 def _adapter(tool_name: str, item: object) -> TypeAdapter[list[Any]]:
     why = ""
     if item is None:
@@ -248,8 +266,7 @@ def _adapter(tool_name: str, item: object) -> TypeAdapter[list[Any]]:
         why = f"declares its items as {item!r}, which JSON cannot give back"
     else:
         try:
-            adapter: TypeAdapter[list[Any]] = TypeAdapter(list[item])  # type: ignore[valid-type]  # a run-time type
-            adapter.json_schema()
+            adapter = _adapter_for(item)
         except Exception as error:
             name = item.__name__ if inspect.isclass(item) else repr(item)
             why = f"returns {name} items, which cannot round-trip through JSON ({type(error).__name__})"
