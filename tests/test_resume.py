@@ -17,6 +17,7 @@ from agentkit import (
     AfterProposal,
     Approval,
     LoopConfig,
+    Observer,
     Outcome,
     Rejection,
     ResumeRefused,
@@ -25,6 +26,7 @@ from agentkit import (
     StopReason,
     Tier,
     TieredLoopResult,
+    ToolRoundInfo,
     Usage,
     UsageError,
     approve,
@@ -34,6 +36,7 @@ from agentkit import (
     tool,
 )
 from agentkit.checkpoint import CHECKPOINT_VERSION, item_type_of
+from agentkit.events import Event, RoundStarted, RunFinished, RunStarted
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.support import Doc, Executor, PathArgs, Query, Recording
@@ -209,6 +212,41 @@ async def test_failing_approved_call_ends_the_resumed_run_with_its_error() -> No
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.TOOL_ERROR)
     assert "disk gone" in str(result.error)
     assert (result.items, caller.remaining) == ([Doc(id="search:1")], 1)
+
+
+async def test_observers_see_the_resumed_leg_under_the_same_run_id() -> None:
+    """A resumed run starts, rounds and finishes under the checkpoint's run id, with its round numbers."""
+
+    class Seen(Observer):
+        def __init__(self) -> None:
+            self.events: list[Event] = []
+
+        def on_event(self, event: Event) -> None:
+            self.events.append(event)
+
+    caller, search, delete, first = await proposed_run([search_step("a"), delete_step("/x"), done_step()])
+    seen = Seen()
+    approval = approve(first.proposed[0], approved_by="ops")
+    group = [search, delete]
+    await resume_tool_loop(caller, Executor[Doc](), group, "ctx", first.checkpoint, [approval], observer=seen)
+    assert {event.run_id for event in seen.events} == {first.run_id}
+    assert [type(e).__name__ for e in seen.events if isinstance(e, RunStarted | RoundStarted | RunFinished)] == [
+        "RunStarted",
+        "RoundStarted",
+        "RunFinished",
+    ]
+    [started] = [e.info for e in seen.events if isinstance(e, RoundStarted)]
+    assert isinstance(started, ToolRoundInfo)
+    assert (started.round, len(started.prior_calls)) == (3, 2)
+
+
+async def test_deadline_counts_the_run_time_spent_before_the_pause() -> None:
+    """Run time recorded in the checkpoint counts against the deadline; the approved call still runs first."""
+    caller, search, delete, first = await proposed_run([delete_step("/x"), done_step()], config(deadline=60))
+    spent = first.checkpoint.model_copy(update={"seconds": 61.0}).sealed()
+    approval = approve(first.proposed[0], approved_by="ops")
+    result = await resume_tool_loop(caller, Executor[Doc](), [search, delete], "ctx", spent, [approval])
+    assert (result.stop_reason, caller.remaining, delete.calls) == (StopReason.DEADLINE, 1, [PathArgs(path="/x")])
 
 
 # Bad input: each refused with an error naming the problem, nothing run.
