@@ -9,6 +9,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 from agentkit.agent import PriorCall, Prompt, RoleSpec, ToolAgent, ToolRoundInfo
+from agentkit.checkpoint import RunCheckpoint
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.degeneration import SameFunc
 from agentkit.errors import (
@@ -17,6 +18,7 @@ from agentkit.errors import (
     ExecutorError,
     MissingTierError,
     ProviderError,
+    ResumeRefused,
     StructuredOutputError,
     Throttled,
     TierParseError,
@@ -38,6 +40,7 @@ from agentkit.outcome import Outcome, StopReason
 from agentkit.pair import LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, Verifier, pair
 from agentkit.proposals import ProposedAction, load_proposal
 from agentkit.results import RoundRecord, TieredLoopResult, ToolLoopResult, Usage
+from agentkit.resume import resume_tool_loop
 from agentkit.step import ToolStep
 from agentkit.structured import Completion, RetryPolicy, StructuredCaller, StructuredRequest, generate_structured
 from agentkit.text import TextCaller, TextCompletion
@@ -105,12 +108,14 @@ __all__ = [
     "ProviderError",
     "Rejection",
     "RepeatPolicy",
+    "ResumeRefused",
     "RetryPolicy",
     "Review",
     "RoleSpec",
     "RoundInfo",
     "RoundRecord",
     "RulesVerifier",
+    "RunCheckpoint",
     "RunStream",
     "SameFunc",
     "StopReason",
@@ -148,6 +153,7 @@ __all__ = [
     "parse_tier",
     "reflective_prompt",
     "reject",
+    "resume_tool_loop",
     "run_once",
     "run_once_text",
     "run_tool_loop",

@@ -14,15 +14,23 @@ import dataclasses
 import itertools
 import time
 import typing
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
 from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._session import RunSession, executor_failed
 from agentkit.agent import PriorCall, ToolAgent, ToolRoundInfo
+from agentkit.checkpoint import (
+    CheckpointCall,
+    CheckpointConfig,
+    CheckpointProposal,
+    CheckpointTool,
+    Codec,
+    RunCheckpoint,
+)
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.degeneration import SameFunc, repeat_of
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
@@ -212,9 +220,10 @@ class _Run:
         config: LoopConfig,
         same: SameFunc[Any] | None,
         may_propose: bool,
+        codec: Codec | None = None,
     ) -> None:
         self.session, self.caller, self.agent, self.box, self.ctx = session, caller, agent, box, ctx
-        self.config, self.same, self.may_propose = config, same, may_propose
+        self.config, self.same, self.may_propose, self.codec = config, same, may_propose, codec
         self.started = time.monotonic()
         self.items: list[Any] = []
         self.shown = _View()
@@ -229,6 +238,12 @@ class _Run:
         self.trace: list[RoundRecord] = []
         self.largest_round_tokens = 0
         self.rounds = 0
+        self.records: list[CheckpointCall] = []
+        """Every call as JSON, for the checkpoint (kept only with a codec: a run that may be resumed)."""
+        self.restored: list[PriorCall[Any]] = []
+        """A resumed run's calls, decoded from its checkpoint (``records`` holds them as JSON)."""
+        self.pending: list[tuple[int, Any]] = []
+        """A resumed run's decisions, by the index of the call they decide; settled before its next round."""
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -244,11 +259,87 @@ class _Run:
             return Ending(None, StopReason.BUDGET_EXHAUSTED)
         return None
 
-    def called(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None = None) -> None:
-        """A call's outcome joins what the executor and the observers are shown (each their own copy)."""
+    def called(
+        self,
+        call: PriorCall[Any],
+        *,
+        ran: bool,
+        proposal: ProposedAction[Any] | None = None,
+        batch: list[JsonValue] | None = None,
+        record: bool = True,
+    ) -> None:
+        """A call's outcome joins what the executor and the observers are shown (each their own copy)
+        and, in a run that may be resumed, the checkpoint's record (``batch``: the batch as JSON)."""
         self.shown.add(call, ran=ran, proposal=proposal)
         if self.watched is not None:
             self.watched.add(call, ran=ran, proposal=proposal)
+        if ran:
+            self.items.extend(call.batch)
+        if self.codec is not None and record:
+            args = call.args.model_dump(mode="json")
+            self.records.append(
+                CheckpointCall(
+                    round=call.round,
+                    tool_name=call.tool_name,
+                    args=args,
+                    batch=batch or [],
+                    observation=call.observation,
+                    proposed=call.proposed,
+                    ran=ran,
+                )
+            )
+
+    def encoded(self, outcome: Invocation[Any]) -> tuple[Invocation[Any], list[JsonValue] | None]:
+        """The batch as JSON where the run keeps a checkpoint; a batch that is not of the tool's
+        declared item type is the tool's failure (the checkpoint could not give it back)."""
+        if self.codec is None or not outcome.ran:
+            return outcome, None
+        try:
+            return outcome, self.codec.encode_batch(outcome.tool_name, outcome.batch)
+        except ValueError as wrong:
+            error = ToolError(
+                f"tool {outcome.tool_name!r} returned an item that is not of its declared item type: {wrong}",
+                tool_name=outcome.tool_name,
+            )
+            return dataclasses.replace(outcome, batch=(), error=error), None
+
+    async def begin(self) -> Ending | None:
+        """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions;
+        its calls then join the views and the items."""
+        for name, tool in self.box.tools.items():
+            if declared_tier(tool) is None:
+                return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, missing_tier(name))
+        ending = None
+        for index, decision in self.pending:
+            if (ending := await self.decide(index, decision)) is not None:
+                break
+        self.pending = []
+        for call, record in zip(self.restored, self.records, strict=True):
+            self.called(call, ran=record.ran, record=False)
+        return ending
+
+    async def decide(self, index: int, decision: Any) -> Ending | None:
+        """An approved call runs once through ``execute_approved`` and its batch is that call's
+        result; a rejection, with the reviewer's reason, is that call's observation."""
+        from agentkit.approval import Approval, execute_approved
+
+        call, encoded = self.restored[index], None
+        if isinstance(decision, Approval):
+            try:
+                batch = await execute_approved(decision, self.box.tools[call.tool_name])
+            except AgentkitError as error:
+                return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
+            outcome, encoded = self.encoded(Invocation(tool_name=call.tool_name, batch=batch))
+            if outcome.error is not None:
+                return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, outcome.error)
+            observation, batch = None, tuple(batch)
+        else:
+            reason = f": {decision.reason}" if decision.reason else ""
+            observation, batch = f"rejected by {decision.rejected_by}{reason}", ()
+        self.restored[index] = dataclasses.replace(call, proposed=False, batch=batch, observation=observation)
+        update = {"batch": encoded or [], "ran": encoded is not None, "observation": observation, "proposed": False}
+        self.records[index] = self.records[index].model_copy(update=update)
+        return None
 
     async def ask(self, info: ToolRoundInfo[Any]) -> tuple[ToolStep[Any], _Round] | Ending:
         reply = await self.session.ask(
@@ -352,16 +443,14 @@ class _Run:
             def around(work: Awaitable[Sequence[Any]]) -> Awaitable[Sequence[Any]]:
                 return observed(observers, call, work)
 
-        outcome = await invoke(tool, args, limit=self.tool_limit(), around=around)
+        outcome, encoded = self.encoded(await invoke(tool, args, limit=self.tool_limit(), around=around))
         ending = self.ending_of(outcome)
         batch = tuple(outcome.batch)
-        if outcome.ran:
-            self.items.extend(batch)
         if ending is None:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.called(prior, ran=outcome.ran)
+            self.called(prior, ran=outcome.ran, batch=encoded)
         self.session.emit(
             ToolResultReturned(
                 run_id=run_id,
@@ -408,6 +497,7 @@ class _Run:
             trace=tuple(self.trace),
             run_id=self.session.run_id,
             proposed=self.proposals,
+            checkpoint=self.checkpoint(reason),
         )
         seen = None
         if self.session.observers:
@@ -416,6 +506,34 @@ class _Run:
                 result, items=list(self.items), proposed=[p.model_copy(deep=True) for p in self.proposals]
             )
         return self.session.finish(result, seen=seen)
+
+    def checkpoint(self, reason: StopReason) -> RunCheckpoint:
+        """The run's state at its end; it can be resumed only from a stop at a proposal."""
+        usage = self.session.usage
+        finished = reason is not StopReason.PROPOSED or self.codec is None
+        state: dict[str, Any] = {}
+        if not finished:
+            state = {
+                "calls": tuple(self.records),
+                "recent": tuple((name, args.model_dump(mode="json")) for name, args in self.recent),
+                "recent_rounds": tuple(self.recent_rounds),
+                "refusals": self.refusals,
+                "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in self.proposals),
+            }
+        return RunCheckpoint(
+            run_id=self.session.run_id,
+            finished=finished,
+            stop_reason=reason,
+            config=CheckpointConfig.of(self.config),
+            tools=tuple(CheckpointTool(name=name, tier=declared_tier(t)) for name, t in self.box.tools.items()),
+            rounds=self.rounds,
+            requests=usage.requests,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            largest_round_tokens=self.largest_round_tokens,
+            seconds=time.monotonic() - self.started,
+            **state,
+        ).sealed()
 
 
 async def run_core(
@@ -428,23 +546,41 @@ async def run_core(
     observers: tuple[Observer, ...],
     *,
     may_propose: bool,
+    codec: Codec | None = None,
+    resumed: Callable[[_Run], None] | None = None,
+    run_id: str | None = None,
+    usage: Usage | None = None,
 ) -> TieredLoopResult[Any, Any]:
-    """Run rounds until the executor stops, a ceiling is reached, or something fails."""
+    """Run rounds until the executor stops, a ceiling is reached, or something fails.
+
+    A resumed run passes its ``run_id``, the ``usage`` spent so far, and ``resumed``, which
+    restores the run's state from the checkpoint before the first round.
+    """
     role = agent.role()
     session = RunSession(
-        observers, agent=agent, role=role, max_rounds=config.max_rounds, tools=tuple(box.tools), config=config
+        observers,
+        agent=agent,
+        role=role,
+        max_rounds=config.max_rounds,
+        tools=tuple(box.tools),
+        config=config,
+        run_id=run_id,
+        usage=usage,
     )
     async with session:
         # Cancellation and wiring mistakes propagate; the session tells observers the run is over.
-        return await _rounds(_Run(session, caller, agent, box, ctx, config, same, may_propose), box, config)
+        run = _Run(session, caller, agent, box, ctx, config, same, may_propose, codec)
+        if resumed is not None:
+            resumed(run)
+        return await _rounds(run, box, config)
 
 
 async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResult[Any, Any]:
     """The loop itself: ask, check for a repeat, gate by tier, dispatch; stop on the first ending."""
-    for name, tool in box.tools.items():
-        if declared_tier(tool) is None:
-            return run.finish(Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, missing_tier(name)))
-    rounds = range(1, config.max_rounds + 1) if config.max_rounds is not None else itertools.count(1)
+    if (settled := await run.begin()) is not None:
+        return run.finish(settled)
+    first = run.rounds + 1
+    rounds = range(first, config.max_rounds + 1) if config.max_rounds is not None else itertools.count(first)
     for round in rounds:
         if (limit := run.limit_reached()) is not None:
             return run.finish(limit)

@@ -109,12 +109,15 @@ class RunSession:
         label: str = "executor",
         tools: Sequence[str] = (),
         config: LoopConfig | None = None,
+        run_id: str | None = None,
+        usage: Usage | None = None,
     ) -> None:
         self.observers = observers
         self.role = role
         self.label = role.prompt_type or label
-        self.run_id = uuid.uuid4().hex
-        self.usage = Usage()
+        self.run_id = run_id or uuid.uuid4().hex
+        """A resumed run keeps its run id and the usage it had spent (``usage``)."""
+        self.usage = usage or Usage()
         self._start = RunStarted(
             run_id=self.run_id,
             agent=type(agent).__name__,

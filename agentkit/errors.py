@@ -4,7 +4,8 @@ The tree::
 
     AgentkitError                   root of every agentkit error; ``usage`` is what the model cost
     ├── UsageError                  wiring mistake; raised before any model call, with the fix
-    │   └── ScriptExhausted         a ScriptedCaller ran out of scripted replies (tests)
+    │   ├── ScriptExhausted         a ScriptedCaller ran out of scripted replies (tests)
+    │   └── ResumeRefused           a run cannot resume from that checkpoint, tools and decisions; nothing ran
     ├── TierParseError              a tier read from text was not recognised (fails closed)
     ├── Throttled                   HTTP 429: never retried, never failed over
     ├── ProviderError               the model server failed; ``transient`` ones are retried
@@ -62,6 +63,7 @@ __all__ = [
     "OutcomeNotRecorded",
     "ProgramError",
     "ProviderError",
+    "ResumeRefused",
     "ScriptExhausted",
     "StructuredOutputError",
     "Throttled",
@@ -93,6 +95,11 @@ class UsageError(AgentkitError, ValueError):
 
 class ScriptExhausted(UsageError):
     """The script ran dry: the code under test made more model calls than were scripted."""
+
+
+class ResumeRefused(UsageError):
+    """A run cannot resume: the checkpoint is altered, of another version or finished, the tool set
+    differs from the checkpoint's, or the decisions do not match its pending proposals. Nothing ran."""
 
 
 class TierParseError(AgentkitError, ValueError):

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from agentkit._loop import Toolbox, gate, run_core
 from agentkit.agent import ToolAgent
+from agentkit.checkpoint import Codec
 from agentkit.config import LoopConfig
 from agentkit.degeneration import SameFunc
 from agentkit.errors import UsageError
@@ -118,10 +119,20 @@ async def run_tool_loop_tiered(
     ``max_rung_for(tier)`` is ``AUTO``; external-reversible and irreversible calls never run. A
     gated call becomes a ``ProposedAction`` and, by default, the run stops (APPLIED, PROPOSED).
     A tool with no tier is never called: the run ends ERROR, TOOL_DECLARES_NO_TIER.
+
+    ``result.checkpoint`` holds the run's state; a run stopped at a proposal continues from it with
+    ``resume_tool_loop``. So where the run may stop at a proposal (``after_proposal`` is ``STOP``
+    and a tool's tier is above what runs live), every tool's items must round-trip through JSON.
+
+    Raises:
+        UsageError: bad tool names or another wiring mistake; where the run may stop at a proposal,
+            a tool whose item type is undeclared or cannot round-trip through JSON (naming the tool
+            and the type). Raised before any model call.
     """
     config = config or LoopConfig()
     box = Toolbox.build(tools, config)
-    return await run_core(caller, agent, box, ctx, config, same, observers_of(observer), may_propose=True)
+    codec = Codec.needed(box.tools, config)
+    return await run_core(caller, agent, box, ctx, config, same, observers_of(observer), may_propose=True, codec=codec)
 
 
 def run_tool_loop_sync(

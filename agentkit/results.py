@@ -13,6 +13,7 @@ from agentkit.tiers import Tier
 if TYPE_CHECKING:
     from typing import Self
 
+    from agentkit.checkpoint import RunCheckpoint
     from agentkit.errors import AgentkitError
     from agentkit.proposals import ProposedAction
 
@@ -123,3 +124,13 @@ class TieredLoopResult(ToolLoopResult[R], Generic[Args, R]):
 
     proposed: list[ProposedAction[Args]] = field(default_factory=list)
     """Calls above the autonomy ceiling, in the order the executor made them; none ran."""
+    checkpoint: RunCheckpoint = field(default_factory=lambda: _unrecorded())
+    """The run's state as a JSON round-trippable value: ``resume_tool_loop`` continues a run that
+    stopped at a proposal from it. Set by every tiered run; on a result built by hand it records no
+    run and cannot be resumed."""
+
+
+def _unrecorded() -> RunCheckpoint:
+    from agentkit.checkpoint import RunCheckpoint  # imported late: checkpoint imports the loop's config
+
+    return RunCheckpoint().sealed()

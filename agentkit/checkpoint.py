@@ -1,0 +1,283 @@
+"""``RunCheckpoint``: a tiered run's state as a frozen value that round-trips through JSON.
+
+Every ``TieredLoopResult`` carries one (``result.checkpoint``). A run that stopped at a proposal
+(``StopReason.PROPOSED``) can be continued from it with ``resume_tool_loop`` once a human has
+decided; any other run is finished and its checkpoint only records how it ended.
+
+The checkpoint holds no caller, agent, tools or ctx: those are passed again on resume. Items and
+args are stored as JSON and revalidated on resume through the tools' declared types (the args
+model, and the item type: a tool's ``result_type`` attribute, else the return annotation of its
+function or of its ``call`` method, ``list[Doc]`` meaning ``Doc``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import inspect
+import json
+import typing
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter
+
+from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit.errors import ResumeRefused, UsageError
+from agentkit.outcome import StopReason
+from agentkit.proposals import ProposedAction
+from agentkit.structured import RetryPolicy
+from agentkit.tiers import Tier, runs_live
+from agentkit.tools import FunctionTool, Tool, declared_tier
+
+__all__ = ["CHECKPOINT_VERSION", "RunCheckpoint", "item_type_of"]
+
+CHECKPOINT_VERSION = 1
+"""The checkpoint schema this agentkit writes and reads; a checkpoint of another version is refused."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class CheckpointTool(BaseModel):
+    """One tool of the run's set, as the checkpoint pins it."""
+
+    model_config = _FROZEN
+    name: str
+    tier: Tier | None
+
+
+class CheckpointCall(BaseModel):
+    """One call of the run and what came of it, as JSON."""
+
+    model_config = _FROZEN
+    round: int
+    tool_name: str
+    args: dict[str, JsonValue]
+    batch: list[JsonValue] = []
+    observation: str | None = None
+    proposed: bool = False
+    ran: bool = False
+
+
+class CheckpointProposal(BaseModel):
+    """A proposal awaiting a decision, as JSON (``ProposedAction`` with untyped args)."""
+
+    model_config = _FROZEN
+    tool_name: str
+    tier: Tier
+    args: dict[str, JsonValue]
+    rationale: str = ""
+    round: int
+    run_id: str = ""
+    created_at: datetime
+    digest: str
+
+
+class CheckpointConfig(BaseModel):
+    """The fields of the run's ``LoopConfig`` (retry policy included)."""
+
+    model_config = _FROZEN
+    max_rounds: int | None
+    token_budget: int | None
+    deadline: float | None
+    tool_timeout: float | None
+    autonomy: Tier
+    after_proposal: AfterProposal
+    degeneration_window: int
+    rationale_max_length: int | None
+    on_repeat: RepeatPolicy = RepeatPolicy.STOP
+    repeat_refusals: int = 2
+    retry: dict[str, float]
+
+    @classmethod
+    def of(cls, config: LoopConfig) -> CheckpointConfig:
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "retry"}
+        return cls(**fields, retry=dataclasses.asdict(config.retry))
+
+    def rebuild(self) -> LoopConfig:
+        fields = self.model_dump(exclude={"retry"})
+        retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
+        return LoopConfig(**fields, retry=RetryPolicy(**retry))  # type: ignore[arg-type]  # ints stored as float read back as ints
+
+
+class RunCheckpoint(BaseModel):
+    """A tiered run's state: everything needed to continue it, and a digest over all of it.
+
+    Build one only through a run (``result.checkpoint``) or ``model_validate_json``; a checkpoint
+    whose content does not reproduce its ``digest``, or of another ``version``, is refused on resume.
+    """
+
+    model_config = _FROZEN
+
+    version: int = CHECKPOINT_VERSION
+    """The checkpoint schema version."""
+    run_id: str = ""
+    """The run, as stamped on its events and proposals; a resumed run keeps it."""
+    finished: bool = True
+    """The run ended for a reason other than ``PROPOSED``: there is nothing to resume."""
+    stop_reason: StopReason | None = None
+    """Why the run (its latest leg) ended; ``None`` on a result built by hand."""
+    config: CheckpointConfig = CheckpointConfig.of(LoopConfig())
+    """The run's ``LoopConfig``, field by field; a resumed run uses it again."""
+    tools: tuple[CheckpointTool, ...] = ()
+    """The tool set's names and tiers, in order; resuming with another set is refused."""
+    rounds: int = 0
+    """Rounds used so far."""
+    requests: int = 0
+    """Model requests made so far (``Usage.requests``)."""
+    input_tokens: int = 0
+    """Input tokens spent so far."""
+    output_tokens: int = 0
+    """Output tokens spent so far."""
+    largest_round_tokens: int = 0
+    """The largest round so far, in tokens (the budget's look-ahead)."""
+    seconds: float = 0.0
+    """Run time spent so far; the deadline continues from it (time waiting for a human does not count)."""
+    calls: tuple[CheckpointCall, ...] = ()
+    """Every call so far, in order, with its batch or observation (empty once finished)."""
+    recent: tuple[tuple[str, dict[str, JsonValue]], ...] = ()
+    """The degeneration window: the calls a new call is compared against."""
+    recent_rounds: tuple[int, ...] = ()
+    """The round of each call in ``recent`` (a refused repeat names the round that answers it)."""
+    refusals: int = 0
+    """Repeats refused so far under ``RepeatPolicy.REFUSE``."""
+    proposals: tuple[CheckpointProposal, ...] = ()
+    """The proposals awaiting a decision, with their digests."""
+    digest: str = ""
+    """SHA-256 over everything above."""
+
+    def content_digest(self) -> str:
+        """The digest the content gives (equal to ``digest`` unless the checkpoint was altered)."""
+        content = self.model_dump(mode="json", exclude={"digest"})
+        text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+    def sealed(self) -> RunCheckpoint:
+        """This checkpoint with its digest set."""
+        return self.model_copy(update={"digest": self.content_digest()})
+
+    def verify(self) -> None:
+        """Refuse a checkpoint of another version or one whose content does not match its digest.
+
+        Raises:
+            ResumeRefused: naming the problem.
+        """
+        if self.version != CHECKPOINT_VERSION:
+            raise ResumeRefused(
+                f"checkpoint of run {self.run_id!r} has schema version {self.version}; this agentkit reads "
+                f"version {CHECKPOINT_VERSION}. Nothing ran"
+            )
+        if self.content_digest() != self.digest:
+            raise ResumeRefused(
+                f"checkpoint of run {self.run_id!r} does not match its digest (edited by hand, or damaged); nothing ran"
+            )
+
+
+def item_type_of(tool: Tool[Any, Any]) -> object:
+    """The type of one item a tool returns, as the tool declares it; ``None`` when it declares none.
+
+    Read from the tool's ``result_type`` attribute when it has one; else from the return annotation
+    of a ``FunctionTool``'s function, or of the tool's ``call`` method: ``list[Doc]``,
+    ``Sequence[Doc]`` or ``tuple[Doc, ...]`` all mean ``Doc``.
+    """
+    declared = getattr(tool, "result_type", None)
+    if declared is not None:
+        return declared
+    target: Any = tool.fn if isinstance(tool, FunctionTool) else getattr(type(tool), "call", None)
+    if target is None:
+        return None
+    try:
+        returned = typing.get_type_hints(target).get("return")
+    except Exception:  # an annotation that cannot be resolved declares nothing usable
+        return None
+    origin = typing.get_origin(returned)
+    args = typing.get_args(returned)
+    if origin in (list, tuple, Sequence, typing.get_origin(Sequence[Any])) and args:
+        return args[0]
+    return None
+
+
+class Codec:
+    """Each tool's args and items to and from JSON, through the tools' declared types."""
+
+    def __init__(self, tools: dict[str, Tool[Any, Any]]) -> None:
+        self.args: dict[str, type[BaseModel]] = {}
+        self.items: dict[str, TypeAdapter[list[Any]]] = {}
+        for name, candidate in tools.items():
+            item = item_type_of(candidate)
+            self.items[name] = _adapter(name, item)
+            self.args[name] = candidate.args_type
+
+    @classmethod
+    def needed(cls, tools: dict[str, Tool[Any, Any]], config: LoopConfig) -> Codec | None:
+        """A codec when the run may stop at a proposal (so may be resumed), else ``None``.
+
+        That is: ``after_proposal`` is ``STOP`` and some tool's tier is above what runs live.
+
+        Raises:
+            UsageError: a tool whose items cannot round-trip through JSON, naming it and the type.
+        """
+        if config.after_proposal is not AfterProposal.STOP:
+            return None
+        tiers = [declared_tier(candidate) for candidate in tools.values()]
+        if not any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers):
+            return None
+        return cls(tools)
+
+    def encode_batch(self, tool_name: str, batch: Sequence[Any]) -> list[JsonValue]:
+        """The batch as JSON. Raises ``ValueError`` for an item that is not of the declared type."""
+        adapter = self.items[tool_name]
+        checked = adapter.validate_python(list(batch), strict=True)  # instances pass as they are
+        dumped: list[JsonValue] = adapter.dump_python(checked, mode="json", warnings="error")
+        return dumped
+
+    def decode_batch(self, tool_name: str, batch: list[JsonValue]) -> list[Any]:
+        return self.items[tool_name].validate_python(batch)
+
+    def decode_args(self, tool_name: str, args: dict[str, JsonValue]) -> BaseModel:
+        return self.args[tool_name].model_validate(args)
+
+    def decode_proposal(self, stored: CheckpointProposal) -> ProposedAction[Any]:
+        data = stored.model_dump()
+        data["args"] = self.decode_args(stored.tool_name, stored.args)
+        return ProposedAction[self.args[stored.tool_name]].model_validate(data)  # type: ignore[name-defined]  # a run-time type
+
+
+def _list_adapter(item: Any) -> TypeAdapter[list[Any]]:
+    """A batch's adapter; its JSON schema is built once to prove JSON can carry the type."""
+    adapter: TypeAdapter[list[Any]] = TypeAdapter(list[item])
+    adapter.json_schema()
+    return adapter
+
+
+_cached_adapter = functools.lru_cache(maxsize=256)(_list_adapter)
+"""Bounded, like the step models' cache: tools defined per request leave memory flat."""
+
+
+def _adapter_for(item: Any) -> TypeAdapter[list[Any]]:
+    try:
+        hash(item)
+    except TypeError:  # an unhashable annotation is built afresh each time
+        return _list_adapter(item)
+    return _cached_adapter(item)
+
+
+def _adapter(tool_name: str, item: object) -> TypeAdapter[list[Any]]:
+    why = ""
+    if item is None:
+        why = "declares no item type (give it a `result_type`, or annotate its return as list[YourItem])"
+    elif item is Any or item is object or isinstance(item, typing.TypeVar):
+        why = f"declares its items as {item!r}, which JSON cannot give back"
+    else:
+        try:
+            adapter = _adapter_for(item)
+        except Exception as error:
+            name = item.__name__ if inspect.isclass(item) else repr(item)
+            why = f"returns {name} items, which cannot round-trip through JSON ({type(error).__name__})"
+        else:
+            return adapter
+    raise UsageError(
+        f"tool {tool_name!r} {why}; a tiered run that may stop at a proposal keeps a checkpoint of its items"
+    )
