@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from agentkit.errors import AgentkitError, UsageError
 from agentkit.results import Usage
 from agentkit.structured import Completion, StructuredRequest
-from agentkit.testing._scripted import ScriptedReply, raise_if_exception, validate_reply
+from agentkit.testing._scripted import ScriptedReply, structured_answer, text_answer
 from agentkit.text import TextCompletion
 
 __all__ = ["Answer", "AnswerFunction", "FunctionCaller"]
@@ -60,25 +60,20 @@ class FunctionCaller:
                 f"the function answered request {len(self.requests)} ({schema.__name__}) with a TextCompletion; "
                 "return a dict, a model instance or JSON text for a structured request"
             )
-        reply = answer if isinstance(answer, ScriptedReply) else ScriptedReply(value=answer)
-        raise_if_exception(reply)
-        assert not isinstance(reply.value, BaseException)
-        value = validate_reply(reply.value, schema, reply.usage)
-        return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
+        return structured_answer(answer, request, schema)
 
     async def complete_text(self, request: StructuredRequest) -> TextCompletion:
         """Return the function's answer for ``request`` as a prose reply: a ``str`` is the text as is."""
         answer = await self._answer(request, None)
-        if isinstance(answer, TextCompletion):
-            return answer
-        reply = answer if isinstance(answer, ScriptedReply) else ScriptedReply(value=answer)
-        raise_if_exception(reply)
-        if not isinstance(reply.value, str):
-            raise UsageError(
-                f"the function answered text request {len(self.requests)} with {type(reply.value).__name__}; "
+        at = len(self.requests)
+        return text_answer(
+            answer,
+            request,
+            lambda kind: (
+                f"the function answered text request {at} with {kind}; "
                 "return a str (or a ScriptedReply or TextCompletion of one) for a prose request"
-            )
-        return TextCompletion(text=reply.value, usage=reply.usage, model=reply.model or request.model)
+            ),
+        )
 
     async def _answer(self, request: StructuredRequest, schema: type[BaseModel] | None) -> Answer:
         self.requests.append(request)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
@@ -84,11 +84,7 @@ class ScriptedCaller:
             raise UsageError(
                 f"request {len(self.requests)} asked for {schema.__name__} but the script has a text reply"
             )
-        reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
-        raise_if_exception(reply)
-        assert not isinstance(reply.value, BaseException)
-        value = validate_reply(reply.value, schema, reply.usage)
-        return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
+        return structured_answer(entry, request, schema)
 
     async def complete_text(self, request: StructuredRequest) -> TextCompletion:
         """Return the next entry as a prose reply (``TextCaller``): a ``str`` is the text as-is."""
@@ -96,16 +92,36 @@ class ScriptedCaller:
         if not self._script:
             raise ScriptExhausted(f"the script ran dry at request {len(self.requests)} (text); add more replies")
         entry = self._script.popleft()
-        if isinstance(entry, TextCompletion):
-            return entry
-        reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
-        raise_if_exception(reply)
-        if not isinstance(reply.value, str):
-            raise UsageError(
-                f"request {len(self.requests)} asked for text but the script has {type(reply.value).__name__}; "
+        at = len(self.requests)
+        return text_answer(
+            entry,
+            request,
+            lambda kind: (
+                f"request {at} asked for text but the script has {kind}; "
                 "script a str (or a ScriptedReply of one) for a text reply"
-            )
-        return TextCompletion(text=reply.value, usage=reply.usage, model=reply.model or request.model)
+            ),
+        )
+
+
+def structured_answer(entry: Step, request: StructuredRequest, schema: type[M]) -> Completion[M]:
+    """A script entry (or a function's answer) as a validated reply, or the exception it holds, raised."""
+    assert not isinstance(entry, TextCompletion)
+    reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
+    raise_if_exception(reply)
+    assert not isinstance(reply.value, BaseException)
+    value = validate_reply(reply.value, schema, reply.usage)
+    return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
+
+
+def text_answer(entry: Step, request: StructuredRequest, refusal: Callable[[str], str]) -> TextCompletion:
+    """A script entry (or a function's answer) as a prose reply; anything but text is a ``UsageError``."""
+    if isinstance(entry, TextCompletion):
+        return entry
+    reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
+    raise_if_exception(reply)
+    if not isinstance(reply.value, str):
+        raise UsageError(refusal(type(reply.value).__name__))
+    return TextCompletion(text=reply.value, usage=reply.usage, model=reply.model or request.model)
 
 
 def raise_if_exception(reply: ScriptedReply) -> None:
