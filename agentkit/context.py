@@ -71,7 +71,8 @@ class ContextWindow:
     chars_per_token: float = 4.0
     """The estimate's characters per token (no tokenizer is used; see the module docstring)."""
     summarize: Summarizer | None = None
-    """Folds the calls that leave the window into a running summary the executor is shown instead.
+    """Folds the calls that leave the window into a running summary the executor is shown instead
+    (on top of the bounds: the summary is not counted in ``max_chars`` or ``max_tokens``).
     A function cannot be stored in a checkpoint: a run resumed from one that had a summarizer must
     be given it again (``resume_tool_loop(..., summarize=...)``)."""
 

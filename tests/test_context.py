@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from agentkit import (
     AfterProposal,
@@ -410,3 +412,31 @@ async def test_resumed_run_continues_the_running_summary() -> None:
     )
     assert resumed.stop_reason is StopReason.EXECUTOR_DONE
     assert [i.omitted.summary for i in agent.infos] == ["[1][1][1]", "[1][1][1][1]"]
+
+
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=500), max_size=30),
+    last=st.none() | st.integers(min_value=1, max_value=10),
+    max_chars=st.none() | st.integers(min_value=1, max_value=2000),
+)
+def test_window_shows_the_most_it_may_never_moves_back_and_keeps_the_latest(
+    sizes: list[int], last: int | None, max_chars: int | None
+) -> None:
+    """For any sizes: the latest call is shown; the shown calls fit every bound (the latest alone may be
+    over the budget); one more would not fit; and as calls are added the window's start never moves back."""
+    if last is None and max_chars is None:
+        last = 3
+    window = ContextWindow(last=last, max_chars=max_chars)
+    starts = [window.start(sizes[:count]) for count in range(len(sizes) + 1)]
+    assert starts == sorted(starts)
+    count, start = len(sizes), starts[-1]
+    if not count:
+        return
+    assert start <= count - 1
+    shown = sizes[start:]
+    assert last is None or len(shown) <= last
+    assert max_chars is None or sum(shown) <= max_chars or len(shown) == 1
+    if start > 0:
+        over_last = last is not None and len(shown) + 1 > last
+        over_chars = max_chars is not None and sum(shown) + sizes[start - 1] > max_chars
+        assert over_last or over_chars
