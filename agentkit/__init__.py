@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from agentkit.agent import PriorCall, Prompt, RoleSpec, ToolAgent, ToolRoundInfo
 from agentkit.checkpoint import RunCheckpoint
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit.context import ContextWindow
 from agentkit.degeneration import SameFunc
 from agentkit.errors import (
     AgentkitError,
@@ -89,6 +90,7 @@ __all__ = [
     "AutonomyRung",
     "CallRefused",
     "Completion",
+    "ContextWindow",
     "Event",
     "ExecutorError",
     "FunctionTool",

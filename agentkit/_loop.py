@@ -32,6 +32,7 @@ from agentkit.checkpoint import (
     RunCheckpoint,
 )
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit.context import Omitted, Window
 from agentkit.degeneration import SameFunc, repeat_of
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
 from agentkit.events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
@@ -183,29 +184,32 @@ class _View:
     (the items, the repeat guard, the proposals) or the other audience.
     """
 
-    __slots__ = ("batches", "calls", "proposals")
+    __slots__ = ("calls", "proposals", "ran")
 
     def __init__(self) -> None:
-        self.batches: list[tuple[Any, ...]] = []
         self.calls: list[PriorCall[Any]] = []
+        self.ran: list[bool] = []
+        """Whether each call ran (and so has a batch in ``prior_results``)."""
         self.proposals: list[ProposedAction[Any]] = []
 
     def add(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None) -> None:
         batch = tuple(_own(item) for item in call.batch)
-        if ran:
-            self.batches.append(batch)
+        self.ran.append(ran)
         self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
         if proposal is not None:
             self.proposals.append(proposal.model_copy(deep=True))
 
-    def info(self, round: int, max_rounds: int | None) -> ToolRoundInfo[Any]:
+    def info(self, round: int, max_rounds: int | None, start: int, omitted: Omitted) -> ToolRoundInfo[Any]:
+        """The round's info, showing the calls from ``start`` on (``LoopConfig.context``)."""
+        shown = zip(self.calls[start:], self.ran[start:], strict=True)
         return ToolRoundInfo(
             round=round,
             max_rounds=max_rounds,
             is_final_round=round == max_rounds,
-            prior_results=tuple(self.batches),
-            prior_calls=tuple(self.calls),
+            prior_results=tuple(call.batch for call, ran in shown if ran),
+            prior_calls=tuple(self.calls[start:]),
             proposals=tuple(self.proposals),
+            omitted=omitted,
         )
 
 
@@ -230,6 +234,8 @@ class _Run:
         """The executor's view: what ``render`` gets."""
         self.watched = _View() if session.observers else None
         """The observers' view: what ``RoundStarted`` carries."""
+        self.window = Window(config.context)
+        """What of the views each round shows (``LoopConfig.context``)."""
         self.recent: list[tuple[str, BaseModel]] = []
         self.recent_rounds: list[int] = []
         """The round of each entry of ``recent``."""
@@ -271,6 +277,7 @@ class _Run:
         """A call's outcome joins what the executor and the observers are shown (each their own copy)
         and, in a run that may be resumed, the checkpoint's record (``batch``: the batch as JSON)."""
         self.shown.add(call, ran=ran, proposal=proposal)
+        self.window.add(call)
         if self.watched is not None:
             self.watched.add(call, ran=ran, proposal=proposal)
         if ran:
@@ -340,6 +347,17 @@ class _Run:
         update = {"batch": encoded or [], "ran": encoded is not None, "observation": observation, "proposed": False}
         self.records[index] = self.records[index].model_copy(update=update)
         return None
+
+    async def infos(self, round: int) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
+        """The round's info for the executor and for the observers, bounded by ``LoopConfig.context``."""
+        try:
+            start, omitted = await self.window.cut(self.shown.calls, self.shown.ran)
+        except Exception as raised:
+            error = executor_failed("context summarizer (ContextWindow.summarize)", raised)
+            return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
+        ceiling = self.config.max_rounds
+        watched = None if self.watched is None else self.watched.info(round, ceiling, start, omitted)
+        return self.shown.info(round, ceiling, start, omitted), watched
 
     async def ask(self, info: ToolRoundInfo[Any]) -> tuple[ToolStep[Any], _Round] | Ending:
         reply = await self.session.ask(
@@ -518,6 +536,8 @@ class _Run:
                 "recent": tuple((name, args.model_dump(mode="json")) for name, args in self.recent),
                 "recent_rounds": tuple(self.recent_rounds),
                 "refusals": self.refusals,
+                "context_summary": self.window.summary,
+                "context_summarized": self.window.summarized,
                 "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in self.proposals),
             }
         return RunCheckpoint(
@@ -584,10 +604,13 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
     for round in rounds:
         if (limit := run.limit_reached()) is not None:
             return run.finish(limit)
+        if isinstance(infos := await run.infos(round), Ending):
+            return run.finish(infos)
         run.rounds = round
-        if run.watched is not None:
-            run.session.emit(RoundStarted(run_id=run.session.run_id, info=run.watched.info(round, config.max_rounds)))
-        asked = await run.ask(run.shown.info(round, config.max_rounds))
+        shown, watched = infos
+        if watched is not None:
+            run.session.emit(RoundStarted(run_id=run.session.run_id, info=watched))
+        asked = await run.ask(shown)
         if isinstance(asked, Ending):
             return run.finish(asked)
         step, this = asked

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit.context import Omitted
 from agentkit.proposals import ProposedAction
 
 __all__ = ["PriorCall", "Prompt", "RoleSpec", "RoundInfo", "ToolAgent", "ToolRoundInfo"]
@@ -81,11 +82,15 @@ class ToolRoundInfo(Generic[R]):
     is_final_round: bool
     """No call after this round's will run: commit to what you have."""
     prior_results: tuple[Sequence[R], ...] = ()
-    """One batch per executed call, in order."""
+    """One batch per executed call, in order (those within ``LoopConfig.context``, when it is set)."""
     prior_calls: tuple[PriorCall[R], ...] = ()
-    """Every earlier call with its batch or observation, in order."""
+    """Every earlier call with its batch or observation, in order (the latest ones, when
+    ``LoopConfig.context`` bounds them; see ``omitted``)."""
     proposals: tuple[ProposedAction[Any], ...] = ()
     """Calls proposed so far (with ``AfterProposal.CONTINUE``)."""
+    omitted: Omitted = field(default_factory=Omitted)
+    """How many of the oldest calls ``LoopConfig.context`` left out of ``prior_calls`` and
+    ``prior_results`` this round (all zero without a bound), with their summary if one is kept."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

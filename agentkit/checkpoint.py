@@ -25,6 +25,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter
 
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit.context import ContextWindow, Summarizer
 from agentkit.errors import ResumeRefused, UsageError
 from agentkit.outcome import StopReason
 from agentkit.proposals import ProposedAction
@@ -75,6 +76,46 @@ class CheckpointProposal(BaseModel):
     digest: str
 
 
+class CheckpointContext(BaseModel):
+    """The run's ``ContextWindow``: its bounds as data; of a summarizer, only its name.
+
+    A function cannot round-trip through JSON, so a resumed run is given the summarizer again
+    (``resume_tool_loop(..., summarize=...)``); its name is kept to refuse a resume without it, with
+    one where the run had none, or with a function of another name.
+    """
+
+    model_config = _FROZEN
+    last: int | None = None
+    max_chars: int | None = None
+    max_tokens: int | None = None
+    chars_per_token: float = 4.0
+    summarize: str | None = None
+    """The summarizer's ``module.qualname``; ``None``: the run had none."""
+
+    @classmethod
+    def of(cls, window: ContextWindow) -> CheckpointContext:
+        return cls(
+            last=window.last,
+            max_chars=window.max_chars,
+            max_tokens=window.max_tokens,
+            chars_per_token=window.chars_per_token,
+            summarize=None if window.summarize is None else function_name(window.summarize),
+        )
+
+    def rebuild(self, summarize: Summarizer | None) -> ContextWindow:
+        bounds = self.model_dump(exclude={"summarize"})
+        return ContextWindow(**bounds, summarize=summarize)
+
+
+def function_name(function: object) -> str:
+    """A function's ``module.qualname`` (its ``repr`` for a callable object without them)."""
+    module = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", None) or getattr(type(function), "__qualname__", None)
+    if module is None or qualname is None:
+        return repr(function)
+    return f"{module}.{qualname}"
+
+
 class CheckpointConfig(BaseModel):
     """The fields of the run's ``LoopConfig`` (retry policy included)."""
 
@@ -90,16 +131,22 @@ class CheckpointConfig(BaseModel):
     on_repeat: RepeatPolicy = RepeatPolicy.STOP
     repeat_refusals: int = 2
     retry: dict[str, float]
+    context: CheckpointContext | None = None
+    """The run's ``ContextWindow``; ``None``: the executor was shown every earlier call."""
 
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
-        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name != "retry"}
-        return cls(**fields, retry=dataclasses.asdict(config.retry))
+        apart = ("retry", "context")
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
+        context = None if config.context is None else CheckpointContext.of(config.context)
+        return cls(**fields, retry=dataclasses.asdict(config.retry), context=context)
 
-    def rebuild(self) -> LoopConfig:
-        fields = self.model_dump(exclude={"retry"})
+    def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
+        """The ``LoopConfig`` again, with ``summarize`` as its context window's summarizer."""
+        fields = self.model_dump(exclude={"retry", "context"})
         retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
-        return LoopConfig(**fields, retry=RetryPolicy(**retry))  # type: ignore[arg-type]  # ints stored as float read back as ints
+        context = None if self.context is None else self.context.rebuild(summarize)
+        return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
 
 
 class RunCheckpoint(BaseModel):
@@ -143,6 +190,10 @@ class RunCheckpoint(BaseModel):
     """The round of each call in ``recent`` (a refused repeat names the round that answers it)."""
     refusals: int = 0
     """Repeats refused so far under ``RepeatPolicy.REFUSE``."""
+    context_summary: str | None = None
+    """The running summary of the calls that left the context window (``ContextWindow.summarize``)."""
+    context_summarized: int = 0
+    """How many of the oldest calls that summary covers."""
     proposals: tuple[CheckpointProposal, ...] = ()
     """The proposals awaiting a decision, with their digests."""
     digest: str = ""

@@ -6,6 +6,7 @@ import enum
 import math
 from dataclasses import dataclass, field
 
+from agentkit.context import ContextWindow
 from agentkit.errors import UsageError
 from agentkit.structured import RetryPolicy
 from agentkit.tiers import Tier
@@ -72,6 +73,10 @@ class LoopConfig:
     repeat_refusals: int = 2
     """With ``RepeatPolicy.REFUSE``: how many repeated calls are refused in a run; the next
     repeat ends it STALEMATE. Unused with ``STOP``."""
+    context: ContextWindow | None = None
+    """How much of the earlier calls the executor is shown each round (the last N, a character or
+    estimated-token budget, an optional summary of the rest); ``None`` (the default): all of them.
+    Only the executor's view is bounded: ``result.items`` keeps everything."""
 
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
@@ -81,6 +86,8 @@ class LoopConfig:
         whole_or_none("degeneration_window", self.degeneration_window, "an int >= 1", optional=False)
         whole_or_none("rationale_max_length", self.rationale_max_length, "an int >= 1 (characters), or None")
         whole_or_none("repeat_refusals", self.repeat_refusals, "an int >= 1", optional=False)
+        if self.context is not None and not isinstance(self.context, ContextWindow):
+            raise UsageError(f"LoopConfig.context must be a ContextWindow or None; got {self.context!r}")
         if not isinstance(self.on_repeat, RepeatPolicy):
             raise UsageError(f"LoopConfig.on_repeat must be a RepeatPolicy; got {self.on_repeat!r}")
         if not isinstance(self.autonomy, Tier):

@@ -212,14 +212,32 @@ def _call_text(tool_name: str, args: BaseModel) -> str:
 
 
 def _earlier_calls(info: ToolRoundInfo[R], show: Callable[[R], str]) -> str:
+    # Calls left out by LoopConfig.context are said to be left out, and the numbering goes on after them.
+    left = _left_out(info)
+    first = info.omitted.calls + 1
     if info.prior_calls:
-        entries = [_prior_call(n, call, show) for n, call in enumerate(info.prior_calls, 1)]
-        return f"{_EARLIER}\n" + "\n".join(entries)
+        entries = [_prior_call(n, call, show) for n, call in enumerate(info.prior_calls, first)]
+        return f"{_EARLIER}\n" + "\n".join([*left, *entries])
     if info.prior_results:
         # An info built without call records still carries the batches to reflect on.
-        entries = [_batch(f"{n}. Results", batch, show) for n, batch in enumerate(info.prior_results, 1)]
-        return "Earlier results:\n" + "\n".join(entries)
-    return ""
+        entries = [_batch(f"{n}. Results", batch, show) for n, batch in enumerate(info.prior_results, first)]
+        return "Earlier results:\n" + "\n".join([*left, *entries])
+    return f"{_EARLIER}\n" + "\n".join(left) if left else ""
+
+
+def _left_out(info: ToolRoundInfo[Any]) -> list[str]:
+    omitted = info.omitted
+    if not omitted.calls:
+        return []
+    calls = "call" if omitted.calls == 1 else "calls"
+    results = "result" if omitted.items == 1 else "results"
+    lines = [
+        f"(The {omitted.calls} earliest {calls}, with {omitted.items} {results}, are left out to keep this "
+        "prompt short; their results still count as found.)"
+    ]
+    if omitted.summary:
+        lines.append(f"Summary of the left-out calls:\n{omitted.summary.strip()}")
+    return lines
 
 
 def _prior_call(n: int, call: PriorCall[R], show: Callable[[R], str]) -> str:

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ValidationError
 
 from agentkit._loop import Toolbox, _Run, run_core
 from agentkit.agent import PriorCall, ToolAgent
-from agentkit.checkpoint import CheckpointCall, Codec, RunCheckpoint
+from agentkit.checkpoint import CheckpointCall, Codec, RunCheckpoint, function_name
+from agentkit.context import Summarizer
 from agentkit.degeneration import SameFunc
 from agentkit.errors import ResumeRefused
 from agentkit.observe import ObserverArg, observers_of
@@ -46,6 +47,7 @@ async def resume_tool_loop(
     *,
     observer: ObserverArg = None,
     same: SameFunc[Args] | None = None,
+    summarize: Summarizer | None = None,
 ) -> TieredLoopResult[Args, R]: ...
 @overload
 async def resume_tool_loop(
@@ -58,6 +60,7 @@ async def resume_tool_loop(
     *,
     observer: ObserverArg = None,
     same: SameFunc[BaseModel] | None = None,
+    summarize: Summarizer | None = None,
 ) -> TieredLoopResult[BaseModel, R]: ...
 async def resume_tool_loop(
     caller: StructuredCaller,
@@ -69,6 +72,7 @@ async def resume_tool_loop(
     *,
     observer: ObserverArg = None,
     same: SameFunc[Any] | None = None,
+    summarize: Summarizer | None = None,
 ) -> TieredLoopResult[Any, R]:
     """Continue the run ``checkpoint`` records, with a decision for each of its pending proposals.
 
@@ -82,6 +86,9 @@ async def resume_tool_loop(
         decisions: One ``Approval`` or ``Rejection`` per pending proposal.
         observer: One observer, several, or none.
         same: Degeneration comparator; default compares args by value.
+        summarize: The run's ``ContextWindow.summarize``, given again: a function cannot be stored
+            in the checkpoint (its bounds and its running summary are). Required exactly when the
+            run had one, and of the same ``module.qualname``.
 
     Returns:
         The continued run's result, under the same run id: ``rounds`` and ``usage`` count the whole
@@ -92,7 +99,8 @@ async def resume_tool_loop(
         ResumeRefused: the checkpoint is altered or of another version, or finished; the tool set
             differs from the checkpoint's; a decision is for a proposal the checkpoint does not hold,
             is one of two for the same proposal, or is an approval already spent; or a pending
-            proposal has no decision. Nothing ran.
+            proposal has no decision; ``summarize`` is missing, unexpected, or another function than
+            the run's. Nothing ran.
         UsageError: a tool whose items cannot round-trip through JSON.
     """
     checkpoint.verify()
@@ -101,7 +109,8 @@ async def resume_tool_loop(
         raise ResumeRefused(
             f"run {checkpoint.run_id!r} is finished ({reason}); only a run that stopped at a proposal can resume"
         )
-    config = checkpoint.config.rebuild()
+    _check_summarizer(checkpoint, summarize)
+    config = checkpoint.config.rebuild(summarize)
     box = Toolbox.build(tools, config)
     _check_tools(checkpoint, box)
     codec = Codec(box.tools)
@@ -114,6 +123,7 @@ async def resume_tool_loop(
         run.started -= checkpoint.seconds
         run.records, run.restored, run.recent, run.pending = list(checkpoint.calls), decoded, recent, pending
         run.recent_rounds, run.refusals = list(checkpoint.recent_rounds), checkpoint.refusals
+        run.window.summary, run.window.summarized = checkpoint.context_summary, checkpoint.context_summarized
 
     usage = Usage(
         requests=checkpoint.requests, input_tokens=checkpoint.input_tokens, output_tokens=checkpoint.output_tokens
@@ -150,6 +160,21 @@ def _check_tools(checkpoint: RunCheckpoint, box: Toolbox) -> None:
         raise ResumeRefused(
             f"run {checkpoint.run_id!r} cannot resume with another tool set: {'; '.join(problems)}. Nothing ran"
         )
+
+
+def _check_summarizer(checkpoint: RunCheckpoint, summarize: Summarizer | None) -> None:
+    context = checkpoint.config.context
+    had = None if context is None else context.summarize
+    given = None if summarize is None else function_name(summarize)
+    if had == given:
+        return
+    if had is None:
+        why = "the run had no ContextWindow summarizer; resume without summarize="
+    elif given is None:
+        why = f"the run's ContextWindow summarized with {had}; pass it again as summarize="
+    else:
+        why = f"the run's ContextWindow summarized with {had}, not {given}; pass the same function"
+    raise ResumeRefused(f"run {checkpoint.run_id!r} cannot resume: {why}. Nothing ran")
 
 
 def _tier(tier: Tier | None) -> str:

@@ -93,3 +93,16 @@ def test_benchmark_runs_for_a_few_iterations_and_writes_the_table(tmp_path: Path
         assert figures["concurrent"]["correct_runs"] == 5
     table = (tmp_path / "latest.md").read_text(encoding="utf-8")
     assert all(f"| `{name}` |" in table for name in names)
+
+
+async def test_context_growth_benchmark_bounds_the_request_under_a_window() -> None:
+    """The context benchmark runs; with last=1 the request stops growing while the unbounded one grows."""
+    from agentkit import ContextWindow
+    from benchmarks import context_growth
+
+    before = await context_growth.measure("none", None, 5)
+    after = await context_growth.measure("last=1", ContextWindow(last=1), 5)
+    assert before.sizes[0] == after.sizes[0]
+    assert before.sizes[1] < before.sizes[2] < before.sizes[3]
+    assert after.sizes[2] - after.sizes[1] < 200  # only the left-out note is added
+    assert after.sizes[3] < before.sizes[3]

@@ -523,3 +523,12 @@ def test_unknown_route_is_404(server: FakeOpenAIServer) -> None:
     """Only the chat-completions route exists."""
     status, _, _ = post(server, {"model": "m", "messages": messages()}, path="/v1/completions")
     assert status == 404
+
+
+def test_request_bytes_records_each_body_as_received(server: FakeOpenAIServer) -> None:
+    """request_bytes holds each request body's size in bytes, in order, malformed bodies included."""
+    first = {"model": "m", "messages": [{"role": "user", "content": "héllo"}]}
+    post(server, first)
+    post(server, "not json")
+    assert server.request_bytes == [len(json.dumps(first).encode()), len(json.dumps("not json").encode())]
+    assert len(server.requests) == 2

@@ -189,6 +189,8 @@ class FakeOpenAIServer:
         self._thread: threading.Thread | None = None
         self.requests: list[dict[str, Any]] = []
         """Every request body received, in order (rejected ones included; ``{}`` for a non-JSON body)."""
+        self.request_bytes: list[int] = []
+        """The size in bytes of each request body received, as sent on the wire (same order as ``requests``)."""
         self.responses: list[dict[str, Any] | None] = []
         """The body answered to each request (the whole reply for a stream; ``None`` when malformed)."""
         self.max_concurrent = 0
@@ -276,9 +278,10 @@ class FakeOpenAIServer:
         with self._lock:
             return self._script.popleft() if self._script else FakeReply.auto()
 
-    def _record(self, body: dict[str, Any]) -> int:
+    def _record(self, body: dict[str, Any], size: int) -> int:
         with self._lock:
             self.requests.append(body)
+            self.request_bytes.append(size)
             self.responses.append(None)
             return len(self.requests) - 1
 
@@ -387,7 +390,7 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.loads(raw)
         except ValueError:
             body = None
-        index = fake._record(body if isinstance(body, dict) else {})
+        index = fake._record(body if isinstance(body, dict) else {}, len(raw))
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._send_json(404, _error_body(f"no route POST {self.path}", "not_found"), fake, index)
             return
