@@ -23,7 +23,7 @@ from agentkit.observe import ObserverArg, observers_of
 from agentkit.results import TieredLoopResult, Usage
 from agentkit.structured import StructuredCaller
 from agentkit.tiers import Tier
-from agentkit.tools import Tool, declared_tier
+from agentkit.tools import ContextTool, Tool, declared_tier
 
 if TYPE_CHECKING:
     from agentkit.approval import Approval, Rejection
@@ -39,7 +39,7 @@ R = TypeVar("R")
 async def resume_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Args, R],
-    tools: Tool[Args, R],
+    tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
@@ -51,7 +51,7 @@ async def resume_tool_loop(
 async def resume_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, BaseModel, R],
-    tools: Sequence[Tool[Any, R]],
+    tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
@@ -62,7 +62,7 @@ async def resume_tool_loop(
 async def resume_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Any, R],
-    tools: Tool[Any, R] | Sequence[Tool[Any, R]],
+    tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
