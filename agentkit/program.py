@@ -34,7 +34,7 @@ from agentkit._invoke import admit, check_ctx, invoke, missing_tier, refused
 from agentkit.errors import AgentkitError, CallRefused, ProgramError, UsageError
 from agentkit.proposals import ProposedAction
 from agentkit.tiers import AutonomyRung, Tier, max_rung_for, runs_live, tier_choices
-from agentkit.tools import NO_CTX, ContextTool, Tool, args_type_of, check_name, declared_tier
+from agentkit.tools import NO_CTX, ContextTool, Tool, args_type_of, check_name, declared_tier, wants_ctx
 
 __all__ = [
     "ApplyReport",
@@ -89,6 +89,11 @@ class Capability(Generic[Args, R_co]):
             raise UsageError(str(missing_tier(self.name)))
         if not (inspect.isclass(self.args_type) and issubclass(self.args_type, BaseModel)):
             raise UsageError(f"capability {self.name!r} needs a pydantic args_type; got {self.args_type!r}")
+        if self.handler is not None and wants_ctx(self.handler):
+            raise UsageError(
+                f"capability {self.name!r}: its handler takes a second parameter (the run's ctx), which a Capability "
+                "never passes; make a capability that needs the run's ctx with @tool (apply_plan(plan, ctx=...))"
+            )
         if self.handler is not None and max_rung_for(self.tier) is AutonomyRung.ASK:
             raise UsageError(
                 f"capability {self.name!r} is Tier.{self.tier.name}, which never runs live, so it cannot have a "

@@ -148,6 +148,13 @@ class FunctionTool(Generic[Args, R]):
     """Run a sync function in one of agentkit's threads for blocking tools (for blocking I/O; at most
     ``TOOL_THREADS``, 32, at once in a process, see ``docs/concepts.md``)."""
 
+    def __post_init__(self) -> None:
+        if wants_ctx(self.fn):
+            raise UsageError(
+                f"tool {self.name!r}: its function takes a second parameter (the run's ctx), which a FunctionTool "
+                "never passes; make it with @tool or ContextFunctionTool(...)"
+            )
+
     async def call(self, args: Args) -> Sequence[R]:
         """Run the function with ``args``."""
         return typing.cast("Sequence[R]", await _run(self.fn, args, in_thread=self.in_thread, name=self.name))
@@ -271,7 +278,10 @@ def args_type_of(fn: Callable[..., Any], decorator: str = "@tool") -> type[Any]:
 
 def wants_ctx(fn: Callable[..., Any]) -> bool:
     """Whether a tool function takes the run's ctx: its second parameter is positional and has no default."""
-    params = list(inspect.signature(fn).parameters.values())[1:2]
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:2]
+    except (TypeError, ValueError):  # no signature to read (a builtin, say): called with the args alone
+        return False
     return bool(params) and params[0].kind in _POSITIONAL and params[0].default is inspect.Parameter.empty
 
 

@@ -92,6 +92,20 @@ def test_a_second_parameter_with_a_default_or_keyword_only_is_no_ctx() -> None:
     assert asyncio.run(limited.call(Query(query="q"))) == [Doc(id="3")]
 
 
+def test_constructors_that_never_pass_a_ctx_refuse_a_ctx_function() -> None:
+    """FunctionTool and Capability refuse, when made, a function that needs a ctx they would never pass."""
+
+    def needs_ctx(args: Query, ctx: Clients) -> list[Doc]:
+        return []
+
+    with pytest.raises(UsageError, match="tool 'x': its function takes a second parameter"):
+        FunctionTool(name="x", description="d", args_type=Query, tier=Tier.READ_ONLY, fn=needs_ctx)  # type: ignore[arg-type]  # refused statically too
+    with pytest.raises(UsageError, match="capability 'needs_ctx': its handler takes a second parameter"):
+        capability(tier=Tier.READ_ONLY)(needs_ctx)  # type: ignore[arg-type]  # refused statically too
+    made = ContextFunctionTool(name="x", description="d", args_type=Query, tier=Tier.READ_ONLY, fn=needs_ctx)
+    assert takes_ctx(made)
+
+
 async def test_loop_calls_a_ctx_tool_with_the_run_ctx_itself() -> None:
     """The tool gets the very ctx object render gets (not a copy), so per-run caches persist across rounds."""
     ctx = Clients(source="intranet")
