@@ -8,6 +8,7 @@ ctx type fits the run's; a tool without one fits any run.
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -278,6 +279,9 @@ def args_type_of(fn: Callable[..., Any], decorator: str = "@tool") -> type[Any]:
 
 def wants_ctx(fn: Callable[..., Any]) -> bool:
     """Whether a tool function takes the run's ctx: its second parameter is positional and has no default."""
+    if isinstance(fn, types.FunctionType):  # the common case, read from the code object (inspect is ~50x slower)
+        required = fn.__code__.co_argcount - len(fn.__defaults__ or ())
+        return required >= 2
     try:
         params = list(inspect.signature(fn).parameters.values())[1:2]
     except (TypeError, ValueError):  # no signature to read (a builtin, say): called with the args alone

@@ -29,7 +29,7 @@ from agentkit.journal import Journal, ProposalState
 from agentkit.program import CapabilitySet, apply_plan, capability, gate_program
 from agentkit.stream import iter_tool_loop
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from agentkit.tools import takes_ctx
+from agentkit.tools import takes_ctx, wants_ctx
 from tests.support import Doc, Executor, PathArgs, Query
 
 
@@ -90,6 +90,30 @@ def test_a_second_parameter_with_a_default_or_keyword_only_is_no_ctx() -> None:
     assert isinstance(limited, FunctionTool)
     assert isinstance(keyword, FunctionTool)
     assert asyncio.run(limited.call(Query(query="q"))) == [Doc(id="3")]
+
+
+def test_ctx_is_read_alike_from_functions_methods_and_callable_objects() -> None:
+    """A bound method's self and a callable object's self do not count; a default or a keyword-only ctx is no ctx."""
+
+    class Handlers:
+        def with_ctx(self, args: Query, ctx: Clients) -> list[Doc]:
+            return []
+
+        def without(self, args: Query) -> list[Doc]:
+            return []
+
+        def __call__(self, args: Query, ctx: Clients) -> list[Doc]:
+            return []
+
+    def optional(args: Query, ctx: Clients | None = None) -> list[Doc]:
+        return []
+
+    def keyword(args: Query, *, ctx: Clients) -> list[Doc]:
+        return []
+
+    handlers = Handlers()
+    assert [wants_ctx(f) for f in (handlers.with_ctx, handlers, lookup.fn)] == [True, True, True]
+    assert [wants_ctx(f) for f in (handlers.without, optional, keyword, plain.fn, len)] == [False] * 5
 
 
 def test_constructors_that_never_pass_a_ctx_refuse_a_ctx_function() -> None:
