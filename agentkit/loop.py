@@ -49,7 +49,8 @@ async def run_tool_loop(
         caller: The structured-call seam (``OpenAICaller``, ``ScriptedCaller``, ...).
         agent: The executor.
         tool: One tool, or a sequence of tools (the step then names the tool it calls).
-        ctx: The caller's data for ``agent.render``.
+        ctx: The caller's data for ``agent.render``, and the very object each tool that takes the
+            run's ctx is called with.
         config: Ceilings and policies; ``LoopConfig()`` when omitted.
         same: Degeneration comparator; default compares args by value.
         observer: One observer, several, or none.

@@ -76,7 +76,8 @@ async def resume_tool_loop(
         caller: The structured-call seam.
         agent: The executor (the same one, or one that renders the same way).
         tools: The run's tool set: the same names, in the same order, at the same tiers.
-        ctx: The caller's data for ``agent.render``.
+        ctx: The caller's data for ``agent.render``, and for the tools that take the run's ctx (the approved calls
+            included).
         checkpoint: ``result.checkpoint`` of a run that stopped at a proposal (perhaps reloaded
             with ``RunCheckpoint.model_validate_json``).
         decisions: One ``Approval`` or ``Rejection`` per pending proposal.
