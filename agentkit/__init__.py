@@ -46,7 +46,7 @@ from agentkit.step import ToolStep
 from agentkit.structured import Completion, RetryPolicy, StructuredCaller, StructuredRequest, generate_structured
 from agentkit.text import TextCaller, TextCompletion
 from agentkit.tiers import AutonomyRung, Tier, max_rung_for, parse_tier
-from agentkit.tools import FunctionTool, Tool, tool, tool_set
+from agentkit.tools import ContextFunctionTool, ContextTool, FunctionTool, Tool, tool, tool_set
 
 if TYPE_CHECKING:
     from agentkit.approval import Approval, ApprovalError, Rejection, approve, execute_approved, reject
@@ -90,6 +90,8 @@ __all__ = [
     "AutonomyRung",
     "CallRefused",
     "Completion",
+    "ContextFunctionTool",
+    "ContextTool",
     "ContextWindow",
     "Event",
     "ExecutorError",

@@ -18,9 +18,22 @@ from pydantic import BaseModel
 
 from agentkit.errors import CallRefused, MissingTierError, TierChanged, ToolError, ToolRetry, ToolTimeout, UsageError
 from agentkit.tiers import Tier, tier_choices
-from agentkit.tools import Tool, check_args_type, declared_tier
+from agentkit.tools import NO_CTX, AnyTool, ContextTool, Tool, check_args_type, declared_tier, takes_ctx
 
 R = TypeVar("R")
+
+
+def check_ctx(tool: AnyTool, ctx: object) -> None:
+    """Refuse, before anything runs, a tool that takes the run's ctx when no ctx was given.
+
+    Raises:
+        UsageError: naming the tool and the fix.
+    """
+    if ctx is NO_CTX and takes_ctx(tool):
+        raise UsageError(
+            f"tool {getattr(tool, 'name', tool)!r} takes the run's ctx and none was given; nothing ran. "
+            "Pass ctx=... (the object the run had, or one built for this call)"
+        )
 
 
 def missing_tier(name: str) -> MissingTierError:
@@ -28,7 +41,7 @@ def missing_tier(name: str) -> MissingTierError:
     return MissingTierError(f"tool {name!r} declares no tier; choose one of {tier_choices()}", tool_name=name)
 
 
-def admit(tool: Tool[Any, Any], *, name: str | None = None, tier: Tier | None = None) -> Tier:
+def admit(tool: AnyTool, *, name: str | None = None, tier: Tier | None = None) -> Tier:
     """The tool's declared tier, once the tool is shown to be the one a call may run on.
 
     The tier is read from the tool now, never cached, so nothing set on the tool after wiring can
@@ -106,13 +119,17 @@ class Invocation(Generic[R]):
 
 
 async def invoke(  # the loop's deadline arithmetic lives with the caller
-    tool: Tool[Any, R],
+    tool: Tool[Any, R] | ContextTool[Any, R, Any],
     args: BaseModel,
     *,
+    ctx: object = NO_CTX,
     limit: float | None = None,
     around: Callable[[Awaitable[Sequence[R]]], Awaitable[Sequence[R]]] | None = None,
 ) -> Invocation[R]:
     """Run one admitted call within ``limit`` seconds (``None``: no limit).
+
+    A tool that takes the run's ctx is called with ``ctx`` itself (the very object: it carries the
+    run's clients and caches); callers check first with ``check_ctx`` that there is one.
 
     The tool gets its own deep copy of ``args``: whatever it does to them, the call the model made
     (and a human approved) stays as it was in traces, proposals and the repeat guard. Nothing the
@@ -121,11 +138,13 @@ async def invoke(  # the loop's deadline arithmetic lives with the caller
     """
     from agentkit._timing import timeout_scope  # asyncio is loaded on first use, not at import
 
+    check_ctx(tool, ctx)
     name = tool.name
     started = time.monotonic()
     try:
         async with timeout_scope(limit) as scope:
-            work = tool.call(args.model_copy(deep=True))
+            own = args.model_copy(deep=True)
+            work = tool.call(own, ctx) if takes_ctx(tool) else typing.cast("Tool[Any, R]", tool).call(own)
             batch: object = await (around(work) if around is not None else work)
     except ToolRetry as retry:
         return Invocation(tool_name=name, observation=_message_of(retry), seconds=time.monotonic() - started)

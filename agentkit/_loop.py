@@ -43,7 +43,7 @@ from agentkit.results import RoundRecord, TieredLoopResult, Usage
 from agentkit.step import ToolStep, build_step_model, step_call_parts
 from agentkit.structured import StructuredCaller
 from agentkit.tiers import Tier, runs_live
-from agentkit.tools import Tool, declared_tier, validate_tool_names
+from agentkit.tools import AnyTool, Tool, declared_tier, validate_tool_names
 
 Verdict = Literal["run", "propose", "no_tier"]
 
@@ -73,12 +73,14 @@ class Toolbox:
     single: Tool[Any, Any] | None
 
     @classmethod
-    def build(cls, tool_or_tools: Tool[Any, Any] | Sequence[Tool[Any, Any]], config: LoopConfig) -> Toolbox:
+    def build(cls, tool_or_tools: AnyTool | Sequence[AnyTool], config: LoopConfig) -> Toolbox:
+        # A tool that takes the run's ctx is kept beside the others: what the loop reads of a tool
+        # (name, tier, args type) is the same, and ``invoke`` calls it with the ctx.
         single: Tool[Any, Any] | None
         if callable(getattr(tool_or_tools, "call", None)):
             single, tools = typing.cast("Tool[Any, Any]", tool_or_tools), [typing.cast("Tool[Any, Any]", tool_or_tools)]
         elif isinstance(tool_or_tools, Sequence) and not isinstance(tool_or_tools, str | bytes):
-            single, tools = None, list(tool_or_tools)
+            single, tools = None, [typing.cast("Tool[Any, Any]", t) for t in tool_or_tools]
         else:
             raise UsageError(
                 "tools must be one Tool or a list or tuple of them (their order is the schema's order); "
@@ -333,7 +335,7 @@ class _Run:
         call, encoded = self.restored[index], None
         if isinstance(decision, Approval):
             try:
-                batch = await execute_approved(decision, self.box.tools[call.tool_name])
+                batch = await execute_approved(decision, self.box.tools[call.tool_name], ctx=self.ctx)
             except AgentkitError as error:
                 return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
             outcome, encoded = self.encoded(Invocation(tool_name=call.tool_name, batch=batch))
@@ -461,7 +463,7 @@ class _Run:
             def around(work: Awaitable[Sequence[Any]]) -> Awaitable[Sequence[Any]]:
                 return observed(observers, call, work)
 
-        outcome, encoded = self.encoded(await invoke(tool, args, limit=self.tool_limit(), around=around))
+        outcome, encoded = self.encoded(await invoke(tool, args, ctx=self.ctx, limit=self.tool_limit(), around=around))
         ending = self.ending_of(outcome)
         batch = tuple(outcome.batch)
         if ending is None:

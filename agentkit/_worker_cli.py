@@ -27,7 +27,7 @@ from typing import Any, TextIO, cast
 
 from agentkit.cli import positive_int
 from agentkit.errors import AgentkitError, UsageError
-from agentkit.tools import Tool
+from agentkit.tools import Tool, takes_ctx
 
 __all__ = ["load_tools", "register"]
 
@@ -76,7 +76,8 @@ def _positive_float(text: str) -> float:
 
 
 def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:
-    """The tools named by ``module:attr`` paths (each a tool or a sequence of tools); ``UsageError`` otherwise."""
+    """The tools named by ``module:attr`` paths (each a tool or a sequence of tools); ``UsageError`` otherwise,
+    or for a tool that takes the run's ctx (the command has none to give it)."""
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
     tools: list[Tool[Any, Any]] = []
@@ -96,6 +97,11 @@ def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:
         for item in items:
             if not all(hasattr(item, name) for name in ("name", "args_type", "call")):
                 raise UsageError(f"--tools {path!r}: {item!r} is not a Tool (make it with @tool or implement Tool)")
+            if takes_ctx(item):
+                raise UsageError(
+                    f"--tools {path!r}: tool {getattr(item, 'name', item)!r} takes the run's ctx, which this command "
+                    "cannot give; run it in your own process with journal.work(tools, ctx=...)"
+                )
             tools.append(cast("Tool[Any, Any]", item))
     return tools
 

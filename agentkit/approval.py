@@ -24,16 +24,17 @@ from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel
 
-from agentkit._invoke import admit, invoke, missing_tier
+from agentkit._invoke import admit, check_ctx, invoke, missing_tier
 from agentkit.errors import ApprovalError, UsageError
 from agentkit.proposals import ProposedAction, call_digest, canonical_json, validate_args
 from agentkit.tiers import Tier
-from agentkit.tools import Tool
+from agentkit.tools import NO_CTX, AnyTool, ContextTool, Tool
 
 __all__ = ["Approval", "ApprovalError", "Rejection", "approve", "execute_approved", "reject"]
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
+Ctx = TypeVar("Ctx")
 
 
 class _Once:
@@ -145,12 +146,24 @@ def reject(proposal: ProposedAction[Args], *, rejected_by: str, reason: str = ""
 
 
 @overload
-async def execute_approved(approval: Approval[Args], tool: Tool[Args, R]) -> Sequence[R]: ...
+async def execute_approved(approval: Approval[Args], tool: Tool[Args, R], *, ctx: object = ...) -> Sequence[R]: ...
 @overload
-async def execute_approved(approval: Approval[BaseModel], tool: Tool[Any, R]) -> Sequence[R]: ...
+async def execute_approved(approval: Approval[Args], tool: ContextTool[Args, R, Ctx], *, ctx: Ctx) -> Sequence[R]: ...
 @overload
-async def execute_approved(approval: Approval[Any], tool: Tool[BaseModel, R]) -> Sequence[R]: ...
-async def execute_approved(approval: Approval[Any], tool: Tool[Any, R]) -> Sequence[R]:
+async def execute_approved(approval: Approval[BaseModel], tool: Tool[Any, R], *, ctx: object = ...) -> Sequence[R]: ...
+@overload
+async def execute_approved(
+    approval: Approval[BaseModel], tool: ContextTool[Any, R, Ctx], *, ctx: Ctx
+) -> Sequence[R]: ...
+@overload
+async def execute_approved(approval: Approval[Any], tool: Tool[BaseModel, R], *, ctx: object = ...) -> Sequence[R]: ...
+@overload
+async def execute_approved(
+    approval: Approval[Any], tool: ContextTool[BaseModel, R, Ctx], *, ctx: Ctx
+) -> Sequence[R]: ...
+async def execute_approved(
+    approval: Approval[Any], tool: Tool[Any, R] | ContextTool[Any, R, Any], *, ctx: object = NO_CTX
+) -> Sequence[R]:
     """Run an approved call, once; refuse anything that is not exactly what was approved.
 
     Typed: an approval of a one-tool proposal (``Approval[DeleteArgs]``) runs only with a tool of
@@ -162,16 +175,23 @@ async def execute_approved(approval: Approval[Any], tool: Tool[Any, R]) -> Seque
     The approval is spent as the call starts, whether the tool then succeeds or fails: an
     irreversible call may have half-happened, so a retry needs a new proposal and a new approval.
 
+    A tool that takes the run's ctx (a ``ContextTool``) needs ``ctx=``: the run's ctx, or one
+    built for this call (the run that proposed it may be long gone). It is typed like a loop's: a
+    ctx of another type is a type error; without one the call is refused before anything runs.
+
     Args:
         approval: From ``approve``.
         tool: The tool to run; its name and tier must be the proposal's (checked here, at run
             time, whatever the types said).
+        ctx: The ctx for a tool that takes one; a tool that takes none ignores it.
 
     Returns:
         The tool's batch.
 
     Raises:
-        UsageError: ``tool`` is not the tool the proposal names (or has no pydantic args type).
+        UsageError: ``tool`` is not the tool the proposal names (or has no pydantic args type), or
+            it takes the run's ctx and no ``ctx`` was given. The tool is not called and the
+            approval stays unspent.
         MissingTierError: the tool declares no tier. The tool is not called.
         TierChanged: the tool declares a tier other than the one approved. The tool is not called.
         ApprovalError: the args were altered after approval, or this approval was already used.
@@ -188,6 +208,7 @@ async def execute_approved(approval: Approval[Any], tool: Tool[Any, R]) -> Seque
             tool_name=proposal.tool_name,
         )
     admit(tool, name=proposal.tool_name, tier=proposal.tier)
+    check_ctx(tool, ctx)
     args = _args_to_run(tool, proposal)
     if call_digest(proposal.tool_name, args) != approval.digest:
         raise ApprovalError(
@@ -200,14 +221,14 @@ async def execute_approved(approval: Approval[Any], tool: Tool[Any, R]) -> Seque
             f"approval {approval.id} for {proposal.tool_name!r} was already executed; an approval runs once",
             tool_name=proposal.tool_name,
         )
-    outcome = await invoke(tool, args)
+    outcome = await invoke(tool, args, ctx=ctx)
     failure = outcome.failure()
     if failure is not None:
         raise failure
     return outcome.batch
 
 
-def _args_to_run(tool: Tool[Any, Any], proposal: ProposedAction[Any]) -> BaseModel:
+def _args_to_run(tool: AnyTool, proposal: ProposedAction[Any]) -> BaseModel:
     """A private copy of the args, of the tool's args type, so nothing can change them mid-call."""
     args_type = getattr(tool, "args_type", None)
     if not (inspect.isclass(args_type) and issubclass(args_type, BaseModel)):

@@ -31,7 +31,7 @@ from agentkit.outcome import StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.structured import RetryPolicy
 from agentkit.tiers import Tier, runs_live
-from agentkit.tools import FunctionTool, Tool, declared_tier
+from agentkit.tools import ContextFunctionTool, FunctionTool, Tool, declared_tier
 
 __all__ = ["CHECKPOINT_VERSION", "RunCheckpoint", "item_type_of"]
 
@@ -230,13 +230,13 @@ def item_type_of(tool: Tool[Any, Any]) -> object:
     """The type of one item a tool returns, as the tool declares it; ``None`` when it declares none.
 
     Read from the tool's ``result_type`` attribute when it has one; else from the return annotation
-    of a ``FunctionTool``'s function, or of the tool's ``call`` method: ``list[Doc]``,
+    of a ``FunctionTool``'s (or ``ContextFunctionTool``'s) function, or of the tool's ``call`` method: ``list[Doc]``,
     ``Sequence[Doc]`` or ``tuple[Doc, ...]`` all mean ``Doc``.
     """
     declared = getattr(tool, "result_type", None)
     if declared is not None:
         return declared
-    target: Any = tool.fn if isinstance(tool, FunctionTool) else getattr(type(tool), "call", None)
+    target: Any = tool.fn if isinstance(tool, FunctionTool | ContextFunctionTool) else getattr(type(tool), "call", None)
     if target is None:
         return None
     try:

@@ -20,7 +20,7 @@ from agentkit.errors import UsageError
 from agentkit.observe import ObserverArg, observers_of
 from agentkit.results import TieredLoopResult, ToolLoopResult
 from agentkit.structured import StructuredCaller
-from agentkit.tools import Tool
+from agentkit.tools import ContextTool, Tool
 
 __all__ = ["run_tool_loop", "run_tool_loop_sync", "run_tool_loop_tiered"]
 
@@ -32,7 +32,7 @@ R = TypeVar("R")
 async def run_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Args, R],
-    tool: Tool[Args, R] | Sequence[Tool[Any, R]],
+    tool: Tool[Args, R] | ContextTool[Args, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,
@@ -49,7 +49,8 @@ async def run_tool_loop(
         caller: The structured-call seam (``OpenAICaller``, ``ScriptedCaller``, ...).
         agent: The executor.
         tool: One tool, or a sequence of tools (the step then names the tool it calls).
-        ctx: The caller's data for ``agent.render``.
+        ctx: The caller's data for ``agent.render``, and the very object each tool that takes the
+            run's ctx is called with.
         config: Ceilings and policies; ``LoopConfig()`` when omitted.
         same: Degeneration comparator; default compares args by value.
         observer: One observer, several, or none.
@@ -85,7 +86,7 @@ async def run_tool_loop(
 async def run_tool_loop_tiered(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Args, R],
-    tools: Tool[Args, R],
+    tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,
@@ -96,7 +97,7 @@ async def run_tool_loop_tiered(
 async def run_tool_loop_tiered(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, BaseModel, R],
-    tools: Sequence[Tool[Any, R]],
+    tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,
@@ -106,7 +107,7 @@ async def run_tool_loop_tiered(
 async def run_tool_loop_tiered(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Any, R],
-    tools: Tool[Any, R] | Sequence[Tool[Any, R]],
+    tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,
@@ -138,7 +139,7 @@ async def run_tool_loop_tiered(
 def run_tool_loop_sync(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Args, R],
-    tool: Tool[Args, R] | Sequence[Tool[Any, R]],
+    tool: Tool[Args, R] | ContextTool[Args, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,

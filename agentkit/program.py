@@ -30,11 +30,11 @@ from typing import Any, Generic, Never, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from agentkit._invoke import admit, invoke, missing_tier, refused
+from agentkit._invoke import admit, check_ctx, invoke, missing_tier, refused
 from agentkit.errors import AgentkitError, CallRefused, ProgramError, UsageError
 from agentkit.proposals import ProposedAction
 from agentkit.tiers import AutonomyRung, Tier, max_rung_for, runs_live, tier_choices
-from agentkit.tools import Tool, args_type_of, check_name, declared_tier
+from agentkit.tools import NO_CTX, ContextTool, Tool, args_type_of, check_name, declared_tier, wants_ctx
 
 __all__ = [
     "ApplyReport",
@@ -89,6 +89,11 @@ class Capability(Generic[Args, R_co]):
             raise UsageError(str(missing_tier(self.name)))
         if not (inspect.isclass(self.args_type) and issubclass(self.args_type, BaseModel)):
             raise UsageError(f"capability {self.name!r} needs a pydantic args_type; got {self.args_type!r}")
+        if self.handler is not None and wants_ctx(self.handler):
+            raise UsageError(
+                f"capability {self.name!r}: its handler takes a second parameter (the run's ctx), which a Capability "
+                "never passes; make a capability that needs the run's ctx with @tool (apply_plan(plan, ctx=...))"
+            )
         if self.handler is not None and max_rung_for(self.tier) is AutonomyRung.ASK:
             raise UsageError(
                 f"capability {self.name!r} is Tier.{self.tier.name}, which never runs live, so it cannot have a "
@@ -150,14 +155,15 @@ def capability(
 class CapabilitySet(Generic[R]):
     """The capabilities a program may use, validated once and rendered for the model.
 
-    A capability is any ``Tool``: a ``Capability``, or a ``@tool`` function.
+    A capability is any ``Tool``: a ``Capability``, or a ``@tool`` function (one that takes the
+    run's ctx too; ``apply_plan`` then needs ``ctx=``).
 
     Raises:
         UsageError: no capabilities, two with the same name, or something that is not a tool.
     """
 
-    def __init__(self, *capabilities: Tool[Any, R]) -> None:
-        self._by_name: dict[str, Tool[Any, R]] = {}
+    def __init__(self, *capabilities: Tool[Any, R] | ContextTool[Any, R, Any]) -> None:
+        self._by_name: dict[str, Tool[Any, R] | ContextTool[Any, R, Any]] = {}
         for declared in capabilities:
             if not callable(getattr(declared, "call", None)):
                 raise UsageError(f"{declared!r} is not a Tool; declare it with Capability(...), @capability or @tool")
@@ -168,7 +174,7 @@ class CapabilitySet(Generic[R]):
         if not self._by_name:
             raise UsageError("a CapabilitySet needs at least one Capability")
 
-    def __iter__(self) -> Iterator[Tool[Any, R]]:
+    def __iter__(self) -> Iterator[Tool[Any, R] | ContextTool[Any, R, Any]]:
         return iter(self._by_name.values())
 
     def __len__(self) -> int:
@@ -177,7 +183,7 @@ class CapabilitySet(Generic[R]):
     def __contains__(self, name: object) -> bool:
         return name in self._by_name
 
-    def get(self, name: str) -> Tool[Any, R] | None:
+    def get(self, name: str) -> Tool[Any, R] | ContextTool[Any, R, Any] | None:
         """The capability called ``name``, if there is one."""
         return self._by_name.get(name)
 
@@ -429,22 +435,35 @@ class ApplyReport(Generic[R]):
         return not self.errors
 
 
-async def apply_plan(plan: Plan[R]) -> ApplyReport[R]:
+async def apply_plan(plan: Plan[R], *, ctx: object = NO_CTX) -> ApplyReport[R]:
     """Run ``plan.apply`` in order with each capability's handler; never ``plan.propose``.
 
     A failing call does not stop the rest; each call's outcome is in the report. A call is re-
     checked before it runs, so a hand-made or altered plan cannot run more than its tiers allow:
     a call that is unknown to the set, no longer runs live under ``plan.ceiling``, has args of
     the wrong type or has no handler is an error, never run and never skipped silently.
+
+    Args:
+        plan: From ``gate_program``.
+        ctx: The run's ctx, for capabilities that take one (``@tool`` functions with a ctx
+            parameter); the others ignore it. Its type is checked at run time only here.
+
+    Raises:
+        UsageError: a capability that ``plan.apply`` calls takes the run's ctx and no ``ctx`` was
+            given (a wiring mistake); raised before any call runs.
     """
     rejection = plan.error()
     if rejection is not None:
         return ApplyReport(rejection=rejection)
-    results = [await _apply_one(call, plan) for call in plan.apply]
+    for call in plan.apply:
+        declared = plan.capabilities.get(call.tool_name)
+        if declared is not None:
+            check_ctx(declared, ctx)
+    results = [await _apply_one(call, plan, ctx) for call in plan.apply]
     return ApplyReport(results=tuple(results))
 
 
-async def _apply_one(call: PlannedCall, plan: Plan[R]) -> CallResult[R]:
+async def _apply_one(call: PlannedCall, plan: Plan[R], ctx: object) -> CallResult[R]:
     name = call.tool_name
     declared = plan.capabilities.get(name)
     try:
@@ -459,7 +478,7 @@ async def _apply_one(call: PlannedCall, plan: Plan[R]) -> CallResult[R]:
             raise refused(name, "the capability has no handler (it is propose-only); propose the call instead")
     except CallRefused as refusal:
         return CallResult(call=call, error=refusal)
-    outcome = await invoke(declared, call.args)
+    outcome = await invoke(declared, call.args, ctx=ctx)
     failure = outcome.failure()
     if failure is not None:
         return CallResult(call=call, error=failure)

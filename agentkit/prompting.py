@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from agentkit.agent import PriorCall, Prompt, ToolRoundInfo
 from agentkit.proposals import ProposedAction, call_digest
-from agentkit.tools import Tool
+from agentkit.tools import AnyTool
 
 __all__ = ["USE_THE_TOOL", "reflective_prompt", "worked_example"]
 
@@ -64,7 +64,7 @@ def reflective_prompt(
     *,
     render_item: Callable[[R], str] | None = None,
     example: str | None = None,
-    tools: Sequence[Tool[Any, Any]] = (),
+    tools: Sequence[AnyTool] = (),
     check: str | None = None,
 ) -> Prompt:
     """The standard reflect-on-results prompt for one tool-loop round.

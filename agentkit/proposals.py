@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentkit.errors import UsageError
 from agentkit.tiers import Tier
-from agentkit.tools import Tool
+from agentkit.tools import AnyTool, ContextTool, Tool
 
 __all__ = ["ProposedAction", "call_digest", "canonical_json", "load_proposal", "validate_args"]
 
@@ -108,7 +108,7 @@ class ProposedAction(BaseModel, Generic[Args]):
             digest=call_digest(tool_name, args),
         )
 
-    def narrow(self, tool: Tool[Narrowed, Any]) -> ProposedAction[Narrowed] | None:
+    def narrow(self, tool: Tool[Narrowed, Any] | ContextTool[Narrowed, Any, Any]) -> ProposedAction[Narrowed] | None:
         """This proposal typed by ``tool``'s args, if it is a call of ``tool``; else ``None``.
 
         A proposal from a multi-tool loop is a ``ProposedAction[BaseModel]``; ``narrow`` gives the
@@ -172,10 +172,10 @@ class _Named(BaseModel):
 
 
 @overload
-def load_proposal(data: str | bytes, tools: Tool[Args, Any]) -> ProposedAction[Args]: ...
+def load_proposal(data: str | bytes, tools: Tool[Args, Any] | ContextTool[Args, Any, Any]) -> ProposedAction[Args]: ...
 @overload
-def load_proposal(data: str | bytes, tools: Sequence[Tool[Any, Any]]) -> ProposedAction[BaseModel]: ...
-def load_proposal(data: str | bytes, tools: Tool[Any, Any] | Sequence[Tool[Any, Any]]) -> ProposedAction[Any]:
+def load_proposal(data: str | bytes, tools: Sequence[AnyTool]) -> ProposedAction[BaseModel]: ...
+def load_proposal(data: str | bytes, tools: AnyTool | Sequence[AnyTool]) -> ProposedAction[Any]:
     """Reload a stored proposal with its args typed by the tool it names.
 
     ``ProposedAction[YourArgs].model_validate_json`` does this for one args type; a proposal from a

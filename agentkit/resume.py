@@ -24,7 +24,7 @@ from agentkit.observe import ObserverArg, observers_of
 from agentkit.results import TieredLoopResult, Usage
 from agentkit.structured import StructuredCaller
 from agentkit.tiers import Tier
-from agentkit.tools import Tool, declared_tier
+from agentkit.tools import ContextTool, Tool, declared_tier
 
 if TYPE_CHECKING:
     from agentkit.approval import Approval, Rejection
@@ -40,7 +40,7 @@ R = TypeVar("R")
 async def resume_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Args, R],
-    tools: Tool[Args, R],
+    tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
@@ -53,7 +53,7 @@ async def resume_tool_loop(
 async def resume_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, BaseModel, R],
-    tools: Sequence[Tool[Any, R]],
+    tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
@@ -65,7 +65,7 @@ async def resume_tool_loop(
 async def resume_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Any, R],
-    tools: Tool[Any, R] | Sequence[Tool[Any, R]],
+    tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
@@ -80,7 +80,8 @@ async def resume_tool_loop(
         caller: The structured-call seam.
         agent: The executor (the same one, or one that renders the same way).
         tools: The run's tool set: the same names, in the same order, at the same tiers.
-        ctx: The caller's data for ``agent.render``.
+        ctx: The caller's data for ``agent.render``, and for the tools that take the run's ctx (the approved calls
+            included).
         checkpoint: ``result.checkpoint`` of a run that stopped at a proposal (perhaps reloaded
             with ``RunCheckpoint.model_validate_json``).
         decisions: One ``Approval`` or ``Rejection`` per pending proposal.

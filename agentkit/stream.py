@@ -28,7 +28,7 @@ from agentkit.loop import run_tool_loop, run_tool_loop_tiered
 from agentkit.observe import Observer, ObserverArg, observers_of
 from agentkit.results import TieredLoopResult, ToolLoopResult
 from agentkit.structured import StructuredCaller
-from agentkit.tools import Tool
+from agentkit.tools import ContextTool, Tool
 
 if TYPE_CHECKING:
     from typing import Self
@@ -159,7 +159,7 @@ class RunStream(Generic[ResultT]):
 def iter_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Args, R],
-    tool: Tool[Args, R] | Sequence[Tool[Any, R]],
+    tool: Tool[Args, R] | ContextTool[Args, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,
@@ -186,7 +186,7 @@ def iter_tool_loop(
 def iter_tool_loop_tiered(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Args, R],
-    tools: Tool[Args, R],
+    tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,
@@ -197,7 +197,7 @@ def iter_tool_loop_tiered(
 def iter_tool_loop_tiered(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, BaseModel, R],
-    tools: Sequence[Tool[Any, R]],
+    tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,
@@ -207,7 +207,7 @@ def iter_tool_loop_tiered(
 def iter_tool_loop_tiered(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Any, R],
-    tools: Tool[Any, R] | Sequence[Tool[Any, R]],
+    tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
     *,

@@ -1,12 +1,18 @@
-"""Tools: the ``Tool`` protocol, the ``@tool`` decorator, and validation of a set of tools."""
+"""Tools: the ``Tool`` protocol, the ``@tool`` decorator, and validation of a set of tools.
+
+A tool may also take the run's ``ctx`` as a second parameter (a ``ContextTool``): per-run
+clients, caches and source lists then reach it without a closure. The loops type-check that its
+ctx type fits the run's; a tool without one fits any run.
+"""
 
 from __future__ import annotations
 
 import inspect
+import types
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar, overload
+from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeGuard, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -14,11 +20,25 @@ from agentkit.errors import UsageError
 from agentkit.step import VALID_NAME
 from agentkit.tiers import Tier, tier_choices
 
-__all__ = ["FunctionTool", "Tool", "declared_tier", "tool", "tool_set", "validate_tool_names"]
+__all__ = [
+    "ContextFunctionTool",
+    "ContextTool",
+    "FunctionTool",
+    "NO_CTX",
+    "NoCtx",
+    "Tool",
+    "declared_tier",
+    "takes_ctx",
+    "tool",
+    "tool_set",
+    "validate_tool_names",
+]
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
 R_co = TypeVar("R_co", covariant=True)
+Ctx = TypeVar("Ctx")
+Ctx_contra = TypeVar("Ctx_contra", contravariant=True)
 
 RESERVED_NAMES = frozenset({"done", "call", "rationale", "tool", "args"})
 
@@ -54,6 +74,67 @@ class Tool(Protocol[Args, R_co]):
         ...
 
 
+class ContextTool(Protocol[Args, R_co, Ctx_contra]):
+    """A ``Tool`` that also gets the run's ``ctx``: the object the loop was given and renders with.
+
+    Typed: a loop over ``ctx: C`` takes a ``ContextTool[Args, R, C]`` (or one whose ctx type is a
+    supertype of ``C``, a protocol ``C`` satisfies, say); any other ctx type is a type error. Outside
+    a loop (``execute_approved``, ``apply_plan``, a journal's ``execute`` and ``work``) the ctx is
+    passed as ``ctx=``; without it the call is refused with a ``UsageError`` before anything runs.
+    """
+
+    @property
+    def name(self) -> str:
+        """The name the model calls the tool by (``^[a-zA-Z0-9_-]{1,64}$``)."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """What the tool does, for the model."""
+        ...
+
+    @property
+    def args_type(self) -> type[Args]:
+        """The pydantic model of the tool's arguments."""
+        ...
+
+    @property
+    def tier(self) -> Tier:
+        """How reversible the tool's effect is."""
+        ...
+
+    @property
+    def takes_ctx(self) -> Literal[True]:
+        """Marks the tool as one that is called with the run's ctx."""
+        ...
+
+    async def call(self, args: Args, ctx: Ctx_contra, /) -> Sequence[R_co]:
+        """Run the tool with the run's ``ctx`` (the very object, not a copy); raise ``ToolRetry`` when
+        the call itself was wrong."""
+        ...
+
+
+@typing.final
+class NoCtx:
+    """The type of ``NO_CTX``: no ctx was given (``None`` may be a run's ctx, so it cannot mean "none")."""
+
+    def __repr__(self) -> str:
+        return "NO_CTX"
+
+
+NO_CTX: typing.Final = NoCtx()
+"""The default of ``ctx=`` outside a loop; a tool that takes the ctx refuses to run with it."""
+
+
+AnyTool: TypeAlias = "Tool[Any, Any] | ContextTool[Any, Any, Any]"
+"""Either kind of tool, where only what they share is used (name, tier, args type)."""
+
+
+def takes_ctx(candidate: object) -> TypeGuard[ContextTool[Any, Any, Any]]:
+    """Whether ``candidate`` is a tool that is called with the run's ctx (its ``takes_ctx`` is ``True``)."""
+    return getattr(candidate, "takes_ctx", False) is True
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FunctionTool(Generic[Args, R]):
     """A ``Tool`` made from a typed function by ``@tool``."""
@@ -68,19 +149,56 @@ class FunctionTool(Generic[Args, R]):
     """Run a sync function in one of agentkit's threads for blocking tools (for blocking I/O; at most
     ``TOOL_THREADS``, 32, at once in a process, see ``docs/concepts.md``)."""
 
+    def __post_init__(self) -> None:
+        if wants_ctx(self.fn):
+            raise UsageError(
+                f"tool {self.name!r}: its function takes a second parameter (the run's ctx), which a FunctionTool "
+                "never passes; make it with @tool or ContextFunctionTool(...)"
+            )
+
     async def call(self, args: Args) -> Sequence[R]:
         """Run the function with ``args``."""
-        if self.in_thread:
-            # Kept off `import agentkit` (asyncio costs more than the rest). Agentkit's own bounded threads,
-            # not the default executor: a call that timed out keeps its thread until it returns.
-            from agentkit._tool_threads import run_in_tool_thread
+        return typing.cast("Sequence[R]", await _run(self.fn, args, in_thread=self.in_thread, name=self.name))
 
-            result: Any = await run_in_tool_thread(self.fn, args, name=self.name)
-        else:
-            result = self.fn(args)
-        if inspect.isawaitable(result):
-            result = await result
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ContextFunctionTool(Generic[Args, R, Ctx]):
+    """A ``ContextTool`` made by ``@tool`` from a typed function ``(args: Args, ctx: Ctx) -> Sequence[R]``."""
+
+    name: str
+    description: str
+    args_type: type[Args]
+    tier: Tier
+    fn: Callable[[Args, Ctx], Sequence[R]] | Callable[[Args, Ctx], Awaitable[Sequence[R]]]
+    """The decorated function."""
+    in_thread: bool = False
+    """Run a sync function in one of agentkit's threads for blocking tools (see ``FunctionTool``)."""
+
+    @property
+    def takes_ctx(self) -> Literal[True]:
+        """Always ``True``: the loop calls it with the run's ctx."""
+        return True
+
+    async def call(self, args: Args, ctx: Ctx, /) -> Sequence[R]:
+        """Run the function with ``args`` and the run's ``ctx``."""
+        fn = self.fn
+        result = await _run(lambda given: fn(given, ctx), args, in_thread=self.in_thread, name=self.name)
         return typing.cast("Sequence[R]", result)
+
+
+async def _run(fn: Callable[[Any], Any], args: BaseModel, *, in_thread: bool, name: str) -> Any:
+    """``fn(args)``, in a thread for blocking tools when asked, awaited when it returns an awaitable."""
+    if in_thread:
+        # Kept off `import agentkit` (asyncio costs more than the rest). Agentkit's own bounded threads,
+        # not the default executor: a call that timed out keeps its thread until it returns.
+        from agentkit._tool_threads import run_in_tool_thread
+
+        result: Any = await run_in_tool_thread(fn, args, name=name)
+    else:
+        result = fn(args)
+    if inspect.isawaitable(result):
+        result = await result
+    return result
 
 
 class _ToolDecorator:
@@ -90,19 +208,23 @@ class _ToolDecorator:
         self._description = description
         self._in_thread = in_thread
 
+    # A function that can be called with the args alone is a plain tool (a second parameter with a
+    # default stays the function's own); one whose second parameter has no default takes the ctx.
     @overload
     def __call__(self, fn: Callable[[Args], Awaitable[Sequence[R]]]) -> FunctionTool[Args, R]: ...
     @overload
     def __call__(self, fn: Callable[[Args], Sequence[R]]) -> FunctionTool[Args, R]: ...
-    def __call__(self, fn: Callable[[Args], Any]) -> FunctionTool[Args, Any]:
+    @overload
+    def __call__(self, fn: Callable[[Args, Ctx], Awaitable[Sequence[R]]]) -> ContextFunctionTool[Args, R, Ctx]: ...
+    @overload
+    def __call__(self, fn: Callable[[Args, Ctx], Sequence[R]]) -> ContextFunctionTool[Args, R, Ctx]: ...
+    def __call__(self, fn: Callable[..., Any]) -> FunctionTool[Any, Any] | ContextFunctionTool[Any, Any, Any]:
         name = self._name or fn.__name__
-        return FunctionTool(
-            name=name,
-            description=self._description or inspect.cleandoc(fn.__doc__ or "") or name,
-            args_type=args_type_of(fn),
-            tier=self._tier,
-            fn=fn,
-            in_thread=self._in_thread,
+        description = self._description or inspect.cleandoc(fn.__doc__ or "") or name
+        args_type = args_type_of(fn)
+        made = ContextFunctionTool if wants_ctx(fn) else FunctionTool
+        return made(
+            name=name, description=description, args_type=args_type, tier=self._tier, fn=fn, in_thread=self._in_thread
         )
 
 
@@ -119,10 +241,17 @@ def tool(
     from its first parameter's annotation (a pydantic model). ``tier`` is required: there is no
     default tier.
 
+    A function ``(args: Args, ctx: Ctx) -> Sequence[R]`` (a second parameter without a default)
+    becomes a ``ContextTool``: each call gets the run's ``ctx``, and a loop type-checks that ``Ctx``
+    fits its own.
+
     Example:
         >>> @tool(tier=Tier.READ_ONLY)
         ... def search(args: SearchArgs) -> list[Doc]:
         ...     '''Search the corpus.'''
+        >>> @tool(tier=Tier.READ_ONLY)
+        ... def lookup(args: SearchArgs, ctx: Clients) -> list[Doc]:
+        ...     '''Search with this run's client.'''
     """
     if not isinstance(tier, Tier):
         raise UsageError(f"@tool(tier=...) needs a Tier, got {tier!r}; choose one of {tier_choices()}")
@@ -148,11 +277,33 @@ def args_type_of(fn: Callable[..., Any], decorator: str = "@tool") -> type[Any]:
     return annotation
 
 
-def tool_set(*tools: Tool[Any, R]) -> tuple[Tool[Any, R], ...]:
+def wants_ctx(fn: Callable[..., Any]) -> bool:
+    """Whether a tool function takes the run's ctx: its second parameter is positional and has no default."""
+    if isinstance(fn, types.FunctionType):  # the common case, read from the code object (inspect is ~50x slower)
+        required = fn.__code__.co_argcount - len(fn.__defaults__ or ())
+        return required >= 2
+    try:
+        params = list(inspect.signature(fn).parameters.values())[1:2]
+    except (TypeError, ValueError):  # no signature to read (a builtin, say): called with the args alone
+        return False
+    return bool(params) and params[0].kind in _POSITIONAL and params[0].default is inspect.Parameter.empty
+
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+@overload
+def tool_set(*tools: Tool[Any, R]) -> tuple[Tool[Any, R], ...]: ...
+@overload
+def tool_set(
+    *tools: Tool[Any, R] | ContextTool[Any, R, Ctx],
+) -> tuple[Tool[Any, R] | ContextTool[Any, R, Ctx], ...]: ...
+def tool_set(*tools: AnyTool) -> tuple[AnyTool, ...]:
     """Group tools with different argument types into one typed set.
 
     A plain list of such tools kept in a variable is inferred by mypy as ``list[object]``; this
-    keeps the result type: ``tool_set(search, delete)`` is a set of tools returning ``Doc``.
+    keeps the result type: ``tool_set(search, delete)`` is a set of tools returning ``Doc``. With
+    tools that take the run's ctx, the set carries their ctx type too.
     """
     return tools
 
@@ -213,7 +364,7 @@ def check_args_type(name: str, args_type: type[BaseModel]) -> None:
         )
 
 
-def validate_tool_names(tools: Sequence[Tool[Any, Any]]) -> None:
+def validate_tool_names(tools: Sequence[AnyTool]) -> None:
     """Refuse empty, malformed, reserved or duplicate names, and a missing ``args_type``.
 
     Raises:

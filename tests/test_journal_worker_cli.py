@@ -139,6 +139,34 @@ def test_worker_refuses_tools_it_cannot_import(workdir: Path, capsys: pytest.Cap
     assert not db.exists()
 
 
+def test_worker_refuses_a_tool_that_takes_the_run_ctx(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A ctx tool is refused at start-up, naming it (the command has no ctx to give), before the journal is opened."""
+    (workdir / "ctx_tools.py").write_text(
+        textwrap.dedent(
+            """
+            from pydantic import BaseModel
+            from agentkit import Tier, tool
+
+            class Wipe(BaseModel):
+                target: str
+
+            @tool(tier=Tier.IRREVERSIBLE)
+            def wipe(args: Wipe, ctx: dict[str, str]) -> list[str]:
+                return [args.target]
+            """
+        )
+    )
+    db = workdir / "journal.db"
+    sys.path.insert(0, str(workdir))
+    try:
+        assert main(["worker", "--db", str(db), "--tools", "ctx_tools:wipe"]) == 2
+    finally:
+        sys.path.remove(str(workdir))
+        sys.modules.pop("ctx_tools", None)
+    assert "tool 'wipe' takes the run's ctx" in capsys.readouterr().err
+    assert not db.exists()
+
+
 def test_worker_needs_a_backend() -> None:
     """``--db`` (one of the backend options) is required."""
     with pytest.raises(SystemExit) as exit:

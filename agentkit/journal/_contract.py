@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -16,12 +16,13 @@ from agentkit.journal._records import Execution, ProposalRecord, ProposalState, 
 from agentkit.journal._store import DEFAULT_LEASE, DEFAULT_STUCK_AFTER
 from agentkit.journal._worker import Worked, WorkReport
 from agentkit.proposals import ProposedAction
-from agentkit.tools import Tool
+from agentkit.tools import NO_CTX, ContextTool, NoCtx, Tool
 
 __all__ = ["Journal", "open_journal"]
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
+Ctx = TypeVar("Ctx")
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -71,16 +72,46 @@ class Journal(Protocol):
         """pending or approved -> rejected."""
         ...
 
+    @overload
     async def execute(
-        self, id: str, tool: Tool[Args, R], *, worker: str | None = None, lease: timedelta = DEFAULT_LEASE
+        self,
+        id: str,
+        tool: Tool[Args, R],
+        *,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        ctx: object = ...,
+    ) -> Execution[R]: ...
+    @overload
+    async def execute(
+        self,
+        id: str,
+        tool: ContextTool[Args, R, Ctx],
+        *,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        ctx: Ctx,
+    ) -> Execution[R]: ...
+    async def execute(
+        self,
+        id: str,
+        tool: Tool[Args, R] | ContextTool[Args, R, Any],
+        *,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        ctx: object = NO_CTX,
     ) -> Execution[R]:
-        """Run an approved proposal exactly once: approved -> executing -> executed or failed."""
+        """Run an approved proposal exactly once: approved -> executing -> executed or failed.
+
+        A tool that takes the run's ctx needs ``ctx=``; without it nothing is claimed or run.
+        """
         ...
 
     async def work(
         self,
-        tools: Sequence[Tool[Any, Any]],
+        tools: Sequence[Tool[Any, Any] | ContextTool[Any, Any, Ctx]],
         *,
+        ctx: Ctx | NoCtx = NO_CTX,
         limit: int | None = None,
         stop: asyncio.Event | None = None,
         concurrency: int = 1,

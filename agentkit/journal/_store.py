@@ -22,12 +22,12 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar, overload
 
 import tenacity
 from pydantic import BaseModel, ValidationError
 
-from agentkit._invoke import admit, invoke
+from agentkit._invoke import admit, check_ctx, invoke
 from agentkit.errors import ToolError, UsageError
 from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import (
@@ -63,7 +63,7 @@ from agentkit.journal._sql import (
     transition_of,
 )
 from agentkit.proposals import ProposedAction, call_digest, canonical_json
-from agentkit.tools import Tool
+from agentkit.tools import NO_CTX, AnyTool, ContextTool, NoCtx, Tool
 
 if TYPE_CHECKING:
     from agentkit.journal._worker import Wakeups, Worked, WorkReport
@@ -73,6 +73,7 @@ __all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "SQLJournal"]
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
 T = TypeVar("T")
+Ctx = TypeVar("Ctx")
 P = ParamSpec("P")
 
 JOURNAL_THREADS = 4
@@ -445,8 +446,8 @@ class SQLJournal:
     # -- execution ------------------------------------------------------------------------------
 
     def _claim(
-        self, id: str, tool: Tool[Args, Any], worker: str, token: str | None = None, lease: timedelta = DEFAULT_LEASE
-    ) -> Claim[Args]:
+        self, id: str, tool: AnyTool, worker: str, token: str | None = None, lease: timedelta = DEFAULT_LEASE
+    ) -> Claim[Any]:
         """Check the stored call against ``tool`` and the digest, then claim it: approved -> executing.
 
         The row is read with a lock (PostgreSQL ``FOR UPDATE``; SQLite's write lock is already held)
@@ -470,7 +471,7 @@ class SQLJournal:
             return Claim(record=self._fetch(db, id), args=args, token=token, worker=worker, lease=lease)
 
     def _claim_next(
-        self, tools: Mapping[str, Tool[Any, Any]], worker: str, lease: timedelta, skip: frozenset[str]
+        self, tools: Mapping[str, AnyTool], worker: str, lease: timedelta, skip: frozenset[str]
     ) -> Claim[Any] | None:
         """Claim the oldest approved proposal for one of ``tools`` in one statement; ``None``: there is none.
 
@@ -537,7 +538,7 @@ class SQLJournal:
             )
             return changed == 1
 
-    def _checked_args(self, record: ProposalRecord, tool: Tool[Args, Any]) -> Args:
+    def _checked_args(self, record: ProposalRecord, tool: AnyTool) -> Any:
         admit(tool, name=record.tool_name, tier=record.tier)
         try:
             args = record.args_as(tool.args_type)
@@ -655,10 +656,40 @@ class SQLJournal:
         """A human's decision on an abandoned execution: executing -> executed, failed or approved (run again)."""
         return await self._call(self._resolve, id, resolved_by, state, note)
 
+    @overload
     async def execute(
-        self, id: str, tool: Tool[Args, R], *, worker: str | None = None, lease: timedelta = DEFAULT_LEASE
+        self,
+        id: str,
+        tool: Tool[Args, R],
+        *,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        ctx: object = ...,
+    ) -> Execution[R]: ...
+    @overload
+    async def execute(
+        self,
+        id: str,
+        tool: ContextTool[Args, R, Ctx],
+        *,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        ctx: Ctx,
+    ) -> Execution[R]: ...
+    async def execute(
+        self,
+        id: str,
+        tool: Tool[Args, R] | ContextTool[Args, R, Any],
+        *,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        ctx: object = NO_CTX,
     ) -> Execution[R]:
         """Run an approved proposal exactly once, whatever the number of workers racing for it.
+
+        A tool that takes the run's ctx (a ``ContextTool``) is called with ``ctx``: the run that
+        proposed the call is usually gone, so give the ctx the call needs (its clients, say). Without
+        one the call is refused before the proposal is claimed.
 
         The claim carries a lease, renewed every third of ``lease`` while the tool runs; if this
         process dies, the proposal stays ``executing`` and ``stuck()`` lists it once the lease runs
@@ -669,7 +700,8 @@ class SQLJournal:
             UnknownId: no such proposal.
             TransitionRefused: it is not approved (or another worker claimed it first).
             DigestMismatch: the stored args do not reproduce the approved digest; nothing ran.
-            UsageError: ``tool`` is not the tool it was proposed for.
+            UsageError: ``tool`` is not the tool it was proposed for, or it takes the run's ctx and no
+                ``ctx`` was given; nothing was claimed or run.
             MissingTierError: the tool declares no tier; nothing ran.
             TierChanged: the tool declares another tier than the one approved; nothing ran.
             JournalError: the database failed.
@@ -678,15 +710,18 @@ class SQLJournal:
         """
         if lease <= timedelta(0):
             raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
+        check_ctx(tool, ctx)
         who = worker or _worker_name()
         claim = await self._call(self._claim, id, tool, who, uuid.uuid4().hex, lease)
         # From here on the proposal is ``executing``: if this process dies, it stays so, and a human decides.
-        return await self._run_claimed(claim, tool)
+        return await self._run_claimed(claim, tool, ctx)
 
-    async def _run_claimed(self, claim: Claim[Args], tool: Tool[Args, R]) -> Execution[R]:
+    async def _run_claimed(
+        self, claim: Claim[Args], tool: Tool[Args, R] | ContextTool[Args, R, Any], ctx: object
+    ) -> Execution[R]:
         """Call the tool of a held claim once, renewing the lease meanwhile, then record the outcome."""
         async with self._renewing(claim):
-            outcome = await invoke(tool, claim.args)
+            outcome = await invoke(tool, claim.args, ctx=ctx)
         error = outcome.failure()
         batch = outcome.batch if error is None else None
         record = await self._record_outcome(claim, batch=batch, error=error)
@@ -742,8 +777,9 @@ class SQLJournal:
 
     async def work(
         self,
-        tools: Sequence[Tool[Any, Any]],
+        tools: Sequence[Tool[Any, Any] | ContextTool[Any, Any, Ctx]],
         *,
+        ctx: Ctx | NoCtx = NO_CTX,
         limit: int | None = None,
         stop: asyncio.Event | None = None,
         concurrency: int = 1,
@@ -764,6 +800,8 @@ class SQLJournal:
 
         Args:
             tools: The tools this worker runs, matched to proposals by name.
+            ctx: What the tools that take the run's ctx are called with (every call gets this one
+                object: the worker's clients, say). Required when one of ``tools`` takes a ctx.
             limit: Return after this many claims (``None``: no limit).
             stop: Set it to stop: no new claims; running calls finish and are recorded.
             concurrency: Calls run at once, at least 1.
@@ -777,13 +815,15 @@ class SQLJournal:
             What was executed, failed, left unrecorded or left for a human.
 
         Raises:
-            UsageError: no tools, two tools with one name, a tool with no tier, or a bad option.
+            UsageError: no tools, two tools with one name, a tool with no tier, a tool that takes the
+                run's ctx without ``ctx``, or a bad option. Raised before anything is claimed.
         """
         from agentkit.journal._worker import work
 
         return await work(
             self,
             tools,
+            ctx=ctx,
             limit=limit,
             stop=stop,
             concurrency=concurrency,

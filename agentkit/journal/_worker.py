@@ -17,12 +17,13 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
+from agentkit._invoke import check_ctx
 from agentkit.errors import UsageError
 from agentkit.journal._errors import NothingRan, OutcomeNotRecorded
 from agentkit.journal._records import Execution
 from agentkit.journal._store import Claim, Unrunnable
 from agentkit.tiers import tier_choices
-from agentkit.tools import Tool, declared_tier
+from agentkit.tools import AnyTool, declared_tier
 
 if TYPE_CHECKING:
     from agentkit.journal._store import SQLJournal
@@ -124,15 +125,16 @@ class Polling:
         return None
 
 
-def _tools_by_name(tools: Sequence[Tool[Any, Any]]) -> dict[str, Tool[Any, Any]]:
+def _tools_by_name(tools: Sequence[AnyTool], ctx: object) -> dict[str, AnyTool]:
     if isinstance(tools, str | bytes) or not isinstance(tools, Sequence) or not tools:
         raise UsageError(f"work needs a non-empty sequence of tools; got {tools!r}")
-    by_name: dict[str, Tool[Any, Any]] = {}
+    by_name: dict[str, AnyTool] = {}
     for tool in tools:
         if tool.name in by_name:
             raise UsageError(f"two tools are named {tool.name!r}; a worker matches proposals by tool name")
         if declared_tier(tool) is None:
             raise UsageError(f"tool {tool.name!r} declares no tier; choose one of {tier_choices()}")
+        check_ctx(tool, ctx)
         by_name[tool.name] = tool
     return by_name
 
@@ -165,14 +167,16 @@ class _Worker:
     def __init__(
         self,
         journal: SQLJournal,
-        tools: Mapping[str, Tool[Any, Any]],
+        tools: Mapping[str, AnyTool],
         *,
+        ctx: object,
         worker: str,
         lease: timedelta,
         report: Callable[[Worked], object] | None,
     ) -> None:
         self.journal = journal
         self.tools = tools
+        self.ctx = ctx
         self.worker = worker
         self.lease = lease
         self.on_worked = report
@@ -211,7 +215,7 @@ class _Worker:
     async def execute(self, claim: Claim[Any]) -> None:
         tool = self.tools[claim.record.tool_name]
         try:
-            execution = await self.journal._run_claimed(claim, tool)
+            execution = await self.journal._run_claimed(claim, tool, self.ctx)
         except OutcomeNotRecorded as lost:
             self.result.not_recorded.append(claim.record.id)
             self.tell(
@@ -275,8 +279,9 @@ class _Worker:
 
 async def work(
     journal: SQLJournal,
-    tools: Sequence[Tool[Any, Any]],
+    tools: Sequence[AnyTool],
     *,
+    ctx: object,
     limit: int | None,
     stop: asyncio.Event | None,
     concurrency: int,
@@ -287,9 +292,9 @@ async def work(
     report: Callable[[Worked], object] | None,
 ) -> WorkReport:
     """``SQLJournal.work``'s body (documented there)."""
-    by_name = _tools_by_name(tools)
+    by_name = _tools_by_name(tools, ctx)
     _check_options(limit, concurrency, lease, poll)
-    running = _Worker(journal, by_name, worker=worker, lease=lease, report=report)
+    running = _Worker(journal, by_name, ctx=ctx, worker=worker, lease=lease, report=report)
     async with journal._wakeups(poll) as wakeups:
         try:
             await running.loop(

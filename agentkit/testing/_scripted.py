@@ -18,7 +18,7 @@ from agentkit.text import TextCompletion
 __all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
 
 if TYPE_CHECKING:
-    from agentkit.tools import Tool
+    from agentkit.tools import AnyTool, ContextTool, Tool
 
 M = TypeVar("M", bound=BaseModel)
 A = TypeVar("A", bound=BaseModel)
@@ -146,13 +146,13 @@ def validate_reply(value: BaseModel | Mapping[str, Any] | str, schema: type[M], 
 
 
 @overload
-def call_step(args: A, *, tool: Tool[A, Any], rationale: str = "") -> dict[str, Any]: ...
+def call_step(args: A, *, tool: Tool[A, Any] | ContextTool[A, Any, Any], rationale: str = "") -> dict[str, Any]: ...
 @overload
 def call_step(
     args: BaseModel | Mapping[str, Any], *, tool: str | None = None, rationale: str = ""
 ) -> dict[str, Any]: ...
 def call_step(
-    args: BaseModel | Mapping[str, Any], *, tool: Tool[Any, Any] | str | None = None, rationale: str = ""
+    args: BaseModel | Mapping[str, Any], *, tool: AnyTool | str | None = None, rationale: str = ""
 ) -> dict[str, Any]:
     """A scripted step that calls a tool; name the ``tool`` when the loop has a set of tools.
 
