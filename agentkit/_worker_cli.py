@@ -44,10 +44,18 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     backend = worker.add_argument_group("backend (exactly one)").add_mutually_exclusive_group(required=True)
     backend.add_argument("--db", metavar="URL", help="the journal: a SQLite path or a postgresql:// URL")
+    backend.add_argument("--temporal", metavar="ADDRESS", help="a Temporal frontend (host:port): serve --agents")
+    worker.add_argument("--namespace", default="default", help="(--temporal) the Temporal namespace (default)")
+    worker.add_argument("--task-queue", default="agentkit", metavar="QUEUE", help="(--temporal) task queue (agentkit)")
+    worker.add_argument(
+        "--agents",
+        action="append",
+        metavar="MODULE:ATTR",
+        help="(--temporal) a DurableAgent or a sequence of them, by import path; repeat for more",
+    )
     worker.add_argument(
         "--tools",
         action="append",
-        required=True,
         metavar="MODULE:ATTR",
         help="a Tool or a sequence of tools, by import path; repeat for more",
     )
@@ -101,6 +109,15 @@ def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    if args.temporal is not None:
+        from agentkit._temporal_cli import serve_temporal
+
+        return serve_temporal(args)
+    if not args.tools:
+        print(
+            "agentkit: error: --db needs --tools MODULE:ATTR (the tools whose approved calls to run)", file=sys.stderr
+        )
+        return 2
     try:
         tools = load_tools(args.tools)
     except AgentkitError as error:
