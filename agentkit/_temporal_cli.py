@@ -204,6 +204,13 @@ def serve_temporal(args: argparse.Namespace) -> int:
             loop.add_signal_handler(number, stop.set)
         names = ", ".join(a.name for a in agents)
         print(f"serving {names} on task queue {args.task_queue!r} at {args.temporal}", flush=True)
-        await run_worker(args.temporal, agents, task_queue=args.task_queue, namespace=args.namespace, stop=stop)
+        await run_worker(
+            args.temporal,
+            agents,
+            task_queue=args.task_queue,
+            namespace=args.namespace,
+            stop=stop,
+            max_concurrent_activities=args.concurrency,
+        )
 
     return _run(serve())

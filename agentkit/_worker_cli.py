@@ -59,7 +59,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="MODULE:ATTR",
         help="a Tool or a sequence of tools, by import path; repeat for more",
     )
-    worker.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="calls run at once (1)")
+    worker.add_argument(
+        "--concurrency", type=positive_int, metavar="N", help="calls run at once (--db: 1; --temporal: activities, 100)"
+    )
     worker.add_argument("--name", metavar="NAME", help="the name recorded as claimed_by (default host:pid)")
     worker.add_argument(
         "--lease", type=_positive_float, default=30.0, metavar="SECONDS", help="each claim's lease, renewed (30)"
@@ -118,6 +120,8 @@ def _handle(args: argparse.Namespace) -> int:
             "agentkit: error: --db needs --tools MODULE:ATTR (the tools whose approved calls to run)", file=sys.stderr
         )
         return 2
+    if args.concurrency is None:
+        args.concurrency = 1
     try:
         tools = load_tools(args.tools)
     except AgentkitError as error:

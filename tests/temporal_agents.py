@@ -56,6 +56,10 @@ def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
 def _log(path: Path, line: str) -> None:
     with path.open("a") as out:
         out.write(line + "\n")
@@ -71,6 +75,11 @@ def make_agents(model_url: str, log: Path, *, heartbeat: float = 1.0) -> list[Du
         if args.query.startswith("/") and not _exists(args.query):
             _log(log, f"blocked search {args.query}")
             while not _exists(args.query):  # noqa: ASYNC110  # another process creates the file
+                await asyncio.sleep(0.05)
+        if args.query.startswith("barrier:"):
+            # Held until two calls are held at once: with one activity per worker, two workers hold them.
+            _log(log, f"held search {args.query} {os.getpid()}")
+            while sum(line.startswith("held") for line in _lines(log)) < 2:  # noqa: ASYNC110  # other processes write it
                 await asyncio.sleep(0.05)
         _log(log, f"search {args.query}")
         return [Doc(id=f"doc:{args.query}")]

@@ -56,10 +56,11 @@ async def run_worker(
     task_queue: str,
     namespace: str = "default",
     stop: asyncio.Event | None = None,
+    max_concurrent_activities: int | None = None,
 ) -> None:
     """Connect to Temporal at ``address`` and serve ``agents`` on ``task_queue`` until ``stop`` is set
     (forever without one); in-flight work is finished on a graceful stop."""
     client = await connect(address, namespace=namespace)
-    worker = build_worker(client, agents, task_queue=task_queue)
+    worker = build_worker(client, agents, task_queue=task_queue, max_concurrent_activities=max_concurrent_activities)
     async with worker:
         await (stop or asyncio.Event()).wait()
