@@ -203,7 +203,8 @@ async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(
     temporal_address: str,
 ) -> None:
     """A run started with `agentkit temporal start`: its approved IRREVERSIBLE call, whose worker dies
-    mid-call, is not retried: the run shows OUTCOME_UNKNOWN; a human resolves it (CLI) and the run goes on with that as the call's observation."""
+    mid-call, is not retried: the run shows OUTCOME_UNKNOWN; a human resolves it (CLI) and the run goes on
+    with that as the call's observation."""
     fake.add(step("send", to="bob", text="hang"), DONE)
     with worker(temporal_address, runs.task_queue, fake, tmp_path) as first:
         started = await cli(
