@@ -18,7 +18,7 @@ from agentkit import LoopConfig, Outcome, StopReason, run_tool_loop_tiered
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import DurableAgent, DurableRuns, RunHandle, RunState, RunStatus, build_worker, workflow_for
 from agentkit.testing import FakeOpenAIServer, FakeReply
-from tests.temporal_agents import Brief, Doc, make_agents
+from tests.temporal_agents import Brief, Doc, Researcher, Search, make_agents
 
 pytestmark = pytest.mark.slow
 
@@ -192,9 +192,45 @@ async def test_throttled_model_call_is_never_retried(
 async def test_transient_model_failure_is_retried_per_policy(
     runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
 ) -> None:
-    """A 500 is retried (generate_structured's policy, each attempt an activity, a workflow timer between)."""
+    """A 500 is retried (generate_structured's policy, each attempt an activity, a workflow timer between),
+    and the run's history, backoff timer included, replays."""
     fake.add(FakeReply.error(500), bare(query="a"), DONE)
     async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        result = await (await runs.start(agents[1], Brief(topic="t"))).result()
+        handle = await runs.start(agents[1], Brief(topic="t"))
+        result = await handle.result()
     assert result.items == [Doc(id="doc:a")]
     assert result.usage.requests == len(fake.requests) == 3
+    history = await runs.client.get_workflow_handle(handle.run_id).fetch_history()
+    replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+
+
+class Opaque:
+    """An item type JSON cannot carry."""
+
+    def __init__(self, handle: object) -> None:
+        self.handle = handle
+
+
+def test_durable_agent_refuses_what_cannot_cross_processes(agents: list[DurableAgent[Any, Any]]) -> None:
+    """A tool whose items cannot round-trip through JSON, and a process-clock deadline, are refused when
+    the DurableAgent is built, naming the problem."""
+    from agentkit import Tier, UsageError, tool
+
+    @tool(tier=Tier.READ_ONLY)
+    def grab(args: Search) -> list[Opaque]:
+        """Grab."""
+        return [Opaque(args)]
+
+    caller = agents[0].caller
+    with pytest.raises(UsageError, match="'grab' returns Opaque items"):
+        DurableAgent[Brief, Any](name="x", agent=Researcher(), tools=grab, caller=caller, ctx_type=Brief)
+    with pytest.raises(UsageError, match="execution_timeout"):
+        DurableAgent(
+            name="x",
+            agent=Researcher(),
+            tools=agents[1].tools,
+            caller=caller,
+            ctx_type=Brief,
+            config=LoopConfig(deadline=5.0),
+        )

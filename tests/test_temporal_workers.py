@@ -221,6 +221,19 @@ async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(
         unknown = await until(handle, RunStatus.OUTCOME_UNKNOWN)
         assert unknown.unknown is not None
         assert unknown.unknown.digest == proposal.digest
+        wrong = await cli(
+            temporal_address,
+            "resolve",
+            handle.run_id,
+            "--round",
+            str(proposal.round),
+            "--digest",
+            "0" * 64,
+            "--by",
+            "ops",
+            "--ran",
+        )
+        assert (wrong.returncode, "refused" in wrong.stderr) == (1, True), wrong.stderr
         resolve = ["--round", str(proposal.round), "--digest", proposal.digest, "--by", "ops"]
         resolved = await cli(
             temporal_address, "resolve", handle.run_id, *resolve, "--not-ran", "--note", "no mail left"
