@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import Client
@@ -28,12 +29,15 @@ def build_worker(
     *,
     task_queue: str,
     max_concurrent_activities: int | None = None,
+    graceful_shutdown: timedelta = timedelta(seconds=30),
 ) -> Worker:
     """A worker (not yet running) that plays the runs of ``agents`` and runs their model and tool calls.
 
     Start it with ``async with worker:`` or ``await worker.run()``. Any number of workers, in any
     number of processes and machines, may serve one task queue: Temporal spreads the runs and
-    their activities over them, and a run whose worker dies goes on on another.
+    their activities over them, and a run whose worker dies goes on on another. On shutdown,
+    running activities get ``graceful_shutdown`` to finish before they are cancelled (a cancelled
+    approved call is an unknown outcome, never re-run).
 
     Raises:
         UsageError: two agents of one name, or none.
@@ -46,6 +50,7 @@ def build_worker(
         workflows=[workflow_for(named)],
         activities=[activities.model_call, activities.tool_call],
         max_concurrent_activities=max_concurrent_activities,
+        graceful_shutdown_timeout=graceful_shutdown,
     )
 
 
@@ -59,7 +64,7 @@ async def run_worker(
     max_concurrent_activities: int | None = None,
 ) -> None:
     """Connect to Temporal at ``address`` and serve ``agents`` on ``task_queue`` until ``stop`` is set
-    (forever without one); in-flight work is finished on a graceful stop."""
+    (forever without one); running activities then get 30 s to finish."""
     client = await connect(address, namespace=namespace)
     worker = build_worker(client, agents, task_queue=task_queue, max_concurrent_activities=max_concurrent_activities)
     async with worker:
