@@ -9,8 +9,10 @@ it cleanly: no new claims, running calls finish and are recorded, exit code 0 (S
 (Ctrl-C). A second signal cancels the running calls: their claims stay ``executing`` and show in
 ``agentkit proposals stuck`` once their lease runs out.
 
-The backend is one option of a required group (today ``--db``), so that another backend (a
-Temporal task queue, ``--temporal ADDRESS``) is one more option of the same command.
+The backend is one option of a required group. The other is ``--temporal ADDRESS``: serve the
+durable agents named by ``--agents module:attr`` on ``--task-queue`` (namespace ``--namespace``),
+playing their runs and running their model and tool calls, until SIGTERM or Ctrl-C (see
+docs/temporal.md).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add the ``worker`` command."""
     worker = subparsers.add_parser(
         "worker",
-        help="run approved calls from a journal until stopped",
+        help="run approved calls from a journal, or serve durable agents on Temporal, until stopped",
         description=__doc__,
     )
     backend = worker.add_argument_group("backend (exactly one)").add_mutually_exclusive_group(required=True)
