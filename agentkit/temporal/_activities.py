@@ -1,0 +1,173 @@
+"""The activities: one model attempt, one tool call. They run on workers, outside the workflow.
+
+Errors cross back as ``ApplicationError`` values whose ``type`` names the agentkit error and whose
+details carry its fields, so the workflow rebuilds the same error (``errors_of``) and the loop core
+treats it exactly as in-process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, JsonValue, TypeAdapter
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from agentkit._invoke import describe
+from agentkit.checkpoint import Codec
+from agentkit.errors import (
+    AgentkitError,
+    ProviderError,
+    StructuredOutputError,
+    Throttled,
+    ToolError,
+    ToolRetry,
+    Truncated,
+)
+from agentkit.results import Usage
+from agentkit.structured import StructuredRequest
+from agentkit.temporal._agent import DurableAgent
+from agentkit.temporal._values import ModelCall, ModelReply, ToolCallInput, ToolReply
+
+MODEL_ACTIVITY = "agentkit.model_call"
+TOOL_ACTIVITY = "agentkit.tool_call"
+
+REQUEST = TypeAdapter(StructuredRequest)
+
+
+def encode_error(error: AgentkitError) -> ApplicationError:
+    """An agentkit error as a non-retryable activity failure the workflow can rebuild."""
+    usage = getattr(error, "usage", None) or Usage(requests=1)
+    details: dict[str, JsonValue] = {
+        "requests": usage.requests,
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+    }
+    if isinstance(error, Throttled):
+        details["retry_after"] = error.retry_after
+    if isinstance(error, ProviderError):
+        details["transient"] = error.transient
+        details["status"] = error.status
+    if isinstance(error, StructuredOutputError):
+        details["schema_name"] = error.schema_name
+        details["raw"] = error.raw
+    if isinstance(error, Truncated):
+        details["max_tokens"] = error.max_tokens
+    return ApplicationError(str(error), details, type=type(error).__name__, non_retryable=True)
+
+
+def decode_error(failure: ApplicationError) -> AgentkitError:
+    """The agentkit error an activity reported (``encode_error``); anything else is a provider failure."""
+    raw = failure.details[0] if failure.details else {}
+    details: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+    usage = Usage(
+        requests=int(details.get("requests", 1)),
+        input_tokens=int(details.get("input_tokens", 0)),
+        output_tokens=int(details.get("output_tokens", 0)),
+    )
+    message = failure.message
+    match failure.type:
+        case "Throttled":
+            return Throttled(message, retry_after=details.get("retry_after"), usage=usage)
+        case "Truncated":
+            return Truncated(
+                message,
+                raw=str(details.get("raw") or ""),
+                max_tokens=details.get("max_tokens"),
+                schema_name=details.get("schema_name", ""),
+                usage=usage,
+            )
+        case "StructuredOutputError":
+            return StructuredOutputError(
+                message, schema_name=details.get("schema_name", ""), raw=details.get("raw"), usage=usage
+            )
+        case "ProviderError":
+            transient = bool(details.get("transient", False))
+            return ProviderError(message, transient=transient, status=details.get("status"), usage=usage)
+        case _:
+            return ProviderError(f"model activity failed: {message}", usage=usage)
+
+
+class Activities:
+    """The activities of one worker, over its agents (their callers and their real tools)."""
+
+    def __init__(self, agents: Mapping[str, DurableAgent[Any, Any]]) -> None:
+        self.agents = dict(agents)
+        self.codecs = {name: Codec(agent.box.tools) for name, agent in self.agents.items()}
+
+    def _agent(self, name: str) -> DurableAgent[Any, Any]:
+        agent = self.agents.get(name)
+        if agent is None:
+            raise ApplicationError(
+                f"this worker serves no durable agent named {name!r} (it serves {sorted(self.agents)})",
+                type="UnknownAgent",
+                non_retryable=True,
+            )
+        return agent
+
+    @activity.defn(name=MODEL_ACTIVITY)
+    async def model_call(self, call: ModelCall) -> ModelReply:
+        """One attempt of the model call the workflow's ``generate_structured`` asked for."""
+        agent = self._agent(call.agent)
+        schema = agent.box.step_model
+        if schema.__name__ != call.schema_name:
+            raise ApplicationError(
+                f"agent {call.agent!r} asks with schema {schema.__name__!r}, the workflow with {call.schema_name!r}: "
+                "the worker and the workflow run different tool sets",
+                type="SchemaMismatch",
+                non_retryable=True,
+            )
+        request = REQUEST.validate_python(call.request)
+        try:
+            completion = await agent.caller.complete(request, schema)
+        except AgentkitError as error:
+            raise encode_error(error) from error
+        value: BaseModel = completion.value
+        return ModelReply(
+            value=value.model_dump(mode="json"),
+            requests=completion.usage.requests,
+            input_tokens=completion.usage.input_tokens,
+            output_tokens=completion.usage.output_tokens,
+            model=completion.model,
+            response_id=completion.response_id,
+            finish_reasons=completion.finish_reasons,
+        )
+
+    @activity.defn(name=TOOL_ACTIVITY)
+    async def tool_call(self, call: ToolCallInput) -> ToolReply:
+        """One call of a real tool, with heartbeats while it runs; its batch as JSON."""
+        agent = self._agent(call.agent)
+        codec = self.codecs[call.agent]
+        tool = agent.box.tools.get(call.tool_name)
+        if tool is None:
+            raise ApplicationError(f"agent {call.agent!r} has no tool {call.tool_name!r}", non_retryable=True)
+        args = codec.decode_args(call.tool_name, call.args)
+        beating = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
+        try:
+            batch = await tool.call(args)
+        except ToolRetry as retry:
+            message = getattr(retry, "message", None)
+            raise ApplicationError(
+                message if isinstance(message, str) else describe(retry), type="ToolRetry", non_retryable=True
+            ) from retry
+        finally:
+            beating.cancel()
+        try:
+            return ToolReply(batch=codec.encode_batch(call.tool_name, batch))
+        except (ValueError, TypeError) as wrong:
+            error = ToolError(
+                f"tool {call.tool_name!r} returned an item that is not of its declared item type: {wrong}",
+                tool_name=call.tool_name,
+            )
+            raise ApplicationError(str(error), type="ToolResultInvalid", non_retryable=True) from wrong
+
+
+async def _heartbeat(every_timeout: Any) -> None:
+    if every_timeout is None:
+        return
+    every = max(every_timeout.total_seconds() / 3, 0.05)
+    while True:
+        activity.heartbeat()
+        await asyncio.sleep(every)

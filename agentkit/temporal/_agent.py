@@ -1,0 +1,128 @@
+"""``DurableAgent``: what a Temporal worker serves and a client starts, under one name."""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import cached_property
+from typing import Any, Generic, TypeVar
+
+from pydantic import TypeAdapter
+
+from agentkit._loop import Toolbox
+from agentkit.agent import ToolAgent
+from agentkit.checkpoint import Codec, item_type_of
+from agentkit.config import LoopConfig
+from agentkit.errors import UsageError
+from agentkit.structured import StructuredCaller
+from agentkit.tiers import runs_live
+from agentkit.tools import Tool, declared_tier
+
+__all__ = ["ActivityPolicy", "DurableAgent"]
+
+Ctx = TypeVar("Ctx")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ActivityPolicy:
+    """How the workflow schedules its activities.
+
+    Model calls are one attempt per activity (``generate_structured`` in the workflow retries and
+    fails over, with workflow timers between attempts; ``Throttled`` is never retried). Live tool
+    calls (tiers the config runs without approval: READ_ONLY, REVERSIBLE) are retried by Temporal
+    up to ``tool_attempts``; approved calls of gated tiers get exactly one attempt, never retried.
+    """
+
+    model_timeout: timedelta = timedelta(minutes=2)
+    """``start_to_close_timeout`` of one model attempt."""
+    tool_timeout: timedelta = timedelta(minutes=5)
+    """``start_to_close_timeout`` of one tool attempt, unless ``LoopConfig.tool_timeout`` says less."""
+    tool_attempts: int = 3
+    """Attempts of a live (READ_ONLY / REVERSIBLE) tool call; a ``ToolRetry`` is never retried."""
+    retry_initial: timedelta = timedelta(seconds=1)
+    """First backoff between two attempts of a live tool call."""
+    heartbeat: timedelta | None = timedelta(seconds=10)
+    """Heartbeat timeout of tool activities (the worker heartbeats while the tool runs), so a dead
+    worker's call is noticed in this long rather than at its ``start_to_close_timeout``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class DurableAgent(Generic[Ctx, R]):
+    """An agent, its tools and its config, served by Temporal workers under ``name``.
+
+    The workflow plays the rounds (``agent.render`` runs in workflow code, so it must be
+    deterministic: no clock, no I/O); the model calls go through ``caller`` and the tool calls
+    through the tools, each as an activity on a worker. Every process that serves or starts the
+    agent builds the same ``DurableAgent`` (import it from one module).
+
+    Raises:
+        UsageError: a tool whose items cannot round-trip through JSON (their type travels between
+            processes), or a ``LoopConfig.deadline`` (use the workflow's execution timeout).
+    """
+
+    name: str
+    """The name runs are started under; unique among a worker's agents."""
+    agent: ToolAgent[Ctx, Any, R]
+    """The executor."""
+    tools: Tool[Any, R] | Sequence[Tool[Any, R]]
+    """One tool (the bare-args wire shape) or a list of them (discriminated by tool name)."""
+    caller: StructuredCaller
+    """The model seam the worker's model activity uses (the workflow never touches it)."""
+    ctx_type: Any
+    """The type ``ctx`` is validated as when it reaches the workflow (a pydantic model, ``str``...)."""
+    config: LoopConfig = field(default_factory=LoopConfig)
+    policy: ActivityPolicy = field(default_factory=ActivityPolicy)
+
+    def __post_init__(self) -> None:
+        if self.config.deadline is not None:
+            raise UsageError(
+                f"durable agent {self.name!r}: LoopConfig.deadline is measured on one process's clock; on Temporal "
+                "bound a run with start(..., execution_timeout=...) instead"
+            )
+        Codec(self.box.tools)  # every tool's items must round-trip: they cross process boundaries
+        self.ctx_adapter.json_schema()
+
+    @cached_property
+    def box(self) -> Toolbox:
+        return Toolbox.build(self.tools, self.config)
+
+    @cached_property
+    def ctx_adapter(self) -> TypeAdapter[Any]:
+        return TypeAdapter(self.ctx_type)
+
+    @cached_property
+    def item_type(self) -> Any:
+        """The items' type: the tools' one item type, or the union of theirs."""
+        kinds = list(dict.fromkeys(item_type_of(t) for t in self.box.tools.values()))
+        return kinds[0] if len(kinds) == 1 else typing.Union[tuple(kinds)]  # noqa: UP007  # built at run time
+
+    def workflow_config(self) -> LoopConfig:
+        """The config the workflow runs the core with: the tool timeout is enforced per activity
+        attempt by Temporal, not by a workflow timer around all attempts."""
+        return dataclasses.replace(self.config, tool_timeout=None)
+
+    def gated(self, tool_name: str) -> bool:
+        """Whether calls of this tool run only once approved (so run once, never retried)."""
+        tier = declared_tier(self.box.tools[tool_name])
+        return tier is None or not runs_live(tier, self.config.autonomy)
+
+
+def agents_by_name(
+    agents: DurableAgent[Any, Any] | Sequence[DurableAgent[Any, Any]],
+) -> dict[str, DurableAgent[Any, Any]]:
+    """The agents keyed by name; two of one name are a wiring mistake."""
+    listed = [agents] if isinstance(agents, DurableAgent) else list(agents)
+    named: dict[str, DurableAgent[Any, Any]] = {}
+    for one in listed:
+        if not isinstance(one, DurableAgent):
+            raise UsageError(f"expected DurableAgent values; got {type(one).__name__}")
+        if one.name in named:
+            raise UsageError(f"two durable agents are named {one.name!r}; give each its own name")
+        named[one.name] = one
+    if not named:
+        raise UsageError("no durable agents given")
+    return named

@@ -1,0 +1,190 @@
+"""The values that cross the Temporal boundary: workflow input and output, activity payloads, the
+Update and Query shapes. All pydantic, so ``temporalio.contrib.pydantic``'s converter carries them."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+from agentkit.checkpoint import RunCheckpoint
+from agentkit.outcome import Outcome, StopReason
+from agentkit.tiers import Tier
+
+__all__ = [
+    "Decision",
+    "DecisionRecord",
+    "DurableOutcome",
+    "ModelCall",
+    "ModelReply",
+    "PendingProposal",
+    "Resolution",
+    "RunStart",
+    "RunState",
+    "RunStatus",
+    "RunSummary",
+    "ToolCallInput",
+    "ToolReply",
+]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class RunStatus(StrEnum):
+    """Where a durable run stands."""
+
+    RUNNING = "running"
+    """Rounds are being played (or the run is about to start)."""
+    WAITING = "waiting"
+    """Stopped at a proposal; waits for a decision (approve or reject) by Update."""
+    OUTCOME_UNKNOWN = "outcome_unknown"
+    """An approved call's activity was lost (its worker died); a human must say whether it ran."""
+    FINISHED = "finished"
+    """Ended; ``RunState.outcome`` holds the result."""
+
+
+class RunStart(BaseModel):
+    """The workflow's input: which agent, and its ctx as JSON (validated by the agent's ``ctx_type``)."""
+
+    model_config = _FROZEN
+    agent: str
+    ctx: JsonValue = None
+
+
+class PendingProposal(BaseModel):
+    """A proposed call as the Query shows it; decide it by its ``round`` and ``digest``."""
+
+    model_config = _FROZEN
+    round: int
+    """The round that proposed it: the proposal's id within its run."""
+    tool_name: str
+    tier: Tier
+    args: dict[str, JsonValue]
+    rationale: str = ""
+    digest: str
+    """``call_digest(tool_name, args)``: a decision must quote it."""
+    proposed_at: datetime
+    """Workflow time when the run stopped at it."""
+
+
+class Decision(BaseModel):
+    """The argument of the ``decide`` Update: approve or reject one pending proposal."""
+
+    model_config = _FROZEN
+    round: int
+    """The proposal's round (``PendingProposal.round``)."""
+    digest: str
+    """The proposal's digest: a decision binds to exactly that call."""
+    approve: bool
+    by: str
+    """Who decided (a person or an account; not empty)."""
+    reason: str = ""
+    """Why: the approver's note, or the rejection's reason (the executor is shown it)."""
+
+
+class Resolution(BaseModel):
+    """The argument of the ``resolve`` Update: a human's account of a call whose outcome was lost."""
+
+    model_config = _FROZEN
+    round: int
+    digest: str
+    ran: bool
+    """Whether the call took effect, as the human established it."""
+    by: str
+    note: str = ""
+
+
+class DecisionRecord(BaseModel):
+    """A decision (or resolution) the run accepted, as it keeps it."""
+
+    model_config = _FROZEN
+    round: int
+    tool_name: str
+    digest: str
+    kind: str
+    """``approved``, ``rejected``, ``resolved_ran`` or ``resolved_not_ran``."""
+    by: str
+    reason: str = ""
+    at: datetime
+    """Workflow time when it was accepted."""
+
+
+class DurableOutcome(BaseModel):
+    """The workflow's result: the ``TieredLoopResult`` as JSON (items through the tools' item types)."""
+
+    model_config = _FROZEN
+    run_id: str
+    outcome: Outcome
+    stop_reason: StopReason
+    error: str | None = None
+    rounds: int
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    items: list[JsonValue]
+    proposals: list[PendingProposal] = []
+    """Proposals the run ended with (``AfterProposal.CONTINUE`` runs end with them, undecided)."""
+    decisions: list[DecisionRecord] = []
+    checkpoint: RunCheckpoint
+
+
+class RunState(BaseModel):
+    """The ``state`` Query's answer."""
+
+    model_config = _FROZEN
+    run_id: str
+    agent: str
+    status: RunStatus
+    rounds: int = 0
+    requests: int = 0
+    pending: list[PendingProposal] = []
+    """Proposals waiting for a decision (status ``WAITING``)."""
+    unknown: PendingProposal | None = None
+    """The approved call whose outcome was lost (status ``OUTCOME_UNKNOWN``)."""
+    decisions: list[DecisionRecord] = []
+    outcome: DurableOutcome | None = None
+
+
+class RunSummary(BaseModel):
+    """One run as ``DurableRuns.list`` shows it (from Temporal's visibility store)."""
+
+    model_config = _FROZEN
+    run_id: str
+    status: str
+    """Temporal's execution status (``RUNNING``, ``COMPLETED``, ``FAILED``...)."""
+    started_at: datetime | None = None
+
+
+class ModelCall(BaseModel):
+    """The model activity's input: one attempt of ``generate_structured`` for one agent."""
+
+    model_config = _FROZEN
+    agent: str
+    schema_name: str
+    request: dict[str, JsonValue]
+
+
+class ModelReply(BaseModel):
+    model_config = _FROZEN
+    value: dict[str, JsonValue]
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    model: str
+    response_id: str | None = None
+    finish_reasons: tuple[str, ...] = ()
+
+
+class ToolCallInput(BaseModel):
+    """The tool activity's input."""
+
+    model_config = _FROZEN
+    agent: str
+    tool_name: str
+    args: dict[str, JsonValue]
+
+
+class ToolReply(BaseModel):
+    model_config = _FROZEN
+    batch: list[JsonValue]

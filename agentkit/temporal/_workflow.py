@@ -1,0 +1,387 @@
+"""The tool loop as a Temporal workflow, over the same loop core.
+
+The workflow runs ``agentkit._loop.run_core`` (and ``resume_tool_loop`` after each decision) with
+two seams swapped for activities: the model caller (each attempt of ``generate_structured`` is an
+activity; its waits between attempts are workflow timers) and the tools (each call is an activity).
+Everything else (rendering, the step schema, gating by tier, the repeat guard, proposals,
+checkpoints) is the in-process code, replayed deterministically from the activities' recorded
+results: the run id is the workflow id, and the workflow's own clock stamps what it records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, TypeAdapter
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from agentkit._loop import Toolbox, run_core
+from agentkit.approval import Approval, Rejection, approve, reject
+from agentkit.checkpoint import CheckpointProposal, Codec, RunCheckpoint, item_type_of
+from agentkit.errors import ProviderError, ToolError, ToolRetry
+from agentkit.results import TieredLoopResult, Usage
+from agentkit.resume import resume_tool_loop
+from agentkit.structured import Completion, StructuredRequest
+from agentkit.temporal._activities import MODEL_ACTIVITY, REQUEST, TOOL_ACTIVITY, decode_error
+from agentkit.temporal._agent import DurableAgent
+from agentkit.temporal._values import (
+    Decision,
+    DecisionRecord,
+    DurableOutcome,
+    ModelCall,
+    ModelReply,
+    PendingProposal,
+    Resolution,
+    RunStart,
+    RunState,
+    RunStatus,
+    ToolCallInput,
+    ToolReply,
+)
+from agentkit.tiers import Tier
+
+WORKFLOW_NAME = "agentkit.run"
+
+_ONCE = RetryPolicy(maximum_attempts=1)
+
+
+class OutcomeLost(ToolError):
+    """An approved call's activity ended without an outcome (its worker was lost); never re-run."""
+
+
+class _ActivityCaller:
+    """The model seam in workflow code: one activity per attempt."""
+
+    def __init__(self, agent: str, durable: DurableAgent[Any, Any]) -> None:
+        self.agent, self.policy = agent, durable.policy
+
+    async def complete(self, request: StructuredRequest, schema: type[Any]) -> Completion[Any]:
+        call = ModelCall(
+            agent=self.agent, schema_name=schema.__name__, request=REQUEST.dump_python(request, mode="json")
+        )
+        try:
+            reply = await workflow.execute_activity(
+                MODEL_ACTIVITY,
+                call,
+                result_type=ModelReply,
+                start_to_close_timeout=self.policy.model_timeout,
+                retry_policy=_ONCE,
+            )
+        except ActivityError as failed:
+            if isinstance(failed.cause, ApplicationError):
+                raise decode_error(failed.cause) from None
+            # The attempt's outcome was lost (its worker died, or it timed out): a transient failure,
+            # which generate_structured retries and fails over like any other.
+            raise ProviderError(f"model call lost: {failed.cause or failed}", transient=True) from None
+        usage = Usage(requests=reply.requests, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
+        return Completion(
+            value=schema.model_validate(reply.value),
+            usage=usage,
+            model=reply.model,
+            response_id=reply.response_id,
+            finish_reasons=reply.finish_reasons,
+        )
+
+
+class _ActivityTool:
+    """A tool in workflow code: its name, description, args type, tier and item type are the real
+    tool's; its call is an activity (retried per policy when it runs live, once when approved)."""
+
+    def __init__(self, agent: str, durable: DurableAgent[Any, Any], name: str, lost: list[str]) -> None:
+        real = durable.box.tools[name]
+        self.agent, self.durable, self.lost = agent, durable, lost
+        self.name: str = real.name
+        self.description: str = real.description
+        self.args_type: type[BaseModel] = real.args_type
+        self.tier: Tier = real.tier
+        self.result_type = item_type_of(real)
+        self.items: TypeAdapter[list[Any]] = TypeAdapter(list[self.result_type])  # type: ignore[name-defined]  # a run-time type
+
+    async def call(self, args: BaseModel) -> Sequence[Any]:
+        policy, gated = self.durable.policy, self.durable.gated(self.name)
+        timeout = policy.tool_timeout
+        if self.durable.config.tool_timeout is not None:
+            timeout = min(timeout, timedelta(seconds=self.durable.config.tool_timeout))
+        retry = _ONCE
+        if not gated:
+            retry = RetryPolicy(
+                maximum_attempts=policy.tool_attempts,
+                initial_interval=policy.retry_initial,
+                non_retryable_error_types=["ToolRetry", "ToolResultInvalid"],
+            )
+        call = ToolCallInput(agent=self.agent, tool_name=self.name, args=args.model_dump(mode="json"))
+        try:
+            reply = await workflow.execute_activity(
+                TOOL_ACTIVITY,
+                call,
+                result_type=ToolReply,
+                start_to_close_timeout=timeout,
+                heartbeat_timeout=policy.heartbeat,
+                retry_policy=retry,
+            )
+        except ActivityError as failed:
+            cause = failed.cause
+            if isinstance(cause, ApplicationError):
+                if cause.type == "ToolRetry":
+                    raise ToolRetry(cause.message) from None
+                raise ToolError(f"{cause.type}: {cause.message}", tool_name=self.name) from None
+            if gated:
+                # At most once: the call may or may not have taken effect, and it is never re-run.
+                self.lost.append(self.name)
+                raise OutcomeLost(
+                    f"the outcome of the approved call to {self.name!r} is unknown: its activity ended without one "
+                    f"({cause or failed}); it is not re-run",
+                    tool_name=self.name,
+                ) from None
+            raise ToolError(f"tool {self.name!r} activity failed: {cause or failed}", tool_name=self.name) from None
+        return self.items.validate_python(reply.batch)
+
+
+def _refused(message: str) -> ApplicationError:
+    return ApplicationError(message, type="DecisionRefused", non_retryable=True)
+
+
+class AgentRun:
+    """The workflow's body; ``workflow_for`` makes the registered class, which knows its agents."""
+
+    agents: ClassVar[dict[str, DurableAgent[Any, Any]]] = {}
+
+    def __init__(self) -> None:
+        self.run_id = ""
+        self.agent = ""
+        self.status = RunStatus.RUNNING
+        self.rounds = 0
+        self.requests = 0
+        self.pending: dict[int, PendingProposal] = {}
+        self.decided: dict[int, Decision] = {}
+        self.unknown: PendingProposal | None = None
+        self.resolution: Resolution | None = None
+        self.records: list[DecisionRecord] = []
+        self.outcome: DurableOutcome | None = None
+        self.lost: list[str] = []
+
+    @workflow.run
+    async def run(self, start: RunStart) -> DurableOutcome:
+        durable = self.agents.get(start.agent)
+        if durable is None:
+            raise ApplicationError(
+                f"no durable agent named {start.agent!r} (this worker serves {sorted(self.agents)})",
+                type="UnknownAgent",
+                non_retryable=True,
+            )
+        self.run_id, self.agent = workflow.info().workflow_id, start.agent
+        ctx = durable.ctx_adapter.validate_python(start.ctx)
+        caller = _ActivityCaller(start.agent, durable)
+        proxies = [_ActivityTool(start.agent, durable, name, self.lost) for name in durable.box.tools]
+        tools: Any = proxies if durable.box.single is None else proxies[0]
+        config = durable.workflow_config()
+        box = Toolbox.build(tools, config)
+        codec = Codec.needed(box.tools, config)
+        result = await run_core(
+            caller, durable.agent, box, ctx, config, None, (), may_propose=True, codec=codec, run_id=self.run_id
+        )
+        while not result.checkpoint.finished:
+            result = await self.decided_leg(result.checkpoint, caller, durable, tools, ctx)
+        self.outcome = self.finished(durable, result)
+        self.status = RunStatus.FINISHED
+        return self.outcome
+
+    async def decided_leg(
+        self, checkpoint: RunCheckpoint, caller: _ActivityCaller, durable: DurableAgent[Any, Any], tools: Any, ctx: Any
+    ) -> TieredLoopResult[Any, Any]:
+        """Wait for a decision on each pending proposal, then continue the run with them."""
+        now = workflow.now()
+        self.pending = {p.round: _pending(p, now) for p in checkpoint.proposals}
+        self.decided, self.rounds, self.requests = {}, checkpoint.rounds, checkpoint.requests
+        self.status = RunStatus.WAITING
+        await workflow.wait_condition(lambda: len(self.decided) == len(self.pending))
+        self.status = RunStatus.RUNNING
+        codec = Codec(durable.box.tools)
+        decisions: list[Approval[Any] | Rejection[Any]] = []
+        for stored in checkpoint.proposals:
+            decision, proposal = self.decided[stored.round], codec.decode_proposal(stored)
+            if decision.approve:
+                decisions.append(approve(proposal, approved_by=decision.by, note=decision.reason))
+            else:
+                decisions.append(reject(proposal, rejected_by=decision.by, reason=decision.reason))
+        pending, self.pending, self.lost[:] = self.pending, {}, []
+        result: TieredLoopResult[Any, Any] = await resume_tool_loop(
+            caller, durable.agent, tools, ctx, checkpoint, decisions
+        )
+        if not self.lost:
+            return result
+        # The approved call's outcome is unknown: a human says whether it took effect; it never re-runs.
+        lost = next(p for p in pending.values() if self.decided[p.round].approve)
+        self.unknown, self.resolution, self.status = lost, None, RunStatus.OUTCOME_UNKNOWN
+        await workflow.wait_condition(lambda: self.resolution is not None)
+        assert self.resolution is not None
+        self.unknown, self.status = None, RunStatus.RUNNING
+        resolved = _resolved(checkpoint, self.resolution)
+        after: TieredLoopResult[Any, Any] = await resume_tool_loop(caller, durable.agent, tools, ctx, resolved, [])
+        return after
+
+    def finished(self, durable: DurableAgent[Any, Any], result: TieredLoopResult[Any, Any]) -> DurableOutcome:
+        items = TypeAdapter(list[durable.item_type]).dump_python(result.items, mode="json")  # type: ignore[name-defined]  # a run-time type
+        now = workflow.now()
+        proposals = [
+            PendingProposal(
+                round=p.round,
+                tool_name=p.tool_name,
+                tier=p.tier,
+                args=p.args.model_dump(mode="json"),
+                rationale=p.rationale,
+                digest=p.digest,
+                proposed_at=now,
+            )
+            for p in result.proposed
+        ]
+        return DurableOutcome(
+            run_id=self.run_id,
+            outcome=result.outcome,
+            stop_reason=result.stop_reason,
+            error=str(result.error) if result.error is not None else None,
+            rounds=result.rounds,
+            requests=result.usage.requests,
+            input_tokens=result.usage.input_tokens,
+            output_tokens=result.usage.output_tokens,
+            items=items,
+            proposals=proposals,
+            decisions=list(self.records),
+            checkpoint=result.checkpoint,
+        )
+
+    @workflow.query(name="state")
+    def state(self) -> RunState:
+        return RunState(
+            run_id=self.run_id,
+            agent=self.agent,
+            status=self.status,
+            rounds=self.outcome.rounds if self.outcome else self.rounds,
+            requests=self.outcome.requests if self.outcome else self.requests,
+            pending=[p for r, p in sorted(self.pending.items()) if r not in self.decided],
+            unknown=self.unknown,
+            decisions=list(self.records),
+            outcome=self.outcome,
+        )
+
+    def check_decision(self, decision: Decision) -> PendingProposal:
+        if not decision.by.strip():
+            raise _refused("a decision must name who decided (by=...); nothing changed")
+        earlier = [r for r in self.records if r.round == decision.round]
+        if decision.round in self.decided or (earlier and decision.round not in self.pending):
+            said = f" ({earlier[-1].kind} by {earlier[-1].by})" if earlier else ""
+            raise _refused(
+                f"the proposal of round {decision.round} was already decided{said}; a proposal takes one "
+                "decision. Nothing changed"
+            )
+        proposal = self.pending.get(decision.round)
+        if proposal is None or self.status is not RunStatus.WAITING:
+            waiting = sorted(p for p in self.pending if p not in self.decided)
+            raise _refused(
+                f"run {self.run_id!r} has no pending proposal of round {decision.round} (pending: {waiting or 'none'});"
+                " nothing changed"
+            )
+        if decision.digest != proposal.digest:
+            raise _refused(
+                f"digest {decision.digest[:12]!r} is not that of the proposal of round {decision.round} "
+                f"({proposal.tool_name!r}, digest {proposal.digest[:12]!r}): a decision binds to the exact call. "
+                "Nothing changed"
+            )
+        return proposal
+
+    @workflow.update(name="decide")
+    def decide(self, decision: Decision) -> RunState:
+        proposal = self.check_decision(decision)
+        self.decided[decision.round] = decision
+        kind = "approved" if decision.approve else "rejected"
+        self.records.append(_record(proposal, kind, decision.by, decision.reason))
+        return self.state()
+
+    @decide.validator
+    def validate_decide(self, decision: Decision) -> None:
+        self.check_decision(decision)
+
+    def check_resolution(self, resolution: Resolution) -> PendingProposal:
+        if not resolution.by.strip():
+            raise _refused("a resolution must name who resolved it (by=...); nothing changed")
+        unknown = self.unknown
+        if unknown is None or self.resolution is not None or unknown.round != resolution.round:
+            raise _refused(
+                f"run {self.run_id!r} has no call of round {resolution.round} whose outcome is unknown; nothing changed"
+            )
+        if resolution.digest != unknown.digest:
+            raise _refused(
+                f"digest {resolution.digest[:12]!r} is not that of the call of round {resolution.round}; "
+                "nothing changed"
+            )
+        return unknown
+
+    @workflow.update(name="resolve")
+    def resolve(self, resolution: Resolution) -> RunState:
+        unknown = self.check_resolution(resolution)
+        self.resolution = resolution
+        kind = "resolved_ran" if resolution.ran else "resolved_not_ran"
+        self.records.append(_record(unknown, kind, resolution.by, resolution.note))
+        return self.state()
+
+    @resolve.validator
+    def validate_resolve(self, resolution: Resolution) -> None:
+        self.check_resolution(resolution)
+
+
+def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:
+    """The workflow class serving ``agents`` (one class per worker; its workflow name is ``agentkit.run``).
+
+    It is not sandboxed: the loop core it runs is replayed deterministically (run id from the
+    workflow id, proposals and decisions stamped with workflow time, every model and tool call an
+    activity), and the agents' ``render`` must be deterministic too.
+    """
+    served = type("AgentRun", (AgentRun,), {"agents": dict(agents), "__module__": __name__})
+    defined: type[AgentRun] = workflow.defn(name=WORKFLOW_NAME, sandboxed=False)(served)
+    return defined
+
+
+def _pending(stored: CheckpointProposal, now: Any) -> PendingProposal:
+    return PendingProposal(
+        round=stored.round,
+        tool_name=stored.tool_name,
+        tier=stored.tier,
+        args=stored.args,
+        rationale=stored.rationale,
+        digest=stored.digest,
+        proposed_at=now,
+    )
+
+
+def _record(proposal: PendingProposal, kind: str, by: str, reason: str) -> DecisionRecord:
+    return DecisionRecord(
+        round=proposal.round,
+        tool_name=proposal.tool_name,
+        digest=proposal.digest,
+        kind=kind,
+        by=by,
+        reason=reason,
+        at=workflow.now(),
+    )
+
+
+def _resolved(checkpoint: RunCheckpoint, resolution: Resolution) -> RunCheckpoint:
+    """The checkpoint with the lost call settled by the human's account: that call's observation,
+    not a pending proposal. Resuming from it goes on to the next round without running it."""
+    said = "it took effect" if resolution.ran else "it did not take effect"
+    note = f": {resolution.note}" if resolution.note else ""
+    observation = (
+        f"outcome unknown (its worker was lost, it was not re-run); {resolution.by} established that {said}{note}"
+    )
+    calls = tuple(
+        call.model_copy(update={"proposed": False, "observation": observation})
+        if call.proposed and call.round == resolution.round
+        else call
+        for call in checkpoint.calls
+    )
+    proposals = tuple(p for p in checkpoint.proposals if p.round != resolution.round)
+    return checkpoint.model_copy(update={"calls": calls, "proposals": proposals}).sealed()

@@ -1,0 +1,122 @@
+"""Durable agents for the Temporal tests: a read-only search and an irreversible send, both counting
+their completed calls in a file (tool-side, across processes), over a model at a given URL.
+
+Worker processes import ``AGENTS``, built from ``AGENTKIT_TEST_MODEL_URL`` and ``AGENTKIT_TEST_TOOL_LOG``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentkit import LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, tool
+from agentkit.providers.openai import OpenAICaller
+from agentkit.temporal import ActivityPolicy, DurableAgent
+
+
+class Search(BaseModel):
+    query: str
+
+
+class Send(BaseModel):
+    to: str
+    text: str
+
+
+class Doc(BaseModel):
+    id: str
+
+
+class Brief(BaseModel):
+    """The run's ctx."""
+
+    topic: str
+
+
+class Researcher:
+    """Renders the topic and what each prior call returned, so each round's prompt differs."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: Brief, info: ToolRoundInfo[Doc]) -> Prompt:
+        seen = "; ".join(
+            f"{c.tool_name}({c.args.model_dump_json()}) -> {[d.id for d in c.batch]} {c.observation or ''}"
+            for c in info.prior_calls
+        )
+        return Prompt(system="research, then send", dynamic=f"{ctx.topic} round {info.round}: {seen}")
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _log(path: Path, line: str) -> None:
+    with path.open("a") as out:
+        out.write(line + "\n")
+
+
+def make_agents(model_url: str, log: Path, *, heartbeat: float = 1.0) -> list[DurableAgent[Any, Any]]:
+    """The agents: ``research`` (search, send) and ``lookup`` (search only)."""
+
+    @tool(tier=Tier.READ_ONLY)
+    async def search(args: Search) -> list[Doc]:
+        """Search the corpus."""
+        # A query naming a file waits for it to exist: a test kills the worker at that point.
+        if args.query.startswith("/") and not _exists(args.query):
+            _log(log, f"blocked search {args.query}")
+            while not _exists(args.query):  # noqa: ASYNC110  # another process creates the file
+                await asyncio.sleep(0.05)
+        if args.query.startswith("barrier:"):
+            # Held until two calls are held at once: with one activity per worker, two workers hold them.
+            _log(log, f"held search {args.query} {os.getpid()}")
+            while sum(line.startswith("held") for line in _lines(log)) < 2:  # noqa: ASYNC110  # other processes write it
+                await asyncio.sleep(0.05)
+        _log(log, f"search {args.query}")
+        return [Doc(id=f"doc:{args.query}")]
+
+    @tool(tier=Tier.IRREVERSIBLE)
+    async def send(args: Send) -> list[Doc]:
+        """Send a message."""
+        if args.text == "hang":
+            _log(log, f"started send {args.to}")
+            await asyncio.sleep(3600)
+        _log(log, f"send {args.to} {args.text}")
+        return [Doc(id=f"sent:{args.to}")]
+
+    caller = OpenAICaller(base_url=model_url, api_key="k")
+    policy = ActivityPolicy(heartbeat=_seconds(heartbeat), retry_initial=_seconds(0.1))
+    tools: Sequence[Any] = [search, send]
+    return [
+        DurableAgent(
+            name="research",
+            agent=Researcher(),
+            tools=tools,
+            caller=caller,
+            ctx_type=Brief,
+            config=LoopConfig(max_rounds=6),
+            policy=policy,
+        ),
+        DurableAgent(name="lookup", agent=Researcher(), tools=search, caller=caller, ctx_type=Brief, policy=policy),
+    ]
+
+
+def _seconds(value: float) -> Any:
+    from datetime import timedelta
+
+    return timedelta(seconds=value)
+
+
+AGENTS = make_agents(
+    os.environ.get("AGENTKIT_TEST_MODEL_URL", "http://127.0.0.1:9/v1"),
+    Path(os.environ.get("AGENTKIT_TEST_TOOL_LOG", os.devnull)),
+)

