@@ -35,7 +35,7 @@ from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.degeneration import SameFunc, repeat_of
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
 from agentkit.events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
-from agentkit.observe import Observer, ToolInvocation, observed
+from agentkit.observe import Observer, ToolInvocation, deliver_checkpoint, observed, wants_checkpoints
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.results import RoundRecord, TieredLoopResult, Usage
@@ -244,6 +244,10 @@ class _Run:
         """A resumed run's calls, decoded from its checkpoint (``records`` holds them as JSON)."""
         self.pending: list[tuple[int, Any]] = []
         """A resumed run's decisions, by the index of the call they decide; settled before its next round."""
+        self.run_approved: Callable[[Any, Tool[Any, Any]], Awaitable[Sequence[Any]]] | None = None
+        """How a resumed run executes an approved call (``None``: ``execute_approved``; the journal claims it)."""
+        self.keepers = tuple(o for o in session.observers if wants_checkpoints(o)) if codec is not None else ()
+        """The observers that take a checkpoint per round (none without a codec: the run cannot make one)."""
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -326,7 +330,8 @@ class _Run:
         call, encoded = self.restored[index], None
         if isinstance(decision, Approval):
             try:
-                batch = await execute_approved(decision, self.box.tools[call.tool_name])
+                execute = self.run_approved or execute_approved
+                batch = await execute(decision, self.box.tools[call.tool_name])
             except AgentkitError as error:
                 return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
             outcome, encoded = self.encoded(Invocation(tool_name=call.tool_name, batch=batch))
@@ -507,18 +512,25 @@ class _Run:
             )
         return self.session.finish(result, seen=seen)
 
-    def checkpoint(self, reason: StopReason) -> RunCheckpoint:
-        """The run's state at its end; it can be resumed only from a stop at a proposal."""
+    def kept(self) -> None:
+        """Hand the observers that want one a checkpoint of the run so far (a round ended; the run goes on)."""
+        if self.keepers:
+            deliver_checkpoint(self.keepers, self.session.run_id, self.checkpoint(None))
+
+    def checkpoint(self, reason: StopReason | None) -> RunCheckpoint:
+        """The run's state at its end, or between rounds (``reason`` ``None``); it can be resumed from a
+        stop at a proposal, or from between rounds (a run that died there)."""
         usage = self.session.usage
-        finished = reason is not StopReason.PROPOSED or self.codec is None
+        finished = self.codec is None or (reason is not None and reason is not StopReason.PROPOSED)
         state: dict[str, Any] = {}
         if not finished:
+            pending = self.proposals if reason is StopReason.PROPOSED else ()
             state = {
                 "calls": tuple(self.records),
                 "recent": tuple((name, args.model_dump(mode="json")) for name, args in self.recent),
                 "recent_rounds": tuple(self.recent_rounds),
                 "refusals": self.refusals,
-                "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in self.proposals),
+                "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in pending),
             }
         return RunCheckpoint(
             run_id=self.session.run_id,
@@ -579,6 +591,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
     """The loop itself: ask, check for a repeat, gate by tier, dispatch; stop on the first ending."""
     if (settled := await run.begin()) is not None:
         return run.finish(settled)
+    run.kept()
     first = run.rounds + 1
     rounds = range(first, config.max_rounds + 1) if config.max_rounds is not None else itertools.count(first)
     for round in rounds:
@@ -607,4 +620,5 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
                     ending = run.refuse(this, tool, args)
         if isinstance(ending, Ending):
             return run.finish(ending)
+        run.kept()
     return run.finish(Ending(None, StopReason.ROUND_CEILING))

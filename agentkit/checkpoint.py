@@ -32,6 +32,9 @@ from agentkit.structured import RetryPolicy
 from agentkit.tiers import Tier, runs_live
 from agentkit.tools import FunctionTool, Tool, declared_tier
 
+if typing.TYPE_CHECKING:
+    from agentkit.observe import Observer
+
 __all__ = ["CHECKPOINT_VERSION", "RunCheckpoint", "item_type_of"]
 
 CHECKPOINT_VERSION = 1
@@ -211,20 +214,32 @@ class Codec:
             self.args[name] = candidate.args_type
 
     @classmethod
-    def needed(cls, tools: dict[str, Tool[Any, Any]], config: LoopConfig) -> Codec | None:
+    def needed(
+        cls, tools: dict[str, Tool[Any, Any]], config: LoopConfig, observers: Sequence[Observer] = ()
+    ) -> Codec | None:
         """A codec when the run may stop at a proposal (so may be resumed), else ``None``.
 
-        That is: ``after_proposal`` is ``STOP`` and some tool's tier is above what runs live.
+        That is: ``after_proposal`` is ``STOP`` and some tool's tier is above what runs live. Any
+        other run gets one too when an observer takes checkpoints (``on_checkpoint``: the journal
+        stores them to recover a crashed run) and its tools' items can round-trip through JSON;
+        when they cannot, that run keeps no checkpoint and the observer gets none.
 
         Raises:
-            UsageError: a tool whose items cannot round-trip through JSON, naming it and the type.
+            UsageError: a tool whose items cannot round-trip through JSON, naming it and the type,
+                in a run that may stop at a proposal.
         """
-        if config.after_proposal is not AfterProposal.STOP:
-            return None
+        from agentkit.observe import wants_checkpoints
+
         tiers = [declared_tier(candidate) for candidate in tools.values()]
-        if not any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers):
-            return None
-        return cls(tools)
+        may_stop = any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers)
+        if config.after_proposal is AfterProposal.STOP and may_stop:
+            return cls(tools)
+        if any(wants_checkpoints(observer) for observer in observers):
+            try:
+                return cls(tools)
+            except UsageError:
+                return None
+        return None
 
     def encode_batch(self, tool_name: str, batch: Sequence[Any]) -> list[JsonValue]:
         """The batch as JSON. Raises ``ValueError`` for an item that is not of the declared type."""

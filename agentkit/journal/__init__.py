@@ -13,6 +13,7 @@ from agentkit.journal._errors import (
     JournalUnavailable,
     NothingRan,
     OutcomeNotRecorded,
+    RunClaimed,
     TransitionRefused,
     UnknownId,
 )
@@ -24,6 +25,7 @@ from agentkit.journal._records import (
     RoundEntry,
     RunRecord,
     RunState,
+    RunStatus,
     Transition,
 )
 from agentkit.journal._sqlite import SQLiteJournal
@@ -48,7 +50,9 @@ __all__ = [
     "ProposalState",
     "RoundEntry",
     "RunRecord",
+    "RunClaimed",
     "RunState",
+    "RunStatus",
     "SQLiteJournal",
     "Transition",
     "TransitionRefused",

@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -20,7 +20,15 @@ from agentkit.tools import Tool
 
 __all__ = ["Journal", "open_journal"]
 
+if TYPE_CHECKING:
+    from agentkit.agent import ToolAgent
+    from agentkit.checkpoint import RunCheckpoint
+    from agentkit.observe import ObserverArg
+    from agentkit.results import TieredLoopResult
+    from agentkit.structured import StructuredCaller
+
 Args = TypeVar("Args", bound=BaseModel)
+Ctx = TypeVar("Ctx")
 R = TypeVar("R")
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -41,6 +49,14 @@ class Journal(Protocol):
 
     def record(self, event: Event) -> None:
         """Write one run event before returning (``JournalObserver`` calls this from its writer thread)."""
+        ...
+
+    def record_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        """Keep a run's latest checkpoint (``JournalObserver`` calls this at each round's end)."""
+        ...
+
+    def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
+        """Take or renew the lease on the unfinished runs one recorder holds (``JournalObserver``'s heartbeat)."""
         ...
 
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
@@ -102,7 +118,48 @@ class Journal(Protocol):
         ...
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
-        """The most recent runs, newest first."""
+        """The most recent runs, newest first, each with its ``status`` (waiting, ready, crashed, ...)."""
+        ...
+
+    @overload
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, Args, R],
+        tools: Tool[Args, R],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> TieredLoopResult[Args, R]: ...
+    @overload
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, BaseModel, R],
+        tools: Sequence[Tool[Any, R]],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> TieredLoopResult[BaseModel, R]: ...
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, Any, R],
+        tools: Tool[Any, R] | Sequence[Tool[Any, R]],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> TieredLoopResult[Any, R]:
+        """Continue a run from its latest checkpoint with the inbox's decisions, holding it so one process does."""
         ...
 
     async def run(self, run_id: str) -> RunRecord:

@@ -17,12 +17,12 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar, overload
 
 import tenacity
 from pydantic import BaseModel, ValidationError
@@ -36,6 +36,7 @@ from agentkit.journal._errors import (
     JournalUnavailable,
     NothingRan,
     OutcomeNotRecorded,
+    RunClaimed,
     TransitionRefused,
     UnknownId,
 )
@@ -52,6 +53,7 @@ from agentkit.journal._sql import (
     claim_statement,
     finish_run,
     folded,
+    hold_runs_statement,
     insert_proposal,
     insert_run,
     lock_proposal_statement,
@@ -60,17 +62,24 @@ from agentkit.journal._sql import (
     proposal_of,
     round_of,
     run_of,
+    store_checkpoint,
     transition_of,
 )
 from agentkit.proposals import ProposedAction, call_digest, canonical_json
 from agentkit.tools import Tool
 
 if TYPE_CHECKING:
+    from agentkit.agent import ToolAgent
+    from agentkit.checkpoint import RunCheckpoint
     from agentkit.journal._worker import Wakeups, Worked, WorkReport
+    from agentkit.observe import ObserverArg
+    from agentkit.results import TieredLoopResult
+    from agentkit.structured import StructuredCaller
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "SQLJournal"]
 
 Args = TypeVar("Args", bound=BaseModel)
+Ctx = TypeVar("Ctx")
 R = TypeVar("R")
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -295,6 +304,28 @@ class SQLJournal:
                 case _:
                     pass
             append_event(db, event, round, data, at)
+
+    def record_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        """Keep ``checkpoint`` as the run's latest (``JournalObserver`` calls this at each round's end).
+
+        One statement on the run's row; a checkpoint of an earlier round than the one stored is ignored.
+        """
+        text = checkpoint.model_dump_json()
+        with self._tx(write=True) as db:
+            store_checkpoint(db, run_id, checkpoint, text)
+
+    def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
+        """Take, or renew, the hold on unfinished runs this process records: until ``lease`` from now.
+
+        ``JournalObserver`` calls it as each run starts and every third of its lease after, so a run
+        whose process died shows as crashed once the lease runs out. A run another process holds
+        (one resuming it) is left alone.
+        """
+        if not run_ids:
+            return
+        with self._tx(write=True) as db:
+            until = db.to_db_time(now() + lease)
+            db.execute(hold_runs_statement(len(run_ids)), (holder, token, until, *run_ids, token))
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -685,7 +716,9 @@ class SQLJournal:
 
     async def _run_claimed(self, claim: Claim[Args], tool: Tool[Args, R]) -> Execution[R]:
         """Call the tool of a held claim once, renewing the lease meanwhile, then record the outcome."""
-        async with self._renewing(claim):
+        async with self._renewing(
+            lambda: self._call(self._renew, claim.record.id, claim.token, claim.lease), claim.lease
+        ):
             outcome = await invoke(tool, claim.args)
         error = outcome.failure()
         batch = outcome.batch if error is None else None
@@ -695,13 +728,18 @@ class SQLJournal:
         return Execution(proposal=record, batch=tuple(batch or ()))
 
     @asynccontextmanager
-    async def _renewing(self, claim: Claim[Any]) -> AsyncIterator[None]:
+    async def _renewing(self, renewal: Callable[[], Awaitable[bool]], lease: timedelta) -> AsyncIterator[None]:
+        """Renew a held lease (a proposal's claim, a resumed run's hold) every third of ``lease`` meanwhile.
+
+        ``renewal`` returns ``False`` once the hold is no longer this process's; renewing then stops.
+        """
+
         async def renew() -> None:
             while True:
-                await asyncio.sleep(claim.lease.total_seconds() / 3)
+                await asyncio.sleep(lease.total_seconds() / 3)
                 # A failed renewal is retried next time; a lost database shows as an expired lease.
                 with suppress(JournalError):
-                    if not await self._call(self._renew, claim.record.id, claim.token, claim.lease):
+                    if not await renewal():
                         return
 
         task = asyncio.create_task(renew())
@@ -799,6 +837,139 @@ class SQLJournal:
         from agentkit.journal._worker import Polling
 
         return Polling(0.5 if poll is None else poll)
+
+    def _resume_state(self, run_id: str) -> tuple[RunRecord, str | None, list[ProposalRecord]]:
+        """The run, its latest checkpoint (JSON) and its proposals, read in one transaction."""
+        with self._tx(write=False) as db:
+            row = self._run_row(db, run_id)
+            record = run_of(db, row)
+            rows = db.query("SELECT * FROM agentkit_proposals WHERE run_id = ? ORDER BY proposed_at, id", (run_id,))
+            text = row.get("checkpoint")
+            return record, text if isinstance(text, str) else None, [proposal_of(db, r) for r in rows]
+
+    def _claim_run(self, run_id: str, digest: str, worker: str, token: str, lease: timedelta) -> None:
+        """Hold the run to resume it from the checkpoint of ``digest``, reopening it (its ending is the resumed run's).
+
+        Raises:
+            RunClaimed: a live process holds the run (it runs, or another process resumes it), or the
+                run moved on from that checkpoint meanwhile.
+        """
+        at = now()
+        with self._tx(write=True) as db:
+            changed = db.execute(
+                "UPDATE agentkit_runs SET claimed_by = ?, claim = ?, lease_until = ?, ended_at = NULL, outcome = NULL, "
+                "stop_reason = NULL, error = NULL WHERE id = ? AND checkpoint_digest = ? "
+                "AND (claim IS NULL OR lease_until IS NULL OR lease_until <= ?)",
+                (worker, token, db.to_db_time(at + lease), run_id, digest, db.to_db_time(at)),
+            )
+            if changed == 1:
+                return
+            row = self._run_row(db, run_id)
+        if row.get("checkpoint_digest") != digest:
+            raise RunClaimed(
+                f"run {run_id!r} moved on from the checkpoint this resume read (another process resumed it "
+                "meanwhile); nothing ran. Look at it again with `agentkit journal runs`",
+                id=run_id,
+                holder=str(row.get("claimed_by") or ""),
+            )
+        until = row.get("lease_until")
+        raise RunClaimed(
+            f"run {run_id!r} is held by {row.get('claimed_by') or 'another process'} (its lease runs until {until}): "
+            "it is still running, or another process resumes it; nothing ran. Once that process is gone, its lease "
+            "runs out and the run can be resumed",
+            id=run_id,
+            holder=str(row.get("claimed_by") or ""),
+        )
+
+    def _renew_run(self, run_id: str, token: str, lease: timedelta) -> bool:
+        """Extend a resumer's hold on a run; ``False``: the hold is gone (the run ended, releasing it)."""
+        with self._tx(write=True) as db:
+            until = db.to_db_time(now() + lease)
+            return (
+                db.execute(
+                    "UPDATE agentkit_runs SET lease_until = ? WHERE id = ? AND claim = ?", (until, run_id, token)
+                )
+                == 1
+            )
+
+    def _release_run(self, run_id: str, token: str) -> None:
+        with self._tx(write=True) as db:
+            db.execute(
+                "UPDATE agentkit_runs SET claim = NULL, lease_until = NULL WHERE id = ? AND claim = ?", (run_id, token)
+            )
+
+    @overload
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, Args, R],
+        tools: Tool[Args, R],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> TieredLoopResult[Args, R]: ...
+    @overload
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, BaseModel, R],
+        tools: Sequence[Tool[Any, R]],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> TieredLoopResult[BaseModel, R]: ...
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, Any, R],
+        tools: Tool[Any, R] | Sequence[Tool[Any, R]],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+    ) -> TieredLoopResult[Any, R]:
+        """Continue a run from its latest checkpoint, with the decisions recorded in the inbox; see ``docs/journal.md``.
+
+        A run that stopped at a proposal goes on once each of its proposals is decided (approved,
+        rejected, or already executed by a worker); a run whose process died (``RunStatus.CRASHED``)
+        goes on from its last completed round. The run is held with a lease, renewed every third of
+        ``lease`` while it runs, so exactly one process resumes it. Approved calls run through
+        ``execute``'s claim, so each runs once whoever else tries. The continued run is recorded in
+        this journal under the same run id (do not pass a ``JournalObserver`` of this journal too);
+        its ending replaces the one recorded.
+
+        Args:
+            run_id: The run (from ``runs()`` or ``agentkit journal runs``).
+            caller: The structured-call seam.
+            agent: The executor.
+            tools: The run's tool set: the same names, in the same order, at the same tiers.
+            ctx: The caller's data for ``agent.render``.
+            observer: More observers of the continued run.
+            worker: The name the hold and the approved calls' claims record (default ``host:pid``).
+            lease: How long the hold stays valid unless renewed.
+
+        Raises:
+            UnknownId: the journal never saw the run.
+            ResumeRefused: the run is finished, has no checkpoint, waits on a decision (naming the
+                proposal), has an approved call still executing, or cannot resume with these tools;
+                nothing ran.
+            RunClaimed: a live process holds the run, or another resumed it first; nothing ran.
+        """
+        from agentkit.journal._resume import resume
+
+        if lease <= timedelta(0):
+            raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
+        return await resume(
+            self, run_id, caller, agent, tools, ctx, observer=observer, worker=worker or _worker_name(), lease=lease
+        )
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
         """The most recent runs, newest first (``limit`` >= 1, else ``UsageError``)."""

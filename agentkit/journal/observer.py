@@ -4,21 +4,40 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import threading
+import time
+import uuid
 from collections import deque
 from contextlib import suppress
+from dataclasses import dataclass
+from datetime import timedelta
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Literal, Self
 
 from agentkit.errors import UsageError
-from agentkit.events import Event, RunAborted, RunFinished
+from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._contract import Journal
 from agentkit.journal._errors import JournalError
+from agentkit.journal._store import DEFAULT_LEASE
 from agentkit.observe import Observer
+
+if TYPE_CHECKING:
+    from agentkit.checkpoint import RunCheckpoint
 
 __all__ = ["JournalObserver"]
 
 logger = logging.getLogger("agentkit.journal")
+
+
+@dataclass(frozen=True, slots=True)
+class _Checkpointed:
+    """A checkpoint waiting in the queue to be written, beside the events."""
+
+    run_id: str
+    checkpoint: RunCheckpoint
+    kind: Literal["checkpoint"] = "checkpoint"
 
 
 class JournalObserver(Observer):
@@ -36,22 +55,32 @@ class JournalObserver(Observer):
     logged (logger ``agentkit.journal``) and counted in ``failures``. ``close()`` (or leaving a
     ``with`` block) writes what is queued and stops the thread.
 
+    A tiered run's checkpoint is written at each round's end (one statement on the run's row), so
+    ``journal.resume`` can continue a run whose process died from its last completed round. The
+    writer thread also holds each run it records with a lease, renewed every third of ``lease``
+    while the run goes on: a run whose process died shows as crashed once its lease runs out.
+
     Args:
         journal: Where the events go.
         capacity: Most events waiting to be written; an event beyond it is dropped and counted.
         flush_timeout: Longest wait, in seconds, at a run's end for its events to be written; past
             it the run returns and the rest is written when the database frees up.
+        lease: How long the hold on a run stays valid unless renewed (see ``DEFAULT_LEASE``).
 
     Example:
         >>> with JournalObserver(SQLiteJournal("agentkit-journal.db")) as observer:
         ...     result = await run_tool_loop_tiered(caller, agent, tools, ctx, observer=observer)
     """
 
-    def __init__(self, journal: Journal, *, capacity: int = 10_000, flush_timeout: float = 10.0) -> None:
+    def __init__(
+        self, journal: Journal, *, capacity: int = 10_000, flush_timeout: float = 10.0, lease: timedelta = DEFAULT_LEASE
+    ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise UsageError(f"capacity must be an integer >= 1 (events that may wait to be written); got {capacity!r}")
         if flush_timeout < 0:
             raise UsageError(f"flush_timeout must be >= 0 seconds; got {flush_timeout!r}")
+        if not isinstance(lease, timedelta) or lease <= timedelta(0):
+            raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
         self.journal = journal
         """Where the events go."""
         self.capacity = capacity
@@ -63,7 +92,13 @@ class JournalObserver(Observer):
         self.last_error: Exception | None = None
         """The most recent failure."""
         self._cond = threading.Condition()
-        self._queue: deque[Event] = deque()
+        self.lease = lease
+        """How long the hold on a run stays valid unless renewed."""
+        self._queue: deque[Event | _Checkpointed] = deque()
+        self._holding: set[str] = set()
+        """Runs started and not yet ended, held with a lease the writer thread renews."""
+        self._holder = f"{socket.gethostname()}:{os.getpid()}"
+        self._token = uuid.uuid4().hex
         self._accepted = 0
         self._settled = 0
         """Accepted events that were written or failed; ``flush`` waits for it to catch up."""
@@ -76,6 +111,13 @@ class JournalObserver(Observer):
 
     def on_event(self, event: Event) -> None:
         """Queue the event for the writer thread (every kind: start, rounds, calls, proposals, the end)."""
+        self._put(event)
+
+    def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        """Queue the run's checkpoint for the writer thread (the latest one is kept)."""
+        self._put(_Checkpointed(run_id, checkpoint))
+
+    def _put(self, event: Event | _Checkpointed) -> None:
         with self._cond:
             if self._closed:
                 refused = f"the observer is closed, so the {event.kind} event was not written; use a new one"
@@ -178,14 +220,21 @@ class JournalObserver(Observer):
             self._writer.start()
 
     def _write_all(self) -> None:
+        beat = self.lease.total_seconds() / 3
+        beat_at = time.monotonic() + beat
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue) or self._closed)
-                if not self._queue:
+                self._cond.wait_for(lambda: bool(self._queue) or self._closed, max(beat_at - time.monotonic(), 0))
+                if not self._queue and self._closed:
                     return
-                event = self._queue.popleft()
+                event = self._queue.popleft() if self._queue else None
+            if time.monotonic() >= beat_at:
+                beat_at = time.monotonic() + beat
+                self._hold(tuple(self._holding))
+            if event is None:
+                continue
             try:
-                self.journal.record(event)
+                self._write(event)
             except Exception as error:
                 self._failed(event, error)
             finally:
@@ -199,7 +248,29 @@ class JournalObserver(Observer):
                     with suppress(RuntimeError):
                         loop.call_soon_threadsafe(_resolve, waiter)
 
-    def _failed(self, event: Event, error: Exception) -> None:
+    def _write(self, event: Event | _Checkpointed) -> None:
+        if isinstance(event, _Checkpointed):
+            self.journal.record_checkpoint(event.run_id, event.checkpoint)
+            return
+        self.journal.record(event)
+        if isinstance(event, RunStarted):
+            self._holding.add(event.run_id)
+            self._hold((event.run_id,))
+        elif isinstance(event, RunFinished | RunAborted):
+            self._holding.discard(event.run_id)
+
+    def _hold(self, run_ids: tuple[str, ...]) -> None:
+        """Take or renew the hold on the runs being recorded; a failure is retried at the next beat."""
+        if not run_ids:
+            return
+        try:
+            self.journal.hold_runs(run_ids, holder=self._holder, token=self._token, lease=self.lease)
+        except Exception as error:
+            logger.warning(
+                "journal %s: could not renew the hold on %d run(s): %s", self.journal.where, len(run_ids), error
+            )
+
+    def _failed(self, event: Event | _Checkpointed, error: Exception) -> None:
         with self._cond:
             self.failures += 1
             self.last_error = error
