@@ -22,7 +22,8 @@ from agentkit.approval import Approval, Rejection
 from agentkit.checkpoint import CheckpointProposal, Codec, RunCheckpoint
 from agentkit.errors import ResumeRefused, ToolError
 from agentkit.journal._errors import TransitionRefused
-from agentkit.journal._records import ProposalRecord, ProposalState
+from agentkit.journal._records import ProposalRecord, ProposalState, RunStatus
+from agentkit.journal._store import held
 from agentkit.journal.observer import JournalObserver
 from agentkit.observe import ObserverArg, observers_of
 from agentkit.resume import prepare_resume
@@ -51,6 +52,8 @@ async def resume(
 ) -> TieredLoopResult[Any, Any]:
     """``SQLJournal.resume``'s body (documented there)."""
     record, text, proposals = await journal._read(journal._resume_state, run_id)
+    if record.status is RunStatus.RUNNING:
+        raise held(run_id, record.claimed_by, record.lease_until)
     if text is None:
         raise ResumeRefused(
             f"run {run_id!r} has no checkpoint in the journal at {journal.where} ({record.status.value}): it was "

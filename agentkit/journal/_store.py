@@ -141,6 +141,17 @@ class Unrunnable(Exception):
         self.error = error
 
 
+def held(run_id: str, holder: object, until: object) -> RunClaimed:
+    """The error for a run another live process holds."""
+    return RunClaimed(
+        f"run {run_id!r} is held by {holder or 'another process'} (its lease runs until {until}): it is still "
+        "running, or another process resumes it; nothing ran. Once that process is gone, its lease runs out and "
+        "the run can be resumed",
+        id=run_id,
+        holder=str(holder or ""),
+    )
+
+
 def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -400,9 +411,14 @@ class SQLJournal:
         with self._tx(write=False) as db:
             self._run_row(db, run_id)
             rows = db.query("SELECT * FROM agentkit_rounds WHERE run_id = ? ORDER BY round", (run_id,))
-            if not rows:
-                return folded(db, run_id)
-            return [round_of(row) for row in rows]
+            entries = [round_of(row) for row in rows]
+            if [e.round for e in entries] == list(range(1, len(entries) + 1)) and entries:
+                return entries
+            # Rounds no trace recorded (the run has no result yet, or a leg of it died before its end and a
+            # resumed leg wrote only its own) are rebuilt from the event log.
+            traced = {e.round: e for e in entries}
+            rebuilt = {e.round: e for e in folded(db, run_id) if e.round not in traced}
+            return [v for _, v in sorted((traced | rebuilt).items())]
 
     # -- transitions ----------------------------------------------------------------------------
 
@@ -872,14 +888,7 @@ class SQLJournal:
                 id=run_id,
                 holder=str(row.get("claimed_by") or ""),
             )
-        until = row.get("lease_until")
-        raise RunClaimed(
-            f"run {run_id!r} is held by {row.get('claimed_by') or 'another process'} (its lease runs until {until}): "
-            "it is still running, or another process resumes it; nothing ran. Once that process is gone, its lease "
-            "runs out and the run can be resumed",
-            id=run_id,
-            holder=str(row.get("claimed_by") or ""),
-        )
+        raise held(run_id, row.get("claimed_by"), row.get("lease_until"))
 
     def _renew_run(self, run_id: str, token: str, lease: timedelta) -> bool:
         """Extend a resumer's hold on a run; ``False``: the hold is gone (the run ended, releasing it)."""
@@ -980,7 +989,8 @@ class SQLJournal:
         return await self._read(self._run, run_id)
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:
-        """The run's rounds: from its trace once it finished, rebuilt from its events until then.
+        """The run's rounds: from its trace once it finished, rebuilt from its events until then (and for
+        the rounds of a leg that died before a resumed leg finished the run).
 
         Raises:
             UnknownId: the journal never saw the run.
