@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -21,6 +22,7 @@ from agentkit import (
     RoleSpec,
     StopReason,
     Tier,
+    Tool,
     ToolRoundInfo,
     run_tool_loop_tiered,
     tool,
@@ -52,6 +54,8 @@ calls: list[str] = []
 """Every tool call, in order, as ``tool arg``."""
 gate: asyncio.Event | None = None
 """When set to an unset event, ``wipe`` waits for it (to hold a resume in the middle)."""
+entered = asyncio.Event()
+"""Set when ``wipe`` is called."""
 
 
 @tool(tier=Tier.READ_ONLY)
@@ -65,12 +69,13 @@ def search(args: Query) -> list[str]:
 async def wipe(args: Target) -> list[str]:
     """Delete a path for good."""
     calls.append(f"wipe {args.path}")
+    entered.set()
     if gate is not None:
         await gate.wait()
     return [f"wiped {args.path}"]
 
 
-TOOLS = [search, wipe]
+TOOLS: list[Tool[Any, str]] = [search, wipe]
 
 
 class Planner:
@@ -87,9 +92,10 @@ class Planner:
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
-    global gate
+    global gate, entered
     calls.clear()
     gate = None
+    entered = asyncio.Event()
 
 
 def first_leg() -> ScriptedCaller:
@@ -187,8 +193,7 @@ async def test_of_two_racing_resumers_one_wins_and_the_other_gets_run_claimed(
     other = open_journal(journal_url)
     try:
         first = asyncio.create_task(journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "c"))
-        while calls != ["search old", "wipe /srv/old"]:  # the first holds the run and is inside the approved call
-            await asyncio.sleep(0.01)
+        await entered.wait()  # the first holds the run and is inside the approved call
         with pytest.raises(RunClaimed, match="is held by") as claimed:
             await other.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "c")
         assert isinstance(claimed.value, JournalError)
@@ -204,7 +209,7 @@ async def test_of_two_racing_resumers_one_wins_and_the_other_gets_run_claimed(
 
 
 async def test_a_dead_processs_run_is_crashed_and_resumes_from_its_last_completed_round(journal: Journal) -> None:
-    """The recorder dies in round 2: the run is running while its lease lasts, crashed after; resume redoes round 2 only."""
+    """The recorder dies in round 2: running while its lease lasts, crashed after; resume redoes round 2 only."""
     observer = JournalObserver(journal, lease=timedelta(seconds=0.3))
 
     @tool(tier=Tier.READ_ONLY, name="search")
@@ -221,7 +226,7 @@ async def test_a_dead_processs_run_is_crashed_and_resumes_from_its_last_complete
     config = LoopConfig(after_proposal=AfterProposal.CONTINUE)
     lost = await run_tool_loop_tiered(caller, Planner(), [dying_search, wipe], "c", config, observer=observer)
     run = await journal.run(lost.run_id)
-    assert run.checkpoint_round == 1 and run.resumable
+    assert (run.checkpoint_round, run.resumable) == (1, True)
     if run.status is RunStatus.RUNNING:
         with pytest.raises(RunClaimed, match="is held by"):
             await journal.resume(lost.run_id, ScriptedCaller([done_step()]), Planner(), [search, wipe], "c")
