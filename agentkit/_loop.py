@@ -247,6 +247,8 @@ class _Run:
         self.run_approved: Callable[[Any, Tool[Any, Any]], Awaitable[Sequence[Any]]] | None = None
         """How a resumed run executes an approved call (``None``: ``execute_approved``; the journal claims it)."""
         self.keepers = tuple(o for o in session.observers if wants_checkpoints(o)) if codec is not None else ()
+        self.pinned: tuple[CheckpointConfig, tuple[CheckpointTool, ...]] | None = None
+        """The config and the tool set as a checkpoint holds them, built once (a run checkpoints every round)."""
         """The observers that take a checkpoint per round (none without a codec: the run cannot make one)."""
 
     def remaining(self) -> float | None:
@@ -532,12 +534,17 @@ class _Run:
                 "refusals": self.refusals,
                 "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in pending),
             }
-        return RunCheckpoint(
+        if self.pinned is None:
+            tools = tuple(CheckpointTool(name=name, tier=declared_tier(t)) for name, t in self.box.tools.items())
+            self.pinned = (CheckpointConfig.of(self.config), tools)
+        # Built from values already of the fields' types (so not validated again: a checkpoint per round
+        # must stay cheap); a checkpoint read back is validated by ``model_validate_json``.
+        return RunCheckpoint.model_construct(
             run_id=self.session.run_id,
             finished=finished,
             stop_reason=reason,
-            config=CheckpointConfig.of(self.config),
-            tools=tuple(CheckpointTool(name=name, tier=declared_tier(t)) for name, t in self.box.tools.items()),
+            config=self.pinned[0],
+            tools=self.pinned[1],
             rounds=self.rounds,
             requests=usage.requests,
             input_tokens=usage.input_tokens,

@@ -12,7 +12,16 @@ from pydantic import BaseModel
 
 from agentkit.errors import UsageError
 from agentkit.events import Event
-from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
+from agentkit.journal._records import (
+    Checkpointed,
+    Execution,
+    Hold,
+    ProposalRecord,
+    ProposalState,
+    RoundEntry,
+    RunRecord,
+    Transition,
+)
 from agentkit.journal._store import DEFAULT_LEASE, DEFAULT_STUCK_AFTER
 from agentkit.journal._worker import Worked, WorkReport
 from agentkit.proposals import ProposedAction
@@ -53,6 +62,10 @@ class Journal(Protocol):
 
     def record_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
         """Keep a run's latest checkpoint (``JournalObserver`` calls this at each round's end)."""
+        ...
+
+    def record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> None:
+        """Write events and checkpoints in order in one transaction; with ``hold``, hold the runs started there."""
         ...
 
     def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:

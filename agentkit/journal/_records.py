@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -17,7 +17,9 @@ from agentkit.results import Usage
 from agentkit.tiers import Tier
 
 __all__ = [
+    "Checkpointed",
     "Execution",
+    "Hold",
     "ProposalRecord",
     "ProposalState",
     "RoundEntry",
@@ -26,6 +28,9 @@ __all__ = [
     "RunStatus",
     "Transition",
 ]
+
+if TYPE_CHECKING:
+    from agentkit.checkpoint import RunCheckpoint
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
@@ -248,3 +253,25 @@ class RoundEntry:
     usage: Usage = field(default_factory=Usage)
     from_trace: bool = True
     """Written from the finished run's trace; ``False``: rebuilt from the events of a run without a result."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """A run's checkpoint on its way to the journal, beside the run's events (``Journal.record_all``)."""
+
+    run_id: str
+    checkpoint: RunCheckpoint
+    text: str | None = None
+    """The checkpoint as JSON, when already made (``None``: the journal makes it)."""
+    kind: Literal["checkpoint"] = "checkpoint"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Hold:
+    """Who holds the runs a recorder starts, and for how long unless renewed (``Journal.hold_runs``)."""
+
+    holder: str
+    """``host:pid``."""
+    token: str
+    """The recorder's own token: only it renews the hold."""
+    lease: timedelta

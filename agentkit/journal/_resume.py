@@ -61,8 +61,9 @@ async def resume(
             "before journal schema 4; nothing ran"
         )
     try:
-        checkpoint = RunCheckpoint.model_validate_json(text)
-    except ValidationError as invalid:
+        # Through json.loads: stored text may hold lone surrogates, which pydantic's JSON parser refuses.
+        checkpoint = RunCheckpoint.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as invalid:
         raise ResumeRefused(f"the checkpoint of run {run_id!r} cannot be read: {invalid}; nothing ran") from invalid
     decisions, ids = _decisions(run_id, checkpoint, proposals, Codec(_by_name(tools)))
     recorder = JournalObserver(journal)

@@ -37,6 +37,7 @@ __all__ = [
     "abort_run",
     "append_event",
     "batch_text",
+    "checkpoint_text",
     "claim_next_statement",
     "claim_statement",
     "finish_run",
@@ -301,7 +302,7 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
         ),
     )
     if isinstance(result, TieredLoopResult) and result.checkpoint.run_id == event.run_id:
-        store_checkpoint(db, event.run_id, result.checkpoint, result.checkpoint.model_dump_json())
+        store_checkpoint(db, event.run_id, result.checkpoint, checkpoint_text(result.checkpoint))
     release_run(db, event.run_id)
     trace = result.trace if isinstance(result, ToolLoopResult) else ()
     last = len(trace) - 1
@@ -408,6 +409,14 @@ def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
         (event.run_id, db.to_db_time(at), f"aborted: {type(event.error).__name__}: {said(event.error)}"),
     )
     release_run(db, event.run_id)
+
+
+def checkpoint_text(checkpoint: RunCheckpoint) -> str:
+    """The checkpoint as JSON text (lone surrogates kept as they are: ``Lossless`` stores them)."""
+    try:
+        return checkpoint.model_dump_json()
+    except pydantic_core.PydanticSerializationError:
+        return _json(checkpoint.model_dump(mode="json"))
 
 
 def store_checkpoint(db: Connection, run_id: str, checkpoint: RunCheckpoint, text: str) -> None:

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mappin
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar, overload
 
 import tenacity
@@ -41,7 +41,16 @@ from agentkit.journal._errors import (
     UnknownId,
 )
 from agentkit.journal._events import event_data
-from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
+from agentkit.journal._records import (
+    Checkpointed,
+    Execution,
+    Hold,
+    ProposalRecord,
+    ProposalState,
+    RoundEntry,
+    RunRecord,
+    Transition,
+)
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
 from agentkit.journal._sql import (
     Connection,
@@ -49,6 +58,7 @@ from agentkit.journal._sql import (
     abort_run,
     append_event,
     batch_text,
+    checkpoint_text,
     claim_next_statement,
     claim_statement,
     finish_run,
@@ -300,30 +310,44 @@ class SQLJournal:
         end records its outcome, usage and every round of its trace. Every event is also appended
         to the event log, so a run whose process dies keeps every round it completed.
         """
-        round, data = event_data(event)
-        at = now()
-        with self._tx(write=True) as db:
-            match event:
-                case RunStarted():
-                    insert_run(db, event, at)
-                case ProposalCaptured():
-                    data["proposal_id"] = insert_proposal(db, event.proposal, f"run:{event.run_id}", at)
-                case RunFinished():
-                    finish_run(db, event, at)
-                case RunAborted():
-                    abort_run(db, event, at)
-                case _:
-                    pass
-            append_event(db, event, round, data, at)
+        self.record_all((event,))
 
     def record_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
-        """Keep ``checkpoint`` as the run's latest (``JournalObserver`` calls this at each round's end).
+        """Keep ``checkpoint`` as the run's latest (one statement on the run's row); one of an earlier
+        round than the one stored is ignored."""
+        self.record_all((Checkpointed(run_id, checkpoint),))
 
-        One statement on the run's row; a checkpoint of an earlier round than the one stored is ignored.
+    def record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> None:
+        """Write events and checkpoints, in order, in one transaction (``JournalObserver`` writes what
+        queued up meanwhile this way: one commit, so one sync to disk, for all of it).
+
+        With ``hold``, each run started here is held by that recorder until its lease runs out.
         """
-        text = checkpoint.model_dump_json()
+        at = now()
         with self._tx(write=True) as db:
-            store_checkpoint(db, run_id, checkpoint, text)
+            for entry in entries:
+                if isinstance(entry, Checkpointed):
+                    store_checkpoint(db, entry.run_id, entry.checkpoint, entry.text or checkpoint_text(entry.checkpoint))
+                    continue
+                self._write_event(db, entry, at)
+                if hold is not None and isinstance(entry, RunStarted):
+                    until = db.to_db_time(at + hold.lease)
+                    db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, entry.run_id, hold.token))
+
+    def _write_event(self, db: Connection, event: Event, at: datetime) -> None:
+        round, data = event_data(event)
+        match event:
+            case RunStarted():
+                insert_run(db, event, at)
+            case ProposalCaptured():
+                data["proposal_id"] = insert_proposal(db, event.proposal, f"run:{event.run_id}", at)
+            case RunFinished():
+                finish_run(db, event, at)
+            case RunAborted():
+                abort_run(db, event, at)
+            case _:
+                pass
+        append_event(db, event, round, data, at)
 
     def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
         """Take, or renew, the hold on unfinished runs this process records: until ``lease`` from now.

@@ -11,15 +11,16 @@ import time
 import uuid
 from collections import deque
 from contextlib import suppress
-from dataclasses import dataclass
 from datetime import timedelta
 from types import TracebackType
-from typing import TYPE_CHECKING, Literal, Self
+from typing import TYPE_CHECKING, Self
 
 from agentkit.errors import UsageError
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._contract import Journal
 from agentkit.journal._errors import JournalError
+from agentkit.journal._records import Checkpointed, Hold
+from agentkit.journal._sql import checkpoint_text
 from agentkit.journal._store import DEFAULT_LEASE
 from agentkit.observe import Observer
 
@@ -30,14 +31,8 @@ __all__ = ["JournalObserver"]
 
 logger = logging.getLogger("agentkit.journal")
 
-
-@dataclass(frozen=True, slots=True)
-class _Checkpointed:
-    """A checkpoint waiting in the queue to be written, beside the events."""
-
-    run_id: str
-    checkpoint: RunCheckpoint
-    kind: Literal["checkpoint"] = "checkpoint"
+_BATCH = 500
+"""Most queued entries the writer thread writes in one transaction."""
 
 
 class JournalObserver(Observer):
@@ -94,7 +89,7 @@ class JournalObserver(Observer):
         self._cond = threading.Condition()
         self.lease = lease
         """How long the hold on a run stays valid unless renewed."""
-        self._queue: deque[Event | _Checkpointed] = deque()
+        self._queue: deque[Event | Checkpointed] = deque()
         self._holding: set[str] = set()
         """Runs started and not yet ended, held with a lease the writer thread renews."""
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
@@ -115,9 +110,11 @@ class JournalObserver(Observer):
 
     def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
         """Queue the run's checkpoint for the writer thread (the latest one is kept)."""
-        self._put(_Checkpointed(run_id, checkpoint))
+        # Made here rather than in the writer thread: the thread then holds the interpreter only briefly
+        # between its database calls, so the event loop is not kept waiting for it.
+        self._put(Checkpointed(run_id, checkpoint, checkpoint_text(checkpoint)))
 
-    def _put(self, event: Event | _Checkpointed) -> None:
+    def _put(self, event: Event | Checkpointed) -> None:
         with self._cond:
             if self._closed:
                 refused = f"the observer is closed, so the {event.kind} event was not written; use a new one"
@@ -130,7 +127,10 @@ class JournalObserver(Observer):
                 self._queue.append(event)
                 self._accepted += 1
                 self._start_writer()
-                self._cond.notify_all()
+                if len(self._queue) == 1:
+                    # Only an empty queue can have the writer waiting on it; a busy writer takes what queued
+                    # up when it looks next (waking it per event costs the event loop a thread switch each).
+                    self._cond.notify_all()
                 return
         self._failed(event, JournalError(refused))
 
@@ -227,37 +227,43 @@ class JournalObserver(Observer):
                 self._cond.wait_for(lambda: bool(self._queue) or self._closed, max(beat_at - time.monotonic(), 0))
                 if not self._queue and self._closed:
                     return
-                event = self._queue.popleft() if self._queue else None
+                # Everything queued meanwhile goes in one transaction: one commit (one sync to disk) for it all.
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
             if time.monotonic() >= beat_at:
                 beat_at = time.monotonic() + beat
                 self._hold(tuple(self._holding))
-            if event is None:
+            if not batch:
                 continue
-            try:
-                self._write(event)
-            except Exception as error:
-                self._failed(event, error)
-            finally:
-                with self._cond:
-                    self._settled += 1
-                    self._cond.notify_all()
-                    due = [w for w in self._waiters if w[0] <= self._settled]
-                    self._waiters = [w for w in self._waiters if w[0] > self._settled]
-                for _, loop, waiter in due:
-                    # A closed loop (RuntimeError) has nobody left waiting.
-                    with suppress(RuntimeError):
-                        loop.call_soon_threadsafe(_resolve, waiter)
+            self._write(batch)
+            with self._cond:
+                self._settled += len(batch)
+                self._cond.notify_all()
+                due = [w for w in self._waiters if w[0] <= self._settled]
+                self._waiters = [w for w in self._waiters if w[0] > self._settled]
+            for _, loop, waiter in due:
+                # A closed loop (RuntimeError) has nobody left waiting.
+                with suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_resolve, waiter)
 
-    def _write(self, event: Event | _Checkpointed) -> None:
-        if isinstance(event, _Checkpointed):
-            self.journal.record_checkpoint(event.run_id, event.checkpoint)
-            return
-        self.journal.record(event)
-        if isinstance(event, RunStarted):
-            self._holding.add(event.run_id)
-            self._hold((event.run_id,))
-        elif isinstance(event, RunFinished | RunAborted):
-            self._holding.discard(event.run_id)
+    def _write(self, batch: list[Event | Checkpointed]) -> None:
+        """Write the batch in one transaction; if that fails, each entry on its own, so one bad entry fails alone."""
+        hold = Hold(holder=self._holder, token=self._token, lease=self.lease)
+        try:
+            self.journal.record_all(batch, hold=hold)
+        except Exception as error:
+            if len(batch) == 1:
+                self._failed(batch[0], error)
+            else:
+                for entry in batch:
+                    try:
+                        self.journal.record_all((entry,), hold=hold)
+                    except Exception as alone:
+                        self._failed(entry, alone)
+        for entry in batch:
+            if isinstance(entry, RunStarted):
+                self._holding.add(entry.run_id)
+            elif isinstance(entry, RunFinished | RunAborted):
+                self._holding.discard(entry.run_id)
 
     def _hold(self, run_ids: tuple[str, ...]) -> None:
         """Take or renew the hold on the runs being recorded; a failure is retried at the next beat."""
@@ -270,7 +276,7 @@ class JournalObserver(Observer):
                 "journal %s: could not renew the hold on %d run(s): %s", self.journal.where, len(run_ids), error
             )
 
-    def _failed(self, event: Event | _Checkpointed, error: Exception) -> None:
+    def _failed(self, event: Event | Checkpointed, error: Exception) -> None:
         with self._cond:
             self.failures += 1
             self.last_error = error
