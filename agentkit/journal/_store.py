@@ -327,7 +327,8 @@ class SQLJournal:
         with self._tx(write=True) as db:
             for entry in entries:
                 if isinstance(entry, Checkpointed):
-                    store_checkpoint(db, entry.run_id, entry.checkpoint, entry.text or checkpoint_text(entry.checkpoint))
+                    text = entry.text or checkpoint_text(entry.checkpoint)
+                    store_checkpoint(db, entry.run_id, entry.checkpoint, text)
                     continue
                 self._write_event(db, entry, at)
                 if hold is not None and isinstance(entry, RunStarted):
