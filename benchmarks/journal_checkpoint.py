@@ -98,9 +98,7 @@ def markdown(report: dict[str, Any]) -> str:
         "|---|---|---|---|---|",
     ]
     for name, v in report["variants"].items():
-        lines.append(
-            f"| {name} | {v['wall_ms_per_round']} | {v['wall_x']} | {v['cpu_ms_per_round']} | {v['cpu_x']} |"
-        )
+        lines.append(f"| {name} | {v['wall_ms_per_round']} | {v['wall_x']} | {v['cpu_ms_per_round']} | {v['cpu_x']} |")
     return "\n".join(lines) + "\n"
 
 
