@@ -247,9 +247,9 @@ class _Run:
         self.run_approved: Callable[[Any, Tool[Any, Any]], Awaitable[Sequence[Any]]] | None = None
         """How a resumed run executes an approved call (``None``: ``execute_approved``; the journal claims it)."""
         self.keepers = tuple(o for o in session.observers if wants_checkpoints(o)) if codec is not None else ()
+        """The observers that take a checkpoint per round (none without a codec: the run cannot make one)."""
         self.pinned: tuple[CheckpointConfig, tuple[CheckpointTool, ...]] | None = None
         """The config and the tool set as a checkpoint holds them, built once (a run checkpoints every round)."""
-        """The observers that take a checkpoint per round (none without a codec: the run cannot make one)."""
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:

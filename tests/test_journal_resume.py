@@ -24,6 +24,7 @@ from agentkit import (
     Tier,
     Tool,
     ToolRoundInfo,
+    run_tool_loop,
     run_tool_loop_tiered,
     tool,
 )
@@ -293,3 +294,21 @@ async def test_a_finished_run_lists_as_finished_and_not_resumable(journal: Journ
         )
     [run] = await journal.runs()
     assert (run.id, run.status, run.resumable, run.lease_until) == (result.run_id, RunStatus.FINISHED, False, None)
+
+
+async def test_a_finished_run_or_other_tools_are_refused_holding_nothing(journal: Journal) -> None:
+    """A finished run (a plain loop's), or another tool set: ResumeRefused, the run not held, nothing run."""
+    with JournalObserver(journal) as observer:
+        plain = await run_tool_loop(
+            ScriptedCaller([call_step(Query(query="a")), done_step()]), Planner(), search, "c", observer=observer
+        )
+    with pytest.raises(ResumeRefused, match="is finished"):
+        await journal.resume(plain.run_id, ScriptedCaller([]), Planner(), search, "c")
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    with pytest.raises(ResumeRefused, match="tool 'wipe' is missing"):
+        await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), [search], "clean")
+    run = await journal.run(run_id)
+    assert (run.status, run.lease_until) == (RunStatus.READY, None)
+    assert calls == ["search a", "search old"]
