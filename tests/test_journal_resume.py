@@ -312,3 +312,29 @@ async def test_a_finished_run_or_other_tools_are_refused_holding_nothing(journal
     run = await journal.run(run_id)
     assert (run.status, run.lease_until) == (RunStatus.READY, None)
     assert calls == ["search a", "search old"]
+
+
+async def test_two_resumers_starting_at_once_run_the_approved_call_once(journal: Journal, journal_url: str) -> None:
+    """Both resumes start together on two connections: exactly one holds the run; the other gets RunClaimed."""
+    global gate
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    gate = asyncio.Event()
+    other = open_journal(journal_url)
+    try:
+        both = [
+            asyncio.create_task(j.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "c"))
+            for j in (journal, other)
+        ]
+        done, _ = await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+        [loser] = done
+        assert isinstance(loser.exception(), RunClaimed)
+        gate.set()
+        [winner] = [task for task in both if task is not loser]
+        result = await winner
+    finally:
+        gate.set()
+        await other.close()
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert calls == ["search old", "wipe /srv/old"]
