@@ -40,8 +40,9 @@ class JournalObserver(Observer):
 
     Hooks only put the event (a frozen value) on a bounded queue, so a database that is busy (another
     process approving a proposal or claiming one holds the write lock) never stalls the event loop.
-    The writer thread writes the events in order, one transaction each. When a run ends or aborts,
-    the run awaits ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the
+    The writer thread writes the events in order, all that queued up meanwhile in one transaction (a
+    failed transaction is retried an event at a time, so one bad event fails alone). When a run ends
+    or aborts, the run awaits ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the
     event loop) until every event queued so far is written, so the run's record is complete when the
     run returns. Called outside an event loop, the end hooks wait the same way, blocking. A crash
     loses at most the events still queued.
