@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import harness, scenario, server
+from benchmarks import harness, journal_checkpoint, scenario, server
 
 RUN = b"0123456789abcdef"
 
@@ -93,3 +93,13 @@ def test_benchmark_runs_for_a_few_iterations_and_writes_the_table(tmp_path: Path
         assert figures["concurrent"]["correct_runs"] == 5
     table = (tmp_path / "latest.md").read_text(encoding="utf-8")
     assert all(f"| `{name}` |" in table for name in names)
+
+
+@pytest.mark.slow
+async def test_journal_checkpoint_benchmark_measures_every_variant() -> None:
+    """The journal checkpoint benchmark runs each variant to its fourth round and reports each against the baseline."""
+    report = await journal_checkpoint.measure(1, 1)
+    assert list(report["variants"]) == ["no-journal", "journal-events", "journal-checkpoints"]
+    assert report["variants"]["no-journal"]["cpu_x"] == 1.0
+    table = journal_checkpoint.markdown(report)
+    assert all(f"| {name} |" in table for name in report["variants"])
