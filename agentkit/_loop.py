@@ -36,7 +36,7 @@ from agentkit.context import Omitted, Window
 from agentkit.degeneration import SameFunc, repeat_of
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
 from agentkit.events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
-from agentkit.observe import Observer, ToolInvocation, observed
+from agentkit.observe import Observer, ToolInvocation, deliver_checkpoint, observed, wants_checkpoints
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.results import RoundRecord, TieredLoopResult, Usage
@@ -252,6 +252,12 @@ class _Run:
         """A resumed run's calls, decoded from its checkpoint (``records`` holds them as JSON)."""
         self.pending: list[tuple[int, Any]] = []
         """A resumed run's decisions, by the index of the call they decide; settled before its next round."""
+        self.run_approved: Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]] | None = None
+        """How a resumed run executes an approved call (``None``: ``execute_approved``; the journal claims it)."""
+        self.keepers = tuple(o for o in session.observers if wants_checkpoints(o)) if codec is not None else ()
+        """The observers that take a checkpoint per round (none without a codec: the run cannot make one)."""
+        self.pinned: tuple[CheckpointConfig, tuple[CheckpointTool, ...]] | None = None
+        """The config and the tool set as a checkpoint holds them, built once (a run checkpoints every round)."""
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -335,7 +341,11 @@ class _Run:
         call, encoded = self.restored[index], None
         if isinstance(decision, Approval):
             try:
-                batch = await execute_approved(decision, self.box.tools[call.tool_name], ctx=self.ctx)
+                tool = self.box.tools[call.tool_name]
+                if self.run_approved is not None:
+                    batch = await self.run_approved(decision, tool, self.ctx)
+                else:
+                    batch = await execute_approved(decision, tool, ctx=self.ctx)
             except AgentkitError as error:
                 return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
             outcome, encoded = self.encoded(Invocation(tool_name=call.tool_name, batch=batch))
@@ -527,12 +537,19 @@ class _Run:
             )
         return self.session.finish(result, seen=seen)
 
-    def checkpoint(self, reason: StopReason) -> RunCheckpoint:
-        """The run's state at its end; it can be resumed only from a stop at a proposal."""
+    def kept(self) -> None:
+        """Hand the observers that want one a checkpoint of the run so far (a round ended; the run goes on)."""
+        if self.keepers:
+            deliver_checkpoint(self.keepers, self.session.run_id, self.checkpoint(None))
+
+    def checkpoint(self, reason: StopReason | None) -> RunCheckpoint:
+        """The run's state at its end, or between rounds (``reason`` ``None``); it can be resumed from a
+        stop at a proposal, or from between rounds (a run that died there)."""
         usage = self.session.usage
-        finished = reason is not StopReason.PROPOSED or self.codec is None
+        finished = self.codec is None or (reason is not None and reason is not StopReason.PROPOSED)
         state: dict[str, Any] = {}
         if not finished:
+            pending = self.proposals if reason is StopReason.PROPOSED else ()
             state = {
                 "calls": tuple(self.records),
                 "recent": tuple((name, args.model_dump(mode="json")) for name, args in self.recent),
@@ -540,14 +557,19 @@ class _Run:
                 "refusals": self.refusals,
                 "context_summary": self.window.summary,
                 "context_summarized": self.window.summarized,
-                "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in self.proposals),
+                "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in pending),
             }
-        return RunCheckpoint(
+        if self.pinned is None:
+            tools = tuple(CheckpointTool(name=name, tier=declared_tier(t)) for name, t in self.box.tools.items())
+            self.pinned = (CheckpointConfig.of(self.config), tools)
+        # Built from values already of the fields' types (so not validated again: a checkpoint per round
+        # must stay cheap); a checkpoint read back is validated by ``model_validate_json``.
+        return RunCheckpoint.model_construct(
             run_id=self.session.run_id,
             finished=finished,
             stop_reason=reason,
-            config=CheckpointConfig.of(self.config),
-            tools=tuple(CheckpointTool(name=name, tier=declared_tier(t)) for name, t in self.box.tools.items()),
+            config=self.pinned[0],
+            tools=self.pinned[1],
             rounds=self.rounds,
             requests=usage.requests,
             input_tokens=usage.input_tokens,
@@ -601,6 +623,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
     """The loop itself: ask, check for a repeat, gate by tier, dispatch; stop on the first ending."""
     if (settled := await run.begin()) is not None:
         return run.finish(settled)
+    run.kept()
     first = run.rounds + 1
     rounds = range(first, config.max_rounds + 1) if config.max_rounds is not None else itertools.count(first)
     for round in rounds:
@@ -632,4 +655,5 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
                     ending = run.refuse(this, tool, args)
         if isinstance(ending, Ending):
             return run.finish(ending)
+        run.kept()
     return run.finish(Ending(None, StopReason.ROUND_CEILING))

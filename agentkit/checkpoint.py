@@ -18,11 +18,12 @@ import hashlib
 import inspect
 import json
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter
+from pydantic_core import PydanticSerializationError
 
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.context import ContextWindow, Summarizer
@@ -31,7 +32,10 @@ from agentkit.outcome import StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.structured import RetryPolicy
 from agentkit.tiers import Tier, runs_live
-from agentkit.tools import ContextFunctionTool, FunctionTool, Tool, declared_tier
+from agentkit.tools import AnyTool, ContextFunctionTool, FunctionTool, Tool, declared_tier
+
+if typing.TYPE_CHECKING:
+    from agentkit.observe import Observer
 
 __all__ = ["CHECKPOINT_VERSION", "RunCheckpoint", "item_type_of"]
 
@@ -201,7 +205,12 @@ class RunCheckpoint(BaseModel):
 
     def content_digest(self) -> str:
         """The digest the content gives (equal to ``digest`` unless the checkpoint was altered)."""
-        content = self.model_dump(mode="json", exclude={"digest"})
+        # The same data as model_dump(mode="json"), read back from pydantic's JSON: faster for the JSON-valued
+        # fields (a journaled run checkpoints every round).
+        try:
+            content = json.loads(self.model_dump_json(exclude={"digest"}))
+        except PydanticSerializationError:  # text with lone surrogates, which pydantic's JSON refuses
+            content = self.model_dump(mode="json", exclude={"digest"})
         text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -226,7 +235,7 @@ class RunCheckpoint(BaseModel):
             )
 
 
-def item_type_of(tool: Tool[Any, Any]) -> object:
+def item_type_of(tool: AnyTool) -> object:
     """The type of one item a tool returns, as the tool declares it; ``None`` when it declares none.
 
     Read from the tool's ``result_type`` attribute when it has one; else from the return annotation
@@ -253,7 +262,7 @@ def item_type_of(tool: Tool[Any, Any]) -> object:
 class Codec:
     """Each tool's args and items to and from JSON, through the tools' declared types."""
 
-    def __init__(self, tools: dict[str, Tool[Any, Any]]) -> None:
+    def __init__(self, tools: Mapping[str, AnyTool]) -> None:
         self.args: dict[str, type[BaseModel]] = {}
         self.items: dict[str, TypeAdapter[list[Any]]] = {}
         for name, candidate in tools.items():
@@ -262,20 +271,32 @@ class Codec:
             self.args[name] = candidate.args_type
 
     @classmethod
-    def needed(cls, tools: dict[str, Tool[Any, Any]], config: LoopConfig) -> Codec | None:
+    def needed(
+        cls, tools: dict[str, Tool[Any, Any]], config: LoopConfig, observers: Sequence[Observer] = ()
+    ) -> Codec | None:
         """A codec when the run may stop at a proposal (so may be resumed), else ``None``.
 
-        That is: ``after_proposal`` is ``STOP`` and some tool's tier is above what runs live.
+        That is: ``after_proposal`` is ``STOP`` and some tool's tier is above what runs live. Any
+        other run gets one too when an observer takes checkpoints (``on_checkpoint``: the journal
+        stores them to recover a crashed run) and its tools' items can round-trip through JSON;
+        when they cannot, that run keeps no checkpoint and the observer gets none.
 
         Raises:
-            UsageError: a tool whose items cannot round-trip through JSON, naming it and the type.
+            UsageError: a tool whose items cannot round-trip through JSON, naming it and the type,
+                in a run that may stop at a proposal.
         """
-        if config.after_proposal is not AfterProposal.STOP:
-            return None
+        from agentkit.observe import wants_checkpoints
+
         tiers = [declared_tier(candidate) for candidate in tools.values()]
-        if not any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers):
-            return None
-        return cls(tools)
+        may_stop = any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers)
+        if config.after_proposal is AfterProposal.STOP and may_stop:
+            return cls(tools)
+        if any(wants_checkpoints(observer) for observer in observers):
+            try:
+                return cls(tools)
+            except UsageError:
+                return None
+        return None
 
     def encode_batch(self, tool_name: str, batch: Sequence[Any]) -> list[JsonValue]:
         """The batch as JSON. Raises ``ValueError`` for an item that is not of the declared type."""

@@ -27,7 +27,8 @@ The tree::
         ├── TransitionRefused       the proposal's state does not allow the change
         ├── DigestMismatch
         ├── NothingRan              the journal failed before a claim held: the tool was not called
-        └── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
+        ├── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
+        └── RunClaimed              another live process holds the run (it runs, or resumes it); nothing ran
 
     ToolRetry                       not an error: a tool's signal that the call was wrong (see below)
 
@@ -64,6 +65,7 @@ __all__ = [
     "ProgramError",
     "ProviderError",
     "ResumeRefused",
+    "RunClaimed",
     "ScriptExhausted",
     "StructuredOutputError",
     "Throttled",
@@ -322,3 +324,14 @@ class ToolRetry(Exception):
         super().__init__(message)
         self.message = message
         """What the model is told about its call."""
+
+
+class RunClaimed(JournalError):
+    """Another live process holds the run (it is still running, or another process resumes it); nothing ran."""
+
+    def __init__(self, message: str, *, id: str, holder: str) -> None:
+        super().__init__(message)
+        self.id = id
+        """The run."""
+        self.holder = holder
+        """Who holds it (``host:pid``), as recorded."""

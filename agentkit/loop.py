@@ -132,8 +132,9 @@ async def run_tool_loop_tiered(
     """
     config = config or LoopConfig()
     box = Toolbox.build(tools, config)
-    codec = Codec.needed(box.tools, config)
-    return await run_core(caller, agent, box, ctx, config, same, observers_of(observer), may_propose=True, codec=codec)
+    observers = observers_of(observer)
+    codec = Codec.needed(box.tools, config, observers)
+    return await run_core(caller, agent, box, ctx, config, same, observers, may_propose=True, codec=codec)
 
 
 def run_tool_loop_sync(

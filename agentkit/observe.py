@@ -36,6 +36,7 @@ from agentkit.results import ToolLoopResult
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
+    from agentkit.checkpoint import RunCheckpoint
     from agentkit.structured import StructuredRequest
     from agentkit.tools import Tool
 
@@ -148,6 +149,31 @@ class Observer:
 
     async def settle(self, run_id: str) -> None:
         """Awaited after the run's end (or abort) was delivered, before the run returns; returns at once here."""
+
+    def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        """A tiered run's state before its first round and at the end of each round that did not end it.
+
+        Only observers that override this hook get it (the journal's stores it, for crash recovery):
+        building a checkpoint copies the run's state, so a run whose observers do not want one never
+        builds one. A run whose tools' items cannot round-trip through JSON makes none. The final
+        state comes with the run's end, as ``result.checkpoint``.
+        """
+
+
+def wants_checkpoints(observer: Observer) -> bool:
+    """Whether ``observer`` overrides ``on_checkpoint`` (so the run builds a checkpoint per round for it)."""
+    return type(observer).on_checkpoint is not Observer.on_checkpoint
+
+
+def deliver_checkpoint(observers: tuple[Observer, ...], run_id: str, checkpoint: RunCheckpoint) -> None:
+    """Hand ``checkpoint`` to each observer's ``on_checkpoint``, isolating failures as ``dispatch`` does."""
+    for observer in observers:
+        try:
+            observer.on_checkpoint(run_id, checkpoint)
+        except Exception:
+            logger.exception(
+                "observer %s failed on a checkpoint (run %s); the run goes on", type(observer).__name__, run_id
+            )
 
 
 ObserverArg = Observer | Sequence[Observer] | None

@@ -9,7 +9,7 @@ runs: a refused resume makes no model call and runs no tool.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
@@ -104,6 +104,30 @@ async def resume_tool_loop(
             the run's. Nothing ran.
         UsageError: a tool whose items cannot round-trip through JSON.
     """
+    run = prepare_resume(
+        caller, agent, tools, ctx, checkpoint, decisions, observer=observer, same=same, summarize=summarize
+    )
+    return await run()
+
+
+def prepare_resume(
+    caller: StructuredCaller,
+    agent: ToolAgent[Any, Any, Any],
+    tools: Tool[Any, Any] | ContextTool[Any, Any, Any] | Sequence[Tool[Any, Any] | ContextTool[Any, Any, Any]],
+    ctx: object,
+    checkpoint: RunCheckpoint,
+    decisions: Iterable[Approval[Any] | Rejection[Any]],
+    *,
+    observer: ObserverArg = None,
+    same: SameFunc[Any] | None = None,
+    summarize: Summarizer | None = None,
+    run_approved: Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]] | None = None,
+) -> Callable[[], Awaitable[TieredLoopResult[Any, Any]]]:
+    """Check everything ``resume_tool_loop`` checks, running nothing; returns the coroutine function that resumes.
+
+    ``run_approved`` executes an approved call in place of ``execute_approved`` (the journal runs
+    it through its claim).
+    """
     checkpoint.verify()
     if checkpoint.finished:
         reason = checkpoint.stop_reason.value if checkpoint.stop_reason is not None else "no run recorded"
@@ -125,24 +149,29 @@ async def resume_tool_loop(
         run.records, run.restored, run.recent, run.pending = list(checkpoint.calls), decoded, recent, pending
         run.recent_rounds, run.refusals = list(checkpoint.recent_rounds), checkpoint.refusals
         run.window.summary, run.window.summarized = checkpoint.context_summary, checkpoint.context_summarized
+        run.run_approved = run_approved
 
     usage = Usage(
         requests=checkpoint.requests, input_tokens=checkpoint.input_tokens, output_tokens=checkpoint.output_tokens
     )
-    return await run_core(
-        caller,
-        agent,
-        box,
-        ctx,
-        config,
-        same,
-        observers_of(observer),
-        may_propose=True,
-        codec=codec,
-        resumed=restore,
-        run_id=checkpoint.run_id,
-        usage=usage,
-    )
+
+    async def resume() -> TieredLoopResult[Any, Any]:
+        return await run_core(
+            caller,
+            agent,
+            box,
+            ctx,
+            config,
+            same,
+            observers_of(observer),
+            may_propose=True,
+            codec=codec,
+            resumed=restore,
+            run_id=checkpoint.run_id,
+            usage=usage,
+        )
+
+    return resume
 
 
 def _check_tools(checkpoint: RunCheckpoint, box: Toolbox) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import harness, scenario, server
+from benchmarks import harness, journal_checkpoint, scenario, server
 
 RUN = b"0123456789abcdef"
 
@@ -106,3 +106,13 @@ async def test_context_growth_benchmark_bounds_the_request_under_a_window() -> N
     assert before.sizes[1] < before.sizes[2] < before.sizes[3]
     assert after.sizes[2] - after.sizes[1] < 200  # only the left-out note is added
     assert after.sizes[3] < before.sizes[3]
+
+
+@pytest.mark.slow
+async def test_journal_checkpoint_benchmark_measures_every_variant() -> None:
+    """The journal checkpoint benchmark runs each variant to its fourth round and reports each against the baseline."""
+    report = await journal_checkpoint.measure(1, 1)
+    assert list(report["variants"]) == ["no-journal", "journal-events", "journal-checkpoints"]
+    assert report["variants"]["no-journal"]["cpu_x"] == 1.0
+    table = journal_checkpoint.markdown(report)
+    assert all(f"| {name} |" in table for name in report["variants"])

@@ -7,6 +7,8 @@ import re
 import sqlite3
 import subprocess
 import sys
+import time
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -109,7 +111,7 @@ def test_journal_runs_lists_recent_runs_with_outcome_rounds_and_tokens(
     code, out, _ = cli(capsys, "journal", "runs", "--db", db)
     assert code == 0
     header, line = out.splitlines()
-    assert header.split() == ["RUN", "STARTED", "AGENT", "MODEL", "STATE", "OUTCOME", "STOP", "ROUNDS", "TOKENS"]
+    assert header.split() == ["RUN", "STARTED", "AGENT", "MODEL", "STATUS", "OUTCOME", "STOP", "ROUNDS", "TOKENS"]
     fields = line.split()
     assert fields[0] == run_id
     assert ISO_UTC.fullmatch(fields[1])
@@ -421,3 +423,72 @@ def test_an_empty_or_in_memory_db_is_refused(
     assert (code, out) == (1, "")
     assert said in err
     assert list(tmp_path.iterdir()) == []
+
+
+def stopped_run(url: str, path: str, *, approve: bool = False) -> str:
+    """A journaled run that stops at a proposed deletion (approved in the inbox when ``approve``); returns its id."""
+    journal = open_journal(url)
+
+    async def run() -> str:
+        with JournalObserver(journal) as observer:
+            caller = ScriptedCaller([call_step(Target(path=path), tool="delete")])
+            result = await run_tool_loop_tiered(caller, Planner(), [search, delete], None, observer=observer)
+        if approve:
+            [pending] = [p for p in await journal.pending() if p.run_id == result.run_id]
+            await journal.approve(pending.id, "alice")
+        await journal.close()
+        return result.run_id
+
+    return asyncio.run(run())
+
+
+def crashed_run(url: str) -> str:
+    """A journaled run whose recorder dies in round 2 (nothing after is written) and whose lease has run out."""
+    journal = open_journal(url)
+    observer = JournalObserver(journal, lease=timedelta(milliseconds=200))
+
+    @tool(tier=Tier.READ_ONLY, name="search")
+    def dying(args: Query) -> list[str]:
+        """Find documents; the process 'dies' on the second call."""
+        if args.query == "second":
+            observer.close()
+        return [args.query]
+
+    async def run() -> str:
+        caller = ScriptedCaller(
+            [
+                call_step(Query(query="first"), tool="search"),
+                call_step(Query(query="second"), tool="search"),
+                done_step(),
+            ]
+        )
+        result = await run_tool_loop_tiered(caller, Planner(), [dying, delete], None, observer=observer)
+        await journal.close()
+        return result.run_id
+
+    run_id = asyncio.run(run())
+    time.sleep(0.3)
+    return run_id
+
+
+def test_journal_runs_shows_which_wait_which_can_resume_which_crashed_and_which_finished(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Each run's status, and below the table what to do about the waiting and the resumable ones."""
+    finished = record_run(db, "/tmp/a")
+    waiting = stopped_run(db, "/tmp/b")
+    ready = stopped_run(db, "/tmp/c", approve=True)
+    crashed = crashed_run(db)
+    code, out, _ = cli(capsys, "journal", "runs", "--db", db)
+    assert code == 0
+    status = {line.split()[0]: line.split()[4] for line in out.splitlines()[1:] if line[:1].isalnum()}
+    assert {run: status[run] for run in (finished, waiting, ready, crashed)} == {
+        finished: "finished",
+        waiting: "waiting",
+        ready: "ready",
+        crashed: "crashed",
+    }
+    assert "agentkit proposals list --state pending" in out
+    assert "journal.resume(RUN, caller, agent, tools, ctx)" in out
+    code, out, _ = cli(capsys, "journal", "show", crashed, "--db", db)
+    assert f"run {crashed}  (crashed)" in out

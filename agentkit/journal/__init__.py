@@ -1,7 +1,9 @@
 """The durable run journal and proposal inbox.
 
-``JournalObserver`` records runs as they happen; the journal's inbox lets a human approve or reject
-each proposal and lets a worker execute an approved one exactly once. Two backends share one
+``JournalObserver`` records runs as they happen, each round's checkpoint included; the journal's
+inbox lets a human approve or reject each proposal and lets a worker execute an approved one
+exactly once; ``journal.resume`` continues a run that waited on those decisions, or whose process
+died, from its latest checkpoint, in exactly one process. Two backends share one
 contract: ``SQLiteJournal`` (a file, no server; the default) and ``PostgresJournal`` (extra
 ``postgres``, for many workers on many machines). ``open_journal`` picks one from a path or URL.
 """
@@ -13,6 +15,7 @@ from agentkit.journal._errors import (
     JournalUnavailable,
     NothingRan,
     OutcomeNotRecorded,
+    RunClaimed,
     TransitionRefused,
     UnknownId,
 )
@@ -24,6 +27,7 @@ from agentkit.journal._records import (
     RoundEntry,
     RunRecord,
     RunState,
+    RunStatus,
     Transition,
 )
 from agentkit.journal._sqlite import SQLiteJournal
@@ -48,7 +52,9 @@ __all__ = [
     "ProposalState",
     "RoundEntry",
     "RunRecord",
+    "RunClaimed",
     "RunState",
+    "RunStatus",
     "SQLiteJournal",
     "Transition",
     "TransitionRefused",

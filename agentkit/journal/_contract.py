@@ -6,13 +6,22 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
 
 from pydantic import BaseModel
 
 from agentkit.errors import UsageError
 from agentkit.events import Event
-from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
+from agentkit.journal._records import (
+    Checkpointed,
+    Execution,
+    Hold,
+    ProposalRecord,
+    ProposalState,
+    RoundEntry,
+    RunRecord,
+    Transition,
+)
 from agentkit.journal._store import DEFAULT_LEASE, DEFAULT_STUCK_AFTER
 from agentkit.journal._worker import Worked, WorkReport
 from agentkit.proposals import ProposedAction
@@ -20,9 +29,17 @@ from agentkit.tools import NO_CTX, ContextTool, NoCtx, Tool
 
 __all__ = ["Journal", "open_journal"]
 
+if TYPE_CHECKING:
+    from agentkit.agent import ToolAgent
+    from agentkit.checkpoint import RunCheckpoint
+    from agentkit.context import Summarizer
+    from agentkit.observe import ObserverArg
+    from agentkit.results import TieredLoopResult
+    from agentkit.structured import StructuredCaller
+
 Args = TypeVar("Args", bound=BaseModel)
-R = TypeVar("R")
 Ctx = TypeVar("Ctx")
+R = TypeVar("R")
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
@@ -42,6 +59,18 @@ class Journal(Protocol):
 
     def record(self, event: Event) -> None:
         """Write one run event before returning (``JournalObserver`` calls this from its writer thread)."""
+        ...
+
+    def record_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        """Keep a run's latest checkpoint (``JournalObserver`` calls this at each round's end)."""
+        ...
+
+    def record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> None:
+        """Write events and checkpoints in order in one transaction; with ``hold``, hold the runs started there."""
+        ...
+
+    def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
+        """Take or renew the lease on the unfinished runs one recorder holds (``JournalObserver``'s heartbeat)."""
         ...
 
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
@@ -133,7 +162,51 @@ class Journal(Protocol):
         ...
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
-        """The most recent runs, newest first."""
+        """The most recent runs, newest first, each with its ``status`` (waiting, ready, crashed, ...)."""
+        ...
+
+    @overload
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, Args, R],
+        tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        summarize: Summarizer | None = None,
+    ) -> TieredLoopResult[Args, R]: ...
+    @overload
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, BaseModel, R],
+        tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        summarize: Summarizer | None = None,
+    ) -> TieredLoopResult[BaseModel, R]: ...
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, Any, R],
+        tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        summarize: Summarizer | None = None,
+    ) -> TieredLoopResult[Any, R]:
+        """Continue a run from its latest checkpoint with the inbox's decisions, holding it so one process does."""
         ...
 
     async def run(self, run_id: str) -> RunRecord:

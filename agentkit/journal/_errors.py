@@ -8,7 +8,8 @@ The subtree::
     ├── TransitionRefused        the proposal is not in a state that allows the change; nothing changed
     ├── DigestMismatch           the stored args no longer reproduce the approved digest; nothing ran
     ├── NothingRan               the journal failed before the claim held: the tool did not run
-    └── OutcomeNotRecorded       the tool ran, once; its outcome could not be recorded (never run it again)
+    ├── OutcomeNotRecorded       the tool ran, once; its outcome could not be recorded (never run it again)
+    └── RunClaimed               another live process holds the run (it runs, or resumes it); nothing ran
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from agentkit.errors import (
     JournalUnavailable,
     NothingRan,
     OutcomeNotRecorded,
+    RunClaimed,
     TransitionRefused,
     UnknownId,
 )
@@ -29,6 +31,7 @@ __all__ = [
     "JournalUnavailable",
     "NothingRan",
     "OutcomeNotRecorded",
+    "RunClaimed",
     "TransitionRefused",
     "UnknownId",
 ]

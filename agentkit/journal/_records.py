@@ -5,8 +5,8 @@ from __future__ import annotations
 import enum
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Generic, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
@@ -16,7 +16,21 @@ from agentkit.proposals import validate_args
 from agentkit.results import Usage
 from agentkit.tiers import Tier
 
-__all__ = ["Execution", "ProposalRecord", "ProposalState", "RoundEntry", "RunRecord", "RunState", "Transition"]
+__all__ = [
+    "Checkpointed",
+    "Execution",
+    "Hold",
+    "ProposalRecord",
+    "ProposalState",
+    "RoundEntry",
+    "RunRecord",
+    "RunState",
+    "RunStatus",
+    "Transition",
+]
+
+if TYPE_CHECKING:
+    from agentkit.checkpoint import RunCheckpoint
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
@@ -48,6 +62,24 @@ class RunState(enum.StrEnum):
     """The run's result (outcome, usage, trace) is recorded."""
     ABORTED = "aborted"
     """The run was cancelled or raised (a wiring mistake): it ended without a result."""
+
+
+class RunStatus(enum.StrEnum):
+    """Where a run stands for resuming (``agentkit journal runs`` shows it; ``journal.resume`` acts on it)."""
+
+    RUNNING = "running"
+    """Unfinished, and a live process holds it: its lease is being renewed."""
+    WAITING = "waiting"
+    """It stopped at a proposal that still waits for a human's decision."""
+    READY = "ready"
+    """It stopped at a proposal and every proposal is decided: ``journal.resume`` continues it."""
+    CRASHED = "crashed"
+    """Unfinished and nobody holds it (its process died: the lease ran out); it resumes from its last
+    completed round when it has a checkpoint (``resumable``)."""
+    ABORTED = "aborted"
+    """It was cancelled or raised; it resumes from its last completed round when ``resumable``."""
+    FINISHED = "finished"
+    """It ended (done, a ceiling, an error, ...); there is nothing to resume."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -184,6 +216,16 @@ class RunRecord:
     unreadable: str | None = None
     """Set on a row ``runs()`` could not read (edited by hand or damaged): why, naming the row; its
     unreadable fields hold placeholders. ``run()`` raises ``JournalError`` with this message."""
+    status: RunStatus = RunStatus.FINISHED
+    """Where the run stands for resuming: running, waiting on decisions, ready, crashed, aborted, finished."""
+    resumable: bool = False
+    """The journal holds a checkpoint ``journal.resume`` can continue from (for ``WAITING`` runs, once decided)."""
+    checkpoint_round: int | None = None
+    """The round of the latest checkpoint (``None``: none stored)."""
+    claimed_by: str | None = None
+    """The process that holds (or last held) the run: its recorder or resumer, ``host:pid``."""
+    lease_until: datetime | None = None
+    """Until when that process's hold is known alive (UTC); past it, another process may resume the run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -211,3 +253,25 @@ class RoundEntry:
     usage: Usage = field(default_factory=Usage)
     from_trace: bool = True
     """Written from the finished run's trace; ``False``: rebuilt from the events of a run without a result."""
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpointed:
+    """A run's checkpoint on its way to the journal, beside the run's events (``Journal.record_all``)."""
+
+    run_id: str
+    checkpoint: RunCheckpoint
+    text: str | None = None
+    """The checkpoint as JSON, when already made (``None``: the journal makes it)."""
+    kind: Literal["checkpoint"] = "checkpoint"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Hold:
+    """Who holds the runs a recorder starts, and for how long unless renewed (``Journal.hold_runs``)."""
+
+    holder: str
+    """``host:pid``."""
+    token: str
+    """The recorder's own token: only it renews the hold."""
+    lease: timedelta

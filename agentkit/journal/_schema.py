@@ -206,7 +206,21 @@ _V3: tuple[Statement, ...] = (
     ),
 )
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3)
+# Version 4: a run keeps its latest checkpoint (written at each round's end, and with its result), so a
+# run that stopped at a proposal or died mid-way can be resumed; and a run is held, like a proposal's
+# claim, by a lease its recorder (or its resumer) renews, so a dead process's run shows as crashed
+# and exactly one process resumes it.
+_V4: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_runs ADD COLUMN checkpoint TEXT",
+    "ALTER TABLE agentkit_runs ADD COLUMN checkpoint_round INTEGER",
+    "ALTER TABLE agentkit_runs ADD COLUMN checkpoint_digest TEXT",
+    "ALTER TABLE agentkit_runs ADD COLUMN resumable {bool}",
+    "ALTER TABLE agentkit_runs ADD COLUMN claimed_by TEXT",
+    "ALTER TABLE agentkit_runs ADD COLUMN claim TEXT",
+    "ALTER TABLE agentkit_runs ADD COLUMN lease_until {ts}",
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4)
 """``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -12,13 +12,22 @@ from typing import Any, Protocol
 
 import pydantic_core
 
+from agentkit.checkpoint import RunCheckpoint
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import entry_of_record, fold_events, loop_config_data, said
-from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunState, Transition
+from agentkit.journal._records import (
+    ProposalRecord,
+    ProposalState,
+    RoundEntry,
+    RunRecord,
+    RunState,
+    RunStatus,
+    Transition,
+)
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction, canonical_json
-from agentkit.results import ToolLoopResult, Usage
+from agentkit.results import TieredLoopResult, ToolLoopResult, Usage
 from agentkit.tiers import Tier
 
 __all__ = [
@@ -28,6 +37,7 @@ __all__ = [
     "abort_run",
     "append_event",
     "batch_text",
+    "checkpoint_text",
     "claim_next_statement",
     "claim_statement",
     "finish_run",
@@ -39,7 +49,9 @@ __all__ = [
     "log_transition",
     "now",
     "proposal_of",
+    "release_run",
     "round_of",
+    "store_checkpoint",
     "run_of",
     "to_stored",
     "transition_of",
@@ -289,6 +301,9 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
             usage.output_tokens,
         ),
     )
+    if isinstance(result, TieredLoopResult) and result.checkpoint.run_id == event.run_id:
+        store_checkpoint(db, event.run_id, result.checkpoint, checkpoint_text(result.checkpoint))
+    release_run(db, event.run_id)
     trace = result.trace if isinstance(result, ToolLoopResult) else ()
     last = len(trace) - 1
     for index, record in enumerate(trace):
@@ -392,6 +407,41 @@ def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
         "INSERT INTO agentkit_runs (id, ended_at, error) VALUES (?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
         "ended_at = excluded.ended_at, error = excluded.error WHERE agentkit_runs.ended_at IS NULL",
         (event.run_id, db.to_db_time(at), f"aborted: {type(event.error).__name__}: {said(event.error)}"),
+    )
+    release_run(db, event.run_id)
+
+
+def checkpoint_text(checkpoint: RunCheckpoint) -> str:
+    """The checkpoint as JSON text (lone surrogates kept as they are: ``Lossless`` stores them)."""
+    try:
+        return checkpoint.model_dump_json()
+    except pydantic_core.PydanticSerializationError:
+        return _json(checkpoint.model_dump(mode="json"))
+
+
+def store_checkpoint(db: Connection, run_id: str, checkpoint: RunCheckpoint, text: str) -> None:
+    """Keep ``checkpoint`` (as JSON ``text``) as the run's latest, unless a later round's is already stored."""
+    db.execute(
+        "UPDATE agentkit_runs SET checkpoint = ?, checkpoint_round = ?, checkpoint_digest = ?, resumable = ? "
+        "WHERE id = ? AND (checkpoint_round IS NULL OR checkpoint_round <= ?)",
+        (text, checkpoint.rounds, checkpoint.digest, not checkpoint.finished, run_id, checkpoint.rounds),
+    )
+
+
+def release_run(db: Connection, run_id: str) -> None:
+    """The run ended: nobody holds it any more."""
+    db.execute("UPDATE agentkit_runs SET claim = NULL, lease_until = NULL WHERE id = ?", (run_id,))
+
+
+def hold_runs_statement(runs: int) -> str:
+    """Take or renew the hold on ``runs`` unfinished runs for one holder (params: holder, token, lease, the ids, token).
+
+    A run another holder holds (a resumer's claim) is left alone.
+    """
+    ids = ", ".join("?" * runs)
+    return (
+        "UPDATE agentkit_runs SET claimed_by = ?, claim = ?, lease_until = ? "
+        f"WHERE id IN ({ids}) AND ended_at IS NULL AND (claim IS NULL OR claim = ?)"
     )
 
 
@@ -545,9 +595,17 @@ def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> 
             entries = []
         rounds = max((e.round for e in entries), default=0)
         usage = sum((e.usage for e in entries), Usage())
+    resumable = bool(row.get("resumable"))
+    lease_until = f.time(db, "lease_until") if "lease_until" in row else None
+    status = _status(db, row, state, resumable=resumable, lease_until=lease_until)
     record = RunRecord(
         id=_row_id(row),
         state=state,
+        status=status,
+        resumable=resumable,
+        checkpoint_round=f.get("checkpoint_round", _optional(_integer), None) if "checkpoint_round" in row else None,
+        claimed_by=f.optional_text("claimed_by") if "claimed_by" in row else None,
+        lease_until=lease_until,
         agent=f.text("agent"),
         model=f.text("model"),
         config=f.get("config", _json_object, {}),
@@ -562,6 +620,24 @@ def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> 
     )
     unreadable = f.verdict(lenient=lenient)
     return record if unreadable is None else replace(record, unreadable=unreadable)
+
+
+def _status(
+    db: Connection, row: Mapping[str, Any], state: RunState, *, resumable: bool, lease_until: datetime | None
+) -> RunStatus:
+    """Where a run stands for resuming, from its row, its hold and (for a stop at a proposal) its inbox."""
+    if state is RunState.UNFINISHED:
+        held = row.get("claim") is not None and lease_until is not None and lease_until > now()
+        return RunStatus.RUNNING if held else RunStatus.CRASHED
+    if state is RunState.ABORTED:
+        return RunStatus.ABORTED
+    if not resumable or row.get("stop_reason") != StopReason.PROPOSED.value:
+        return RunStatus.FINISHED
+    pending = db.query(
+        "SELECT 1 FROM agentkit_proposals WHERE run_id = ? AND state = ? LIMIT 1",
+        (_row_id(row), ProposalState.PENDING.value),
+    )
+    return RunStatus.WAITING if pending else RunStatus.READY
 
 
 def _json_object(value: object) -> dict[str, Any]:

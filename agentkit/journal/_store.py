@@ -17,11 +17,11 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar, overload
 
 import tenacity
@@ -36,11 +36,21 @@ from agentkit.journal._errors import (
     JournalUnavailable,
     NothingRan,
     OutcomeNotRecorded,
+    RunClaimed,
     TransitionRefused,
     UnknownId,
 )
 from agentkit.journal._events import event_data
-from agentkit.journal._records import Execution, ProposalRecord, ProposalState, RoundEntry, RunRecord, Transition
+from agentkit.journal._records import (
+    Checkpointed,
+    Execution,
+    Hold,
+    ProposalRecord,
+    ProposalState,
+    RoundEntry,
+    RunRecord,
+    Transition,
+)
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
 from agentkit.journal._sql import (
     Connection,
@@ -48,10 +58,12 @@ from agentkit.journal._sql import (
     abort_run,
     append_event,
     batch_text,
+    checkpoint_text,
     claim_next_statement,
     claim_statement,
     finish_run,
     folded,
+    hold_runs_statement,
     insert_proposal,
     insert_run,
     lock_proposal_statement,
@@ -60,20 +72,27 @@ from agentkit.journal._sql import (
     proposal_of,
     round_of,
     run_of,
+    store_checkpoint,
     transition_of,
 )
 from agentkit.proposals import ProposedAction, call_digest, canonical_json
 from agentkit.tools import NO_CTX, AnyTool, ContextTool, NoCtx, Tool
 
 if TYPE_CHECKING:
+    from agentkit.agent import ToolAgent
+    from agentkit.checkpoint import RunCheckpoint
+    from agentkit.context import Summarizer
     from agentkit.journal._worker import Wakeups, Worked, WorkReport
+    from agentkit.observe import ObserverArg
+    from agentkit.results import TieredLoopResult
+    from agentkit.structured import StructuredCaller
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "SQLJournal"]
 
 Args = TypeVar("Args", bound=BaseModel)
+Ctx = TypeVar("Ctx")
 R = TypeVar("R")
 T = TypeVar("T")
-Ctx = TypeVar("Ctx")
 P = ParamSpec("P")
 
 JOURNAL_THREADS = 4
@@ -131,6 +150,17 @@ class Unrunnable(Exception):
         super().__init__(str(error))
         self.id = id
         self.error = error
+
+
+def held(run_id: str, holder: object, until: object) -> RunClaimed:
+    """The error for a run another live process holds."""
+    return RunClaimed(
+        f"run {run_id!r} is held by {holder or 'another process'} (its lease runs until {until}): it is still "
+        "running, or another process resumes it; nothing ran. Once that process is gone, its lease runs out and "
+        "the run can be resumed",
+        id=run_id,
+        holder=str(holder or ""),
+    )
 
 
 def _worker_name() -> str:
@@ -281,21 +311,58 @@ class SQLJournal:
         end records its outcome, usage and every round of its trace. Every event is also appended
         to the event log, so a run whose process dies keeps every round it completed.
         """
-        round, data = event_data(event)
+        self.record_all((event,))
+
+    def record_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        """Keep ``checkpoint`` as the run's latest (one statement on the run's row); one of an earlier
+        round than the one stored is ignored."""
+        self.record_all((Checkpointed(run_id, checkpoint),))
+
+    def record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> None:
+        """Write events and checkpoints, in order, in one transaction (``JournalObserver`` writes what
+        queued up meanwhile this way: one commit, so one sync to disk, for all of it).
+
+        With ``hold``, each run started here is held by that recorder until its lease runs out.
+        """
         at = now()
         with self._tx(write=True) as db:
-            match event:
-                case RunStarted():
-                    insert_run(db, event, at)
-                case ProposalCaptured():
-                    data["proposal_id"] = insert_proposal(db, event.proposal, f"run:{event.run_id}", at)
-                case RunFinished():
-                    finish_run(db, event, at)
-                case RunAborted():
-                    abort_run(db, event, at)
-                case _:
-                    pass
-            append_event(db, event, round, data, at)
+            for entry in entries:
+                if isinstance(entry, Checkpointed):
+                    text = entry.text or checkpoint_text(entry.checkpoint)
+                    store_checkpoint(db, entry.run_id, entry.checkpoint, text)
+                    continue
+                self._write_event(db, entry, at)
+                if hold is not None and isinstance(entry, RunStarted):
+                    until = db.to_db_time(at + hold.lease)
+                    db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, entry.run_id, hold.token))
+
+    def _write_event(self, db: Connection, event: Event, at: datetime) -> None:
+        round, data = event_data(event)
+        match event:
+            case RunStarted():
+                insert_run(db, event, at)
+            case ProposalCaptured():
+                data["proposal_id"] = insert_proposal(db, event.proposal, f"run:{event.run_id}", at)
+            case RunFinished():
+                finish_run(db, event, at)
+            case RunAborted():
+                abort_run(db, event, at)
+            case _:
+                pass
+        append_event(db, event, round, data, at)
+
+    def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
+        """Take, or renew, the hold on unfinished runs this process records: until ``lease`` from now.
+
+        ``JournalObserver`` calls it as each run starts and every third of its lease after, so a run
+        whose process died shows as crashed once the lease runs out. A run another process holds
+        (one resuming it) is left alone.
+        """
+        if not run_ids:
+            return
+        with self._tx(write=True) as db:
+            until = db.to_db_time(now() + lease)
+            db.execute(hold_runs_statement(len(run_ids)), (holder, token, until, *run_ids, token))
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -370,9 +437,14 @@ class SQLJournal:
         with self._tx(write=False) as db:
             self._run_row(db, run_id)
             rows = db.query("SELECT * FROM agentkit_rounds WHERE run_id = ? ORDER BY round", (run_id,))
-            if not rows:
-                return folded(db, run_id)
-            return [round_of(row) for row in rows]
+            entries = [round_of(row) for row in rows]
+            if [e.round for e in entries] == list(range(1, len(entries) + 1)) and entries:
+                return entries
+            # Rounds no trace recorded (the run has no result yet, or a leg of it died before its end and a
+            # resumed leg wrote only its own) are rebuilt from the event log.
+            traced = {e.round: e for e in entries}
+            rebuilt = {e.round: e for e in folded(db, run_id) if e.round not in traced}
+            return [v for _, v in sorted((traced | rebuilt).items())]
 
     # -- transitions ----------------------------------------------------------------------------
 
@@ -720,7 +792,9 @@ class SQLJournal:
         self, claim: Claim[Args], tool: Tool[Args, R] | ContextTool[Args, R, Any], ctx: object
     ) -> Execution[R]:
         """Call the tool of a held claim once, renewing the lease meanwhile, then record the outcome."""
-        async with self._renewing(claim):
+        async with self._renewing(
+            lambda: self._call(self._renew, claim.record.id, claim.token, claim.lease), claim.lease
+        ):
             outcome = await invoke(tool, claim.args, ctx=ctx)
         error = outcome.failure()
         batch = outcome.batch if error is None else None
@@ -730,13 +804,18 @@ class SQLJournal:
         return Execution(proposal=record, batch=tuple(batch or ()))
 
     @asynccontextmanager
-    async def _renewing(self, claim: Claim[Any]) -> AsyncIterator[None]:
+    async def _renewing(self, renewal: Callable[[], Awaitable[bool]], lease: timedelta) -> AsyncIterator[None]:
+        """Renew a held lease (a proposal's claim, a resumed run's hold) every third of ``lease`` meanwhile.
+
+        ``renewal`` returns ``False`` once the hold is no longer this process's; renewing then stops.
+        """
+
         async def renew() -> None:
             while True:
-                await asyncio.sleep(claim.lease.total_seconds() / 3)
+                await asyncio.sleep(lease.total_seconds() / 3)
                 # A failed renewal is retried next time; a lost database shows as an expired lease.
                 with suppress(JournalError):
-                    if not await self._call(self._renew, claim.record.id, claim.token, claim.lease):
+                    if not await renewal():
                         return
 
         task = asyncio.create_task(renew())
@@ -840,6 +919,145 @@ class SQLJournal:
 
         return Polling(0.5 if poll is None else poll)
 
+    def _resume_state(self, run_id: str) -> tuple[RunRecord, str | None, list[ProposalRecord]]:
+        """The run, its latest checkpoint (JSON) and its proposals, read in one transaction."""
+        with self._tx(write=False) as db:
+            row = self._run_row(db, run_id)
+            record = run_of(db, row)
+            rows = db.query("SELECT * FROM agentkit_proposals WHERE run_id = ? ORDER BY proposed_at, id", (run_id,))
+            text = row.get("checkpoint")
+            return record, text if isinstance(text, str) else None, [proposal_of(db, r) for r in rows]
+
+    def _claim_run(self, run_id: str, digest: str, worker: str, token: str, lease: timedelta) -> None:
+        """Hold the run to resume it from the checkpoint of ``digest``, reopening it (its ending is the resumed run's).
+
+        Raises:
+            RunClaimed: a live process holds the run (it runs, or another process resumes it), or the
+                run moved on from that checkpoint meanwhile.
+        """
+        at = now()
+        with self._tx(write=True) as db:
+            changed = db.execute(
+                "UPDATE agentkit_runs SET claimed_by = ?, claim = ?, lease_until = ?, ended_at = NULL, outcome = NULL, "
+                "stop_reason = NULL, error = NULL WHERE id = ? AND checkpoint_digest = ? "
+                "AND (claim IS NULL OR lease_until IS NULL OR lease_until <= ?)",
+                (worker, token, db.to_db_time(at + lease), run_id, digest, db.to_db_time(at)),
+            )
+            if changed == 1:
+                return
+            row = self._run_row(db, run_id)
+        if row.get("checkpoint_digest") != digest:
+            raise RunClaimed(
+                f"run {run_id!r} moved on from the checkpoint this resume read (another process resumed it "
+                "meanwhile); nothing ran. Look at it again with `agentkit journal runs`",
+                id=run_id,
+                holder=str(row.get("claimed_by") or ""),
+            )
+        raise held(run_id, row.get("claimed_by"), row.get("lease_until"))
+
+    def _renew_run(self, run_id: str, token: str, lease: timedelta) -> bool:
+        """Extend a resumer's hold on a run; ``False``: the hold is gone (the run ended, releasing it)."""
+        with self._tx(write=True) as db:
+            until = db.to_db_time(now() + lease)
+            return (
+                db.execute(
+                    "UPDATE agentkit_runs SET lease_until = ? WHERE id = ? AND claim = ?", (until, run_id, token)
+                )
+                == 1
+            )
+
+    def _release_run(self, run_id: str, token: str) -> None:
+        with self._tx(write=True) as db:
+            db.execute(
+                "UPDATE agentkit_runs SET claim = NULL, lease_until = NULL WHERE id = ? AND claim = ?", (run_id, token)
+            )
+
+    @overload
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, Args, R],
+        tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        summarize: Summarizer | None = None,
+    ) -> TieredLoopResult[Args, R]: ...
+    @overload
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, BaseModel, R],
+        tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        summarize: Summarizer | None = None,
+    ) -> TieredLoopResult[BaseModel, R]: ...
+    async def resume(
+        self,
+        run_id: str,
+        caller: StructuredCaller,
+        agent: ToolAgent[Ctx, Any, R],
+        tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
+        ctx: Ctx,
+        *,
+        observer: ObserverArg = None,
+        worker: str | None = None,
+        lease: timedelta = DEFAULT_LEASE,
+        summarize: Summarizer | None = None,
+    ) -> TieredLoopResult[Any, R]:
+        """Continue a run from its latest checkpoint, with the decisions recorded in the inbox; see ``docs/journal.md``.
+
+        A run that stopped at a proposal goes on once each of its proposals is decided (approved,
+        rejected, or already executed by a worker); a run whose process died (``RunStatus.CRASHED``)
+        goes on from its last completed round. The run is held with a lease, renewed every third of
+        ``lease`` while it runs, so exactly one process resumes it. Approved calls run through
+        ``execute``'s claim, so each runs once whoever else tries. The continued run is recorded in
+        this journal under the same run id (do not pass a ``JournalObserver`` of this journal too);
+        its ending replaces the one recorded.
+
+        Args:
+            run_id: The run (from ``runs()`` or ``agentkit journal runs``).
+            caller: The structured-call seam.
+            agent: The executor.
+            tools: The run's tool set: the same names, in the same order, at the same tiers.
+            ctx: The caller's data for ``agent.render``, and for the tools that take the run's ctx.
+            observer: More observers of the continued run.
+            worker: The name the hold and the approved calls' claims record (default ``host:pid``).
+            lease: How long the hold stays valid unless renewed.
+            summarize: The run's ``ContextWindow.summarize``, given again (see ``resume_tool_loop``).
+
+        Raises:
+            UnknownId: the journal never saw the run.
+            ResumeRefused: the run is finished, has no checkpoint, waits on a decision (naming the
+                proposal), has an approved call still executing, or cannot resume with these tools;
+                nothing ran.
+            RunClaimed: a live process holds the run, or another resumed it first; nothing ran.
+        """
+        from agentkit.journal._resume import resume
+
+        if lease <= timedelta(0):
+            raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
+        return await resume(
+            self,
+            run_id,
+            caller,
+            agent,
+            tools,
+            ctx,
+            observer=observer,
+            worker=worker or _worker_name(),
+            lease=lease,
+            summarize=summarize,
+        )
+
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
         """The most recent runs, newest first (``limit`` >= 1, else ``UsageError``)."""
         return await self._read(self._runs, limit=limit)
@@ -849,7 +1067,8 @@ class SQLJournal:
         return await self._read(self._run, run_id)
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:
-        """The run's rounds: from its trace once it finished, rebuilt from its events until then.
+        """The run's rounds: from its trace once it finished, rebuilt from its events until then (and for
+        the rounds of a leg that died before a resumed leg finished the run).
 
         Raises:
             UnknownId: the journal never saw the run.

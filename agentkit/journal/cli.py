@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from agentkit.cli import positive_int
 from agentkit.errors import AgentkitError
 from agentkit.journal._contract import Journal, open_journal
-from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry
+from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunStatus
 from agentkit.journal._store import DEFAULT_STUCK_AFTER
 
 __all__ = ["DEFAULT_DB", "register"]
@@ -54,7 +54,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     runs_of = journal.add_subparsers(
         dest="journal_command", required=True, metavar="COMMAND", help="what to show from the journal"
     )
-    runs = runs_of.add_parser("runs", parents=[db], help="recent runs with outcome, rounds and tokens")
+    runs = runs_of.add_parser(
+        "runs",
+        parents=[db],
+        help="recent runs: running, waiting on a decision, ready to resume, crashed, aborted or finished",
+    )
     runs.add_argument(
         "--limit", type=positive_int, default=20, metavar="N", help="how many runs, at least 1 (default 20)"
     )
@@ -133,14 +137,14 @@ async def _runs(journal: Journal, args: argparse.Namespace, out: TextIO) -> None
     if not runs:
         print(f"no runs in {journal.where}", file=out)
         return
-    headers = ("RUN", "STARTED", "AGENT", "MODEL", "STATE", "OUTCOME", "STOP", "ROUNDS", "TOKENS")
+    headers = ("RUN", "STARTED", "AGENT", "MODEL", "STATUS", "OUTCOME", "STOP", "ROUNDS", "TOKENS")
     rows = [
         (
             run.id,
             _time(run.started_at),
             run.agent,
             run.model,
-            _UNREADABLE if run.unreadable else run.state.value,
+            _UNREADABLE if run.unreadable else run.status.value,
             run.outcome.value if run.outcome else "-",
             run.stop_reason.value if run.stop_reason else "-",
             str(run.rounds),
@@ -150,12 +154,35 @@ async def _runs(journal: Journal, args: argparse.Namespace, out: TextIO) -> None
     ]
     _table(out, headers, rows)
     _flagged(out, [run.unreadable for run in runs])
+    _next_steps(out, runs)
+
+
+def _next_steps(out: TextIO, runs: Sequence[RunRecord]) -> None:
+    """What to do about the runs that wait on a decision, or can resume."""
+    shown = {run.status for run in runs if not run.unreadable}
+    notes = []
+    if RunStatus.WAITING in shown:
+        notes.append(
+            "waiting: a proposal waits on a decision (agentkit proposals list --state pending); approve or reject it"
+        )
+    if shown & {RunStatus.READY, RunStatus.CRASHED, RunStatus.ABORTED}:
+        notes.append(
+            "ready, crashed, aborted: journal.resume(RUN, caller, agent, tools, ctx) continues the run from its last "
+            "checkpoint"
+        )
+    unresumable = [run.id for run in runs if run.status is RunStatus.CRASHED and not run.resumable]
+    if unresumable:
+        notes.append(f"no checkpoint to resume from: {', '.join(unresumable)}")
+    if notes:
+        print(file=out)
+    for note in notes:
+        print(_printable(note), file=out)
 
 
 async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     run = await journal.run(args.run)
     rounds = await journal.rounds(run.id)
-    print(f"run {run.id}  ({run.state.value})", file=out)
+    print(f"run {run.id}  ({run.status.value})", file=out)
     tools = ", ".join(str(name) for name in run.config.get("tools", []))
     print(_printable(f"agent {run.agent}, model {run.model}, tools {tools}"), file=out)
     print(f"started {_time(run.started_at)}, ended {_time(run.ended_at)}", file=out)

@@ -4,21 +4,35 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import socket
 import threading
+import time
+import uuid
 from collections import deque
 from contextlib import suppress
+from datetime import timedelta
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from agentkit.errors import UsageError
-from agentkit.events import Event, RunAborted, RunFinished
+from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._contract import Journal
 from agentkit.journal._errors import JournalError
+from agentkit.journal._records import Checkpointed, Hold
+from agentkit.journal._sql import checkpoint_text
+from agentkit.journal._store import DEFAULT_LEASE
 from agentkit.observe import Observer
+
+if TYPE_CHECKING:
+    from agentkit.checkpoint import RunCheckpoint
 
 __all__ = ["JournalObserver"]
 
 logger = logging.getLogger("agentkit.journal")
+
+_BATCH = 500
+"""Most queued entries the writer thread writes in one transaction."""
 
 
 class JournalObserver(Observer):
@@ -26,8 +40,9 @@ class JournalObserver(Observer):
 
     Hooks only put the event (a frozen value) on a bounded queue, so a database that is busy (another
     process approving a proposal or claiming one holds the write lock) never stalls the event loop.
-    The writer thread writes the events in order, one transaction each. When a run ends or aborts,
-    the run awaits ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the
+    The writer thread writes the events in order, all that queued up meanwhile in one transaction (a
+    failed transaction is retried an event at a time, so one bad event fails alone). When a run ends
+    or aborts, the run awaits ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the
     event loop) until every event queued so far is written, so the run's record is complete when the
     run returns. Called outside an event loop, the end hooks wait the same way, blocking. A crash
     loses at most the events still queued.
@@ -36,22 +51,32 @@ class JournalObserver(Observer):
     logged (logger ``agentkit.journal``) and counted in ``failures``. ``close()`` (or leaving a
     ``with`` block) writes what is queued and stops the thread.
 
+    A tiered run's checkpoint is written at each round's end (one statement on the run's row), so
+    ``journal.resume`` can continue a run whose process died from its last completed round. The
+    writer thread also holds each run it records with a lease, renewed every third of ``lease``
+    while the run goes on: a run whose process died shows as crashed once its lease runs out.
+
     Args:
         journal: Where the events go.
         capacity: Most events waiting to be written; an event beyond it is dropped and counted.
         flush_timeout: Longest wait, in seconds, at a run's end for its events to be written; past
             it the run returns and the rest is written when the database frees up.
+        lease: How long the hold on a run stays valid unless renewed (see ``DEFAULT_LEASE``).
 
     Example:
         >>> with JournalObserver(SQLiteJournal("agentkit-journal.db")) as observer:
         ...     result = await run_tool_loop_tiered(caller, agent, tools, ctx, observer=observer)
     """
 
-    def __init__(self, journal: Journal, *, capacity: int = 10_000, flush_timeout: float = 10.0) -> None:
+    def __init__(
+        self, journal: Journal, *, capacity: int = 10_000, flush_timeout: float = 10.0, lease: timedelta = DEFAULT_LEASE
+    ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise UsageError(f"capacity must be an integer >= 1 (events that may wait to be written); got {capacity!r}")
         if flush_timeout < 0:
             raise UsageError(f"flush_timeout must be >= 0 seconds; got {flush_timeout!r}")
+        if not isinstance(lease, timedelta) or lease <= timedelta(0):
+            raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
         self.journal = journal
         """Where the events go."""
         self.capacity = capacity
@@ -63,7 +88,13 @@ class JournalObserver(Observer):
         self.last_error: Exception | None = None
         """The most recent failure."""
         self._cond = threading.Condition()
-        self._queue: deque[Event] = deque()
+        self.lease = lease
+        """How long the hold on a run stays valid unless renewed."""
+        self._queue: deque[Event | Checkpointed] = deque()
+        self._holding: set[str] = set()
+        """Runs started and not yet ended, held with a lease the writer thread renews."""
+        self._holder = f"{socket.gethostname()}:{os.getpid()}"
+        self._token = uuid.uuid4().hex
         self._accepted = 0
         self._settled = 0
         """Accepted events that were written or failed; ``flush`` waits for it to catch up."""
@@ -76,6 +107,15 @@ class JournalObserver(Observer):
 
     def on_event(self, event: Event) -> None:
         """Queue the event for the writer thread (every kind: start, rounds, calls, proposals, the end)."""
+        self._put(event)
+
+    def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        """Queue the run's checkpoint for the writer thread (the latest one is kept)."""
+        # Made here rather than in the writer thread: the thread then holds the interpreter only briefly
+        # between its database calls, so the event loop is not kept waiting for it.
+        self._put(Checkpointed(run_id, checkpoint, checkpoint_text(checkpoint)))
+
+    def _put(self, event: Event | Checkpointed) -> None:
         with self._cond:
             if self._closed:
                 refused = f"the observer is closed, so the {event.kind} event was not written; use a new one"
@@ -88,7 +128,10 @@ class JournalObserver(Observer):
                 self._queue.append(event)
                 self._accepted += 1
                 self._start_writer()
-                self._cond.notify_all()
+                if len(self._queue) == 1:
+                    # Only an empty queue can have the writer waiting on it; a busy writer takes what queued
+                    # up when it looks next (waking it per event costs the event loop a thread switch each).
+                    self._cond.notify_all()
                 return
         self._failed(event, JournalError(refused))
 
@@ -178,28 +221,63 @@ class JournalObserver(Observer):
             self._writer.start()
 
     def _write_all(self) -> None:
+        beat = self.lease.total_seconds() / 3
+        beat_at = time.monotonic() + beat
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue) or self._closed)
-                if not self._queue:
+                self._cond.wait_for(lambda: bool(self._queue) or self._closed, max(beat_at - time.monotonic(), 0))
+                if not self._queue and self._closed:
                     return
-                event = self._queue.popleft()
-            try:
-                self.journal.record(event)
-            except Exception as error:
-                self._failed(event, error)
-            finally:
-                with self._cond:
-                    self._settled += 1
-                    self._cond.notify_all()
-                    due = [w for w in self._waiters if w[0] <= self._settled]
-                    self._waiters = [w for w in self._waiters if w[0] > self._settled]
-                for _, loop, waiter in due:
-                    # A closed loop (RuntimeError) has nobody left waiting.
-                    with suppress(RuntimeError):
-                        loop.call_soon_threadsafe(_resolve, waiter)
+                # Everything queued meanwhile goes in one transaction: one commit (one sync to disk) for it all.
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
+            if time.monotonic() >= beat_at:
+                beat_at = time.monotonic() + beat
+                self._hold(tuple(self._holding))
+            if not batch:
+                continue
+            self._write(batch)
+            with self._cond:
+                self._settled += len(batch)
+                self._cond.notify_all()
+                due = [w for w in self._waiters if w[0] <= self._settled]
+                self._waiters = [w for w in self._waiters if w[0] > self._settled]
+            for _, loop, waiter in due:
+                # A closed loop (RuntimeError) has nobody left waiting.
+                with suppress(RuntimeError):
+                    loop.call_soon_threadsafe(_resolve, waiter)
 
-    def _failed(self, event: Event, error: Exception) -> None:
+    def _write(self, batch: list[Event | Checkpointed]) -> None:
+        """Write the batch in one transaction; if that fails, each entry on its own, so one bad entry fails alone."""
+        hold = Hold(holder=self._holder, token=self._token, lease=self.lease)
+        try:
+            self.journal.record_all(batch, hold=hold)
+        except Exception as error:
+            if len(batch) == 1:
+                self._failed(batch[0], error)
+            else:
+                for entry in batch:
+                    try:
+                        self.journal.record_all((entry,), hold=hold)
+                    except Exception as alone:
+                        self._failed(entry, alone)
+        for entry in batch:
+            if isinstance(entry, RunStarted):
+                self._holding.add(entry.run_id)
+            elif isinstance(entry, RunFinished | RunAborted):
+                self._holding.discard(entry.run_id)
+
+    def _hold(self, run_ids: tuple[str, ...]) -> None:
+        """Take or renew the hold on the runs being recorded; a failure is retried at the next beat."""
+        if not run_ids:
+            return
+        try:
+            self.journal.hold_runs(run_ids, holder=self._holder, token=self._token, lease=self.lease)
+        except Exception as error:
+            logger.warning(
+                "journal %s: could not renew the hold on %d run(s): %s", self.journal.where, len(run_ids), error
+            )
+
+    def _failed(self, event: Event | Checkpointed, error: Exception) -> None:
         with self._cond:
             self.failures += 1
             self.last_error = error

@@ -1,8 +1,9 @@
-"""assert_type checks for checkpoints and resume_tool_loop (mypy only)."""
+"""assert_type checks for checkpoints, resume_tool_loop and journal.resume (mypy only)."""
 
 from __future__ import annotations
 
-from typing import Any, assert_type
+from datetime import datetime, timedelta
+from typing import Any, assert_never, assert_type
 
 from pydantic import BaseModel
 
@@ -18,6 +19,7 @@ from agentkit import (
     resume_tool_loop,
     run_tool_loop_tiered,
 )
+from agentkit.journal import Journal, JournalError, JournalObserver, RunClaimed, RunStatus, SQLiteJournal
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import DeleteArgs, Doc, delete, search
 from tests.typing.test_tiered import Planner
@@ -45,3 +47,43 @@ async def multi_tool() -> None:
 
 def refusal_is_a_usage_error(error: ResumeRefused) -> UsageError:
     return error
+
+
+async def journal_resume(journal: Journal) -> None:
+    single = await journal.resume("run-1", ScriptedCaller(), Planner(), delete, "ctx")
+    assert_type(single, TieredLoopResult[DeleteArgs, Doc])
+    assert_type(single.items, list[Doc])
+    several = await journal.resume(
+        "run-1", ScriptedCaller(), Planner(), [search, delete], "ctx", observer=None, lease=timedelta(seconds=5)
+    )
+    assert_type(several, TieredLoopResult[BaseModel, Doc])
+    sqlite = SQLiteJournal(":memory:", in_memory=True)
+    assert_type(
+        await sqlite.resume("run-1", ScriptedCaller(), Planner(), delete, "ctx"), TieredLoopResult[DeleteArgs, Doc]
+    )
+
+
+async def journal_runs(journal: Journal) -> None:
+    [run] = await journal.runs()
+    assert_type(run.status, RunStatus)
+    assert_type(run.resumable, bool)
+    assert_type(run.checkpoint_round, int | None)
+    assert_type(run.claimed_by, str | None)
+    assert_type(run.lease_until, datetime | None)
+    match run.status:
+        case RunStatus.RUNNING | RunStatus.WAITING | RunStatus.READY:
+            pass
+        case RunStatus.CRASHED | RunStatus.ABORTED | RunStatus.FINISHED:
+            pass
+        case _:
+            assert_never(run.status)
+
+
+def run_claimed_is_a_journal_error(error: RunClaimed) -> JournalError:
+    assert_type(error.holder, str)
+    assert_type(error.id, str)
+    return error
+
+
+def observer_takes_a_lease(journal: Journal) -> None:
+    JournalObserver(journal, lease=timedelta(seconds=10)).on_checkpoint("run-1", RunCheckpoint())

@@ -1,0 +1,196 @@
+"""``journal.resume``: continue a recorded run from its latest checkpoint, with the inbox's decisions.
+
+Everything is read and checked before the run is held: a refused resume holds nothing and runs
+nothing. Then the run is held with a lease (renewed while it runs, as a proposal's claim is), so
+of two processes resuming it one wins; approved calls run through ``execute``'s claim, so each
+runs once whoever else tries; and a ``JournalObserver`` of this journal records the continued run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import Sequence
+from contextlib import suppress
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from agentkit.approval import Approval, Rejection
+from agentkit.checkpoint import CheckpointProposal, Codec, RunCheckpoint
+from agentkit.errors import ResumeRefused, ToolError
+from agentkit.journal._errors import TransitionRefused
+from agentkit.journal._records import ProposalRecord, ProposalState, RunStatus
+from agentkit.journal._store import held
+from agentkit.journal.observer import JournalObserver
+from agentkit.observe import ObserverArg, observers_of
+from agentkit.resume import prepare_resume
+from agentkit.tools import AnyTool, ContextTool, Tool
+
+if TYPE_CHECKING:
+    from agentkit.agent import ToolAgent
+    from agentkit.context import Summarizer
+    from agentkit.journal._store import SQLJournal
+    from agentkit.results import TieredLoopResult
+    from agentkit.structured import StructuredCaller
+
+__all__ = ["resume"]
+
+
+async def resume(
+    journal: SQLJournal,
+    run_id: str,
+    caller: StructuredCaller,
+    agent: ToolAgent[Any, Any, Any],
+    tools: Tool[Any, Any] | ContextTool[Any, Any, Any] | Sequence[Tool[Any, Any] | ContextTool[Any, Any, Any]],
+    ctx: object,
+    *,
+    observer: ObserverArg,
+    worker: str,
+    lease: timedelta,
+    summarize: Summarizer | None = None,
+) -> TieredLoopResult[Any, Any]:
+    """``SQLJournal.resume``'s body (documented there)."""
+    record, text, proposals = await journal._read(journal._resume_state, run_id)
+    if record.status is RunStatus.RUNNING:
+        raise held(run_id, record.claimed_by, record.lease_until)
+    if text is None:
+        raise ResumeRefused(
+            f"run {run_id!r} has no checkpoint in the journal at {journal.where} ({record.status.value}): it was "
+            "not a tiered run, its tools' items cannot round-trip through JSON, or it was recorded by an agentkit "
+            "before journal schema 4; nothing ran"
+        )
+    try:
+        # Through json.loads: stored text may hold lone surrogates, which pydantic's JSON parser refuses.
+        checkpoint = RunCheckpoint.model_validate(json.loads(text))
+    except (ValueError, ValidationError) as invalid:
+        raise ResumeRefused(f"the checkpoint of run {run_id!r} cannot be read: {invalid}; nothing ran") from invalid
+    decisions, ids = _decisions(run_id, checkpoint, proposals, Codec(_by_name(tools)))
+    recorder = JournalObserver(journal)
+
+    async def run_approved(approval: Approval[Any], tool: Tool[Any, Any], ctx: Any) -> Sequence[Any]:
+        return await _run_approved(journal, ids[approval.id], tool, ctx, worker=worker, lease=lease)
+
+    run = prepare_resume(
+        caller,
+        agent,
+        tools,
+        ctx,
+        checkpoint,
+        decisions,
+        observer=(*observers_of(observer), recorder),
+        summarize=summarize,
+        run_approved=run_approved,
+    )
+    token = uuid.uuid4().hex
+    try:
+        await journal._call(journal._claim_run, run_id, checkpoint.digest, worker, token, lease)
+        renewal = lambda: journal._call(journal._renew_run, run_id, token, lease)  # noqa: E731
+        async with journal._renewing(renewal, lease):
+            return await run()
+    finally:
+        # The run's end released the hold; a run left by an exception releases it here (best effort:
+        # otherwise its lease runs out).
+        with suppress(Exception):  # the database is gone: the lease runs out instead
+            await journal._call(journal._release_run, run_id, token)
+        await asyncio.to_thread(recorder.close)
+
+
+def _by_name(tools: AnyTool | Sequence[AnyTool]) -> dict[str, AnyTool]:
+    if callable(getattr(tools, "call", None)):
+        single: AnyTool = tools  # type: ignore[assignment]  # a Tool, as the check above shows
+        return {single.name: single}
+    return {t.name: t for t in tools}  # type: ignore[union-attr]  # a sequence; Toolbox refuses anything else
+
+
+def _decisions(
+    run_id: str, checkpoint: RunCheckpoint, proposals: list[ProposalRecord], codec: Codec
+) -> tuple[list[Approval[Any] | Rejection[Any]], dict[str, str]]:
+    """Each pending proposal's decision as recorded in the inbox, and each approval's inbox id."""
+    decisions: list[Approval[Any] | Rejection[Any]] = []
+    ids: dict[str, str] = {}
+    for wanted in checkpoint.proposals:
+        record = _entry(run_id, wanted, proposals)
+        try:
+            action = codec.decode_proposal(wanted) if wanted.tool_name in codec.args else None
+        except ValidationError as invalid:
+            raise ResumeRefused(
+                f"the proposed call to {wanted.tool_name!r} no longer validates as its tool's args: {invalid}"
+            ) from invalid
+        if action is None:
+            continue  # the tool set check names the missing tool
+        match record.state:
+            case ProposalState.PENDING:
+                raise ResumeRefused(
+                    f"run {run_id!r} waits on a decision: proposal {record.id} ({record.tool_name} "
+                    f"{record.args_json}, round {record.round}) is pending. Decide it with `agentkit proposals "
+                    f"approve {record.id} --by NAME` or `agentkit proposals reject {record.id} --by NAME --reason "
+                    "TEXT`, then resume; nothing ran"
+                )
+            case ProposalState.EXECUTING:
+                raise ResumeRefused(
+                    f"run {run_id!r}: its approved proposal {record.id} ({record.tool_name}) is executing, claimed by "
+                    f"{record.claimed_by}; resume once it finished, or, if that process is gone, resolve it "
+                    f"(`agentkit proposals resolve {record.id} ...`); nothing ran"
+                )
+            case ProposalState.REJECTED:
+                decisions.append(
+                    Rejection(
+                        proposal=action,
+                        rejected_by=record.rejected_by or "",
+                        digest=record.digest,
+                        reason=record.reason or "",
+                    )
+                )
+            case ProposalState.APPROVED | ProposalState.EXECUTED | ProposalState.FAILED:
+                # Approved: it runs through the journal's claim; executed or failed: a worker (or a resumer
+                # that died after) ran it, and its recorded outcome is the call's result.
+                approval = Approval(proposal=action, approved_by=record.approved_by or "", digest=record.digest)
+                ids[approval.id] = record.id
+                decisions.append(approval)
+    return decisions, ids
+
+
+def _entry(run_id: str, wanted: CheckpointProposal, proposals: list[ProposalRecord]) -> ProposalRecord:
+    """The inbox entry of a checkpoint's proposal: the open one, else the latest."""
+    same = [p for p in proposals if p.round == wanted.round and p.digest == wanted.digest]
+    if not same:
+        raise ResumeRefused(
+            f"run {run_id!r}: its proposed call to {wanted.tool_name!r} in round {wanted.round} (digest "
+            f"{wanted.digest[:12]}) is not in the inbox, so it cannot have been decided; record it with "
+            "journal.propose(...) and decide it; nothing ran"
+        )
+    open_ones = [p for p in same if p.state in (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING)]
+    return (open_ones or same)[-1]
+
+
+async def _run_approved(
+    journal: SQLJournal, id: str, tool: Tool[Any, Any], ctx: Any, *, worker: str, lease: timedelta
+) -> Sequence[Any]:
+    """The approved call's batch: run now through the claim, or as recorded when it already ran."""
+    record = await journal.get(id)
+    if record.state is ProposalState.APPROVED:
+        execution = await journal.execute(id, tool, ctx=ctx, worker=worker, lease=lease)
+        if execution.error is not None:
+            raise execution.error
+        return execution.batch
+    if record.state is ProposalState.EXECUTED:
+        try:
+            return Codec({tool.name: tool}).decode_batch(tool.name, json.loads(record.batch_json or "[]"))
+        except (ValueError, ValidationError) as invalid:
+            raise ToolError(
+                f"proposal {id!r} was executed, but its recorded batch does not read back as {tool.name!r}'s items: "
+                f"{invalid}",
+                tool_name=tool.name,
+            ) from invalid
+    if record.state is ProposalState.FAILED:
+        raise ToolError(
+            f"the approved call to {tool.name!r} (proposal {id}) failed: {record.error}", tool_name=tool.name
+        )
+    raise TransitionRefused(
+        f"proposal {id!r} is {record.state.value} now; it was decided otherwise while the run resumed",
+        id=id,
+        state=record.state.value,
+    )

@@ -1,0 +1,120 @@
+"""What checkpointing into a SQLite journal costs per round (``python -m benchmarks.journal_checkpoint``).
+
+The benchmark's retrieval run (3 searches, then done: 4 rounds, every model call a real HTTP round
+trip to ``benchmarks/server.py`` in its own process) as a tiered run, three ways, one after another
+in each repeat (order shuffled): without a journal (the baseline); with a ``JournalObserver`` on a
+fresh SQLite file that records the events only (its ``on_checkpoint`` switched off); and with the
+observer as it ships, which also writes the run's checkpoint at each round's end. Per round: wall
+time and the client process's CPU time (the journal's writer thread included), each the median
+over ``--runs`` runs; the ratios are medians over the repeats of the per-repeat ratios to the
+baseline. Prints one JSON object; ``--out`` also writes it and a Markdown table there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from agentkit import LoopConfig, Observer, StopReason, run_tool_loop_tiered
+from agentkit.journal import JournalObserver, SQLiteJournal
+from agentkit.providers.openai import OpenAICaller
+from benchmarks import harness, scenario
+from benchmarks.contenders.agentkit_loop import Retriever, search
+
+CONFIG = LoopConfig(max_rounds=6)
+VARIANTS = ("no-journal", "journal-events", "journal-checkpoints")
+
+
+class EventsOnly(JournalObserver):
+    """The journal without checkpoints: the same observer with ``on_checkpoint`` left at the base's no-op."""
+
+    on_checkpoint = Observer.on_checkpoint
+
+
+async def sample(caller: OpenAICaller, variant: str, runs: int, directory: Path) -> tuple[float, float]:
+    """Median wall and CPU seconds per round over ``runs`` runs of one variant (after one untimed run)."""
+    journal = None if variant == "no-journal" else SQLiteJournal(directory / f"{variant}-{time.time_ns()}.db")
+    # One observer for the sample's runs, as a service keeps one for all of its runs.
+    observer: Observer | None = None
+    if journal is not None:
+        observer = EventsOnly(journal) if variant == "journal-events" else JournalObserver(journal)
+    walls, cpus = [], []
+    for index in range(runs + 1):
+        started, cpu = time.perf_counter(), time.process_time()
+        result = await run_tool_loop_tiered(
+            caller, Retriever(), search, scenario.question(f"{index:016x}"), CONFIG, observer=observer
+        )
+        wall, used = time.perf_counter() - started, time.process_time() - cpu
+        if result.stop_reason is not StopReason.EXECUTOR_DONE or result.rounds != scenario.ROUNDS:
+            raise scenario.WrongResult(f"run ended {result.stop_reason} after {result.rounds} rounds: {result.error}")
+        if index:  # the first run warms up
+            walls.append(wall / result.rounds)
+            cpus.append(used / result.rounds)
+    if isinstance(observer, JournalObserver):
+        observer.close()
+    if journal is not None:
+        await journal.close()
+    return statistics.median(walls), statistics.median(cpus)
+
+
+async def measure(repeats: int, runs: int) -> dict[str, Any]:
+    figures: dict[str, dict[str, list[float]]] = {v: {"wall": [], "cpu": []} for v in VARIANTS}
+    with harness.serving() as (base_url, _), tempfile.TemporaryDirectory() as tmp:
+        caller = OpenAICaller(base_url=base_url, api_key="bench")
+        try:
+            for _ in range(repeats):
+                for variant in random.sample(VARIANTS, len(VARIANTS)):
+                    wall, cpu = await sample(caller, variant, runs, Path(tmp))
+                    figures[variant]["wall"].append(wall)
+                    figures[variant]["cpu"].append(cpu)
+        finally:
+            await caller.aclose()
+    base = figures["no-journal"]
+    report: dict[str, Any] = {"repeats": repeats, "runs": runs, "rounds_per_run": scenario.ROUNDS, "variants": {}}
+    for variant in VARIANTS:
+        mine = figures[variant]
+        report["variants"][variant] = {
+            "wall_ms_per_round": round(statistics.median(mine["wall"]) * 1000, 3),
+            "cpu_ms_per_round": round(statistics.median(mine["cpu"]) * 1000, 3),
+            "wall_x": round(statistics.median(m / b for m, b in zip(mine["wall"], base["wall"], strict=True)), 3),
+            "cpu_x": round(statistics.median(m / b for m, b in zip(mine["cpu"], base["cpu"], strict=True)), 3),
+        }
+    return report
+
+
+def markdown(report: dict[str, Any]) -> str:
+    lines = [
+        f"Journal checkpoint cost: {report['repeats']} repeats x {report['runs']} runs of "
+        f"{report['rounds_per_run']} rounds, SQLite journal, model over loopback HTTP (benchmarks/server.py).",
+        "",
+        "| variant | wall ms/round | x no journal | client CPU ms/round | x no journal |",
+        "|---|---|---|---|---|",
+    ]
+    for name, v in report["variants"].items():
+        lines.append(f"| {name} | {v['wall_ms_per_round']} | {v['wall_x']} | {v['cpu_ms_per_round']} | {v['cpu_x']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per sample")
+    parser.add_argument("--out", type=Path, help="also write journal-checkpoint-<date>.json and .md here")
+    args = parser.parse_args()
+    report = asyncio.run(measure(args.repeats, args.runs))
+    print(json.dumps(report))
+    if args.out is not None:
+        stem = args.out / f"journal-checkpoint-{time.strftime('%Y-%m-%d')}"
+        stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        stem.with_suffix(".md").write_text(markdown(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,340 @@
+"""``journal.resume``: runs continued from the journal's checkpoint with the inbox's decisions, on both backends.
+
+The ``journal`` fixtures (a fresh SQLite file, a fresh PostgreSQL schema) are in ``conftest.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from agentkit import (
+    AfterProposal,
+    LoopConfig,
+    Outcome,
+    Prompt,
+    ResumeRefused,
+    RoleSpec,
+    StopReason,
+    Tier,
+    Tool,
+    ToolRoundInfo,
+    run_tool_loop,
+    run_tool_loop_tiered,
+    tool,
+)
+from agentkit.checkpoint import RunCheckpoint
+from agentkit.journal import (
+    Journal,
+    JournalError,
+    JournalObserver,
+    ProposalState,
+    RunClaimed,
+    RunStatus,
+    UnknownId,
+    open_journal,
+)
+from agentkit.journal._store import SQLJournal
+from agentkit.testing import ScriptedCaller, call_step, done_step
+
+
+class Query(BaseModel):
+    query: str
+
+
+class Target(BaseModel):
+    path: str
+
+
+calls: list[str] = []
+"""Every tool call, in order, as ``tool arg``."""
+gate: asyncio.Event | None = None
+"""When set to an unset event, ``wipe`` waits for it (to hold a resume in the middle)."""
+entered = asyncio.Event()
+"""Set when ``wipe`` is called."""
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: Query) -> list[str]:
+    """Find documents."""
+    calls.append(f"search {args.query}")
+    return [f"doc:{args.query}"]
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+async def wipe(args: Target) -> list[str]:
+    """Delete a path for good."""
+    calls.append(f"wipe {args.path}")
+    entered.set()
+    if gate is not None:
+        await gate.wait()
+    return [f"wiped {args.path}"]
+
+
+TOOLS: list[Tool[Any, str]] = [search, wipe]
+
+
+class Planner:
+    def __init__(self) -> None:
+        self.seen: list[ToolRoundInfo[str]] = []
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="planner")
+
+    def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
+        self.seen.append(info)
+        return Prompt(system="plan", dynamic=f"{ctx} round {info.round}")
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    global gate, entered
+    calls.clear()
+    gate = None
+    entered = asyncio.Event()
+
+
+def first_leg() -> ScriptedCaller:
+    return ScriptedCaller(
+        [call_step(Query(query="old"), tool="search"), call_step(Target(path="/srv/old"), tool="wipe", rationale="old")]
+    )
+
+
+async def proposed_run(journal: Journal) -> str:
+    """A journaled run that searches, then proposes a wipe and stops; returns its id."""
+    with JournalObserver(journal) as observer:
+        result = await run_tool_loop_tiered(first_leg(), Planner(), TOOLS, "clean", observer=observer)
+    assert result.stop_reason is StopReason.PROPOSED
+    return result.run_id
+
+
+async def test_a_run_stopped_at_a_proposal_waits_then_resumes_once_decided(journal: Journal) -> None:
+    """Waiting until the inbox decides; then resume runs the approved call once, the executor sees it, the run ends."""
+    run_id = await proposed_run(journal)
+    run = await journal.run(run_id)
+    assert (run.status, run.resumable, run.checkpoint_round) == (RunStatus.WAITING, True, 2)
+    [pending] = await journal.pending()
+    with pytest.raises(ResumeRefused, match=f"proposal {pending.id}.*is pending") as refused:
+        await journal.resume(run_id, ScriptedCaller([]), Planner(), TOOLS, "clean")
+    assert f"agentkit proposals approve {pending.id}" in str(refused.value)
+
+    await journal.approve(pending.id, "ops@example.com")
+    assert (await journal.run(run_id)).status is RunStatus.READY
+    planner = Planner()
+    result = await journal.resume(run_id, ScriptedCaller([done_step("freed")]), planner, TOOLS, "clean")
+
+    assert calls == ["search old", "wipe /srv/old"]
+    assert (result.run_id, result.rounds, result.stop_reason) == (run_id, 3, StopReason.EXECUTOR_DONE)
+    assert result.items == ["doc:old", "wiped /srv/old"]
+    [info] = planner.seen
+    assert info.prior_calls[1].batch == ("wiped /srv/old",)
+    assert (await journal.get(pending.id)).state is ProposalState.EXECUTED
+    run = await journal.run(run_id)
+    assert (run.status, run.stop_reason, run.outcome, run.rounds) == (
+        RunStatus.FINISHED,
+        StopReason.EXECUTOR_DONE,
+        Outcome.APPLIED,
+        3,
+    )
+    assert run.lease_until is None  # nobody holds it (claimed_by names the last holder)
+
+
+async def test_a_rejection_in_the_inbox_is_the_calls_observation(journal: Journal) -> None:
+    """A rejected proposal runs nothing; the executor sees who rejected it and why."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.reject(pending.id, "bob", "still in use")
+    planner = Planner()
+    result = await journal.resume(run_id, ScriptedCaller([done_step()]), planner, TOOLS, "clean")
+    assert calls == ["search old"]
+    assert planner.seen[0].prior_calls[1].observation == "rejected by bob: still in use"
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+
+
+async def test_a_call_a_worker_already_executed_is_not_run_again(journal: Journal) -> None:
+    """Approved and executed by a worker before the resume: its recorded batch is the call's result; it runs once."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    await journal.execute(pending.id, wipe)
+    planner = Planner()
+    result = await journal.resume(run_id, ScriptedCaller([done_step()]), planner, TOOLS, "clean")
+    assert calls == ["search old", "wipe /srv/old"]
+    assert result.items == ["doc:old", "wiped /srv/old"]
+    assert planner.seen[0].prior_results[1] == ("wiped /srv/old",)
+
+
+async def test_resuming_a_finished_run_is_refused(journal: Journal) -> None:
+    """A run that ended (here: resumed to its end) cannot resume again; nothing runs."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
+    with pytest.raises(ResumeRefused, match="is finished"):
+        await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
+    assert calls == ["search old", "wipe /srv/old"]
+    with pytest.raises(UnknownId):
+        await journal.resume("no-such-run", ScriptedCaller([]), Planner(), TOOLS, "clean")
+
+
+async def test_of_two_racing_resumers_one_wins_and_the_other_gets_run_claimed(
+    journal: Journal, journal_url: str
+) -> None:
+    """Two processes' journals resume one run at once: one runs it, the other gets RunClaimed; the call runs once."""
+    global gate
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    gate = asyncio.Event()
+    other = open_journal(journal_url)
+    try:
+        first = asyncio.create_task(journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "c"))
+        await entered.wait()  # the first holds the run and is inside the approved call
+        with pytest.raises(RunClaimed, match="is held by") as claimed:
+            await other.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "c")
+        assert isinstance(claimed.value, JournalError)
+        gate.set()
+        result = await first
+        with pytest.raises(ResumeRefused, match="is finished"):
+            await other.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "c")
+    finally:
+        gate.set()
+        await other.close()
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert calls == ["search old", "wipe /srv/old"]
+
+
+async def test_a_dead_processs_run_is_crashed_and_resumes_from_its_last_completed_round(journal: Journal) -> None:
+    """The recorder dies in round 2: running while its lease lasts, crashed after; resume redoes round 2 only."""
+    observer = JournalObserver(journal, lease=timedelta(seconds=0.3))
+
+    @tool(tier=Tier.READ_ONLY, name="search")
+    def dying_search(args: Query) -> list[str]:
+        """Find documents; the second call is where the process 'dies' (its recorder stops)."""
+        calls.append(f"search {args.query}")
+        if args.query == "second":
+            observer.close()  # everything queued so far is written; nothing after, as in a crash
+        return [f"doc:{args.query}"]
+
+    caller = ScriptedCaller(
+        [call_step(Query(query="first"), tool="search"), call_step(Query(query="second"), tool="search"), done_step()]
+    )
+    config = LoopConfig(after_proposal=AfterProposal.CONTINUE)
+    lost = await run_tool_loop_tiered(caller, Planner(), [dying_search, wipe], "c", config, observer=observer)
+    run = await journal.run(lost.run_id)
+    assert (run.checkpoint_round, run.resumable) == (1, True)
+    if run.status is RunStatus.RUNNING:
+        with pytest.raises(RunClaimed, match="is held by"):
+            await journal.resume(lost.run_id, ScriptedCaller([done_step()]), Planner(), [search, wipe], "c")
+    await lease_runs_out(journal, lost.run_id)
+    again = ScriptedCaller([call_step(Query(query="second"), tool="search"), done_step()])
+    result = await journal.resume(lost.run_id, again, Planner(), [search, wipe], "c")
+    assert calls == ["search first", "search second", "search second"]  # round 2 never completed, round 1 ran once
+    assert (result.rounds, result.items) == (3, ["doc:first", "doc:second"])
+    assert len(again.requests) == 2  # rounds 2 and 3: round 1's model call is not asked again
+    run = await journal.run(lost.run_id)
+    assert (run.status, run.stop_reason) == (RunStatus.FINISHED, StopReason.EXECUTOR_DONE)
+    assert [r.round for r in await journal.rounds(lost.run_id)] == [1, 2, 3]
+
+
+async def lease_runs_out(journal: Journal, run_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while (await journal.run(run_id)).status is RunStatus.RUNNING:
+        assert time.monotonic() < deadline, "the lease never ran out"
+        await asyncio.sleep(0.05)
+    assert (await journal.run(run_id)).status is RunStatus.CRASHED
+
+
+async def test_a_dead_resumers_hold_expires_and_a_live_ones_does_not(journal: Journal) -> None:
+    """A resumer that holds the run and stops renewing blocks others only until its lease runs out."""
+    assert isinstance(journal, SQLJournal)
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    with journal._tx(write=False) as db:
+        [row] = db.query("SELECT checkpoint_digest FROM agentkit_runs WHERE id = ?", (run_id,))
+    # A resumer takes the hold, then dies without renewing it (nothing ran yet).
+    journal._claim_run(run_id, row["checkpoint_digest"], "dead-resumer:1", "its-token", timedelta(seconds=0.5))
+    assert (await journal.run(run_id)).status is RunStatus.RUNNING
+    with pytest.raises(RunClaimed, match="dead-resumer:1") as claimed:
+        await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
+    assert claimed.value.holder == "dead-resumer:1"
+    await lease_runs_out(journal, run_id)
+    result = await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert calls == ["search old", "wipe /srv/old"]
+
+
+async def test_the_journal_keeps_the_latest_checkpoint_of_each_round(journal: Journal) -> None:
+    """The stored checkpoint is the run's: it reloads, verifies, and is the result's own at the end."""
+    assert isinstance(journal, SQLJournal)
+    with JournalObserver(journal) as observer:
+        result = await run_tool_loop_tiered(first_leg(), Planner(), TOOLS, "clean", observer=observer)
+    with journal._tx(write=False) as db:
+        [row] = db.query("SELECT checkpoint FROM agentkit_runs WHERE id = ?", (result.run_id,))
+    stored = RunCheckpoint.model_validate_json(row["checkpoint"])
+    stored.verify()
+    assert stored == result.checkpoint
+
+
+async def test_a_finished_run_lists_as_finished_and_not_resumable(journal: Journal) -> None:
+    """A run that ended done is FINISHED with nothing to resume."""
+    with JournalObserver(journal) as observer:
+        result = await run_tool_loop_tiered(
+            ScriptedCaller([call_step(Query(query="a"), tool="search"), done_step()]),
+            Planner(),
+            TOOLS,
+            "c",
+            observer=observer,
+        )
+    [run] = await journal.runs()
+    assert (run.id, run.status, run.resumable, run.lease_until) == (result.run_id, RunStatus.FINISHED, False, None)
+
+
+async def test_a_finished_run_or_other_tools_are_refused_holding_nothing(journal: Journal) -> None:
+    """A finished run (a plain loop's), or another tool set: ResumeRefused, the run not held, nothing run."""
+    with JournalObserver(journal) as observer:
+        plain = await run_tool_loop(
+            ScriptedCaller([call_step(Query(query="a")), done_step()]), Planner(), search, "c", observer=observer
+        )
+    with pytest.raises(ResumeRefused, match="is finished"):
+        await journal.resume(plain.run_id, ScriptedCaller([]), Planner(), search, "c")
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    with pytest.raises(ResumeRefused, match="tool 'wipe' is missing"):
+        await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), [search], "clean")
+    run = await journal.run(run_id)
+    assert (run.status, run.lease_until) == (RunStatus.READY, None)
+    assert calls == ["search a", "search old"]
+
+
+async def test_two_resumers_starting_at_once_run_the_approved_call_once(journal: Journal, journal_url: str) -> None:
+    """Both resumes start together on two connections: exactly one holds the run; the other gets RunClaimed."""
+    global gate
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    gate = asyncio.Event()
+    other = open_journal(journal_url)
+    try:
+        both = [
+            asyncio.create_task(j.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "c"))
+            for j in (journal, other)
+        ]
+        done, _ = await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+        [loser] = done
+        assert isinstance(loser.exception(), RunClaimed)
+        gate.set()
+        [winner] = [task for task in both if task is not loser]
+        result = await winner
+    finally:
+        gate.set()
+        await other.close()
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert calls == ["search old", "wipe /srv/old"]
