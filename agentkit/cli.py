@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import re
+import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, cast
@@ -98,4 +100,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = cast("argparse.ArgumentParser", args.command_parser)
         command.error(f"unrecognized arguments: {' '.join(stray)}")
     handler = cast("Callable[[argparse.Namespace], int]", args.handler)
-    return handler(args)
+    try:
+        code = handler(args)
+        sys.stdout.flush()  # here, so a reader that left is met below rather than at exit
+        return code
+    except BrokenPipeError:
+        # The reader went away (`agentkit journal runs | head`): not an error worth a traceback. Point
+        # stdout at /dev/null so the interpreter's final flush does not raise again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as a shell reports a command its pipe closed

@@ -26,6 +26,13 @@ from agentkit.cli import build_parser, main, plain_text
 from agentkit.local import DEFAULT_MODEL
 
 
+@pytest.fixture(autouse=True)
+def _journal_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A demo run here records into a default journal in a fresh working directory, not the checkout."""
+    monkeypatch.delenv("AGENTKIT_JOURNAL", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
 def all_parsers(parser: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
     yield parser
     for action in parser._actions:
@@ -216,3 +223,19 @@ def test_ctrl_c_in_a_real_process_exits_130_with_one_line() -> None:
                 demo.wait()
     assert demo.returncode == 130, out + err
     assert err.splitlines() == ["agentkit demo: interrupted"]
+
+
+def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
+    """``agentkit journal runs | head -1``: the reader leaves early; no traceback, exit 141 (SIGPIPE)."""
+    db = tmp_path / "runs.db"
+    assert main(["demo", "--scripted", "--db", str(db)]) == 0
+    reader = subprocess.Popen(
+        [sys.executable, "-m", "agentkit", "journal", "runs", "--db", str(db), "--limit", "50"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert reader.stdout is not None
+    reader.stdout.close()  # the reader is gone before the first line
+    _, err = reader.communicate(timeout=60)
+    assert b"Traceback" not in err
+    assert reader.returncode in (0, 141)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import math
 import re
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -29,6 +31,8 @@ from agentkit.demo.agent import (
 from agentkit.demo.cli import LiveRounds, scripted_caller
 from agentkit.demo.search import BM25Index, Hit, Passage, SearchArgs, load_corpus, search_tool, terms
 from agentkit.errors import ToolRetry, UsageError
+from agentkit.journal import ProposalRecord, ProposalState, open_journal
+from agentkit.journal.cli import DEFAULT_DB
 from agentkit.outcome import Outcome, StopReason
 from agentkit.prompting import USE_THE_TOOL
 from agentkit.proposals import call_digest
@@ -38,6 +42,105 @@ from agentkit.tiers import Tier
 
 def passages(*texts: str) -> list[Passage]:
     return [Passage(id=f"p{i}", title="", text=text) for i, text in enumerate(texts, 1)]
+
+
+@pytest.fixture(autouse=True)
+def _journal_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every demo here records into its own default journal, in a fresh working directory."""
+    monkeypatch.delenv("AGENTKIT_JOURNAL", raising=False)
+    monkeypatch.chdir(tmp_path)
+
+
+def _pending(db: str) -> list[ProposalRecord]:
+    async def read() -> list[ProposalRecord]:
+        async with open_journal(db, create=False) as journal:
+            return await journal.proposals()
+
+    return asyncio.run(read())
+
+
+# --- the whole arc: propose, decide, continue ----------------------------------------------------
+
+
+def test_demo_records_its_proposal_and_prints_the_commands_to_decide_and_continue(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The planning run's proposal is in the default journal, with the approve/reject and --resume commands."""
+    assert main(["demo", "--scripted"]) == 0
+    out = capsys.readouterr().out
+    [proposal] = _pending(DEFAULT_DB)
+    assert proposal.state is ProposalState.PENDING
+    assert proposal.tool_name == "delete_passage"
+    assert f"agentkit proposals approve {proposal.id} --by NAME\n" in out
+    assert f"agentkit proposals reject {proposal.id} --by NAME --reason TEXT\n" in out
+    assert "agentkit demo --resume\n" in out
+
+
+def test_demo_with_db_names_it_in_every_command_it_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--db PATH`` records there, and the printed commands carry ``--db PATH``."""
+    db = str(tmp_path / "elsewhere.db")
+    assert main(["demo", "--scripted", "--db", db]) == 0
+    out = capsys.readouterr().out
+    [proposal] = _pending(db)
+    assert f"agentkit proposals approve {proposal.id} --by NAME --db {db}\n" in out
+    assert f"agentkit demo --resume --db {db}\n" in out
+    assert not (tmp_path / DEFAULT_DB).exists()
+
+
+def test_approved_delete_runs_once_on_resume_and_the_executor_finishes(capsys: pytest.CaptureFixture[str]) -> None:
+    """Approve with the CLI, ``--resume``: the delete runs once, the model is done; a second resume has nothing."""
+    assert main(["demo", "--scripted"]) == 0
+    [proposal] = _pending(DEFAULT_DB)
+    assert main(["proposals", "approve", proposal.id, "--by", "ana"]) == 0
+    capsys.readouterr()
+    assert main(["demo", "--resume", "--scripted"]) == 0
+    out = capsys.readouterr().out
+    assert f"its proposal {proposal.id} is approved by ana" in out
+    assert "outcome  APPLIED (executor_done) after 3 rounds" in out
+    assert "deleted space-04" in out
+    [executed] = _pending(DEFAULT_DB)
+    assert executed.state is ProposalState.EXECUTED
+    assert main(["demo", "--resume", "--scripted"]) == 2
+    assert "no planning run waits to be continued" in capsys.readouterr().err
+
+
+def test_rejected_delete_never_runs_and_the_executor_sees_the_reason(capsys: pytest.CaptureFixture[str]) -> None:
+    """Reject with a reason, ``--resume``: nothing is deleted and the run ends done; the proposal stays rejected."""
+    assert main(["demo", "--scripted"]) == 0
+    [proposal] = _pending(DEFAULT_DB)
+    assert main(["proposals", "reject", proposal.id, "--by", "ana", "--reason", "keep the archive"]) == 0
+    capsys.readouterr()
+    assert main(["demo", "--resume", "--scripted"]) == 0
+    out = capsys.readouterr().out
+    assert f"its proposal {proposal.id} is rejected by ana" in out
+    assert "outcome  APPLIED (executor_done)" in out
+    assert "deleted" not in out
+    [rejected] = _pending(DEFAULT_DB)
+    assert rejected.state is ProposalState.REJECTED
+
+
+def test_resume_before_the_decision_says_the_run_waits_and_runs_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--resume`` with the proposal still pending exits 2, names the run and leaves the proposal pending."""
+    assert main(["demo", "--scripted"]) == 0
+    capsys.readouterr()
+    assert main(["demo", "--resume", "--scripted"]) == 2
+    assert "still waits for a decision" in capsys.readouterr().err
+    [proposal] = _pending(DEFAULT_DB)
+    assert proposal.state is ProposalState.PENDING
+
+
+def test_resume_with_no_journal_run_says_run_the_demo_first(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--resume`` on an empty journal exits 2 and says to run ``agentkit demo`` first."""
+    assert main(["demo", "--resume", "--scripted"]) == 2
+    assert "run `agentkit demo` first" in capsys.readouterr().err
+
+
+def test_resume_refuses_questions(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--resume --question`` is refused by the argument parser: a resumed planning run asks none."""
+    with pytest.raises(SystemExit) as exit_:
+        main(["demo", "--resume", "--question", "Why?"])
+    assert exit_.value.code == 2
+    assert "--resume continues the planning run" in capsys.readouterr().err
 
 
 # --- the scripted demo, end to end ---------------------------------------------------------------
@@ -276,7 +379,7 @@ async def test_delete_tool_is_irreversible_and_names_only_known_passages() -> No
     with pytest.raises(ValidationError):
         tool.args_type.model_validate({"passage_id": "ex-3", "reason": "made up"})
     args = tool.args_type.model_validate({"passage_id": "space-04", "reason": "outdated"})
-    assert await tool.call(args) == ["space-04"]
+    assert await tool.call(args) == ["deleted space-04"]
     assert index.get("space-04") is None
 
 

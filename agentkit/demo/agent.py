@@ -33,6 +33,8 @@ from agentkit.tools import FunctionTool, Tool
 __all__ = [
     "ANSWER_MAX_LENGTH",
     "CURATOR_CHECK",
+    "CURATOR_DONE_CHECK",
+    "CURATOR_REJECTED_CHECK",
     "DEMO_CONFIG",
     "PLANNING_TASK",
     "QUESTIONS",
@@ -212,7 +214,7 @@ def delete_tool(index: BM25Index) -> FunctionTool[DeleteArgs, str]:
     def delete_passage(args: DeleteArgs) -> Sequence[str]:
         if index.get(args.passage_id) is None:
             raise ToolRetry(f"there is no passage {args.passage_id!r}; use an id shown in brackets")
-        return [index.remove(args.passage_id).id]
+        return [f"deleted {index.remove(args.passage_id).id}"]
 
     return FunctionTool(
         name="delete_passage",
@@ -224,7 +226,15 @@ def delete_tool(index: BM25Index) -> FunctionTool[DeleteArgs, str]:
 
 
 CURATOR_CHECK = "If a passage above is the one to delete, call delete_passage with its id; otherwise search again."
-"""The curator's last line on every round with results."""
+"""The curator's last line on every round with results, until a delete was decided."""
+
+CURATOR_DONE_CHECK = "delete_passage above has run, so the task is finished: set done to true."
+"""The last line once an approved delete ran: the run resumed after a person approved it."""
+
+CURATOR_REJECTED_CHECK = (
+    "A person rejected the delete above; do not ask for it again. Set done to true, saying why in your rationale."
+)
+"""The last line once a person rejected the delete."""
 
 _CURATOR_DOCTRINE = (
     "You are a corpus curator: you find passages with the search_corpus tool and remove a wrong one with the "
@@ -276,8 +286,17 @@ class Curator:
             render_item=_titled_line,
             example=_CURATOR_EXAMPLE,
             tools=self.tools,
-            check=CURATOR_CHECK,
+            check=_curator_check(info),
         )
+
+
+def _curator_check(info: ToolRoundInfo[Any]) -> str:
+    """The check for this round: after a decided delete (a resumed run), finish; else find and delete."""
+    for call in reversed(info.prior_calls):
+        if call.tool_name != "delete_passage" or call.proposed:
+            continue
+        return CURATOR_DONE_CHECK if call.batch else CURATOR_REJECTED_CHECK
+    return CURATOR_CHECK
 
 
 def _titled_line(item: object) -> str:

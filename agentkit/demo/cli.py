@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sys
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -21,8 +22,8 @@ from urllib.parse import urlsplit
 
 from agentkit.agent import ToolRoundInfo
 from agentkit.cli import positive_int
-from agentkit.demo.agent import PLANNING_TASK, QUESTIONS, DeleteArgs, answer, plan, research
-from agentkit.demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus
+from agentkit.demo.agent import PLANNING_TASK, QUESTIONS, Curator, DeleteArgs, answer, delete_tool, plan, research
+from agentkit.demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus, search_tool
 from agentkit.errors import AgentkitError, ProviderError, UsageError
 from agentkit.events import (
     DegenerationDetected,
@@ -33,13 +34,16 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.observe import Observer
+from agentkit.journal import Journal, JournalObserver, ProposalState, RunRecord, RunStatus, open_journal
+from agentkit.journal.cli import DEFAULT_DB
+from agentkit.observe import Observer, ObserverArg
 from agentkit.outcome import Outcome
 from agentkit.results import ToolLoopResult
 from agentkit.structured import StructuredCaller
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from agentkit.tools import FunctionTool
 
-__all__ = ["LiveRounds", "register", "run_demo", "scripted_caller"]
+__all__ = ["LiveRounds", "register", "resume_demo", "run_demo", "scripted_caller", "scripted_resumer"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -70,6 +74,19 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     parser.add_argument(
         "--threads", type=positive_int, default=1, metavar="N", help="CPU threads for the embedded model (default 1)"
+    )
+    parser.add_argument(
+        "--db",
+        default=os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB),
+        metavar="PATH",
+        help="the journal the demo records its runs and its proposal in: a SQLite path or a postgresql:// URL "
+        f"(default: $AGENTKIT_JOURNAL, else {DEFAULT_DB}, the journal `agentkit proposals` opens too)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the planning run once its proposal is decided: an approved delete runs once, and the "
+        "model goes on",
     )
     parser.set_defaults(handler=_handle)
 
@@ -102,6 +119,8 @@ def _handle(args: argparse.Namespace) -> int:
         parser.error("--base-url needs --model, the model name that server serves")
     if not args.base_url and (args.model or args.api_key):
         parser.error("--model and --api-key name a model on --base-url; the embedded model needs neither")
+    if args.resume and args.question:
+        parser.error("--resume continues the planning run, which asks no questions: drop --question")
     questions = tuple(args.question) if args.question else QUESTIONS
     try:
         return asyncio.run(_run(args, questions))
@@ -120,19 +139,35 @@ def _handle(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
     out = sys.stdout
-    if args.scripted:
-        index = BM25Index(load_corpus())
-        caller = scripted_caller(index, questions)
-        print("agentkit demo, scripted (no model): replies are replayed from a script.\n", file=out)
-        return await run_demo(caller, "scripted", questions, out=out, scripted=True)
-    if args.base_url:
-        from agentkit.providers.openai import OpenAICaller
+    async with open_journal(args.db) as journal:
+        db = _db_flag(args.db)
+        if args.resume and await _waiting_run(journal, db) is None:
+            return 2
+        if args.scripted:
+            index = BM25Index(load_corpus())
+            print("agentkit demo, scripted (no model): replies are replayed from a script.\n", file=out)
+            if args.resume:
+                return await resume_demo(scripted_resumer(), "scripted", journal, out=out, db=db)
+            caller = scripted_caller(index, questions)
+            return await run_demo(caller, "scripted", questions, out=out, scripted=True, journal=journal, db=db)
+        if args.base_url:
+            from agentkit.providers.openai import OpenAICaller
 
-        remote = OpenAICaller(base_url=args.base_url, api_key=args.api_key or _env_key())
-        print(f"agentkit demo on {args.model} at {args.base_url}\n", file=out)
-        return await run_demo(remote, args.model, questions, out=out)
-    async with _embedded(args.threads, out) as (local_caller, model):
-        return await run_demo(local_caller, model, questions, out=out)
+            remote = OpenAICaller(base_url=args.base_url, api_key=args.api_key or _env_key())
+            print(f"agentkit demo on {args.model} at {args.base_url}\n", file=out)
+            if args.resume:
+                return await resume_demo(remote, args.model, journal, out=out, db=db)
+            return await run_demo(remote, args.model, questions, out=out, journal=journal, db=db)
+        async with _embedded(args.threads, out) as (local_caller, model):
+            if args.resume:
+                return await resume_demo(local_caller, model, journal, out=out, db=db)
+            return await run_demo(local_caller, model, questions, out=out, journal=journal, db=db)
+
+
+def _db_flag(db: str) -> str:
+    """The ``--db`` to repeat in the commands the demo prints (none for the commands' own default)."""
+    default = os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB)
+    return "" if db == default else f" --db {shlex.quote(db)}"
 
 
 def _env_key() -> str:
@@ -165,7 +200,14 @@ async def _embedded(threads: int, out: TextIO) -> AsyncIterator[tuple[Structured
 
 
 async def run_demo(
-    caller: StructuredCaller, model: str, questions: Sequence[str], *, out: TextIO, scripted: bool = False
+    caller: StructuredCaller,
+    model: str,
+    questions: Sequence[str],
+    *,
+    out: TextIO,
+    scripted: bool = False,
+    journal: Journal | None = None,
+    db: str = "",
 ) -> int:
     """Run the questions, then the planning example, printing each round live.
 
@@ -178,12 +220,16 @@ async def run_demo(
         out: Where to print.
         scripted: ``caller`` is ``scripted_caller``'s, which writes answers only for the built-in
             questions; the others are searched but not answered.
+        journal: Where to record the runs and the planning run's proposal; the demo then prints
+            the commands that decide the proposal and continue the run (``resume_demo``).
+        db: The ``--db`` flag those commands need (empty for the default journal).
 
     Returns:
         0 when no run ended in error, else 1.
     """
     index = BM25Index(load_corpus())
-    display = LiveRounds(out)
+    recorder = JournalObserver(journal) if journal is not None else None
+    display: ObserverArg = LiveRounds(out) if recorder is None else [LiveRounds(out), recorder]
     errors = 0
     rounds = 0
     started = time.perf_counter()
@@ -221,9 +267,88 @@ async def run_demo(
         args = json.dumps(proposal.args.model_dump(mode="json"), ensure_ascii=False)
         print(f"  proposal tool={proposal.tool_name} tier={proposal.tier.name} args={args}", file=out)
         print(f"           digest={proposal.digest} (not run: it waits for a human)", file=out)
+    if journal is not None and recorder is not None:
+        await recorder.wait_flushed()
+        await _decide_next(journal, planned.run_id, out, db)
     elapsed = time.perf_counter() - started
     print(f"\n{rounds} rounds in {elapsed:.1f} s ({elapsed / max(rounds, 1):.2f} s per round).", file=out, flush=True)
     return 1 if errors else 0
+
+
+async def _decide_next(journal: Journal, run_id: str, out: TextIO, db: str) -> None:
+    """Print the planning run's proposals as the inbox holds them, and the commands that go on."""
+    waiting = [p for p in await journal.proposals(state=ProposalState.PENDING) if p.run_id == run_id]
+    if not waiting:
+        return
+    print(f"\n  The run is recorded in the journal at {journal.where} (run {run_id}).", file=out)
+    for proposal in waiting:
+        print(f"  Decide proposal {proposal.id}:", file=out)
+        print(f"    agentkit proposals approve {proposal.id} --by NAME{db}", file=out)
+        print(f"    agentkit proposals reject {proposal.id} --by NAME --reason TEXT{db}", file=out)
+    print(f"  Then continue the run:\n    agentkit demo --resume{db}", file=out, flush=True)
+
+
+async def _waiting_run(journal: Journal, db: str) -> RunRecord | None:
+    """The newest planning run ``--resume`` can continue; ``None`` (having said why) when there is none."""
+    for record in await journal.runs(limit=200):
+        if record.agent != Curator.__name__ or record.status is RunStatus.FINISHED:
+            continue
+        if record.status is RunStatus.WAITING:
+            print(
+                f"agentkit demo: the planning run {record.id} still waits for a decision on its proposal; decide it "
+                f"(`agentkit proposals list --state pending{db}` shows it), then run `agentkit demo --resume{db}` "
+                "again",
+                file=sys.stderr,
+            )
+            return None
+        if record.status is RunStatus.RUNNING:
+            print(f"agentkit demo: the planning run {record.id} is being continued by another process", file=sys.stderr)
+            return None
+        if record.resumable:
+            return record
+    print(
+        f"agentkit demo: no planning run waits to be continued in the journal at {journal.where}; run "
+        f"`agentkit demo{db}` first, then decide its proposal",
+        file=sys.stderr,
+    )
+    return None
+
+
+async def resume_demo(caller: StructuredCaller, model: str, journal: Journal, *, out: TextIO, db: str = "") -> int:
+    """Continue the newest planning run in ``journal`` with its recorded decisions, printing each round.
+
+    An approved delete runs once, before the next round; the model sees its result (or the
+    rejection and its reason) and goes on.
+
+    Returns:
+        0 when the run went on and ended without error, 1 when it ended in error, 2 when no run was
+        ready to continue.
+    """
+    record = await _waiting_run(journal, db)
+    if record is None:
+        return 2
+    index = BM25Index(load_corpus())
+    tools: tuple[FunctionTool[Any, Any], ...] = (search_tool(index), delete_tool(index))
+    for proposal in await journal.proposals():
+        if proposal.run_id == record.id and proposal.round == record.rounds:
+            decided = proposal.state.value
+            who = proposal.approved_by or proposal.rejected_by or ""
+            print(
+                f"Continuing the planning run {record.id}: its proposal {proposal.id} is {decided}"
+                f"{f' by {who}' if who else ''}.",
+                file=out,
+                flush=True,
+            )
+    print(f"Task: {PLANNING_TASK}", file=out, flush=True)
+    resumed = await journal.resume(
+        record.id, caller, Curator(model=model, tools=tools), tools, PLANNING_TASK, observer=LiveRounds(out)
+    )
+    _summary(resumed, out)
+    for action in resumed.proposed:
+        print(f"  proposal tool={action.tool_name} digest={action.digest} (waits for a human)", file=out)
+    if resumed.proposed:
+        await _decide_next(journal, resumed.run_id, out, db)
+    return 1 if resumed.outcome is Outcome.ERROR else 0
 
 
 def _unreachable(error: AgentkitError | None, out: TextIO) -> bool:
@@ -373,6 +498,13 @@ def _args(args: Any) -> str:
         return json.dumps(args.model_dump(mode="json"), ensure_ascii=False)
     except AttributeError:
         return repr(args)
+
+
+def scripted_resumer() -> ScriptedCaller:
+    """A caller scripted to continue the planning run: the delete was decided, so it is done."""
+    caller = ScriptedCaller()
+    caller.add(done_step("The delete was decided, so the task is finished."))
+    return caller
 
 
 def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLANNING_TASK) -> ScriptedCaller:

@@ -6,7 +6,7 @@ import asyncio
 import os
 from collections.abc import Callable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -219,6 +219,14 @@ class Journal(Protocol):
 
     async def close(self) -> None:
         """Close the connection."""
+        ...
+
+    async def __aenter__(self) -> Self:
+        """``async with open_journal(...) as journal:`` closes it on the way out."""
+        ...
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Close the journal."""
         ...
 
 
