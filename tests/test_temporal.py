@@ -234,3 +234,17 @@ def test_durable_agent_refuses_what_cannot_cross_processes(agents: list[DurableA
             ctx_type=Brief,
             config=LoopConfig(deadline=5.0),
         )
+
+    @tool(tier=Tier.READ_ONLY)
+    def scoped(args: Search, ctx: Brief) -> list[str]:
+        """Search within the brief."""
+        return [ctx.model_dump_json(), args.model_dump_json()]
+
+    with pytest.raises(UsageError, match="tool 'scoped' takes the run's ctx"):
+        DurableAgent[Brief, Any](
+            name="x",
+            agent=Researcher(),
+            tools=scoped,  # type: ignore[arg-type]  # refused by the types too; this pins the run-time refusal
+            caller=caller,
+            ctx_type=Brief,
+        )

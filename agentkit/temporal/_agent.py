@@ -19,7 +19,7 @@ from agentkit.config import LoopConfig
 from agentkit.errors import UsageError
 from agentkit.structured import StructuredCaller
 from agentkit.tiers import runs_live
-from agentkit.tools import Tool, declared_tier
+from agentkit.tools import Tool, declared_tier, takes_ctx
 
 __all__ = ["ActivityPolicy", "DurableAgent"]
 
@@ -61,7 +61,8 @@ class DurableAgent(Generic[Ctx, R]):
 
     Raises:
         UsageError: a tool whose items cannot round-trip through JSON (their type travels between
-            processes), or a ``LoopConfig.deadline`` (use the workflow's execution timeout).
+            processes), a tool that takes the run's ctx, or a ``LoopConfig.deadline`` (use the
+            workflow's execution timeout).
     """
 
     name: str
@@ -83,6 +84,14 @@ class DurableAgent(Generic[Ctx, R]):
                 f"durable agent {self.name!r}: LoopConfig.deadline is measured on one process's clock; on Temporal "
                 "bound a run with start(..., execution_timeout=...) instead"
             )
+        for candidate in self.box.tools.values():
+            if takes_ctx(candidate):
+                raise UsageError(
+                    f"durable agent {self.name!r}: tool {candidate.name!r} takes the run's ctx, which a tool "
+                    "activity on another worker does not have (the ctx is a value in the workflow's history, "
+                    "not the object a ctx tool shares across rounds); give it its clients through the "
+                    "worker's process instead (a closure or a module-level object)"
+                )
         Codec(self.box.tools)  # every tool's items must round-trip: they cross process boundaries
         self.ctx_adapter.json_schema()
 
