@@ -40,9 +40,9 @@ USE_THE_TOOL = (
 _HOW_A_ROUND_WORKS = """\
 How each round works:
 - Reply with exactly one step. Write its "rationale" first: one short sentence on what the \
-earlier results establish and what is still missing.
-- To call a tool, set "done" to false and give the "call". When the results so far answer the \
-request, or nothing is needed, set "done" to true and give no call ("call": null).
+earlier results establish and what is still missing. Then the "decision".
+- To call a tool, the decision is {"done": false, "call": ...} with the call. When the results so \
+far answer the request, or nothing is needed, it is {"done": true}.
 - Do not repeat a call you have already made: a repeated call ends the run.
 - A call marked as proposed did not run; it awaits a human's approval. Do not propose it again.
 - Rounds are limited; each prompt says which round this is. On the final round, commit."""
@@ -135,12 +135,10 @@ def worked_example(
         search_rationale: The rationale of the first step.
         done_rationale: The rationale of the second step (done, or the ``then`` call).
     """
-    first = {"rationale": search_rationale, "done": False, "call": _wire(call, tool)}
-    second = {
-        "rationale": done_rationale,
-        "done": then is None,
-        "call": None if then is None else _wire(then, then_tool),
-    }
+    # The replies in the wire shape a constrained decoder writes (see agentkit.step).
+    first = {"rationale": search_rationale, "decision": {"done": False, "call": _wire(call, tool)}}
+    finish: dict[str, Any] = {"done": True} if then is None else {"done": False, "call": _wire(then, then_tool)}
+    second = {"rationale": done_rationale, "decision": finish}
     shown = f"{tool_name or tool or 'search'} {_compact(_args_of(call))}"
     found = _batch(f"1. Round 1: {shown}", results, str)
     lines = [
