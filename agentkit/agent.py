@@ -86,6 +86,9 @@ class ToolRoundInfo(Generic[R]):
     """Every earlier call with its batch or observation, in order."""
     proposals: tuple[ProposedAction[Any], ...] = ()
     """Calls proposed so far (with ``AfterProposal.CONTINUE``)."""
+    closing_round: bool = False
+    """The closing round of a run with an answer schema: the tools have stopped (round ceiling,
+    budget or stalemate), no call can be made, and the step must be done with the answer."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

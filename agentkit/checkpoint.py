@@ -89,6 +89,7 @@ class CheckpointConfig(BaseModel):
     rationale_max_length: int | None
     on_repeat: RepeatPolicy = RepeatPolicy.STOP
     repeat_refusals: int = 2
+    closing_round: bool = True
     retry: dict[str, float]
 
     @classmethod

@@ -72,6 +72,12 @@ class LoopConfig:
     repeat_refusals: int = 2
     """With ``RepeatPolicy.REFUSE``: how many repeated calls are refused in a run; the next
     repeat ends it STALEMATE. Unused with ``STOP``."""
+    closing_round: bool = True
+    """With ``answer=`` given to the loop: a run whose tools stop at the round ceiling, the token
+    budget or a stalemate gets one more round, with no tool call allowed, that asks the executor
+    for the answer. It runs only within the budget and before the deadline (with a token budget,
+    the tool rounds stop one round earlier to leave it room). ``False`` turns it off. Unused
+    without ``answer=``."""
 
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
@@ -81,6 +87,8 @@ class LoopConfig:
         whole_or_none("degeneration_window", self.degeneration_window, "an int >= 1", optional=False)
         whole_or_none("rationale_max_length", self.rationale_max_length, "an int >= 1 (characters), or None")
         whole_or_none("repeat_refusals", self.repeat_refusals, "an int >= 1", optional=False)
+        if not isinstance(self.closing_round, bool):
+            raise UsageError(f"LoopConfig.closing_round must be True or False; got {self.closing_round!r}")
         if not isinstance(self.on_repeat, RepeatPolicy):
             raise UsageError(f"LoopConfig.on_repeat must be a RepeatPolicy; got {self.on_repeat!r}")
         if not isinstance(self.autonomy, Tier):

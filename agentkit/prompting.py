@@ -51,6 +51,10 @@ _FINAL_ROUND = (
     "This is the final round: commit now. If the results above answer the request, set done to "
     "true. Otherwise make the one call most likely to complete it; you will not see its results."
 )
+_CLOSING_ROUND = (
+    "The tools are done: no more calls can be made. Reply with done set to true and the answer, "
+    "taken from the results above only."
+)
 _NEXT_ROUND = "Reflect on the results above, then reply with your next step."
 _FIRST_ROUND = "Reply with your first step."
 _NOTHING_YET = "Nothing has been looked up yet."
@@ -94,7 +98,7 @@ def reflective_prompt(
     show = render_item or _default_item
     earlier = _earlier_calls(info, show)
     waiting = _unlisted_proposals(info)
-    closing = _closing(info.is_final_round, bool(earlier or waiting), check)
+    closing = _CLOSING_ROUND if info.closing_round else _closing(info.is_final_round, bool(earlier or waiting), check)
     dynamic = _round_text(request, earlier, waiting=waiting, budget=_budget_line(info), closing=closing)
     return Prompt(system="\n\n".join(system), dynamic=dynamic)
 

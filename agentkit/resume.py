@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._loop import Toolbox, _Run, run_core
 from agentkit.agent import PriorCall, ToolAgent
@@ -33,6 +34,7 @@ __all__ = ["resume_tool_loop"]
 Ctx = TypeVar("Ctx")
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
+Answer = DefaultedTypeVar("Answer", default=None)
 
 
 @overload
@@ -46,7 +48,8 @@ async def resume_tool_loop(
     *,
     observer: ObserverArg = None,
     same: SameFunc[Args] | None = None,
-) -> TieredLoopResult[Args, R]: ...
+    answer: type[Answer] | None = None,
+) -> TieredLoopResult[Args, R, Answer]: ...
 @overload
 async def resume_tool_loop(
     caller: StructuredCaller,
@@ -58,7 +61,8 @@ async def resume_tool_loop(
     *,
     observer: ObserverArg = None,
     same: SameFunc[BaseModel] | None = None,
-) -> TieredLoopResult[BaseModel, R]: ...
+    answer: type[Answer] | None = None,
+) -> TieredLoopResult[BaseModel, R, Answer]: ...
 async def resume_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Any, R],
@@ -69,7 +73,8 @@ async def resume_tool_loop(
     *,
     observer: ObserverArg = None,
     same: SameFunc[Any] | None = None,
-) -> TieredLoopResult[Any, R]:
+    answer: type[Any] | None = None,
+) -> TieredLoopResult[Any, R, Any]:
     """Continue the run ``checkpoint`` records, with a decision for each of its pending proposals.
 
     Args:
@@ -82,6 +87,8 @@ async def resume_tool_loop(
         decisions: One ``Approval`` or ``Rejection`` per pending proposal.
         observer: One observer, several, or none.
         same: Degeneration comparator; default compares args by value.
+        answer: The run's answer type, as given to ``run_tool_loop_tiered`` (a type is not part
+            of the checkpoint, so it is passed again).
 
     Returns:
         The continued run's result, under the same run id: ``rounds`` and ``usage`` count the whole
@@ -102,7 +109,7 @@ async def resume_tool_loop(
             f"run {checkpoint.run_id!r} is finished ({reason}); only a run that stopped at a proposal can resume"
         )
     config = checkpoint.config.rebuild()
-    box = Toolbox.build(tools, config)
+    box = Toolbox.build(tools, config, answer)
     _check_tools(checkpoint, box)
     codec = Codec(box.tools)
     pending = _match(checkpoint, codec, list(decisions))

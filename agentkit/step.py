@@ -105,8 +105,13 @@ class ToolStep(BaseModel, Generic[Args]):
 
     @model_validator(mode="after")
     def _call_unless_done(self) -> ToolStep[Args]:
+        fields = type(self).model_fields
         if not self.done and self.call is None:
+            if not _members(fields["call"].annotation):
+                raise ValueError("this round allows no tool call; set done=true and give the answer")
             raise ValueError("a step with done=false must carry a call; set done=true to stop")
+        if self.done and "answer" in fields and getattr(self, "answer", None) is None:
+            raise ValueError("a step with done=true must carry the answer")
         return self
 
     @classmethod
@@ -144,12 +149,13 @@ def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
     variants: list[Any] = [_done_variant(answers[0] if answers else None)]
     variants += [_call_variant(call) for call in calls]
     decision: Any = variants[0] if len(variants) == 1 else Union[tuple(variants)]  # noqa: UP007  # a runtime tuple of types
+    done = '{"done": true, "answer": ...}' if answers else '{"done": true}'
     described = (
-        'Stop with {"done": true} when the results so far are enough (or nothing is needed); '
+        f"Stop with {done} when the results so far are enough (or nothing is needed); "
         'otherwise {"done": false, "call": ...}, the tool call to make.'
     )
     if len(variants) == 1:
-        described = 'Stop: {"done": true}.'
+        described = f"No more calls: {done}, the final answer from the results so far."
     model: type[BaseModel] = create_model(
         step.__name__,
         __base__=_Wire,
@@ -160,12 +166,12 @@ def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
 
 
 @functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
-def _done_variant(answer: type[BaseModel] | None) -> type[BaseModel]:
+def _done_variant(answer: type[Any] | None) -> type[BaseModel]:
     done: Any = (Literal[True], Field(description="true: the gathered results are enough (or nothing is needed)."))
     if answer is None:
         return create_model("StepDone", __base__=_Wire, done=done)
     model: type[BaseModel] = create_model(
-        schema_name(f"StepDone_{answer.__name__}"),
+        schema_name(f"StepDone_{getattr(answer, '__name__', 'answer')}"),
         __base__=_Wire,
         done=done,
         answer=(answer, Field(description="The final answer, from what the tools returned.")),
@@ -206,14 +212,19 @@ def build_step_model(
     tools: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel],
     *,
     rationale_max_length: int | None = None,
+    answer: type[Any] | None = None,
+    closing: bool = False,
 ) -> type[ToolStep[Any]]:
     """The step model for one tool's args type, or for a set of ``(name, args_type)`` pairs.
 
     A single args type gives ``ToolStep[Args]`` (the call is the bare args object); a tuple of
     pairs, even of one, gives a step whose call is ``{"tool": name, "args": {...}}``, discriminated
-    by ``tool``. Built once per distinct input and cached, so a loop never rebuilds schemas per
-    round.
+    by ``tool``. With ``answer``, a done step carries ``answer``, validated as that type (and
+    required); with ``closing`` too, the step allows no call at all: only done with the answer.
+    Built once per distinct input and cached, so a loop never rebuilds schemas per round.
     """
+    if answer is not None:
+        return _answer_step(build_step_model(tools, rationale_max_length=rationale_max_length), answer, closing)
     base: type[ToolStep[Any]]
     if isinstance(tools, tuple):
         calls = tuple(_call_model(name, args) for name, args in tools)
@@ -238,6 +249,22 @@ def build_step_model(
             ),
         ),
     )
+
+
+def _answer_step(base: type[ToolStep[Any]], answer: type[Any], closing: bool) -> type[ToolStep[Any]]:
+    fields: dict[str, Any] = {
+        "answer": (answer | None, Field(default=None, description="The final answer, given with done=true."))
+    }
+    if closing:
+        fields["call"] = (None, Field(default=None, description="No call: this round only gives the answer."))
+    name = f"{base.__name__}_{getattr(answer, '__name__', 'answer')}{'_closing' if closing else ''}"
+    model: type[ToolStep[Any]] = create_model(schema_name(name), __base__=base, **fields)
+    return model
+
+
+def step_answer(step: ToolStep[Any]) -> Any:
+    """The answer a done step carries (``None`` for a step model without an answer)."""
+    return getattr(step, "answer", None)
 
 
 def step_call_parts(call: BaseModel) -> tuple[str | None, BaseModel]:
