@@ -329,3 +329,14 @@ def _schema(body: dict[str, Any]) -> dict[str, Any]:
     if "response_format" in body:
         return dict(body["response_format"]["json_schema"]["schema"])
     return dict(body["tools"][0]["function"]["parameters"])
+
+
+async def test_streamed_run_takes_the_answer_schema_too() -> None:
+    """iter_tool_loop passes answer= through: its result carries the answer."""
+    from agentkit import iter_tool_loop
+
+    caller = ScriptedCaller([*searches("a"), done_step(answer=VERDICT)])
+    async with iter_tool_loop(caller, Executor[Doc](), search, "q", config(), answer=Verdict) as run:
+        kinds = [event.kind async for event in run]
+    assert run.result.answer == VERDICT
+    assert kinds[-1] == "run_end"

@@ -11,6 +11,8 @@ from agentkit import (
     RunCheckpoint,
     TieredLoopResult,
     ToolLoopResult,
+    iter_tool_loop,
+    iter_tool_loop_tiered,
     resume_tool_loop,
     run_tool_loop,
     run_tool_loop_sync,
@@ -64,3 +66,13 @@ def sync() -> None:
     )
     assert_type(result.answer, Verdict | None)
     assert_type(done_step(answer=Verdict(text="x")), dict[str, Any])
+
+
+async def streamed() -> None:
+    async with iter_tool_loop(ScriptedCaller(), Finder(), search, "q", answer=Verdict) as run:
+        async for _ in run:
+            pass
+    assert_type(run.result.answer, Verdict | None)
+    async with iter_tool_loop_tiered(ScriptedCaller(), Finder(), delete, "q", answer=Verdict) as tiered_run:
+        pass
+    assert_type(tiered_run.result, TieredLoopResult[DeleteArgs, Doc, Verdict])
