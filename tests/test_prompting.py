@@ -241,6 +241,16 @@ def test_check_line_ends_every_round_with_results_but_the_final_one() -> None:
     assert final.endswith("you will not see its results.")
 
 
+def test_first_round_says_nothing_is_known_yet_and_asks_for_a_call() -> None:
+    """Round 1 tells the executor nothing is known yet and to call a tool unless none is needed: told
+    only to reply, a 0.5B model answered from memory and said done without looking anything up."""
+    first = reflective_prompt(DOCTRINE, "r", info(1)).dynamic
+    assert "Nothing is known yet" in first
+    assert "call one (done: false)" in first
+    calls = (PriorCall(round=1, tool_name="search", args=Query(query="q"), batch=[Note(title="A")]),)
+    assert "Nothing is known yet" not in reflective_prompt(DOCTRINE, "r", info(2, prior_calls=calls)).dynamic
+
+
 def _without_budget(dynamic: str) -> str:
     return "\n\n".join(part for part in dynamic.split("\n\n") if not part.startswith("Round "))
 
