@@ -40,7 +40,7 @@ from agentkit.observe import Observer, ToolInvocation, deliver_checkpoint, obser
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.results import RoundRecord, TieredLoopResult, Usage
-from agentkit.step import ToolStep, build_step_model, step_call_parts
+from agentkit.step import ToolStep, build_step_model, step_answer, step_call_parts
 from agentkit.structured import StructuredCaller
 from agentkit.tiers import Tier, runs_live
 from agentkit.tools import AnyTool, Tool, declared_tier, validate_tool_names
@@ -48,6 +48,9 @@ from agentkit.tools import AnyTool, Tool, declared_tier, validate_tool_names
 Verdict = Literal["run", "propose", "no_tier"]
 
 PROPOSED_NOTE = "proposed for human approval; not executed"
+
+CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, StopReason.DEGENERATION})
+"""Endings of a run with an answer schema that get a closing round (``LoopConfig.closing_round``)."""
 
 
 def gate(tool: Tool[Any, Any], config: LoopConfig) -> tuple[Verdict, Tier]:
@@ -71,9 +74,13 @@ class Toolbox:
     tools: dict[str, Tool[Any, Any]]
     step_model: type[ToolStep[Any]]
     single: Tool[Any, Any] | None
+    closing_model: type[ToolStep[Any]] | None = None
+    """With an answer schema: the closing round's step, which allows no call (``None`` otherwise)."""
 
     @classmethod
-    def build(cls, tool_or_tools: AnyTool | Sequence[AnyTool], config: LoopConfig) -> Toolbox:
+    def build(
+        cls, tool_or_tools: AnyTool | Sequence[AnyTool], config: LoopConfig, answer: type[Any] | None = None
+    ) -> Toolbox:
         # A tool that takes the run's ctx is kept beside the others: what the loop reads of a tool
         # (name, tier, args type) is the same, and ``invoke`` calls it with the ctx.
         single: Tool[Any, Any] | None
@@ -89,8 +96,12 @@ class Toolbox:
         validate_tool_names(tools)
         spec: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel]
         spec = single.args_type if single is not None else tuple((t.name, t.args_type) for t in tools)
-        step_model = build_step_model(spec, rationale_max_length=config.rationale_max_length)  # type: ignore[arg-type]  # type objects are hashable
-        return cls({t.name: t for t in tools}, step_model, single)
+        bound = config.rationale_max_length
+        step_model = build_step_model(spec, rationale_max_length=bound, answer=answer)  # type: ignore[arg-type]  # type objects are hashable
+        closing = None
+        if answer is not None:
+            closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)  # type: ignore[arg-type]  # as above
+        return cls({t.name: t for t in tools}, step_model, single, closing)
 
     def resolve(self, call: BaseModel) -> tuple[Tool[Any, Any], BaseModel]:
         name, args = step_call_parts(call)
@@ -201,13 +212,16 @@ class _View:
         if proposal is not None:
             self.proposals.append(proposal.model_copy(deep=True))
 
-    def info(self, round: int, max_rounds: int | None, start: int, omitted: Omitted) -> ToolRoundInfo[Any]:
+    def info(
+        self, round: int, max_rounds: int | None, start: int, omitted: Omitted, *, closing: bool = False
+    ) -> ToolRoundInfo[Any]:
         """The round's info, showing the calls from ``start`` on (``LoopConfig.context``)."""
         shown = zip(self.calls[start:], self.ran[start:], strict=True)
         return ToolRoundInfo(
             round=round,
             max_rounds=max_rounds,
-            is_final_round=round == max_rounds,
+            is_final_round=closing or round == max_rounds,
+            closing_round=closing,
             prior_results=tuple(call.batch for call, ran in shown if ran),
             prior_calls=tuple(self.calls[start:]),
             proposals=tuple(self.proposals),
@@ -258,18 +272,23 @@ class _Run:
         """The observers that take a checkpoint per round (none without a codec: the run cannot make one)."""
         self.pinned: tuple[CheckpointConfig, tuple[CheckpointTool, ...]] | None = None
         """The config and the tool set as a checkpoint holds them, built once (a run checkpoints every round)."""
+        self.answer: Any = None
+        self.answer_from_closing_round = False
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
             return None
         return self.config.deadline - (time.monotonic() - self.started)
 
-    def limit_reached(self) -> Ending | None:
+    def limit_reached(self, *, closing: bool = False) -> Ending | None:
+        """The deadline passed, or the next round would not fit the budget; a tool round also
+        leaves room for the closing round when there will be one."""
         remaining = self.remaining()
         if remaining is not None and remaining <= 0:
             return Ending(None, StopReason.DEADLINE)
         budget = self.config.token_budget
-        if budget is not None and self.session.usage.total_tokens + self.largest_round_tokens > budget:
+        rounds = 2 if self.box.closing_model is not None and self.config.closing_round and not closing else 1
+        if budget is not None and self.session.usage.total_tokens + rounds * self.largest_round_tokens > budget:
             return Ending(None, StopReason.BUDGET_EXHAUSTED)
         return None
 
@@ -360,7 +379,9 @@ class _Run:
         self.records[index] = self.records[index].model_copy(update=update)
         return None
 
-    async def infos(self, round: int) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
+    async def infos(
+        self, round: int, *, closing: bool = False
+    ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
         """The round's info for the executor and for the observers, bounded by ``LoopConfig.context``."""
         try:
             start, omitted = await self.window.cut(self.shown.calls, self.shown.ran)
@@ -368,14 +389,16 @@ class _Run:
             error = executor_failed("context summarizer (ContextWindow.summarize)", raised)
             return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
         ceiling = self.config.max_rounds
-        watched = None if self.watched is None else self.watched.info(round, ceiling, start, omitted)
-        return self.shown.info(round, ceiling, start, omitted), watched
+        watched = None if self.watched is None else self.watched.info(round, ceiling, start, omitted, closing=closing)
+        return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
 
-    async def ask(self, info: ToolRoundInfo[Any]) -> tuple[ToolStep[Any], _Round] | Ending:
+    async def ask(
+        self, info: ToolRoundInfo[Any], schema: type[ToolStep[Any]] | None = None
+    ) -> tuple[ToolStep[Any], _Round] | Ending:
         reply = await self.session.ask(
             self.caller,
             lambda: self.agent.render(self.ctx, info),
-            self.box.step_model,
+            schema or self.box.step_model,
             self.config.retry,
             round=info.round,
             deadline=self.remaining(),
@@ -510,14 +533,38 @@ class _Run:
             return Ending(None, StopReason.DEADLINE)
         return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, outcome.error)
 
-    def finish(self, ending: Ending) -> TieredLoopResult[Any, Any]:
+    async def close(self, ending: Ending) -> TieredLoopResult[Any, Any, Any]:
+        """Finish the run; with an answer schema, a run whose tools stopped at the round ceiling, the
+        budget or a stalemate first gets one closing round, if the budget and the deadline leave
+        room for it. Its failure leaves the answer unset (the trace records it); the ending stays
+        the tools' own."""
+        closing = self.box.closing_model
+        if closing is None or not self.config.closing_round or ending.reason not in CLOSABLE:
+            return self.finish(ending)
+        if self.limit_reached(closing=True) is not None:
+            return self.finish(ending)
+        round = self.rounds + 1
+        if isinstance(infos := await self.infos(round, closing=True), Ending):
+            return self.finish(ending)  # the summarizer failed: no closing round, the tools' ending stands
+        self.rounds = round
+        shown, watched = infos
+        if watched is not None:
+            self.session.emit(RoundStarted(run_id=self.session.run_id, info=watched))
+        asked = await self.ask(shown, closing)
+        if not isinstance(asked, Ending):
+            step, this = asked
+            self.trace.append(this.done())
+            self.answer, self.answer_from_closing_round = step_answer(step), True
+        return self.finish(ending)
+
+    def finish(self, ending: Ending) -> TieredLoopResult[Any, Any, Any]:
         outcome = ending.outcome
         reason = ending.reason
         if outcome is None:
             outcome = Outcome.APPLIED if self.items or self.proposals else Outcome.SILENT
         if reason is StopReason.EXECUTOR_DONE and outcome is Outcome.SILENT:
             reason = StopReason.NOTHING_RETRIEVED
-        result: TieredLoopResult[Any, Any] = TieredLoopResult(
+        result: TieredLoopResult[Any, Any, Any] = TieredLoopResult(
             items=self.items,
             rounds=self.rounds,
             outcome=outcome,
@@ -528,6 +575,8 @@ class _Run:
             run_id=self.session.run_id,
             proposed=self.proposals,
             checkpoint=self.checkpoint(reason),
+            answer=self.answer,
+            answer_from_closing_round=self.answer_from_closing_round,
         )
         seen = None
         if self.session.observers:
@@ -594,7 +643,7 @@ async def run_core(
     resumed: Callable[[_Run], None] | None = None,
     run_id: str | None = None,
     usage: Usage | None = None,
-) -> TieredLoopResult[Any, Any]:
+) -> TieredLoopResult[Any, Any, Any]:
     """Run rounds until the executor stops, a ceiling is reached, or something fails.
 
     A resumed run passes its ``run_id``, the ``usage`` spent so far, and ``resumed``, which
@@ -619,7 +668,7 @@ async def run_core(
         return await _rounds(run, box, config)
 
 
-async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResult[Any, Any]:
+async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResult[Any, Any, Any]:
     """The loop itself: ask, check for a repeat, gate by tier, dispatch; stop on the first ending."""
     if (settled := await run.begin()) is not None:
         return run.finish(settled)
@@ -628,7 +677,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
     rounds = range(first, config.max_rounds + 1) if config.max_rounds is not None else itertools.count(first)
     for round in rounds:
         if (limit := run.limit_reached()) is not None:
-            return run.finish(limit)
+            return await run.close(limit)
         if isinstance(infos := await run.infos(round), Ending):
             return run.finish(infos)
         run.rounds = round
@@ -641,6 +690,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
         step, this = asked
         if step.done or step.call is None:
             run.trace.append(this.done())
+            run.answer = step_answer(step)
             return run.finish(Ending(None, StopReason.EXECUTOR_DONE))
         tool, args = box.resolve(step.call)
         # A repeat refused under RepeatPolicy.REFUSE is neither None nor an Ending: the run goes on.
@@ -654,6 +704,6 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
                 case _:
                     ending = run.refuse(this, tool, args)
         if isinstance(ending, Ending):
-            return run.finish(ending)
+            return await run.close(ending)
         run.kept()
-    return run.finish(Ending(None, StopReason.ROUND_CEILING))
+    return await run.close(Ending(None, StopReason.ROUND_CEILING))

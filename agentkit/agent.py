@@ -91,6 +91,9 @@ class ToolRoundInfo(Generic[R]):
     omitted: Omitted = field(default_factory=Omitted)
     """How many of the oldest calls ``LoopConfig.context`` left out of ``prior_calls`` and
     ``prior_results`` this round (all zero without a bound), with their summary if one is kept."""
+    closing_round: bool = False
+    """The closing round of a run with an answer schema: the tools have stopped (round ceiling,
+    budget or stalemate), no call can be made, and the step must be done with the answer."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

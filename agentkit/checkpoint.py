@@ -134,6 +134,7 @@ class CheckpointConfig(BaseModel):
     rationale_max_length: int | None
     on_repeat: RepeatPolicy = RepeatPolicy.STOP
     repeat_refusals: int = 2
+    closing_round: bool = True
     retry: dict[str, float]
     context: CheckpointContext | None = None
     """The run's ``ContextWindow``; ``None``: the executor was shown every earlier call."""

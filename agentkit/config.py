@@ -77,6 +77,12 @@ class LoopConfig:
     """How much of the earlier calls the executor is shown each round (the last N, a character or
     estimated-token budget, an optional summary of the rest); ``None`` (the default): all of them.
     Only the executor's view is bounded: ``result.items`` keeps everything."""
+    closing_round: bool = True
+    """With ``answer=`` given to the loop: a run whose tools stop at the round ceiling, the token
+    budget or a stalemate gets one more round, with no tool call allowed, that asks the executor
+    for the answer. It runs only within the budget and before the deadline (with a token budget,
+    the tool rounds stop one round earlier to leave it room). ``False`` turns it off. Unused
+    without ``answer=``."""
 
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
@@ -88,6 +94,8 @@ class LoopConfig:
         whole_or_none("repeat_refusals", self.repeat_refusals, "an int >= 1", optional=False)
         if self.context is not None and not isinstance(self.context, ContextWindow):
             raise UsageError(f"LoopConfig.context must be a ContextWindow or None; got {self.context!r}")
+        if not isinstance(self.closing_round, bool):
+            raise UsageError(f"LoopConfig.closing_round must be True or False; got {self.closing_round!r}")
         if not isinstance(self.on_repeat, RepeatPolicy):
             raise UsageError(f"LoopConfig.on_repeat must be a RepeatPolicy; got {self.on_repeat!r}")
         if not isinstance(self.autonomy, Tier):

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._loop import Toolbox, gate, run_core
 from agentkit.agent import ToolAgent
@@ -27,6 +28,7 @@ __all__ = ["run_tool_loop", "run_tool_loop_sync", "run_tool_loop_tiered"]
 Ctx = TypeVar("Ctx")
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
+Answer = DefaultedTypeVar("Answer", default=None)
 
 
 async def run_tool_loop(
@@ -38,7 +40,8 @@ async def run_tool_loop(
     *,
     same: SameFunc[Args] | None = None,
     observer: ObserverArg = None,
-) -> ToolLoopResult[R]:
+    answer: type[Answer] | None = None,
+) -> ToolLoopResult[R, Answer]:
     """Run the bounded tool loop with tools that may all run live.
 
     Each round the executor renders a prompt and emits one validated ``ToolStep``; the loop stops
@@ -54,6 +57,10 @@ async def run_tool_loop(
         config: Ceilings and policies; ``LoopConfig()`` when omitted.
         same: Degeneration comparator; default compares args by value.
         observer: One observer, several, or none.
+        answer: The type of the final answer (a pydantic model, say): the done step then
+            carries it, validated, as ``result.answer``. A run whose tools stop at the round
+            ceiling, the budget or a stalemate gets one closing round that asks for it
+            (``LoopConfig.closing_round``).
 
     Raises:
         UsageError: a tool that could not run live under ``config.autonomy`` (use
@@ -61,7 +68,7 @@ async def run_tool_loop(
             any model call.
     """
     config = config or LoopConfig()
-    box = Toolbox.build(tool, config)
+    box = Toolbox.build(tool, config, answer)
     for candidate in box.tools.values():
         verdict, tier = gate(candidate, config)
         if verdict == "propose":
@@ -79,6 +86,8 @@ async def run_tool_loop(
         usage=result.usage,
         trace=result.trace,
         run_id=result.run_id,
+        answer=result.answer,
+        answer_from_closing_round=result.answer_from_closing_round,
     )
 
 
@@ -92,7 +101,8 @@ async def run_tool_loop_tiered(
     *,
     same: SameFunc[Args] | None = None,
     observer: ObserverArg = None,
-) -> TieredLoopResult[Args, R]: ...
+    answer: type[Answer] | None = None,
+) -> TieredLoopResult[Args, R, Answer]: ...
 @overload
 async def run_tool_loop_tiered(
     caller: StructuredCaller,
@@ -103,7 +113,8 @@ async def run_tool_loop_tiered(
     *,
     same: SameFunc[BaseModel] | None = None,
     observer: ObserverArg = None,
-) -> TieredLoopResult[BaseModel, R]: ...
+    answer: type[Answer] | None = None,
+) -> TieredLoopResult[BaseModel, R, Answer]: ...
 async def run_tool_loop_tiered(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Any, R],
@@ -113,13 +124,15 @@ async def run_tool_loop_tiered(
     *,
     same: SameFunc[Any] | None = None,
     observer: ObserverArg = None,
-) -> TieredLoopResult[Any, R]:
+    answer: type[Any] | None = None,
+) -> TieredLoopResult[Any, R, Any]:
     """Run the tool loop with tier gating: calls above the autonomy ceiling become proposals.
 
     A call runs live only when its tool's tier is at or below ``config.autonomy`` **and**
     ``max_rung_for(tier)`` is ``AUTO``; external-reversible and irreversible calls never run. A
     gated call becomes a ``ProposedAction`` and, by default, the run stops (APPLIED, PROPOSED).
-    A tool with no tier is never called: the run ends ERROR, TOOL_DECLARES_NO_TIER.
+    A tool with no tier is never called: the run ends ERROR, TOOL_DECLARES_NO_TIER. ``answer``
+    works as in ``run_tool_loop``.
 
     ``result.checkpoint`` holds the run's state; a run stopped at a proposal continues from it with
     ``resume_tool_loop``. So where the run may stop at a proposal (``after_proposal`` is ``STOP``
@@ -131,7 +144,7 @@ async def run_tool_loop_tiered(
             and the type). Raised before any model call.
     """
     config = config or LoopConfig()
-    box = Toolbox.build(tools, config)
+    box = Toolbox.build(tools, config, answer)
     observers = observers_of(observer)
     codec = Codec.needed(box.tools, config, observers)
     return await run_core(caller, agent, box, ctx, config, same, observers, may_propose=True, codec=codec)
@@ -146,8 +159,9 @@ def run_tool_loop_sync(
     *,
     same: SameFunc[Args] | None = None,
     observer: ObserverArg = None,
-) -> ToolLoopResult[R]:
+    answer: type[Answer] | None = None,
+) -> ToolLoopResult[R, Answer]:
     """``run_tool_loop`` for scripts: runs it to completion in a new event loop."""
     import asyncio  # kept off `import agentkit`
 
-    return asyncio.run(run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=observer))
+    return asyncio.run(run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=observer, answer=answer))

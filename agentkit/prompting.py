@@ -40,9 +40,9 @@ USE_THE_TOOL = (
 _HOW_A_ROUND_WORKS = """\
 How each round works:
 - Reply with exactly one step. Write its "rationale" first: one short sentence on what the \
-earlier results establish and what is still missing.
-- To call a tool, set "done" to false and give the "call". When the results so far answer the \
-request, or nothing is needed, set "done" to true and give no call ("call": null).
+earlier results establish and what is still missing. Then the "decision".
+- To call a tool, the decision is {"done": false, "call": ...} with the call. When the results so \
+far answer the request, or nothing is needed, it is {"done": true}.
 - Do not repeat a call you have already made: a repeated call ends the run.
 - A call marked as proposed did not run; it awaits a human's approval. Do not propose it again.
 - Rounds are limited; each prompt says which round this is. On the final round, commit."""
@@ -51,8 +51,17 @@ _FINAL_ROUND = (
     "This is the final round: commit now. If the results above answer the request, set done to "
     "true. Otherwise make the one call most likely to complete it; you will not see its results."
 )
+_CLOSING_ROUND = (
+    "The tools are done: no more calls can be made. Reply with done set to true and the answer, "
+    "taken from the results above only."
+)
 _NEXT_ROUND = "Reflect on the results above, then reply with your next step."
-_FIRST_ROUND = "Reply with your first step."
+_FIRST_ROUND = (
+    "Nothing is known yet, so unless the request needs no tool, call one (done: false). Reply with your first step."
+)
+"""Measured on a 0.5B model under a step schema that ties done to the call (benchmarks/README.md):
+told only to reply, it wrote an answer from memory into its rationale and said done at once in 8
+of 10 runs; told that nothing is known yet, it did so in 3, and retrieved the answer in 7."""
 _NOTHING_YET = "Nothing has been looked up yet."
 _EARLIER = "Earlier calls and what came of them:"
 
@@ -94,7 +103,7 @@ def reflective_prompt(
     show = render_item or _default_item
     earlier = _earlier_calls(info, show)
     waiting = _unlisted_proposals(info)
-    closing = _closing(info.is_final_round, bool(earlier or waiting), check)
+    closing = _CLOSING_ROUND if info.closing_round else _closing(info.is_final_round, bool(earlier or waiting), check)
     dynamic = _round_text(request, earlier, waiting=waiting, budget=_budget_line(info), closing=closing)
     return Prompt(system="\n\n".join(system), dynamic=dynamic)
 
@@ -135,12 +144,10 @@ def worked_example(
         search_rationale: The rationale of the first step.
         done_rationale: The rationale of the second step (done, or the ``then`` call).
     """
-    first = {"rationale": search_rationale, "done": False, "call": _wire(call, tool)}
-    second = {
-        "rationale": done_rationale,
-        "done": then is None,
-        "call": None if then is None else _wire(then, then_tool),
-    }
+    # The replies in the wire shape a constrained decoder writes (see agentkit.step).
+    first = {"rationale": search_rationale, "decision": {"done": False, "call": _wire(call, tool)}}
+    finish: dict[str, Any] = {"done": True} if then is None else {"done": False, "call": _wire(then, then_tool)}
+    second = {"rationale": done_rationale, "decision": finish}
     shown = f"{tool_name or tool or 'search'} {_compact(_args_of(call))}"
     found = _batch(f"1. Round 1: {shown}", results, str)
     lines = [

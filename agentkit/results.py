@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pydantic import BaseModel
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit.outcome import Outcome, StopReason
 from agentkit.tiers import Tier
@@ -21,6 +22,8 @@ __all__ = ["RoundRecord", "RunEnding", "TieredLoopResult", "ToolLoopResult", "Us
 
 R = TypeVar("R")
 Args = TypeVar("Args", bound=BaseModel)
+Answer = DefaultedTypeVar("Answer", default=None)
+"""The type of a run's final answer (``run_tool_loop(..., answer=Schema)``); ``None`` without one."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -109,17 +112,23 @@ class RunEnding:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ToolLoopResult(RunEnding, Generic[R]):
+class ToolLoopResult(RunEnding, Generic[R, Answer]):
     """The ending of ``run_tool_loop``: always returned, never raised."""
 
     items: list[R]
     """Every item gathered, batches concatenated in call order; kept whatever the ending."""
     trace: tuple[RoundRecord, ...] = ()
     """One record per round."""
+    answer: Answer | None = None
+    """With ``answer=Schema``: the validated answer the executor gave with its done step, or in
+    the closing round; ``None`` when it gave none (and always without ``answer=``)."""
+    answer_from_closing_round: bool = False
+    """The answer came from the closing round: the tools stopped at the round ceiling, the budget
+    or a stalemate (``stop_reason`` says which), and the executor was then asked for the answer."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TieredLoopResult(ToolLoopResult[R], Generic[Args, R]):
+class TieredLoopResult(ToolLoopResult[R, Answer], Generic[Args, R, Answer]):
     """The ending of ``run_tool_loop_tiered``: a ``ToolLoopResult`` plus the proposals."""
 
     proposed: list[ProposedAction[Args]] = field(default_factory=list)

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._loop import Toolbox, _Run, run_core
 from agentkit.agent import PriorCall, ToolAgent
@@ -34,6 +35,7 @@ __all__ = ["resume_tool_loop"]
 Ctx = TypeVar("Ctx")
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
+Answer = DefaultedTypeVar("Answer", default=None)
 
 
 @overload
@@ -48,7 +50,8 @@ async def resume_tool_loop(
     observer: ObserverArg = None,
     same: SameFunc[Args] | None = None,
     summarize: Summarizer | None = None,
-) -> TieredLoopResult[Args, R]: ...
+    answer: type[Answer] | None = None,
+) -> TieredLoopResult[Args, R, Answer]: ...
 @overload
 async def resume_tool_loop(
     caller: StructuredCaller,
@@ -61,7 +64,8 @@ async def resume_tool_loop(
     observer: ObserverArg = None,
     same: SameFunc[BaseModel] | None = None,
     summarize: Summarizer | None = None,
-) -> TieredLoopResult[BaseModel, R]: ...
+    answer: type[Answer] | None = None,
+) -> TieredLoopResult[BaseModel, R, Answer]: ...
 async def resume_tool_loop(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Any, R],
@@ -73,7 +77,8 @@ async def resume_tool_loop(
     observer: ObserverArg = None,
     same: SameFunc[Any] | None = None,
     summarize: Summarizer | None = None,
-) -> TieredLoopResult[Any, R]:
+    answer: type[Any] | None = None,
+) -> TieredLoopResult[Any, R, Any]:
     """Continue the run ``checkpoint`` records, with a decision for each of its pending proposals.
 
     Args:
@@ -90,6 +95,8 @@ async def resume_tool_loop(
         summarize: The run's ``ContextWindow.summarize``, given again: a function cannot be stored
             in the checkpoint (its bounds and its running summary are). Required exactly when the
             run had one, and of the same ``module.qualname``.
+        answer: The run's answer type, as given to ``run_tool_loop_tiered`` (a type is not part
+            of the checkpoint, so it is passed again).
 
     Returns:
         The continued run's result, under the same run id: ``rounds`` and ``usage`` count the whole
@@ -105,7 +112,16 @@ async def resume_tool_loop(
         UsageError: a tool whose items cannot round-trip through JSON.
     """
     run = prepare_resume(
-        caller, agent, tools, ctx, checkpoint, decisions, observer=observer, same=same, summarize=summarize
+        caller,
+        agent,
+        tools,
+        ctx,
+        checkpoint,
+        decisions,
+        observer=observer,
+        same=same,
+        summarize=summarize,
+        answer=answer,
     )
     return await run()
 
@@ -121,6 +137,7 @@ def prepare_resume(
     observer: ObserverArg = None,
     same: SameFunc[Any] | None = None,
     summarize: Summarizer | None = None,
+    answer: type[Any] | None = None,
     run_approved: Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]] | None = None,
 ) -> Callable[[], Awaitable[TieredLoopResult[Any, Any]]]:
     """Check everything ``resume_tool_loop`` checks, running nothing; returns the coroutine function that resumes.
@@ -136,7 +153,7 @@ def prepare_resume(
         )
     _check_summarizer(checkpoint, summarize)
     config = checkpoint.config.rebuild(summarize)
-    box = Toolbox.build(tools, config)
+    box = Toolbox.build(tools, config, answer)
     _check_tools(checkpoint, box)
     codec = Codec(box.tools)
     pending = _match(checkpoint, codec, list(decisions))

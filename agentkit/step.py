@@ -1,14 +1,30 @@
-"""``ToolStep``, the one structured reply the executor gives each round, and its schema builder."""
+"""``ToolStep``, the one structured reply the executor gives each round, and its schema builder.
+
+The JSON schema a model is asked to follow ties ``done`` and ``call`` together, so that a
+constrained decoder (llama.cpp, vLLM, OpenAI's strict mode) cannot write a step that validation
+refuses: after ``rationale`` comes a ``decision``, one of ``{"done": true}`` and
+``{"done": false, "call": {...}}`` (one such variant per tool)::
+
+    {"rationale": "...", "decision": {"done": false, "call": {"query": "tiers"}}}
+
+The root stays an object, as OpenAI's strict subset requires, and the union is an ``anyOf``. The
+validated value is still a flat ``ToolStep`` (``rationale``, ``done``, ``call``), and the flat
+shape (``{"done": false, "call": {...}}``) is accepted as input too.
+"""
 
 from __future__ import annotations
 
 import functools
 import hashlib
 import re
+import types
+import typing
 from collections.abc import Sequence
 from typing import Annotated, Any, Generic, Literal, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, create_model, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 __all__ = ["ToolCall", "ToolStep", "build_step_model", "schema_name"]
 
@@ -46,12 +62,16 @@ def _require_every_field(schema: dict[str, Any]) -> None:
     schema["required"] = list(schema.get("properties", {}))
 
 
+_DECISION_KEYS = frozenset({"done", "call", "answer"})
+
+
 class ToolStep(BaseModel, Generic[Args]):
     """The executor's reply each round: stop, or call a tool.
 
     ``rationale`` comes first so that constrained decoding makes a small model reason before it
     decides. ``done=False`` without a ``call`` is invalid and goes back to the model as a
-    validation error.
+    validation error. The JSON schema is the wire shape (see the module docstring), in which that
+    step cannot be written at all.
     """
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_require_every_field)
@@ -60,16 +80,114 @@ class ToolStep(BaseModel, Generic[Args]):
     done: bool = Field(description="true when the gathered results are enough (or nothing is needed).")
     call: Args | None = Field(default=None, description="The tool call to make when done is false.")
 
+    @model_validator(mode="before")
+    @classmethod
+    def _flatten_decision(cls, data: Any) -> Any:
+        """The wire shape ``{"rationale", "decision": {"done", "call"}}`` as the flat fields."""
+        if not isinstance(data, dict) or "decision" not in data:
+            return data
+        decision = data["decision"]
+        if not isinstance(decision, dict):
+            raise ValueError('"decision" must be an object: {"done": true} to stop, or {"done": false, "call": {...}}')
+        flat = {key: value for key, value in data.items() if key != "decision"}
+        for key, value in decision.items():
+            if key not in _DECISION_KEYS or key in flat:
+                raise ValueError(f"unexpected key {key!r} in the decision; it holds only {sorted(_DECISION_KEYS)}")
+            flat[key] = value
+        return flat
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler, /) -> JsonSchemaValue:
+        wire = _wire_model(cls)
+        if wire is None:
+            return handler(core_schema)
+        return handler(wire.__pydantic_core_schema__)
+
     @model_validator(mode="after")
     def _call_unless_done(self) -> ToolStep[Args]:
+        fields = type(self).model_fields
         if not self.done and self.call is None:
+            if not _members(fields["call"].annotation):
+                raise ValueError("this round allows no tool call; set done=true and give the answer")
             raise ValueError("a step with done=false must carry a call; set done=true to stop")
+        if self.done and "answer" in fields and getattr(self, "answer", None) is None:
+            raise ValueError("a step with done=true must carry the answer")
         return self
 
     @classmethod
     def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:
         parts = [getattr(p, "__name__", None) or repr(p) for p in params]
         return schema_name("ToolStep_" + "_".join(parts))
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_require_every_field)
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a field annotation admits, unions and ``Annotated`` unpacked, ``None`` left out."""
+    origin = typing.get_origin(annotation)
+    if origin is Annotated:
+        return _members(typing.get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return [member for arg in typing.get_args(annotation) for member in _members(arg)]
+    return [] if annotation is None or annotation is type(None) else [annotation]
+
+
+@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
+def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
+    """The schema a model is asked to follow for ``step``: a ``decision`` that is done or one tool's call.
+
+    ``None`` for a step whose call type is not concrete (``ToolStep`` itself, unparametrised).
+    """
+    fields = step.model_fields
+    calls = _members(fields["call"].annotation)
+    if any(not (isinstance(call, type) and issubclass(call, BaseModel)) for call in calls):
+        return None
+    answer = fields.get("answer")
+    answers = _members(answer.annotation) if answer is not None else []
+    variants: list[Any] = [_done_variant(answers[0] if answers else None)]
+    variants += [_call_variant(call) for call in calls]
+    decision: Any = variants[0] if len(variants) == 1 else Union[tuple(variants)]  # noqa: UP007  # a runtime tuple of types
+    done = '{"done": true, "answer": ...}' if answers else '{"done": true}'
+    described = (
+        f"Stop with {done} when the results so far are enough (or nothing is needed); "
+        'otherwise {"done": false, "call": ...}, the tool call to make.'
+    )
+    if len(variants) == 1:
+        described = f"No more calls: {done}, the final answer from the results so far."
+    model: type[BaseModel] = create_model(
+        step.__name__,
+        __base__=_Wire,
+        rationale=(str, fields["rationale"]),
+        decision=(decision, Field(description=described)),
+    )
+    return model
+
+
+@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
+def _done_variant(answer: type[Any] | None) -> type[BaseModel]:
+    done: Any = (Literal[True], Field(description="true: the gathered results are enough (or nothing is needed)."))
+    if answer is None:
+        return create_model("StepDone", __base__=_Wire, done=done)
+    model: type[BaseModel] = create_model(
+        schema_name(f"StepDone_{getattr(answer, '__name__', 'answer')}"),
+        __base__=_Wire,
+        done=done,
+        answer=(answer, Field(description="The final answer, from what the tools returned.")),
+    )
+    return model
+
+
+@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
+def _call_variant(call: type[BaseModel]) -> type[BaseModel]:
+    model: type[BaseModel] = create_model(
+        schema_name(f"StepCall_{call.__name__}"),
+        __base__=_Wire,
+        done=(Literal[False], Field(description="false: a tool call is needed.")),
+        call=(call, Field(description="The tool call to make.")),
+    )
+    return model
 
 
 class ToolCall(BaseModel):
@@ -94,14 +212,19 @@ def build_step_model(
     tools: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel],
     *,
     rationale_max_length: int | None = None,
+    answer: type[Any] | None = None,
+    closing: bool = False,
 ) -> type[ToolStep[Any]]:
     """The step model for one tool's args type, or for a set of ``(name, args_type)`` pairs.
 
     A single args type gives ``ToolStep[Args]`` (the call is the bare args object); a tuple of
     pairs, even of one, gives a step whose call is ``{"tool": name, "args": {...}}``, discriminated
-    by ``tool``. Built once per distinct input and cached, so a loop never rebuilds schemas per
-    round.
+    by ``tool``. With ``answer``, a done step carries ``answer``, validated as that type (and
+    required); with ``closing`` too, the step allows no call at all: only done with the answer.
+    Built once per distinct input and cached, so a loop never rebuilds schemas per round.
     """
+    if answer is not None:
+        return _answer_step(build_step_model(tools, rationale_max_length=rationale_max_length), answer, closing)
     base: type[ToolStep[Any]]
     if isinstance(tools, tuple):
         calls = tuple(_call_model(name, args) for name, args in tools)
@@ -126,6 +249,22 @@ def build_step_model(
             ),
         ),
     )
+
+
+def _answer_step(base: type[ToolStep[Any]], answer: type[Any], closing: bool) -> type[ToolStep[Any]]:
+    fields: dict[str, Any] = {
+        "answer": (answer | None, Field(default=None, description="The final answer, given with done=true."))
+    }
+    if closing:
+        fields["call"] = (None, Field(default=None, description="No call: this round only gives the answer."))
+    name = f"{base.__name__}_{getattr(answer, '__name__', 'answer')}{'_closing' if closing else ''}"
+    model: type[ToolStep[Any]] = create_model(schema_name(name), __base__=base, **fields)
+    return model
+
+
+def step_answer(step: ToolStep[Any]) -> Any:
+    """The answer a done step carries (``None`` for a step model without an answer)."""
+    return getattr(step, "answer", None)
 
 
 def step_call_parts(call: BaseModel) -> tuple[str | None, BaseModel]:

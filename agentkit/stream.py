@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit.agent import ToolAgent
 from agentkit.config import LoopConfig
@@ -38,7 +39,8 @@ __all__ = ["RunStream", "iter_tool_loop", "iter_tool_loop_tiered"]
 Ctx = TypeVar("Ctx")
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
-ResultT = TypeVar("ResultT", bound=ToolLoopResult[Any])
+Answer = DefaultedTypeVar("Answer", default=None)
+ResultT = TypeVar("ResultT", bound=ToolLoopResult[Any, Any])
 
 
 class _End:
@@ -165,7 +167,8 @@ def iter_tool_loop(
     *,
     same: SameFunc[Args] | None = None,
     observer: ObserverArg = None,
-) -> RunStream[ToolLoopResult[R]]:
+    answer: type[Answer] | None = None,
+) -> RunStream[ToolLoopResult[R, Answer]]:
     """``run_tool_loop`` as a stream of events; takes the same arguments.
 
     Example:
@@ -176,8 +179,8 @@ def iter_tool_loop(
     """
     observers = observers_of(observer)
 
-    def start(feed: Observer) -> Coroutine[Any, Any, ToolLoopResult[R]]:
-        return run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=(*observers, feed))
+    def start(feed: Observer) -> Coroutine[Any, Any, ToolLoopResult[R, Answer]]:
+        return run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=(*observers, feed), answer=answer)
 
     return RunStream(start)
 
@@ -192,7 +195,8 @@ def iter_tool_loop_tiered(
     *,
     same: SameFunc[Args] | None = None,
     observer: ObserverArg = None,
-) -> RunStream[TieredLoopResult[Args, R]]: ...
+    answer: type[Answer] | None = None,
+) -> RunStream[TieredLoopResult[Args, R, Answer]]: ...
 @overload
 def iter_tool_loop_tiered(
     caller: StructuredCaller,
@@ -203,7 +207,8 @@ def iter_tool_loop_tiered(
     *,
     same: SameFunc[BaseModel] | None = None,
     observer: ObserverArg = None,
-) -> RunStream[TieredLoopResult[BaseModel, R]]: ...
+    answer: type[Answer] | None = None,
+) -> RunStream[TieredLoopResult[BaseModel, R, Answer]]: ...
 def iter_tool_loop_tiered(
     caller: StructuredCaller,
     agent: ToolAgent[Ctx, Any, R],
@@ -213,11 +218,13 @@ def iter_tool_loop_tiered(
     *,
     same: SameFunc[Any] | None = None,
     observer: ObserverArg = None,
-) -> RunStream[TieredLoopResult[Any, R]]:
+    answer: type[Any] | None = None,
+) -> RunStream[TieredLoopResult[Any, R, Any]]:
     """``run_tool_loop_tiered`` as a stream of events; takes the same arguments."""
     observers = observers_of(observer)
 
-    def start(feed: Observer) -> Coroutine[Any, Any, TieredLoopResult[Any, R]]:
-        return run_tool_loop_tiered(caller, agent, tools, ctx, config, same=same, observer=(*observers, feed))
+    def start(feed: Observer) -> Coroutine[Any, Any, TieredLoopResult[Any, R, Any]]:
+        feeds = (*observers, feed)
+        return run_tool_loop_tiered(caller, agent, tools, ctx, config, same=same, observer=feeds, answer=answer)
 
     return RunStream(start)

@@ -496,6 +496,6 @@ def test_step_schema_the_model_sees_requires_the_rationale_first() -> None:
     from agentkit.step import build_step_model
 
     schema = build_step_model(SearchArgs, rationale_max_length=DEMO_CONFIG.rationale_max_length).model_json_schema()
-    assert schema["required"] == ["rationale", "done", "call"]
-    assert list(schema["properties"]) == ["rationale", "done", "call"]
+    assert schema["required"] == ["rationale", "decision"]
+    assert list(schema["properties"]) == ["rationale", "decision"]
     assert schema["properties"]["rationale"]["maxLength"] == DEMO_CONFIG.rationale_max_length

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+import jsonschema
 from pydantic import BaseModel
 
 from agentkit import (
@@ -210,12 +211,20 @@ def test_worked_example_is_valid_single_tool_steps() -> None:
     assert example.index("Round 1 reply") < example.index("Lease renewal 2024") < example.index("Round 2 reply")
 
 
+def test_worked_example_replies_are_instances_of_the_step_schema() -> None:
+    """The example's replies are laid out as the schema a constrained decoder follows: a decision."""
+    example = worked_example("Which note covers the lease?", Query(query="lease"), ["Lease renewal 2024"])
+    validator = jsonschema.Draft202012Validator(build_step_model(Query).model_json_schema())
+    for reply in _replies(example):
+        validator.validate(json.loads(reply))
+
+
 def test_worked_example_names_the_tool_for_a_tool_set() -> None:
     """With tool= the call uses the multi-tool wire shape and validates as such."""
     example = worked_example("q", {"query": "lease"}, ["r"], tool="search")
     model = build_step_model((("search", Query), ("remove", Remove)))
     first = model.model_validate_json(_replies(example)[0])
-    assert json.loads(_replies(example)[0])["call"] == {"tool": "search", "args": {"query": "lease"}}
+    assert json.loads(_replies(example)[0])["decision"]["call"] == {"tool": "search", "args": {"query": "lease"}}
     assert first.call is not None
 
 
@@ -230,6 +239,16 @@ def test_check_line_ends_every_round_with_results_but_the_final_one() -> None:
     final = reflective_prompt(DOCTRINE, "r", info(3, prior_calls=calls), check=CHECK).dynamic
     assert CHECK not in final
     assert final.endswith("you will not see its results.")
+
+
+def test_first_round_says_nothing_is_known_yet_and_asks_for_a_call() -> None:
+    """Round 1 tells the executor nothing is known yet and to call a tool unless none is needed: told
+    only to reply, a 0.5B model answered from memory and said done without looking anything up."""
+    first = reflective_prompt(DOCTRINE, "r", info(1)).dynamic
+    assert "Nothing is known yet" in first
+    assert "call one (done: false)" in first
+    calls = (PriorCall(round=1, tool_name="search", args=Query(query="q"), batch=[Note(title="A")]),)
+    assert "Nothing is known yet" not in reflective_prompt(DOCTRINE, "r", info(2, prior_calls=calls)).dynamic
 
 
 def _without_budget(dynamic: str) -> str:
@@ -262,7 +281,7 @@ def test_worked_example_can_end_with_the_action_the_results_called_for() -> None
     model = build_step_model((("search", Query), ("remove", Remove)))
     first, second = (model.model_validate_json(r) for r in _replies(example))
     assert (first.done, second.done) == (False, False)
-    assert json.loads(_replies(example)[1])["call"] == {"tool": "remove", "args": {"note_id": 7}}
+    assert json.loads(_replies(example)[1])["decision"]["call"] == {"tool": "remove", "args": {"note_id": 7}}
     assert '1. Round 1: search {"query":"stale"}' in example
 
 

@@ -6,6 +6,7 @@ import enum
 from collections.abc import Iterator
 from typing import Any, Literal
 
+import jsonschema
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -131,6 +132,25 @@ async def test_strict_multi_tool_step_is_accepted_by_openai_rules(
     for refused in ("oneOf", "discriminator", "default"):
         assert refused not in str(schema)
     assert schema["$defs"]["Query"]["required"] == ["query", "limit"]
+
+
+@pytest.mark.parametrize("mode", STRICT_MODES)
+@pytest.mark.parametrize("tools", [[search], [search, lookup]], ids=["one tool", "two tools"])
+async def test_strict_step_schema_on_the_wire_cannot_express_an_invalid_step(
+    server: FakeOpenAIServer, mode: StructuredMode, tools: list[Any]
+) -> None:
+    """The strict step schema sent passes OpenAI's rules and admits no step that validation refuses."""
+    server.add(done_step())
+    async with OpenAICaller(base_url=server.base_url, mode=mode, strict=True) as caller:
+        result = await run_tool_loop(caller, Searcher(), tools if len(tools) > 1 else tools[0], "q", FAST)
+    assert result.outcome is Outcome.SILENT, result.error
+    validator = jsonschema.Draft202012Validator(sent_schema(server.requests[0]))
+    args = {"query": "x", "limit": 5}
+    call = args if len(tools) == 1 else {"tool": "search", "args": args}
+    assert validator.is_valid({"rationale": "", "decision": {"done": True}})
+    assert validator.is_valid({"rationale": "", "decision": {"done": False, "call": call}})
+    assert not validator.is_valid({"rationale": "", "decision": {"done": False, "call": None}})
+    assert not validator.is_valid({"rationale": "", "decision": {"done": False}})
 
 
 @pytest.mark.parametrize("mode", STRICT_MODES)

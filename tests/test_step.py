@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
+import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -51,9 +54,70 @@ def test_parametrised_schema_name_is_valid_for_openai() -> None:
     assert title == "ToolStep_SearchArgs"
 
 
-def test_rationale_comes_before_done_in_schema() -> None:
+def test_rationale_comes_before_the_decision_in_schema() -> None:
     """Reasoning is emitted before the decision under constrained decoding."""
-    assert list(ToolStep[SearchArgs].model_json_schema()["properties"]) == ["rationale", "done", "call"]
+    assert list(ToolStep[SearchArgs].model_json_schema()["properties"]) == ["rationale", "decision"]
+
+
+STEP_SPECS = [
+    pytest.param(SearchArgs, id="one tool"),
+    pytest.param((("search", SearchArgs),), id="a set of one"),
+    pytest.param((("search", SearchArgs), ("delete", DeleteArgs)), id="a set of two"),
+]
+
+
+@pytest.mark.parametrize("spec", STEP_SPECS)
+def test_schema_cannot_express_a_step_without_a_call_unless_done(spec: Any) -> None:
+    """No instance of the step schema is refused by validation: done=false without a call is outside it."""
+    validator = jsonschema.Draft202012Validator(build_step_model(spec).model_json_schema())
+    call: dict[str, Any] = {"query": "x"} if isinstance(spec, type) else {"tool": "search", "args": {"query": "x"}}
+    assert validator.is_valid({"rationale": "", "decision": {"done": True}})
+    assert validator.is_valid({"rationale": "", "decision": {"done": False, "call": call}})
+    for refused in ({"done": False}, {"done": False, "call": None}, {"done": True, "call": call}, {"call": call}):
+        assert not validator.is_valid({"rationale": "", "decision": refused}), refused
+    assert not validator.is_valid({"rationale": "", "done": False, "call": None})
+
+
+@pytest.mark.parametrize("spec", STEP_SPECS)
+def test_every_decision_variant_is_done_or_one_tool_call(spec: Any) -> None:
+    """The decision is an anyOf of a done variant and one call variant per tool, each closed and fully required."""
+    schema = build_step_model(spec).model_json_schema()
+    variants = [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] for ref in schema["properties"]["decision"]["anyOf"]]
+    tools = 1 if isinstance(spec, type) else len(spec)
+    assert [v["properties"]["done"]["const"] for v in variants] == [True] + [False] * tools
+    for variant in variants:
+        assert variant["additionalProperties"] is False
+        assert variant["required"] == list(variant["properties"])
+    assert schema["required"] == ["rationale", "decision"]
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"rationale": "r", "decision": {"done": False, "call": {"query": "x"}}},
+        {"rationale": "r", "done": False, "call": {"query": "x"}},
+    ],
+    ids=["wire shape", "flat shape"],
+)
+def test_wire_and_flat_replies_validate_to_the_same_step(reply: dict[str, Any]) -> None:
+    """The wire shape (a decision) and the flat shape both validate to the flat ToolStep."""
+    step = ToolStep[SearchArgs].model_validate_json(json.dumps(reply))
+    assert (step.rationale, step.done, step.call) == ("r", False, SearchArgs(query="x"))
+
+
+@pytest.mark.parametrize(
+    ("reply", "message"),
+    [
+        ({"decision": {"done": False}}, "must carry a call"),
+        ({"decision": "done"}, "must be an object"),
+        ({"decision": {"done": True, "rationale": "x"}}, "unexpected key 'rationale'"),
+        ({"done": True, "decision": {"done": True}}, "unexpected key 'done'"),
+    ],
+)
+def test_a_malformed_decision_is_refused_with_the_fix(reply: dict[str, Any], message: str) -> None:
+    """A decision that is not one of the variants is a validation error that says what it may hold."""
+    with pytest.raises(ValidationError, match=message):
+        ToolStep[SearchArgs].model_validate(reply)
 
 
 def test_multi_tool_step_is_discriminated_by_tool() -> None:

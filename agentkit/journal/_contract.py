@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
 
 from pydantic import BaseModel
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit.errors import UsageError
 from agentkit.events import Event
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 
 Args = TypeVar("Args", bound=BaseModel)
 Ctx = TypeVar("Ctx")
+Answer = DefaultedTypeVar("Answer", default=None)
 R = TypeVar("R")
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -178,7 +180,8 @@ class Journal(Protocol):
         worker: str | None = None,
         lease: timedelta = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
-    ) -> TieredLoopResult[Args, R]: ...
+        answer: type[Answer] | None = None,
+    ) -> TieredLoopResult[Args, R, Answer]: ...
     @overload
     async def resume(
         self,
@@ -192,7 +195,8 @@ class Journal(Protocol):
         worker: str | None = None,
         lease: timedelta = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
-    ) -> TieredLoopResult[BaseModel, R]: ...
+        answer: type[Answer] | None = None,
+    ) -> TieredLoopResult[BaseModel, R, Answer]: ...
     async def resume(
         self,
         run_id: str,
@@ -205,7 +209,8 @@ class Journal(Protocol):
         worker: str | None = None,
         lease: timedelta = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
-    ) -> TieredLoopResult[Any, R]:
+        answer: type[Any] | None = None,
+    ) -> TieredLoopResult[Any, R, Any]:
         """Continue a run from its latest checkpoint with the inbox's decisions, holding it so one process does."""
         ...
 

@@ -51,7 +51,8 @@ async def resume(
     worker: str,
     lease: timedelta,
     summarize: Summarizer | None = None,
-) -> TieredLoopResult[Any, Any]:
+    answer: type[Any] | None = None,
+) -> TieredLoopResult[Any, Any, Any]:
     """``SQLJournal.resume``'s body (documented there)."""
     record, text, proposals = await journal._read(journal._resume_state, run_id)
     if record.status is RunStatus.RUNNING:
@@ -82,6 +83,7 @@ async def resume(
         decisions,
         observer=(*observers_of(observer), recorder),
         summarize=summarize,
+        answer=answer,
         run_approved=run_approved,
     )
     token = uuid.uuid4().hex

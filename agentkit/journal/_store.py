@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar, overlo
 
 import tenacity
 from pydantic import BaseModel, ValidationError
+from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._invoke import admit, check_ctx, invoke
 from agentkit.errors import ToolError, UsageError
@@ -91,6 +92,7 @@ __all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "SQLJournal"]
 
 Args = TypeVar("Args", bound=BaseModel)
 Ctx = TypeVar("Ctx")
+Answer = DefaultedTypeVar("Answer", default=None)
 R = TypeVar("R")
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -985,7 +987,8 @@ class SQLJournal:
         worker: str | None = None,
         lease: timedelta = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
-    ) -> TieredLoopResult[Args, R]: ...
+        answer: type[Answer] | None = None,
+    ) -> TieredLoopResult[Args, R, Answer]: ...
     @overload
     async def resume(
         self,
@@ -999,7 +1002,8 @@ class SQLJournal:
         worker: str | None = None,
         lease: timedelta = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
-    ) -> TieredLoopResult[BaseModel, R]: ...
+        answer: type[Answer] | None = None,
+    ) -> TieredLoopResult[BaseModel, R, Answer]: ...
     async def resume(
         self,
         run_id: str,
@@ -1012,7 +1016,8 @@ class SQLJournal:
         worker: str | None = None,
         lease: timedelta = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
-    ) -> TieredLoopResult[Any, R]:
+        answer: type[Any] | None = None,
+    ) -> TieredLoopResult[Any, R, Any]:
         """Continue a run from its latest checkpoint, with the decisions recorded in the inbox; see ``docs/journal.md``.
 
         A run that stopped at a proposal goes on once each of its proposals is decided (approved,
@@ -1033,6 +1038,7 @@ class SQLJournal:
             worker: The name the hold and the approved calls' claims record (default ``host:pid``).
             lease: How long the hold stays valid unless renewed.
             summarize: The run's ``ContextWindow.summarize``, given again (see ``resume_tool_loop``).
+            answer: The run's answer type, given again (see ``resume_tool_loop``).
 
         Raises:
             UnknownId: the journal never saw the run.
@@ -1056,6 +1062,7 @@ class SQLJournal:
             worker=worker or _worker_name(),
             lease=lease,
             summarize=summarize,
+            answer=answer,
         )
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:

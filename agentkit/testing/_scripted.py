@@ -166,6 +166,9 @@ def call_step(
     return {"rationale": rationale, "done": False, "call": call}
 
 
-def done_step(rationale: str = "") -> dict[str, Any]:
-    """A scripted step that stops the loop."""
-    return {"rationale": rationale, "done": True, "call": None}
+def done_step(rationale: str = "", *, answer: BaseModel | Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """A scripted step that stops the loop; with ``answer``, it carries the final answer (``answer=`` runs)."""
+    step: dict[str, Any] = {"rationale": rationale, "done": True, "call": None}
+    if answer is not None:
+        step["answer"] = answer.model_dump(mode="json") if isinstance(answer, BaseModel) else dict(answer)
+    return step
