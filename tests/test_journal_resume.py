@@ -338,3 +338,47 @@ async def test_two_resumers_starting_at_once_run_the_approved_call_once(journal:
         await other.close()
     assert result.stop_reason is StopReason.EXECUTOR_DONE
     assert calls == ["search old", "wipe /srv/old"]
+
+
+class Scope(BaseModel):
+    root: str
+    removed: list[str] = []
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def scoped_wipe(args: Target, ctx: Scope) -> list[str]:
+    """Delete a path under the run's root."""
+    ctx.removed.append(f"{ctx.root}{args.path}")
+    return [f"wiped {ctx.root}{args.path}"]
+
+
+class Summary(BaseModel):
+    freed: str
+
+
+class ScopedPlanner:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="planner")
+
+    def render(self, ctx: Scope, info: ToolRoundInfo[str]) -> Prompt:
+        return Prompt(system="plan", dynamic=f"{ctx.root} round {info.round}")
+
+
+async def test_resume_gives_a_ctx_tool_the_resumers_ctx_and_returns_the_typed_answer(journal: Journal) -> None:
+    """The approved call of a ctx-taking tool runs with the ctx given to journal.resume; answer= types the done step."""
+    first = ScriptedCaller([call_step(Target(path="/old"), tool="scoped_wipe", rationale="old")])
+    with JournalObserver(journal) as observer:
+        proposed = await run_tool_loop_tiered(
+            first, ScopedPlanner(), [search, scoped_wipe], Scope(root="/srv"), observer=observer, answer=Summary
+        )
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops@example.com")
+    scope = Scope(root="/srv")
+    second = ScriptedCaller([done_step("freed", answer=Summary(freed="/srv/old"))])
+    result = await journal.resume(
+        proposed.run_id, second, ScopedPlanner(), [search, scoped_wipe], scope, answer=Summary
+    )
+    assert scope.removed == ["/srv/old"]  # the very ctx object given to the resume
+    assert result.items == ["wiped /srv/old"]
+    assert result.answer == Summary(freed="/srv/old")
+    assert result.answer_from_closing_round is False

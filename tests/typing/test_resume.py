@@ -45,6 +45,10 @@ async def multi_tool() -> None:
     assert_type(result.proposed[0].args, BaseModel)
 
 
+class Verdict(BaseModel):
+    reason: str
+
+
 def refusal_is_a_usage_error(error: ResumeRefused) -> UsageError:
     return error
 
@@ -61,6 +65,9 @@ async def journal_resume(journal: Journal) -> None:
     assert_type(
         await sqlite.resume("run-1", ScriptedCaller(), Planner(), delete, "ctx"), TieredLoopResult[DeleteArgs, Doc]
     )
+    answered = await journal.resume("run-1", ScriptedCaller(), Planner(), delete, "ctx", answer=Verdict)
+    assert_type(answered, TieredLoopResult[DeleteArgs, Doc, Verdict])
+    assert_type(answered.answer, Verdict | None)
 
 
 async def journal_runs(journal: Journal) -> None:
