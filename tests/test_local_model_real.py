@@ -12,13 +12,17 @@ import json
 import os
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentkit.demo.agent import plan, research
-from agentkit.demo.search import BM25Index, load_corpus
+from agentkit.demo.agent import PLANNING_TASK, Curator, delete_tool, plan, research
+from agentkit.demo.search import BM25Index, load_corpus, search_tool
+from agentkit.journal import JournalObserver, ProposalState, open_journal
 from agentkit.local import LocalModel
-from agentkit.outcome import Outcome
+from agentkit.outcome import Outcome, StopReason
+from agentkit.tools import FunctionTool
 
 pytestmark = [
     pytest.mark.local_model,
@@ -85,3 +89,36 @@ async def test_real_model_searches_then_proposes_deleting_the_archived_passage(l
         ("delete_passage", "space-04")
     ], result.trace
     assert index.get("space-04") is not None
+
+
+@pytest.mark.parametrize("decision", ["approve", "reject"])
+async def test_real_model_finishes_the_planning_run_once_its_delete_is_decided(
+    local: LocalModel, decision: str, tmp_path: Path
+) -> None:
+    """The demo's arc through the journal: the curator proposes the delete; after an approval it runs
+    once and the model says done; after a rejection nothing is deleted and the model says done."""
+    index = BM25Index(load_corpus())
+    tools: tuple[FunctionTool[Any, Any], ...] = (search_tool(index), delete_tool(index))
+    caller = local.caller()
+    try:
+        async with open_journal(tmp_path / "journal.db") as journal:
+            with JournalObserver(journal) as recorder:
+                planned = await plan(caller, local.model_name, index, observer=recorder)
+            [pending] = await journal.pending()
+            if decision == "approve":
+                await journal.approve(pending.id, "ana")
+            else:
+                await journal.reject(pending.id, "ana", "keep the archive for the record")
+            agent = Curator(model=local.model_name, tools=tools)
+            resumed = await journal.resume(planned.run_id, caller, agent, tools, PLANNING_TASK)
+            state = (await journal.get(pending.id)).state
+    finally:
+        await caller.aclose()
+    assert resumed.stop_reason is StopReason.EXECUTOR_DONE, resumed.trace
+    if decision == "approve":
+        assert state is ProposalState.EXECUTED
+        assert index.get("space-04") is None
+        assert resumed.items[-1] == "deleted space-04"
+    else:
+        assert state is ProposalState.REJECTED
+        assert index.get("space-04") is not None
