@@ -71,7 +71,11 @@ class Connection(Protocol):
     """``True``: one connection, so the journal runs one transaction at a time on it (SQLite);
     ``False``: each transaction takes its own connection from a pool (PostgreSQL)."""
 
-    def begin(self, *, write: bool) -> None: ...
+    def begin(self, *, write: bool, synced: bool = True) -> None:
+        """Start a transaction; ``synced=False``: a run's record, whose commit need not be synced to disk
+        (it must still survive the process dying), where the backend makes that cheaper."""
+        ...
+
     def commit(self) -> None: ...
     def rollback(self) -> None: ...
     def query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]: ...
@@ -125,8 +129,8 @@ class Lossless:
         self.types = conn.types
         self.serialised = conn.serialised
 
-    def begin(self, *, write: bool) -> None:
-        self.inner.begin(write=write)
+    def begin(self, *, write: bool, synced: bool = True) -> None:
+        self.inner.begin(write=write, synced=synced)
 
     def commit(self) -> None:
         self.inner.commit()

@@ -235,7 +235,7 @@ class SQLJournal:
         return await future
 
     @contextmanager
-    def _tx(self, *, write: bool) -> Iterator[Connection]:
+    def _tx(self, *, write: bool, synced: bool = True) -> Iterator[Connection]:
         # Reads go to the read connection when there is one, so they never wait for a write's lock;
         # a pooled backend (PostgreSQL) needs no lock at all.
         reads_apart = not write and self._reader is not None
@@ -245,7 +245,7 @@ class SQLJournal:
                 raise JournalError(f"the journal at {self._where} is closed; open it again")
             db = self._reader if reads_apart and self._reader is not None else self._conn
             try:
-                db.begin(write=write)
+                db.begin(write=write, synced=synced)
             except db.errors as error:
                 raise _DatabaseFailed(f"the journal at {self._where} failed to start a transaction: {error}") from error
             try:
@@ -325,7 +325,7 @@ class SQLJournal:
         With ``hold``, each run started here is held by that recorder until its lease runs out.
         """
         at = now()
-        with self._tx(write=True) as db:
+        with self._tx(write=True, synced=False) as db:
             for entry in entries:
                 if isinstance(entry, Checkpointed):
                     text = entry.text or checkpoint_text(entry.checkpoint)
@@ -360,7 +360,7 @@ class SQLJournal:
         """
         if not run_ids:
             return
-        with self._tx(write=True) as db:
+        with self._tx(write=True, synced=False) as db:
             until = db.to_db_time(now() + lease)
             db.execute(hold_runs_statement(len(run_ids)), (holder, token, until, *run_ids, token))
 

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from agentkit.errors import UsageError
-from agentkit.events import Event, RunAborted, RunFinished, RunStarted
+from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit.journal._contract import Journal
 from agentkit.journal._errors import JournalError
 from agentkit.journal._records import Checkpointed, Hold
@@ -33,6 +33,9 @@ logger = logging.getLogger("agentkit.journal")
 
 _BATCH = 500
 """Most queued entries the writer thread writes in one transaction."""
+
+LINGER = 0.2
+"""Longest time, in seconds, an event waits in the queue for the round's end before the writer writes it."""
 
 
 class JournalObserver(Observer):
@@ -91,6 +94,10 @@ class JournalObserver(Observer):
         self.lease = lease
         """How long the hold on a run stays valid unless renewed."""
         self._queue: deque[Event | Checkpointed] = deque()
+        self._due = False
+        """Something queued should be written now: a round's checkpoint, a run's end, a proposal, a flush."""
+        self._since = 0.0
+        """When the oldest entry still queued was queued (``time.monotonic``)."""
         self._holding: set[str] = set()
         """Runs started and not yet ended, held with a lease the writer thread renews."""
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
@@ -127,10 +134,16 @@ class JournalObserver(Observer):
             else:
                 self._queue.append(event)
                 self._accepted += 1
-                self._start_writer()
+                if self._writer is None:
+                    self._start_writer()
                 if len(self._queue) == 1:
-                    # Only an empty queue can have the writer waiting on it; a busy writer takes what queued
-                    # up when it looks next (waking it per event costs the event loop a thread switch each).
+                    # The writer, idle, now waits at most LINGER for the entry to become due.
+                    self._since = time.monotonic()
+                    self._cond.notify_all()
+                if not self._due and (isinstance(event, _DUE) or len(self._queue) >= _BATCH):
+                    # A round's events wait for its end (its checkpoint), so they go in one transaction with
+                    # it; the run's end and a proposal (which a person waits for) are written at once too.
+                    self._due = True
                     self._cond.notify_all()
                 return
         self._failed(event, JournalError(refused))
@@ -166,6 +179,7 @@ class JournalObserver(Observer):
         """
         with self._cond:
             target = self._accepted
+            self._hurry()
             return self._cond.wait_for(lambda: self._settled >= target, timeout)
 
     async def wait_flushed(self) -> None:
@@ -178,6 +192,7 @@ class JournalObserver(Observer):
             target = self._accepted
             if self._settled >= target:
                 return
+            self._hurry()
             waiter: asyncio.Future[None] = loop.create_future()
             entry = (target, loop, waiter)
             self._waiters.append(entry)
@@ -213,6 +228,12 @@ class JournalObserver(Observer):
 
     # -- machinery ------------------------------------------------------------------------------
 
+    def _hurry(self) -> None:
+        """Have the writer write what is queued now (the caller holds ``_cond``)."""
+        if not self._due:
+            self._due = True
+            self._cond.notify_all()
+
     def _start_writer(self) -> None:
         if self._writer is None:
             # A daemon: a process that exits without close() must not hang on a locked database; what is
@@ -225,11 +246,19 @@ class JournalObserver(Observer):
         beat_at = time.monotonic() + beat
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue) or self._closed, max(beat_at - time.monotonic(), 0))
+                while not (self._due or self._closed):
+                    left = beat_at - time.monotonic()
+                    if self._queue:
+                        left = min(left, self._since + LINGER - time.monotonic())
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 if not self._queue and self._closed:
                     return
-                # Everything queued meanwhile goes in one transaction: one commit (one sync to disk) for it all.
+                # Everything queued meanwhile goes in one transaction: one commit for it all.
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
+                self._due = bool(self._queue)
+                self._since = time.monotonic()
             if time.monotonic() >= beat_at:
                 beat_at = time.monotonic() + beat
                 self._hold(tuple(self._holding))
@@ -306,6 +335,10 @@ class JournalObserver(Observer):
             self.flush_timeout,
             waiting,
         )
+
+
+_DUE = (Checkpointed, ProposalCaptured, RunFinished, RunAborted)
+"""Entries the writer writes as soon as they are queued (with everything queued before them)."""
 
 
 def _in_event_loop() -> bool:
