@@ -18,6 +18,7 @@ import hashlib
 import inspect
 import json
 import typing
+import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -166,6 +167,14 @@ def _json_of(model: BaseModel, exclude: set[str] | None = None) -> Any:
         return model.model_dump(mode="json", exclude=exclude)
 
 
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_TEXTS: dict[int, tuple[weakref.ref[RunCheckpoint], str]] = {}
+"""The JSON of live sealed checkpoints, by ``id`` (each entry goes with its checkpoint)."""
+
+
 def _canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
@@ -244,16 +253,24 @@ class RunCheckpoint(BaseModel):
         valid). ``memo`` keeps the JSON of the calls and the config between checkpoints of one run,
         which then only serialises what changed since the last one (the digest is the same).
         """
+        return _sha256(self._content_text(memo))
+
+    def _content_text(self, memo: DigestMemo | None) -> str:
         memo = DigestMemo() if memo is None else memo
         # The sorted JSON object, built key by key: "calls" and "config" sort before every other field.
         rest = _canonical(_json_of(self, exclude=_MEMOISED))
         calls = ",".join(memo.text(call) for call in self.calls)
-        text = f'{{"calls":[{calls}],"config":{memo.text(self.config)},{rest[1:]}'
-        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+        return f'{{"calls":[{calls}],"config":{memo.text(self.config)},{rest[1:]}'
 
     def sealed(self, memo: DigestMemo | None = None) -> RunCheckpoint:
         """This checkpoint with its digest set (``memo``: see ``content_digest``)."""
-        return self.model_copy(update={"digest": self.content_digest(memo)})
+        text = self._content_text(memo)
+        digest = _sha256(text)
+        sealed = self.model_copy(update={"digest": digest})
+        # Its JSON, digest added (key order does not matter to a reader), for ``sealed_text`` to hand out.
+        key = id(sealed)
+        _TEXTS[key] = (weakref.ref(sealed, lambda _: _TEXTS.pop(key, None)), f'{text[:-1]},"digest":"{digest}"}}')
+        return sealed
 
     def verify(self) -> None:
         """Refuse a checkpoint of another version or one whose content does not match its digest.
@@ -270,6 +287,12 @@ class RunCheckpoint(BaseModel):
             raise ResumeRefused(
                 f"checkpoint of run {self.run_id!r} does not match its digest (edited by hand, or damaged); nothing ran"
             )
+
+
+def sealed_text(checkpoint: RunCheckpoint) -> str | None:
+    """The JSON that sealing ``checkpoint`` made (``json.loads`` and validation read it back); ``None`` if none."""
+    known = _TEXTS.get(id(checkpoint))
+    return known[1] if known is not None and known[0]() is checkpoint else None
 
 
 def item_type_of(tool: AnyTool) -> object:

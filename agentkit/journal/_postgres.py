@@ -146,6 +146,10 @@ class _PostgresConnection:
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:
         return self._db.execute(sql.replace("?", "%s"), params).rowcount
 
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        with self._db.cursor() as cursor:
+            cursor.executemany(sql.replace("?", "%s"), rows)
+
     def table_exists(self, name: str) -> bool:
         # to_regclass follows the connection's search_path, like the unqualified names the journal uses.
         return bool(self.query("SELECT to_regclass(?) IS NOT NULL AS present", (name,))[0]["present"])

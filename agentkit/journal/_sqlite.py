@@ -113,6 +113,9 @@ class _SQLiteConnection:
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:
         return self._db.execute(sql, params).rowcount
 
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        self._db.executemany(sql, rows)
+
     def table_exists(self, name: str) -> bool:
         return bool(self.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 

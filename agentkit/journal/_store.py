@@ -56,11 +56,12 @@ from agentkit.journal._sql import (
     Connection,
     Lossless,
     abort_run,
-    append_event,
+    append_events,
     batch_text,
     checkpoint_text,
     claim_next_statement,
     claim_statement,
+    event_row,
     finish_run,
     folded,
     hold_runs_statement,
@@ -326,17 +327,23 @@ class SQLJournal:
         """
         at = now()
         with self._tx(write=True, synced=False) as db:
+            stamp = db.to_db_time(at)
+            # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
+            rows: list[tuple[object, ...]] = []
             for entry in entries:
                 if isinstance(entry, Checkpointed):
                     text = entry.text or checkpoint_text(entry.checkpoint)
                     store_checkpoint(db, entry.run_id, entry.checkpoint, text)
                     continue
-                self._write_event(db, entry, at)
+                rows.append(self._write_event(db, entry, at, stamp))
                 if hold is not None and isinstance(entry, RunStarted):
                     until = db.to_db_time(at + hold.lease)
                     db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, entry.run_id, hold.token))
+            if rows:
+                append_events(db, rows)
 
-    def _write_event(self, db: Connection, event: Event, at: datetime) -> None:
+    def _write_event(self, db: Connection, event: Event, at: datetime, stamp: object) -> tuple[object, ...]:
+        """Write what the event changes besides the log; its row for the log (``append_events``)."""
         round, data = event_data(event)
         match event:
             case RunStarted():
@@ -349,7 +356,7 @@ class SQLJournal:
                 abort_run(db, event, at)
             case _:
                 pass
-        append_event(db, event, round, data, at)
+        return event_row(event, round, data, stamp)
 
     def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
         """Take, or renew, the hold on unfinished runs this process records: until ``lease`` from now.

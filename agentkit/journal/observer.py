@@ -98,6 +98,8 @@ class JournalObserver(Observer):
         """Something queued should be written now: a round's checkpoint, a run's end, a proposal, a flush."""
         self._since = 0.0
         """When the oldest entry still queued was queued (``time.monotonic``)."""
+        self._idle = False
+        """The writer sleeps until woken or its next beat: nothing is queued and no run is being recorded."""
         self._holding: set[str] = set()
         """Runs started and not yet ended, held with a lease the writer thread renews."""
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
@@ -137,9 +139,11 @@ class JournalObserver(Observer):
                 if self._writer is None:
                     self._start_writer()
                 if len(self._queue) == 1:
-                    # The writer, idle, now waits at most LINGER for the entry to become due.
                     self._since = time.monotonic()
-                    self._cond.notify_all()
+                    if self._idle:
+                        # Asleep with no run to record: it must now look again within LINGER. (While runs are
+                        # recorded it looks every LINGER anyway, and is not woken for each round's first event.)
+                        self._cond.notify_all()
                 if not self._due and (isinstance(event, _DUE) or len(self._queue) >= _BATCH):
                     # A round's events wait for its end (its checkpoint), so they go in one transaction with
                     # it; the run's end and a proposal (which a person waits for) are written at once too.
@@ -250,9 +254,13 @@ class JournalObserver(Observer):
                     left = beat_at - time.monotonic()
                     if self._queue:
                         left = min(left, self._since + LINGER - time.monotonic())
+                    elif self._holding:
+                        left = min(left, LINGER)
                     if left <= 0:
                         break
+                    self._idle = not self._queue and not self._holding
                     self._cond.wait(left)
+                self._idle = False
                 if not self._queue and self._closed:
                     return
                 # Everything queued meanwhile goes in one transaction: one commit for it all.
