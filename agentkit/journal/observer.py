@@ -35,7 +35,7 @@ _BATCH = 500
 """Most queued entries the writer thread writes in one transaction."""
 
 LINGER = 0.2
-"""Longest time, in seconds, an event waits in the queue for the round's end before the writer writes it."""
+"""Default longest time, in seconds, an event waits in the queue for its round's end before it is written."""
 
 
 class JournalObserver(Observer):
@@ -44,7 +44,10 @@ class JournalObserver(Observer):
     Hooks only put the event (a frozen value) on a bounded queue, so a database that is busy (another
     process approving a proposal or claiming one holds the write lock) never stalls the event loop.
     The writer thread writes the events in order, all that queued up meanwhile in one transaction (a
-    failed transaction is retried an event at a time, so one bad event fails alone). When a run ends
+    failed transaction is retried an event at a time, so one bad event fails alone). It writes when a
+    round ends (its checkpoint is queued), a run ends or aborts, a proposal is captured, or ``flush``
+    is called, so a round's events and its checkpoint go in one transaction; anything else waits at
+    most ``linger`` seconds. When a run ends
     or aborts, the run awaits ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the
     event loop) until every event queued so far is written, so the run's record is complete when the
     run returns. Called outside an event loop, the end hooks wait the same way, blocking. A crash
@@ -65,6 +68,7 @@ class JournalObserver(Observer):
         flush_timeout: Longest wait, in seconds, at a run's end for its events to be written; past
             it the run returns and the rest is written when the database frees up.
         lease: How long the hold on a run stays valid unless renewed (see ``DEFAULT_LEASE``).
+        linger: Longest wait, in seconds, of an event for its round's end before it is written.
 
     Example:
         >>> with JournalObserver(SQLiteJournal("agentkit-journal.db")) as observer:
@@ -72,7 +76,13 @@ class JournalObserver(Observer):
     """
 
     def __init__(
-        self, journal: Journal, *, capacity: int = 10_000, flush_timeout: float = 10.0, lease: timedelta = DEFAULT_LEASE
+        self,
+        journal: Journal,
+        *,
+        capacity: int = 10_000,
+        flush_timeout: float = 10.0,
+        lease: timedelta = DEFAULT_LEASE,
+        linger: float = LINGER,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise UsageError(f"capacity must be an integer >= 1 (events that may wait to be written); got {capacity!r}")
@@ -80,6 +90,8 @@ class JournalObserver(Observer):
             raise UsageError(f"flush_timeout must be >= 0 seconds; got {flush_timeout!r}")
         if not isinstance(lease, timedelta) or lease <= timedelta(0):
             raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
+        if isinstance(linger, bool) or not isinstance(linger, int | float) or not linger >= 0:
+            raise UsageError(f"linger must be >= 0 seconds; got {linger!r}")
         self.journal = journal
         """Where the events go."""
         self.capacity = capacity
@@ -93,6 +105,8 @@ class JournalObserver(Observer):
         self._cond = threading.Condition()
         self.lease = lease
         """How long the hold on a run stays valid unless renewed."""
+        self.linger = float(linger)
+        """Longest time an event waits for its round's end before it is written."""
         self._queue: deque[Event | Checkpointed] = deque()
         self._due = False
         """Something queued should be written now: a round's checkpoint, a run's end, a proposal, a flush."""
@@ -141,12 +155,13 @@ class JournalObserver(Observer):
                 if len(self._queue) == 1:
                     self._since = time.monotonic()
                     if self._idle:
-                        # Asleep with no run to record: it must now look again within LINGER. (While runs are
-                        # recorded it looks every LINGER anyway, and is not woken for each round's first event.)
+                        # Asleep with no run to record: it must now look again within linger. (While runs are
+                        # recorded it looks every linger anyway, and is not woken for each round's first event.)
                         self._cond.notify_all()
                 if not self._due and (isinstance(event, _DUE) or len(self._queue) >= _BATCH):
                     # A round's events wait for its end (its checkpoint), so they go in one transaction with
                     # it; the run's end and a proposal (which a person waits for) are written at once too.
+                    # Anything else is written within linger.
                     self._due = True
                     self._cond.notify_all()
                 return
@@ -253,9 +268,9 @@ class JournalObserver(Observer):
                 while not (self._due or self._closed):
                     left = beat_at - time.monotonic()
                     if self._queue:
-                        left = min(left, self._since + LINGER - time.monotonic())
+                        left = min(left, self._since + self.linger - time.monotonic())
                     elif self._holding:
-                        left = min(left, LINGER)
+                        left = min(left, self.linger)
                     if left <= 0:
                         break
                     self._idle = not self._queue and not self._holding
