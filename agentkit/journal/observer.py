@@ -198,7 +198,8 @@ class JournalObserver(Observer):
         """
         with self._cond:
             target = self._accepted
-            self._hurry()
+            if self._settled < target:
+                self._hurry()
             return self._cond.wait_for(lambda: self._settled >= target, timeout)
 
     async def wait_flushed(self) -> None:
