@@ -29,6 +29,7 @@ from agentkit.checkpoint import (
     CheckpointProposal,
     CheckpointTool,
     Codec,
+    DigestMemo,
     RunCheckpoint,
 )
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
@@ -274,6 +275,8 @@ class _Run:
         """The config and the tool set as a checkpoint holds them, built once (a run checkpoints every round)."""
         self.answer: Any = None
         self.answer_from_closing_round = False
+        self.digests = DigestMemo()
+        """The JSON of the calls and config for the checkpoints' digests, each made once."""
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -626,7 +629,7 @@ class _Run:
             largest_round_tokens=self.largest_round_tokens,
             seconds=time.monotonic() - self.started,
             **state,
-        ).sealed()
+        ).sealed(self.digests)
 
 
 async def run_core(

@@ -18,6 +18,7 @@ import hashlib
 import inspect
 import json
 import typing
+import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -154,6 +155,48 @@ class CheckpointConfig(BaseModel):
         return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
 
 
+_MEMOISED = {"digest", "calls", "config"}
+"""Fields whose JSON ``content_digest`` gets from its memo (the digest itself is not content)."""
+
+
+def _json_of(model: BaseModel, exclude: set[str] | None = None) -> Any:
+    """The model as JSON values, as ``model_dump(mode="json")`` gives them."""
+    # Read back from pydantic's JSON: faster for the JSON-valued fields (a journaled run checkpoints every round).
+    try:
+        return json.loads(model.model_dump_json(exclude=exclude))
+    except PydanticSerializationError:  # text with lone surrogates, which pydantic's JSON refuses
+        return model.model_dump(mode="json", exclude=exclude)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+_TEXTS: dict[int, tuple[weakref.ref[RunCheckpoint], str]] = {}
+"""The JSON of live sealed checkpoints, by ``id`` (each entry goes with its checkpoint)."""
+
+
+def _canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class DigestMemo:
+    """The sorted JSON of frozen parts of a run's checkpoints, each made once (a run checkpoints every round)."""
+
+    def __init__(self) -> None:
+        self._texts: dict[int, tuple[BaseModel, str]] = {}
+        """By ``id``; the part is kept with its text, so its id cannot be reused by another object."""
+
+    def text(self, part: BaseModel) -> str:
+        """The part's JSON with sorted keys, as ``content_digest`` hashes it."""
+        known = self._texts.get(id(part))
+        if known is not None and known[0] is part:
+            return known[1]
+        text = _canonical(_json_of(part))
+        self._texts[id(part)] = (part, text)
+        return text
+
+
 class RunCheckpoint(BaseModel):
     """A tiered run's state: everything needed to continue it, and a digest over all of it.
 
@@ -204,20 +247,31 @@ class RunCheckpoint(BaseModel):
     digest: str = ""
     """SHA-256 over everything above."""
 
-    def content_digest(self) -> str:
-        """The digest the content gives (equal to ``digest`` unless the checkpoint was altered)."""
-        # The same data as model_dump(mode="json"), read back from pydantic's JSON: faster for the JSON-valued
-        # fields (a journaled run checkpoints every round).
-        try:
-            content = json.loads(self.model_dump_json(exclude={"digest"}))
-        except PydanticSerializationError:  # text with lone surrogates, which pydantic's JSON refuses
-            content = self.model_dump(mode="json", exclude={"digest"})
-        text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    def content_digest(self, memo: DigestMemo | None = None) -> str:
+        """The digest the content gives (equal to ``digest`` unless the checkpoint was altered).
 
-    def sealed(self) -> RunCheckpoint:
-        """This checkpoint with its digest set."""
-        return self.model_copy(update={"digest": self.content_digest()})
+        The SHA-256 of the content as JSON with sorted keys (so storage that reorders keys keeps it
+        valid). ``memo`` keeps the JSON of the calls and the config between checkpoints of one run,
+        which then only serialises what changed since the last one (the digest is the same).
+        """
+        return _sha256(self._content_text(memo))
+
+    def _content_text(self, memo: DigestMemo | None) -> str:
+        memo = DigestMemo() if memo is None else memo
+        # The sorted JSON object, built key by key: "calls" and "config" sort before every other field.
+        rest = _canonical(_json_of(self, exclude=_MEMOISED))
+        calls = ",".join(memo.text(call) for call in self.calls)
+        return f'{{"calls":[{calls}],"config":{memo.text(self.config)},{rest[1:]}'
+
+    def sealed(self, memo: DigestMemo | None = None) -> RunCheckpoint:
+        """This checkpoint with its digest set (``memo``: see ``content_digest``)."""
+        text = self._content_text(memo)
+        digest = _sha256(text)
+        sealed = self.model_copy(update={"digest": digest})
+        # Its JSON, digest added (key order does not matter to a reader), for ``sealed_text`` to hand out.
+        key = id(sealed)
+        _TEXTS[key] = (weakref.ref(sealed, lambda _: _TEXTS.pop(key, None)), f'{text[:-1]},"digest":"{digest}"}}')
+        return sealed
 
     def verify(self) -> None:
         """Refuse a checkpoint of another version or one whose content does not match its digest.
@@ -234,6 +288,12 @@ class RunCheckpoint(BaseModel):
             raise ResumeRefused(
                 f"checkpoint of run {self.run_id!r} does not match its digest (edited by hand, or damaged); nothing ran"
             )
+
+
+def sealed_text(checkpoint: RunCheckpoint) -> str | None:
+    """The JSON that sealing ``checkpoint`` made (``json.loads`` and validation read it back); ``None`` if none."""
+    known = _TEXTS.get(id(checkpoint))
+    return known[1] if known is not None and known[0]() is checkpoint else None
 
 
 def item_type_of(tool: AnyTool) -> object:

@@ -8,7 +8,7 @@ replies the model gave (re-asks included), runs the executor ended itself (``EXE
 ``NOTHING_RETRIEVED``), runs whose items hold the answer passage, and the stop reasons. Needs the
 ``local`` extra (the model runs on this machine's CPU, one thread, temperature 0).
 
-    python -m benchmarks.step_schema [--questions N] [--prompts plain,reflective]
+    python -m benchmarks.step_schema [--questions N] [--prompts plain,reflective] [--on-repeat stop|refuse]
 
 It imports only names that existed before the step schema became a union, so the same script
 measures an older checkout (``PYTHONPATH=<old checkout> python -m benchmarks.step_schema``).
@@ -24,7 +24,7 @@ import json
 import time
 from typing import Any
 
-from agentkit import Prompt, RoleSpec, ToolRoundInfo, run_tool_loop
+from agentkit import Prompt, RepeatPolicy, RoleSpec, ToolRoundInfo, run_tool_loop
 from agentkit.demo.agent import _RESEARCH_DOCTRINE, DEMO_CONFIG, RESEARCH_CHECK
 from agentkit.demo.search import BM25Index, Hit, load_corpus, search_tool
 from agentkit.local import LocalModel
@@ -53,14 +53,17 @@ class ReflectiveResearcher:
         )
 
 
-async def cell(caller: Any, model: str, prompt: str, count: int) -> dict[str, Any]:
+async def cell(
+    caller: Any, model: str, prompt: str, count: int, on_repeat: RepeatPolicy = RepeatPolicy.STOP
+) -> dict[str, Any]:
     tool = search_tool(BM25Index(load_corpus()))
+    config = dataclasses.replace(DEMO_CONFIG, on_repeat=on_repeat)
     agent: Any = ReflectiveResearcher(model=model, tools=(tool,)) if prompt == "reflective" else PlainResearcher(model)
     done = found = replies = valid = 0
     reasons: collections.Counter[str] = collections.Counter()
     started = time.perf_counter()
     for question, passage in QUESTIONS[:count]:
-        result = await run_tool_loop(caller, agent, tool, question, DEMO_CONFIG)
+        result = await run_tool_loop(caller, agent, tool, question, config)
         reasons[result.stop_reason.value] += 1
         done += result.stop_reason.value in ("executor_done", "nothing_retrieved")
         found += any(hit.id == passage for hit in result.items)
@@ -69,6 +72,7 @@ async def cell(caller: Any, model: str, prompt: str, count: int) -> dict[str, An
         valid += sum(1 for record in result.trace if not (record.error and record.tool_name is None))
     return {
         "prompt": prompt,
+        "on_repeat": on_repeat.value,
         "questions": count,
         "valid_steps": valid,
         "replies": replies,
@@ -79,16 +83,17 @@ async def cell(caller: Any, model: str, prompt: str, count: int) -> dict[str, An
     }
 
 
-async def main(count: int, prompts: tuple[str, ...]) -> None:
+async def main(count: int, prompts: tuple[str, ...], on_repeat: RepeatPolicy) -> None:
     with LocalModel() as local:
         async with local.caller() as caller:
             for prompt in prompts:
-                print(json.dumps(await cell(caller, local.model_name, prompt, count)), flush=True)
+                print(json.dumps(await cell(caller, local.model_name, prompt, count, on_repeat)), flush=True)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=len(QUESTIONS))
     parser.add_argument("--prompts", default="plain,reflective", help="comma-separated: plain, reflective")
+    parser.add_argument("--on-repeat", choices=[p.value for p in RepeatPolicy], default=RepeatPolicy.STOP.value)
     options = parser.parse_args()
-    asyncio.run(main(options.questions, tuple(options.prompts.split(","))))
+    asyncio.run(main(options.questions, tuple(options.prompts.split(",")), RepeatPolicy(options.on_repeat)))

@@ -116,7 +116,8 @@ class _PostgresConnection:
             raise RuntimeError("no transaction is open in this thread")  # a bug in the journal, not a user error
         return held
 
-    def begin(self, *, write: bool) -> None:
+    def begin(self, *, write: bool, synced: bool = True) -> None:
+        # Every commit is synced on the server (its synchronous_commit), records included.
         # A broken connection (a server restart, a killed backend) is dropped by the pool when given back.
         self._local.conn = self._pool.getconn()
         # psycopg opens the transaction, at READ COMMITTED, with the first statement.
@@ -144,6 +145,10 @@ class _PostgresConnection:
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:
         return self._db.execute(sql.replace("?", "%s"), params).rowcount
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        with self._db.cursor() as cursor:
+            cursor.executemany(sql.replace("?", "%s"), rows)
 
     def table_exists(self, name: str) -> bool:
         # to_regclass follows the connection's search_path, like the unqualified names the journal uses.

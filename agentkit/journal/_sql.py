@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import pydantic_core
 
-from agentkit.checkpoint import RunCheckpoint
+from agentkit.checkpoint import RunCheckpoint, sealed_text
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import entry_of_record, fold_events, loop_config_data, said
@@ -35,11 +35,12 @@ __all__ = [
     "Connection",
     "Lossless",
     "abort_run",
-    "append_event",
+    "append_events",
     "batch_text",
     "checkpoint_text",
     "claim_next_statement",
     "claim_statement",
+    "event_row",
     "finish_run",
     "folded",
     "from_stored",
@@ -71,11 +72,16 @@ class Connection(Protocol):
     """``True``: one connection, so the journal runs one transaction at a time on it (SQLite);
     ``False``: each transaction takes its own connection from a pool (PostgreSQL)."""
 
-    def begin(self, *, write: bool) -> None: ...
+    def begin(self, *, write: bool, synced: bool = True) -> None:
+        """Start a transaction; ``synced=False``: a run's record, whose commit need not be synced to disk
+        (it must still survive the process dying), where the backend makes that cheaper."""
+        ...
+
     def commit(self) -> None: ...
     def rollback(self) -> None: ...
     def query(self, sql: str, params: Sequence[object] = ()) -> list[dict[str, Any]]: ...
     def execute(self, sql: str, params: Sequence[object] = ()) -> int: ...
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None: ...
     def table_exists(self, name: str) -> bool: ...
     def lock_schema(self) -> None: ...
     def to_db_time(self, at: datetime) -> object: ...
@@ -125,8 +131,8 @@ class Lossless:
         self.types = conn.types
         self.serialised = conn.serialised
 
-    def begin(self, *, write: bool) -> None:
-        self.inner.begin(write=write)
+    def begin(self, *, write: bool, synced: bool = True) -> None:
+        self.inner.begin(write=write, synced=synced)
 
     def commit(self) -> None:
         self.inner.commit()
@@ -140,6 +146,9 @@ class Lossless:
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:
         return self.inner.execute(sql, _stored(params))
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        self.inner.execute_many(sql, [_stored(params) for params in rows])
 
     def table_exists(self, name: str) -> bool:
         return self.inner.table_exists(name)
@@ -270,12 +279,14 @@ def insert_run(db: Connection, event: RunStarted, at: datetime) -> None:
     )
 
 
-def append_event(db: Connection, event: Event, round: int | None, data: Mapping[str, Any], at: datetime) -> None:
-    """Append one event to the run's log (never updated, never deleted)."""
-    db.execute(
-        "INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES (?, ?, ?, ?, ?)",
-        (event.run_id, event.kind, round, db.to_db_time(at), _json(data)),
-    )
+def event_row(event: Event, round: int | None, data: Mapping[str, Any], at: object) -> tuple[object, ...]:
+    """An event as the parameters of ``append_events`` (``at`` as ``to_db_time`` gives it)."""
+    return (event.run_id, event.kind, round, at, _json(data))
+
+
+def append_events(db: Connection, rows: Sequence[tuple[object, ...]]) -> None:
+    """Append events (``event_row``), in order, to their runs' logs (never updated, never deleted)."""
+    db.execute_many("INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES (?, ?, ?, ?, ?)", rows)
 
 
 def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
@@ -413,6 +424,9 @@ def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
 
 def checkpoint_text(checkpoint: RunCheckpoint) -> str:
     """The checkpoint as JSON text (lone surrogates kept as they are: ``Lossless`` stores them)."""
+    known = sealed_text(checkpoint)
+    if known is not None:  # made with its digest, from the same JSON
+        return known
     try:
         return checkpoint.model_dump_json()
     except pydantic_core.PydanticSerializationError:

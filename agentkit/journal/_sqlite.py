@@ -66,7 +66,10 @@ class _SQLiteConnection:
         {"ts": "TEXT", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "bool": "INTEGER", "real": "REAL"}
     )
 
-    def __init__(self, path: str, *, reader: bool = False) -> None:
+    def __init__(self, path: str, *, reader: bool = False, sync_records: bool = True) -> None:
+        self._sync_records = sync_records
+        self._synchronous = "FULL"
+        """The connection's ``synchronous`` level now: switched only when a transaction needs the other one."""
         # Transactions are explicit (BEGIN IMMEDIATE for writes), never the module's implicit ones.
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         self._db.text_factory = _text
@@ -83,7 +86,15 @@ class _SQLiteConnection:
             self._db.close()
             raise
 
-    def begin(self, *, write: bool) -> None:
+    def begin(self, *, write: bool, synced: bool = True) -> None:
+        # A run's record (synced=False, unless sync_records) commits at NORMAL: in WAL mode the commit is
+        # in the file once it returns, so it survives the process dying; only losing the machine's power can
+        # undo it before the next synced commit or WAL checkpoint. Inbox transitions stay FULL, and their
+        # sync also makes every earlier commit durable (the WAL is synced as a whole, in order).
+        level = "FULL" if synced or self._sync_records else "NORMAL"
+        if write and level != self._synchronous:
+            self._db.execute(f"PRAGMA synchronous = {level}")
+            self._synchronous = level
         # IMMEDIATE takes the write lock up front, so a read-then-update cannot deadlock with another writer.
         self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
@@ -101,6 +112,9 @@ class _SQLiteConnection:
 
     def execute(self, sql: str, params: Sequence[object] = ()) -> int:
         return self._db.execute(sql, params).rowcount
+
+    def execute_many(self, sql: str, rows: Sequence[Sequence[object]]) -> None:
+        self._db.executemany(sql, rows)
 
     def table_exists(self, name: str) -> bool:
         return bool(self.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
@@ -133,14 +147,23 @@ class SQLiteJournal(SQLJournal):
 
     WAL mode lets readers work while a writer writes. Reads use a connection of their own, so a read
     never waits behind a write, not even one of this object's that waits for another process's
-    lock. Every write is one transaction that takes the write lock up front, and commits are synced
-    to disk.
+    lock. Every write is one transaction that takes the write lock up front.
+
+    Durability: every commit is in the file when it returns, so it survives the process dying
+    (SIGKILL, OOM). Inbox transitions (a proposal approved, rejected, claimed, executed, resolved)
+    are also synced to disk at each commit (``synchronous=FULL``), so they survive the machine
+    losing power. A run's record (its events, checkpoints and lease, written by ``JournalObserver``)
+    is not synced at each commit (``synchronous=NORMAL``): it is synced with the next synced commit
+    or WAL checkpoint, so a power loss can undo the record's latest commits (never a part of one:
+    the file stays consistent, and a resume then starts from an earlier checkpoint).
+    ``sync_records=True`` syncs those commits too, at the cost of one sync to disk per commit.
 
     Args:
         path: The database file. ``":memory:"`` (a journal that lives as long as the object, lost
             on close) only with ``in_memory=True``.
         create: Create the file and its schema when missing.
         in_memory: Say that a journal in memory is what you want.
+        sync_records: Sync each commit of a run's record to disk too, so it survives power loss.
 
     Raises:
         UsageError: ``path`` is empty, or ``":memory:"`` without ``in_memory=True`` (or
@@ -149,12 +172,16 @@ class SQLiteJournal(SQLJournal):
             journal written by a newer agentkit.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, create: bool = True, in_memory: bool = False) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, create: bool = True, in_memory: bool = False, sync_records: bool = False
+    ) -> None:
         where = _checked_path(path, in_memory=in_memory)
         if where != MEMORY and not create:
             _check_is_journal(where)
+        self.sync_records = sync_records
+        """Whether each commit of a run's record is synced to disk."""
         try:
-            conn = _SQLiteConnection(where)
+            conn = _SQLiteConnection(where, sync_records=sync_records)
         except sqlite3.Error as error:
             raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
         # In memory there is one database per connection, so reads share the writer's.

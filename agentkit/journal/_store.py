@@ -57,11 +57,12 @@ from agentkit.journal._sql import (
     Connection,
     Lossless,
     abort_run,
-    append_event,
+    append_events,
     batch_text,
     checkpoint_text,
     claim_next_statement,
     claim_statement,
+    event_row,
     finish_run,
     folded,
     hold_runs_statement,
@@ -237,7 +238,7 @@ class SQLJournal:
         return await future
 
     @contextmanager
-    def _tx(self, *, write: bool) -> Iterator[Connection]:
+    def _tx(self, *, write: bool, synced: bool = True) -> Iterator[Connection]:
         # Reads go to the read connection when there is one, so they never wait for a write's lock;
         # a pooled backend (PostgreSQL) needs no lock at all.
         reads_apart = not write and self._reader is not None
@@ -247,7 +248,7 @@ class SQLJournal:
                 raise JournalError(f"the journal at {self._where} is closed; open it again")
             db = self._reader if reads_apart and self._reader is not None else self._conn
             try:
-                db.begin(write=write)
+                db.begin(write=write, synced=synced)
             except db.errors as error:
                 raise _DatabaseFailed(f"the journal at {self._where} failed to start a transaction: {error}") from error
             try:
@@ -327,18 +328,24 @@ class SQLJournal:
         With ``hold``, each run started here is held by that recorder until its lease runs out.
         """
         at = now()
-        with self._tx(write=True) as db:
+        with self._tx(write=True, synced=False) as db:
+            stamp = db.to_db_time(at)
+            # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
+            rows: list[tuple[object, ...]] = []
             for entry in entries:
                 if isinstance(entry, Checkpointed):
                     text = entry.text or checkpoint_text(entry.checkpoint)
                     store_checkpoint(db, entry.run_id, entry.checkpoint, text)
                     continue
-                self._write_event(db, entry, at)
+                rows.append(self._write_event(db, entry, at, stamp))
                 if hold is not None and isinstance(entry, RunStarted):
                     until = db.to_db_time(at + hold.lease)
                     db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, entry.run_id, hold.token))
+            if rows:
+                append_events(db, rows)
 
-    def _write_event(self, db: Connection, event: Event, at: datetime) -> None:
+    def _write_event(self, db: Connection, event: Event, at: datetime, stamp: object) -> tuple[object, ...]:
+        """Write what the event changes besides the log; its row for the log (``append_events``)."""
         round, data = event_data(event)
         match event:
             case RunStarted():
@@ -351,7 +358,7 @@ class SQLJournal:
                 abort_run(db, event, at)
             case _:
                 pass
-        append_event(db, event, round, data, at)
+        return event_row(event, round, data, stamp)
 
     def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
         """Take, or renew, the hold on unfinished runs this process records: until ``lease`` from now.
@@ -362,7 +369,7 @@ class SQLJournal:
         """
         if not run_ids:
             return
-        with self._tx(write=True) as db:
+        with self._tx(write=True, synced=False) as db:
             until = db.to_db_time(now() + lease)
             db.execute(hold_runs_statement(len(run_ids)), (holder, token, until, *run_ids, token))
 

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from agentkit.errors import UsageError
-from agentkit.events import Event, RunAborted, RunFinished, RunStarted
+from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit.journal._contract import Journal
 from agentkit.journal._errors import JournalError
 from agentkit.journal._records import Checkpointed, Hold
@@ -34,6 +34,9 @@ logger = logging.getLogger("agentkit.journal")
 _BATCH = 500
 """Most queued entries the writer thread writes in one transaction."""
 
+LINGER = 0.2
+"""Default longest time, in seconds, an event waits in the queue for its round's end before it is written."""
+
 
 class JournalObserver(Observer):
     """An observer that records each event of a run in a journal, from a writer thread of its own.
@@ -41,7 +44,10 @@ class JournalObserver(Observer):
     Hooks only put the event (a frozen value) on a bounded queue, so a database that is busy (another
     process approving a proposal or claiming one holds the write lock) never stalls the event loop.
     The writer thread writes the events in order, all that queued up meanwhile in one transaction (a
-    failed transaction is retried an event at a time, so one bad event fails alone). When a run ends
+    failed transaction is retried an event at a time, so one bad event fails alone). It writes when a
+    round ends (its checkpoint is queued), a run ends or aborts, a proposal is captured, or ``flush``
+    is called, so a round's events and its checkpoint go in one transaction; anything else waits at
+    most ``linger`` seconds. When a run ends
     or aborts, the run awaits ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the
     event loop) until every event queued so far is written, so the run's record is complete when the
     run returns. Called outside an event loop, the end hooks wait the same way, blocking. A crash
@@ -62,6 +68,7 @@ class JournalObserver(Observer):
         flush_timeout: Longest wait, in seconds, at a run's end for its events to be written; past
             it the run returns and the rest is written when the database frees up.
         lease: How long the hold on a run stays valid unless renewed (see ``DEFAULT_LEASE``).
+        linger: Longest wait, in seconds, of an event for its round's end before it is written.
 
     Example:
         >>> with JournalObserver(SQLiteJournal("agentkit-journal.db")) as observer:
@@ -69,7 +76,13 @@ class JournalObserver(Observer):
     """
 
     def __init__(
-        self, journal: Journal, *, capacity: int = 10_000, flush_timeout: float = 10.0, lease: timedelta = DEFAULT_LEASE
+        self,
+        journal: Journal,
+        *,
+        capacity: int = 10_000,
+        flush_timeout: float = 10.0,
+        lease: timedelta = DEFAULT_LEASE,
+        linger: float = LINGER,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise UsageError(f"capacity must be an integer >= 1 (events that may wait to be written); got {capacity!r}")
@@ -77,6 +90,8 @@ class JournalObserver(Observer):
             raise UsageError(f"flush_timeout must be >= 0 seconds; got {flush_timeout!r}")
         if not isinstance(lease, timedelta) or lease <= timedelta(0):
             raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
+        if isinstance(linger, bool) or not isinstance(linger, int | float) or not linger >= 0:
+            raise UsageError(f"linger must be >= 0 seconds; got {linger!r}")
         self.journal = journal
         """Where the events go."""
         self.capacity = capacity
@@ -90,7 +105,15 @@ class JournalObserver(Observer):
         self._cond = threading.Condition()
         self.lease = lease
         """How long the hold on a run stays valid unless renewed."""
+        self.linger = float(linger)
+        """Longest time an event waits for its round's end before it is written."""
         self._queue: deque[Event | Checkpointed] = deque()
+        self._due = False
+        """Something queued should be written now: a round's checkpoint, a run's end, a proposal, a flush."""
+        self._since = 0.0
+        """When the oldest entry still queued was queued (``time.monotonic``)."""
+        self._idle = False
+        """The writer sleeps until woken or its next beat: nothing is queued and no run is being recorded."""
         self._holding: set[str] = set()
         """Runs started and not yet ended, held with a lease the writer thread renews."""
         self._holder = f"{socket.gethostname()}:{os.getpid()}"
@@ -127,10 +150,19 @@ class JournalObserver(Observer):
             else:
                 self._queue.append(event)
                 self._accepted += 1
-                self._start_writer()
+                if self._writer is None:
+                    self._start_writer()
                 if len(self._queue) == 1:
-                    # Only an empty queue can have the writer waiting on it; a busy writer takes what queued
-                    # up when it looks next (waking it per event costs the event loop a thread switch each).
+                    self._since = time.monotonic()
+                    if self._idle:
+                        # Asleep with no run to record: it must now look again within linger. (While runs are
+                        # recorded it looks every linger anyway, and is not woken for each round's first event.)
+                        self._cond.notify_all()
+                if not self._due and (isinstance(event, _DUE) or len(self._queue) >= _BATCH):
+                    # A round's events wait for its end (its checkpoint), so they go in one transaction with
+                    # it; the run's end and a proposal (which a person waits for) are written at once too.
+                    # Anything else is written within linger.
+                    self._due = True
                     self._cond.notify_all()
                 return
         self._failed(event, JournalError(refused))
@@ -166,6 +198,8 @@ class JournalObserver(Observer):
         """
         with self._cond:
             target = self._accepted
+            if self._settled < target:
+                self._hurry()
             return self._cond.wait_for(lambda: self._settled >= target, timeout)
 
     async def wait_flushed(self) -> None:
@@ -178,6 +212,7 @@ class JournalObserver(Observer):
             target = self._accepted
             if self._settled >= target:
                 return
+            self._hurry()
             waiter: asyncio.Future[None] = loop.create_future()
             entry = (target, loop, waiter)
             self._waiters.append(entry)
@@ -213,6 +248,12 @@ class JournalObserver(Observer):
 
     # -- machinery ------------------------------------------------------------------------------
 
+    def _hurry(self) -> None:
+        """Have the writer write what is queued now (the caller holds ``_cond``)."""
+        if not self._due:
+            self._due = True
+            self._cond.notify_all()
+
     def _start_writer(self) -> None:
         if self._writer is None:
             # A daemon: a process that exits without close() must not hang on a locked database; what is
@@ -225,11 +266,23 @@ class JournalObserver(Observer):
         beat_at = time.monotonic() + beat
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._queue) or self._closed, max(beat_at - time.monotonic(), 0))
+                while not (self._due or self._closed):
+                    left = beat_at - time.monotonic()
+                    if self._queue:
+                        left = min(left, self._since + self.linger - time.monotonic())
+                    elif self._holding:
+                        left = min(left, self.linger)
+                    if left <= 0:
+                        break
+                    self._idle = not self._queue and not self._holding
+                    self._cond.wait(left)
+                self._idle = False
                 if not self._queue and self._closed:
                     return
-                # Everything queued meanwhile goes in one transaction: one commit (one sync to disk) for it all.
+                # Everything queued meanwhile goes in one transaction: one commit for it all.
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
+                self._due = bool(self._queue)
+                self._since = time.monotonic()
             if time.monotonic() >= beat_at:
                 beat_at = time.monotonic() + beat
                 self._hold(tuple(self._holding))
@@ -306,6 +359,10 @@ class JournalObserver(Observer):
             self.flush_timeout,
             waiting,
         )
+
+
+_DUE = (Checkpointed, ProposalCaptured, RunFinished, RunAborted)
+"""Entries the writer writes as soon as they are queued (with everything queued before them)."""
 
 
 def _in_event_loop() -> bool:

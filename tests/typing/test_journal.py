@@ -60,6 +60,7 @@ def observer_is_an_observer(journal: Journal) -> None:
     _observer: Observer = JournalObserver(journal)
     assert_type(JournalObserver(journal).failures, int)
     assert_type(JournalObserver(journal).last_error, Exception | None)
+    assert_type(JournalObserver(journal, linger=0.5).linger, float)
     with JournalObserver(journal, capacity=100, flush_timeout=1.0) as opened:
         assert_type(opened, JournalObserver)
         assert_type(opened.flush(timeout=2.0), bool)

@@ -1,0 +1,193 @@
+"""How the journal writes a run's record: a round's events with its checkpoint in one transaction,
+nothing waiting longer than ``linger``, and (SQLite) records committed unsynced, inbox transitions synced."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel, JsonValue
+
+from agentkit import Prompt, RoleSpec, Tier, ToolRoundInfo, UsageError, run_tool_loop_tiered, tool
+from agentkit.checkpoint import DigestMemo, RunCheckpoint
+from agentkit.events import Event
+from agentkit.journal import Journal, JournalObserver, SQLiteJournal
+from agentkit.journal._records import Checkpointed
+from agentkit.journal._sql import checkpoint_text
+from agentkit.journal._store import SQLJournal
+from agentkit.observe import Observer
+from agentkit.testing import ScriptedCaller, call_step, done_step
+
+
+class Query(BaseModel):
+    query: str
+
+
+class Target(BaseModel):
+    path: str
+
+
+class Doc(BaseModel):
+    id: str
+    score: float
+    tags: dict[str, JsonValue]
+    """Keys out of order, so the digest's sorted JSON differs from the stored one."""
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: Query) -> list[Doc]:
+    """Find documents."""
+    return [Doc(id=f"{args.query}-{n}", score=1 / (n + 1), tags={"z": 1, "a": [n]}) for n in range(3)]
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def delete(args: Target) -> list[Doc]:
+    """Delete a path."""
+    raise AssertionError("an irreversible tool never runs in the loop")
+
+
+class Planner:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="planner-model")
+
+    def render(self, ctx: None, info: ToolRoundInfo[Doc]) -> Prompt:
+        return Prompt(system="plan", dynamic=f"round {info.round}")
+
+
+class Capture(Observer):
+    """Every event and checkpoint of a run, in order, as the journal observer would queue them."""
+
+    def __init__(self) -> None:
+        self.entries: list[Event | Checkpointed] = []
+        self.checkpoints: list[RunCheckpoint] = []
+
+    def on_event(self, event: Event) -> None:
+        self.entries.append(event)
+
+    def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        self.entries.append(Checkpointed(run_id, checkpoint, checkpoint_text(checkpoint)))
+        self.checkpoints.append(checkpoint)
+
+
+async def captured_run() -> Capture:
+    """Three searches, then done: a checkpoint at each round's end."""
+    capture = Capture()
+    steps = [call_step(Query(query=q), tool="search", rationale=f"look {q}") for q in ("a", "b", "c")]
+    caller = ScriptedCaller([*steps, done_step("enough")])
+    await run_tool_loop_tiered(caller, Planner(), [search], None, observer=capture)
+    return capture
+
+
+def counting(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The kinds in each transaction the observer writes (``record_all`` call)."""
+    batches: list[list[str]] = []
+    record_all = journal.record_all
+
+    def counted(entries: Sequence[Event | Checkpointed], **kwargs: Any) -> None:
+        batches.append([e.kind for e in entries])
+        record_all(entries, **kwargs)
+
+    monkeypatch.setattr(journal, "record_all", counted)
+    return batches
+
+
+def queue(observer: JournalObserver, entries: Sequence[Event | Checkpointed]) -> None:
+    for entry in entries:
+        if isinstance(entry, Checkpointed):
+            observer.on_checkpoint(entry.run_id, entry.checkpoint)
+        else:
+            observer.on_event(entry)
+
+
+async def test_a_rounds_events_wait_for_its_checkpoint_and_go_with_it_in_one_transaction(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round's events are not written on their own; its checkpoint writes them with it, in one transaction."""
+    entries = (await captured_run()).entries
+    ends = [i for i, e in enumerate(entries) if isinstance(e, Checkpointed)]
+    before, round_1 = entries[: ends[0] + 1], entries[ends[0] + 1 : ends[1]]
+    batches = counting(journal, monkeypatch)
+    with JournalObserver(journal, linger=3600) as observer:
+        queue(observer, before)  # the run's start and its first checkpoint (round 0)
+        await observer.wait_flushed()
+        assert batches == [["run_start", "checkpoint"]]
+        queue(observer, round_1)
+        await asyncio.sleep(0.2)
+        assert len(batches) == 1  # round 1's events wait for its end
+        queue(observer, [entries[ends[1]]])
+        await observer.wait_flushed()
+        assert batches[1:] == [["round_start", "llm_call", "tool_call", "tool_result", "checkpoint"]]
+        [run] = await journal.runs()
+        assert (run.checkpoint_round, run.resumable) == (1, True)
+
+
+async def test_a_flush_writes_what_waits_for_its_round(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``flush`` does not wait for the round's end: what is queued is written at once."""
+    entries = (await captured_run()).entries
+    batches = counting(journal, monkeypatch)
+    with JournalObserver(journal, linger=3600) as observer:
+        observer.on_event(next(e for e in entries if not isinstance(e, Checkpointed)))
+        assert observer.flush(timeout=30)
+        assert batches == [["run_start"]]
+        assert len(await journal.runs()) == 1
+
+
+async def test_an_event_waits_at_most_linger(journal: Journal) -> None:
+    """Without a round's end or a flush, an event is still written once it waited ``linger``."""
+    entries = (await captured_run()).entries
+    with JournalObserver(journal, linger=0.05) as observer:
+        observer.on_event(next(e for e in entries if not isinstance(e, Checkpointed)))
+        deadline = time.monotonic() + 30
+        while not await journal.runs():
+            assert time.monotonic() < deadline, "the event was never written"
+            await asyncio.sleep(0.01)
+
+
+def test_linger_is_checked(journal: Journal) -> None:
+    """A negative or non-numeric linger is refused, naming it."""
+    for bad in (-1, "1", True, float("nan")):
+        with pytest.raises(UsageError, match="linger"):
+            JournalObserver(journal, linger=bad)  # type: ignore[arg-type]  # the check is the point
+
+
+def synchronous(journal: SQLiteJournal) -> int:
+    """The writer connection's ``synchronous`` level (1 NORMAL, 2 FULL)."""
+    assert isinstance(journal, SQLJournal)
+    [row] = journal._conn.query("PRAGMA synchronous")  # the level is the point
+    return int(row["synchronous"])
+
+
+@pytest.mark.parametrize("sync_records", [False, True])
+async def test_records_commit_unsynced_and_inbox_transitions_synced(tmp_path: Path, sync_records: bool) -> None:
+    """A run's record commits at NORMAL (FULL with sync_records=True); approving a proposal commits at FULL."""
+    journal = SQLiteJournal(tmp_path / "journal.db", sync_records=sync_records)
+    try:
+        caller = ScriptedCaller([call_step(Target(path="/old"), tool="delete", rationale="stale"), done_step("asked")])
+        with JournalObserver(journal) as observer:
+            await run_tool_loop_tiered(caller, Planner(), [search, delete], None, observer=observer)
+        assert synchronous(journal) == (2 if sync_records else 1)
+        [pending] = await journal.pending()
+        await journal.approve(pending.id, "ops@example.com")
+        assert synchronous(journal) == 2
+    finally:
+        await journal.close()
+
+
+async def test_checkpoints_with_a_memo_have_the_digest_of_their_sorted_json_and_read_back() -> None:
+    """A run's checkpoints (sealed with its DigestMemo) hash their sorted JSON, and the stored text reads back equal."""
+    checkpoints = (await captured_run()).checkpoints
+    assert [c.rounds for c in checkpoints] == [0, 1, 2, 3]
+    for checkpoint in checkpoints:
+        content = checkpoint.model_dump(mode="json", exclude={"digest"})
+        text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        assert checkpoint.digest == hashlib.sha256(text.encode()).hexdigest()
+        assert checkpoint.content_digest() == checkpoint.content_digest(DigestMemo()) == checkpoint.digest
+        stored = RunCheckpoint.model_validate(json.loads(checkpoint_text(checkpoint)))
+        assert stored == checkpoint
+        stored.verify()
