@@ -1,8 +1,6 @@
 """``python -m agentkit``."""
 
-import sys
-
-from agentkit.cli import main
+from agentkit.cli import run
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentkit.cli import positive_int
+from agentkit.cli import positive_int, skip_teardown
 from agentkit.errors import AgentkitError, UsageError
 
 if TYPE_CHECKING:
@@ -92,6 +92,7 @@ def _run(work: Any) -> int:
     from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
+    skip_teardown()  # Temporal's client threads must not meet the interpreter's finalisation
     try:
         asyncio.run(work)
     except WorkflowUpdateFailedError as refused:

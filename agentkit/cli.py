@@ -15,7 +15,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from importlib import metadata
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 __all__ = ["CommandParser", "main", "plain_text", "positive_int"]
 
@@ -90,6 +90,32 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         module.register(subparsers)
     return parser
+
+
+_skip_teardown = False
+"""Set by a command that started native runtime threads which crash the interpreter's finalisation."""
+
+
+def skip_teardown() -> None:
+    """Have ``run`` end the process without the interpreter's finalisation.
+
+    Temporal's client runs a Tokio runtime on threads of its own; when a short-lived process
+    finalises while they are still alive, CPython can crash (SIGSEGV or SIGABRT, after the command
+    has done its work and printed its result: temporalio/sdk-python#300). A command that used it
+    calls this, and ``run`` flushes the output and leaves with ``os._exit``.
+    """
+    global _skip_teardown
+    _skip_teardown = True
+
+
+def run() -> NoReturn:
+    """The ``agentkit`` console script and ``python -m agentkit``: ``main()``, then exit with its code."""
+    code = main()
+    if _skip_teardown:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

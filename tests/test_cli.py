@@ -239,3 +239,40 @@ def test_a_closed_pipe_ends_the_command_quietly(tmp_path: Path) -> None:
     _, err = reader.communicate(timeout=60)
     assert b"Traceback" not in err
     assert reader.returncode in (0, 141)
+
+
+def test_a_command_that_asks_to_skip_teardown_exits_with_os_exit_after_flushing(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``run`` leaves through ``os._exit`` with main's code once a command called ``skip_teardown``."""
+    import agentkit.cli as cli_module
+
+    exits: list[int] = []
+
+    def fake_exit(code: int) -> None:
+        exits.append(code)
+        raise SystemExit(code)
+
+    def command(args: argparse.Namespace) -> int:
+        print("done")
+        cli_module.skip_teardown()
+        return 3
+
+    monkeypatch.setattr(cli_module, "_skip_teardown", False)
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    monkeypatch.setattr(cli_module, "main", lambda: command(argparse.Namespace()))
+    with pytest.raises(SystemExit):
+        cli_module.run()
+    assert exits == [3]
+    assert capsys.readouterr().out == "done\n"
+
+
+def test_run_exits_normally_when_no_command_asked_to_skip_teardown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``skip_teardown`` ``run`` is ``sys.exit(main())``: the interpreter finalises as usual."""
+    import agentkit.cli as cli_module
+
+    monkeypatch.setattr(cli_module, "_skip_teardown", False)
+    monkeypatch.setattr(cli_module, "main", lambda: 0)
+    with pytest.raises(SystemExit) as exit_:
+        cli_module.run()
+    assert exit_.value.code == 0
