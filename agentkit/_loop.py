@@ -230,6 +230,10 @@ class _View:
         )
 
 
+_UNSEEN = _View()
+"""The view of observers that do not read the calls (``Observer.sees_calls``): always empty."""
+
+
 class _Run:
     def __init__(
         self,
@@ -249,13 +253,16 @@ class _Run:
         self.items: list[Any] = []
         self.shown = _View()
         """The executor's view: what ``render`` gets."""
-        self.watched = _View() if session.observers else None
-        """The observers' view: what ``RoundStarted`` carries."""
+        self.watched = _View() if any(o.sees_calls for o in session.observers) else None
+        """The observers' view: what ``RoundStarted`` carries (``None``: no observer reads the calls;
+        with observers, their ``RoundStarted`` shows none)."""
         self.window = Window(config.context)
         """What of the views each round shows (``LoopConfig.context``)."""
         self.recent: list[tuple[str, BaseModel]] = []
         self.recent_rounds: list[int] = []
         """The round of each entry of ``recent``."""
+        self.recent_made: list[tuple[str, dict[str, JsonValue]]] = []
+        """``recent`` as JSON so far, for the checkpoints (``recent_json``)."""
         self.refusals = 0
         self.proposals: list[ProposedAction[Any]] = []
         self.trace: list[RoundRecord] = []
@@ -314,8 +321,9 @@ class _Run:
             self.items.extend(call.batch)
         if self.codec is not None and record:
             args = call.args.model_dump(mode="json")
+            # Already JSON values of the fields' types (the batch from ``Codec.encode_batch``): not validated again.
             self.records.append(
-                CheckpointCall(
+                CheckpointCall.model_construct(
                     round=call.round,
                     tool_name=call.tool_name,
                     args=args,
@@ -392,7 +400,11 @@ class _Run:
             error = executor_failed("context summarizer (ContextWindow.summarize)", raised)
             return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
         ceiling = self.config.max_rounds
-        watched = None if self.watched is None else self.watched.info(round, ceiling, start, omitted, closing=closing)
+        watched = None
+        if self.watched is not None:
+            watched = self.watched.info(round, ceiling, start, omitted, closing=closing)
+        elif self.session.observers:
+            watched = _UNSEEN.info(round, ceiling, 0, omitted, closing=closing)
         return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
 
     async def ask(
@@ -594,6 +606,13 @@ class _Run:
         if self.keepers:
             deliver_checkpoint(self.keepers, self.session.run_id, self.checkpoint(None))
 
+    def recent_json(self) -> tuple[tuple[str, dict[str, JsonValue]], ...]:
+        """The degeneration window's calls as JSON; each entry made once (the window only grows)."""
+        made = self.recent_made
+        for name, args in self.recent[len(made) :]:
+            made.append((name, args.model_dump(mode="json")))
+        return tuple(made)
+
     def checkpoint(self, reason: StopReason | None) -> RunCheckpoint:
         """The run's state at its end, or between rounds (``reason`` ``None``); it can be resumed from a
         stop at a proposal, or from between rounds (a run that died there)."""
@@ -604,7 +623,7 @@ class _Run:
             pending = self.proposals if reason is StopReason.PROPOSED else ()
             state = {
                 "calls": tuple(self.records),
-                "recent": tuple((name, args.model_dump(mode="json")) for name, args in self.recent),
+                "recent": self.recent_json(),
                 "recent_rounds": tuple(self.recent_rounds),
                 "refusals": self.refusals,
                 "context_summary": self.window.summary,

@@ -17,6 +17,7 @@ import functools
 import hashlib
 import inspect
 import json
+import math
 import typing
 import weakref
 from collections.abc import Mapping, Sequence
@@ -24,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_json
 
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.context import ContextWindow, Summarizer
@@ -155,13 +156,9 @@ class CheckpointConfig(BaseModel):
         return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
 
 
-_MEMOISED = {"digest", "calls", "config"}
-"""Fields whose JSON ``content_digest`` gets from its memo (the digest itself is not content)."""
-
-
 def _json_of(model: BaseModel, exclude: set[str] | None = None) -> Any:
     """The model as JSON values, as ``model_dump(mode="json")`` gives them."""
-    # Read back from pydantic's JSON: faster for the JSON-valued fields (a journaled run checkpoints every round).
+    # Read back from pydantic's JSON: faster for the JSON-valued fields.
     try:
         return json.loads(model.model_dump_json(exclude=exclude))
     except PydanticSerializationError:  # text with lone surrogates, which pydantic's JSON refuses
@@ -180,21 +177,86 @@ def _canonical(value: object) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
+def _json_text(value: Any) -> str:
+    """Sorted JSON of a value made of JSON values, as pydantic's JSON would give it (a non-finite float: ``null``)."""
+    try:
+        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError:  # inf or nan somewhere: pydantic writes them as null
+        return _canonical(json.loads(to_json(value, inf_nan_mode="null")))
+
+
 class DigestMemo:
-    """The sorted JSON of frozen parts of a run's checkpoints, each made once (a run checkpoints every round)."""
+    """The sorted JSON of a run's checkpoint parts, each part made once (a journaled run checkpoints every round).
+
+    A checkpoint's content text is put together from the texts of its fields; the calls, the config,
+    the tools and the degeneration window's entries are the same objects from one checkpoint to the
+    next, so each is serialised once, when it first appears.
+    """
 
     def __init__(self) -> None:
-        self._texts: dict[int, tuple[BaseModel, str]] = {}
+        self._texts: dict[int, tuple[object, str]] = {}
         """By ``id``; the part is kept with its text, so its id cannot be reused by another object."""
 
-    def text(self, part: BaseModel) -> str:
+    def text(self, part: object) -> str:
         """The part's JSON with sorted keys, as ``content_digest`` hashes it."""
         known = self._texts.get(id(part))
         if known is not None and known[0] is part:
             return known[1]
-        text = _canonical(_json_of(part))
+        text = _text(part, self)
         self._texts[id(part)] = (part, text)
         return text
+
+
+def _scalar(value: object) -> str | None:
+    """A JSON scalar's text as ``json.dumps`` writes pydantic's JSON of it; ``None`` for anything else."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):  # an IntEnum (``Tier``) is written as its number
+        return int.__repr__(value)
+    if isinstance(value, str):  # a StrEnum (``StopReason``) is written as its value
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, float):
+        return float.__repr__(value) if math.isfinite(value) else "null"
+    return None
+
+
+_FIELDS_BY_NAME: dict[type[BaseModel], tuple[str, ...]] = {}
+"""A part model's field names, sorted, for ``_text``."""
+
+
+def _text(value: object, memo: DigestMemo | None) -> str:
+    """``value``'s JSON with sorted keys, as ``json.dumps`` writes ``model_dump(mode="json")`` of it.
+
+    Put together from its parts (a checkpoint part's fields, a tuple's entries), each through
+    ``memo`` when one is given; JSON values (args, batches) are written by ``json.dumps``; any
+    other model (a proposal, with its timestamp) goes through pydantic's JSON.
+    """
+    scalar = _scalar(value)
+    if scalar is not None:
+        return scalar
+    if isinstance(value, tuple):
+        parts = (memo.text(entry) if memo is not None else _text(entry, None) for entry in value)
+        return f"[{','.join(parts)}]"
+    if isinstance(value, list | dict):
+        try:
+            return _json_text(value)
+        except TypeError:  # a list of parts (a copy made with ``model_copy(update=...)``)
+            if isinstance(value, dict):
+                raise
+            return _text(tuple(value), memo)
+    if isinstance(value, _PARTS):
+        names = _FIELDS_BY_NAME.get(type(value))
+        if names is None:
+            names = _FIELDS_BY_NAME.setdefault(type(value), tuple(sorted(type(value).model_fields)))
+        fields = value.__dict__
+        return "{" + ",".join(f'"{name}":{_text(fields[name], None)}' for name in names) + "}"
+    if isinstance(value, BaseModel):
+        return _canonical(_json_of(value))
+    raise TypeError(f"a checkpoint holds no {type(value).__name__} values")
 
 
 class RunCheckpoint(BaseModel):
@@ -251,17 +313,32 @@ class RunCheckpoint(BaseModel):
         """The digest the content gives (equal to ``digest`` unless the checkpoint was altered).
 
         The SHA-256 of the content as JSON with sorted keys (so storage that reorders keys keeps it
-        valid). ``memo`` keeps the JSON of the calls and the config between checkpoints of one run,
-        which then only serialises what changed since the last one (the digest is the same).
+        valid). ``memo`` keeps the JSON of the parts that carry over between checkpoints of one run
+        (its calls, config, tools), which then only serialises what changed since the last one (the
+        digest is the same).
         """
         return _sha256(self._content_text(memo))
 
     def _content_text(self, memo: DigestMemo | None) -> str:
+        """The content as JSON with sorted keys, digest left out, put together field by field (see ``_text``)."""
         memo = DigestMemo() if memo is None else memo
-        # The sorted JSON object, built key by key: "calls" and "config" sort before every other field.
-        rest = _canonical(_json_of(self, exclude=_MEMOISED))
-        calls = ",".join(memo.text(call) for call in self.calls)
-        return f'{{"calls":[{calls}],"config":{memo.text(self.config)},{rest[1:]}'
+        text, f = memo.text, self.__dict__
+        # Written out field by field, in sorted order: a journaled run makes one per round.
+        # (tests/test_checkpoint_digest.py holds it to pydantic's JSON of the same checkpoint.)
+        return (
+            f'{{"calls":[{",".join(map(text, f["calls"]))}],"config":{text(f["config"])},'
+            f'"context_summarized":{int.__repr__(f["context_summarized"])},'
+            f'"context_summary":{_scalar(f["context_summary"])},"finished":{_scalar(f["finished"])},'
+            f'"input_tokens":{int.__repr__(f["input_tokens"])},'
+            f'"largest_round_tokens":{int.__repr__(f["largest_round_tokens"])},'
+            f'"output_tokens":{int.__repr__(f["output_tokens"])},"proposals":[{",".join(map(text, f["proposals"]))}],'
+            f'"recent":[{",".join(map(text, f["recent"]))}],'
+            f'"recent_rounds":[{",".join(map(int.__repr__, f["recent_rounds"]))}],'
+            f'"refusals":{int.__repr__(f["refusals"])},"requests":{int.__repr__(f["requests"])},'
+            f'"rounds":{int.__repr__(f["rounds"])},"run_id":{_scalar(f["run_id"])},'
+            f'"seconds":{_scalar(float(f["seconds"]))},"stop_reason":{_scalar(f["stop_reason"])},'
+            f'"tools":[{",".join(map(text, f["tools"]))}],"version":{int.__repr__(f["version"])}}}'
+        )
 
     def sealed(self, memo: DigestMemo | None = None) -> RunCheckpoint:
         """This checkpoint with its digest set (``memo``: see ``content_digest``)."""
@@ -290,6 +367,10 @@ class RunCheckpoint(BaseModel):
             )
 
 
+_PARTS = (CheckpointCall, CheckpointTool)
+"""Models of JSON values and scalars only, whose text ``_text`` puts together field by field."""
+
+
 def sealed_text(checkpoint: RunCheckpoint) -> str | None:
     """The JSON that sealing ``checkpoint`` made (``json.loads`` and validation read it back); ``None`` if none."""
     known = _TEXTS.get(id(checkpoint))
@@ -310,6 +391,16 @@ def item_type_of(tool: AnyTool) -> object:
     if target is None:
         return None
     try:
+        return _declared_item(target)
+    except TypeError:  # an unhashable callable: read afresh
+        return _declared_item.__wrapped__(target)
+
+
+@functools.lru_cache(maxsize=256)
+def _declared_item(target: Any) -> object:
+    """The item type ``target``'s return annotation declares (read once per function: a run with a
+    journal checks its tools' item types as it starts)."""
+    try:
         returned = typing.get_type_hints(target).get("return")
     except Exception:  # an annotation that cannot be resolved declares nothing usable
         return None
@@ -326,10 +417,14 @@ class Codec:
     def __init__(self, tools: Mapping[str, AnyTool]) -> None:
         self.args: dict[str, type[BaseModel]] = {}
         self.items: dict[str, TypeAdapter[list[Any]]] = {}
+        self.models: dict[str, type[BaseModel]] = {}
+        """The tools whose item type is a model class: their items need no validation to be dumped."""
         for name, candidate in tools.items():
             item = item_type_of(candidate)
             self.items[name] = _adapter(name, item)
             self.args[name] = candidate.args_type
+            if inspect.isclass(item) and issubclass(item, BaseModel):
+                self.models[name] = item
 
     @classmethod
     def needed(
@@ -361,8 +456,10 @@ class Codec:
 
     def encode_batch(self, tool_name: str, batch: Sequence[Any]) -> list[JsonValue]:
         """The batch as JSON. Raises ``ValueError`` for an item that is not of the declared type."""
-        adapter = self.items[tool_name]
-        checked = adapter.validate_python(list(batch), strict=True)  # instances pass as they are
+        adapter, model = self.items[tool_name], self.models.get(tool_name)
+        checked = list(batch)
+        if model is None or not all(isinstance(item, model) for item in checked):
+            checked = adapter.validate_python(checked, strict=True)  # instances pass as they are
         dumped: list[JsonValue] = adapter.dump_python(checked, mode="json", warnings="error")
         return dumped
 

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agentkit.agent import ToolRoundInfo
 from agentkit.events import (
@@ -105,6 +105,16 @@ class Observer:
     ``settle`` is the one coroutine: the run awaits it after its end (or abort) was delivered and
     before it returns, so an observer that hands events to another thread can wait there for them
     to be done without blocking the event loop.
+    """
+
+    sees_calls: ClassVar[bool] = True
+    """Whether this observer's ``RoundStarted`` events show the run's calls so far.
+
+    A run gives its observers their own copy of every call (args and items), kept for
+    ``RoundStarted.info``'s ``prior_calls``, ``prior_results`` and ``proposals``. An observer that
+    reads no more of a round than its number and ceiling (``JournalObserver``) sets this ``False``;
+    when every observer of a run does, the run keeps no such copies and their ``RoundStarted``
+    events show no calls (the round, its ceiling and ``omitted`` are as ever).
     """
 
     def on_event(self, event: Event) -> None:

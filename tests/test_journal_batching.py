@@ -108,23 +108,33 @@ def queue(observer: JournalObserver, entries: Sequence[Event | Checkpointed]) ->
 async def test_a_rounds_events_wait_for_its_checkpoint_and_go_with_it_in_one_transaction(
     journal: Journal, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A round's events are not written on their own; its checkpoint writes them with it, in one transaction."""
+    """A round's events are not written on their own; its checkpoint writes them with it, in one transaction.
+
+    The run's start and its first checkpoint (before round 1, no call made yet) wait too, and go with round 1.
+    """
     entries = (await captured_run()).entries
     ends = [i for i, e in enumerate(entries) if isinstance(e, Checkpointed)]
     before, round_1 = entries[: ends[0] + 1], entries[ends[0] + 1 : ends[1]]
+    round_2 = entries[ends[1] + 1 : ends[2] + 1]
     batches = counting(journal, monkeypatch)
     with JournalObserver(journal, linger=3600) as observer:
         queue(observer, before)  # the run's start and its first checkpoint (round 0)
-        await observer.wait_flushed()
-        assert batches == [["run_start", "checkpoint"]]
         queue(observer, round_1)
         await asyncio.sleep(0.2)
-        assert len(batches) == 1  # round 1's events wait for its end
+        assert batches == []  # nothing is due before round 1 ends
         queue(observer, [entries[ends[1]]])
         await observer.wait_flushed()
-        assert batches[1:] == [["round_start", "llm_call", "tool_call", "tool_result", "checkpoint"]]
+        assert batches == [
+            ["run_start", "checkpoint", "round_start", "llm_call", "tool_call", "tool_result", "checkpoint"]
+        ]
         [run] = await journal.runs()
         assert (run.checkpoint_round, run.resumable) == (1, True)
+        queue(observer, round_2)  # ends with round 2's checkpoint: written at once, without a flush
+        deadline = time.monotonic() + 30
+        while len(batches) < 2:
+            assert time.monotonic() < deadline, "round 2's checkpoint was not written at once"
+            await asyncio.sleep(0.01)
+        assert batches[1:] == [["round_start", "llm_call", "tool_call", "tool_result", "checkpoint"]]
 
 
 async def test_a_flush_writes_what_waits_for_its_round(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -761,3 +761,44 @@ async def test_a_raising_run_awaits_settle_too_and_a_failing_settle_changes_noth
         await run_tool_loop(ScriptedCaller([]), Finder(), search, "ctx", LoopConfig(retry=NO_WAIT), observer=observers)
     assert [after_end for _, after_end in settling.settled] == [True]
     assert any("failed to settle" in r.getMessage() for r in caplog.records)
+
+
+class RoundsOnly(Recorder):
+    """Reads no more of a round than its number (as the journal does)."""
+
+    sees_calls = False
+
+
+def rounds_started(recorder: Recorder) -> list[RoundStarted]:
+    return [e for e in recorder.events if isinstance(e, RoundStarted)]
+
+
+async def test_observers_that_do_not_see_calls_get_rounds_without_them() -> None:
+    """With ``sees_calls = False`` on every observer, a round shows its number and ceiling, no calls."""
+    script = [call_step(Query(query="a")), done_step()]
+    watcher = RoundsOnly()
+    result = await run(False, search, script, LoopConfig(max_rounds=5), watcher)
+    first, second = rounds_started(watcher)
+    for started, number in ((first, 1), (second, 2)):
+        assert isinstance(started.info, ToolRoundInfo)
+        assert (started.info.round, started.info.max_rounds) == (number, 5)
+        assert (started.info.prior_calls, started.info.prior_results, started.info.proposals) == ((), (), ())
+    assert result.items == [Doc(id="a1"), Doc(id="a2")]  # the run itself is the same
+
+
+async def test_one_observer_that_sees_calls_gives_every_observer_the_calls() -> None:
+    script = [call_step(Query(query="a")), done_step()]
+    watcher, reader = RoundsOnly(), Recorder()
+    await run(False, search, script, LoopConfig(max_rounds=5), [watcher, reader])
+    for recorder in (watcher, reader):
+        second = rounds_started(recorder)[1]
+        assert isinstance(second.info, ToolRoundInfo)
+        assert second.info.prior_results == ((Doc(id="a1"), Doc(id="a2")),)
+    assert rounds_started(watcher)[1] is rounds_started(reader)[1]
+
+
+def test_the_journal_observer_does_not_see_calls() -> None:
+    from agentkit.journal import JournalObserver
+
+    assert Observer.sees_calls is True
+    assert JournalObserver.sees_calls is False

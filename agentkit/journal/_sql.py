@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import uuid
@@ -13,6 +14,7 @@ from typing import Any, Protocol
 import pydantic_core
 
 from agentkit.checkpoint import RunCheckpoint, sealed_text
+from agentkit.config import LoopConfig
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import entry_of_record, fold_events, loop_config_data, said
@@ -201,10 +203,14 @@ def batch_text(batch: Sequence[object]) -> tuple[str, str | None]:
     return text, f"{len(refused)} of its {len(items)} items cannot be stored as JSON: {', '.join(refused)}"
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps`` with these options, made once (the writer thread encodes every event with it)."""
+
+
 def _json(data: object) -> str:
     # Not ASCII-escaped: json.loads would join an escaped pair of surrogate halves into one character,
     # while raw text comes back as it was (``Lossless`` stores what UTF-8 cannot hold).
-    return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+    return _ENCODER.encode(data)
 
 
 def _described(item: object) -> str:
@@ -271,12 +277,25 @@ def claim_next_statement(dialect: str, *, tools: int, skip: int) -> str:
 def insert_run(db: Connection, event: RunStarted, at: datetime) -> None:
     """Record a run's start."""
     config = _json({"tools": list(event.tools), "max_rounds": event.max_rounds})
-    loop = None if event.config is None else _json(loop_config_data(event.config))
+    loop = None if event.config is None else _config_text(event.config)
     db.execute(
         "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT (id) DO NOTHING",
         (event.run_id, event.agent, event.model, config, loop, db.to_db_time(at)),
     )
+
+
+def _config_text(config: LoopConfig) -> str:
+    """A ``LoopConfig`` as the journal's JSON; made once per config (a service runs many runs with one)."""
+    try:
+        return _cached_config_text(config)
+    except TypeError:  # a config with an unhashable field (a summarizer object, say) is written afresh
+        return _json(loop_config_data(config))
+
+
+@functools.lru_cache(maxsize=64)
+def _cached_config_text(config: LoopConfig) -> str:
+    return _json(loop_config_data(config))
 
 
 def event_row(event: Event, round: int | None, data: Mapping[str, Any], at: object) -> tuple[object, ...]:
@@ -286,7 +305,23 @@ def event_row(event: Event, round: int | None, data: Mapping[str, Any], at: obje
 
 def append_events(db: Connection, rows: Sequence[tuple[object, ...]]) -> None:
     """Append events (``event_row``), in order, to their runs' logs (never updated, never deleted)."""
-    db.execute_many("INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES (?, ?, ?, ?, ?)", rows)
+    insert_rows(db, "INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES", rows)
+
+
+_ROWS_PER_STATEMENT = 64
+"""Most rows ``insert_rows`` puts in one statement (SQLite allows 32,766 parameters; PostgreSQL 65,535)."""
+
+
+def insert_rows(db: Connection, insert: str, rows: Sequence[tuple[object, ...]], tail: str = "") -> None:
+    """``insert`` (``INSERT INTO t (columns) VALUES``) of ``rows``, in order, a few dozen per statement.
+
+    One statement of many rows rather than a statement per row: the writer thread records a round's
+    events in one step of the database instead of one per event.
+    """
+    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
+        chunk = rows[start : start + _ROWS_PER_STATEMENT]
+        marks = "(" + ", ".join("?" * len(chunk[0])) + ")"
+        db.execute(f"{insert} {', '.join([marks] * len(chunk))}{tail}", [value for row in chunk for value in row])
 
 
 def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
@@ -317,14 +352,11 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
     release_run(db, event.run_id)
     trace = result.trace if isinstance(result, ToolLoopResult) else ()
     last = len(trace) - 1
+    rows: list[tuple[object, ...]] = []
     for index, record in enumerate(trace):
         repeated = index == last and result.stop_reason is StopReason.DEGENERATION
         e = entry_of_record(event.run_id, record, repeated=repeated)
-        db.execute(
-            "INSERT INTO agentkit_rounds (run_id, round, done, rationale, tool_name, tier, args, executed, "
-            "proposed, repeated, batch_size, observation, error, llm_seconds, tool_seconds, requests, "
-            "input_tokens, output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-            "ON CONFLICT (run_id, round) DO NOTHING",
+        rows.append(
             (
                 e.run_id,
                 e.round,
@@ -344,8 +376,16 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
                 e.usage.requests,
                 e.usage.input_tokens,
                 e.usage.output_tokens,
-            ),
+            )
         )
+    insert_rows(
+        db,
+        "INSERT INTO agentkit_rounds (run_id, round, done, rationale, tool_name, tier, args, executed, proposed, "
+        "repeated, batch_size, observation, error, llm_seconds, tool_seconds, requests, input_tokens, output_tokens) "
+        "VALUES",
+        rows,
+        " ON CONFLICT (run_id, round) DO NOTHING",
+    )
 
 
 OPEN_STATES = (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING)

@@ -126,6 +126,9 @@ class JournalObserver(Observer):
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         """Coroutines in ``settle``: the count of settled events each waits for, its loop and its future."""
 
+    sees_calls = False
+    """The journal records a round's number and ceiling only, so the run keeps no copies of its calls for it."""
+
     # -- hooks ----------------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
@@ -158,7 +161,7 @@ class JournalObserver(Observer):
                         # Asleep with no run to record: it must now look again within linger. (While runs are
                         # recorded it looks every linger anyway, and is not woken for each round's first event.)
                         self._cond.notify_all()
-                if not self._due and (isinstance(event, _DUE) or len(self._queue) >= _BATCH):
+                if not self._due and (_is_due(event) or len(self._queue) >= _BATCH):
                     # A round's events wait for its end (its checkpoint), so they go in one transaction with
                     # it; the run's end and a proposal (which a person waits for) are written at once too.
                     # Anything else is written within linger.
@@ -363,6 +366,18 @@ class JournalObserver(Observer):
 
 _DUE = (Checkpointed, ProposalCaptured, RunFinished, RunAborted)
 """Entries the writer writes as soon as they are queued (with everything queued before them)."""
+
+
+def _is_due(entry: Event | Checkpointed) -> bool:
+    """Whether the writer writes ``entry`` at once: a checkpoint holding calls, a proposal, a run's end.
+
+    A checkpoint of a run before any call (its first, taken before round 1) records no work that a
+    crash could make run twice, so it waits, like the run's start, for the first round's end or
+    ``linger``, and goes in one transaction with them.
+    """
+    if isinstance(entry, Checkpointed):
+        return bool(entry.checkpoint.calls)
+    return isinstance(entry, _DUE)
 
 
 def _in_event_loop() -> bool:
