@@ -278,8 +278,9 @@ class _Run:
         """How a resumed run executes an approved call (``None``: ``execute_approved``; the journal claims it)."""
         self.keepers = tuple(o for o in session.observers if wants_checkpoints(o)) if codec is not None else ()
         """The observers that take a checkpoint per round (none without a codec: the run cannot make one)."""
-        self.pinned: tuple[CheckpointConfig, tuple[CheckpointTool, ...]] | None = None
-        """The config and the tool set as a checkpoint holds them, built once (a run checkpoints every round)."""
+        self.template: RunCheckpoint | None = None
+        """The run's id, config and tool set as a checkpoint holds them, built once; each checkpoint is a
+        copy of it with the run's state (a run checkpoints every round)."""
         self.answer: Any = None
         self.answer_from_closing_round = False
         self.digests = DigestMemo()
@@ -630,25 +631,24 @@ class _Run:
                 "context_summarized": self.window.summarized,
                 "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in pending),
             }
-        if self.pinned is None:
+        if self.template is None:
             tools = tuple(CheckpointTool(name=name, tier=declared_tier(t)) for name, t in self.box.tools.items())
-            self.pinned = (CheckpointConfig.of(self.config), tools)
-        # Built from values already of the fields' types (so not validated again: a checkpoint per round
-        # must stay cheap); a checkpoint read back is validated by ``model_validate_json``.
-        return RunCheckpoint.model_construct(
-            run_id=self.session.run_id,
-            finished=finished,
-            stop_reason=reason,
-            config=self.pinned[0],
-            tools=self.pinned[1],
-            rounds=self.rounds,
-            requests=usage.requests,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            largest_round_tokens=self.largest_round_tokens,
-            seconds=time.monotonic() - self.started,
-            **state,
-        ).sealed(self.digests)
+            self.template = RunCheckpoint.model_construct(
+                run_id=self.session.run_id, config=CheckpointConfig.of(self.config), tools=tools
+            )
+        # From values already of the fields' types (so not validated again: a checkpoint per round must
+        # stay cheap), one copy of the run's template; a checkpoint read back is validated by ``model_validate_json``.
+        changes = {
+            "finished": finished,
+            "stop_reason": reason,
+            "rounds": self.rounds,
+            "requests": usage.requests,
+            "input_tokens": usage.input_tokens,
+            "output_tokens": usage.output_tokens,
+            "largest_round_tokens": self.largest_round_tokens,
+            "seconds": time.monotonic() - self.started,
+        }
+        return self.template.sealed_with(changes | state, self.digests)
 
 
 async def run_core(

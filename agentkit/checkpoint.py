@@ -320,31 +320,22 @@ class RunCheckpoint(BaseModel):
         return _sha256(self._content_text(memo))
 
     def _content_text(self, memo: DigestMemo | None) -> str:
-        """The content as JSON with sorted keys, digest left out, put together field by field (see ``_text``)."""
-        memo = DigestMemo() if memo is None else memo
-        text, f = memo.text, self.__dict__
-        # Written out field by field, in sorted order: a journaled run makes one per round.
-        # (tests/test_checkpoint_digest.py holds it to pydantic's JSON of the same checkpoint.)
-        return (
-            f'{{"calls":[{",".join(map(text, f["calls"]))}],"config":{text(f["config"])},'
-            f'"context_summarized":{int.__repr__(f["context_summarized"])},'
-            f'"context_summary":{_scalar(f["context_summary"])},"finished":{_scalar(f["finished"])},'
-            f'"input_tokens":{int.__repr__(f["input_tokens"])},'
-            f'"largest_round_tokens":{int.__repr__(f["largest_round_tokens"])},'
-            f'"output_tokens":{int.__repr__(f["output_tokens"])},"proposals":[{",".join(map(text, f["proposals"]))}],'
-            f'"recent":[{",".join(map(text, f["recent"]))}],'
-            f'"recent_rounds":[{",".join(map(int.__repr__, f["recent_rounds"]))}],'
-            f'"refusals":{int.__repr__(f["refusals"])},"requests":{int.__repr__(f["requests"])},'
-            f'"rounds":{int.__repr__(f["rounds"])},"run_id":{_scalar(f["run_id"])},'
-            f'"seconds":{_scalar(float(f["seconds"]))},"stop_reason":{_scalar(f["stop_reason"])},'
-            f'"tools":[{",".join(map(text, f["tools"]))}],"version":{int.__repr__(f["version"])}}}'
-        )
+        return _content_text_of(self.__dict__, memo)
 
     def sealed(self, memo: DigestMemo | None = None) -> RunCheckpoint:
         """This checkpoint with its digest set (``memo``: see ``content_digest``)."""
-        text = self._content_text(memo)
+        return self.sealed_with({}, memo)
+
+    def sealed_with(self, changes: Mapping[str, Any], memo: DigestMemo | None = None) -> RunCheckpoint:
+        """This checkpoint with ``changes`` made to its fields and its digest set, in one copy.
+
+        ``changes`` are values already of the fields' types (not validated: a run passes its own
+        state; a checkpoint read back is validated by ``model_validate_json``). A run takes its
+        checkpoints this way from one made at its start (``memo``: see ``content_digest``).
+        """
+        text = _content_text_of({**self.__dict__, **changes}, memo)
         digest = _sha256(text)
-        sealed = self.model_copy(update={"digest": digest})
+        sealed = self.model_copy(update={**changes, "digest": digest})
         # Its JSON, digest added (key order does not matter to a reader), for ``sealed_text`` to hand out.
         key = id(sealed)
         _TEXTS[key] = (weakref.ref(sealed, lambda _: _TEXTS.pop(key, None)), f'{text[:-1]},"digest":"{digest}"}}')
@@ -365,6 +356,29 @@ class RunCheckpoint(BaseModel):
             raise ResumeRefused(
                 f"checkpoint of run {self.run_id!r} does not match its digest (edited by hand, or damaged); nothing ran"
             )
+
+
+def _content_text_of(f: Mapping[str, Any], memo: DigestMemo | None) -> str:
+    """A checkpoint's content (its fields' values) as JSON with sorted keys, digest left out, put together
+    field by field (see ``_text``)."""
+    memo = DigestMemo() if memo is None else memo
+    text = memo.text
+    # Written out field by field, in sorted order: a journaled run makes one per round.
+    # (tests/test_checkpoint_digest.py holds it to pydantic's JSON of the same checkpoint.)
+    return (
+        f'{{"calls":[{",".join(map(text, f["calls"]))}],"config":{text(f["config"])},'
+        f'"context_summarized":{int.__repr__(f["context_summarized"])},'
+        f'"context_summary":{_scalar(f["context_summary"])},"finished":{_scalar(f["finished"])},'
+        f'"input_tokens":{int.__repr__(f["input_tokens"])},'
+        f'"largest_round_tokens":{int.__repr__(f["largest_round_tokens"])},'
+        f'"output_tokens":{int.__repr__(f["output_tokens"])},"proposals":[{",".join(map(text, f["proposals"]))}],'
+        f'"recent":[{",".join(map(text, f["recent"]))}],'
+        f'"recent_rounds":[{",".join(map(int.__repr__, f["recent_rounds"]))}],'
+        f'"refusals":{int.__repr__(f["refusals"])},"requests":{int.__repr__(f["requests"])},'
+        f'"rounds":{int.__repr__(f["rounds"])},"run_id":{_scalar(f["run_id"])},'
+        f'"seconds":{_scalar(float(f["seconds"]))},"stop_reason":{_scalar(f["stop_reason"])},'
+        f'"tools":[{",".join(map(text, f["tools"]))}],"version":{int.__repr__(f["version"])}}}'
+    )
 
 
 _PARTS = (CheckpointCall, CheckpointTool)

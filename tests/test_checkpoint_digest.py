@@ -130,6 +130,9 @@ def test_a_memo_kept_across_a_run_s_checkpoints_gives_the_same_digests(
     assert first.sealed(memo).digest == reference_digest(first)
     later = first.model_copy(update={"calls": (*first.calls, *extra), "rounds": first.rounds + 1})
     assert later.sealed(memo).digest == reference_digest(later)
+    # As a run takes them: changes applied to its template and sealed in one copy.
+    changed = first.sealed_with({"calls": (*first.calls, *extra), "rounds": first.rounds + 1}, memo)
+    assert changed == later.sealed()
 
 
 def test_the_digest_text_covers_every_field_but_the_digest() -> None:

@@ -106,7 +106,7 @@ def to_stored(text: str) -> str:
     every row written before, keep working); each of those characters becomes U+FFFF and its four
     hex digits.
     """
-    if _UNSTORABLE.search(text) is None:
+    if (text.isascii() and "\x00" not in text) or _UNSTORABLE.search(text) is None:  # ASCII: only NUL to look for
         return text
     return _UNSTORABLE.sub(lambda found: f"{_ESCAPE}{ord(found.group()):04x}", text)
 
@@ -300,7 +300,11 @@ def _cached_config_text(config: LoopConfig) -> str:
 
 def event_row(event: Event, round: int | None, data: Mapping[str, Any], at: object) -> tuple[object, ...]:
     """An event as the parameters of ``append_events`` (``at`` as ``to_db_time`` gives it)."""
-    return (event.run_id, event.kind, round, at, _json(data))
+    try:
+        text = pydantic_core.to_json(data).decode()  # the writer thread encodes every event: the fast encoder
+    except (pydantic_core.PydanticSerializationError, UnicodeDecodeError):  # lone surrogates: kept by ``_json``
+        text = _json(data)
+    return (event.run_id, event.kind, round, at, text)
 
 
 def append_events(db: Connection, rows: Sequence[tuple[object, ...]]) -> None:

@@ -63,7 +63,9 @@ class _SQLiteConnection:
     serialised = True
     errors: tuple[type[Exception], ...] = (sqlite3.Error,)
     types: Mapping[str, str] = MappingProxyType(
-        {"ts": "TEXT", "serial": "INTEGER PRIMARY KEY AUTOINCREMENT", "bool": "INTEGER", "real": "REAL"}
+        # Not AUTOINCREMENT: no row is ever deleted, so the rowid (largest + 1) already only grows, and a
+        # journal created so skips the sqlite_sequence update in every transaction that appends a row.
+        {"ts": "TEXT", "serial": "INTEGER PRIMARY KEY", "bool": "INTEGER", "real": "REAL"}
     )
 
     def __init__(self, path: str, *, reader: bool = False, sync_records: bool = True) -> None:
