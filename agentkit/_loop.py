@@ -648,7 +648,7 @@ class _Run:
             "largest_round_tokens": self.largest_round_tokens,
             "seconds": time.monotonic() - self.started,
         }
-        return self.template.sealed_with(changes | state, self.digests)
+        return self.template._sealed_with(changes | state, self.digests)
 
 
 async def run_core(

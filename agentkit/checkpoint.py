@@ -324,9 +324,9 @@ class RunCheckpoint(BaseModel):
 
     def sealed(self, memo: DigestMemo | None = None) -> RunCheckpoint:
         """This checkpoint with its digest set (``memo``: see ``content_digest``)."""
-        return self.sealed_with({}, memo)
+        return self._sealed_with({}, memo)
 
-    def sealed_with(self, changes: Mapping[str, Any], memo: DigestMemo | None = None) -> RunCheckpoint:
+    def _sealed_with(self, changes: Mapping[str, Any], memo: DigestMemo | None = None) -> RunCheckpoint:
         """This checkpoint with ``changes`` made to its fields and its digest set, in one copy.
 
         ``changes`` are values already of the fields' types (not validated: a run passes its own

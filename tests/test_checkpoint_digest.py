@@ -131,7 +131,7 @@ def test_a_memo_kept_across_a_run_s_checkpoints_gives_the_same_digests(
     later = first.model_copy(update={"calls": (*first.calls, *extra), "rounds": first.rounds + 1})
     assert later.sealed(memo).digest == reference_digest(later)
     # As a run takes them: changes applied to its template and sealed in one copy.
-    changed = first.sealed_with({"calls": (*first.calls, *extra), "rounds": first.rounds + 1}, memo)
+    changed = first._sealed_with({"calls": (*first.calls, *extra), "rounds": first.rounds + 1}, memo)
     assert changed == later.sealed()
 
 
