@@ -3,9 +3,6 @@ proposals decided by a validated Update, replay, and the model/tool retry contra
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -16,55 +13,24 @@ from temporalio.worker import Replayer
 
 from agentkit import LoopConfig, Outcome, StopReason, run_tool_loop_tiered
 from agentkit.providers.openai import OpenAICaller
-from agentkit.temporal import DurableAgent, DurableRuns, RunHandle, RunState, RunStatus, build_worker, workflow_for
+from agentkit.temporal import DurableAgent, DurableRuns, RunStatus, build_worker, workflow_for
 from agentkit.testing import FakeOpenAIServer, FakeReply
-from tests.temporal_agents import Brief, Doc, Researcher, Search, make_agents
+from tests.temporal_agents import (  # noqa: F401  # the fixtures fake, runs and agents
+    DONE,
+    Brief,
+    Doc,
+    Researcher,
+    Search,
+    agents_fixture,
+    bare,
+    fake_fixture,
+    runs_fixture,
+    step,
+    tool_log,
+    until,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def step(tool: str, **args: str) -> dict[str, Any]:
-    return {"done": False, "call": {"tool": tool, "args": args}, "rationale": f"call {tool}"}
-
-
-def bare(**args: str) -> dict[str, Any]:
-    return {"done": False, "call": args, "rationale": "look"}
-
-
-DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as server:
-        yield server
-        server.assert_no_errors()
-
-
-@pytest.fixture
-async def runs(temporal_address: str) -> DurableRuns:
-    return await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-async def agents(fake: FakeOpenAIServer, tmp_path: Path) -> AsyncIterator[list[DurableAgent[Any, Any]]]:
-    made = make_agents(fake.base_url, tmp_path / "tools.log")
-    yield made
-    await made[0].caller.aclose()  # type: ignore[attr-defined]  # an OpenAICaller
-
-
-def tool_log(tmp_path: Path) -> list[str]:
-    path = tmp_path / "tools.log"
-    return path.read_text().splitlines() if path.exists() else []
-
-
-async def until(handle: RunHandle[Any], status: RunStatus) -> RunState:
-    for _ in range(300):
-        state = await handle.state()
-        if state.status is status:
-            return state
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {handle.run_id} never reached {status}; it is {state.status}")
 
 
 async def test_durable_run_equals_the_in_process_run(
