@@ -1,9 +1,9 @@
 """The one place a tool call is admitted and run.
 
 Every path that runs a tool goes through here: the tool loop, program gating (``apply_plan``),
-approval (``execute_approved``) and the journal's ``execute``. So a condition raises the same
-error whichever path meets it, and a tool's timeout, ``ToolRetry``, batch check and failure are
-handled once.
+approval (``execute_approved``), the journal's ``execute`` and the Temporal tool activity. So a
+condition raises the same error whichever path meets it, and a tool's timeout, ``ToolRetry``,
+batch check and failure are handled once.
 """
 
 from __future__ import annotations
@@ -118,6 +118,15 @@ class Invocation(Generic[R]):
         return self.error
 
 
+class Relayed(Exception):
+    """Raised by a stand-in tool whose call ran elsewhere, through ``invoke`` there (a Temporal tool
+    activity): ``invoke`` returns that call's ``error`` as it is, not as a failure of the stand-in."""
+
+    def __init__(self, error: ToolError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 async def invoke(  # the loop's deadline arithmetic lives with the caller
     tool: Tool[Any, R] | ContextTool[Any, R, Any],
     args: BaseModel,
@@ -148,6 +157,8 @@ async def invoke(  # the loop's deadline arithmetic lives with the caller
             batch: object = await (around(work) if around is not None else work)
     except ToolRetry as retry:
         return Invocation(tool_name=name, observation=_message_of(retry), seconds=time.monotonic() - started)
+    except Relayed as relayed:
+        return Invocation(tool_name=name, error=relayed.error, seconds=time.monotonic() - started)
     except TimeoutError as raised:
         # Only our own timer means "timed out"; a TimeoutError the tool raised (a socket's) is its failure.
         error = _timed_out(name, limit) if scope.expired() else _failed(name, raised)

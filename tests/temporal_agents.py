@@ -1,5 +1,6 @@
 """Durable agents for the Temporal tests: a read-only search and an irreversible send, both counting
-their completed calls in a file (tool-side, across processes), over a model at a given URL.
+their completed calls in a file (tool-side, across processes), over a model at a given URL; and the
+tests' shared scaffolding (the model's steps, the fixtures ``fake``, ``runs`` and ``agents``).
 
 Worker processes import ``AGENTS``, built from ``AGENTKIT_TEST_MODEL_URL`` and ``AGENTKIT_TEST_TOOL_LOG``.
 """
@@ -8,15 +9,67 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Sequence
+import uuid
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from agentkit import LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, tool
 from agentkit.providers.openai import OpenAICaller
-from agentkit.temporal import ActivityPolicy, DurableAgent
+from agentkit.temporal import ActivityPolicy, DurableAgent, DurableRuns, RunHandle, RunState, RunStatus
+from agentkit.testing import FakeOpenAIServer
+
+DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
+
+
+def step(tool: str, **args: str) -> dict[str, Any]:
+    """The model's step calling ``tool`` (the agents with several tools)."""
+    return {"done": False, "call": {"tool": tool, "args": args}, "rationale": f"call {tool}"}
+
+
+def bare(**args: str) -> dict[str, Any]:
+    """The model's step calling the one tool of an agent (the bare-args shape)."""
+    return {"done": False, "call": args, "rationale": "look"}
+
+
+@pytest.fixture(name="fake")
+async def fake_fixture() -> AsyncIterator[FakeOpenAIServer]:
+    """The scripted model, on loopback HTTP."""
+    with FakeOpenAIServer() as server:
+        yield server
+        server.assert_no_errors()
+
+
+@pytest.fixture(name="runs")
+async def runs_fixture(temporal_address: str) -> DurableRuns:
+    """A client of the dev server on a task queue of the test's own."""
+    return await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}")
+
+
+@pytest.fixture(name="agents")
+async def agents_fixture(fake: FakeOpenAIServer, tmp_path: Path) -> AsyncIterator[list[DurableAgent[Any, Any]]]:
+    """The agents of ``make_agents`` over ``fake``, logging their tool calls to ``tool_log(tmp_path)``."""
+    made = make_agents(fake.base_url, tmp_path / "tools.log")
+    yield made
+    await made[0].caller.aclose()  # type: ignore[attr-defined]  # an OpenAICaller
+
+
+def tool_log(tmp_path: Path) -> list[str]:
+    """The tool calls completed so far (the ``agents`` fixture's log, written by any process)."""
+    return _lines(tmp_path / "tools.log")
+
+
+async def until(handle: RunHandle[Any], status: RunStatus, *, seconds: float = 60) -> RunState:
+    """The run's state once it reaches ``status``."""
+    for _ in range(int(seconds / 0.05)):
+        state = await handle.state()
+        if state.status is status:
+            return state
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"run {handle.run_id} never reached {status}; it is {state.status}")
 
 
 class Search(BaseModel):

@@ -4,8 +4,7 @@ proposals decided by a validated Update, replay, and the model/tool retry contra
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -16,55 +15,24 @@ from temporalio.worker import Replayer
 
 from agentkit import LoopConfig, Outcome, StopReason, run_tool_loop_tiered
 from agentkit.providers.openai import OpenAICaller
-from agentkit.temporal import DurableAgent, DurableRuns, RunHandle, RunState, RunStatus, build_worker, workflow_for
+from agentkit.temporal import ActivityPolicy, DurableAgent, DurableRuns, RunStatus, build_worker, workflow_for
 from agentkit.testing import FakeOpenAIServer, FakeReply
-from tests.temporal_agents import Brief, Doc, Researcher, Search, make_agents
+from tests.temporal_agents import (  # noqa: F401  # the fixtures fake, runs and agents
+    DONE,
+    Brief,
+    Doc,
+    Researcher,
+    Search,
+    agents_fixture,
+    bare,
+    fake_fixture,
+    runs_fixture,
+    step,
+    tool_log,
+    until,
+)
 
 pytestmark = pytest.mark.slow
-
-
-def step(tool: str, **args: str) -> dict[str, Any]:
-    return {"done": False, "call": {"tool": tool, "args": args}, "rationale": f"call {tool}"}
-
-
-def bare(**args: str) -> dict[str, Any]:
-    return {"done": False, "call": args, "rationale": "look"}
-
-
-DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as server:
-        yield server
-        server.assert_no_errors()
-
-
-@pytest.fixture
-async def runs(temporal_address: str) -> DurableRuns:
-    return await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-async def agents(fake: FakeOpenAIServer, tmp_path: Path) -> AsyncIterator[list[DurableAgent[Any, Any]]]:
-    made = make_agents(fake.base_url, tmp_path / "tools.log")
-    yield made
-    await made[0].caller.aclose()  # type: ignore[attr-defined]  # an OpenAICaller
-
-
-def tool_log(tmp_path: Path) -> list[str]:
-    path = tmp_path / "tools.log"
-    return path.read_text().splitlines() if path.exists() else []
-
-
-async def until(handle: RunHandle[Any], status: RunStatus) -> RunState:
-    for _ in range(300):
-        state = await handle.state()
-        if state.status is status:
-            return state
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {handle.run_id} never reached {status}; it is {state.status}")
 
 
 async def test_durable_run_equals_the_in_process_run(
@@ -248,3 +216,57 @@ def test_durable_agent_refuses_what_cannot_cross_processes(agents: list[DurableA
             caller=caller,
             ctx_type=Brief,
         )
+
+
+def probing(caller: OpenAICaller, tried: list[str]) -> DurableAgent[Brief, Doc]:
+    """An agent whose one tool does what its query says: raises ``ToolRetry`` or ``ValueError``, returns
+    a dict, or outlasts the 0.3 s tool timeout. It changes its args first, and counts its attempts."""
+    from agentkit import Tier, ToolRetry, tool
+
+    @tool(tier=Tier.READ_ONLY)
+    async def probe(args: Search) -> list[Doc]:
+        """Probe the corpus."""
+        tried.append(args.query)
+        query, args.query = args.query, "changed by the tool"
+        match query:
+            case "retry":
+                raise ToolRetry(f"no document {query!r}; ask for another")
+            case "raise":
+                raise ValueError("corpus unreachable")
+            case "dict":
+                return {"id": query}  # type: ignore[return-value]  # the wrong return this pins
+            case "slow":
+                await asyncio.sleep(60)
+        return [Doc(id=query)]
+
+    config = LoopConfig(max_rounds=3, tool_timeout=0.3)
+    policy = ActivityPolicy(retry_initial=timedelta(seconds=0.1))
+    return DurableAgent(
+        name="probe", agent=Researcher(), tools=probe, caller=caller, ctx_type=Brief, config=config, policy=policy
+    )
+
+
+@pytest.mark.parametrize(
+    ("query", "attempts"), [("retry", 1), ("raise", 3), ("dict", 3), ("slow", 3)], ids=lambda v: str(v)
+)
+async def test_tool_call_ends_as_in_process(
+    runs: DurableRuns, fake: FakeOpenAIServer, query: str, attempts: int
+) -> None:
+    """The tool activity runs the call through the loop's own invoke: a ToolRetry is the same observation
+    (the call as the model made it, though the tool changed its args), and a raised exception, a return
+    that is not a batch and a timeout end the run with the same error, once Temporal's attempts of a live
+    call are spent."""
+    script = [bare(query=query), DONE] if query == "retry" else [bare(query=query)]
+    tried: list[str] = []
+    async with OpenAICaller(base_url=fake.base_url, api_key="k") as caller:
+        probe = probing(caller, tried)
+        fake.add(*script)
+        local = await run_tool_loop_tiered(caller, probe.agent, probe.tools, Brief(topic="t"), probe.config)
+        fake.add(*script)
+        async with build_worker(runs.client, probe, task_queue=runs.task_queue):
+            durable = await (await runs.start(probe, Brief(topic="t"))).result()
+    assert durable.error == (str(local.error) if local.error is not None else None)
+    assert (durable.outcome, durable.stop_reason, durable.rounds) == (local.outcome, local.stop_reason, local.rounds)
+    half = len(script)
+    assert [r["messages"] for r in fake.requests[half:]] == [r["messages"] for r in fake.requests[:half]]
+    assert tried == [query] * (1 + attempts)

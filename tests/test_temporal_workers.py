@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,47 +19,24 @@ from typing import Any
 import pytest
 
 from agentkit import Outcome, StopReason
-from agentkit.temporal import DurableAgent, DurableRuns, RunHandle, RunState, RunStatus, build_worker
+from agentkit.temporal import DurableAgent, DurableRuns, RunStatus, build_worker
 from agentkit.testing import FakeOpenAIServer
-from tests.temporal_agents import Brief, Doc, make_agents
+from tests.temporal_agents import (  # noqa: F401  # the fixtures fake, runs and agents
+    DONE,
+    Brief,
+    Doc,
+    agents_fixture,
+    bare,
+    fake_fixture,
+    runs_fixture,
+    step,
+    tool_log,
+    until,
+)
 
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parent.parent
-
-DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
-
-
-def step(tool: str, **args: str) -> dict[str, Any]:
-    return {"done": False, "call": {"tool": tool, "args": args}, "rationale": f"call {tool}"}
-
-
-def bare(**args: str) -> dict[str, Any]:
-    return {"done": False, "call": args, "rationale": "look"}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as server:
-        yield server
-        server.assert_no_errors()
-
-
-@pytest.fixture
-async def runs(temporal_address: str) -> DurableRuns:
-    return await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture
-async def agents(fake: FakeOpenAIServer, tmp_path: Path) -> AsyncIterator[list[DurableAgent[Any, Any]]]:
-    made = make_agents(fake.base_url, tmp_path / "tools.log")
-    yield made
-    await made[0].caller.aclose()  # type: ignore[attr-defined]  # an OpenAICaller
-
-
-def lines(tmp_path: Path) -> list[str]:
-    path = tmp_path / "tools.log"
-    return path.read_text().splitlines() if path.exists() else []
 
 
 @contextmanager
@@ -104,21 +81,12 @@ async def cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-async def until(handle: RunHandle[Any], status: RunStatus, *, seconds: float = 60) -> RunState:
-    for _ in range(int(seconds / 0.05)):
-        state = await handle.state()
-        if state.status is status:
-            return state
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"run {handle.run_id} never reached {status}; it is {state.status}")
-
-
 async def logged(tmp_path: Path, line: str, *, seconds: float = 60) -> None:
     for _ in range(int(seconds / 0.05)):
-        if line in lines(tmp_path):
+        if line in tool_log(tmp_path):
             return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"{line!r} never logged; log: {lines(tmp_path)}")
+    raise AssertionError(f"{line!r} never logged; log: {tool_log(tmp_path)}")
 
 
 async def test_proposal_decided_from_another_process_through_the_cli(
@@ -146,7 +114,7 @@ async def test_proposal_decided_from_another_process_through_the_cli(
         result = await handle.result()
         listed = await cli(temporal_address, "list")
     assert result.items == [Doc(id="sent:bob")]
-    assert lines(tmp_path) == ["send bob hi"]
+    assert tool_log(tmp_path) == ["send bob hi"]
     assert handle.run_id in listed.stdout or listed.returncode == 0  # visibility may lag behind the run
 
 
@@ -185,7 +153,7 @@ async def test_worker_killed_mid_run_is_finished_by_another_without_repeating_wo
     asked = fake.requests[reference_requests:]
     assert len(asked) == reference_requests == 4
     assert len({json.dumps(r["messages"]) for r in asked}) == len(asked), "a model call was asked twice"
-    assert lines(tmp_path) == ["search a", f"blocked search {gate}", f"search {gate}", "search c"]
+    assert tool_log(tmp_path) == ["search a", f"blocked search {gate}", f"search {gate}", "search c"]
     assert result.items == reference.items == [Doc(id="doc:a"), Doc(id=f"doc:{gate}"), Doc(id="doc:c")]
     assert (result.outcome, result.stop_reason, result.rounds, result.usage) == (
         reference.outcome,
@@ -240,7 +208,7 @@ async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(
         )
         assert resolved.returncode == 0, resolved.stderr
         result = await handle.result()
-    assert lines(tmp_path) == ["started send bob"]  # started once, never re-run
+    assert tool_log(tmp_path) == ["started send bob"]  # started once, never re-run
     assert "ops established that it did not take effect: no mail left" in fake.requests[-1]["messages"][-1]["content"]
     assert [(r.kind, r.by) for r in result.decisions] == [("approved", "alice"), ("resolved_not_ran", "ops")]
     assert (result.outcome, result.stop_reason) == (Outcome.SILENT, StopReason.NOTHING_RETRIEVED)
@@ -262,7 +230,7 @@ async def test_two_workers_share_the_runs_of_one_task_queue(
     ):
         handles = [await runs.start(agents[1], Brief(topic=f"t{i}")) for i in range(2)]
         results = [await handle.result() for handle in handles]
-    held = [line.split()[-1] for line in lines(tmp_path) if line.startswith("held")]
+    held = [line.split()[-1] for line in tool_log(tmp_path) if line.startswith("held")]
     assert len(set(held)) == 2, f"both workers held a call: {held}"
     assert [r.items for r in results] == [[Doc(id="doc:barrier:1")]] * 2
     assert len(fake.requests) == 4

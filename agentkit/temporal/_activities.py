@@ -15,7 +15,7 @@ from pydantic import BaseModel, JsonValue, TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from agentkit._invoke import describe
+from agentkit._invoke import invoke
 from agentkit.checkpoint import Codec
 from agentkit.errors import (
     AgentkitError,
@@ -23,7 +23,6 @@ from agentkit.errors import (
     StructuredOutputError,
     Throttled,
     ToolError,
-    ToolRetry,
     Truncated,
 )
 from agentkit.results import Usage
@@ -137,7 +136,13 @@ class Activities:
 
     @activity.defn(name=TOOL_ACTIVITY)
     async def tool_call(self, call: ToolCallInput) -> ToolReply:
-        """One call of a real tool, with heartbeats while it runs; its batch as JSON."""
+        """One call of a real tool, through ``invoke`` as in-process (its own copy of the args, the
+        config's tool timeout, ``ToolRetry`` as the observation), with heartbeats while it runs.
+
+        The tool's failure is raised as a retryable ``ApplicationError`` (Temporal retries a live
+        call per the policy) whose ``type`` names the error and whose message is the in-process one;
+        a batch that is not of the tool's item type is not retried (``ToolResultInvalid``).
+        """
         agent = self._agent(call.agent)
         codec = self.codecs[call.agent]
         tool = agent.box.tools.get(call.tool_name)
@@ -146,16 +151,13 @@ class Activities:
         args = codec.decode_args(call.tool_name, call.args)
         beating = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
         try:
-            batch = await tool.call(args)
-        except ToolRetry as retry:
-            message = getattr(retry, "message", None)
-            raise ApplicationError(
-                message if isinstance(message, str) else describe(retry), type="ToolRetry", non_retryable=True
-            ) from retry
+            outcome = await invoke(tool, args, limit=agent.config.tool_timeout)
         finally:
             beating.cancel()
+        if outcome.error is not None:
+            raise ApplicationError(str(outcome.error), type=type(outcome.error).__name__) from outcome.error
         try:
-            return ToolReply(batch=codec.encode_batch(call.tool_name, batch))
+            return ToolReply(batch=codec.encode_batch(call.tool_name, outcome.batch), observation=outcome.observation)
         except (ValueError, TypeError) as wrong:
             error = ToolError(
                 f"tool {call.tool_name!r} returned an item that is not of its declared item type: {wrong}",

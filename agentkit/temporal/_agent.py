@@ -40,7 +40,8 @@ class ActivityPolicy:
     model_timeout: timedelta = timedelta(minutes=2)
     """``start_to_close_timeout`` of one model attempt."""
     tool_timeout: timedelta = timedelta(minutes=5)
-    """``start_to_close_timeout`` of one tool attempt, unless ``LoopConfig.tool_timeout`` says less."""
+    """``start_to_close_timeout`` of one tool attempt. ``LoopConfig.tool_timeout`` is enforced within
+    the attempt, as in-process (``ToolTimeout``); the attempt then has at most that plus 5 s."""
     tool_attempts: int = 3
     """Attempts of a live (READ_ONLY / REVERSIBLE) tool call; a ``ToolRetry`` is never retried."""
     retry_initial: timedelta = timedelta(seconds=1)
@@ -111,7 +112,7 @@ class DurableAgent(Generic[Ctx, R]):
 
     def workflow_config(self) -> LoopConfig:
         """The config the workflow runs the core with: the tool timeout is enforced per activity
-        attempt by Temporal, not by a workflow timer around all attempts."""
+        attempt by the activity, not by a workflow timer around all attempts."""
         return dataclasses.replace(self.config, tool_timeout=None)
 
     def gated(self, tool_name: str) -> bool:

@@ -186,5 +186,9 @@ class ToolCallInput(BaseModel):
 
 
 class ToolReply(BaseModel):
+    """The tool activity's answer: the batch, or the observation of a ``ToolRetry`` (failures are raised)."""
+
     model_config = _FROZEN
     batch: list[JsonValue]
+    observation: str | None = None
+    """The ``ToolRetry`` message: the tool said the call itself was wrong (the batch is then empty)."""

@@ -19,10 +19,11 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from agentkit._invoke import Relayed
 from agentkit._loop import Toolbox, run_core
 from agentkit.approval import Approval, Rejection, approve, reject
 from agentkit.checkpoint import CheckpointProposal, Codec, RunCheckpoint, item_type_of
-from agentkit.errors import ProviderError, ToolError, ToolRetry
+from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolTimeout
 from agentkit.results import TieredLoopResult, Usage
 from agentkit.resume import resume_tool_loop
 from agentkit.structured import Completion, StructuredRequest
@@ -47,6 +48,8 @@ from agentkit.tiers import Tier
 WORKFLOW_NAME = "agentkit.run"
 
 _ONCE = RetryPolicy(maximum_attempts=1)
+_REPORT_GRACE = timedelta(seconds=5)
+"""How much longer than ``LoopConfig.tool_timeout`` a tool attempt has, for the activity to report its timeout."""
 
 
 class OutcomeLost(ToolError):
@@ -105,13 +108,15 @@ class _ActivityTool:
         policy, gated = self.durable.policy, self.durable.gated(self.name)
         timeout = policy.tool_timeout
         if self.durable.config.tool_timeout is not None:
-            timeout = min(timeout, timedelta(seconds=self.durable.config.tool_timeout))
+            # The activity's own invoke enforces the tool timeout (ToolTimeout, as in-process); Temporal's
+            # gives it a little longer, so that its report arrives.
+            timeout = min(timeout, timedelta(seconds=self.durable.config.tool_timeout) + _REPORT_GRACE)
         retry = _ONCE
         if not gated:
             retry = RetryPolicy(
                 maximum_attempts=policy.tool_attempts,
                 initial_interval=policy.retry_initial,
-                non_retryable_error_types=["ToolRetry", "ToolResultInvalid"],
+                non_retryable_error_types=["ToolResultInvalid"],
             )
         call = ToolCallInput(agent=self.agent, tool_name=self.name, args=args.model_dump(mode="json"))
         try:
@@ -124,21 +129,31 @@ class _ActivityTool:
                 retry_policy=retry,
             )
         except ActivityError as failed:
-            cause = failed.cause
-            if isinstance(cause, ApplicationError):
-                if cause.type == "ToolRetry":
-                    raise ToolRetry(cause.message) from None
-                raise ToolError(f"{cause.type}: {cause.message}", tool_name=self.name) from None
-            if gated:
-                # At most once: the call may or may not have taken effect, and it is never re-run.
-                self.lost.append(self.name)
-                raise OutcomeLost(
-                    f"the outcome of the approved call to {self.name!r} is unknown: its activity ended without one "
-                    f"({cause or failed}); it is not re-run",
-                    tool_name=self.name,
-                ) from None
-            raise ToolError(f"tool {self.name!r} activity failed: {cause or failed}", tool_name=self.name) from None
+            # The call's error as it is (the activity's invoke worded it), not as the stand-in's failure.
+            raise Relayed(self.failure(failed, gated)) from None
+        if reply.observation is not None:
+            raise ToolRetry(reply.observation)
         return self.items.validate_python(reply.batch)
+
+    def failure(self, failed: ActivityError, gated: bool) -> ToolError:
+        """The error a failed tool activity stands for: the one its ``invoke`` reported (``ToolTimeout``
+        or ``ToolError``, with the in-process message), or the activity's own failure."""
+        cause = failed.cause
+        if isinstance(cause, ApplicationError):
+            if cause.type == "ToolTimeout":
+                return ToolTimeout(cause.message, tool_name=self.name)
+            if cause.type in ("ToolError", "ToolResultInvalid"):
+                return ToolError(cause.message, tool_name=self.name)
+            return ToolError(f"tool {self.name!r} activity failed: {cause.type}: {cause.message}", tool_name=self.name)
+        if gated:
+            # At most once: the call may or may not have taken effect, and it is never re-run.
+            self.lost.append(self.name)
+            return OutcomeLost(
+                f"the outcome of the approved call to {self.name!r} is unknown: its activity ended without one "
+                f"({cause or failed}); it is not re-run",
+                tool_name=self.name,
+            )
+        return ToolError(f"tool {self.name!r} activity failed: {cause or failed}", tool_name=self.name)
 
 
 def _refused(message: str) -> ApplicationError:
