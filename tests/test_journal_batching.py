@@ -85,7 +85,7 @@ async def captured_run() -> Capture:
 
 
 def counting(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The kinds in each transaction the observer writes (``record_all`` call)."""
+    """The kinds in each transaction the observer writes (a ``record_all`` call, or a ``try_record_all`` that wrote)."""
     batches: list[list[str]] = []
     record_all = journal.record_all
 
@@ -94,6 +94,16 @@ def counting(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> list[list[str
         record_all(entries, **kwargs)
 
     monkeypatch.setattr(journal, "record_all", counted)
+    if isinstance(journal, SQLJournal):
+        try_record_all = journal.try_record_all
+
+        def tried(entries: Sequence[Event | Checkpointed], **kwargs: Any) -> bool:
+            written = try_record_all(entries, **kwargs)
+            if written:
+                batches.append([e.kind for e in entries])
+            return written
+
+        monkeypatch.setattr(journal, "try_record_all", tried)
     return batches
 
 

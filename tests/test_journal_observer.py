@@ -11,6 +11,7 @@ import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,7 +31,15 @@ from agentkit import (
     tool,
 )
 from agentkit.events import Event, RunAborted, RunFinished
-from agentkit.journal import Journal, JournalError, JournalObserver, ProposalState, RunState, open_journal
+from agentkit.journal import (
+    Journal,
+    JournalError,
+    JournalObserver,
+    ProposalState,
+    RunState,
+    SQLiteJournal,
+    open_journal,
+)
 from agentkit.journal._store import SQLJournal
 from agentkit.observe import Observer, dispatch
 from agentkit.results import Usage
@@ -474,3 +483,68 @@ async def test_an_error_whose_str_raises_is_still_recorded(journal: Journal, obs
     run = await journal.run(result.run_id)
     assert run.state is RunState.ABORTED
     assert run.error == "aborted: Unprintable: <str() of the Unprintable raised RuntimeError>"
+
+
+class Look(BaseModel):
+    round: int
+
+
+def stored_checkpoint_round(path: str) -> int | None:
+    """The checkpoint round stored for the journal's one run, read over a connection of its own."""
+    with sqlite3.connect(path) as other:
+        row = other.execute("SELECT checkpoint_round FROM agentkit_runs").fetchone()
+    return None if row is None else row[0]
+
+
+async def test_a_rounds_checkpoint_is_committed_before_the_next_round_begins(tmp_path: Path) -> None:
+    """SQLite, lock free: the hook that ends a round writes its record at once, so a crash after it loses nothing."""
+    path = str(tmp_path / "journal.db")
+    seen: list[int | None] = []
+
+    @tool(tier=Tier.READ_ONLY)
+    def peek(args: Look) -> list[str]:
+        """Read what the journal holds of this run so far."""
+        seen.append(stored_checkpoint_round(path))
+        return [f"round {args.round}"]
+
+    steps = [call_step(Look(round=n), tool="peek", rationale="look") for n in (1, 2, 3)]
+    journal = SQLiteJournal(path)
+    try:
+        with JournalObserver(journal, linger=3600) as observer:
+            result = await run_tool_loop_tiered(
+                ScriptedCaller([*steps, done_step("ok")]), Planner(), [peek], None, observer=observer
+            )
+    finally:
+        await journal.close()
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    # Round 1's tool ran before any round ended; rounds 2 and 3 saw the previous round's checkpoint committed.
+    assert seen == [None, 1, 2]
+
+
+async def test_a_locked_journal_does_not_hold_up_the_run_and_its_record_follows_in_order(tmp_path: Path) -> None:
+    """SQLite, lock held by another connection: the hooks hand their batches to the writer thread and the run
+    goes on; once the lock is released, the record is written whole and in order."""
+    path = str(tmp_path / "journal.db")
+    journal = SQLiteJournal(path)
+    lock = WriteLock(path)
+    try:
+        observer = JournalObserver(journal, flush_timeout=0)
+        result = await run_tool_loop_tiered(script(), Planner(), [search, delete], None, CONTINUE, observer=observer)
+        assert lock.held  # the run ended while the lock was still held: nothing waited for it
+        lock.release("test")
+        assert observer.flush(timeout=30)
+        observer.close()
+        assert observer.failures == 0
+        with sqlite3.connect(path) as other:
+            logged = other.execute(
+                "SELECT kind, round FROM agentkit_events WHERE run_id = ? ORDER BY id", (result.run_id,)
+            ).fetchall()
+        kinds = [kind for kind, _ in logged]
+        assert (kinds[0], kinds[-1], kinds.count("round_start")) == ("run_start", "run_end", result.rounds)
+        rounds = [round for _, round in logged if round is not None]
+        assert rounds == sorted(rounds)
+        [run] = await journal.runs()
+        assert run.checkpoint_round == result.rounds
+    finally:
+        lock.release("test")
+        await journal.close()

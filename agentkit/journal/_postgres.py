@@ -116,8 +116,9 @@ class _PostgresConnection:
             raise RuntimeError("no transaction is open in this thread")  # a bug in the journal, not a user error
         return held
 
-    def begin(self, *, write: bool, synced: bool = True) -> None:
-        # Every commit is synced on the server (its synchronous_commit), records included.
+    def begin(self, *, write: bool, synced: bool = True, at_once: bool = False) -> None:
+        # Every commit is synced on the server (its synchronous_commit), records included. ``at_once`` is
+        # not asked of PostgreSQL (its journal does not record at once); a row lock is waited for.
         # A broken connection (a server restart, a killed backend) is dropped by the pool when given back.
         self._local.conn = self._pool.getconn()
         # psycopg opens the transaction, at READ COMMITTED, with the first statement.

@@ -33,6 +33,7 @@ from agentkit.results import TieredLoopResult, ToolLoopResult, Usage
 from agentkit.tiers import Tier
 
 __all__ = [
+    "Busy",
     "OPEN_STATES",
     "Connection",
     "Lossless",
@@ -61,6 +62,10 @@ __all__ = [
 ]
 
 
+class Busy(Exception):
+    """A transaction asked to start at once could not: another connection holds the write lock."""
+
+
 class Connection(Protocol):
     """What the journal needs from one database connection (used by one thread at a time)."""
 
@@ -74,9 +79,10 @@ class Connection(Protocol):
     """``True``: one connection, so the journal runs one transaction at a time on it (SQLite);
     ``False``: each transaction takes its own connection from a pool (PostgreSQL)."""
 
-    def begin(self, *, write: bool, synced: bool = True) -> None:
+    def begin(self, *, write: bool, synced: bool = True, at_once: bool = False) -> None:
         """Start a transaction; ``synced=False``: a run's record, whose commit need not be synced to disk
-        (it must still survive the process dying), where the backend makes that cheaper."""
+        (it must still survive the process dying), where the backend makes that cheaper. ``at_once``:
+        raise ``Busy`` rather than wait for the write lock (a backend that cannot tell waits as usual)."""
         ...
 
     def commit(self) -> None: ...
@@ -133,8 +139,8 @@ class Lossless:
         self.types = conn.types
         self.serialised = conn.serialised
 
-    def begin(self, *, write: bool, synced: bool = True) -> None:
-        self.inner.begin(write=write, synced=synced)
+    def begin(self, *, write: bool, synced: bool = True, at_once: bool = False) -> None:
+        self.inner.begin(write=write, synced=synced, at_once=at_once)
 
     def commit(self) -> None:
         self.inner.commit()

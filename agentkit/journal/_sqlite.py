@@ -14,6 +14,7 @@ from typing import Any
 from agentkit.errors import UsageError
 from agentkit.journal._errors import JournalUnavailable
 from agentkit.journal._schema import VERSION_TABLE
+from agentkit.journal._sql import Busy
 from agentkit.journal._store import SQLJournal
 
 __all__ = ["SQLiteJournal"]
@@ -88,7 +89,7 @@ class _SQLiteConnection:
             self._db.close()
             raise
 
-    def begin(self, *, write: bool, synced: bool = True) -> None:
+    def begin(self, *, write: bool, synced: bool = True, at_once: bool = False) -> None:
         # A run's record (synced=False, unless sync_records) commits at NORMAL: in WAL mode the commit is
         # in the file once it returns, so it survives the process dying; only losing the machine's power can
         # undo it before the next synced commit or WAL checkpoint. Inbox transitions stay FULL, and their
@@ -98,7 +99,19 @@ class _SQLiteConnection:
             self._db.execute(f"PRAGMA synchronous = {level}")
             self._synchronous = level
         # IMMEDIATE takes the write lock up front, so a read-then-update cannot deadlock with another writer.
-        self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        if not at_once:
+            self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+            return
+        # Without waiting: another process holding the write lock is Busy at once, not after the busy timeout.
+        self._db.execute("PRAGMA busy_timeout = 0")
+        try:
+            self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        except sqlite3.OperationalError as error:
+            if error.sqlite_errorcode & 0xFF in _BUSY:
+                raise Busy(str(error)) from error
+            raise
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
 
     def commit(self) -> None:
         self._db.execute("COMMIT")
@@ -193,6 +206,9 @@ class SQLiteJournal(SQLJournal):
             conn.close()
             raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
         super().__init__(conn, where=where, create=create, reader=reader)
+
+    records_at_once = True
+    """A local file: a run's record is written at once on the run's thread when the write lock is free."""
 
 
 def _checked_path(path: str | os.PathLike[str], *, in_memory: bool) -> str:

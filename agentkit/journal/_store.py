@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, nullcontext, suppress
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, contextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Self, TypeVar, overload
@@ -54,6 +54,7 @@ from agentkit.journal._records import (
 )
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
 from agentkit.journal._sql import (
+    Busy,
     Connection,
     Lossless,
     abort_run,
@@ -129,6 +130,10 @@ _HINTS = {
 
 class _DatabaseFailed(JournalError):
     """The database failed (a driver error): the transaction did not commit."""
+
+
+class _Busy(Exception):
+    """A transaction asked to start at once (``SQLJournal._tx(at_once=True)``) could not; nothing was done."""
 
 
 class _CommitUnconfirmed(_DatabaseFailed):
@@ -238,17 +243,24 @@ class SQLJournal:
         return await future
 
     @contextmanager
-    def _tx(self, *, write: bool, synced: bool = True) -> Iterator[Connection]:
+    def _tx(self, *, write: bool, synced: bool = True, at_once: bool = False) -> Iterator[Connection]:
+        """One transaction; ``at_once``: raise ``_Busy`` (nothing done) rather than wait for this journal's
+        connection or the database's write lock."""
         # Reads go to the read connection when there is one, so they never wait for a write's lock;
         # a pooled backend (PostgreSQL) needs no lock at all.
         reads_apart = not write and self._reader is not None
         lock = self._read_lock if reads_apart else self._lock
-        with lock if reads_apart or self._conn.serialised else nullcontext():
+        guarded = reads_apart or self._conn.serialised
+        if guarded and not lock.acquire(blocking=not at_once):
+            raise _Busy
+        try:
             if self._closed:
                 raise JournalError(f"the journal at {self._where} is closed; open it again")
             db = self._reader if reads_apart and self._reader is not None else self._conn
             try:
-                db.begin(write=write, synced=synced)
+                db.begin(write=write, synced=synced, at_once=at_once)
+            except Busy as busy:
+                raise _Busy from busy
             except db.errors as error:
                 raise _DatabaseFailed(f"the journal at {self._where} failed to start a transaction: {error}") from error
             try:
@@ -265,6 +277,9 @@ class SQLJournal:
                 with suppress(Exception):
                     db.rollback()
                 raise _CommitUnconfirmed(f"the journal at {self._where} failed to commit: {error}") from error
+        finally:
+            if guarded:
+                lock.release()
 
     def _migrate(self, create: bool) -> None:
         # An up-to-date journal is only read: opening it never waits for, nor takes, the write lock.
@@ -329,20 +344,38 @@ class SQLJournal:
         """
         at = now()
         with self._tx(write=True, synced=False) as db:
-            stamp = db.to_db_time(at)
-            # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
-            rows: list[tuple[object, ...]] = []
-            for entry in entries:
-                if isinstance(entry, Checkpointed):
-                    text = entry.text or checkpoint_text(entry.checkpoint)
-                    store_checkpoint(db, entry.run_id, entry.checkpoint, text)
-                    continue
-                rows.append(self._write_event(db, entry, at, stamp))
-                if hold is not None and isinstance(entry, RunStarted):
-                    until = db.to_db_time(at + hold.lease)
-                    db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, entry.run_id, hold.token))
-            if rows:
-                append_events(db, rows)
+            self._record(db, entries, hold, at)
+
+    records_at_once = False
+    """Whether ``try_record_all`` writes without waiting (a local database file: ``SQLiteJournal``), so
+    ``JournalObserver`` can write a run's record on the run's own thread; otherwise its writer thread does."""
+
+    def try_record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> bool:
+        """``record_all``, only if it can start at once: ``False``, with nothing written, while this journal's
+        connection is in use or another connection (another process) holds the database's write lock."""
+        at = now()
+        try:
+            with self._tx(write=True, synced=False, at_once=True) as db:
+                self._record(db, entries, hold, at)
+        except _Busy:
+            return False
+        return True
+
+    def _record(self, db: Connection, entries: Sequence[Event | Checkpointed], hold: Hold | None, at: datetime) -> None:
+        stamp = db.to_db_time(at)
+        # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
+        rows: list[tuple[object, ...]] = []
+        for entry in entries:
+            if isinstance(entry, Checkpointed):
+                text = entry.text or checkpoint_text(entry.checkpoint)
+                store_checkpoint(db, entry.run_id, entry.checkpoint, text)
+                continue
+            rows.append(self._write_event(db, entry, at, stamp))
+            if hold is not None and isinstance(entry, RunStarted):
+                until = db.to_db_time(at + hold.lease)
+                db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, entry.run_id, hold.token))
+        if rows:
+            append_events(db, rows)
 
     def _write_event(self, db: Connection, event: Event, at: datetime, stamp: object) -> tuple[object, ...]:
         """Write what the event changes besides the log; its row for the log (``append_events``)."""

@@ -21,7 +21,7 @@ from agentkit.journal._contract import Journal
 from agentkit.journal._errors import JournalError
 from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._sql import checkpoint_text
-from agentkit.journal._store import DEFAULT_LEASE
+from agentkit.journal._store import DEFAULT_LEASE, SQLJournal
 from agentkit.observe import Observer
 
 if TYPE_CHECKING:
@@ -39,19 +39,21 @@ LINGER = 0.2
 
 
 class JournalObserver(Observer):
-    """An observer that records each event of a run in a journal, from a writer thread of its own.
+    """An observer that records each event of a run in a journal, in order, never waiting for a busy database.
 
-    Hooks only put the event (a frozen value) on a bounded queue, so a database that is busy (another
-    process approving a proposal or claiming one holds the write lock) never stalls the event loop.
-    The writer thread writes the events in order, all that queued up meanwhile in one transaction (a
-    failed transaction is retried an event at a time, so one bad event fails alone). It writes when a
-    round ends (its checkpoint is queued), a run ends or aborts, a proposal is captured, or ``flush``
-    is called, so a round's events and its checkpoint go in one transaction; anything else waits at
-    most ``linger`` seconds. When a run ends
-    or aborts, the run awaits ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the
-    event loop) until every event queued so far is written, so the run's record is complete when the
-    run returns. Called outside an event loop, the end hooks wait the same way, blocking. A crash
-    loses at most the events still queued.
+    Hooks put the event (a frozen value) on a bounded queue. What queued up is written in one
+    transaction (a failed transaction is retried an event at a time, so one bad event fails alone)
+    when a round ends (its checkpoint is queued), a run ends or aborts, a proposal is captured, or
+    ``flush`` is called, so a round's events and its checkpoint go in one transaction; anything else
+    waits at most ``linger`` seconds. With a SQLite journal (``records_at_once``) the hook that makes
+    a batch due writes it itself, on the run's thread, when the write lock is free at once, so a
+    round's checkpoint is committed before the next round begins; when another process holds the
+    lock (approving a proposal, claiming one), or with PostgreSQL, the observer's writer thread writes
+    it, so a busy database never stalls the event loop. When a run ends or aborts, the run awaits
+    ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the event loop) until
+    every event queued so far is written, so the run's record is complete when the run returns.
+    Called outside an event loop, the end hooks wait the same way, blocking. A crash loses at most
+    the events still queued.
 
     A failed write, or an event dropped because the queue is full, never changes the run: it is
     logged (logger ``agentkit.journal``) and counted in ``failures``. ``close()`` (or leaving a
@@ -59,8 +61,9 @@ class JournalObserver(Observer):
 
     A tiered run's checkpoint is written at each round's end (one statement on the run's row), so
     ``journal.resume`` can continue a run whose process died from its last completed round. The
-    writer thread also holds each run it records with a lease, renewed every third of ``lease``
-    while the run goes on: a run whose process died shows as crashed once its lease runs out.
+    observer also holds each run it records with a lease, renewed by its writer thread every third
+    of ``lease`` while the run goes on: a run whose process died shows as crashed once its lease
+    runs out.
 
     Args:
         journal: Where the events go.
@@ -110,6 +113,10 @@ class JournalObserver(Observer):
         self._queue: deque[Event | Checkpointed] = deque()
         self._due = False
         """Something queued should be written now: a round's checkpoint, a run's end, a proposal, a flush."""
+        self._writing = False
+        """A batch taken from the queue is being written (by the writer thread, or at once by a hook)."""
+        self._at_once = isinstance(journal, SQLJournal) and journal.records_at_once
+        """Due batches are written by the hook that made them due, when the journal can start at once."""
         self._since = 0.0
         """When the oldest entry still queued was queued (``time.monotonic``)."""
         self._idle = False
@@ -137,11 +144,11 @@ class JournalObserver(Observer):
 
     def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
         """Queue the run's checkpoint for the writer thread (the latest one is kept)."""
-        # Made here rather than in the writer thread: the thread then holds the interpreter only briefly
-        # between its database calls, so the event loop is not kept waiting for it.
+        # Its text is made here, once: the write (here or in the writer thread) only stores it.
         self._put(Checkpointed(run_id, checkpoint, checkpoint_text(checkpoint)))
 
     def _put(self, event: Event | Checkpointed) -> None:
+        now: list[Event | Checkpointed] | None = None
         with self._cond:
             if self._closed:
                 refused = f"the observer is closed, so the {event.kind} event was not written; use a new one"
@@ -165,9 +172,16 @@ class JournalObserver(Observer):
                     # A round's events wait for its end (its checkpoint), so they go in one transaction with
                     # it; the run's end and a proposal (which a person waits for) are written at once too.
                     # Anything else is written within linger.
-                    self._due = True
-                    self._cond.notify_all()
-                return
+                    if self._at_once and not self._writing:
+                        now = self._take()
+                    else:
+                        self._due = True
+                        self._cond.notify_all()
+                if now is None:
+                    return
+        if now is not None:
+            self._write_at_once(now)
+            return
         self._failed(event, JournalError(refused))
 
     def on_run_end(self, event: RunFinished) -> None:
@@ -257,6 +271,58 @@ class JournalObserver(Observer):
             self._due = True
             self._cond.notify_all()
 
+    def _take(self) -> list[Event | Checkpointed]:
+        """Take what is queued (at most ``_BATCH``) to write it; the caller holds ``_cond`` and writes it next."""
+        batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
+        self._writing = bool(batch)
+        self._due = bool(self._queue)
+        self._since = time.monotonic()
+        if self._due:
+            self._cond.notify_all()
+        return batch
+
+    def _write_at_once(self, batch: list[Event | Checkpointed]) -> None:
+        """Write a due batch on the run's thread when the journal can start at once, else hand it to the writer.
+
+        A round's checkpoint is then committed before the next round begins. A journal whose write lock
+        another process holds (a person approving a proposal, a worker claiming one) is not waited for:
+        the batch goes back to the front of the queue for the writer thread.
+        """
+        assert isinstance(self.journal, SQLJournal)
+        try:
+            written = self.journal.try_record_all(batch, hold=self._hold_of())
+        except Exception:  # the writer thread writes it again, entry by entry if it must, and reports what fails
+            written = False
+        if written:
+            self._done(batch)
+            return
+        with self._cond:
+            self._queue.extendleft(reversed(batch))
+            self._writing = False
+            self._due = True
+            self._cond.notify_all()
+
+    def _hold_of(self) -> Hold:
+        return Hold(holder=self._holder, token=self._token, lease=self.lease)
+
+    def _done(self, batch: list[Event | Checkpointed]) -> None:
+        """The batch was written (or its failures reported): count it, and wake whoever waits for it."""
+        with self._cond:
+            for entry in batch:
+                if isinstance(entry, RunStarted):
+                    self._holding.add(entry.run_id)
+                elif isinstance(entry, RunFinished | RunAborted):
+                    self._holding.discard(entry.run_id)
+            self._writing = False
+            self._settled += len(batch)
+            self._cond.notify_all()
+            due = [w for w in self._waiters if w[0] <= self._settled]
+            self._waiters = [w for w in self._waiters if w[0] > self._settled]
+        for _, loop, waiter in due:
+            # A closed loop (RuntimeError) has nobody left waiting.
+            with suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, waiter)
+
     def _start_writer(self) -> None:
         if self._writer is None:
             # A daemon: a process that exits without close() must not hang on a locked database; what is
@@ -269,7 +335,12 @@ class JournalObserver(Observer):
         beat_at = time.monotonic() + beat
         while True:
             with self._cond:
-                while not (self._due or self._closed):
+                while True:
+                    if self._writing:  # a batch is being written at once; its end wakes this thread
+                        self._cond.wait()
+                        continue
+                    if self._due or self._closed:
+                        break
                     left = beat_at - time.monotonic()
                     if self._queue:
                         left = min(left, self._since + self.linger - time.monotonic())
@@ -283,28 +354,19 @@ class JournalObserver(Observer):
                 if not self._queue and self._closed:
                     return
                 # Everything queued meanwhile goes in one transaction: one commit for it all.
-                batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
-                self._due = bool(self._queue)
-                self._since = time.monotonic()
-            if time.monotonic() >= beat_at:
+                batch = self._take()
+                holding = tuple(self._holding) if time.monotonic() >= beat_at else None
+            if holding is not None:
                 beat_at = time.monotonic() + beat
-                self._hold(tuple(self._holding))
+                self._hold(holding)
             if not batch:
                 continue
             self._write(batch)
-            with self._cond:
-                self._settled += len(batch)
-                self._cond.notify_all()
-                due = [w for w in self._waiters if w[0] <= self._settled]
-                self._waiters = [w for w in self._waiters if w[0] > self._settled]
-            for _, loop, waiter in due:
-                # A closed loop (RuntimeError) has nobody left waiting.
-                with suppress(RuntimeError):
-                    loop.call_soon_threadsafe(_resolve, waiter)
+            self._done(batch)
 
     def _write(self, batch: list[Event | Checkpointed]) -> None:
         """Write the batch in one transaction; if that fails, each entry on its own, so one bad entry fails alone."""
-        hold = Hold(holder=self._holder, token=self._token, lease=self.lease)
+        hold = self._hold_of()
         try:
             self.journal.record_all(batch, hold=hold)
         except Exception as error:
@@ -316,11 +378,6 @@ class JournalObserver(Observer):
                         self.journal.record_all((entry,), hold=hold)
                     except Exception as alone:
                         self._failed(entry, alone)
-        for entry in batch:
-            if isinstance(entry, RunStarted):
-                self._holding.add(entry.run_id)
-            elif isinstance(entry, RunFinished | RunAborted):
-                self._holding.discard(entry.run_id)
 
     def _hold(self, run_ids: tuple[str, ...]) -> None:
         """Take or renew the hold on the runs being recorded; a failure is retried at the next beat."""
