@@ -111,6 +111,7 @@ def main() -> None:
     report = asyncio.run(measure(args.repeats, args.runs))
     print(json.dumps(report))
     if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
         stem = args.out / f"journal-checkpoint-{time.strftime('%Y-%m-%d')}"
         stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
         stem.with_suffix(".md").write_text(markdown(report))
