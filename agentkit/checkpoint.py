@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter
-from pydantic_core import PydanticSerializationError, to_json
+from pydantic_core import PydanticSerializationError
 
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.context import ContextWindow, Summarizer
@@ -181,8 +181,19 @@ def _json_text(value: Any) -> str:
     """Sorted JSON of a value made of JSON values, as pydantic's JSON would give it (a non-finite float: ``null``)."""
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    except ValueError:  # inf or nan somewhere: pydantic writes them as null
-        return _canonical(json.loads(to_json(value, inf_nan_mode="null")))
+    except ValueError:  # inf or nan somewhere: pydantic's JSON writes them as null
+        return _canonical(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with each non-finite float replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, list | tuple):
+        return [_finite(entry) for entry in value]
+    if isinstance(value, dict):
+        return {key: _finite(entry) for key, entry in value.items()}
+    return value
 
 
 class DigestMemo:

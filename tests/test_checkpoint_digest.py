@@ -173,3 +173,14 @@ def test_proposal_timestamps_digest_as_pydantic_writes_them() -> None:
     )
     checkpoint = RunCheckpoint(proposals=(proposal,), finished=False)
     assert checkpoint.sealed().digest == reference_digest(checkpoint)
+
+
+def test_non_finite_floats_beside_unstorable_text_seal_and_read_back() -> None:
+    """An arg holding inf beside a lone surrogate seals (inf written as null, as in pydantic's JSON) and verifies."""
+    call = CheckpointCall(round=1, tool_name="probe", args={"x": float("inf"), "note": "a\ud800b"}, ran=False)
+    sealed = RunCheckpoint(calls=(call,), finished=False).sealed()
+    stored = sealed_text(sealed)
+    assert stored is not None
+    assert '"x":null' in stored
+    again = RunCheckpoint.model_validate(json.loads(stored))
+    again.verify()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import sqlite3
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,9 +18,9 @@ from pydantic import BaseModel, JsonValue
 from agentkit import Prompt, RoleSpec, Tier, ToolRoundInfo, UsageError, run_tool_loop_tiered, tool
 from agentkit.checkpoint import DigestMemo, RunCheckpoint
 from agentkit.events import Event
-from agentkit.journal import Journal, JournalObserver, SQLiteJournal
+from agentkit.journal import Journal, JournalObserver, RunState, SQLiteJournal
 from agentkit.journal._records import Checkpointed
-from agentkit.journal._sql import checkpoint_text
+from agentkit.journal._sql import checkpoint_text, insert_rows
 from agentkit.journal._store import SQLJournal
 from agentkit.observe import Observer
 from agentkit.testing import ScriptedCaller, call_step, done_step
@@ -211,3 +212,63 @@ async def test_checkpoints_with_a_memo_have_the_digest_of_their_sorted_json_and_
         stored = RunCheckpoint.model_validate(json.loads(checkpoint_text(checkpoint)))
         assert stored == checkpoint
         stored.verify()
+
+
+async def test_an_interrupt_while_writing_at_once_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A KeyboardInterrupt inside the hook's write goes back to the queue; the writer thread writes it all."""
+    entries = (await captured_run()).entries
+    journal = SQLiteJournal(tmp_path / "journal.db")
+    try_record_all = journal.try_record_all
+    calls = 0
+
+    def interrupted(batch: Sequence[Event | Checkpointed], **kwargs: Any) -> bool:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise KeyboardInterrupt
+        return try_record_all(batch, **kwargs)
+
+    monkeypatch.setattr(journal, "try_record_all", interrupted)
+    interrupts = 0
+    try:
+        with JournalObserver(journal, linger=3600) as observer:
+            for entry in entries:
+                try:
+                    queue(observer, [entry])
+                except KeyboardInterrupt:  # round 1's checkpoint: its write at once was interrupted
+                    interrupts += 1
+            assert observer.flush(timeout=30)
+            assert observer.failures == 0
+        assert interrupts == 1
+        [run] = await journal.runs()
+        assert isinstance(journal, SQLJournal)
+        with journal._tx(write=False) as db:
+            kinds = [row["kind"] for row in db.query("SELECT kind FROM agentkit_events ORDER BY id")]
+        assert kinds == [e.kind for e in entries if not isinstance(e, Checkpointed)]
+        assert (run.state, run.checkpoint_round) == (RunState.FINISHED, 4)  # the run's final checkpoint
+    finally:
+        await journal.close()
+
+
+def test_sync_records_writes_from_the_writer_thread(tmp_path: Path) -> None:
+    """``sync_records=True`` commits wait for the disk: never on the run's thread."""
+    assert SQLiteJournal(tmp_path / "a.db").records_at_once is True
+    assert SQLiteJournal(tmp_path / "b.db", sync_records=True).records_at_once is False
+
+
+def test_rows_are_inserted_within_sqlite_s_oldest_parameter_limit(tmp_path: Path) -> None:
+    """``insert_rows`` keeps each statement within 999 parameters (SQLite before 3.32)."""
+    db = sqlite3.connect(tmp_path / "rows.db", isolation_level=None)
+    db.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, 999)
+    columns = [f"c{n}" for n in range(18)]
+    db.execute(f"CREATE TABLE wide ({', '.join(columns)})")
+    rows = [tuple(r * 100 + c for c in range(18)) for r in range(200)]
+
+    class Plain:
+        def execute(self, sql: str, params: Sequence[object] = ()) -> int:
+            return db.execute(sql, params).rowcount
+
+    insert_rows(Plain(), f"INSERT INTO wide ({', '.join(columns)}) VALUES", rows)  # type: ignore[arg-type]  # only execute is used
+    assert db.execute("SELECT * FROM wide ORDER BY rowid").fetchall() == rows

@@ -319,7 +319,10 @@ def append_events(db: Connection, rows: Sequence[tuple[object, ...]]) -> None:
 
 
 _ROWS_PER_STATEMENT = 64
-"""Most rows ``insert_rows`` puts in one statement (SQLite allows 32,766 parameters; PostgreSQL 65,535)."""
+"""Most rows ``insert_rows`` puts in one statement."""
+_PARAMETERS_PER_STATEMENT = 999
+"""Most parameters ``insert_rows`` puts in one statement: SQLite before 3.32 allows 999 (later 32,766;
+PostgreSQL 65,535)."""
 
 
 def insert_rows(db: Connection, insert: str, rows: Sequence[tuple[object, ...]], tail: str = "") -> None:
@@ -328,8 +331,11 @@ def insert_rows(db: Connection, insert: str, rows: Sequence[tuple[object, ...]],
     One statement of many rows rather than a statement per row: the writer thread records a round's
     events in one step of the database instead of one per event.
     """
-    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-        chunk = rows[start : start + _ROWS_PER_STATEMENT]
+    if not rows:
+        return
+    per_statement = max(1, min(_ROWS_PER_STATEMENT, _PARAMETERS_PER_STATEMENT // len(rows[0])))
+    for start in range(0, len(rows), per_statement):
+        chunk = rows[start : start + per_statement]
         marks = "(" + ", ".join("?" * len(chunk[0])) + ")"
         db.execute(f"{insert} {', '.join([marks] * len(chunk))}{tail}", [value for row in chunk for value in row])
 

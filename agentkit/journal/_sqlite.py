@@ -103,15 +103,19 @@ class _SQLiteConnection:
             self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
             return
         # Without waiting: another process holding the write lock is Busy at once, not after the busy timeout.
-        self._db.execute("PRAGMA busy_timeout = 0")
         try:
+            self._db.execute("PRAGMA busy_timeout = 0")
             self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.OperationalError as error:
             if error.sqlite_errorcode & 0xFF in _BUSY:
                 raise Busy(str(error)) from error
             raise
         finally:
-            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            try:
+                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+            except BaseException:
+                self.rollback()  # no transaction is left open when the connection cannot be put back
+                raise
 
     def commit(self) -> None:
         self._db.execute("COMMIT")
@@ -207,8 +211,11 @@ class SQLiteJournal(SQLJournal):
             raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
         super().__init__(conn, where=where, create=create, reader=reader)
 
-    records_at_once = True
-    """A local file: a run's record is written at once on the run's thread when the write lock is free."""
+    @property
+    def records_at_once(self) -> bool:
+        """A local file: a run's record is written at once on the run's thread when the write lock is free;
+        not with ``sync_records=True``, whose commits each wait for the disk (the writer thread waits then)."""
+        return not self.sync_records
 
 
 def _checked_path(path: str | os.PathLike[str], *, in_memory: bool) -> str:

@@ -346,9 +346,11 @@ class SQLJournal:
         with self._tx(write=True, synced=False) as db:
             self._record(db, entries, hold, at)
 
-    records_at_once = False
-    """Whether ``try_record_all`` writes without waiting (a local database file: ``SQLiteJournal``), so
-    ``JournalObserver`` can write a run's record on the run's own thread; otherwise its writer thread does."""
+    @property
+    def records_at_once(self) -> bool:
+        """Whether ``try_record_all`` writes without waiting (a local database file: ``SQLiteJournal``), so
+        ``JournalObserver`` can write a run's record on the run's own thread; otherwise its writer thread does."""
+        return False
 
     def try_record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> bool:
         """``record_all``, only if it can start at once: ``False``, with nothing written, while this journal's

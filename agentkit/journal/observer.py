@@ -288,19 +288,21 @@ class JournalObserver(Observer):
         another process holds (a person approving a proposal, a worker claiming one) is not waited for:
         the batch goes back to the front of the queue for the writer thread.
         """
-        assert isinstance(self.journal, SQLJournal)
+        written = False
         try:
+            assert isinstance(self.journal, SQLJournal)
             written = self.journal.try_record_all(batch, hold=self._hold_of())
         except Exception:  # the writer thread writes it again, entry by entry if it must, and reports what fails
-            written = False
+            pass
+        finally:  # an interrupt too: the batch goes back, so nothing is lost and the writer is not left waiting
+            if not written:
+                with self._cond:
+                    self._queue.extendleft(reversed(batch))
+                    self._writing = False
+                    self._due = True
+                    self._cond.notify_all()
         if written:
             self._done(batch)
-            return
-        with self._cond:
-            self._queue.extendleft(reversed(batch))
-            self._writing = False
-            self._due = True
-            self._cond.notify_all()
 
     def _hold_of(self) -> Hold:
         return Hold(holder=self._holder, token=self._token, lease=self.lease)

@@ -129,6 +129,11 @@ class _ActivityTool:
                 retry_policy=retry,
             )
         except ActivityError as failed:
+            cause = failed.cause
+            if isinstance(cause, ApplicationError) and cause.type == "ToolRetry":
+                # A tool activity of an earlier agentkit reported a ToolRetry as its failure (histories
+                # recorded then replay the same way): the call's observation, as it is now.
+                raise ToolRetry(cause.message) from None
             # The call's error as it is (the activity's invoke worded it), not as the stand-in's failure.
             raise Relayed(self.failure(failed, gated)) from None
         if reply.observation is not None:
