@@ -324,7 +324,7 @@ class _Run:
             args = call.args.model_dump(mode="json")
             # Already JSON values of the fields' types (the batch from ``Codec.encode_batch``): not validated again.
             self.records.append(
-                CheckpointCall.model_construct(
+                self.digests.call(
                     round=call.round,
                     tool_name=call.tool_name,
                     args=args,

@@ -288,8 +288,13 @@ async def observed(observers: tuple[Observer, ...], call: ModelCall | ToolInvoca
     """
     if not observers:
         return await work
+    wrapping = [observer for observer in observers if type(observer).around is not Observer.around]
+    if not wrapping:  # no observer wraps the work: the base class's context does nothing
+        result = await work
+        call.result = result
+        return result
     with contextlib.ExitStack() as stack:
-        for observer in observers:
+        for observer in wrapping:
             stack.enter_context(_Guarded(observer, call))
         result = await work
         call.result = result

@@ -155,7 +155,18 @@ def test_calls_built_without_validation_digest_like_validated_ones() -> None:
     }
     built = RunCheckpoint(calls=(CheckpointCall.model_construct(**values),)).sealed()
     validated = RunCheckpoint(calls=(CheckpointCall(**values),)).sealed()
-    assert built.digest == validated.digest == reference_digest(validated)
+    memo = DigestMemo()
+    recorded = RunCheckpoint(calls=(memo.call(**values),)).sealed(memo)  # its text made with the record
+    assert built.digest == validated.digest == recorded.digest == reference_digest(validated)
+
+
+@settings(max_examples=100, deadline=None)
+@given(call=calls)
+def test_a_call_recorded_through_the_memo_digests_as_pydantic_s_json(call: CheckpointCall) -> None:
+    memo = DigestMemo()
+    recorded = memo.call(**call.model_dump())
+    checkpoint = RunCheckpoint(calls=(recorded,), finished=False)
+    assert checkpoint.sealed(memo).digest == reference_digest(checkpoint)
 
 
 def test_a_seconds_value_given_as_an_integer_digests_as_the_float_it_reads_back_as() -> None:

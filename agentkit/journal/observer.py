@@ -115,6 +115,8 @@ class JournalObserver(Observer):
         """Something queued should be written now: a round's checkpoint, a run's end, a proposal, a flush."""
         self._writing = False
         """A batch taken from the queue is being written (by the writer thread, or at once by a hook)."""
+        self._sleepers = 0
+        """Threads waiting for a batch to be written (``flush``; the writer while one is written at once)."""
         self._at_once = isinstance(journal, SQLJournal) and journal.records_at_once
         """Due batches are written by the hook that made them due, when the journal can start at once."""
         self._since = 0.0
@@ -217,7 +219,11 @@ class JournalObserver(Observer):
             target = self._accepted
             if self._settled < target:
                 self._hurry()
-            return self._cond.wait_for(lambda: self._settled >= target, timeout)
+            self._sleepers += 1
+            try:
+                return self._cond.wait_for(lambda: self._settled >= target, timeout)
+            finally:
+                self._sleepers -= 1
 
     async def wait_flushed(self) -> None:
         """``flush`` for coroutines: wait until every event queued so far is written, the event loop free meanwhile.
@@ -317,7 +323,8 @@ class JournalObserver(Observer):
                     self._holding.discard(entry.run_id)
             self._writing = False
             self._settled += len(batch)
-            self._cond.notify_all()
+            if self._sleepers:  # not the writer thread asleep till its next beat: a batch a round is written at once
+                self._cond.notify_all()
             due = [w for w in self._waiters if w[0] <= self._settled]
             self._waiters = [w for w in self._waiters if w[0] > self._settled]
         for _, loop, waiter in due:
@@ -339,7 +346,9 @@ class JournalObserver(Observer):
             with self._cond:
                 while True:
                     if self._writing:  # a batch is being written at once; its end wakes this thread
+                        self._sleepers += 1
                         self._cond.wait()
+                        self._sleepers -= 1
                         continue
                     if self._due or self._closed:
                         break
