@@ -164,3 +164,36 @@ async def test_opening_an_up_to_date_journal_takes_no_write_lock(tmp_path: Path,
             await journal.close()
     finally:
         lock.release()
+
+
+# -- writing at once --------------------------------------------------------------------------------
+
+
+async def test_writing_at_once_refuses_a_held_lock_and_a_later_write_still_waits_for_one(tmp_path: Path) -> None:
+    """``try_record_all`` gives up at once on a lock another connection holds; a plain write after it waits
+    for the lock as ever (the busy timeout is put back), and goes in once the lock is released."""
+    path = tmp_path / "journal.db"
+    journal = SQLiteJournal(path)
+    started = RunStarted(run_id="run-1", agent="a", model="m", tools=("t",), max_rounds=3)
+    try:
+        assert journal.try_record_all([started]) is True
+        lock = WriteLock(path)
+        try:
+            assert journal.try_record_all([started]) is False  # at once: the lock is held
+            waited = threading.Event()
+
+            def write() -> None:
+                journal.record_all([RunStarted(run_id="run-2", agent="a", model="m", tools=("t",), max_rounds=3)])
+                waited.set()
+
+            writer = threading.Thread(target=write)
+            writer.start()
+            await asyncio.sleep(0.3)
+            assert not waited.is_set()  # it waits for the lock rather than failing
+        finally:
+            lock.release()
+        writer.join(timeout=30)
+        assert waited.is_set()
+        assert sorted(run.id for run in await journal.runs()) == ["run-1", "run-2"]
+    finally:
+        await journal.close()

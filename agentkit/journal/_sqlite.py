@@ -73,6 +73,8 @@ class _SQLiteConnection:
         self._sync_records = sync_records
         self._synchronous = "FULL"
         """The connection's ``synchronous`` level now: switched only when a transaction needs the other one."""
+        self._waits = True
+        """Whether the connection's busy timeout is ``BUSY_TIMEOUT_S`` now (else 0: ``begin(at_once=True)``)."""
         # Transactions are explicit (BEGIN IMMEDIATE for writes), never the module's implicit ones.
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         self._db.text_factory = _text
@@ -98,24 +100,21 @@ class _SQLiteConnection:
         if write and level != self._synchronous:
             self._db.execute(f"PRAGMA synchronous = {level}")
             self._synchronous = level
+        # ``at_once``: another connection holding the write lock is Busy at once, not after the busy timeout.
+        # Like the sync level, the timeout is switched only when a transaction needs the other one (a
+        # journaled run's rounds are written at once, one after another). In WAL mode only taking the write
+        # lock waits: the statements of a transaction that holds it never meet a busy database.
+        wait = not at_once
+        if wait != self._waits:
+            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000) if wait else 0}")
+            self._waits = wait
         # IMMEDIATE takes the write lock up front, so a read-then-update cannot deadlock with another writer.
-        if not at_once:
-            self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-            return
-        # Without waiting: another process holding the write lock is Busy at once, not after the busy timeout.
         try:
-            self._db.execute("PRAGMA busy_timeout = 0")
             self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         except sqlite3.OperationalError as error:
-            if error.sqlite_errorcode & 0xFF in _BUSY:
+            if at_once and error.sqlite_errorcode & 0xFF in _BUSY:
                 raise Busy(str(error)) from error
             raise
-        finally:
-            try:
-                self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            except BaseException:
-                self.rollback()  # no transaction is left open when the connection cannot be put back
-                raise
 
     def commit(self) -> None:
         self._db.execute("COMMIT")
