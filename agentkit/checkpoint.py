@@ -210,15 +210,9 @@ class DigestMemo:
 
     def call(self, **values: Any) -> CheckpointCall:
         """A call's record from values already of the fields' types (not validated: the loop's own JSON),
-        its sorted JSON made at once from them (a journaled run records every call)."""
+        its sorted JSON made at once (a journaled run records every call)."""
         record = CheckpointCall.model_construct(**values)
-        f = record.__dict__
-        self._texts[id(record)] = (
-            record,
-            f'{{"args":{_json_text(f["args"])},"batch":{_json_text(f["batch"])},'
-            f'"observation":{_scalar(f["observation"])},"proposed":{_scalar(f["proposed"])},'
-            f'"ran":{_scalar(f["ran"])},"round":{int.__repr__(f["round"])},"tool_name":{_scalar(f["tool_name"])}}}',
-        )
+        self.text(record)
         return record
 
     def text(self, part: object) -> str:

@@ -63,7 +63,8 @@ __all__ = [
 
 
 class Busy(Exception):
-    """A transaction asked to start at once could not: another connection holds the write lock."""
+    """A transaction asked to start at once could not: the connection is in use, or another connection holds
+    the write lock. Nothing was done."""
 
 
 class Connection(Protocol):

@@ -132,10 +132,6 @@ class _DatabaseFailed(JournalError):
     """The database failed (a driver error): the transaction did not commit."""
 
 
-class _Busy(Exception):
-    """A transaction asked to start at once (``SQLJournal._tx(at_once=True)``) could not; nothing was done."""
-
-
 class _CommitUnconfirmed(_DatabaseFailed):
     """The commit itself failed: the server may or may not have committed the transaction."""
 
@@ -244,7 +240,7 @@ class SQLJournal:
 
     @contextmanager
     def _tx(self, *, write: bool, synced: bool = True, at_once: bool = False) -> Iterator[Connection]:
-        """One transaction; ``at_once``: raise ``_Busy`` (nothing done) rather than wait for this journal's
+        """One transaction; ``at_once``: raise ``Busy`` (nothing done) rather than wait for this journal's
         connection or the database's write lock."""
         # Reads go to the read connection when there is one, so they never wait for a write's lock;
         # a pooled backend (PostgreSQL) needs no lock at all.
@@ -252,15 +248,13 @@ class SQLJournal:
         lock = self._read_lock if reads_apart else self._lock
         guarded = reads_apart or self._conn.serialised
         if guarded and not lock.acquire(blocking=not at_once):
-            raise _Busy
+            raise Busy(f"the journal at {self._where} is in use by another thread")
         try:
             if self._closed:
                 raise JournalError(f"the journal at {self._where} is closed; open it again")
             db = self._reader if reads_apart and self._reader is not None else self._conn
             try:
                 db.begin(write=write, synced=synced, at_once=at_once)
-            except Busy as busy:
-                raise _Busy from busy
             except db.errors as error:
                 raise _DatabaseFailed(f"the journal at {self._where} failed to start a transaction: {error}") from error
             try:
@@ -359,7 +353,7 @@ class SQLJournal:
         try:
             with self._tx(write=True, synced=False, at_once=True) as db:
                 self._record(db, entries, hold, at)
-        except _Busy:
+        except Busy:
             return False
         return True
 
