@@ -56,28 +56,33 @@ class PlainResearcher:
         )
 
 
-async def cell(caller: Any, model: str, prompt: str, policy: RepeatPolicy, count: int) -> dict[str, Any]:
-    index = BM25Index(load_corpus())
-    tool = search_tool(index)
-    config = dataclasses.replace(DEMO_CONFIG, on_repeat=policy)
-    agent: Any = Researcher(model=model, tools=(tool,)) if prompt == "demo" else PlainResearcher(model=model)
-    done = found = 0
-    reasons: collections.Counter[str] = collections.Counter()
-    started = time.perf_counter()
-    for question, passage in QUESTIONS[:count]:
-        result = await run_tool_loop(caller, agent, tool, question, config)
-        reasons[result.stop_reason.value] += 1
-        done += result.stop_reason.value in ("executor_done", "nothing_retrieved")
-        found += any(hit.id == passage for hit in result.items)
+async def ask(caller: Any, agent: Any, tool: Any, config: Any, count: int) -> list[tuple[Any, str]]:
+    """The first ``count`` questions run through the loop, each result with the passage that answers it."""
+    return [
+        (await run_tool_loop(caller, agent, tool, question, config), passage) for question, passage in QUESTIONS[:count]
+    ]
+
+
+def tally(prompt: str, on_repeat: RepeatPolicy, answered: list[tuple[Any, str]], started: float) -> dict[str, Any]:
+    """What ``ask`` gave, counted: runs the executor ended itself, answer passages found, stop reasons."""
+    reasons = collections.Counter(result.stop_reason.value for result, _ in answered)
     return {
         "prompt": prompt,
-        "on_repeat": policy.value,
-        "questions": count,
-        "done_by_executor": done,
-        "answer_passage_found": found,
+        "on_repeat": on_repeat.value,
+        "questions": len(answered),
+        "done_by_executor": reasons["executor_done"] + reasons["nothing_retrieved"],
+        "answer_passage_found": sum(any(hit.id == passage for hit in result.items) for result, passage in answered),
         "stop_reasons": dict(reasons),
         "seconds": round(time.perf_counter() - started, 1),
     }
+
+
+async def cell(caller: Any, model: str, prompt: str, policy: RepeatPolicy, count: int) -> dict[str, Any]:
+    tool = search_tool(BM25Index(load_corpus()))
+    config = dataclasses.replace(DEMO_CONFIG, on_repeat=policy)
+    agent: Any = Researcher(model=model, tools=(tool,)) if prompt == "demo" else PlainResearcher(model=model)
+    started = time.perf_counter()
+    return tally(prompt, policy, await ask(caller, agent, tool, config, count), started)
 
 
 async def main(count: int, prompts: tuple[str, ...]) -> None:

@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import dataclasses
 import json
 import time
 from typing import Any
 
-from agentkit import Prompt, RepeatPolicy, RoleSpec, ToolRoundInfo, run_tool_loop
+from agentkit import Prompt, RepeatPolicy, RoleSpec, ToolRoundInfo
 from agentkit.demo.agent import _RESEARCH_DOCTRINE, DEMO_CONFIG, RESEARCH_CHECK
 from agentkit.demo.search import BM25Index, Hit, load_corpus, search_tool
 from agentkit.local import LocalModel
 from agentkit.prompting import reflective_prompt
 from agentkit.tools import Tool
-from benchmarks.repeat_policy import QUESTIONS, PlainResearcher
+from benchmarks.repeat_policy import QUESTIONS, PlainResearcher, ask, tally
 
 
 def _passage_line(hit: Hit) -> str:
@@ -59,28 +58,12 @@ async def cell(
     tool = search_tool(BM25Index(load_corpus()))
     config = dataclasses.replace(DEMO_CONFIG, on_repeat=on_repeat)
     agent: Any = ReflectiveResearcher(model=model, tools=(tool,)) if prompt == "reflective" else PlainResearcher(model)
-    done = found = replies = valid = 0
-    reasons: collections.Counter[str] = collections.Counter()
     started = time.perf_counter()
-    for question, passage in QUESTIONS[:count]:
-        result = await run_tool_loop(caller, agent, tool, question, config)
-        reasons[result.stop_reason.value] += 1
-        done += result.stop_reason.value in ("executor_done", "nothing_retrieved")
-        found += any(hit.id == passage for hit in result.items)
-        replies += result.usage.requests
-        # A round whose model call failed has a record with an error and no tool; every other round got a step.
-        valid += sum(1 for record in result.trace if not (record.error and record.tool_name is None))
-    return {
-        "prompt": prompt,
-        "on_repeat": on_repeat.value,
-        "questions": count,
-        "valid_steps": valid,
-        "replies": replies,
-        "done_by_executor": done,
-        "answer_passage_found": found,
-        "stop_reasons": dict(reasons),
-        "seconds": round(time.perf_counter() - started, 1),
-    }
+    answered = await ask(caller, agent, tool, config, count)
+    # A round whose model call failed has a record with an error and no tool; every other round got a step.
+    valid = sum(not (r.error and r.tool_name is None) for result, _ in answered for r in result.trace)
+    replies = sum(result.usage.requests for result, _ in answered)
+    return {"valid_steps": valid, "replies": replies} | tally(prompt, on_repeat, answered, started)
 
 
 async def main(count: int, prompts: tuple[str, ...], on_repeat: RepeatPolicy) -> None:
