@@ -22,6 +22,7 @@ import typing
 import weakref
 from collections.abc import Mapping, Sequence
 from datetime import datetime
+from json.encoder import encode_basestring
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter
@@ -143,10 +144,11 @@ class CheckpointConfig(BaseModel):
 
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
-        apart = ("retry", "context")
-        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
-        context = None if config.context is None else CheckpointContext.of(config.context)
-        return cls(**fields, retry=dataclasses.asdict(config.retry), context=context)
+        """The config's fields; made once per config (a service runs many runs with one; the value is frozen)."""
+        try:
+            return _checkpoint_config(config)
+        except TypeError:  # a config with an unhashable field (a summarizer object, say) is read afresh
+            return _read_config(config)
 
     def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
         """The ``LoopConfig`` again, with ``summarize`` as its context window's summarizer."""
@@ -154,6 +156,18 @@ class CheckpointConfig(BaseModel):
         retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
         context = None if self.context is None else self.context.rebuild(summarize)
         return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
+
+
+def _read_config(config: LoopConfig) -> CheckpointConfig:
+    apart = ("retry", "context")
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
+    context = None if config.context is None else CheckpointContext.of(config.context)
+    return CheckpointConfig(**fields, retry=dataclasses.asdict(config.retry), context=context)
+
+
+@functools.lru_cache(maxsize=64)
+def _checkpoint_config(config: LoopConfig) -> CheckpointConfig:
+    return _read_config(config)
 
 
 def _json_of(model: BaseModel, exclude: set[str] | None = None) -> Any:
@@ -173,14 +187,19 @@ _TEXTS: dict[int, tuple[weakref.ref[RunCheckpoint], str]] = {}
 """The JSON of live sealed checkpoints, by ``id`` (each entry goes with its checkpoint)."""
 
 
+_SORTED = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps`` with these options, made once (a journaled run's checkpoint is written every round)."""
+_SORTED_FINITE = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def _canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _SORTED.encode(value)
 
 
 def _json_text(value: Any) -> str:
     """Sorted JSON of a value made of JSON values, as pydantic's JSON would give it (a non-finite float: ``null``)."""
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _SORTED_FINITE.encode(value)
     except ValueError:  # inf or nan somewhere: pydantic's JSON writes them as null
         return _canonical(_finite(value))
 
@@ -236,7 +255,7 @@ def _scalar(value: object) -> str | None:
     if isinstance(value, int):  # an IntEnum (``Tier``) is written as its number
         return int.__repr__(value)
     if isinstance(value, str):  # a StrEnum (``StopReason``) is written as its value
-        return json.dumps(value, ensure_ascii=False)
+        return encode_basestring(value)  # what ``json.dumps(value, ensure_ascii=False)`` returns
     if isinstance(value, float):
         return float.__repr__(value) if math.isfinite(value) else "null"
     return None

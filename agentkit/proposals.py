@@ -28,7 +28,11 @@ def canonical_json(args: BaseModel) -> str:
     Two calls with equal arguments give equal text, so stored arguments can be compared with the
     validated ones character for character.
     """
-    return json.dumps(args.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return _CANONICAL.encode(args.model_dump(mode="json"))
+
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+"""``json.dumps`` with ``canonical_json``'s options, made once (a journaled run writes every call's arguments)."""
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")

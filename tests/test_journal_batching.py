@@ -9,6 +9,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +18,9 @@ from pydantic import BaseModel, JsonValue
 
 from agentkit import Prompt, RoleSpec, Tier, ToolRoundInfo, UsageError, run_tool_loop_tiered, tool
 from agentkit.checkpoint import DigestMemo, RunCheckpoint
-from agentkit.events import Event
+from agentkit.events import Event, RunStarted
 from agentkit.journal import Journal, JournalObserver, RunState, SQLiteJournal
-from agentkit.journal._records import Checkpointed
+from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._sql import checkpoint_text, insert_rows
 from agentkit.journal._store import SQLJournal
 from agentkit.observe import Observer
@@ -250,6 +251,39 @@ async def test_an_interrupt_while_writing_at_once_loses_nothing(
         assert (run.state, run.checkpoint_round) == (RunState.FINISHED, 4)  # the run's final checkpoint
     finally:
         await journal.close()
+
+
+async def test_of_a_runs_checkpoints_in_one_batch_the_latest_rounds_is_stored_and_the_run_is_held(
+    journal: Journal,
+) -> None:
+    """Several of a run's checkpoints in one batch (the one before round 1 goes with round 1's) store the latest
+    round's, whatever their order; the run's start takes the recorder's hold with it."""
+    entries = (await captured_run()).entries
+    started = [e for e in entries if isinstance(e, RunStarted)]
+    kept = [e for e in entries if isinstance(e, Checkpointed)]
+    assert [c.checkpoint.rounds for c in kept[:4]] == [0, 1, 2, 3]
+    hold = Hold(holder="here:1", token="t", lease=timedelta(minutes=5))
+    journal.record_all([*started, kept[0], kept[2], kept[1]], hold=hold)
+    [run] = await journal.runs()
+    assert (run.checkpoint_round, run.resumable, run.claimed_by) == (2, True, "here:1")
+    assert run.lease_until is not None
+    assert run.lease_until > datetime.now(UTC)
+    journal.record_all([kept[1], kept[3]])
+    [run] = await journal.runs()
+    assert run.checkpoint_round == 3
+
+
+def test_a_batch_writes_one_checkpoint_per_run(tmp_path: Path) -> None:
+    """Only the latest of a run's checkpoints in a batch costs a statement."""
+    run = asyncio.run(captured_run())
+    journal = SQLiteJournal(tmp_path / "one.db")
+    statements: list[str] = []
+    journal._conn.inner._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]  # SQLite's own connection
+    first_round = run.entries[: [i for i, e in enumerate(run.entries) if isinstance(e, Checkpointed)][1] + 1]
+    assert sum(isinstance(e, Checkpointed) for e in first_round) == 2
+    assert journal.try_record_all(first_round)
+    assert sum(s.startswith("UPDATE agentkit_runs SET checkpoint") for s in statements) == 1
+    asyncio.run(journal.close())
 
 
 def test_sync_records_writes_from_the_writer_thread(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import entry_of_record, fold_events, loop_config_data, said
 from agentkit.journal._records import (
+    Hold,
     ProposalRecord,
     ProposalState,
     RoundEntry,
@@ -175,7 +176,11 @@ class Lossless:
         self.inner.close()
 
 
-def _stored(params: Sequence[object]) -> list[object]:
+def _stored(params: Sequence[object]) -> Sequence[object]:
+    texts = [p for p in params if isinstance(p, str)]
+    every = "".join(texts)
+    if every.isascii() and "\x00" not in every:  # one look at all of a statement's text (a round's events: ~30 values)
+        return params
     return [to_stored(p) if isinstance(p, str) else p for p in params]
 
 
@@ -281,15 +286,24 @@ def claim_next_statement(dialect: str, *, tools: int, skip: int) -> str:
     return f"UPDATE agentkit_proposals SET {_CLAIM_SET} WHERE id = ({pick}) RETURNING *"
 
 
-def insert_run(db: Connection, event: RunStarted, at: datetime) -> None:
-    """Record a run's start."""
+def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | None = None) -> None:
+    """Record a run's start; with ``hold``, held by that recorder until its lease runs out.
+
+    A run already recorded (a resumed run starts again under its id) keeps its row, and is held
+    only if no other holder (its resumer) holds it.
+    """
     config = _json({"tools": list(event.tools), "max_rounds": event.max_rounds})
     loop = None if event.config is None else _config_text(event.config)
-    db.execute(
-        "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at) VALUES (?, ?, ?, ?, ?, ?) "
-        "ON CONFLICT (id) DO NOTHING",
-        (event.run_id, event.agent, event.model, config, loop, db.to_db_time(at)),
+    holder, token, until = (
+        (None, None, None) if hold is None else (hold.holder, hold.token, db.to_db_time(at + hold.lease))
     )
+    inserted = db.execute(
+        "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at, claimed_by, claim, lease_until) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        (event.run_id, event.agent, event.model, config, loop, db.to_db_time(at), holder, token, until),
+    )
+    if hold is not None and not inserted:
+        db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, event.run_id, hold.token))
 
 
 def _config_text(config: LoopConfig) -> str:
@@ -337,8 +351,14 @@ def insert_rows(db: Connection, insert: str, rows: Sequence[tuple[object, ...]],
     per_statement = max(1, min(_ROWS_PER_STATEMENT, _PARAMETERS_PER_STATEMENT // len(rows[0])))
     for start in range(0, len(rows), per_statement):
         chunk = rows[start : start + per_statement]
-        marks = "(" + ", ".join("?" * len(chunk[0])) + ")"
-        db.execute(f"{insert} {', '.join([marks] * len(chunk))}{tail}", [value for row in chunk for value in row])
+        db.execute(_insert_text(insert, len(chunk[0]), len(chunk), tail), [value for row in chunk for value in row])
+
+
+@functools.lru_cache(maxsize=256)
+def _insert_text(insert: str, columns: int, rows: int, tail: str) -> str:
+    """``insert`` of ``rows`` rows of ``columns`` values each, then ``tail`` (a few texts, used over and over)."""
+    marks = "(" + ", ".join("?" * columns) + ")"
+    return f"{insert} {', '.join([marks] * rows)}{tail}"
 
 
 def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:

@@ -359,26 +359,34 @@ class SQLJournal:
 
     def _record(self, db: Connection, entries: Sequence[Event | Checkpointed], hold: Hold | None, at: datetime) -> None:
         stamp = db.to_db_time(at)
+        # Of a run's checkpoints in one batch only the latest round's is written: it holds everything the others
+        # do. (The one a run takes before its first round goes with that round's, when the round is quick.)
+        latest: dict[str, tuple[int, int]] = {}
+        for index, entry in enumerate(entries):
+            if isinstance(entry, Checkpointed) and latest.get(entry.run_id, (-1, -1))[0] <= entry.checkpoint.rounds:
+                latest[entry.run_id] = (entry.checkpoint.rounds, index)
         # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
         rows: list[tuple[object, ...]] = []
-        for entry in entries:
+        for index, entry in enumerate(entries):
             if isinstance(entry, Checkpointed):
-                text = entry.text or checkpoint_text(entry.checkpoint)
-                store_checkpoint(db, entry.run_id, entry.checkpoint, text)
+                if latest[entry.run_id][1] == index:
+                    store_checkpoint(
+                        db, entry.run_id, entry.checkpoint, entry.text or checkpoint_text(entry.checkpoint)
+                    )
                 continue
-            rows.append(self._write_event(db, entry, at, stamp))
-            if hold is not None and isinstance(entry, RunStarted):
-                until = db.to_db_time(at + hold.lease)
-                db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, entry.run_id, hold.token))
+            rows.append(self._write_event(db, entry, at, stamp, hold))
         if rows:
             append_events(db, rows)
 
-    def _write_event(self, db: Connection, event: Event, at: datetime, stamp: object) -> tuple[object, ...]:
-        """Write what the event changes besides the log; its row for the log (``append_events``)."""
+    def _write_event(
+        self, db: Connection, event: Event, at: datetime, stamp: object, hold: Hold | None = None
+    ) -> tuple[object, ...]:
+        """Write what the event changes besides the log (``hold``: see ``record_all``); its row for the log
+        (``append_events``)."""
         round, data = event_data(event)
         match event:
             case RunStarted():
-                insert_run(db, event, at)
+                insert_run(db, event, at, hold)
             case ProposalCaptured():
                 data["proposal_id"] = insert_proposal(db, event.proposal, f"run:{event.run_id}", at)
             case RunFinished():
