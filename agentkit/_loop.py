@@ -25,12 +25,13 @@ from agentkit._session import RunSession, executor_failed
 from agentkit.agent import PriorCall, ToolAgent, ToolRoundInfo
 from agentkit.checkpoint import (
     CheckpointCall,
-    CheckpointConfig,
     CheckpointProposal,
     CheckpointTool,
     Codec,
     DigestMemo,
     RunCheckpoint,
+    config_parts,
+    tool_part,
 )
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.context import Omitted, Window
@@ -632,10 +633,15 @@ class _Run:
                 "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in pending),
             }
         if self.template is None:
-            tools = tuple(CheckpointTool(name=name, tier=declared_tier(t)) for name, t in self.box.tools.items())
-            self.template = RunCheckpoint.model_construct(
-                run_id=self.session.run_id, config=CheckpointConfig.of(self.config), tools=tools
-            )
+            # The config's and the tools' parts (and their digest texts) are made once per process, not per run.
+            config, text = config_parts(self.config)
+            self.digests.know(config, text)
+            tools: list[CheckpointTool] = []
+            for name, t in self.box.tools.items():
+                tool, text = tool_part(name, declared_tier(t))
+                self.digests.know(tool, text)
+                tools.append(tool)
+            self.template = RunCheckpoint.model_construct(run_id=self.session.run_id, config=config, tools=tuple(tools))
         # From values already of the fields' types (so not validated again: a checkpoint per round must
         # stay cheap), one copy of the run's template; a checkpoint read back is validated by ``model_validate_json``.
         changes = {

@@ -145,10 +145,7 @@ class CheckpointConfig(BaseModel):
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
         """The config's fields; made once per config (a service runs many runs with one; the value is frozen)."""
-        try:
-            return _checkpoint_config(config)
-        except TypeError:  # a config with an unhashable field (a summarizer object, say) is read afresh
-            return _read_config(config)
+        return config_parts(config)[0]
 
     def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
         """The ``LoopConfig`` again, with ``summarize`` as its context window's summarizer."""
@@ -165,9 +162,27 @@ def _read_config(config: LoopConfig) -> CheckpointConfig:
     return CheckpointConfig(**fields, retry=dataclasses.asdict(config.retry), context=context)
 
 
+def config_parts(config: LoopConfig) -> tuple[CheckpointConfig, str]:
+    """The config's ``CheckpointConfig`` and its sorted JSON (its part of a checkpoint's digest text);
+    made once per config (a service runs many runs with one; the value is frozen)."""
+    try:
+        return _config_parts(config)
+    except TypeError:  # a config with an unhashable field (a summarizer object, say) is read afresh
+        made = _read_config(config)
+        return made, _text(made, None)
+
+
 @functools.lru_cache(maxsize=64)
-def _checkpoint_config(config: LoopConfig) -> CheckpointConfig:
-    return _read_config(config)
+def _config_parts(config: LoopConfig) -> tuple[CheckpointConfig, str]:
+    made = _read_config(config)
+    return made, _text(made, None)
+
+
+@functools.lru_cache(maxsize=256)
+def tool_part(name: str, tier: Tier | None) -> tuple[CheckpointTool, str]:
+    """A tool's entry in a checkpoint and its sorted JSON; made once per tool (the value is frozen)."""
+    made = CheckpointTool(name=name, tier=tier)
+    return made, _text(made, None)
 
 
 def _json_of(model: BaseModel, exclude: set[str] | None = None) -> Any:
@@ -233,6 +248,10 @@ class DigestMemo:
         record = CheckpointCall.model_construct(**values)
         self.text(record)
         return record
+
+    def know(self, part: object, text: str) -> None:
+        """Take ``text`` as the part's (made before, as ``text`` makes it: ``config_parts``)."""
+        self._texts[id(part)] = (part, text)
 
     def text(self, part: object) -> str:
         """The part's JSON with sorted keys, as ``content_digest`` hashes it."""
@@ -313,7 +332,7 @@ class RunCheckpoint(BaseModel):
     """The run ended for a reason other than ``PROPOSED``: there is nothing to resume."""
     stop_reason: StopReason | None = None
     """Why the run (its latest leg) ended; ``None`` on a result built by hand."""
-    config: CheckpointConfig = CheckpointConfig.of(LoopConfig())
+    config: CheckpointConfig = _read_config(LoopConfig())
     """The run's ``LoopConfig``, field by field; a resumed run uses it again."""
     tools: tuple[CheckpointTool, ...] = ()
     """The tool set's names and tiers, in order; resuming with another set is refused."""

@@ -24,7 +24,9 @@ from agentkit.checkpoint import (
     CheckpointTool,
     DigestMemo,
     RunCheckpoint,
+    config_parts,
     sealed_text,
+    tool_part,
 )
 from agentkit.context import ContextWindow
 
@@ -75,14 +77,15 @@ proposals = st.builds(
     created_at=st.datetimes(timezones=st.just(UTC)),
     digest=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
 )
-configs = st.builds(
+loop_configs = st.builds(
     LoopConfig,
     max_rounds=st.none() | st.integers(min_value=1, max_value=100),
     token_budget=st.none() | st.integers(min_value=1, max_value=10**6),
     deadline=st.none() | st.floats(min_value=0.5, max_value=1e4),
     autonomy=tiers,
     context=st.none() | st.builds(ContextWindow, last=st.integers(min_value=1, max_value=9)),
-).map(CheckpointConfig.of)
+)
+configs = loop_configs.map(CheckpointConfig.of)
 checkpoints = st.builds(
     RunCheckpoint,
     run_id=text,
@@ -195,3 +198,23 @@ def test_non_finite_floats_beside_unstorable_text_seal_and_read_back() -> None:
     assert '"x":null' in stored
     again = RunCheckpoint.model_validate(json.loads(stored))
     again.verify()
+
+
+@settings(max_examples=40, deadline=None)
+@given(config=loop_configs, names=st.lists(st.sampled_from(["search", "fetch", "write"]), min_size=1, max_size=3))
+def test_parts_made_once_per_process_digest_like_parts_made_afresh(config: LoopConfig, names: list[str]) -> None:
+    """A run's config and tools come with their texts from a per-process cache (``config_parts``, ``tool_part``);
+    a checkpoint sealed with them has the digest of pydantic's sorted JSON, run after run."""
+    for run in ("first", "second"):
+        memo = DigestMemo()
+        made, text = config_parts(config)
+        memo.know(made, text)
+        tools = []
+        for name in dict.fromkeys(names):
+            tool, tool_text = tool_part(name, Tier.READ_ONLY)
+            memo.know(tool, tool_text)
+            tools.append(tool)
+        template = RunCheckpoint.model_construct(run_id=run, config=made, tools=tuple(tools))
+        sealed = template._sealed_with({"finished": False, "rounds": 1}, memo)
+        assert sealed.digest == reference_digest(sealed)
+        RunCheckpoint.model_validate_json(sealed_text(sealed) or "").verify()
