@@ -25,7 +25,7 @@ from agentkit.proposals import canonical_json
 from agentkit.results import RoundRecord, Usage
 from agentkit.tiers import Tier
 
-__all__ = ["entry_of_record", "event_data", "fold_events", "loop_config_data", "said"]
+__all__ = ["ROUND_COLUMNS", "event_data", "fold_events", "loop_config_data", "round_row", "said"]
 
 
 def loop_config_data(config: LoopConfig) -> dict[str, Any]:
@@ -101,26 +101,36 @@ def event_data(event: Event) -> tuple[int | None, dict[str, Any]]:
             assert_never(event)
 
 
-def entry_of_record(run_id: str, record: RoundRecord, *, repeated: bool) -> RoundEntry:
-    """A trace record as a journal round."""
-    return RoundEntry(
-        run_id=run_id,
-        round=record.round,
-        done=record.done,
-        rationale=record.rationale,
-        tool_name=record.tool_name,
-        tier=record.tier,
-        args_json=None if record.call is None else canonical_json(record.call),
-        executed=record.executed,
-        proposed=record.proposed,
-        repeated=repeated,
-        batch_size=record.batch_size,
-        observation=record.observation,
-        error=record.error,
-        llm_seconds=record.llm_seconds,
-        tool_seconds=record.tool_seconds,
-        usage=record.usage,
+def round_row(run_id: str, record: RoundRecord, *, repeated: bool) -> tuple[object, ...]:
+    """A trace record as a row of the journal's rounds, in ``ROUND_COLUMNS`` order (a run's end writes one a round)."""
+    usage = record.usage
+    return (
+        run_id,
+        record.round,
+        record.done,
+        record.rationale,
+        record.tool_name,
+        None if record.tier is None else int(record.tier),
+        None if record.call is None else canonical_json(record.call),
+        record.executed,
+        record.proposed,
+        repeated,
+        record.batch_size,
+        record.observation,
+        record.error,
+        record.llm_seconds,
+        record.tool_seconds,
+        usage.requests,
+        usage.input_tokens,
+        usage.output_tokens,
     )
+
+
+ROUND_COLUMNS = (
+    "run_id, round, done, rationale, tool_name, tier, args, executed, proposed, repeated, batch_size, observation, "
+    "error, llm_seconds, tool_seconds, requests, input_tokens, output_tokens"
+)
+"""The rounds table's columns, as ``round_row`` gives their values."""
 
 
 def _fold(entry: RoundEntry, kind: str, data: Mapping[str, Any]) -> RoundEntry:

@@ -17,7 +17,7 @@ from agentkit.checkpoint import RunCheckpoint, sealed_text
 from agentkit.config import LoopConfig
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
-from agentkit.journal._events import entry_of_record, fold_events, loop_config_data, said
+from agentkit.journal._events import ROUND_COLUMNS, fold_events, loop_config_data, round_row, said
 from agentkit.journal._records import (
     Hold,
     ProposalRecord,
@@ -389,37 +389,13 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
     release_run(db, event.run_id)
     trace = result.trace if isinstance(result, ToolLoopResult) else ()
     last = len(trace) - 1
-    rows: list[tuple[object, ...]] = []
-    for index, record in enumerate(trace):
-        repeated = index == last and result.stop_reason is StopReason.DEGENERATION
-        e = entry_of_record(event.run_id, record, repeated=repeated)
-        rows.append(
-            (
-                e.run_id,
-                e.round,
-                e.done,
-                e.rationale,
-                e.tool_name,
-                None if e.tier is None else int(e.tier),
-                e.args_json,
-                e.executed,
-                e.proposed,
-                e.repeated,
-                e.batch_size,
-                e.observation,
-                e.error,
-                e.llm_seconds,
-                e.tool_seconds,
-                e.usage.requests,
-                e.usage.input_tokens,
-                e.usage.output_tokens,
-            )
-        )
+    rows = [
+        round_row(event.run_id, record, repeated=index == last and result.stop_reason is StopReason.DEGENERATION)
+        for index, record in enumerate(trace)
+    ]
     insert_rows(
         db,
-        "INSERT INTO agentkit_rounds (run_id, round, done, rationale, tool_name, tier, args, executed, proposed, "
-        "repeated, batch_size, observation, error, llm_seconds, tool_seconds, requests, input_tokens, output_tokens) "
-        "VALUES",
+        f"INSERT INTO agentkit_rounds ({ROUND_COLUMNS}) VALUES",
         rows,
         " ON CONFLICT (run_id, round) DO NOTHING",
     )
