@@ -169,6 +169,40 @@ async def test_opening_an_up_to_date_journal_takes_no_write_lock(tmp_path: Path,
 # -- writing at once --------------------------------------------------------------------------------
 
 
+async def test_writes_at_once_leave_the_wal_checkpoint_to_the_journal_s_own_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write at once runs on a run's (an event loop's) thread: SQLite's checkpoint of a full WAL, a copy into
+    the file with a sync to disk, never runs there. The journal's own thread checkpoints every few writes at
+    once instead; a plain write lets SQLite checkpoint as it commits again."""
+    monkeypatch.setattr(sqlite_backend, "CHECKPOINT_EVERY", 4)
+    journal = SQLiteJournal(tmp_path / "journal.db")
+    statements: list[tuple[str, str]] = []
+    for conn in (journal._conn, journal._reader):  # pyright: ignore[reportPrivateUsage]  # SQLite's own connections
+        raw: sqlite3.Connection = conn.inner._db  # type: ignore[union-attr]
+        raw.set_trace_callback(lambda sql: statements.append((threading.current_thread().name, sql)))
+    here = threading.current_thread().name
+    try:
+        for n in range(9):
+            started = RunStarted(run_id=f"run-{n}", agent="a", model="m", tools=("t",), max_rounds=3)
+            assert journal.try_record_all([started]) is True
+        deadline = time.monotonic() + 30
+        while sum(sql == "PRAGMA wal_checkpoint(PASSIVE)" for _, sql in statements) < 2:
+            assert time.monotonic() < deadline, "the journal's thread did not checkpoint the WAL"
+            await asyncio.sleep(0.01)
+        checkpointers = {name for name, sql in statements if sql == "PRAGMA wal_checkpoint(PASSIVE)"}
+        assert here not in checkpointers
+        assert all(name.startswith("agentkit-journal") for name in checkpointers)
+        assert (here, "PRAGMA wal_autocheckpoint = 0") in statements
+        journal.record_all([RunStarted(run_id="run-9", agent="a", model="m", tools=("t",), max_rounds=3)])
+        mine = [sql for name, sql in statements if name == here]
+        last_begin = len(mine) - 1 - mine[::-1].index("BEGIN IMMEDIATE")
+        assert mine[last_begin - 1] == f"PRAGMA wal_autocheckpoint = {sqlite_backend.WAL_AUTOCHECKPOINT_PAGES}"
+        assert len(await journal.runs()) == 10
+    finally:
+        await journal.close()
+
+
 async def test_writing_at_once_refuses_a_held_lock_and_a_later_write_still_waits_for_one(tmp_path: Path) -> None:
     """``try_record_all`` gives up at once on a lock another connection holds; a plain write after it waits
     for the lock as ever (the busy timeout is put back), and goes in once the lock is released."""

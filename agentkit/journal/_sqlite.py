@@ -6,13 +6,16 @@ import os
 import sqlite3
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from agentkit.errors import UsageError
+from agentkit.events import Event
 from agentkit.journal._errors import JournalUnavailable
+from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._schema import VERSION_TABLE
 from agentkit.journal._sql import Busy
 from agentkit.journal._store import SQLJournal
@@ -21,6 +24,12 @@ __all__ = ["SQLiteJournal"]
 
 BUSY_TIMEOUT_S = 30.0
 """How long a write waits for another process's write to finish before failing."""
+
+WAL_AUTOCHECKPOINT_PAGES = 1000
+"""SQLite's default: a commit that fills the WAL to this many pages copies it into the database file."""
+
+CHECKPOINT_EVERY = 200
+"""Writes at once (a few pages each) after which the journal's own thread checkpoints the WAL."""
 
 MEMORY = ":memory:"
 """SQLite's name for a database that lives in memory and is lost on close."""
@@ -75,6 +84,8 @@ class _SQLiteConnection:
         """The connection's ``synchronous`` level now: switched only when a transaction needs the other one."""
         self._waits = True
         """Whether the connection's busy timeout is ``BUSY_TIMEOUT_S`` now (else 0: ``begin(at_once=True)``)."""
+        self._autocheckpoints = True
+        """Whether a commit checkpoints the WAL as it fills it (else not: ``begin(at_once=True)``)."""
         # Transactions are explicit (BEGIN IMMEDIATE for writes), never the module's implicit ones.
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         self._db.text_factory = _text
@@ -108,6 +119,11 @@ class _SQLiteConnection:
         if wait != self._waits:
             self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000) if wait else 0}")
             self._waits = wait
+        # A write at once runs on a run's thread (an event loop's): the checkpoint a commit sets off when it fills the
+        # WAL (copying it into the file, with a sync to disk: milliseconds) is left to ``SQLiteJournal``'s own thread.
+        if write and wait != self._autocheckpoints:
+            self._db.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES if wait else 0}")
+            self._autocheckpoints = wait
         # IMMEDIATE takes the write lock up front, so a read-then-update cannot deadlock with another writer.
         try:
             self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -150,6 +166,11 @@ class _SQLiteConnection:
         at = datetime.fromisoformat(value)
         # The journal writes UTC with an offset; a time edited in by hand without one is read as UTC too.
         return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+    def checkpoint_wal(self) -> None:
+        """Copy what the WAL holds into the database file, without waiting for readers or writers (``PASSIVE``;
+        a read-only connection can too)."""
+        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
     def close(self) -> None:
         self._db.close()
@@ -208,6 +229,10 @@ class SQLiteJournal(SQLJournal):
         except sqlite3.Error as error:
             conn.close()
             raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
+        self._checkpointer = reader
+        """The read connection, which checkpoints the WAL too (beside writes, never holding them up)."""
+        self._at_once = 0
+        """Writes at once since the journal's thread last checkpointed the WAL."""
         super().__init__(conn, where=where, create=create, reader=reader)
 
     @property
@@ -215,6 +240,25 @@ class SQLiteJournal(SQLJournal):
         """A local file: a run's record is written at once on the run's thread when the write lock is free;
         not with ``sync_records=True``, whose commits each wait for the disk (the writer thread waits then)."""
         return not self.sync_records
+
+    def try_record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> bool:
+        """``SQLJournal.try_record_all``; every ``CHECKPOINT_EVERY`` writes, the journal's own thread then checkpoints
+        the WAL, which a write at once leaves alone (it runs on the caller's thread)."""
+        written = super().try_record_all(entries, hold=hold)
+        if written:
+            self._at_once += 1
+            if self._at_once >= CHECKPOINT_EVERY and self._checkpointer is not None:
+                self._at_once = 0
+                with suppress(RuntimeError):  # closed: the journal's threads are gone, and so is the need
+                    self._read_threads.submit(self._checkpoint_wal, self._checkpointer)
+        return written
+
+    def _checkpoint_wal(self, checkpointer: _SQLiteConnection) -> None:
+        # On the read connection: a checkpoint goes on beside writes, so the writer's lock stays free meanwhile.
+        with self._read_lock:
+            if not self._closed:
+                with suppress(sqlite3.Error):  # the next one, or SQLite's own on a plain commit, does it then
+                    checkpointer.checkpoint_wal()
 
 
 def _checked_path(path: str | os.PathLike[str], *, in_memory: bool) -> str:
