@@ -273,6 +273,36 @@ async def test_of_a_runs_checkpoints_in_one_batch_the_latest_rounds_is_stored_an
     assert run.checkpoint_round == 3
 
 
+async def test_of_two_checkpoints_of_one_round_in_a_batch_the_later_is_stored(journal: Journal) -> None:
+    """Equal rounds (a run's round checkpoint, then its ending at that round): the later one wins."""
+    entries = (await captured_run()).entries
+    started = [e for e in entries if isinstance(e, RunStarted)]
+    kept = next(e for e in entries if isinstance(e, Checkpointed) and e.checkpoint.rounds == 2)
+    ended = kept.checkpoint.model_copy(update={"finished": True})
+    journal.record_all([*started, kept, Checkpointed(kept.run_id, ended)])
+    [run] = await journal.runs()
+    assert (run.checkpoint_round, run.resumable) == (2, False)
+    journal.record_all([Checkpointed(kept.run_id, ended), kept])
+    [run] = await journal.runs()
+    assert (run.checkpoint_round, run.resumable) == (2, True)
+
+
+async def test_a_run_started_again_is_held_only_if_nobody_else_holds_it(journal: Journal) -> None:
+    """A run's start that finds its row (a resumed run starts again under its id) takes the recorder's hold
+    only where no other holder (its resumer) has one."""
+    started = [e for e in (await captured_run()).entries if isinstance(e, RunStarted)]
+    journal.record_all(started)
+    [run] = await journal.runs()
+    assert run.claimed_by is None
+    lease = timedelta(minutes=5)
+    journal.record_all(started, hold=Hold(holder="here:1", token="t1", lease=lease))
+    [run] = await journal.runs()
+    assert run.claimed_by == "here:1"
+    journal.record_all(started, hold=Hold(holder="there:2", token="t2", lease=lease))
+    [run] = await journal.runs()
+    assert run.claimed_by == "here:1"
+
+
 def test_a_batch_writes_one_checkpoint_per_run(tmp_path: Path) -> None:
     """Only the latest of a run's checkpoints in a batch costs a statement."""
     run = asyncio.run(captured_run())

@@ -169,38 +169,43 @@ async def test_opening_an_up_to_date_journal_takes_no_write_lock(tmp_path: Path,
 # -- writing at once --------------------------------------------------------------------------------
 
 
-async def test_writes_at_once_leave_the_wal_checkpoint_to_the_journal_s_own_thread(
+def test_writes_at_once_leave_the_wal_checkpoint_to_the_journal_s_own_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write at once runs on a run's (an event loop's) thread: SQLite's checkpoint of a full WAL, a copy into
-    the file with a sync to disk, never runs there. The journal's own thread checkpoints every few writes at
-    once instead; a plain write lets SQLite checkpoint as it commits again."""
+    the file with a sync to disk, never runs there. The journal's own write thread checkpoints every few writes
+    at once instead, so the WAL stays short; a plain write lets SQLite checkpoint as it commits again."""
     monkeypatch.setattr(sqlite_backend, "CHECKPOINT_EVERY", 4)
-    journal = SQLiteJournal(tmp_path / "journal.db")
+    path = tmp_path / "journal.db"
+    journal = SQLiteJournal(path)
     statements: list[tuple[str, str]] = []
-    for conn in (journal._conn, journal._reader):  # pyright: ignore[reportPrivateUsage]  # SQLite's own connections
-        raw: sqlite3.Connection = conn.inner._db  # type: ignore[union-attr]
-        raw.set_trace_callback(lambda sql: statements.append((threading.current_thread().name, sql)))
+    raw: sqlite3.Connection = journal._sqlite._db  # pyright: ignore[reportPrivateUsage]  # the writer's own connection
+    raw.set_trace_callback(lambda sql: statements.append((threading.current_thread().name, sql)))
     here = threading.current_thread().name
+    big = "x" * 40_000  # tens of pages a write (the id is in two tables and their indexes)
+    wal = Path(f"{path}-wal")
+    sizes: list[int] = []
     try:
-        for n in range(9):
-            started = RunStarted(run_id=f"run-{n}", agent="a", model="m", tools=("t",), max_rounds=3)
-            assert journal.try_record_all([started]) is True
-        deadline = time.monotonic() + 30
-        while sum(sql == "PRAGMA wal_checkpoint(PASSIVE)" for _, sql in statements) < 2:
-            assert time.monotonic() < deadline, "the journal's thread did not checkpoint the WAL"
-            await asyncio.sleep(0.01)
+        for n in range(60):
+            started = RunStarted(run_id=f"run-{n}-{big}", agent="a", model="m", tools=("t",), max_rounds=3)
+            if not journal.try_record_all([started]):  # the journal's thread is checkpointing: the lock is taken
+                journal.record_all([started])  # as the observer's writer thread writes it then
+            sizes.append(wal.stat().st_size)
+            time.sleep(0.002)  # a round's model call
+        # Without the journal's checkpoints the WAL would hold all 60 writes; with them, a few at most.
+        one_write = sizes[2] - sizes[1]
+        assert max(sizes) < 15 * one_write
         checkpointers = {name for name, sql in statements if sql == "PRAGMA wal_checkpoint(PASSIVE)"}
+        assert checkpointers
         assert here not in checkpointers
         assert all(name.startswith("agentkit-journal") for name in checkpointers)
         assert (here, "PRAGMA wal_autocheckpoint = 0") in statements
-        journal.record_all([RunStarted(run_id="run-9", agent="a", model="m", tools=("t",), max_rounds=3)])
-        mine = [sql for name, sql in statements if name == here]
-        last_begin = len(mine) - 1 - mine[::-1].index("BEGIN IMMEDIATE")
-        assert mine[last_begin - 1] == f"PRAGMA wal_autocheckpoint = {sqlite_backend.WAL_AUTOCHECKPOINT_PAGES}"
-        assert len(await journal.runs()) == 10
+        journal.record_all([RunStarted(run_id="run-60", agent="a", model="m", tools=("t",), max_rounds=3)])
+        switches = [sql for name, sql in statements if name == here and sql.startswith("PRAGMA wal_autocheckpoint")]
+        assert switches[-1] == f"PRAGMA wal_autocheckpoint = {sqlite_backend.WAL_AUTOCHECKPOINT_PAGES}"
+        assert len(asyncio.run(journal.runs(limit=100))) == 61
     finally:
-        await journal.close()
+        asyncio.run(journal.close())
 
 
 async def test_writing_at_once_refuses_a_held_lock_and_a_later_write_still_waits_for_one(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ WAL_AUTOCHECKPOINT_PAGES = 1000
 """SQLite's default: a commit that fills the WAL to this many pages copies it into the database file."""
 
 CHECKPOINT_EVERY = 200
-"""Writes at once (a few pages each) after which the journal's own thread checkpoints the WAL."""
+"""Writes at once (a few pages each: a round's events and checkpoint) after which the journal's own write
+thread checkpoints the WAL, which writes at once leave alone."""
 
 MEMORY = ":memory:"
 """SQLite's name for a database that lives in memory and is lost on close."""
@@ -229,8 +230,7 @@ class SQLiteJournal(SQLJournal):
         except sqlite3.Error as error:
             conn.close()
             raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
-        self._checkpointer = reader
-        """The read connection, which checkpoints the WAL too (beside writes, never holding them up)."""
+        self._sqlite = conn
         self._at_once = 0
         """Writes at once since the journal's thread last checkpointed the WAL."""
         super().__init__(conn, where=where, create=create, reader=reader)
@@ -247,18 +247,20 @@ class SQLiteJournal(SQLJournal):
         written = super().try_record_all(entries, hold=hold)
         if written:
             self._at_once += 1
-            if self._at_once >= CHECKPOINT_EVERY and self._checkpointer is not None:
+            if self._at_once >= CHECKPOINT_EVERY:
                 self._at_once = 0
                 with suppress(RuntimeError):  # closed: the journal's threads are gone, and so is the need
-                    self._read_threads.submit(self._checkpoint_wal, self._checkpointer)
+                    self._threads.submit(self._checkpoint_wal)
         return written
 
-    def _checkpoint_wal(self, checkpointer: _SQLiteConnection) -> None:
-        # On the read connection: a checkpoint goes on beside writes, so the writer's lock stays free meanwhile.
-        with self._read_lock:
+    def _checkpoint_wal(self) -> None:
+        # Holding the write lock, so it ends before the next write, which then starts the WAL over from its
+        # beginning (the WAL stays about CHECKPOINT_EVERY writes long); a write at once meanwhile finds the lock
+        # taken and goes to its observer's writer thread. Reads go on: they have a connection of their own.
+        with self._lock:
             if not self._closed:
                 with suppress(sqlite3.Error):  # the next one, or SQLite's own on a plain commit, does it then
-                    checkpointer.checkpoint_wal()
+                    self._sqlite.checkpoint_wal()
 
 
 def _checked_path(path: str | os.PathLike[str], *, in_memory: bool) -> str:
