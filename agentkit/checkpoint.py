@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter
 from pydantic_core import PydanticSerializationError
 
+from agentkit._cache import value_cache
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.context import ContextWindow, Summarizer
 from agentkit.errors import ResumeRefused, UsageError
@@ -162,18 +163,10 @@ def _read_config(config: LoopConfig) -> CheckpointConfig:
     return CheckpointConfig(**fields, retry=dataclasses.asdict(config.retry), context=context)
 
 
+@value_cache(maxsize=64)
 def config_parts(config: LoopConfig) -> tuple[CheckpointConfig, str]:
     """The config's ``CheckpointConfig`` and its sorted JSON (its part of a checkpoint's digest text);
     made once per config (a service runs many runs with one; the value is frozen)."""
-    try:
-        return _config_parts(config)
-    except TypeError:  # a config with an unhashable field (a summarizer object, say) is read afresh
-        made = _read_config(config)
-        return made, _text(made, None)
-
-
-@functools.lru_cache(maxsize=64)
-def _config_parts(config: LoopConfig) -> tuple[CheckpointConfig, str]:
     made = _read_config(config)
     return made, _text(made, None)
 
@@ -460,13 +453,10 @@ def item_type_of(tool: AnyTool) -> object:
     target: Any = tool.fn if isinstance(tool, FunctionTool | ContextFunctionTool) else getattr(type(tool), "call", None)
     if target is None:
         return None
-    try:
-        return _declared_item(target)
-    except TypeError:  # an unhashable callable: read afresh
-        return _declared_item.__wrapped__(target)
+    return _declared_item(target)
 
 
-@functools.lru_cache(maxsize=256)
+@value_cache(maxsize=256)
 def _declared_item(target: Any) -> object:
     """The item type ``target``'s return annotation declares (read once per function: a run with a
     journal checks its tools' item types as it starts)."""
@@ -545,23 +535,12 @@ class Codec:
         return ProposedAction[self.args[stored.tool_name]].model_validate(data)  # type: ignore[name-defined]  # a run-time type
 
 
-def _list_adapter(item: Any) -> TypeAdapter[list[Any]]:
+@value_cache(maxsize=256)
+def _adapter_for(item: Any) -> TypeAdapter[list[Any]]:
     """A batch's adapter; its JSON schema is built once to prove JSON can carry the type."""
     adapter: TypeAdapter[list[Any]] = TypeAdapter(list[item])
     adapter.json_schema()
     return adapter
-
-
-_cached_adapter = functools.lru_cache(maxsize=256)(_list_adapter)
-"""Bounded, like the step models' cache: tools defined per request leave memory flat."""
-
-
-def _adapter_for(item: Any) -> TypeAdapter[list[Any]]:
-    try:
-        hash(item)
-    except TypeError:  # an unhashable annotation is built afresh each time
-        return _list_adapter(item)
-    return _cached_adapter(item)
 
 
 def _adapter(tool_name: str, item: object) -> TypeAdapter[list[Any]]:

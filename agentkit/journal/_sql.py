@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 import pydantic_core
 
+from agentkit._cache import value_cache
 from agentkit.checkpoint import RunCheckpoint, sealed_text
 from agentkit.config import LoopConfig
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
@@ -177,8 +178,7 @@ class Lossless:
 
 
 def _stored(params: Sequence[object]) -> Sequence[object]:
-    texts = [p for p in params if isinstance(p, str)]
-    every = "".join(texts)
+    every = "".join([p for p in params if isinstance(p, str)])
     if every.isascii() and "\x00" not in every:  # one look at all of a statement's text (a round's events: ~30 values)
         return params
     return [to_stored(p) if isinstance(p, str) else p for p in params]
@@ -306,16 +306,9 @@ def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | Non
         db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, event.run_id, hold.token))
 
 
+@value_cache(maxsize=64)
 def _config_text(config: LoopConfig) -> str:
     """A ``LoopConfig`` as the journal's JSON; made once per config (a service runs many runs with one)."""
-    try:
-        return _cached_config_text(config)
-    except TypeError:  # a config with an unhashable field (a summarizer object, say) is written afresh
-        return _json(loop_config_data(config))
-
-
-@functools.lru_cache(maxsize=64)
-def _cached_config_text(config: LoopConfig) -> str:
     return _json(loop_config_data(config))
 
 

@@ -83,10 +83,10 @@ class _SQLiteConnection:
         self._sync_records = sync_records
         self._synchronous = "FULL"
         """The connection's ``synchronous`` level now: switched only when a transaction needs the other one."""
-        self._waits = True
-        """Whether the connection's busy timeout is ``BUSY_TIMEOUT_S`` now (else 0: ``begin(at_once=True)``)."""
-        self._autocheckpoints = True
-        """Whether a commit checkpoints the WAL as it fills it (else not: ``begin(at_once=True)``)."""
+        self._at_once = False
+        """Whether the connection is set for writing at once now (``begin(at_once=True)``): no busy timeout,
+        and no checkpoint of the WAL by its commits; else the busy timeout is ``BUSY_TIMEOUT_S`` and a commit
+        that fills the WAL to ``WAL_AUTOCHECKPOINT_PAGES`` checkpoints it, as SQLite does by default."""
         # Transactions are explicit (BEGIN IMMEDIATE for writes), never the module's implicit ones.
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         self._db.text_factory = _text
@@ -112,19 +112,18 @@ class _SQLiteConnection:
         if write and level != self._synchronous:
             self._db.execute(f"PRAGMA synchronous = {level}")
             self._synchronous = level
-        # ``at_once``: another connection holding the write lock is Busy at once, not after the busy timeout.
-        # Like the sync level, the timeout is switched only when a transaction needs the other one (a
-        # journaled run's rounds are written at once, one after another). In WAL mode only taking the write
-        # lock waits: the statements of a transaction that holds it never meet a busy database.
-        wait = not at_once
-        if wait != self._waits:
-            self._db.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000) if wait else 0}")
-            self._waits = wait
-        # A write at once runs on a run's thread (an event loop's): the checkpoint a commit sets off when it fills the
-        # WAL (copying it into the file, with a sync to disk: milliseconds) is left to ``SQLiteJournal``'s own thread.
-        if write and wait != self._autocheckpoints:
-            self._db.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES if wait else 0}")
-            self._autocheckpoints = wait
+        # ``at_once``: another connection holding the write lock is Busy at once, not after the busy timeout;
+        # and as a write at once runs on a run's thread (an event loop's), the checkpoint a commit sets off
+        # when it fills the WAL (a copy into the file, with a sync to disk: milliseconds) is left to
+        # ``SQLiteJournal``'s own thread. Like the sync level, both are switched only when a transaction needs
+        # the other setting (a journaled run's rounds are written at once, one after another). In WAL mode
+        # only taking the write lock waits: the statements of a transaction that holds it never meet a busy
+        # database.
+        if at_once != self._at_once:
+            timeout, pages = (0, 0) if at_once else (int(BUSY_TIMEOUT_S * 1000), WAL_AUTOCHECKPOINT_PAGES)
+            self._db.execute(f"PRAGMA busy_timeout = {timeout}")
+            self._db.execute(f"PRAGMA wal_autocheckpoint = {pages}")
+            self._at_once = at_once
         # IMMEDIATE takes the write lock up front, so a read-then-update cannot deadlock with another writer.
         try:
             self._db.execute("BEGIN IMMEDIATE" if write else "BEGIN")
@@ -231,7 +230,7 @@ class SQLiteJournal(SQLJournal):
             conn.close()
             raise JournalUnavailable(f"cannot open the SQLite journal at {where}: {error}") from error
         self._sqlite = conn
-        self._at_once = 0
+        self._written_at_once = 0
         """Writes at once since the journal's thread last checkpointed the WAL."""
         super().__init__(conn, where=where, create=create, reader=reader)
 
@@ -246,9 +245,9 @@ class SQLiteJournal(SQLJournal):
         the WAL, which a write at once leaves alone (it runs on the caller's thread)."""
         written = super().try_record_all(entries, hold=hold)
         if written:
-            self._at_once += 1
-            if self._at_once >= CHECKPOINT_EVERY:
-                self._at_once = 0
+            self._written_at_once += 1
+            if self._written_at_once >= CHECKPOINT_EVERY:
+                self._written_at_once = 0
                 with suppress(RuntimeError):  # closed: the journal's threads are gone, and so is the need
                     self._threads.submit(self._checkpoint_wal)
         return written

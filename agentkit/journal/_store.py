@@ -361,18 +361,19 @@ class SQLJournal:
         stamp = db.to_db_time(at)
         # Of a run's checkpoints in one batch only the latest round's is written: it holds everything the others
         # do. (The one a run takes before its first round goes with that round's, when the round is quick.)
-        latest: dict[str, tuple[int, int]] = {}
-        for index, entry in enumerate(entries):
-            if isinstance(entry, Checkpointed) and latest.get(entry.run_id, (-1, -1))[0] <= entry.checkpoint.rounds:
-                latest[entry.run_id] = (entry.checkpoint.rounds, index)
+        latest: dict[str, Checkpointed] = {}
+        for entry in entries:
+            if isinstance(entry, Checkpointed):
+                kept = latest.get(entry.run_id)
+                if kept is None or kept.checkpoint.rounds <= entry.checkpoint.rounds:
+                    latest[entry.run_id] = entry
         # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
         rows: list[tuple[object, ...]] = []
-        for index, entry in enumerate(entries):
+        for entry in entries:
             if isinstance(entry, Checkpointed):
-                if latest[entry.run_id][1] == index:
-                    store_checkpoint(
-                        db, entry.run_id, entry.checkpoint, entry.text or checkpoint_text(entry.checkpoint)
-                    )
+                if latest[entry.run_id] is entry:
+                    text = entry.text or checkpoint_text(entry.checkpoint)
+                    store_checkpoint(db, entry.run_id, entry.checkpoint, text)
                 continue
             rows.append(self._write_event(db, entry, at, stamp, hold))
         if rows:
