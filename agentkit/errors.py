@@ -6,6 +6,7 @@ The tree::
     ├── UsageError                  wiring mistake; raised before any model call, with the fix
     │   ├── ScriptExhausted         a ScriptedCaller ran out of scripted replies (tests)
     │   └── ResumeRefused           a run cannot resume from that checkpoint, tools and decisions; nothing ran
+    │       └── ToolSetChanged      the tools brought to a run are not the ones it recorded (tier, args, set)
     ├── TierParseError              a tier read from text was not recognised (fails closed)
     ├── Throttled                   HTTP 429: never retried, never failed over
     ├── ProviderError               the model server failed; ``transient`` ones are retried
@@ -73,6 +74,7 @@ __all__ = [
     "TierParseError",
     "ToolError",
     "ToolRetry",
+    "ToolSetChanged",
     "ToolTimeout",
     "TransitionRefused",
     "Truncated",
@@ -102,6 +104,16 @@ class ScriptExhausted(UsageError):
 class ResumeRefused(UsageError):
     """A run cannot resume: the checkpoint is altered, of another version or finished, the tool set
     differs from the checkpoint's, or the decisions do not match its pending proposals. Nothing ran."""
+
+
+class ToolSetChanged(ResumeRefused):
+    """The tools a path brings to a run are not the ones the run recorded: a tier changed, a tool was
+    added or removed, a tool's args take another schema, or the order differs. Nothing ran."""
+
+    def __init__(self, message: str, *, problems: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems)
+        """Each difference, in words (``"tool 'send' is missing"``)."""
 
 
 class TierParseError(AgentkitError, ValueError):

@@ -8,6 +8,7 @@ Worker processes import ``AGENTS``, built from ``AGENTKIT_TEST_MODEL_URL`` and `
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -118,8 +119,14 @@ def _log(path: Path, line: str) -> None:
         out.write(line + "\n")
 
 
-def make_agents(model_url: str, log: Path, *, heartbeat: float = 1.0) -> list[DurableAgent[Any, Any]]:
-    """The agents: ``research`` (search, send) and ``lookup`` (search only)."""
+def make_agents(
+    model_url: str, log: Path, *, heartbeat: float = 1.0, redeploy: str | None = None
+) -> list[DurableAgent[Any, Any]]:
+    """The agents: ``research`` (search, send) and ``lookup`` (search only).
+
+    ``redeploy`` builds ``research`` as a later deploy might: ``"retiered"`` declares ``send``
+    READ_ONLY, ``"added"`` adds a tool, ``"removed"`` drops ``send``.
+    """
 
     @tool(tier=Tier.READ_ONLY)
     async def search(args: Search) -> list[Doc]:
@@ -146,9 +153,21 @@ def make_agents(model_url: str, log: Path, *, heartbeat: float = 1.0) -> list[Du
         _log(log, f"send {args.to} {args.text}")
         return [Doc(id=f"sent:{args.to}")]
 
+    @tool(tier=Tier.READ_ONLY)
+    async def count(args: Search) -> list[Doc]:
+        """Count the corpus."""
+        _log(log, f"count {args.query}")
+        return [Doc(id="count")]
+
     caller = OpenAICaller(base_url=model_url, api_key="k")
     policy = ActivityPolicy(heartbeat=_seconds(heartbeat), retry_initial=_seconds(0.1))
     tools: Sequence[Any] = [search, send]
+    if redeploy == "retiered":
+        tools = [search, dataclasses.replace(send, tier=Tier.READ_ONLY)]
+    elif redeploy == "added":
+        tools = [search, send, count]
+    elif redeploy == "removed":
+        tools = [search]
     return [
         DurableAgent(
             name="research",

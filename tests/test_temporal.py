@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowHistory, WorkflowUpdateFailedError
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
@@ -121,17 +121,20 @@ async def test_bad_updates_are_rejected_and_change_nothing(
 async def test_recorded_histories_replay_deterministically(
     runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
 ) -> None:
-    """temporalio's Replayer replays finished runs (a decided proposal included) without a determinism
-    error; replaying them against a different loop (another round ceiling) is caught."""
+    """A run continues as new at its wait for a decision, so it has two legs; temporalio's Replayer replays
+    both (a decided proposal included) without a determinism error, and replaying the first against a
+    different loop (another round ceiling) is caught."""
     fake.add(step("search", query="a"), step("send", to="bob", text="hi"), step("search", query="b"), DONE)
     async with build_worker(runs.client, agents, task_queue=runs.task_queue):
         handle = await runs.start(agents[0], Brief(topic="t"))
         [proposal] = (await until(handle, RunStatus.WAITING)).pending
         await handle.approve(proposal, by="alice")
         await handle.result()
-    history = await runs.client.get_workflow_handle(handle.run_id).fetch_history()
+    histories = await leg_histories(runs, handle.run_id)
+    assert len(histories) == 2
     replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
-    await replayer.replay_workflow(history)
+    for history in histories:
+        await replayer.replay_workflow(history)
     research = agents[0]
     shorter = DurableAgent(
         name=research.name,
@@ -139,11 +142,24 @@ async def test_recorded_histories_replay_deterministically(
         tools=research.tools,
         caller=research.caller,
         ctx_type=Brief,
-        config=LoopConfig(max_rounds=2),
+        config=LoopConfig(max_rounds=1),
     )
     changed = Replayer(workflows=[workflow_for({"research": shorter})], data_converter=pydantic_data_converter)
     with pytest.raises(Exception, match=r"[Nn]ondetermin"):
-        await changed.replay_workflow(history)
+        await changed.replay_workflow(histories[0])
+
+
+async def leg_histories(runs: DurableRuns, run_id: str) -> list[WorkflowHistory]:
+    """The histories of every leg of a run (each leg after the first is continued as new), first leg first."""
+    legs: list[WorkflowHistory] = []
+    leg: str | None = None
+    while True:
+        history = await runs.client.get_workflow_handle(run_id, run_id=leg).fetch_history()
+        legs.insert(0, history)
+        started = history.events[0].workflow_execution_started_event_attributes
+        leg = started.continued_execution_run_id or None
+        if leg is None:
+            return legs
 
 
 async def test_throttled_model_call_is_never_retried(

@@ -28,10 +28,11 @@ from agentkit.errors import (
 from agentkit.results import Usage
 from agentkit.structured import StructuredRequest
 from agentkit.temporal._agent import DurableAgent
-from agentkit.temporal._values import ModelCall, ModelReply, ToolCallInput, ToolReply
+from agentkit.temporal._values import ModelCall, ModelReply, ToolCallInput, ToolReply, ToolSet
 
 MODEL_ACTIVITY = "agentkit.model_call"
 TOOL_ACTIVITY = "agentkit.tool_call"
+RECORD_TOOLS = "agentkit.record_tools"
 
 REQUEST = TypeAdapter(StructuredRequest)
 
@@ -164,6 +165,13 @@ class Activities:
                 tool_name=call.tool_name,
             )
             raise ApplicationError(str(error), type="ToolResultInvalid", non_retryable=True) from wrong
+
+
+@activity.defn(name=RECORD_TOOLS)
+async def record_tools(tools: ToolSet) -> ToolSet:
+    """Give back the tool set the workflow recorded, run as a local activity: its result is kept in the
+    run's history, so a replay reads the tool set the run first ran with, not the replaying worker's."""
+    return tools
 
 
 async def _heartbeat(every_timeout: Any) -> None:

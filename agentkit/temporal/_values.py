@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from agentkit._admission import ToolEntry
 from agentkit.checkpoint import RunCheckpoint
 from agentkit.outcome import Outcome, StopReason
 from agentkit.tiers import Tier
@@ -16,6 +17,7 @@ __all__ = [
     "Decision",
     "DecisionRecord",
     "DurableOutcome",
+    "Leg",
     "ModelCall",
     "ModelReply",
     "PendingProposal",
@@ -26,6 +28,7 @@ __all__ = [
     "RunSummary",
     "ToolCallInput",
     "ToolReply",
+    "ToolSet",
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -42,14 +45,21 @@ class RunStatus(StrEnum):
     """An approved call's activity was lost (its worker died); a human must say whether it ran."""
     FINISHED = "finished"
     """Ended; ``RunState.outcome`` holds the result."""
+    REFUSED = "refused"
+    """The worker's tools are not the ones the run recorded (a redeploy changed a tier, added or removed a
+    tool, or changed a tool's args); ``RunState.refused`` says what differs. Nothing runs; the run fails
+    as soon as an Update or a signal reaches it on such a worker."""
 
 
 class RunStart(BaseModel):
-    """The workflow's input: which agent, and its ctx as JSON (validated by the agent's ``ctx_type``)."""
+    """The workflow's input: which agent, and its ctx as JSON (validated by the agent's ``ctx_type``);
+    a leg after the first (continued as new at a wait) also carries the run's state (``leg``)."""
 
     model_config = _FROZEN
     agent: str
     ctx: JsonValue = None
+    leg: Leg | None = None
+    """``None``: the run's first leg. Else what the run goes on from."""
 
 
 class PendingProposal(BaseModel):
@@ -129,6 +139,24 @@ class DurableOutcome(BaseModel):
     checkpoint: RunCheckpoint
 
 
+class Leg(BaseModel):
+    """A run continued as new where it waits for people: its state, its recorded tools, its decisions.
+
+    A leg's history then starts with everything the run needs, and a worker that replays it admits its
+    tools against ``tools`` before anything else (a waiting leg has issued no command yet, so a refusal
+    fails the run cleanly instead of breaking the replay)."""
+
+    model_config = _FROZEN
+    checkpoint: RunCheckpoint
+    """Where the run stopped: at a proposal (its decisions awaited), or before a lost call's resolution."""
+    tools: tuple[ToolEntry, ...]
+    """The tool set the run's first leg ran with."""
+    decisions: tuple[DecisionRecord, ...] = ()
+    """Every decision and resolution the run accepted so far."""
+    unknown: PendingProposal | None = None
+    """An approved call whose outcome was lost: the leg waits for a human's resolution of it."""
+
+
 class RunState(BaseModel):
     """The ``state`` Query's answer."""
 
@@ -144,6 +172,8 @@ class RunState(BaseModel):
     """The approved call whose outcome was lost (status ``OUTCOME_UNKNOWN``)."""
     decisions: list[DecisionRecord] = []
     outcome: DurableOutcome | None = None
+    refused: str | None = None
+    """Status ``REFUSED``: what differs between the worker's tools and the run's."""
 
 
 class RunSummary(BaseModel):
@@ -192,3 +222,14 @@ class ToolReply(BaseModel):
     batch: list[JsonValue]
     observation: str | None = None
     """The ``ToolRetry`` message: the tool said the call itself was wrong (the batch is then empty)."""
+
+
+class ToolSet(BaseModel):
+    """A run's tool set as it first ran (names, tiers, args schemas), recorded in its history."""
+
+    model_config = _FROZEN
+    agent: str
+    tools: tuple[ToolEntry, ...]
+
+
+RunStart.model_rebuild()

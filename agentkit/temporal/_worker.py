@@ -11,7 +11,7 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
-from agentkit.temporal._activities import Activities
+from agentkit.temporal._activities import Activities, record_tools
 from agentkit.temporal._agent import DurableAgent, agents_by_name
 from agentkit.temporal._workflow import workflow_for
 
@@ -48,7 +48,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[workflow_for(named)],
-        activities=[activities.model_call, activities.tool_call],
+        activities=[activities.model_call, activities.tool_call, record_tools],
         max_concurrent_activities=max_concurrent_activities,
         graceful_shutdown_timeout=graceful_shutdown,
     )

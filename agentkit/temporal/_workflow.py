@@ -10,29 +10,32 @@ results: the run id is the workflow id, and the workflow's own clock stamps what
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 from pydantic import BaseModel, TypeAdapter
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from agentkit._admission import ToolEntry, admit_tools, tool_entries
 from agentkit._invoke import Relayed
 from agentkit._loop import Toolbox, run_core
 from agentkit.approval import Approval, Rejection, approve, reject
 from agentkit.checkpoint import CheckpointProposal, Codec, RunCheckpoint, item_type_of
-from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolTimeout
+from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolSetChanged, ToolTimeout
 from agentkit.results import TieredLoopResult, Usage
 from agentkit.resume import resume_tool_loop
 from agentkit.structured import Completion, StructuredRequest
-from agentkit.temporal._activities import MODEL_ACTIVITY, REQUEST, TOOL_ACTIVITY, decode_error
+from agentkit.temporal._activities import MODEL_ACTIVITY, RECORD_TOOLS, REQUEST, TOOL_ACTIVITY, decode_error
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._values import (
     Decision,
     DecisionRecord,
     DurableOutcome,
+    Leg,
     ModelCall,
     ModelReply,
     PendingProposal,
@@ -42,12 +45,18 @@ from agentkit.temporal._values import (
     RunStatus,
     ToolCallInput,
     ToolReply,
+    ToolSet,
 )
 from agentkit.tiers import Tier
 
 WORKFLOW_NAME = "agentkit.run"
 
 _ONCE = RetryPolicy(maximum_attempts=1)
+_LEGS = "agentkit-legs"
+"""The patch that records a run's tool set in its history and continues the run as new at each wait for
+people (runs started before it replay as they ran: no recorded tools, decisions taken in place)."""
+
+_log = logging.getLogger("agentkit.temporal")
 _REPORT_GRACE = timedelta(seconds=5)
 """How much longer than ``LoopConfig.tool_timeout`` a tool attempt has, for the activity to report its timeout."""
 
@@ -170,9 +179,13 @@ class AgentRun:
 
     agents: ClassVar[dict[str, DurableAgent[Any, Any]]] = {}
 
-    def __init__(self) -> None:
-        self.run_id = ""
-        self.agent = ""
+    @workflow.init
+    def __init__(self, start: RunStart) -> None:
+        # Set from the input before any handler runs: an Update may be applied in the same activation as
+        # the start of a replay, before ``run`` has begun.
+        self.run_id = workflow.info().workflow_id
+        self.agent = start.agent
+        self.start = start
         self.status = RunStatus.RUNNING
         self.rounds = 0
         self.requests = 0
@@ -183,6 +196,19 @@ class AgentRun:
         self.records: list[DecisionRecord] = []
         self.outcome: DurableOutcome | None = None
         self.lost: list[str] = []
+        self.tools: tuple[ToolEntry, ...] | None = None
+        """The run's recorded tool set (``None``: a run recorded before tool sets were, replayed as it ran)."""
+        self.refusal: ToolSetChanged | None = None
+        """Why the worker's tools cannot carry on the run (``RunStatus.REFUSED``)."""
+        leg, durable = start.leg, self.agents.get(start.agent)
+        if leg is None or durable is None:
+            return
+        self.tools, self.records = leg.tools, list(leg.decisions)
+        if self.admit(durable):
+            if leg.unknown is not None:
+                self.resolving(leg.checkpoint, leg.unknown)
+            else:
+                self.waiting(leg.checkpoint)
 
     @workflow.run
     async def run(self, start: RunStart) -> DurableOutcome:
@@ -193,31 +219,89 @@ class AgentRun:
                 type="UnknownAgent",
                 non_retryable=True,
             )
-        self.run_id, self.agent = workflow.info().workflow_id, start.agent
+        leg = start.leg
+        # A first leg recorded before legs existed replays as it ran then: no recorded tools, decided in place.
+        if leg is None and workflow.patched(_LEGS):
+            self.tools = await self.recorded_tools(durable)
+            self.admit(durable)
+        if self.refusal is not None:
+            await self.refused(self.refusal)
         ctx = durable.ctx_adapter.validate_python(start.ctx)
         caller = _ActivityCaller(start.agent, durable)
         proxies = [_ActivityTool(start.agent, durable, name, self.lost) for name in durable.box.tools]
-        tools: Any = proxies if durable.box.single is None else proxies[0]
-        config = durable.workflow_config()
-        box = Toolbox.build(tools, config)
-        codec = Codec.needed(box.tools, config)
-        result = await run_core(
-            caller, durable.agent, box, ctx, config, None, (), may_propose=True, codec=codec, run_id=self.run_id
-        )
+        proxied: Any = proxies if durable.box.single is None else proxies[0]
+        if leg is None:
+            config = durable.workflow_config()
+            box = Toolbox.build(proxied, config)
+            codec = Codec.needed(box.tools, config)
+            result = await run_core(
+                caller, durable.agent, box, ctx, config, None, (), may_propose=True, codec=codec, run_id=self.run_id
+            )
+        elif leg.unknown is not None:
+            result = await self.on_resolution(leg.checkpoint, caller, durable, proxied, ctx)
+        else:
+            result = await self.on_decisions(leg.checkpoint, caller, durable, proxied, ctx)
         while not result.checkpoint.finished:
-            result = await self.decided_leg(result.checkpoint, caller, durable, tools, ctx)
+            if self.tools is not None:
+                # The wait for people starts a new leg whose history holds the state (see ``Leg``).
+                self.continue_leg(result.checkpoint)
+            self.waiting(result.checkpoint)
+            result = await self.on_decisions(result.checkpoint, caller, durable, proxied, ctx)
         self.outcome = self.finished(durable, result)
         self.status = RunStatus.FINISHED
         return self.outcome
 
-    async def decided_leg(
-        self, checkpoint: RunCheckpoint, caller: _ActivityCaller, durable: DurableAgent[Any, Any], tools: Any, ctx: Any
-    ) -> TieredLoopResult[Any, Any]:
-        """Wait for a decision on each pending proposal, then continue the run with them."""
+    async def recorded_tools(self, durable: DurableAgent[Any, Any]) -> tuple[ToolEntry, ...]:
+        """The tool set of the worker that first runs the run, kept in its history (a local activity's
+        result): a replay reads it back, not the replaying worker's."""
+        given = ToolSet(agent=self.agent, tools=tool_entries(durable.box.tools))
+        recorded: ToolSet = await workflow.execute_local_activity(
+            RECORD_TOOLS, given, result_type=ToolSet, start_to_close_timeout=timedelta(seconds=10), retry_policy=_ONCE
+        )
+        return recorded.tools
+
+    def admit(self, durable: DurableAgent[Any, Any]) -> bool:
+        """Admit the worker's tools against the run's recorded ones, before anything runs; on a difference
+        the run is ``REFUSED`` (``refused`` fails it)."""
+        assert self.tools is not None
+        try:
+            admit_tools(self.run_id, self.tools, durable.box.tools)
+        except ToolSetChanged as changed:
+            self.status, self.refusal = RunStatus.REFUSED, changed
+            _log.warning("%s", changed)
+            return False
+        return True
+
+    async def refused(self, changed: ToolSetChanged) -> NoReturn:
+        """Fail the run, naming what differs in its tools.
+
+        Replaying, the run first waits for the live end of its history: a waiting leg has issued no
+        command, so nothing is out of step, and the first decision sent to it (an Update, accepted so that
+        it is kept in history) fails, with the run, naming the difference; a Query meanwhile shows
+        ``RunStatus.REFUSED``. A leg that had already made calls cannot replay on other tools at all: its
+        task fails as a nondeterminism error, running nothing, until a worker with the run's tools takes it.
+        """
+        await workflow.wait_condition(lambda: not workflow.unsafe.is_replaying())
+        # Not a workflow-task failure, which Temporal retries forever: the run fails and says why.
+        raise ApplicationError(str(changed), list(changed.problems), type="ToolSetChanged", non_retryable=True)
+
+    def continue_leg(self, checkpoint: RunCheckpoint, unknown: PendingProposal | None = None) -> NoReturn:
+        """Continue the run as new from ``checkpoint``: its next leg starts by waiting for people."""
+        assert self.tools is not None
+        leg = Leg(checkpoint=checkpoint, tools=self.tools, decisions=tuple(self.records), unknown=unknown)
+        workflow.continue_as_new(RunStart(agent=self.agent, ctx=self.start.ctx, leg=leg))
+
+    def waiting(self, checkpoint: RunCheckpoint) -> None:
+        """The run stopped at the checkpoint's proposals: they wait for decisions."""
         now = workflow.now()
         self.pending = {p.round: _pending(p, now) for p in checkpoint.proposals}
         self.decided, self.rounds, self.requests = {}, checkpoint.rounds, checkpoint.requests
         self.status = RunStatus.WAITING
+
+    async def on_decisions(
+        self, checkpoint: RunCheckpoint, caller: _ActivityCaller, durable: DurableAgent[Any, Any], tools: Any, ctx: Any
+    ) -> TieredLoopResult[Any, Any]:
+        """Wait for a decision on each pending proposal, then continue the run with them."""
         await workflow.wait_condition(lambda: len(self.decided) == len(self.pending))
         self.status = RunStatus.RUNNING
         codec = Codec(durable.box.tools)
@@ -236,7 +320,20 @@ class AgentRun:
             return result
         # The approved call's outcome is unknown: a human says whether it took effect; it never re-runs.
         lost = next(p for p in pending.values() if self.decided[p.round].approve)
+        if self.tools is not None:
+            self.continue_leg(checkpoint, lost)
+        self.resolving(checkpoint, lost)
+        return await self.on_resolution(checkpoint, caller, durable, tools, ctx)
+
+    def resolving(self, checkpoint: RunCheckpoint, lost: PendingProposal) -> None:
+        """The approved call ``lost`` ended without an outcome: a human's account of it is awaited."""
+        self.rounds, self.requests = checkpoint.rounds, checkpoint.requests
         self.unknown, self.resolution, self.status = lost, None, RunStatus.OUTCOME_UNKNOWN
+
+    async def on_resolution(
+        self, checkpoint: RunCheckpoint, caller: _ActivityCaller, durable: DurableAgent[Any, Any], tools: Any, ctx: Any
+    ) -> TieredLoopResult[Any, Any]:
+        """Wait for the account of the lost call, then go on with it as the call's observation."""
         await workflow.wait_condition(lambda: self.resolution is not None)
         assert self.resolution is not None
         self.unknown, self.status = None, RunStatus.RUNNING
@@ -286,9 +383,12 @@ class AgentRun:
             unknown=self.unknown,
             decisions=list(self.records),
             outcome=self.outcome,
+            refused=str(self.refusal) if self.refusal is not None else None,
         )
 
     def check_decision(self, decision: Decision) -> PendingProposal:
+        if self.refusal is not None:
+            raise _refused(f"{self.refusal}; the decision changed nothing")
         if not decision.by.strip():
             raise _refused("a decision must name who decided (by=...); nothing changed")
         earlier = [r for r in self.records if r.round == decision.round]
@@ -323,9 +423,12 @@ class AgentRun:
 
     @decide.validator
     def validate_decide(self, decision: Decision) -> None:
-        self.check_decision(decision)
+        if self.refusal is None:  # a refused run takes the Update, so that it is in history, and fails with it
+            self.check_decision(decision)
 
     def check_resolution(self, resolution: Resolution) -> PendingProposal:
+        if self.refusal is not None:
+            raise _refused(f"{self.refusal}; the resolution changed nothing")
         if not resolution.by.strip():
             raise _refused("a resolution must name who resolved it (by=...); nothing changed")
         unknown = self.unknown
@@ -350,7 +453,8 @@ class AgentRun:
 
     @resolve.validator
     def validate_resolve(self, resolution: Resolution) -> None:
-        self.check_resolution(resolution)
+        if self.refusal is None:  # as validate_decide
+            self.check_resolution(resolution)
 
 
 def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:
