@@ -8,8 +8,9 @@ The top level holds what a typical agent needs; sub-namespaces carry the rest:
 import importlib
 from typing import TYPE_CHECKING
 
+from agentkit._runner import ToolLoop
+from agentkit._state import RunCheckpoint
 from agentkit.agent import PriorCall, Prompt, RoleSpec, ToolAgent, ToolRoundInfo
-from agentkit.checkpoint import RunCheckpoint
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.context import ContextWindow
 from agentkit.degeneration import SameFunc
@@ -136,6 +137,7 @@ __all__ = [
     "Tool",
     "ToolAgent",
     "ToolError",
+    "ToolLoop",
     "ToolLoopResult",
     "ToolRetry",
     "ToolRoundInfo",

@@ -1,52 +1,28 @@
-"""The one admission check: the tools a path brings to a run against the tools the run recorded.
+"""The one admission check: what a path brings to a run against what the run's state recorded.
 
 Every path that continues a run (an in-process resume, the journal's resume, a Temporal replay or
-continuation, a worker executing an approved call) compares the tool set it brings with the one
-the run recorded when it started, here, before any model call or tool run. A tier that changed, a
-tool added or removed, a tool whose args take another shape, another order: each is named, and
-the run is refused with ``ToolSetChanged``.
+continuation, a worker executing an approved call) admits the state it loaded and the tools it
+brings here, before any model call or tool run: the state must be of this version and reproduce
+its digests, be the run's own, and record the same tool set. A tier that changed, a tool added or
+removed, a tool whose args take another shape, another order: each is named, and the run is
+refused with ``ToolSetChanged``.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Iterable, Mapping
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-
-from agentkit._cache import value_cache
-from agentkit.errors import ToolSetChanged
+from agentkit._state import RunCheckpoint, ToolEntry, tool_entry
+from agentkit.errors import ResumeRefused, ToolSetChanged
 from agentkit.tiers import Tier
 from agentkit.tools import AnyTool, declared_tier
 
-__all__ = ["ToolEntry", "admit_tools", "differences", "tool_entries"]
-
-
-class ToolEntry(BaseModel):
-    """One tool of a run's set, as the run records it: its name, its tier, the shape of its args."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    name: str
-    tier: Tier | None
-    """The declared tier; ``None``: the tool declares none (it never runs)."""
-    args: str
-    """SHA-256 of the args type's JSON schema (sorted keys): a change of fields, types or constraints shows."""
-
-
-@value_cache(maxsize=512)
-def args_digest(args_type: type[BaseModel]) -> str:
-    """The digest of an args type's JSON schema (once per type: a service builds runs over the same tools)."""
-    schema = args_type.model_json_schema()
-    return hashlib.sha256(json.dumps(schema, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+__all__ = ["admit", "admit_tools", "differences", "tool_entries"]
 
 
 def tool_entries(tools: Mapping[str, AnyTool]) -> tuple[ToolEntry, ...]:
-    """The run's record of ``tools``, in their order."""
-    return tuple(
-        ToolEntry(name=name, tier=declared_tier(tool), args=args_digest(tool.args_type)) for name, tool in tools.items()
-    )
+    """The record of ``tools``, in their order, with the tiers they declare now."""
+    return tuple(tool_entry(name, declared_tier(tool), tool.args_type) for name, tool in tools.items())
 
 
 def differences(recorded: Iterable[ToolEntry], given: Iterable[ToolEntry]) -> list[str]:
@@ -83,10 +59,33 @@ def admit_tools(run_id: str, recorded: Iterable[ToolEntry], tools: Mapping[str, 
         )
 
 
+def admit(state: RunCheckpoint, tools: Mapping[str, AnyTool], *, run_id: str | None = None) -> None:
+    """Admit ``state`` and ``tools`` for going on with a run, before anything runs.
+
+    Args:
+        state: The state loaded (from a result, a file, a journal, a workflow's history).
+        tools: The tools the path brings, by name.
+        run_id: The run the caller asked for, when it named one: a state of another run is refused.
+
+    Raises:
+        ResumeRefused: a state of another version or altered (its digests), of another run, or of a run
+            that is finished.
+        ToolSetChanged: another tool set (a ``ResumeRefused`` too).
+    """
+    if run_id is not None and state.run_id != run_id:
+        raise ResumeRefused(
+            f"the state stored for run {run_id!r} is that of run {state.run_id!r}; nothing ran. A state goes on "
+            "only as the run that made it"
+        )
+    state.verify()
+    if state.finished:
+        reason = state.stop_reason.value if state.stop_reason is not None and state.run_id else "no run recorded"
+        raise ResumeRefused(
+            f"run {state.run_id!r} is finished ({reason}); only a run that stopped at a proposal, or whose process "
+            "died between rounds, can go on. Nothing ran"
+        )
+    admit_tools(state.run_id, state.tools, tools)
+
+
 def _tier(tier: Tier | None) -> str:
     return f"Tier.{tier.name}" if tier is not None else "no tier"
-
-
-def entries_json(entries: Iterable[ToolEntry]) -> list[dict[str, Any]]:
-    """The entries as JSON values (what crosses a process boundary)."""
-    return [entry.model_dump(mode="json") for entry in entries]

@@ -1,38 +1,45 @@
-"""The one loop body behind ``run_tool_loop`` and ``run_tool_loop_tiered``.
+"""The one loop body behind every tool loop: fresh, resumed, on a journal or on Temporal.
 
-``_rounds`` reads in one screen; each step of a round is a method of ``_Run``: ``ask`` the
-executor, check for a ``repeat``, ``gate`` the call by tier, ``dispatch`` it to the tool, and
-``finish`` with an ending. Model calls and events go through the run's ``RunSession`` (shared
-with single shots and the pair); tools run through ``agentkit._invoke`` (shared with approval,
-program gating and the journal).
+A run enters ``run_core`` with its state (``RunCheckpoint``: a fresh run's is empty, a resumed
+run's is the one it stopped with) and leaves with the state it reached, in its result. ``_rounds``
+reads in one screen; each step of a round is a method of ``_Run``: ``ask`` the executor, check for
+a ``repeat``, ``gate`` the call by tier, ``dispatch`` it to the tool, and ``finish`` with an
+ending. Each step appends one entry to the state (``_Run.append``) and the views the executor and
+the observers are shown follow from the same entries: a resumed run rebuilds them from its state
+with ``fold``, so a live run and a resumed one cannot disagree. Model calls and events go through
+the run's ``RunSession``; tools run through ``agentkit._invoke``.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 import itertools
 import time
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, JsonValue
+from pydantic import BaseModel, TypeAdapter
 
+from agentkit._cache import value_cache
+from agentkit._codec import Codec, Unencodable, decoded_args, decoded_batch
 from agentkit._invoke import Invocation, invoke, missing_tier
-from agentkit._session import RunSession, executor_failed
-from agentkit.agent import PriorCall, ToolAgent, ToolRoundInfo
-from agentkit.checkpoint import (
-    CheckpointCall,
-    CheckpointProposal,
-    CheckpointTool,
-    Codec,
-    DigestMemo,
+from agentkit._session import Reply, RunSession, executor_failed
+from agentkit._state import (
+    DecisionEntry,
+    EndEntry,
+    RoundEntry,
+    RoundOutcome,
     RunCheckpoint,
-    config_parts,
-    tool_part,
+    ToolEntry,
+    json_text,
+    tool_entry,
 )
+from agentkit.agent import PriorCall, ToolAgent, ToolRoundInfo
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit.context import Omitted, Window
 from agentkit.degeneration import SameFunc, repeat_of
@@ -41,11 +48,14 @@ from agentkit.events import DegenerationDetected, ProposalCaptured, RoundStarted
 from agentkit.observe import Observer, ToolInvocation, deliver_checkpoint, observed, wants_checkpoints
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction
-from agentkit.results import RoundRecord, TieredLoopResult, Usage
+from agentkit.results import RoundRecord, TieredLoopResult
 from agentkit.step import ToolStep, build_step_model, step_answer, step_call_parts
 from agentkit.structured import StructuredCaller
 from agentkit.tiers import Tier, runs_live
 from agentkit.tools import AnyTool, Tool, declared_tier, validate_tool_names
+
+if typing.TYPE_CHECKING:
+    from agentkit.approval import Approval, Rejection
 
 Verdict = Literal["run", "propose", "no_tier"]
 
@@ -53,6 +63,9 @@ PROPOSED_NOTE = "proposed for human approval; not executed"
 
 CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, StopReason.DEGENERATION})
 """Endings of a run with an answer schema that get a closing round (``LoopConfig.closing_round``)."""
+
+RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]]
+"""How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it)."""
 
 
 def gate(tool: Tool[Any, Any], config: LoopConfig) -> tuple[Verdict, Tier]:
@@ -69,6 +82,14 @@ def gate(tool: Tool[Any, Any], config: LoopConfig) -> tuple[Verdict, Tier]:
     return "propose", tier
 
 
+def may_stop_at_a_proposal(tools: dict[str, Tool[Any, Any]], config: LoopConfig) -> bool:
+    """The run may stop at a proposal (and so must be resumable): ``AfterProposal.STOP`` and a tool
+    whose tier does not run live."""
+    tiers = [declared_tier(candidate) for candidate in tools.values()]
+    gated = any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers)
+    return config.after_proposal is AfterProposal.STOP and gated
+
+
 @dataclass(frozen=True, slots=True)
 class Toolbox:
     """The tools of one run, validated once, with their step model built once."""
@@ -78,6 +99,7 @@ class Toolbox:
     single: Tool[Any, Any] | None
     closing_model: type[ToolStep[Any]] | None = None
     """With an answer schema: the closing round's step, which allows no call (``None`` otherwise)."""
+    answer: type[Any] | None = None
 
     @classmethod
     def build(
@@ -103,7 +125,11 @@ class Toolbox:
         closing = None
         if answer is not None:
             closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)  # type: ignore[arg-type]  # as above
-        return cls({t.name: t for t in tools}, step_model, single, closing)
+        return cls({t.name: t for t in tools}, step_model, single, closing, answer)
+
+    def entries(self) -> tuple[ToolEntry, ...]:
+        """The tool set as the run's state records it (tiers read now)."""
+        return tuple(tool_entry(name, declared_tier(t), t.args_type) for name, t in self.tools.items())
 
     def resolve(self, call: BaseModel) -> tuple[Tool[Any, Any], BaseModel]:
         name, args = step_call_parts(call)
@@ -111,6 +137,20 @@ class Toolbox:
             return self.single, args
         assert name is not None
         return self.tools[name], args
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Bound:
+    """A loop's wiring, bound once: what every run (fresh or resumed) of it shares."""
+
+    caller: StructuredCaller
+    agent: ToolAgent[Any, Any, Any]
+    box: Toolbox
+    config: LoopConfig
+    same: SameFunc[Any] | None
+    observers: tuple[Observer, ...]
+    may_propose: bool
+    codec: Codec
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,65 +163,13 @@ class Ending:
 
 @dataclass(frozen=True, slots=True)
 class _Round:
-    """One round's model call, and the typed record of each way the round can end."""
+    """One round's model call: what every entry of the round starts with."""
 
     round: int
-    llm_seconds: float
-    usage: Usage
+    reply: Reply[Any]
+    schema: type[BaseModel]
     rationale: str = ""
-
-    def failed(self, error: str) -> RoundRecord:
-        """The model call failed (or the deadline cut it off): no step."""
-        return RoundRecord(round=self.round, done=False, error=error, llm_seconds=self.llm_seconds, usage=self.usage)
-
-    def done(self) -> RoundRecord:
-        """The executor said it was done."""
-        return RoundRecord(
-            round=self.round, done=True, rationale=self.rationale, llm_seconds=self.llm_seconds, usage=self.usage
-        )
-
-    def unrun(
-        self,
-        tool: str,
-        call: BaseModel,
-        tier: Tier | None,
-        *,
-        proposed: bool = False,
-        error: str | None = None,
-        observation: str | None = None,
-    ) -> RoundRecord:
-        """The call did not run: a repeat, a refusal, or a proposal."""
-        return RoundRecord(
-            observation=observation,
-            round=self.round,
-            done=False,
-            rationale=self.rationale,
-            tool_name=tool,
-            call=call,
-            tier=tier,
-            proposed=proposed,
-            error=error,
-            llm_seconds=self.llm_seconds,
-            usage=self.usage,
-        )
-
-    def ran(self, call: BaseModel, tier: Tier, outcome: Invocation[Any], error: str | None) -> RoundRecord:
-        """The tool was called: its batch, its observation, or the error that ended the run."""
-        return RoundRecord(
-            round=self.round,
-            done=False,
-            rationale=self.rationale,
-            tool_name=outcome.tool_name,
-            call=call,
-            tier=tier,
-            executed=outcome.ran,
-            batch_size=len(outcome.batch),
-            observation=outcome.observation,
-            error=error,
-            llm_seconds=self.llm_seconds,
-            tool_seconds=outcome.seconds,
-            usage=self.usage,
-        )
+    closing: bool = False
 
 
 def _own(item: Any) -> Any:
@@ -235,62 +223,109 @@ _UNSEEN = _View()
 """The view of observers that do not read the calls (``Observer.sees_calls``): always empty."""
 
 
+def proposal_of(entry: RoundEntry, args: BaseModel, run_id: str) -> ProposedAction[Any]:
+    """The ``ProposedAction`` a ``PROPOSED`` round entry records (its args decoded)."""
+    assert entry.tool is not None
+    assert entry.tier is not None
+    assert entry.call_digest is not None
+    model: Any = ProposedAction[type(args)]  # type: ignore[misc]  # parametrised by the run-time type
+    return typing.cast(
+        "ProposedAction[Any]",
+        model(
+            tool_name=entry.tool,
+            tier=entry.tier,
+            args=args,
+            rationale=entry.rationale,
+            round=entry.round,
+            run_id=run_id,
+            created_at=datetime.fromisoformat(entry.proposed_at or "1970-01-01T00:00:00+00:00"),
+            digest=entry.call_digest,
+        ),
+    )
+
+
+@value_cache(maxsize=256)
+def schema_digest(schema: type[BaseModel]) -> str:
+    """SHA-256 of the JSON schema a step model gives the model (once per model)."""
+    return hashlib.sha256(json_text(schema.model_json_schema()).encode()).hexdigest()
+
+
+@value_cache(maxsize=256)
+def _answer_adapter(answer: type[Any]) -> TypeAdapter[Any]:
+    return TypeAdapter(answer)
+
+
 class _Run:
+    """One run of a bound loop: its state, the views derived from it, and the steps of a round."""
+
     def __init__(
         self,
+        bound: Bound,
         session: RunSession,
-        caller: StructuredCaller,
-        agent: ToolAgent[Any, Any, Any],
-        box: Toolbox,
         ctx: object,
-        config: LoopConfig,
-        same: SameFunc[Any] | None,
-        may_propose: bool,
-        codec: Codec | None = None,
+        state: RunCheckpoint,
+        decisions: Sequence[tuple[RoundEntry, Approval[Any] | Rejection[Any]]] = (),
+        run_approved: RunApproved | None = None,
     ) -> None:
-        self.session, self.caller, self.agent, self.box, self.ctx = session, caller, agent, box, ctx
-        self.config, self.same, self.may_propose, self.codec = config, same, may_propose, codec
-        self.started = time.monotonic()
+        self.bound, self.session, self.ctx, self.state = bound, session, ctx, state
+        self.config, self.box, self.codec = bound.config, bound.box, bound.codec
+        self.decisions, self.run_approved = decisions, run_approved
+        progress = state.progress
+        self.started = time.monotonic() - progress.elapsed
+        self.largest_round_tokens = progress.largest_round_tokens
+        self.rounds = progress.rounds
         self.items: list[Any] = []
         self.shown = _View()
         """The executor's view: what ``render`` gets."""
         self.watched = _View() if any(o.sees_calls for o in session.observers) else None
         """The observers' view: what ``RoundStarted`` carries (``None``: no observer reads the calls;
         with observers, their ``RoundStarted`` shows none)."""
-        self.window = Window(config.context)
+        self.window = Window(self.config.context)
         """What of the views each round shows (``LoopConfig.context``)."""
+        self.summarized: tuple[str, int] | None = None
+        """A summary the window made this round, for the round's entry."""
         self.recent: list[tuple[str, BaseModel]] = []
         self.recent_rounds: list[int] = []
         """The round of each entry of ``recent``."""
-        self.recent_made: list[tuple[str, dict[str, JsonValue]]] = []
-        """``recent`` as JSON so far, for the checkpoints (``recent_json``)."""
         self.refusals = 0
         self.proposals: list[ProposedAction[Any]] = []
+        """This leg's proposals."""
         self.trace: list[RoundRecord] = []
-        self.largest_round_tokens = 0
-        self.rounds = 0
-        self.records: list[CheckpointCall] = []
-        """Every call as JSON, for the checkpoint (kept only with a codec: a run that may be resumed)."""
-        self.restored: list[PriorCall[Any]] = []
-        """A resumed run's calls, decoded from its checkpoint (``records`` holds them as JSON)."""
-        self.pending: list[tuple[int, Any]] = []
-        """A resumed run's decisions, by the index of the call they decide; settled before its next round."""
-        self.run_approved: Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]] | None = None
-        """How a resumed run executes an approved call (``None``: ``execute_approved``; the journal claims it)."""
-        self.keepers = tuple(o for o in session.observers if wants_checkpoints(o)) if codec is not None else ()
-        """The observers that take a checkpoint per round (none without a codec: the run cannot make one)."""
-        self.template: RunCheckpoint | None = None
-        """The run's id, config and tool set as a checkpoint holds them, built once; each checkpoint is a
-        copy of it with the run's state (a run checkpoints every round)."""
+        """This leg's rounds."""
+        self.keepers = tuple(o for o in session.observers if wants_checkpoints(o))
+        """The observers that take the state at the end of each round (the journal's, to recover a crashed run)."""
         self.answer: Any = None
         self.answer_from_closing_round = False
-        self.digests = DigestMemo()
-        """The JSON of the calls and config for the checkpoints' digests, each made once."""
+
+    def load(self) -> None:
+        """The views, the items, the repeat window and the context window, from the state's entries."""
+        progress = self.state.progress
+        self.refusals = progress.refusals
+        self.window.summary, self.window.summarized = progress.summary, progress.summarized
+        for view in progress.calls:
+            args = decoded_args(self.codec, view.tool, view.args)
+            batch = () if view.batch is None else tuple(decoded_batch(self.codec, view.tool, view.batch))
+            call = PriorCall(
+                round=view.round,
+                tool_name=view.tool,
+                args=args,
+                batch=batch,
+                observation=view.observation,
+                proposed=view.proposed,
+                repeats=view.repeats,
+            )
+            self.called(call, ran=view.ran)
+            if view.counted:
+                self.recent.append((view.tool, args))
+                self.recent_rounds.append(view.round)
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
             return None
-        return self.config.deadline - (time.monotonic() - self.started)
+        return self.config.deadline - self.elapsed()
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
 
     def limit_reached(self, *, closing: bool = False) -> Ending | None:
         """The deadline passed, or the next round would not fit the budget; a tool round also
@@ -304,103 +339,177 @@ class _Run:
             return Ending(None, StopReason.BUDGET_EXHAUSTED)
         return None
 
-    def called(
+    def append(self, entry: RoundEntry | DecisionEntry | EndEntry) -> None:
+        """Add one entry to the state (the only way the state changes)."""
+        self.state = self.state.appended(entry)
+
+    def record(
         self,
-        call: PriorCall[Any],
+        this: _Round,
+        outcome: RoundOutcome,
         *,
-        ran: bool,
-        proposal: ProposedAction[Any] | None = None,
-        batch: list[JsonValue] | None = None,
-        record: bool = True,
-    ) -> None:
-        """A call's outcome joins what the executor and the observers are shown (each their own copy)
-        and, in a run that may be resumed, the checkpoint's record (``batch``: the batch as JSON)."""
+        tool: str | None = None,
+        args: BaseModel | None = None,
+        tier: Tier | None = None,
+        batch: Sequence[Any] = (),
+        encoded: str | None = None,
+        tool_seconds: float = 0.0,
+        observation: str | None = None,
+        repeats: int | None = None,
+        proposed_at: str | None = None,
+        call_digest: str | None = None,
+        answer: str | None = None,
+        error: str | None = None,
+    ) -> RoundEntry:
+        """Append the round's entry, and its record to the trace."""
+        reply, summarized = this.reply, self.summarized
+        self.summarized = None
+        usage = reply.usage
+        entry = RoundEntry.model_construct(
+            round=this.round,
+            outcome=outcome,
+            closing=this.closing,
+            model=reply.model,
+            rationale=this.rationale,
+            tool=tool,
+            tier=tier,
+            args=None if args is None else self.codec.encode_args(args),
+            batch=encoded,
+            summary=None if summarized is None else summarized[0],
+            summarized=None if summarized is None else summarized[1],
+            prompt=reply.prompt,
+            schema_digest=schema_digest(this.schema),
+            requests=usage.requests,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            llm_seconds=reply.seconds,
+            tool_seconds=tool_seconds,
+            elapsed=self.elapsed(),
+            observation=observation,
+            repeats=repeats,
+            proposed_at=proposed_at,
+            call_digest=call_digest,
+            answer=answer,
+            error=error,
+        )
+        self.append(entry)
+        self.trace.append(
+            RoundRecord(
+                round=this.round,
+                done=outcome is RoundOutcome.DONE,
+                rationale=this.rationale,
+                tool_name=tool,
+                call=args,
+                tier=tier,
+                executed=outcome is RoundOutcome.RAN,
+                proposed=outcome is RoundOutcome.PROPOSED,
+                batch_size=len(batch),
+                observation=entry.observation if outcome in (RoundOutcome.RETRIED, RoundOutcome.REFUSED) else None,
+                error=entry.error,
+                llm_seconds=reply.seconds,
+                tool_seconds=tool_seconds,
+                usage=usage,
+            )
+        )
+        return entry
+
+    def called(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None = None) -> None:
+        """A call joins what the executor and the observers are shown (each their own copy), and the items."""
         self.shown.add(call, ran=ran, proposal=proposal)
         self.window.add(call)
         if self.watched is not None:
             self.watched.add(call, ran=ran, proposal=proposal)
         if ran:
             self.items.extend(call.batch)
-        if self.codec is not None and record:
-            args = call.args.model_dump(mode="json")
-            # Already JSON values of the fields' types (the batch from ``Codec.encode_batch``): not validated again.
-            self.records.append(
-                self.digests.call(
-                    round=call.round,
-                    tool_name=call.tool_name,
-                    args=args,
-                    batch=batch or [],
-                    observation=call.observation,
-                    proposed=call.proposed,
-                    ran=ran,
-                )
-            )
 
-    def encoded(self, outcome: Invocation[Any]) -> tuple[Invocation[Any], list[JsonValue] | None]:
-        """The batch as JSON where the run keeps a checkpoint; a batch that is not of the tool's
-        declared item type is the tool's failure (the checkpoint could not give it back)."""
-        if self.codec is None or not outcome.ran:
-            return outcome, None
-        try:
-            return outcome, self.codec.encode_batch(outcome.tool_name, outcome.batch)
-        except ValueError as wrong:
-            error = ToolError(
-                f"tool {outcome.tool_name!r} returned an item that is not of its declared item type: {wrong}",
-                tool_name=outcome.tool_name,
-            )
-            return dataclasses.replace(outcome, batch=(), error=error), None
-
-    async def begin(self) -> Ending | None:
-        """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions;
-        its calls then join the views and the items."""
+    def no_tier(self) -> Ending | None:
+        """A tool that declares no tier is refused before anything runs."""
         for name, tool in self.box.tools.items():
             if declared_tier(tool) is None:
                 return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, missing_tier(name))
-        ending = None
-        for index, decision in self.pending:
-            if (ending := await self.decide(index, decision)) is not None:
+        return None
+
+    async def begin(self) -> Ending | None:
+        """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions;
+        then its calls join the views and the items."""
+        ending = self.no_tier()
+        for proposal, decision in self.decisions if ending is None else ():
+            if (ending := await self.decide(proposal, decision)) is not None:
                 break
-        self.pending = []
-        for call, record in zip(self.restored, self.records, strict=True):
-            self.called(call, ran=record.ran, record=False)
+        self.decisions = ()
+        self.load()
         return ending
 
-    async def decide(self, index: int, decision: Any) -> Ending | None:
+    async def decide(self, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]) -> Ending | None:
         """An approved call runs once through ``execute_approved`` and its batch is that call's
         result; a rejection, with the reviewer's reason, is that call's observation."""
         from agentkit.approval import Approval, execute_approved
 
-        call, encoded = self.restored[index], None
-        if isinstance(decision, Approval):
-            try:
-                tool = self.box.tools[call.tool_name]
-                if self.run_approved is not None:
-                    batch = await self.run_approved(decision, tool, self.ctx)
-                else:
-                    batch = await execute_approved(decision, tool, ctx=self.ctx)
-            except AgentkitError as error:
-                return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
-            outcome, encoded = self.encoded(Invocation(tool_name=call.tool_name, batch=batch))
-            if outcome.error is not None:
-                return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, outcome.error)
-            observation, batch = None, tuple(batch)
-        else:
+        assert proposal.tool is not None
+        assert proposal.call_digest is not None
+        if not isinstance(decision, Approval):
             reason = f": {decision.reason}" if decision.reason else ""
-            observation, batch = f"rejected by {decision.rejected_by}{reason}", ()
-        self.restored[index] = dataclasses.replace(call, proposed=False, batch=batch, observation=observation)
-        update = {"batch": encoded or [], "ran": encoded is not None, "observation": observation, "proposed": False}
-        self.records[index] = self.records[index].model_copy(update=update)
-        return None
+            self.append(
+                DecisionEntry.model_construct(
+                    round=proposal.round,
+                    call_digest=proposal.call_digest,
+                    approved=False,
+                    by=decision.rejected_by,
+                    reason=decision.reason,
+                    observation=f"rejected by {decision.rejected_by}{reason}",
+                    elapsed=self.elapsed(),
+                )
+            )
+            return None
+        started = time.monotonic()
+        encoded, failed = None, None
+        try:
+            tool = self.box.tools[proposal.tool]
+            if self.run_approved is not None:
+                batch = await self.run_approved(decision, tool, self.ctx)
+            else:
+                batch = await execute_approved(decision, tool, ctx=self.ctx)
+            encoded = self.encoded(proposal.tool, batch)
+        except AgentkitError as error:
+            failed = error
+        self.append(
+            DecisionEntry.model_construct(
+                round=proposal.round,
+                call_digest=proposal.call_digest,
+                approved=True,
+                by=decision.approved_by,
+                reason=decision.note,
+                batch=encoded,
+                error=None if failed is None else str(failed),
+                tool_seconds=time.monotonic() - started,
+                elapsed=self.elapsed(),
+            )
+        )
+        return None if failed is None else Ending(Outcome.ERROR, StopReason.TOOL_ERROR, failed)
+
+    def encoded(self, tool_name: str, batch: Sequence[Any]) -> str | None:
+        """The batch as the state keeps it. Raises ``ToolError`` for a batch that is not of the tool's
+        declared item type where the state must give it back (a strict codec)."""
+        try:
+            return self.codec.encode_batch(tool_name, batch)
+        except Unencodable as wrong:
+            raise ToolError(
+                f"tool {tool_name!r} returned an item that is not of its declared item type: {wrong}",
+                tool_name=tool_name,
+            ) from wrong
 
     async def infos(
         self, round: int, *, closing: bool = False
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
         """The round's info for the executor and for the observers, bounded by ``LoopConfig.context``."""
+        before = self.window.summarized
         try:
             start, omitted = await self.window.cut(self.shown.calls, self.shown.ran)
         except Exception as raised:
             error = executor_failed("context summarizer (ContextWindow.summarize)", raised)
             return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
+        if self.window.summarized != before and self.window.summary is not None:
+            self.summarized = (self.window.summary, self.window.summarized)
         ceiling = self.config.max_rounds
         watched = None
         if self.watched is not None:
@@ -409,32 +518,40 @@ class _Run:
             watched = _UNSEEN.info(round, ceiling, 0, omitted, closing=closing)
         return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
 
-    async def ask(
-        self, info: ToolRoundInfo[Any], schema: type[ToolStep[Any]] | None = None
-    ) -> tuple[ToolStep[Any], _Round] | Ending:
+    async def ask(self, info: ToolRoundInfo[Any], closing: bool = False) -> tuple[ToolStep[Any], _Round] | Ending:
+        schema = self.box.closing_model if closing and self.box.closing_model is not None else self.box.step_model
         reply = await self.session.ask(
-            self.caller,
-            lambda: self.agent.render(self.ctx, info),
-            schema or self.box.step_model,
+            self.bound.caller,
+            lambda: self.bound.agent.render(self.ctx, info),
+            schema,
             self.config.retry,
             round=info.round,
             deadline=self.remaining(),
         )
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
-        this = _Round(info.round, reply.seconds, reply.usage)
+        this = _Round(info.round, reply, schema, closing=closing)
         if reply.value is None:
             assert reply.stop_reason is not None
             outcome = None if reply.error is None else Outcome.ERROR
-            self.trace.append(this.failed(str(reply.error) if reply.error else reply.stop_reason.value))
+            error = str(reply.error) if reply.error else reply.stop_reason.value
+            self.record(this, RoundOutcome.FAILED, error=error)
             return Ending(outcome, reply.stop_reason, reply.error)
         return reply.value, dataclasses.replace(this, rationale=reply.value.rationale)
 
+    def done(self, step: ToolStep[Any], this: _Round) -> None:
+        """The executor said done: its answer, if any, is the run's."""
+        self.answer = step_answer(step)
+        answer = None
+        if self.answer is not None and self.box.answer is not None:
+            answer = json_text(_answer_adapter(self.box.answer).dump_python(self.answer, mode="json"))
+        self.record(this, RoundOutcome.DONE, answer=answer)
+
     def repeat(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending | Literal["refused"] | None:
         try:
-            index = repeat_of(tool.name, args, self.recent, self.same, self.config.degeneration_window)
+            index = repeat_of(tool.name, args, self.recent, self.bound.same, self.config.degeneration_window)
         except Exception as raised:
             error = executor_failed("repeat comparator (same=)", raised)
-            self.trace.append(this.unrun(tool.name, args, declared_tier(tool), error=str(error)))
+            self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool), error=str(error))
             return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
         if index is not None:
             refuse = self.config.on_repeat is RepeatPolicy.REFUSE and self.refusals < self.config.repeat_refusals
@@ -445,17 +562,25 @@ class _Run:
                 )
                 self.session.emit(event)
             if refuse:
-                # Not run; the executor is told which earlier round's results already answer it.
+                # Not run; the executor is told which earlier round's results answer it.
                 self.refusals += 1
                 earlier = self.recent_rounds[index]
                 note = f"not run: it repeats the call of round {earlier}; that round's results answer it"
                 told: PriorCall[Any] = PriorCall(
                     round=this.round, tool_name=tool.name, args=args, observation=note, repeats=earlier
                 )
+                self.record(
+                    this,
+                    RoundOutcome.REFUSED,
+                    tool=tool.name,
+                    args=args,
+                    tier=declared_tier(tool),
+                    observation=note,
+                    repeats=earlier,
+                )
                 self.called(told, ran=False)
-                self.trace.append(this.unrun(tool.name, args, declared_tier(tool), observation=note))
                 return "refused"
-            self.trace.append(this.unrun(tool.name, args, declared_tier(tool)))
+            self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
             return Ending(Outcome.STALEMATE, StopReason.DEGENERATION)
         self.recent.append((tool.name, args))
         self.recent_rounds.append(this.round)
@@ -463,17 +588,17 @@ class _Run:
 
     def refuse(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending:
         error = missing_tier(tool.name)
-        self.trace.append(this.unrun(tool.name, args, None, error=str(error)))
+        self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, error=str(error))
         return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, error)
 
     def propose(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
-        if not self.may_propose:
+        if not self.bound.may_propose:
             error = ToolError(
                 f"tool {tool.name!r} (Tier.{tier.name}) cannot run live under autonomy "
                 f"Tier.{self.config.autonomy.name}; use run_tool_loop_tiered for tools that need approval",
                 tool_name=tool.name,
             )
-            self.trace.append(this.unrun(tool.name, args, tier, error=str(error)))
+            self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=tier, error=str(error))
             return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
         # The proposal gets its own copy: the executor's view of the call (prior calls, trace) must
         # not be able to change what a human approves.
@@ -486,41 +611,69 @@ class _Run:
             run_id=self.session.run_id,
         )
         self.proposals.append(proposal)
+        self.record(
+            this,
+            RoundOutcome.PROPOSED,
+            tool=tool.name,
+            args=args,
+            tier=tier,
+            observation=PROPOSED_NOTE,
+            proposed_at=proposal.created_at.isoformat(),
+            call_digest=proposal.digest,
+        )
         note: PriorCall[Any] = PriorCall(
             round=this.round, tool_name=tool.name, args=args, observation=PROPOSED_NOTE, proposed=True
         )
         self.called(note, ran=False, proposal=proposal)
         if self.session.observers:
             self.session.emit(ProposalCaptured(run_id=self.session.run_id, proposal=proposal.model_copy(deep=True)))
-        self.trace.append(this.unrun(tool.name, args, tier, proposed=True))
         if self.config.after_proposal is AfterProposal.STOP:
             return Ending(Outcome.APPLIED, StopReason.PROPOSED)
         return None
 
     async def dispatch(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
         run_id = self.session.run_id
+        around = None
         if self.session.observers:
             # Observers get their own copy: nothing they do can change the call that runs.
             event_args = args.model_copy(deep=True)
             self.session.emit(
                 ToolCallStarted(run_id=run_id, round=this.round, tool_name=tool.name, tier=tier, args=event_args)
             )
-        around = None
-        if self.session.observers:
             call = ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args)
             observers = self.session.observers
 
             def around(work: Awaitable[Sequence[Any]]) -> Awaitable[Sequence[Any]]:
                 return observed(observers, call, work)
 
-        outcome, encoded = self.encoded(await invoke(tool, args, ctx=self.ctx, limit=self.tool_limit(), around=around))
+        outcome = await invoke(tool, args, ctx=self.ctx, limit=self.tool_limit(), around=around)
+        encoded = None
+        if outcome.ran:
+            try:
+                encoded = self.encoded(tool.name, outcome.batch)
+            except ToolError as wrong:
+                outcome = dataclasses.replace(outcome, batch=(), error=wrong)
         ending = self.ending_of(outcome)
         batch = tuple(outcome.batch)
+        kind = RoundOutcome.ENDED if ending is not None else RoundOutcome.RAN if outcome.ran else RoundOutcome.RETRIED
+        error = str(ending.error) if ending and ending.error else None
+        self.record(
+            this,
+            kind,
+            tool=tool.name,
+            args=args,
+            tier=tier,
+            batch=batch,
+            encoded=encoded,
+            tool_seconds=outcome.seconds,
+            observation=outcome.observation,
+            error=None if error is None else error,
+        )
         if ending is None:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.called(prior, ran=outcome.ran, batch=encoded)
+            self.called(prior, ran=outcome.ran)
         self.session.emit(
             ToolResultReturned(
                 run_id=run_id,
@@ -532,7 +685,6 @@ class _Run:
                 error=ending.error if ending else None,
             )
         )
-        self.trace.append(this.ran(args, tier, outcome, str(ending.error) if ending and ending.error else None))
         return ending
 
     def tool_limit(self) -> float | None:
@@ -555,8 +707,7 @@ class _Run:
         budget or a stalemate first gets one closing round, if the budget and the deadline leave
         room for it. Its failure leaves the answer unset (the trace records it); the ending stays
         the tools' own."""
-        closing = self.box.closing_model
-        if closing is None or not self.config.closing_round or ending.reason not in CLOSABLE:
+        if self.box.closing_model is None or not self.config.closing_round or ending.reason not in CLOSABLE:
             return self.finish(ending)
         if self.limit_reached(closing=True) is not None:
             return self.finish(ending)
@@ -567,11 +718,11 @@ class _Run:
         shown, watched = infos
         if watched is not None:
             self.session.emit(RoundStarted(run_id=self.session.run_id, info=watched))
-        asked = await self.ask(shown, closing)
+        asked = await self.ask(shown, closing=True)
         if not isinstance(asked, Ending):
             step, this = asked
-            self.trace.append(this.done())
-            self.answer, self.answer_from_closing_round = step_answer(step), True
+            self.done(step, this)
+            self.answer_from_closing_round = True
         return self.finish(ending)
 
     def finish(self, ending: Ending) -> TieredLoopResult[Any, Any, Any]:
@@ -581,6 +732,8 @@ class _Run:
             outcome = Outcome.APPLIED if self.items or self.proposals else Outcome.SILENT
         if reason is StopReason.EXECUTOR_DONE and outcome is Outcome.SILENT:
             reason = StopReason.NOTHING_RETRIEVED
+        error = None if ending.error is None else str(ending.error)
+        self.append(EndEntry.model_construct(stop_reason=reason, outcome=outcome, error=error, elapsed=self.elapsed()))
         result: TieredLoopResult[Any, Any, Any] = TieredLoopResult(
             items=self.items,
             rounds=self.rounds,
@@ -591,7 +744,7 @@ class _Run:
             trace=tuple(self.trace),
             run_id=self.session.run_id,
             proposed=self.proposals,
-            checkpoint=self.checkpoint(reason),
+            checkpoint=self.state,
             answer=self.answer,
             answer_from_closing_round=self.answer_from_closing_round,
         )
@@ -604,95 +757,42 @@ class _Run:
         return self.session.finish(result, seen=seen)
 
     def kept(self) -> None:
-        """Hand the observers that want one a checkpoint of the run so far (a round ended; the run goes on)."""
+        """Hand the observers that want one the state so far (a round ended; the run goes on)."""
         if self.keepers:
-            deliver_checkpoint(self.keepers, self.session.run_id, self.checkpoint(None))
-
-    def recent_json(self) -> tuple[tuple[str, dict[str, JsonValue]], ...]:
-        """The degeneration window's calls as JSON; each entry made once (the window only grows)."""
-        made = self.recent_made
-        for name, args in self.recent[len(made) :]:
-            made.append((name, args.model_dump(mode="json")))
-        return tuple(made)
-
-    def checkpoint(self, reason: StopReason | None) -> RunCheckpoint:
-        """The run's state at its end, or between rounds (``reason`` ``None``); it can be resumed from a
-        stop at a proposal, or from between rounds (a run that died there)."""
-        usage = self.session.usage
-        finished = self.codec is None or (reason is not None and reason is not StopReason.PROPOSED)
-        state: dict[str, Any] = {}
-        if not finished:
-            pending = self.proposals if reason is StopReason.PROPOSED else ()
-            state = {
-                "calls": tuple(self.records),
-                "recent": self.recent_json(),
-                "recent_rounds": tuple(self.recent_rounds),
-                "refusals": self.refusals,
-                "context_summary": self.window.summary,
-                "context_summarized": self.window.summarized,
-                "proposals": tuple(CheckpointProposal(**p.model_dump(mode="json")) for p in pending),
-            }
-        if self.template is None:
-            # The config's and the tools' parts (and their digest texts) are made once per process, not per run.
-            config, text = config_parts(self.config)
-            self.digests.know(config, text)
-            tools: list[CheckpointTool] = []
-            for name, t in self.box.tools.items():
-                tool, text = tool_part(name, declared_tier(t))
-                self.digests.know(tool, text)
-                tools.append(tool)
-            self.template = RunCheckpoint.model_construct(run_id=self.session.run_id, config=config, tools=tuple(tools))
-        # From values already of the fields' types (so not validated again: a checkpoint per round must
-        # stay cheap), one copy of the run's template; a checkpoint read back is validated by ``model_validate_json``.
-        changes = {
-            "finished": finished,
-            "stop_reason": reason,
-            "rounds": self.rounds,
-            "requests": usage.requests,
-            "input_tokens": usage.input_tokens,
-            "output_tokens": usage.output_tokens,
-            "largest_round_tokens": self.largest_round_tokens,
-            "seconds": time.monotonic() - self.started,
-        }
-        return self.template._sealed_with(changes | state, self.digests)
+            deliver_checkpoint(self.keepers, self.session.run_id, self.state)
 
 
 async def run_core(
-    caller: StructuredCaller,
-    agent: ToolAgent[Any, Any, Any],
-    box: Toolbox,
+    bound: Bound,
     ctx: object,
-    config: LoopConfig,
-    same: SameFunc[Any] | None,
-    observers: tuple[Observer, ...],
+    state: RunCheckpoint | None = None,
     *,
-    may_propose: bool,
-    codec: Codec | None = None,
-    resumed: Callable[[_Run], None] | None = None,
+    decisions: Sequence[tuple[RoundEntry, Approval[Any] | Rejection[Any]]] = (),
+    run_approved: RunApproved | None = None,
     run_id: str | None = None,
-    usage: Usage | None = None,
 ) -> TieredLoopResult[Any, Any, Any]:
     """Run rounds until the executor stops, a ceiling is reached, or something fails.
 
-    A resumed run passes its ``run_id``, the ``usage`` spent so far, and ``resumed``, which
-    restores the run's state from the checkpoint before the first round.
+    A fresh run starts from an empty state (under ``run_id``, or a new one); a resumed run passes the
+    ``state`` it stopped with (already admitted) and the ``decisions`` on its pending proposals.
     """
-    role = agent.role()
+    role = bound.agent.role()
+    config, box = bound.config, bound.box
     session = RunSession(
-        observers,
-        agent=agent,
+        bound.observers,
+        agent=bound.agent,
         role=role,
         max_rounds=config.max_rounds,
         tools=tuple(box.tools),
         config=config,
-        run_id=run_id,
-        usage=usage,
+        run_id=state.run_id if state is not None else run_id,
+        usage=state.usage if state is not None else None,
     )
     async with session:
         # Cancellation and wiring mistakes propagate; the session tells observers the run is over.
-        run = _Run(session, caller, agent, box, ctx, config, same, may_propose, codec)
-        if resumed is not None:
-            resumed(run)
+        if state is None:
+            state = RunCheckpoint.start(session.run_id, config, box.entries())
+        run = _Run(bound, session, ctx, state, decisions, run_approved)
         return await _rounds(run, box, config)
 
 
@@ -717,8 +817,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
             return run.finish(asked)
         step, this = asked
         if step.done or step.call is None:
-            run.trace.append(this.done())
-            run.answer = step_answer(step)
+            run.done(step, this)
             return run.finish(Ending(None, StopReason.EXECUTOR_DONE))
         tool, args = box.resolve(step.call)
         # A repeat refused under RepeatPolicy.REFUSE is neither None nor an Ending: the run goes on.

@@ -9,6 +9,7 @@ shapes keep only what is theirs: rounds of tools, one verdict, drafts and review
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from agentkit._invoke import describe
+from agentkit._state import json_text
 from agentkit._timing import timeout_scope
 from agentkit.agent import Prompt, RoleSpec
 from agentkit.config import LoopConfig
@@ -52,6 +54,11 @@ def request_for(prompt: Prompt, role: RoleSpec) -> StructuredRequest:
     return StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **settings)
 
 
+def prompt_digest(prompt: Prompt) -> str:
+    """SHA-256 of a rendered prompt's two parts (what a replay compares a request by)."""
+    return hashlib.sha256(json_text([prompt.system, prompt.dynamic]).encode()).hexdigest()
+
+
 def executor_failed(what: str, raised: BaseException) -> ExecutorError:
     """The error of a run whose executor code (``render``, the ``same=`` comparator) raised."""
     error = ExecutorError(f"the executor's {what} raised {describe(raised)}")
@@ -77,6 +84,8 @@ class Reply(Generic[M_co]):
     error: AgentkitError | None = None
     stop_reason: StopReason | None = None
     """Why there is no value: ``LLM_ERROR``, ``THROTTLED``, ``MAX_TOKENS``, ``DEADLINE`` or ``EXECUTOR_ERROR``."""
+    prompt: str | None = None
+    """SHA-256 of the rendered prompt (``prompt_digest``); ``None`` when ``render`` raised."""
 
 
 class _Counted:
@@ -178,6 +187,7 @@ class RunSession:
             error = executor_failed("render", raised)
             return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
         request = request_for(prompt, self.role)
+        digest = prompt_digest(prompt)
         counted = _Counted(caller)
         finished: list[Usage] = []
         started = time.perf_counter()
@@ -201,7 +211,7 @@ class RunSession:
             reply = Reply(value=None, usage=error.usage or Usage(), error=error, stop_reason=failure_reason(error))
         else:
             reply = Reply(value=completion.value, usage=completion.usage, model=completion.model)
-        reply = dataclasses.replace(reply, seconds=time.perf_counter() - started)
+        reply = dataclasses.replace(reply, seconds=time.perf_counter() - started, prompt=digest)
         self.usage += reply.usage
         return reply
 

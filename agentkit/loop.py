@@ -1,7 +1,7 @@
 """``run_tool_loop`` and ``run_tool_loop_tiered``: the bounded tool loop, plain and tier-gated.
 
-Both are thin wrappers over one loop body (``agentkit._loop.run_core``); they differ only in what
-they accept and in the result they return.
+Both are a ``ToolLoop`` used once (one loop body, ``agentkit._loop.run_core``); they differ only in
+what they accept and in the result they return.
 """
 
 from __future__ import annotations
@@ -12,13 +12,11 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
-from agentkit._loop import Toolbox, gate, run_core
+from agentkit._runner import ToolLoop
 from agentkit.agent import ToolAgent
-from agentkit.checkpoint import Codec
 from agentkit.config import LoopConfig
 from agentkit.degeneration import SameFunc
-from agentkit.errors import UsageError
-from agentkit.observe import ObserverArg, observers_of
+from agentkit.observe import ObserverArg
 from agentkit.results import TieredLoopResult, ToolLoopResult
 from agentkit.structured import StructuredCaller
 from agentkit.tools import ContextTool, Tool
@@ -67,16 +65,8 @@ async def run_tool_loop(
             ``run_tool_loop_tiered``), bad tool names, or another wiring mistake. Raised before
             any model call.
     """
-    config = config or LoopConfig()
-    box = Toolbox.build(tool, config, answer)
-    for candidate in box.tools.values():
-        verdict, tier = gate(candidate, config)
-        if verdict == "propose":
-            raise UsageError(
-                f"tool {candidate.name!r} is Tier.{tier.name} and cannot run live under autonomy "
-                f"Tier.{config.autonomy.name}; use run_tool_loop_tiered so its calls become proposals"
-            )
-    result = await run_core(caller, agent, box, ctx, config, same, observers_of(observer), may_propose=False)
+    loop = ToolLoop._plain(caller, agent, tool, config, same=same, observer=observer, answer=answer)
+    result = await loop.run(ctx)
     return ToolLoopResult(
         items=result.items,
         rounds=result.rounds,
@@ -88,6 +78,7 @@ async def run_tool_loop(
         run_id=result.run_id,
         answer=result.answer,
         answer_from_closing_round=result.answer_from_closing_round,
+        checkpoint=result.checkpoint,
     )
 
 
@@ -143,11 +134,7 @@ async def run_tool_loop_tiered(
             a tool whose item type is undeclared or cannot round-trip through JSON (naming the tool
             and the type). Raised before any model call.
     """
-    config = config or LoopConfig()
-    box = Toolbox.build(tools, config, answer)
-    observers = observers_of(observer)
-    codec = Codec.needed(box.tools, config, observers)
-    return await run_core(caller, agent, box, ctx, config, same, observers, may_propose=True, codec=codec)
+    return await ToolLoop(caller, agent, tools, config, same=same, observer=observer, answer=answer).run(ctx)
 
 
 def run_tool_loop_sync(

@@ -36,7 +36,7 @@ from agentkit.results import ToolLoopResult
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from agentkit.checkpoint import RunCheckpoint
+    from agentkit._state import RunCheckpoint
     from agentkit.structured import StructuredRequest
     from agentkit.tools import Tool
 

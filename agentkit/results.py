@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -14,7 +15,7 @@ from agentkit.tiers import Tier
 if TYPE_CHECKING:
     from typing import Self
 
-    from agentkit.checkpoint import RunCheckpoint
+    from agentkit._state import RunCheckpoint
     from agentkit.errors import AgentkitError
     from agentkit.proposals import ProposedAction
 
@@ -24,6 +25,15 @@ R = TypeVar("R")
 Args = TypeVar("Args", bound=BaseModel)
 Answer = DefaultedTypeVar("Answer", default=None)
 """The type of a run's final answer (``run_tool_loop(..., answer=Schema)``); ``None`` without one."""
+
+
+@functools.cache
+def _unrecorded() -> RunCheckpoint:
+    """The state of a result built by hand: no run recorded (one value: it is frozen)."""
+    from agentkit._state import RunCheckpoint  # imported late: the state imports the loop's config
+    from agentkit.config import LoopConfig
+
+    return RunCheckpoint.start("", LoopConfig(), ())
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -125,6 +135,11 @@ class ToolLoopResult(RunEnding, Generic[R, Answer]):
     answer_from_closing_round: bool = False
     """The answer came from the closing round: the tools stopped at the round ceiling, the budget
     or a stalemate (``stop_reason`` says which), and the executor was then asked for the answer."""
+    checkpoint: RunCheckpoint = field(default_factory=_unrecorded)
+    """The run's state, a frozen JSON-native value: ``resume_tool_loop`` (or ``ToolLoop.resume``)
+    continues a run that stopped at a proposal from it, and ``journal.resume`` a run whose process
+    died between rounds from the last one its journal kept. On a result built by hand it records no
+    run and cannot be resumed."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -133,13 +148,3 @@ class TieredLoopResult(ToolLoopResult[R, Answer], Generic[Args, R, Answer]):
 
     proposed: list[ProposedAction[Args]] = field(default_factory=list)
     """Calls above the autonomy ceiling, in the order the executor made them; none ran."""
-    checkpoint: RunCheckpoint = field(default_factory=lambda: _unrecorded())
-    """The run's state as a JSON round-trippable value: ``resume_tool_loop`` continues a run that
-    stopped at a proposal from it. Set by every tiered run; on a result built by hand it records no
-    run and cannot be resumed."""
-
-
-def _unrecorded() -> RunCheckpoint:
-    from agentkit.checkpoint import RunCheckpoint  # imported late: checkpoint imports the loop's config
-
-    return RunCheckpoint().sealed()

@@ -7,7 +7,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
-from agentkit import Prompt, RoleSpec, ToolRoundInfo
+from agentkit import Prompt, RoleSpec, RunCheckpoint, ToolRoundInfo
 
 R = TypeVar("R")
 
@@ -56,3 +56,19 @@ class Recording:
     async def call(self, args: BaseModel) -> Sequence[Doc]:
         self.calls.append(args)
         return [Doc(id=f"{self.name}:{len(self.calls)}")]
+
+
+def rechained(
+    checkpoint: RunCheckpoint, *, entry: int | None = None, version: int | None = None, **changes: object
+) -> RunCheckpoint:
+    """``checkpoint`` with one entry's fields changed (or its ``version``), its digests chained afresh: a
+    state a hand edit made to look intact (only a check other than the digests can refuse it)."""
+    state = RunCheckpoint.start(
+        checkpoint.run_id, checkpoint.config, checkpoint.tools, parent=checkpoint.parent, forked_at=checkpoint.forked_at
+    )
+    if version is not None:
+        state = state._with(version=version)
+        state = state._with(digest=state.head_digest())
+    for index, kept in enumerate(checkpoint.entries):
+        state = state.appended(kept.model_copy(update=changes) if index == entry else kept)
+    return state

@@ -404,7 +404,7 @@ async def test_resumed_run_continues_the_running_summary() -> None:
     """The running summary and how many calls it covers are in the checkpoint; resume folds only new calls."""
 
     caller, finder, deleter, result = await proposed_run(ContextWindow(last=1, summarize=folding))
-    assert (result.checkpoint.context_summary, result.checkpoint.context_summarized) == ("[1][1]", 2)
+    assert (result.checkpoint.progress.summary, result.checkpoint.progress.summarized) == ("[1][1]", 2)
     agent = Executor[Any]()
     approval = [approve(result.proposed[0], approved_by="ana")]
     resumed = await resume_tool_loop(

@@ -1,11 +1,11 @@
-"""How the journal writes a run's record: a round's events with its checkpoint in one transaction,
-nothing waiting longer than ``linger``, and (SQLite) records committed unsynced, inbox transitions synced."""
+"""How the journal writes a run's record: a round's events with its state's new entries in one transaction,
+only the entries it does not hold yet, nothing waiting longer than ``linger``, and (SQLite) records committed
+unsynced, inbox transitions synced."""
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
+import itertools
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -16,12 +16,11 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, JsonValue
 
-from agentkit import Prompt, RoleSpec, Tier, ToolRoundInfo, UsageError, run_tool_loop_tiered, tool
-from agentkit.checkpoint import DigestMemo, RunCheckpoint
+from agentkit import Prompt, RoleSpec, RunCheckpoint, Tier, ToolRoundInfo, UsageError, run_tool_loop_tiered, tool
 from agentkit.events import Event, RunStarted
-from agentkit.journal import Journal, JournalObserver, RunState, SQLiteJournal
+from agentkit.journal import Journal, JournalError, JournalObserver, RunState, SQLiteJournal
 from agentkit.journal._records import Checkpointed, Hold
-from agentkit.journal._sql import checkpoint_text, insert_rows
+from agentkit.journal._sql import insert_rows
 from agentkit.journal._store import SQLJournal
 from agentkit.observe import Observer
 from agentkit.testing import ScriptedCaller, call_step, done_step
@@ -73,7 +72,7 @@ class Capture(Observer):
         self.entries.append(event)
 
     def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
-        self.entries.append(Checkpointed(run_id, checkpoint, checkpoint_text(checkpoint)))
+        self.entries.append(Checkpointed(run_id, checkpoint))
         self.checkpoints.append(checkpoint)
 
 
@@ -201,16 +200,13 @@ async def test_records_commit_unsynced_and_inbox_transitions_synced(tmp_path: Pa
         await journal.close()
 
 
-async def test_checkpoints_with_a_memo_have_the_digest_of_their_sorted_json_and_read_back() -> None:
-    """A run's checkpoints (sealed with its DigestMemo) hash their sorted JSON, and the stored text reads back equal."""
+async def test_a_runs_states_verify_and_read_back_equal() -> None:
+    """Each state a run hands its observers verifies, and reads back equal from its JSON."""
     checkpoints = (await captured_run()).checkpoints
     assert [c.rounds for c in checkpoints] == [0, 1, 2, 3]
     for checkpoint in checkpoints:
-        content = checkpoint.model_dump(mode="json", exclude={"digest"})
-        text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        assert checkpoint.digest == hashlib.sha256(text.encode()).hexdigest()
-        assert checkpoint.content_digest() == checkpoint.content_digest(DigestMemo()) == checkpoint.digest
-        stored = RunCheckpoint.model_validate(json.loads(checkpoint_text(checkpoint)))
+        checkpoint.verify()
+        stored = RunCheckpoint.model_validate_json(checkpoint.model_dump_json())
         assert stored == checkpoint
         stored.verify()
 
@@ -253,11 +249,9 @@ async def test_an_interrupt_while_writing_at_once_loses_nothing(
         await journal.close()
 
 
-async def test_of_a_runs_checkpoints_in_one_batch_the_latest_rounds_is_stored_and_the_run_is_held(
-    journal: Journal,
-) -> None:
-    """Several of a run's checkpoints in one batch (the one before round 1 goes with round 1's) store the latest
-    round's, whatever their order; the run's start takes the recorder's hold with it."""
+async def test_of_a_runs_states_in_one_batch_the_latest_is_stored_and_the_run_is_held(journal: Journal) -> None:
+    """Several of a run's states in one batch (the one before round 1 goes with round 1's) store the latest,
+    whatever their order; an older state given later adds nothing; the run's start takes the recorder's hold."""
     entries = (await captured_run()).entries
     started = [e for e in entries if isinstance(e, RunStarted)]
     kept = [e for e in entries if isinstance(e, Checkpointed)]
@@ -271,20 +265,22 @@ async def test_of_a_runs_checkpoints_in_one_batch_the_latest_rounds_is_stored_an
     journal.record_all([kept[1], kept[3]])
     [run] = await journal.runs()
     assert run.checkpoint_round == 3
+    assert isinstance(journal, SQLJournal)
+    _, stored, _ = journal._resume_state(run.id)
+    assert stored == kept[3].checkpoint
 
 
-async def test_of_two_checkpoints_of_one_round_in_a_batch_the_later_is_stored(journal: Journal) -> None:
-    """Equal rounds (a run's round checkpoint, then its ending at that round): the later one wins."""
-    entries = (await captured_run()).entries
-    started = [e for e in entries if isinstance(e, RunStarted)]
-    kept = next(e for e in entries if isinstance(e, Checkpointed) and e.checkpoint.rounds == 2)
-    ended = kept.checkpoint.model_copy(update={"finished": True})
-    journal.record_all([*started, kept, Checkpointed(kept.run_id, ended)])
+async def test_a_state_that_does_not_continue_the_stored_one_is_refused(journal: Journal) -> None:
+    """Another run's state under the same id (entries that do not follow the stored ones) is not written."""
+    first, other = (await captured_run()).entries, (await captured_run()).entries
+    started = [e for e in first if isinstance(e, RunStarted)]
+    mine = [e for e in first if isinstance(e, Checkpointed)]
+    theirs = [e for e in other if isinstance(e, Checkpointed)]
+    journal.record_all([*started, mine[1]])
+    with pytest.raises(JournalError, match="does not continue the one it holds"):
+        journal.record_all([Checkpointed(mine[1].run_id, theirs[2].checkpoint)])
     [run] = await journal.runs()
-    assert (run.checkpoint_round, run.resumable) == (2, False)
-    journal.record_all([Checkpointed(kept.run_id, ended), kept])
-    [run] = await journal.runs()
-    assert (run.checkpoint_round, run.resumable) == (2, True)
+    assert run.checkpoint_round == 1
 
 
 async def test_a_run_started_again_is_held_only_if_nobody_else_holds_it(journal: Journal) -> None:
@@ -303,16 +299,22 @@ async def test_a_run_started_again_is_held_only_if_nobody_else_holds_it(journal:
     assert run.claimed_by == "here:1"
 
 
-def test_a_batch_writes_one_checkpoint_per_run(tmp_path: Path) -> None:
-    """Only the latest of a run's checkpoints in a batch costs a statement."""
+def test_a_round_appends_only_its_own_entries(tmp_path: Path) -> None:
+    """Each round's write inserts the state's new entries only (one row per entry), in one statement, and
+    updates the run's row once: the cost of a round, not of the run so far."""
     run = asyncio.run(captured_run())
     journal = SQLiteJournal(tmp_path / "one.db")
     statements: list[str] = []
     journal._conn.inner._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]  # SQLite's own connection
-    first_round = run.entries[: [i for i, e in enumerate(run.entries) if isinstance(e, Checkpointed)][1] + 1]
-    assert sum(isinstance(e, Checkpointed) for e in first_round) == 2
-    assert journal.try_record_all(first_round)
-    assert sum(s.startswith("UPDATE agentkit_runs SET checkpoint") for s in statements) == 1
+    ends = [i for i, e in enumerate(run.entries) if isinstance(e, Checkpointed)]
+    journal.record_all(run.entries[: ends[1] + 1])
+    for start, end in itertools.pairwise(ends[1:]):
+        statements.clear()
+        journal.record_all(run.entries[start + 1 : end + 1])
+        inserts = [s for s in statements if s.startswith("INSERT INTO agentkit_entries")]
+        assert len(inserts) == 1
+        assert inserts[0].count("(") - 1 == 1  # the one entry this round added
+        assert sum(s.startswith("UPDATE agentkit_runs SET head") for s in statements) == 1
     asyncio.run(journal.close())
 
 

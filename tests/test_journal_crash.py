@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agentkit import Prompt, RoleSpec, StopReason, Tier, Tool, ToolRoundInfo, run_tool_loop_tiered, tool
+from agentkit import Prompt, RoleSpec, StopReason, Tier, Tool, ToolRoundInfo, run_tool_loop, run_tool_loop_tiered, tool
 from agentkit.journal import Journal, JournalObserver, RunStatus, open_journal
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer
@@ -72,12 +72,13 @@ def crash_tools(log: str, *, dying: JournalObserver | None = None) -> list[Tool[
     return [search, inspect]
 
 
-def crashing_run(url: str, base_url: str, log: str) -> None:
-    """Search twice, then hang in round 3's tool, to be killed there."""
+def crashing_run(url: str, base_url: str, log: str, plain: bool = False) -> None:
+    """Search twice, then hang in round 3's tool, to be killed there (``plain``: in ``run_tool_loop``)."""
     observer = JournalObserver(open_journal(url, create=False), lease=timedelta(seconds=1))
     caller = OpenAICaller(base_url=base_url, api_key="test")
     tools = crash_tools(log, dying=observer)
-    asyncio.run(run_tool_loop_tiered(caller, Reader(), tools, "hosts", observer=observer))
+    loop = run_tool_loop if plain else run_tool_loop_tiered
+    asyncio.run(loop(caller, Reader(), tools, "hosts", observer=observer))
 
 
 def step(tool: str, query: str) -> dict[str, Any]:
@@ -99,14 +100,16 @@ def rounds_asked(server: FakeOpenAIServer) -> list[int]:
     return asked
 
 
+@pytest.mark.parametrize("loop", ["tiered", "plain"])
 async def test_a_run_killed_mid_round_resumes_from_its_last_completed_round(
-    journal: Journal, journal_url: str, tmp_path: Path
+    journal: Journal, journal_url: str, tmp_path: Path, loop: str
 ) -> None:
-    """SIGKILL in round 3's tool: no completed model call is asked again, no executed tool call runs again."""
+    """SIGKILL in round 3's tool: no completed model call is asked again, no executed tool call runs again; a
+    plain ``run_tool_loop`` recorded by a journal recovers as a tiered one does."""
     log = tmp_path / "tools.log"
     script = [step("search", "a"), step("search", "b"), step("inspect", "db"), step("inspect", "db")]
     with FakeOpenAIServer([*script, {"rationale": "enough", "done": True, "call": None}]) as server:
-        child = SPAWN.Process(target=crashing_run, args=(journal_url, server.base_url, str(log)))
+        child = SPAWN.Process(target=crashing_run, args=(journal_url, server.base_url, str(log), loop == "plain"))
         child.start()
         deadline = time.monotonic() + 60
         while "hanging" not in lines(log):

@@ -28,7 +28,6 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.checkpoint import RunCheckpoint
 from agentkit.journal import (
     Journal,
     JournalError,
@@ -257,9 +256,9 @@ async def test_a_dead_resumers_hold_expires_and_a_live_ones_does_not(journal: Jo
     [pending] = await journal.pending()
     await journal.approve(pending.id, "ops")
     with journal._tx(write=False) as db:
-        [row] = db.query("SELECT checkpoint_digest FROM agentkit_runs WHERE id = ?", (run_id,))
+        [row] = db.query("SELECT state_digest FROM agentkit_runs WHERE id = ?", (run_id,))
     # A resumer takes the hold, then dies without renewing it (nothing ran yet).
-    journal._claim_run(run_id, row["checkpoint_digest"], "dead-resumer:1", "its-token", timedelta(seconds=0.5))
+    journal._claim_run(run_id, row["state_digest"], "dead-resumer:1", "its-token", timedelta(seconds=0.5))
     assert (await journal.run(run_id)).status is RunStatus.RUNNING
     with pytest.raises(RunClaimed, match="dead-resumer:1") as claimed:
         await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
@@ -270,16 +269,18 @@ async def test_a_dead_resumers_hold_expires_and_a_live_ones_does_not(journal: Jo
     assert calls == ["search old", "wipe /srv/old"]
 
 
-async def test_the_journal_keeps_the_latest_checkpoint_of_each_round(journal: Journal) -> None:
-    """The stored checkpoint is the run's: it reloads, verifies, and is the result's own at the end."""
+async def test_the_journal_keeps_the_runs_state_one_row_per_entry(journal: Journal) -> None:
+    """The stored state is the run's: one row appended per entry; read back it verifies and is the result's own."""
     assert isinstance(journal, SQLJournal)
     with JournalObserver(journal) as observer:
         result = await run_tool_loop_tiered(first_leg(), Planner(), TOOLS, "clean", observer=observer)
-    with journal._tx(write=False) as db:
-        [row] = db.query("SELECT checkpoint FROM agentkit_runs WHERE id = ?", (result.run_id,))
-    stored = RunCheckpoint.model_validate_json(row["checkpoint"])
+    _, stored, _ = journal._resume_state(result.run_id)
+    assert stored is not None
     stored.verify()
     assert stored == result.checkpoint
+    with journal._tx(write=False) as db:
+        rows = db.query("SELECT seq FROM agentkit_entries WHERE run_id = ? ORDER BY seq", (result.run_id,))
+    assert [row["seq"] for row in rows] == list(range(len(result.checkpoint.entries)))
 
 
 async def test_a_finished_run_lists_as_finished_and_not_resumable(journal: Journal) -> None:

@@ -36,11 +36,12 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.checkpoint import CHECKPOINT_VERSION, item_type_of
+from agentkit._codec import item_type_of
+from agentkit._state import STATE_VERSION as CHECKPOINT_VERSION
 from agentkit.events import Event, RoundStarted, RunFinished, RunStarted
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Doc, Executor, PathArgs, Query, Recording
+from tests.support import Doc, Executor, PathArgs, Query, Recording, rechained
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
 
@@ -83,7 +84,8 @@ async def test_every_tiered_result_carries_a_checkpoint() -> None:
         True,
         StopReason.EXECUTOR_DONE,
     )
-    assert (checkpoint.rounds, checkpoint.requests, checkpoint.calls) == (2, 2, ())
+    assert (checkpoint.rounds, checkpoint.usage.requests) == (2, 2)
+    assert [(c.tool, c.ran, c.batch) for c in checkpoint.progress.calls] == [("search", True, '[{"id":"search:1"}]')]
     assert [(t.name, t.tier) for t in checkpoint.tools] == [("search", Tier.READ_ONLY), ("delete", Tier.IRREVERSIBLE)]
 
 
@@ -92,17 +94,17 @@ async def test_checkpoint_holds_the_run_state_and_round_trips_through_json() -> 
     _, _, _, result = await proposed_run([search_step("a"), delete_step("/x")], config(max_rounds=5))
     checkpoint = result.checkpoint
     assert RunCheckpoint.model_validate_json(checkpoint.model_dump_json()) == checkpoint
-    assert (checkpoint.version, checkpoint.finished, checkpoint.rounds, checkpoint.requests) == (1, False, 2, 2)
-    assert [(c.tool_name, c.ran, c.proposed, c.batch) for c in checkpoint.calls] == [
-        ("search", True, False, [{"id": "search:1"}]),
-        ("delete", False, True, []),
+    assert (checkpoint.version, checkpoint.finished, checkpoint.rounds, checkpoint.usage.requests) == (2, False, 2, 2)
+    assert [(c.tool, c.ran, c.proposed, c.batch, c.counted) for c in checkpoint.progress.calls] == [
+        ("search", True, False, '[{"id":"search:1"}]', True),
+        ("delete", False, True, None, True),
     ]
-    assert [(p.tool_name, p.args, p.digest) for p in checkpoint.proposals] == [
-        ("delete", {"path": "/x"}, result.proposed[0].digest)
+    assert [(p.tool, p.args, p.call_digest) for p in checkpoint.proposals] == [
+        ("delete", '{"path":"/x"}', result.proposed[0].digest)
     ]
-    assert checkpoint.recent == (("search", {"query": "a"}), ("delete", {"path": "/x"}))
     assert checkpoint.config.rebuild() == config(max_rounds=5)
-    assert checkpoint.digest == checkpoint.content_digest()
+    checkpoint.verify()
+    assert checkpoint.digest == checkpoint.entries[-1].digest
 
 
 async def test_approved_call_runs_once_and_the_executor_sees_its_result() -> None:
@@ -244,7 +246,7 @@ async def test_observers_see_the_resumed_leg_under_the_same_run_id() -> None:
 async def test_deadline_counts_the_run_time_spent_before_the_pause() -> None:
     """Run time recorded in the checkpoint counts against the deadline; the approved call still runs first."""
     caller, search, delete, first = await proposed_run([delete_step("/x"), done_step()], config(deadline=60))
-    spent = first.checkpoint.model_copy(update={"seconds": 61.0}).sealed()
+    spent = rechained(first.checkpoint, entry=len(first.checkpoint.entries) - 1, elapsed=61.0)
     approval = approve(first.proposed[0], approved_by="ops")
     result = await resume_tool_loop(caller, Executor[Doc](), [search, delete], "ctx", spent, [approval])
     assert (result.stop_reason, caller.remaining, delete.calls) == (StopReason.DEADLINE, 1, [PathArgs(path="/x")])
@@ -261,9 +263,9 @@ async def test_checkpoint_edited_by_hand_is_refused() -> None:
     """A checkpoint whose content no longer matches its digest is refused."""
     caller, search, delete, first = await proposed_run([search_step("a"), delete_step("/x"), done_step()])
     data = json.loads(first.checkpoint.model_dump_json())
-    data["rounds"] = 0
+    data["entries"][0]["requests"] = 0
     edited = RunCheckpoint.model_validate_json(json.dumps(data))
-    with pytest.raises(ResumeRefused, match="does not match its digest"):
+    with pytest.raises(ResumeRefused, match="does not match its digests from entry 0 on"):
         await resume_tool_loop(
             caller, Executor[Doc](), [search, delete], "ctx", edited, [approve(first.proposed[0], approved_by="a")]
         )
@@ -273,7 +275,7 @@ async def test_checkpoint_edited_by_hand_is_refused() -> None:
 async def test_checkpoint_of_another_version_is_refused() -> None:
     """A checkpoint written under another schema version is refused, even with a matching digest."""
     caller, search, delete, first = await proposed_run([search_step("a"), delete_step("/x"), done_step()])
-    other = first.checkpoint.model_copy(update={"version": CHECKPOINT_VERSION + 1}).sealed()
+    other = rechained(first.checkpoint, version=CHECKPOINT_VERSION + 1)
     with pytest.raises(ResumeRefused, match=f"schema version {CHECKPOINT_VERSION + 1}"):
         await resume_tool_loop(
             caller, Executor[Doc](), [search, delete], "ctx", other, [approve(first.proposed[0], approved_by="a")]
@@ -483,7 +485,7 @@ async def test_a_resumed_run_keeps_its_repeat_policy_and_the_rounds_a_refusal_na
     cfg = config(on_repeat=RepeatPolicy.REFUSE, repeat_refusals=1, max_rounds=6)
     caller, search, delete, first = await proposed_run([search_step("a"), delete_step("/x")], cfg)
     assert first.checkpoint.config.rebuild() == cfg
-    assert first.checkpoint.recent_rounds == (1, 2)
+    assert [c.round for c in first.checkpoint.progress.calls if c.counted] == [1, 2]
     again = RunCheckpoint.model_validate_json(first.checkpoint.model_dump_json())
     caller.add(search_step("a"), search_step("a"))
     agent = Executor[Doc]()

@@ -13,6 +13,8 @@ from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit.errors import UsageError
 from agentkit.events import Event
+from agentkit.journal._executions import DEFAULT_STUCK_AFTER
+from agentkit.journal._lease import DEFAULT_LEASE
 from agentkit.journal._records import (
     Checkpointed,
     Execution,
@@ -23,17 +25,16 @@ from agentkit.journal._records import (
     RunRecord,
     Transition,
 )
-from agentkit.journal._store import DEFAULT_LEASE, DEFAULT_STUCK_AFTER
-from agentkit.journal._worker import Worked, WorkReport
 from agentkit.proposals import ProposedAction
 from agentkit.tools import NO_CTX, ContextTool, NoCtx, Tool
 
 __all__ = ["Journal", "open_journal"]
 
 if TYPE_CHECKING:
+    from agentkit._state import RunCheckpoint
     from agentkit.agent import ToolAgent
-    from agentkit.checkpoint import RunCheckpoint
     from agentkit.context import Summarizer
+    from agentkit.journal._worker import Worked, WorkReport
     from agentkit.observe import ObserverArg
     from agentkit.results import TieredLoopResult
     from agentkit.structured import StructuredCaller
@@ -110,7 +111,7 @@ class Journal(Protocol):
         tool: Tool[Args, R],
         *,
         worker: str | None = None,
-        lease: timedelta = DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         ctx: object = ...,
     ) -> Execution[R]: ...
     @overload
@@ -120,7 +121,7 @@ class Journal(Protocol):
         tool: ContextTool[Args, R, Ctx],
         *,
         worker: str | None = None,
-        lease: timedelta = DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         ctx: Ctx,
     ) -> Execution[R]: ...
     async def execute(
@@ -129,7 +130,7 @@ class Journal(Protocol):
         tool: Tool[Args, R] | ContextTool[Args, R, Any],
         *,
         worker: str | None = None,
-        lease: timedelta = DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         ctx: object = NO_CTX,
     ) -> Execution[R]:
         """Run an approved proposal exactly once: approved -> executing -> executed or failed.
@@ -148,7 +149,7 @@ class Journal(Protocol):
         concurrency: int = 1,
         until_empty: bool = False,
         worker: str | None = None,
-        lease: timedelta = DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         poll: float | None = None,
         report: Callable[[Worked], object] | None = None,
     ) -> WorkReport:
@@ -178,7 +179,7 @@ class Journal(Protocol):
         *,
         observer: ObserverArg = None,
         worker: str | None = None,
-        lease: timedelta = DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
         answer: type[Answer] | None = None,
     ) -> TieredLoopResult[Args, R, Answer]: ...
@@ -193,7 +194,7 @@ class Journal(Protocol):
         *,
         observer: ObserverArg = None,
         worker: str | None = None,
-        lease: timedelta = DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
         answer: type[Answer] | None = None,
     ) -> TieredLoopResult[BaseModel, R, Answer]: ...
@@ -207,7 +208,7 @@ class Journal(Protocol):
         *,
         observer: ObserverArg = None,
         worker: str | None = None,
-        lease: timedelta = DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
         answer: type[Any] | None = None,
     ) -> TieredLoopResult[Any, R, Any]:

@@ -22,10 +22,10 @@ from agentkit.events import (
 )
 from agentkit.journal._records import RoundEntry
 from agentkit.proposals import canonical_json
-from agentkit.results import RoundRecord, Usage
+from agentkit.results import Usage
 from agentkit.tiers import Tier
 
-__all__ = ["ROUND_COLUMNS", "event_data", "fold_events", "loop_config_data", "round_row", "said"]
+__all__ = ["event_data", "fold_events", "loop_config_data", "said"]
 
 
 def loop_config_data(config: LoopConfig) -> dict[str, Any]:
@@ -99,38 +99,6 @@ def event_data(event: Event) -> tuple[int | None, dict[str, Any]]:
             return None, {"error": f"{type(event.error).__name__}: {said(event.error)}"}
         case _:
             assert_never(event)
-
-
-def round_row(run_id: str, record: RoundRecord, *, repeated: bool) -> tuple[object, ...]:
-    """A trace record as a row of the journal's rounds, in ``ROUND_COLUMNS`` order (a run's end writes one a round)."""
-    usage = record.usage
-    return (
-        run_id,
-        record.round,
-        record.done,
-        record.rationale,
-        record.tool_name,
-        None if record.tier is None else int(record.tier),
-        None if record.call is None else canonical_json(record.call),
-        record.executed,
-        record.proposed,
-        repeated,
-        record.batch_size,
-        record.observation,
-        record.error,
-        record.llm_seconds,
-        record.tool_seconds,
-        usage.requests,
-        usage.input_tokens,
-        usage.output_tokens,
-    )
-
-
-ROUND_COLUMNS = (
-    "run_id, round, done, rationale, tool_name, tier, args, executed, proposed, repeated, batch_size, observation, "
-    "error, llm_seconds, tool_seconds, requests, input_tokens, output_tokens"
-)
-"""The rounds table's columns, as ``round_row`` gives their values."""
 
 
 def _fold(entry: RoundEntry, kind: str, data: Mapping[str, Any]) -> RoundEntry:

@@ -30,7 +30,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from agentkit.checkpoint import RunCheckpoint
+    from agentkit._state import RunCheckpoint
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
@@ -252,7 +252,12 @@ class RoundEntry:
     tool_seconds: float = 0.0
     usage: Usage = field(default_factory=Usage)
     from_trace: bool = True
-    """Written from the finished run's trace; ``False``: rebuilt from the events of a run without a result."""
+    """Read from the run's state (or, for a run recorded by an earlier agentkit, its trace); ``False``:
+    rebuilt from the events of such a run without a result."""
+    decision: Literal["approved", "rejected"] | None = None
+    """A proposed round's decision, once a person made it (``executed`` says whether the call then ran)."""
+    decided_by: str | None = None
+    """Who decided it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,8 +266,6 @@ class Checkpointed:
 
     run_id: str
     checkpoint: RunCheckpoint
-    text: str | None = None
-    """The checkpoint as JSON, when already made (``None``: the journal makes it)."""
     kind: Literal["checkpoint"] = "checkpoint"
 
 

@@ -9,8 +9,6 @@ runs once whoever else tries; and a ``JournalObserver`` of this journal records 
 from __future__ import annotations
 
 import asyncio
-import json
-import uuid
 from collections.abc import Sequence
 from contextlib import suppress
 from datetime import timedelta
@@ -18,15 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from agentkit._codec import Codec
+from agentkit._runner import ToolLoop, pending_proposals
+from agentkit._state import RoundEntry, RunCheckpoint
 from agentkit.approval import Approval, Rejection
-from agentkit.checkpoint import CheckpointProposal, Codec, RunCheckpoint
 from agentkit.errors import ResumeRefused, ToolError
 from agentkit.journal._errors import TransitionRefused
 from agentkit.journal._records import ProposalRecord, ProposalState, RunStatus
-from agentkit.journal._store import held
+from agentkit.journal._runs import held
 from agentkit.journal.observer import JournalObserver
-from agentkit.observe import ObserverArg, observers_of
-from agentkit.resume import prepare_resume
+from agentkit.observe import ObserverArg
 from agentkit.tools import AnyTool, ContextTool, Tool
 
 if TYPE_CHECKING:
@@ -54,44 +53,31 @@ async def resume(
     answer: type[Any] | None = None,
 ) -> TieredLoopResult[Any, Any, Any]:
     """``SQLJournal.resume``'s body (documented there)."""
-    record, text, proposals = await journal._read(journal._resume_state, run_id)
+    record, checkpoint, proposals = await journal._read(journal._resume_state, run_id)
     if record.status is RunStatus.RUNNING:
         raise held(run_id, record.claimed_by, record.lease_until)
-    if text is None:
+    if checkpoint is None:
         raise ResumeRefused(
-            f"run {run_id!r} has no checkpoint in the journal at {journal.where} ({record.status.value}): it was "
-            "not a tiered run, its tools' items cannot round-trip through JSON, or it was recorded by an agentkit "
-            "before journal schema 4; nothing ran"
+            f"run {run_id!r} has no state in the journal at {journal.where} ({record.status.value}): it was not a "
+            "tool loop, or it was recorded without a JournalObserver; nothing ran"
         )
-    try:
-        # Through json.loads: stored text may hold lone surrogates, which pydantic's JSON parser refuses.
-        checkpoint = RunCheckpoint.model_validate(json.loads(text))
-    except (ValueError, ValidationError) as invalid:
-        raise ResumeRefused(f"the checkpoint of run {run_id!r} cannot be read: {invalid}; nothing ran") from invalid
     decisions, ids = _decisions(run_id, checkpoint, proposals, Codec(_by_name(tools)))
-    recorder = JournalObserver(journal)
+    # The recorder of the resumed leg holds the run, with its own lease mechanism (as it holds a first leg).
+    recorder = JournalObserver(journal, lease=lease, holder=worker)
 
     async def run_approved(approval: Approval[Any], tool: Tool[Any, Any], ctx: Any) -> Sequence[Any]:
         return await _run_approved(journal, ids[approval.id], tool, ctx, worker=worker, lease=lease)
 
-    run = prepare_resume(
-        caller,
-        agent,
-        tools,
-        ctx,
-        checkpoint,
-        decisions,
-        observer=(*observers_of(observer), recorder),
-        summarize=summarize,
-        answer=answer,
-        run_approved=run_approved,
+    loop = ToolLoop(caller, agent, tools, observer=observer, answer=answer)
+    prepared = loop.prepared(
+        checkpoint, decisions, summarize=summarize, run_id=run_id, run_approved=run_approved, observers=(recorder,)
     )
-    token = uuid.uuid4().hex
+    token = recorder._token
     try:
         await journal._call(journal._claim_run, run_id, checkpoint.digest, worker, token, lease)
-        renewal = lambda: journal._call(journal._renew_run, run_id, token, lease)  # noqa: E731
-        async with journal._renewing(renewal, lease):
-            return await run()
+        recorder._hold_run(run_id)
+        result: TieredLoopResult[Any, Any, Any] = await prepared(ctx)
+        return result
     finally:
         # The run's end released the hold; a run left by an exception releases it here (best effort:
         # otherwise its lease runs out).
@@ -113,16 +99,8 @@ def _decisions(
     """Each pending proposal's decision as recorded in the inbox, and each approval's inbox id."""
     decisions: list[Approval[Any] | Rejection[Any]] = []
     ids: dict[str, str] = {}
-    for wanted in checkpoint.proposals:
+    for wanted, action in pending_proposals(checkpoint, codec):
         record = _entry(run_id, wanted, proposals)
-        try:
-            action = codec.decode_proposal(wanted) if wanted.tool_name in codec.args else None
-        except ValidationError as invalid:
-            raise ResumeRefused(
-                f"the proposed call to {wanted.tool_name!r} no longer validates as its tool's args: {invalid}"
-            ) from invalid
-        if action is None:
-            continue  # the tool set check names the missing tool
         match record.state:
             case ProposalState.PENDING:
                 raise ResumeRefused(
@@ -155,13 +133,13 @@ def _decisions(
     return decisions, ids
 
 
-def _entry(run_id: str, wanted: CheckpointProposal, proposals: list[ProposalRecord]) -> ProposalRecord:
+def _entry(run_id: str, wanted: RoundEntry, proposals: list[ProposalRecord]) -> ProposalRecord:
     """The inbox entry of a checkpoint's proposal: the open one, else the latest."""
-    same = [p for p in proposals if p.round == wanted.round and p.digest == wanted.digest]
+    same = [p for p in proposals if p.round == wanted.round and p.digest == wanted.call_digest]
     if not same:
         raise ResumeRefused(
-            f"run {run_id!r}: its proposed call to {wanted.tool_name!r} in round {wanted.round} (digest "
-            f"{wanted.digest[:12]}) is not in the inbox, so it cannot have been decided; record it with "
+            f"run {run_id!r}: its proposed call to {wanted.tool}!r in round {wanted.round} (digest "
+            f"{(wanted.call_digest or '')[:12]}) is not in the inbox, so it cannot have been decided; record it with "
             "journal.propose(...) and decide it; nothing ran"
         )
     open_ones = [p for p in same if p.state in (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING)]
@@ -180,7 +158,7 @@ async def _run_approved(
         return execution.batch
     if record.state is ProposalState.EXECUTED:
         try:
-            return Codec({tool.name: tool}).decode_batch(tool.name, json.loads(record.batch_json or "[]"))
+            return Codec({tool.name: tool}).decode_batch(tool.name, record.batch_json or "[]")
         except (ValueError, ValidationError) as invalid:
             raise ToolError(
                 f"proposal {id!r} was executed, but its recorded batch does not read back as {tool.name!r}'s items: "

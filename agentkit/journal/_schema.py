@@ -220,7 +220,23 @@ _V4: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_runs ADD COLUMN lease_until {ts}",
 )
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4)
+# Version 5: a run's state is kept as rows appended to ``agentkit_entries`` (one per round, decision and
+# end) under its header (``head``) on the run's row, so a round's write costs the round, not the whole
+# state so far; ``state_entries`` and ``state_digest`` say how far the stored state goes. The checkpoint
+# column of version 4 stays for the runs recorded then (they cannot be resumed by this agentkit).
+_V5: tuple[Statement, ...] = (
+    """CREATE TABLE agentkit_entries (
+        run_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        body TEXT NOT NULL,
+        PRIMARY KEY (run_id, seq)
+    )""",
+    "ALTER TABLE agentkit_runs ADD COLUMN head TEXT",
+    "ALTER TABLE agentkit_runs ADD COLUMN state_entries INTEGER",
+    "ALTER TABLE agentkit_runs ADD COLUMN state_digest TEXT",
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
 """``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

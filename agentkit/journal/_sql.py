@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+import pydantic
 import pydantic_core
 
 from agentkit._cache import value_cache
-from agentkit.checkpoint import RunCheckpoint, sealed_text
+from agentkit._lossless import from_stored, to_stored
+from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
+from agentkit._state import RoundEntry as StateRound
 from agentkit.config import LoopConfig
+from agentkit.errors import ResumeRefused
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
-from agentkit.journal._events import ROUND_COLUMNS, fold_events, loop_config_data, round_row, said
+from agentkit.journal._events import fold_events, loop_config_data, said
 from agentkit.journal._records import (
     Hold,
     ProposalRecord,
@@ -31,7 +34,7 @@ from agentkit.journal._records import (
 )
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction, canonical_json
-from agentkit.results import TieredLoopResult, ToolLoopResult, Usage
+from agentkit.results import ToolLoopResult, Usage
 from agentkit.tiers import Tier
 
 __all__ = [
@@ -42,7 +45,6 @@ __all__ = [
     "abort_run",
     "append_events",
     "batch_text",
-    "checkpoint_text",
     "claim_next_statement",
     "claim_statement",
     "event_row",
@@ -57,7 +59,9 @@ __all__ = [
     "proposal_of",
     "release_run",
     "round_of",
-    "store_checkpoint",
+    "rounds_of",
+    "state_of",
+    "store_state",
     "run_of",
     "to_stored",
     "transition_of",
@@ -98,33 +102,6 @@ class Connection(Protocol):
     def to_db_time(self, at: datetime) -> object: ...
     def from_db_time(self, value: object) -> datetime: ...
     def close(self) -> None: ...
-
-
-_ESCAPE = "\uffff"
-"""Starts an escape in stored text: a Unicode noncharacter, never meant to appear in interchanged text."""
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff\uffff]")
-"""What PostgreSQL text cannot hold (NUL), what no UTF-8 database can (lone surrogates, such as the
-``surrogateescape`` form of non-UTF-8 bytes), and the escape character itself."""
-_ESCAPED = re.compile("\uffff([0-9a-f]{4})")
-
-
-def to_stored(text: str) -> str:
-    """``text`` in a form every backend stores as is; ``from_stored`` gives ``text`` back exactly.
-
-    Text without NUL, lone surrogates or U+FFFF is stored unchanged (so equality in SQL, and
-    every row written before, keep working); each of those characters becomes U+FFFF and its four
-    hex digits.
-    """
-    if (text.isascii() and "\x00" not in text) or _UNSTORABLE.search(text) is None:  # ASCII: only NUL to look for
-        return text
-    return _UNSTORABLE.sub(lambda found: f"{_ESCAPE}{ord(found.group()):04x}", text)
-
-
-def from_stored(text: str) -> str:
-    """The text ``to_stored`` was given."""
-    if _ESCAPE not in text:
-        return text
-    return _ESCAPED.sub(lambda found: chr(int(found.group(1), 16)), text)
 
 
 class Lossless:
@@ -355,7 +332,7 @@ def _insert_text(insert: str, columns: int, rows: int, tail: str) -> str:
 
 
 def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
-    """Record a run's ending and the rounds of its trace; the first ending recorded wins."""
+    """Record a run's ending and the rest of its state; the first ending recorded wins."""
     result = event.result
     usage = result.usage
     db.execute(
@@ -377,21 +354,9 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
             usage.output_tokens,
         ),
     )
-    if isinstance(result, TieredLoopResult) and result.checkpoint.run_id == event.run_id:
-        store_checkpoint(db, event.run_id, result.checkpoint, checkpoint_text(result.checkpoint))
+    if isinstance(result, ToolLoopResult) and result.checkpoint.run_id == event.run_id:
+        store_state(db, event.run_id, result.checkpoint)
     release_run(db, event.run_id)
-    trace = result.trace if isinstance(result, ToolLoopResult) else ()
-    last = len(trace) - 1
-    rows = [
-        round_row(event.run_id, record, repeated=index == last and result.stop_reason is StopReason.DEGENERATION)
-        for index, record in enumerate(trace)
-    ]
-    insert_rows(
-        db,
-        f"INSERT INTO agentkit_rounds ({ROUND_COLUMNS}) VALUES",
-        rows,
-        " ON CONFLICT (run_id, round) DO NOTHING",
-    )
 
 
 OPEN_STATES = (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING)
@@ -468,24 +433,123 @@ def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
     release_run(db, event.run_id)
 
 
-def checkpoint_text(checkpoint: RunCheckpoint) -> str:
-    """The checkpoint as JSON text (lone surrogates kept as they are: ``Lossless`` stores them)."""
-    known = sealed_text(checkpoint)
-    if known is not None:  # made with its digest, from the same JSON
-        return known
-    try:
-        return checkpoint.model_dump_json()
-    except pydantic_core.PydanticSerializationError:
-        return _json(checkpoint.model_dump(mode="json"))
+def store_state(db: Connection, run_id: str, state: RunCheckpoint) -> None:
+    """Append the entries of ``state`` that the journal does not hold yet, one row each (and, the first
+    time, the state's header on the run's row): a round's write costs the round, not the run.
 
+    A state that does not continue the one stored (another run's, or an older one of this run) is not
+    written.
 
-def store_checkpoint(db: Connection, run_id: str, checkpoint: RunCheckpoint, text: str) -> None:
-    """Keep ``checkpoint`` (as JSON ``text``) as the run's latest, unless a later round's is already stored."""
-    db.execute(
-        "UPDATE agentkit_runs SET checkpoint = ?, checkpoint_round = ?, checkpoint_digest = ?, resumable = ? "
-        "WHERE id = ? AND (checkpoint_round IS NULL OR checkpoint_round <= ?)",
-        (text, checkpoint.rounds, checkpoint.digest, not checkpoint.finished, run_id, checkpoint.rounds),
+    Raises:
+        JournalError: the state does not continue the one stored.
+    """
+    rows = db.query("SELECT head, state_entries, state_digest FROM agentkit_runs WHERE id = ?", (run_id,))
+    if not rows:
+        return  # the run's start was never recorded: nothing to add to
+    stored = int(rows[0]["state_entries"] or 0)
+    if stored >= len(state.entries) and rows[0]["head"] is not None:
+        return  # an older state than the one stored (or the same): it holds nothing new
+    if stored and state.entries[stored - 1].digest != rows[0]["state_digest"]:
+        raise JournalError(
+            f"the state of run {run_id!r} given to the journal does not continue the one it holds (digest "
+            f"{str(rows[0]['state_digest'])[:12]} at entry {stored - 1}); it was not written"
+        )
+    head = rows[0]["head"]
+    if head is None:
+        head = state.model_dump_json(exclude={"entries", "digest"})
+    insert_rows(
+        db,
+        "INSERT INTO agentkit_entries (run_id, seq, body) VALUES",
+        [(run_id, seq, entry.model_dump_json()) for seq, entry in enumerate(state.entries[stored:], start=stored)],
     )
+    db.execute(
+        "UPDATE agentkit_runs SET head = ?, state_entries = ?, state_digest = ?, checkpoint_round = ?, resumable = ? "
+        "WHERE id = ?",
+        (head, len(state.entries), state.digest, state.rounds, not state.finished and state.resumable, run_id),
+    )
+
+
+def state_of(db: Connection, row: Mapping[str, Any]) -> RunCheckpoint | None:
+    """The run's state, folded from its header and its rows; ``None`` when the journal holds none.
+
+    Raises:
+        ResumeRefused: the state cannot be read back (a damaged row), or the run was recorded by an
+            agentkit that kept its checkpoint whole (journal schema 4), which this one cannot go on from.
+    """
+    run_id = _row_id(row)
+    head = row.get("head")
+    if head is None:
+        if row.get("checkpoint") is not None:
+            raise ResumeRefused(
+                f"run {run_id!r} was recorded by an earlier agentkit, whose checkpoints this one cannot go on from "
+                "(state version 1); finish it with that agentkit, or start it again. Nothing ran"
+            )
+        return None
+    bodies = db.query("SELECT seq, body FROM agentkit_entries WHERE run_id = ? ORDER BY seq", (run_id,))
+    try:
+        data = json.loads(str(head))
+        data["entries"] = [json.loads(str(body["body"])) for body in bodies]
+        data["digest"] = row.get("state_digest") or ""
+        return RunCheckpoint.model_validate(data)
+    except (ValueError, TypeError, RecursionError, pydantic.ValidationError) as invalid:
+        raise ResumeRefused(
+            f"the state of run {run_id!r} in the journal cannot be read ({type(invalid).__name__}: "
+            f"{str(invalid)[:300]}); nothing ran"
+        ) from invalid
+
+
+def rounds_of(state: RunCheckpoint) -> list[RoundEntry]:
+    """The run's rounds as records, from its state: each proposal with its decision, when it has one."""
+    decisions: dict[tuple[int, str | None], DecisionEntry] = {
+        (e.round, e.call_digest): e for e in state.entries if isinstance(e, DecisionEntry)
+    }
+    rounds: list[RoundEntry] = []
+    for entry in state.entries:
+        if not isinstance(entry, StateRound):
+            continue
+        outcome = entry.outcome
+        decided = decisions.get((entry.round, entry.call_digest)) if outcome is RoundOutcome.PROPOSED else None
+        batch = decided.batch if decided is not None else entry.batch if outcome is RoundOutcome.RAN else None
+        rounds.append(
+            RoundEntry(
+                run_id=state.run_id,
+                round=entry.round,
+                done=outcome is RoundOutcome.DONE,
+                rationale=entry.rationale,
+                tool_name=entry.tool,
+                tier=entry.tier,
+                args_json=None if entry.args is None else canonical_args(entry.args),
+                executed=batch is not None,
+                proposed=outcome is RoundOutcome.PROPOSED,
+                repeated=outcome is RoundOutcome.REFUSED or (outcome is RoundOutcome.ENDED and _repeats(entry)),
+                batch_size=0 if batch is None else len(json.loads(batch)),
+                observation=decided.observation if decided is not None else _observed(entry),
+                error=decided.error if decided is not None and decided.error else entry.error,
+                llm_seconds=entry.llm_seconds,
+                tool_seconds=entry.tool_seconds + (decided.tool_seconds if decided is not None else 0.0),
+                usage=Usage(
+                    requests=entry.requests, input_tokens=entry.input_tokens, output_tokens=entry.output_tokens
+                ),
+                decided_by=None if decided is None else decided.by,
+                decision=None if decided is None else "approved" if decided.approved else "rejected",
+            )
+        )
+    return rounds
+
+
+def canonical_args(args: str) -> str:
+    """A state's args text as the journal shows args: ``canonical_json``'s form (UTF-8, not escaped)."""
+    return json.dumps(json.loads(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def _repeats(entry: StateRound) -> bool:
+    """An ``ENDED`` round that repeated a recent call (a stalemate): a call, and no error."""
+    return entry.tool is not None and entry.error is None
+
+
+def _observed(entry: StateRound) -> str | None:
+    """What the round's record shows as the call's observation: a ``ToolRetry`` message or a refusal note."""
+    return entry.observation if entry.outcome in (RoundOutcome.RETRIED, RoundOutcome.REFUSED) else None
 
 
 def release_run(db: Connection, run_id: str) -> None:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from agentkit._invoke import check_ctx
 from agentkit.errors import UsageError
 from agentkit.journal._errors import NothingRan, OutcomeNotRecorded
+from agentkit.journal._executions import Claim, Unrunnable
 from agentkit.journal._records import Execution
-from agentkit.journal._store import Claim, Unrunnable
 from agentkit.tiers import tier_choices
 from agentkit.tools import AnyTool, declared_tier
 

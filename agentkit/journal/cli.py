@@ -22,8 +22,8 @@ from typing import Any, TextIO
 from agentkit.cli import positive_int
 from agentkit.errors import AgentkitError
 from agentkit.journal._contract import Journal, open_journal
+from agentkit.journal._executions import DEFAULT_STUCK_AFTER
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunStatus
-from agentkit.journal._store import DEFAULT_STUCK_AFTER
 
 __all__ = ["DEFAULT_DB", "register"]
 

@@ -17,15 +17,14 @@ from typing import TYPE_CHECKING, Self
 
 from agentkit.errors import UsageError
 from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
-from agentkit.journal._contract import Journal
 from agentkit.journal._errors import JournalError
+from agentkit.journal._lease import DEFAULT_LEASE, Renewal, check_lease
 from agentkit.journal._records import Checkpointed, Hold
-from agentkit.journal._sql import checkpoint_text
-from agentkit.journal._store import DEFAULT_LEASE, SQLJournal
 from agentkit.observe import Observer
 
 if TYPE_CHECKING:
-    from agentkit.checkpoint import RunCheckpoint
+    from agentkit._state import RunCheckpoint
+    from agentkit.journal._contract import Journal
 
 __all__ = ["JournalObserver"]
 
@@ -61,8 +60,9 @@ class JournalObserver(Observer):
 
     A tiered run's checkpoint is written at each round's end (one statement on the run's row), so
     ``journal.resume`` can continue a run whose process died from its last completed round. The
-    observer also holds each run it records with a lease, renewed by its writer thread every third
-    of ``lease`` while the run goes on: a run whose process died shows as crashed once its lease
+    observer also holds each run it records with a lease, renewed by a thread of its own every third
+    of ``lease`` while the run goes on (never from the event loop: a sync tool that blocks the loop
+    does not lose the hold), so a run whose process died shows as crashed once its lease
     runs out.
 
     Args:
@@ -70,8 +70,10 @@ class JournalObserver(Observer):
         capacity: Most events waiting to be written; an event beyond it is dropped and counted.
         flush_timeout: Longest wait, in seconds, at a run's end for its events to be written; past
             it the run returns and the rest is written when the database frees up.
-        lease: How long the hold on a run stays valid unless renewed (see ``DEFAULT_LEASE``).
+        lease: How long the hold on a run stays valid unless renewed (see ``DEFAULT_LEASE``): a
+            ``timedelta`` or a number of seconds.
         linger: Longest wait, in seconds, of an event for its round's end before it is written.
+        holder: The name the runs' holds record (``claimed_by``; default ``host:pid``).
 
     Example:
         >>> with JournalObserver(SQLiteJournal("agentkit-journal.db")) as observer:
@@ -84,15 +86,14 @@ class JournalObserver(Observer):
         *,
         capacity: int = 10_000,
         flush_timeout: float = 10.0,
-        lease: timedelta = DEFAULT_LEASE,
+        lease: timedelta | float = DEFAULT_LEASE,
         linger: float = LINGER,
+        holder: str | None = None,
     ) -> None:
         if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
             raise UsageError(f"capacity must be an integer >= 1 (events that may wait to be written); got {capacity!r}")
         if flush_timeout < 0:
             raise UsageError(f"flush_timeout must be >= 0 seconds; got {flush_timeout!r}")
-        if not isinstance(lease, timedelta) or lease <= timedelta(0):
-            raise UsageError(f"lease must be a positive timedelta; got {lease!r}")
         if isinstance(linger, bool) or not isinstance(linger, int | float) or not linger >= 0:
             raise UsageError(f"linger must be >= 0 seconds; got {linger!r}")
         self.journal = journal
@@ -106,7 +107,7 @@ class JournalObserver(Observer):
         self.last_error: Exception | None = None
         """The most recent failure."""
         self._cond = threading.Condition()
-        self.lease = lease
+        self.lease = check_lease(lease)
         """How long the hold on a run stays valid unless renewed."""
         self.linger = float(linger)
         """Longest time an event waits for its round's end before it is written."""
@@ -117,15 +118,16 @@ class JournalObserver(Observer):
         """A batch taken from the queue is being written (by the writer thread, or at once by a hook)."""
         self._sleepers = 0
         """Threads waiting for a batch to be written (``flush``; the writer while one is written at once)."""
-        self._at_once = isinstance(journal, SQLJournal) and journal.records_at_once
+        self._at_once = bool(getattr(journal, "records_at_once", False))
         """Due batches are written by the hook that made them due, when the journal can start at once."""
         self._since = 0.0
         """When the oldest entry still queued was queued (``time.monotonic``)."""
         self._idle = False
-        """The writer sleeps until woken or its next beat: nothing is queued and no run is being recorded."""
+        """The writer sleeps until woken: nothing is queued."""
         self._holding: set[str] = set()
-        """Runs started and not yet ended, held with a lease the writer thread renews."""
-        self._holder = f"{socket.gethostname()}:{os.getpid()}"
+        """Runs started and not yet ended, held with a lease its renewal thread renews (``_lease.Renewal``)."""
+        self._renewal: Renewal | None = None
+        self._holder = holder or f"{socket.gethostname()}:{os.getpid()}"
         self._token = uuid.uuid4().hex
         self._accepted = 0
         self._settled = 0
@@ -147,7 +149,7 @@ class JournalObserver(Observer):
     def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
         """Queue the run's checkpoint for the writer thread (the latest one is kept)."""
         # Its text is made here, once: the write (here or in the writer thread) only stores it.
-        self._put(Checkpointed(run_id, checkpoint, checkpoint_text(checkpoint)))
+        self._put(Checkpointed(run_id, checkpoint))
 
     def _put(self, event: Event | Checkpointed) -> None:
         now: list[Event | Checkpointed] | None = None
@@ -167,8 +169,7 @@ class JournalObserver(Observer):
                 if len(self._queue) == 1:
                     self._since = time.monotonic()
                     if self._idle:
-                        # Asleep with no run to record: it must now look again within linger. (While runs are
-                        # recorded it looks every linger anyway, and is not woken for each round's first event.)
+                        # Asleep with nothing queued: it must now look again within linger.
                         self._cond.notify_all()
                 if not self._due and (_is_due(event) or len(self._queue) >= _BATCH):
                     # A round's events wait for its end (its checkpoint), so they go in one transaction with
@@ -255,7 +256,9 @@ class JournalObserver(Observer):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            writer = self._writer
+            writer, renewal = self._writer, self._renewal
+        if renewal is not None:
+            renewal.stop()
         if writer is None:
             return True
         writer.join(timeout)
@@ -296,8 +299,7 @@ class JournalObserver(Observer):
         """
         written = False
         try:
-            assert isinstance(self.journal, SQLJournal)
-            written = self.journal.try_record_all(batch, hold=self._hold_of())
+            written = self.journal.try_record_all(batch, hold=self._hold_of())  # type: ignore[attr-defined]  # records_at_once
         except Exception:  # the writer thread writes it again, entry by entry if it must, and reports what fails
             pass
         finally:  # an interrupt too: the batch goes back, so nothing is lost and the writer is not left waiting
@@ -319,6 +321,7 @@ class JournalObserver(Observer):
             for entry in batch:
                 if isinstance(entry, RunStarted):
                     self._holding.add(entry.run_id)
+                    self._renewing()
                 elif isinstance(entry, RunFinished | RunAborted):
                     self._holding.discard(entry.run_id)
             self._writing = False
@@ -332,6 +335,26 @@ class JournalObserver(Observer):
             with suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, waiter)
 
+    def _hold_run(self, run_id: str) -> None:
+        """Hold ``run_id`` from now on, as this recorder's runs are held (``journal.resume`` claims the run it
+        resumes with this recorder's token, so one lease mechanism holds first and resumed legs alike)."""
+        with self._cond:
+            self._holding.add(run_id)
+            self._renewing()
+
+    def _renewing(self) -> None:
+        """Start the renewal of this recorder's holds, once (the caller holds ``_cond``)."""
+        if self._renewal is None and not self._closed:
+            self._renewal = Renewal(self._renew_holds, self.lease, name="recorder").start()
+
+    def _renew_holds(self) -> bool:
+        with self._cond:
+            if self._closed:
+                return False
+            holding = tuple(self._holding)
+        self._hold(holding)
+        return True
+
     def _start_writer(self) -> None:
         if self._writer is None:
             # A daemon: a process that exits without close() must not hang on a locked database; what is
@@ -340,8 +363,6 @@ class JournalObserver(Observer):
             self._writer.start()
 
     def _write_all(self) -> None:
-        beat = self.lease.total_seconds() / 3
-        beat_at = time.monotonic() + beat
         while True:
             with self._cond:
                 while True:
@@ -352,24 +373,16 @@ class JournalObserver(Observer):
                         continue
                     if self._due or self._closed:
                         break
-                    left = beat_at - time.monotonic()
-                    if self._queue:
-                        left = min(left, self._since + self.linger - time.monotonic())
-                    elif self._holding:
-                        left = min(left, self.linger)
-                    if left <= 0:
+                    left = self._since + self.linger - time.monotonic() if self._queue else None
+                    if left is not None and left <= 0:
                         break
-                    self._idle = not self._queue and not self._holding
+                    self._idle = not self._queue
                     self._cond.wait(left)
                 self._idle = False
                 if not self._queue and self._closed:
                     return
                 # Everything queued meanwhile goes in one transaction: one commit for it all.
                 batch = self._take()
-                holding = tuple(self._holding) if time.monotonic() >= beat_at else None
-            if holding is not None:
-                beat_at = time.monotonic() + beat
-                self._hold(holding)
             if not batch:
                 continue
             self._write(batch)
@@ -444,7 +457,7 @@ def _is_due(entry: Event | Checkpointed) -> bool:
     ``linger``, and goes in one transaction with them.
     """
     if isinstance(entry, Checkpointed):
-        return bool(entry.checkpoint.calls)
+        return bool(entry.checkpoint.entries)
     return isinstance(entry, _DUE)
 
 

@@ -8,6 +8,7 @@ treats it exactly as in-process.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,8 +16,8 @@ from pydantic import BaseModel, JsonValue, TypeAdapter
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from agentkit._codec import Codec
 from agentkit._invoke import invoke
-from agentkit.checkpoint import Codec
 from agentkit.errors import (
     AgentkitError,
     ProviderError,
@@ -149,7 +150,7 @@ class Activities:
         tool = agent.box.tools.get(call.tool_name)
         if tool is None:
             raise ApplicationError(f"agent {call.agent!r} has no tool {call.tool_name!r}", non_retryable=True)
-        args = codec.decode_args(call.tool_name, call.args)
+        args = codec.args[call.tool_name].model_validate(call.args)
         beating = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
         try:
             outcome = await invoke(tool, args, limit=agent.config.tool_timeout)
@@ -158,13 +159,15 @@ class Activities:
         if outcome.error is not None:
             raise ApplicationError(str(outcome.error), type=type(outcome.error).__name__) from outcome.error
         try:
-            return ToolReply(batch=codec.encode_batch(call.tool_name, outcome.batch), observation=outcome.observation)
+            encoded = codec.encode_batch(call.tool_name, outcome.batch)
         except (ValueError, TypeError) as wrong:
             error = ToolError(
                 f"tool {call.tool_name!r} returned an item that is not of its declared item type: {wrong}",
                 tool_name=call.tool_name,
             )
             raise ApplicationError(str(error), type="ToolResultInvalid", non_retryable=True) from wrong
+        assert encoded is not None  # a durable agent's codec is strict: every tool's items round-trip
+        return ToolReply(batch=json.loads(encoded), observation=outcome.observation)
 
 
 @activity.defn(name=RECORD_TOOLS)

@@ -12,9 +12,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
 
+from agentkit._codec import Codec, item_type_of
 from agentkit._loop import Toolbox
 from agentkit.agent import ToolAgent
-from agentkit.checkpoint import Codec, item_type_of
 from agentkit.config import LoopConfig
 from agentkit.errors import UsageError
 from agentkit.structured import StructuredCaller

@@ -10,7 +10,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowHandle
 
-from agentkit.checkpoint import RunCheckpoint
+from agentkit._state import RunCheckpoint
 from agentkit.outcome import Outcome, StopReason
 from agentkit.results import Usage
 from agentkit.temporal._agent import DurableAgent

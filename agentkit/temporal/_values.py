@@ -8,8 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from agentkit._admission import ToolEntry
-from agentkit.checkpoint import RunCheckpoint
+from agentkit._state import RunCheckpoint, ToolEntry
 from agentkit.outcome import Outcome, StopReason
 from agentkit.tiers import Tier
 
@@ -143,14 +142,13 @@ class Leg(BaseModel):
     """A run continued as new where it waits for people: its state, its recorded tools, its decisions.
 
     A leg's history then starts with everything the run needs, and a worker that replays it admits its
-    tools against ``tools`` before anything else (a waiting leg has issued no command yet, so a refusal
+    tools against the state's before anything else (a waiting leg has issued no command yet, so a refusal
     fails the run cleanly instead of breaking the replay)."""
 
     model_config = _FROZEN
     checkpoint: RunCheckpoint
-    """Where the run stopped: at a proposal (its decisions awaited), or before a lost call's resolution."""
-    tools: tuple[ToolEntry, ...]
-    """The tool set the run's first leg ran with."""
+    """Where the run stopped: at a proposal (its decisions awaited), or before a lost call's resolution.
+    It records the tool set the run's first leg ran with."""
     decisions: tuple[DecisionRecord, ...] = ()
     """Every decision and resolution the run accepted so far."""
     unknown: PendingProposal | None = None

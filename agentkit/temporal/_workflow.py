@@ -1,6 +1,6 @@
 """The tool loop as a Temporal workflow, over the same loop core.
 
-The workflow runs ``agentkit._loop.run_core`` (and ``resume_tool_loop`` after each decision) with
+The workflow runs a ``ToolLoop`` (and its ``resume`` after each decision) with
 two seams swapped for activities: the model caller (each attempt of ``generate_structured`` is an
 activity; its waits between attempts are workflow timers) and the tools (each call is an activity).
 Everything else (rendering, the step schema, gating by tier, the repeat guard, proposals,
@@ -10,6 +10,7 @@ results: the run id is the workflow id, and the workflow's own clock stamps what
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Sequence
 from datetime import timedelta
@@ -20,14 +21,14 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
-from agentkit._admission import ToolEntry, admit_tools, tool_entries
+from agentkit._admission import admit_tools, tool_entries
+from agentkit._codec import Codec, item_type_of
 from agentkit._invoke import Relayed
-from agentkit._loop import Toolbox, run_core
+from agentkit._runner import ToolLoop, pending_proposals
+from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
 from agentkit.approval import Approval, Rejection, approve, reject
-from agentkit.checkpoint import CheckpointProposal, Codec, RunCheckpoint, item_type_of
 from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolSetChanged, ToolTimeout
 from agentkit.results import TieredLoopResult, Usage
-from agentkit.resume import resume_tool_loop
 from agentkit.structured import Completion, StructuredRequest
 from agentkit.temporal._activities import MODEL_ACTIVITY, RECORD_TOOLS, REQUEST, TOOL_ACTIVITY, decode_error
 from agentkit.temporal._agent import DurableAgent
@@ -203,7 +204,7 @@ class AgentRun:
         leg, durable = start.leg, self.agents.get(start.agent)
         if leg is None or durable is None:
             return
-        self.tools, self.records = leg.tools, list(leg.decisions)
+        self.tools, self.records = leg.checkpoint.tools, list(leg.decisions)
         if self.admit(durable):
             if leg.unknown is not None:
                 self.resolving(leg.checkpoint, leg.unknown)
@@ -230,23 +231,19 @@ class AgentRun:
         caller = _ActivityCaller(start.agent, durable)
         proxies = [_ActivityTool(start.agent, durable, name, self.lost) for name in durable.box.tools]
         proxied: Any = proxies if durable.box.single is None else proxies[0]
+        loop = ToolLoop(caller, durable.agent, proxied, durable.workflow_config())
         if leg is None:
-            config = durable.workflow_config()
-            box = Toolbox.build(proxied, config)
-            codec = Codec.needed(box.tools, config)
-            result = await run_core(
-                caller, durable.agent, box, ctx, config, None, (), may_propose=True, codec=codec, run_id=self.run_id
-            )
+            result = await loop.run(ctx, run_id=self.run_id)
         elif leg.unknown is not None:
-            result = await self.on_resolution(leg.checkpoint, caller, durable, proxied, ctx)
+            result = await self.on_resolution(leg.checkpoint, loop, ctx)
         else:
-            result = await self.on_decisions(leg.checkpoint, caller, durable, proxied, ctx)
+            result = await self.on_decisions(leg.checkpoint, loop, durable, ctx)
         while not result.checkpoint.finished:
             if self.tools is not None:
                 # The wait for people starts a new leg whose history holds the state (see ``Leg``).
                 self.continue_leg(result.checkpoint)
             self.waiting(result.checkpoint)
-            result = await self.on_decisions(result.checkpoint, caller, durable, proxied, ctx)
+            result = await self.on_decisions(result.checkpoint, loop, durable, ctx)
         self.outcome = self.finished(durable, result)
         self.status = RunStatus.FINISHED
         return self.outcome
@@ -288,34 +285,31 @@ class AgentRun:
     def continue_leg(self, checkpoint: RunCheckpoint, unknown: PendingProposal | None = None) -> NoReturn:
         """Continue the run as new from ``checkpoint``: its next leg starts by waiting for people."""
         assert self.tools is not None
-        leg = Leg(checkpoint=checkpoint, tools=self.tools, decisions=tuple(self.records), unknown=unknown)
+        leg = Leg(checkpoint=checkpoint, decisions=tuple(self.records), unknown=unknown)
         workflow.continue_as_new(RunStart(agent=self.agent, ctx=self.start.ctx, leg=leg))
 
     def waiting(self, checkpoint: RunCheckpoint) -> None:
         """The run stopped at the checkpoint's proposals: they wait for decisions."""
         now = workflow.now()
-        self.pending = {p.round: _pending(p, now) for p in checkpoint.proposals}
-        self.decided, self.rounds, self.requests = {}, checkpoint.rounds, checkpoint.requests
+        self.pending = {entry.round: _pending(entry, now) for entry in checkpoint.proposals}
+        self.decided, self.rounds, self.requests = {}, checkpoint.rounds, checkpoint.usage.requests
         self.status = RunStatus.WAITING
 
     async def on_decisions(
-        self, checkpoint: RunCheckpoint, caller: _ActivityCaller, durable: DurableAgent[Any, Any], tools: Any, ctx: Any
+        self, checkpoint: RunCheckpoint, loop: ToolLoop[Any, Any, Any, Any], durable: DurableAgent[Any, Any], ctx: Any
     ) -> TieredLoopResult[Any, Any]:
         """Wait for a decision on each pending proposal, then continue the run with them."""
         await workflow.wait_condition(lambda: len(self.decided) == len(self.pending))
         self.status = RunStatus.RUNNING
-        codec = Codec(durable.box.tools)
         decisions: list[Approval[Any] | Rejection[Any]] = []
-        for stored in checkpoint.proposals:
-            decision, proposal = self.decided[stored.round], codec.decode_proposal(stored)
+        for stored, proposal in pending_proposals(checkpoint, Codec(durable.box.tools)):
+            decision = self.decided[stored.round]
             if decision.approve:
                 decisions.append(approve(proposal, approved_by=decision.by, note=decision.reason))
             else:
                 decisions.append(reject(proposal, rejected_by=decision.by, reason=decision.reason))
         pending, self.pending, self.lost[:] = self.pending, {}, []
-        result: TieredLoopResult[Any, Any] = await resume_tool_loop(
-            caller, durable.agent, tools, ctx, checkpoint, decisions
-        )
+        result: TieredLoopResult[Any, Any] = await loop.resume(ctx, checkpoint, decisions)
         if not self.lost:
             return result
         # The approved call's outcome is unknown: a human says whether it took effect; it never re-runs.
@@ -323,22 +317,22 @@ class AgentRun:
         if self.tools is not None:
             self.continue_leg(checkpoint, lost)
         self.resolving(checkpoint, lost)
-        return await self.on_resolution(checkpoint, caller, durable, tools, ctx)
+        return await self.on_resolution(checkpoint, loop, ctx)
 
     def resolving(self, checkpoint: RunCheckpoint, lost: PendingProposal) -> None:
         """The approved call ``lost`` ended without an outcome: a human's account of it is awaited."""
-        self.rounds, self.requests = checkpoint.rounds, checkpoint.requests
+        self.rounds, self.requests = checkpoint.rounds, checkpoint.usage.requests
         self.unknown, self.resolution, self.status = lost, None, RunStatus.OUTCOME_UNKNOWN
 
     async def on_resolution(
-        self, checkpoint: RunCheckpoint, caller: _ActivityCaller, durable: DurableAgent[Any, Any], tools: Any, ctx: Any
+        self, checkpoint: RunCheckpoint, loop: ToolLoop[Any, Any, Any, Any], ctx: Any
     ) -> TieredLoopResult[Any, Any]:
         """Wait for the account of the lost call, then go on with it as the call's observation."""
         await workflow.wait_condition(lambda: self.resolution is not None)
         assert self.resolution is not None
         self.unknown, self.status = None, RunStatus.RUNNING
         resolved = _resolved(checkpoint, self.resolution)
-        after: TieredLoopResult[Any, Any] = await resume_tool_loop(caller, durable.agent, tools, ctx, resolved, [])
+        after: TieredLoopResult[Any, Any] = await loop.resume(ctx, resolved)
         return after
 
     def finished(self, durable: DurableAgent[Any, Any], result: TieredLoopResult[Any, Any]) -> DurableOutcome:
@@ -469,14 +463,17 @@ def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:
     return defined
 
 
-def _pending(stored: CheckpointProposal, now: Any) -> PendingProposal:
+def _pending(stored: RoundEntry, now: Any) -> PendingProposal:
+    assert stored.tool is not None
+    assert stored.tier is not None
+    assert stored.args is not None
     return PendingProposal(
         round=stored.round,
-        tool_name=stored.tool_name,
+        tool_name=stored.tool,
         tier=stored.tier,
-        args=stored.args,
+        args=json.loads(stored.args),
         rationale=stored.rationale,
-        digest=stored.digest,
+        digest=stored.call_digest or "",
         proposed_at=now,
     )
 
@@ -494,18 +491,20 @@ def _record(proposal: PendingProposal, kind: str, by: str, reason: str) -> Decis
 
 
 def _resolved(checkpoint: RunCheckpoint, resolution: Resolution) -> RunCheckpoint:
-    """The checkpoint with the lost call settled by the human's account: that call's observation,
-    not a pending proposal. Resuming from it goes on to the next round without running it."""
+    """The state with the lost call settled by the human's account, as that call's decision: its
+    observation, no batch. Resuming from it goes on to the next round without running it."""
     said = "it took effect" if resolution.ran else "it did not take effect"
     note = f": {resolution.note}" if resolution.note else ""
     observation = (
         f"outcome unknown (its worker was lost, it was not re-run); {resolution.by} established that {said}{note}"
     )
-    calls = tuple(
-        call.model_copy(update={"proposed": False, "observation": observation})
-        if call.proposed and call.round == resolution.round
-        else call
-        for call in checkpoint.calls
+    decision = DecisionEntry(
+        round=resolution.round,
+        call_digest=resolution.digest,
+        approved=True,
+        by=resolution.by,
+        reason=resolution.note,
+        observation=observation,
+        elapsed=checkpoint.progress.elapsed,
     )
-    proposals = tuple(p for p in checkpoint.proposals if p.round != resolution.round)
-    return checkpoint.model_copy(update={"calls": calls, "proposals": proposals}).sealed()
+    return checkpoint.appended(decision)

@@ -17,7 +17,7 @@ from agentkit import (
     ToolRoundInfo,
     resume_tool_loop,
 )
-from agentkit.checkpoint import CheckpointContext
+from agentkit._state import CheckpointContext
 from agentkit.context import Omitted, Summarizer, call_chars
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import Doc, SearchArgs, search
@@ -66,6 +66,6 @@ def omitted(info: ToolRoundInfo[Doc], call: PriorCall[Doc]) -> None:
 async def resuming(checkpoint: RunCheckpoint) -> None:
     result = await resume_tool_loop(ScriptedCaller(), Planner(), search, "ctx", checkpoint, [], summarize=folding)
     assert_type(result, TieredLoopResult[SearchArgs, Doc])
-    assert_type(checkpoint.context_summary, str | None)
-    assert_type(checkpoint.context_summarized, int)
+    assert_type(checkpoint.progress.summary, str | None)
+    assert_type(checkpoint.progress.summarized, int)
     await resume_tool_loop(ScriptedCaller(), Planner(), search, "ctx", checkpoint, [], summarize=wrong)  # type: ignore[call-overload]  # not a summarizer

@@ -1,0 +1,579 @@
+"""A run's state as one frozen value: its header (run id, config, tools) and a log of entries, appended.
+
+A run appends one entry per model round (``RoundEntry``: the step, the call and what came of it,
+usage and time), one per decision on a proposal (``DecisionEntry``) and one at each end of a leg
+(``EndEntry``). Nothing is ever rewritten: a resumed run goes on appending to the state it loaded,
+and storage writes only the entries it has not written yet. Everything else a run needs to go on
+(its calls and batches, the pending proposals, the repeat window, usage, rounds, the running
+summary) is folded from the entries by ``fold``, the one function that reads them.
+
+Each entry carries a chained digest: the SHA-256 of the previous digest (the header's for the
+first entry) and the entry's canonical JSON. Appending costs the size of the entry, not of the
+run, and ``verify`` proves the whole log unaltered.
+
+Every value is JSON-native. Data from the model and the tools (args, batches, answers) is kept as
+canonical JSON *text* (``json_text``: sorted keys, ASCII, non-finite floats as ``NaN`` and
+``Infinity``), so a state survives any JSON round trip losslessly however deep the items nest or
+whatever floats and strings they hold; free text (observations, names, reasons) is ``Text``, which
+writes a lone surrogate or a NUL losslessly in JSON (``agentkit._lossless``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentkit._cache import value_cache
+from agentkit._lossless import Text
+from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit.context import ContextWindow, Summarizer
+from agentkit.errors import ResumeRefused
+from agentkit.outcome import Outcome, StopReason
+from agentkit.results import Usage
+from agentkit.structured import RetryPolicy
+from agentkit.tiers import Tier
+
+__all__ = [
+    "STATE_VERSION",
+    "CallView",
+    "CheckpointConfig",
+    "CheckpointContext",
+    "DecisionEntry",
+    "EndEntry",
+    "Entry",
+    "Progress",
+    "RoundEntry",
+    "RoundOutcome",
+    "RunCheckpoint",
+    "ToolEntry",
+    "json_text",
+]
+
+STATE_VERSION = 2
+"""The state schema this agentkit writes and reads; a state of another version is refused."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+_CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+
+
+def json_text(value: object) -> str:
+    """``value`` (JSON values) as canonical JSON text: sorted keys, no whitespace, ASCII only.
+
+    Lone surrogates are escaped (``\\udc80``) and non-finite floats written as ``NaN`` and
+    ``Infinity``, which ``json.loads`` reads back as they were: nothing is lost.
+    """
+    return _CANONICAL.encode(value)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
+
+
+class ToolEntry(BaseModel):
+    """One tool of a run's set, as the run records it: its name, its tier, the shape of its args."""
+
+    model_config = _FROZEN
+    name: Text
+    tier: Tier | None
+    """The declared tier; ``None``: the tool declares none (it never runs)."""
+    args: str
+    """SHA-256 of the args type's JSON schema (sorted keys): a change of fields, types or constraints shows."""
+
+
+class CheckpointContext(BaseModel):
+    """The run's ``ContextWindow``: its bounds as data; of a summarizer, only its name.
+
+    A function cannot round-trip through JSON, so a resumed run is given the summarizer again
+    (``resume_tool_loop(..., summarize=...)``); its name is kept to refuse a resume without it, with
+    one where the run had none, or with a function of another name.
+    """
+
+    model_config = _FROZEN
+    last: int | None = None
+    max_chars: int | None = None
+    max_tokens: int | None = None
+    chars_per_token: float = 4.0
+    summarize: Text | None = None
+    """The summarizer's ``module.qualname``; ``None``: the run had none."""
+
+    @classmethod
+    def of(cls, window: ContextWindow) -> CheckpointContext:
+        return cls(
+            last=window.last,
+            max_chars=window.max_chars,
+            max_tokens=window.max_tokens,
+            chars_per_token=window.chars_per_token,
+            summarize=None if window.summarize is None else function_name(window.summarize),
+        )
+
+    def rebuild(self, summarize: Summarizer | None) -> ContextWindow:
+        bounds = self.model_dump(exclude={"summarize"})
+        return ContextWindow(**bounds, summarize=summarize)
+
+
+def function_name(function: object) -> str:
+    """A function's ``module.qualname`` (its ``repr`` for a callable object without them)."""
+    module = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", None) or getattr(type(function), "__qualname__", None)
+    if module is None or qualname is None:
+        return repr(function)
+    return f"{module}.{qualname}"
+
+
+class CheckpointConfig(BaseModel):
+    """The fields of the run's ``LoopConfig`` (retry policy included)."""
+
+    model_config = _FROZEN
+    max_rounds: int | None
+    token_budget: int | None
+    deadline: float | None
+    tool_timeout: float | None
+    autonomy: Tier
+    after_proposal: AfterProposal
+    degeneration_window: int
+    rationale_max_length: int | None
+    on_repeat: RepeatPolicy = RepeatPolicy.STOP
+    repeat_refusals: int = 2
+    closing_round: bool = True
+    retry: dict[str, float]
+    context: CheckpointContext | None = None
+    """The run's ``ContextWindow``; ``None``: the executor was shown every earlier call."""
+
+    @classmethod
+    def of(cls, config: LoopConfig) -> CheckpointConfig:
+        """The config's fields (once per config: a service runs many runs with one; the value is frozen)."""
+        return _config_record(config)
+
+    def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
+        """The ``LoopConfig`` again, with ``summarize`` as its context window's summarizer."""
+        fields = self.model_dump(exclude={"retry", "context"})
+        retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
+        context = None if self.context is None else self.context.rebuild(summarize)
+        return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
+
+
+@value_cache(maxsize=64)
+def _config_record(config: LoopConfig) -> CheckpointConfig:
+    apart = ("retry", "context")
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
+    context = None if config.context is None else CheckpointContext.of(config.context)
+    return CheckpointConfig(**fields, retry=dataclasses.asdict(config.retry), context=context)
+
+
+class RoundOutcome(enum.StrEnum):
+    """What came of one model round."""
+
+    FAILED = "failed"
+    """No step: the model call failed, was cut off by the deadline, or the executor's render raised."""
+    DONE = "done"
+    """The executor said done (with its answer, if the run has an answer type)."""
+    RAN = "ran"
+    """The tool ran and returned a batch."""
+    RETRIED = "retried"
+    """The tool raised ``ToolRetry``: its message is the call's observation."""
+    REFUSED = "refused"
+    """The call repeated an earlier one and was not run (``RepeatPolicy.REFUSE``)."""
+    PROPOSED = "proposed"
+    """The call was above the autonomy ceiling: a proposal, not run."""
+    ENDED = "ended"
+    """The call ended the run without joining it: a stalemate, a refusal (no tier, not allowed live),
+    a tool that failed, or the repeat comparator that raised."""
+
+
+class RoundEntry(BaseModel):
+    """One model round: the step, the call and what came of it, usage and time."""
+
+    model_config = _FROZEN
+    kind: Literal["round"] = "round"
+    round: int
+    outcome: RoundOutcome
+    closing: bool = False
+    """The closing round of a run with an answer type (no call allowed)."""
+    model: Text = ""
+    """The model that answered (the fallback's name when it did)."""
+    rationale: Text = ""
+    tool: Text | None = None
+    tier: Tier | None = None
+    args: str | None = None
+    """The call's args, as ``json_text``."""
+    answer: str | None = None
+    """The done step's answer, as ``json_text`` (``None``: none given)."""
+    batch: str | None = None
+    """``RAN``: the batch, as ``json_text`` of the items' JSON values."""
+    observation: Text | None = None
+    repeats: int | None = None
+    """``REFUSED``: the round whose call this one repeats."""
+    proposed_at: str | None = None
+    """``PROPOSED``: when (ISO 8601, UTC)."""
+    call_digest: str | None = None
+    """``PROPOSED``: ``call_digest(tool, args)``, what a decision binds to."""
+    error: Text | None = None
+    """The error that ended the run in this round."""
+    summary: Text | None = None
+    """The context window's running summary, when this round's window made a new one."""
+    summarized: int | None = None
+    """How many of the oldest calls that summary covers."""
+    prompt: str | None = None
+    """SHA-256 of the prompt the executor rendered (system and dynamic), for replays."""
+    schema_digest: str | None = None
+    """SHA-256 of the step schema the model was asked to follow, for replays."""
+    requests: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    llm_seconds: float = 0.0
+    tool_seconds: float = 0.0
+    elapsed: float = 0.0
+    """The run's time so far (every leg), at this entry: the deadline goes on from it."""
+    digest: str = ""
+    """SHA-256 of the previous entry's digest (the header's, first) and this entry's content."""
+
+
+class DecisionEntry(BaseModel):
+    """A decision on a pending proposal, and what came of it: the approved call's batch, or what the
+    executor is told instead (the rejection, or a human's account of a call whose outcome was lost)."""
+
+    model_config = _FROZEN
+    kind: Literal["decision"] = "decision"
+    round: int
+    """The proposal's round."""
+    call_digest: str
+    """The proposal's digest: the call decided."""
+    approved: bool
+    by: Text
+    reason: Text = ""
+    batch: str | None = None
+    """The approved call ran: its batch, as ``json_text``."""
+    observation: Text | None = None
+    error: Text | None = None
+    """The approved call failed: the run ended with this error."""
+    tool_seconds: float = 0.0
+    elapsed: float = 0.0
+    digest: str = ""
+
+
+class EndEntry(BaseModel):
+    """The end of a leg of the run: why, and how. A leg stopped at a proposal goes on after its decisions."""
+
+    model_config = _FROZEN
+    kind: Literal["end"] = "end"
+    stop_reason: StopReason
+    outcome: Outcome
+    error: Text | None = None
+    elapsed: float = 0.0
+    digest: str = ""
+
+
+Entry = Annotated[RoundEntry | DecisionEntry | EndEntry, Field(discriminator="kind")]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class CallView:
+    """One call of the run as the state records it (JSON values), for ``ToolRoundInfo.prior_calls``."""
+
+    round: int
+    tool: str
+    args: str
+    ran: bool = False
+    """The tool ran and returned a batch."""
+    batch: str | None = None
+    """The batch, when the call ran (``None`` too when the tool's items could not be kept: see ``Codec``)."""
+    observation: str | None = None
+    proposed: bool = False
+    """An undecided proposal."""
+    repeats: int | None = None
+    counted: bool = True
+    """The call joined the repeat window (a refused repeat does not)."""
+    entry: int = 0
+    """The index of the entry that made the call."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Progress:
+    """What the entries add up to: everything a run needs to go on, folded once."""
+
+    calls: tuple[CallView, ...] = ()
+    """Every call, in order, as it stands now (a decided proposal with its batch or observation)."""
+    pending: tuple[RoundEntry, ...] = ()
+    """The proposals awaiting a decision, in order."""
+    rounds: int = 0
+    usage: Usage = field(default_factory=Usage)
+    largest_round_tokens: int = 0
+    elapsed: float = 0.0
+    refusals: int = 0
+    """Repeats refused so far (``RepeatPolicy.REFUSE``)."""
+    summary: str | None = None
+    summarized: int = 0
+    ended: EndEntry | None = None
+    """The last leg's end, when nothing came after it."""
+    answer: str | None = None
+    """The answer of the latest done round, as ``json_text``."""
+
+
+def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
+    """The one reading of a state's entries: what they add up to."""
+    calls: list[CallView] = []
+    pending: dict[tuple[int, str], tuple[int, RoundEntry]] = {}
+    """Each undecided proposal by (round, digest): its index in ``calls``, and its entry."""
+    rounds = requests = input_tokens = output_tokens = largest = refusals = summarized = 0
+    elapsed, summary, ended, answer = 0.0, None, None, None
+    for index, entry in enumerate(entries):
+        ended, elapsed = None, entry.elapsed
+        if isinstance(entry, EndEntry):
+            ended = entry
+        elif isinstance(entry, DecisionEntry):
+            decided = pending.pop((entry.round, entry.call_digest), None)
+            if decided is not None:
+                at = decided[0]
+                ran = entry.batch is not None
+                calls[at] = dataclasses.replace(
+                    calls[at], proposed=False, ran=ran, batch=entry.batch, observation=entry.observation
+                )
+        else:
+            rounds = max(rounds, entry.round)
+            requests += entry.requests
+            input_tokens += entry.input_tokens
+            output_tokens += entry.output_tokens
+            largest = max(largest, entry.input_tokens + entry.output_tokens)
+            if entry.summary is not None:
+                summary, summarized = entry.summary, entry.summarized or 0
+            if entry.outcome is RoundOutcome.DONE:
+                answer = entry.answer
+            view = call_of(entry, index)
+            if view is not None:
+                refusals += entry.outcome is RoundOutcome.REFUSED
+                if entry.outcome is RoundOutcome.PROPOSED:
+                    assert entry.call_digest is not None
+                    pending[(entry.round, entry.call_digest)] = (len(calls), entry)
+                calls.append(view)
+    usage = Usage(requests=requests, input_tokens=input_tokens, output_tokens=output_tokens)
+    return Progress(
+        calls=tuple(calls),
+        pending=tuple(entry for _, entry in pending.values()),
+        rounds=rounds,
+        usage=usage,
+        largest_round_tokens=largest,
+        elapsed=elapsed,
+        refusals=refusals,
+        summary=summary,
+        summarized=summarized,
+        ended=ended,
+        answer=answer,
+    )
+
+
+_CALLS = frozenset({RoundOutcome.RAN, RoundOutcome.RETRIED, RoundOutcome.REFUSED, RoundOutcome.PROPOSED})
+"""The round outcomes whose call joins the run (the executor is shown it): the others end the run."""
+
+
+def call_of(entry: RoundEntry, index: int) -> CallView | None:
+    """The call a round entry adds to the run; ``None`` for a round that adds none."""
+    if entry.outcome not in _CALLS:
+        return None
+    assert entry.tool is not None
+    assert entry.args is not None
+    return CallView(
+        round=entry.round,
+        tool=entry.tool,
+        args=entry.args,
+        ran=entry.outcome is RoundOutcome.RAN,
+        batch=entry.batch if entry.outcome is RoundOutcome.RAN else None,
+        observation=entry.observation,
+        proposed=entry.outcome is RoundOutcome.PROPOSED,
+        repeats=entry.repeats,
+        counted=entry.outcome is not RoundOutcome.REFUSED,
+        entry=index,
+    )
+
+
+class RunCheckpoint(BaseModel):
+    """A run's state: everything needed to continue it, as one frozen, JSON-native value.
+
+    Every loop's result carries one (``result.checkpoint``). A run that stopped at a proposal, or
+    whose process died between rounds (its journal keeps the state), continues from it; a finished
+    run's state records how it went. Build one only through a run, or read one back with
+    ``model_validate_json``: a state whose entries do not reproduce their digests, or of another
+    ``version``, is refused before anything runs.
+    """
+
+    model_config = _FROZEN
+
+    version: int = STATE_VERSION
+    """The state schema version."""
+    run_id: Text = ""
+    """The run, as stamped on its events and proposals; a resumed run keeps it (``""``: no run recorded)."""
+    config: CheckpointConfig = Field(default_factory=lambda: CheckpointConfig.of(LoopConfig()))
+    """The run's ``LoopConfig``, field by field; a resumed run goes on under it."""
+    tools: tuple[ToolEntry, ...] = ()
+    """The tool set's names, tiers and args schemas, in order; going on with another set is refused."""
+    parent: Text | None = None
+    """The run this one was forked from."""
+    forked_at: int | None = None
+    """The parent's round this run was forked after."""
+    entries: tuple[Entry, ...] = ()
+    """What happened, in order: rounds, decisions, ends."""
+    digest: str = ""
+    """The last entry's chained digest (the header's when there is none)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _of_this_version(cls, data: Any) -> Any:
+        # A state of another version is refused by what names the problem, not by its first unknown field.
+        if isinstance(data, Mapping) and data.get("version", STATE_VERSION) != STATE_VERSION:
+            raise ValueError(
+                f"a state of schema version {data.get('version')!r} (run {data.get('run_id')!r}); this agentkit reads "
+                f"version {STATE_VERSION}"
+            )
+        return data
+
+    @classmethod
+    def start(
+        cls,
+        run_id: str,
+        config: LoopConfig | CheckpointConfig,
+        tools: Sequence[ToolEntry],
+        *,
+        parent: str | None = None,
+        forked_at: int | None = None,
+    ) -> RunCheckpoint:
+        """The state of a run that has done nothing yet."""
+        record = config if isinstance(config, CheckpointConfig) else CheckpointConfig.of(config)
+        header = cls.model_construct(
+            version=STATE_VERSION,
+            run_id=run_id,
+            config=record,
+            tools=tuple(tools),
+            parent=parent,
+            forked_at=forked_at,
+            entries=(),
+            digest="",
+        )
+        return header._with(digest=header.head_digest())
+
+    def head_digest(self) -> str:
+        """The digest of the header: version, run id, config, tools and lineage."""
+        return _sha256(json_text(self.model_dump(mode="json", exclude={"entries", "digest"})))
+
+    def appended(self, entry: RoundEntry | DecisionEntry | EndEntry) -> RunCheckpoint:
+        """This state with ``entry`` appended, its digest chained to the last one."""
+        sealed = entry.model_copy(update={"digest": chained(self.digest, entry)})
+        return self._with(entries=(*self.entries, sealed), digest=sealed.digest)
+
+    def _with(self, **changes: Any) -> RunCheckpoint:
+        """A copy with ``changes`` (values of the fields' types), made afresh: nothing folded from this
+        state (``progress``) carries over, as it would with ``model_copy``."""
+        fields = {name: getattr(self, name) for name in type(self).model_fields}
+        return type(self).model_construct(**(fields | changes))
+
+    def verify(self) -> None:
+        """Refuse a state of another version, or one whose header or entries do not reproduce their digests.
+
+        Raises:
+            ResumeRefused: naming the problem (and the entry, for an altered one); nothing ran.
+        """
+        if self.version != STATE_VERSION:
+            raise ResumeRefused(
+                f"the state of run {self.run_id!r} has schema version {self.version}; this agentkit reads "
+                f"version {STATE_VERSION}. Nothing ran"
+            )
+        digest = self.head_digest()
+        for index, entry in enumerate(self.entries):
+            digest = chained(digest, entry)
+            if entry.digest != digest:
+                raise ResumeRefused(
+                    f"the state of run {self.run_id!r} does not match its digests from entry {index} on ({entry.kind}"
+                    f"{f' of round {entry.round}' if not isinstance(entry, EndEntry) else ''}): edited by hand, "
+                    "damaged, or not this run's; nothing ran"
+                )
+        if self.digest != digest:
+            raise ResumeRefused(
+                f"the state of run {self.run_id!r} does not match its digest (edited by hand, or damaged); nothing ran"
+            )
+        problem = _inconsistency(self.entries)
+        if problem is not None:
+            raise ResumeRefused(f"the state of run {self.run_id!r} does not hold together: {problem}; nothing ran")
+
+    @functools.cached_property
+    def progress(self) -> Progress:
+        """What the entries add up to (folded once per state value)."""
+        return fold(self.entries)
+
+    @property
+    def finished(self) -> bool:
+        """The run ended for a reason other than a proposal (or records no run): there is nothing to resume."""
+        ended = self.progress.ended
+        if not self.run_id:
+            return True
+        return ended is not None and ended.stop_reason is not StopReason.PROPOSED
+
+    @property
+    def stop_reason(self) -> StopReason | None:
+        """Why the run's latest leg ended; ``None`` while it runs (or when its process died mid-run)."""
+        ended = self.progress.ended
+        return None if ended is None else ended.stop_reason
+
+    @property
+    def rounds(self) -> int:
+        """Rounds used so far."""
+        return self.progress.rounds
+
+    @property
+    def usage(self) -> Usage:
+        """Model usage so far, every leg."""
+        return self.progress.usage
+
+    @property
+    def resumable(self) -> bool:
+        """Every batch the run gathered is kept (a tool whose items JSON cannot carry leaves its out)."""
+        return all(call.batch is not None for call in self.progress.calls if call.ran)
+
+    @property
+    def proposals(self) -> tuple[RoundEntry, ...]:
+        """The proposals awaiting a decision (each a ``PROPOSED`` round entry)."""
+        return self.progress.pending
+
+
+def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry]) -> str | None:
+    """What does not hold together in a log whose digests check out (one sealed by hand); ``None``: nothing."""
+    pending: set[tuple[int, str | None]] = set()
+    last = 0
+    for index, entry in enumerate(entries):
+        if isinstance(entry, RoundEntry):
+            if entry.round < last:
+                return f"entry {index} is round {entry.round}, after round {last}"
+            last = entry.round
+            if entry.outcome is RoundOutcome.PROPOSED:
+                if entry.tool is None or entry.args is None or entry.tier is None or entry.call_digest is None:
+                    return f"entry {index} proposes a call without its tool, args, tier or digest"
+                pending.add((entry.round, entry.call_digest))
+            elif entry.outcome in _CALLS and (entry.tool is None or entry.args is None):
+                return f"entry {index} records a call without its tool or args"
+        elif isinstance(entry, DecisionEntry):
+            if (entry.round, entry.call_digest) not in pending:
+                return f"entry {index} decides a call of round {entry.round} that no entry before it proposes"
+            pending.discard((entry.round, entry.call_digest))
+    return None
+
+
+def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
+    """The digest of ``entry`` after the entry (or header) whose digest is ``previous``."""
+    return _sha256(f"{previous}\n{json_text(entry.model_dump(mode='json', exclude={'digest'}))}")
+
+
+def tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
+    """The record of one tool (made once per tool: a service runs many runs over the same tools)."""
+    return _tool_entry(name, tier, args_type)
+
+
+@functools.lru_cache(maxsize=512)
+def _tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
+    schema = args_type.model_json_schema()
+    return ToolEntry(name=name, tier=tier, args=_sha256(json_text(schema)))

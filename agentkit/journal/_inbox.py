@@ -1,0 +1,142 @@
+"""The inbox: proposals put in, decided by people, listed, with the history of every change.
+
+Every change is one transaction that checks the proposal's state first (``_move``): a change the
+state does not allow raises ``TransitionRefused`` and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from agentkit.journal._errors import TransitionRefused
+from agentkit.journal._records import ProposalRecord, ProposalState, Transition
+from agentkit.journal._sql import insert_proposal, log_transition, now, proposal_of, transition_of
+from agentkit.journal._storage import Storage, check_limit, named
+from agentkit.proposals import ProposedAction
+
+__all__ = ["AT", "HINTS", "Inbox"]
+
+HINTS = {
+    ProposalState.PENDING: "a human must approve it first",
+    ProposalState.APPROVED: "it is approved and waits for a worker to execute it",
+    ProposalState.REJECTED: "it was rejected, which is final; propose the call again if it is still wanted",
+    ProposalState.EXECUTING: "a worker claimed it; once you confirmed that worker is gone (claimed_by), resolve() it",
+    ProposalState.EXECUTED: "it was executed, which is final",
+    ProposalState.FAILED: "its execution failed, which is final; propose the call again to retry",
+}
+
+AT = object()
+"""Placeholder in ``_move``'s assignments for "the time of this transition"."""
+
+
+class Inbox(Storage):
+    """Proposals and the decisions people make on them."""
+
+    def _get(self, id: str) -> ProposalRecord:
+        with self._tx(write=False) as db:
+            return self._fetch(db, id)
+
+    def _proposals(self, *, state: ProposalState | None = None, limit: int | None = None) -> list[ProposalRecord]:
+        if limit is not None:
+            check_limit(limit)
+        sql = "SELECT * FROM agentkit_proposals"
+        params: list[object] = []
+        if state is not None:
+            sql += " WHERE state = ?"
+            params.append(ProposalState(state).value)
+        sql += " ORDER BY proposed_at, id"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
+        with self._tx(write=False) as db:
+            return [proposal_of(db, row, lenient=True) for row in db.query(sql, params)]
+
+    def _history(self, id: str) -> list[Transition]:
+        with self._tx(write=False) as db:
+            self._fetch(db, id)
+            rows = db.query("SELECT * FROM agentkit_transitions WHERE proposal_id = ? ORDER BY id", (id,))
+            return [transition_of(db, row) for row in rows]
+
+    def _move(
+        self,
+        id: str,
+        verb: str,
+        allowed: tuple[ProposalState, ...],
+        after: ProposalState,
+        actor: str,
+        note: str,
+        sets: Mapping[str, object],
+    ) -> ProposalRecord:
+        at = now()
+        with self._tx(write=True) as db:
+            before = self._fetch(db, id).state
+            if before not in allowed:
+                states = " or ".join(s.value for s in allowed)
+                raise TransitionRefused(
+                    f"cannot {verb} proposal {id!r}: it is {before.value}, and only a {states} proposal can be "
+                    f"{verb.removesuffix('e')}ed; {HINTS[before]}",
+                    id=id,
+                    state=before.value,
+                )
+            values = {name: db.to_db_time(at) if value is AT else value for name, value in sets.items()}
+            assignments = "".join(f", {name} = ?" for name in values)
+            changed = db.execute(
+                f"UPDATE agentkit_proposals SET state = ?{assignments} WHERE id = ? AND state = ?",
+                (after.value, *values.values(), id, before.value),
+            )
+            if changed != 1:
+                raise TransitionRefused(
+                    f"cannot {verb} proposal {id!r}: it changed meanwhile; look again", id=id, state=""
+                )
+            log_transition(db, id, before, after, actor, at, note)
+            return self._fetch(db, id)
+
+    def _approve(self, id: str, approved_by: str) -> ProposalRecord:
+        by = named(approved_by, "approved_by")
+        sets = {"approved_by": by, "approved_at": AT}
+        return self._move(id, "approve", (ProposalState.PENDING,), ProposalState.APPROVED, by, "", sets)
+
+    def _reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
+        by, why = named(rejected_by, "rejected_by"), named(reason, "reason")
+        sets = {"rejected_by": by, "rejected_at": AT, "reason": why}
+        allowed = (ProposalState.PENDING, ProposalState.APPROVED)
+        return self._move(id, "reject", allowed, ProposalState.REJECTED, by, why, sets)
+
+    def _propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
+        actor = proposed_by or (f"run:{action.run_id}" if action.run_id else "api")
+        with self._tx(write=True) as db:
+            return self._fetch(db, insert_proposal(db, action, actor, now()))
+
+    async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
+        """Put a proposal in the inbox as ``pending``.
+
+        The same call (run, round, digest) proposed while its entry is still open (pending, approved
+        or executing) gives that entry back; after it was rejected, executed or failed it is a new
+        pending entry that needs its own approval.
+        """
+        return await self._call(self._propose, action, proposed_by=proposed_by)
+
+    async def get(self, id: str) -> ProposalRecord:
+        """The proposal with that id; ``UnknownId`` if there is none."""
+        return await self._read(self._get, id)
+
+    async def pending(self) -> list[ProposalRecord]:
+        """Proposals waiting for a human, oldest first."""
+        return await self._read(self._proposals, state=ProposalState.PENDING)
+
+    async def proposals(self, *, state: ProposalState | None = None, limit: int | None = None) -> list[ProposalRecord]:
+        """Proposals (in one state, if given), oldest first."""
+        return await self._read(self._proposals, state=state, limit=limit)
+
+    async def history(self, id: str) -> list[Transition]:
+        """Every state change of the proposal, in order, with who and when."""
+        return await self._read(self._history, id)
+
+    async def approve(self, id: str, approved_by: str) -> ProposalRecord:
+        """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing."""
+        return await self._call(self._approve, id, approved_by)
+
+    async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
+        """pending or approved -> rejected (final)."""
+        return await self._call(self._reject, id, rejected_by, reason)

@@ -1,0 +1,266 @@
+"""Runs: each run's events and state as they happen, the runs listed, and a run resumed by one process.
+
+A run's state (``RunCheckpoint``) is stored as rows appended to ``agentkit_entries``, one per entry
+(a round, a decision, an end), beside its header on the run's row: a round's write costs the size
+of the round, not of the run. Reading a run back folds those rows into the state again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypeVar
+
+from pydantic import BaseModel
+from typing_extensions import TypeVar as DefaultedTypeVar
+
+from agentkit._state import RunCheckpoint
+from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
+from agentkit.journal._errors import RunClaimed
+from agentkit.journal._events import event_data
+from agentkit.journal._records import Checkpointed, Hold, ProposalRecord, RoundEntry, RunRecord
+from agentkit.journal._sql import (
+    Busy,
+    Connection,
+    abort_run,
+    append_events,
+    event_row,
+    finish_run,
+    folded,
+    hold_runs_statement,
+    insert_proposal,
+    insert_run,
+    now,
+    proposal_of,
+    round_of,
+    rounds_of,
+    run_of,
+    state_of,
+    store_state,
+)
+from agentkit.journal._storage import Storage, check_limit
+
+if TYPE_CHECKING:
+    pass
+
+__all__ = ["Runs", "held"]
+
+Args = TypeVar("Args", bound=BaseModel)
+Ctx = TypeVar("Ctx")
+Answer = DefaultedTypeVar("Answer", default=None)
+R = TypeVar("R")
+
+
+def held(run_id: str, holder: object, until: object) -> RunClaimed:
+    """The error for a run another live process holds."""
+    return RunClaimed(
+        f"run {run_id!r} is held by {holder or 'another process'} (its lease runs until {until}): it is still "
+        "running, or another process resumes it; nothing ran. Once that process is gone, its lease runs out and "
+        "the run can be resumed",
+        id=run_id,
+        holder=str(holder or ""),
+    )
+
+
+class Runs(Storage):
+    """The runs a journal records, and the resuming of one."""
+
+    # -- run events (synchronous: the observer's writer thread calls this) ------------------------
+
+    def record(self, event: Event) -> None:
+        """Write one run event, in one transaction, before returning (it may wait for the database).
+
+        A run's start inserts its row, a proposal enters the inbox as ``pending``, and the run's
+        end records its outcome, usage and every round of its trace. Every event is also appended
+        to the event log, so a run whose process dies keeps every round it completed.
+        """
+        self.record_all((event,))
+
+    def record_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        """Append the entries of the run's state that the journal does not hold yet (a round's worth)."""
+        self.record_all((Checkpointed(run_id, checkpoint),))
+
+    def record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> None:
+        """Write events and checkpoints, in order, in one transaction (``JournalObserver`` writes what
+        queued up meanwhile this way: one commit, so one sync to disk, for all of it).
+
+        With ``hold``, each run started here is held by that recorder until its lease runs out.
+        """
+        at = now()
+        with self._tx(write=True, synced=False) as db:
+            self._record(db, entries, hold, at)
+
+    @property
+    def records_at_once(self) -> bool:
+        """Whether ``try_record_all`` writes without waiting (a local database file: ``SQLiteJournal``), so
+        ``JournalObserver`` can write a run's record on the run's own thread; otherwise its writer thread does."""
+        return False
+
+    def try_record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> bool:
+        """``record_all``, only if it can start at once: ``False``, with nothing written, while this journal's
+        connection is in use or another connection (another process) holds the database's write lock."""
+        at = now()
+        try:
+            with self._tx(write=True, synced=False, at_once=True) as db:
+                self._record(db, entries, hold, at)
+        except Busy:
+            return False
+        return True
+
+    def _record(self, db: Connection, entries: Sequence[Event | Checkpointed], hold: Hold | None, at: datetime) -> None:
+        stamp = db.to_db_time(at)
+        # Of a run's states in one batch only the latest (the one with the most entries) is written: it holds
+        # every entry the others do, and only its entries the journal does not have yet are appended.
+        latest: dict[str, Checkpointed] = {}
+        for entry in entries:
+            if isinstance(entry, Checkpointed):
+                kept = latest.get(entry.run_id)
+                if kept is None or len(kept.checkpoint.entries) <= len(entry.checkpoint.entries):
+                    latest[entry.run_id] = entry
+        # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
+        rows: list[tuple[object, ...]] = []
+        for entry in entries:
+            if isinstance(entry, Checkpointed):
+                if latest[entry.run_id] is entry:
+                    store_state(db, entry.run_id, entry.checkpoint)
+                continue
+            rows.append(self._write_event(db, entry, at, stamp, hold))
+        if rows:
+            append_events(db, rows)
+
+    def _write_event(
+        self, db: Connection, event: Event, at: datetime, stamp: object, hold: Hold | None = None
+    ) -> tuple[object, ...]:
+        """Write what the event changes besides the log (``hold``: see ``record_all``); its row for the log
+        (``append_events``)."""
+        round, data = event_data(event)
+        match event:
+            case RunStarted():
+                insert_run(db, event, at, hold)
+            case ProposalCaptured():
+                data["proposal_id"] = insert_proposal(db, event.proposal, f"run:{event.run_id}", at)
+            case RunFinished():
+                finish_run(db, event, at)
+            case RunAborted():
+                abort_run(db, event, at)
+            case _:
+                pass
+        return event_row(event, round, data, stamp)
+
+    def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
+        """Take, or renew, the hold on unfinished runs this process records: until ``lease`` from now.
+
+        ``JournalObserver`` calls it as each run starts and every third of its lease after, so a run
+        whose process died shows as crashed once the lease runs out. A run another process holds
+        (one resuming it) is left alone.
+        """
+        if not run_ids:
+            return
+        with self._tx(write=True, synced=False) as db:
+            until = db.to_db_time(now() + lease)
+            db.execute(hold_runs_statement(len(run_ids)), (holder, token, until, *run_ids, token))
+
+    def _runs(self, *, limit: int = 20) -> list[RunRecord]:
+        check_limit(limit)
+        with self._tx(write=False) as db:
+            rows = db.query(
+                "SELECT * FROM agentkit_runs ORDER BY COALESCE(started_at, ended_at) DESC, id LIMIT ?", (limit,)
+            )
+            return [run_of(db, row, lenient=True) for row in rows]
+
+    def _run(self, run_id: str) -> RunRecord:
+        with self._tx(write=False) as db:
+            return run_of(db, self._run_row(db, run_id))
+
+    def _rounds(self, run_id: str) -> list[RoundEntry]:
+        with self._tx(write=False) as db:
+            row = self._run_row(db, run_id)
+            state = state_of(db, row)
+            if state is not None:
+                # The rounds of the state, then a round in flight when the run's process died (its events say
+                # what it had begun: a call it made, say).
+                recorded = rounds_of(state)
+                last = max((r.round for r in recorded), default=0)
+                return recorded + [e for e in folded(db, run_id) if e.round > last]
+            # A run recorded before its state was (an earlier agentkit), or not a tool loop: its trace, and the
+            # rounds no trace recorded rebuilt from the event log.
+            rows = db.query("SELECT * FROM agentkit_rounds WHERE run_id = ? ORDER BY round", (run_id,))
+            entries = [round_of(row) for row in rows]
+            if [e.round for e in entries] == list(range(1, len(entries) + 1)) and entries:
+                return entries
+            traced = {e.round: e for e in entries}
+            rebuilt = {e.round: e for e in folded(db, run_id) if e.round not in traced}
+            return [v for _, v in sorted((traced | rebuilt).items())]
+
+    def _resume_state(self, run_id: str) -> tuple[RunRecord, RunCheckpoint | None, list[ProposalRecord]]:
+        """The run, its state and its proposals, read in one transaction.
+
+        Raises:
+            ResumeRefused: the stored state cannot be read, or was written by an earlier agentkit.
+        """
+        with self._tx(write=False) as db:
+            row = self._run_row(db, run_id)
+            record = run_of(db, row)
+            rows = db.query("SELECT * FROM agentkit_proposals WHERE run_id = ? ORDER BY proposed_at, id", (run_id,))
+            return record, state_of(db, row), [proposal_of(db, r) for r in rows]
+
+    def _claim_run(self, run_id: str, digest: str, worker: str, token: str, lease: timedelta) -> None:
+        """Hold the run to resume it from its state of ``digest``, reopening it (its ending is the resumed run's).
+
+        Raises:
+            RunClaimed: a live process holds the run (it runs, or another process resumes it), or the
+                run moved on from that checkpoint meanwhile.
+        """
+        at = now()
+        with self._tx(write=True) as db:
+            changed = db.execute(
+                "UPDATE agentkit_runs SET claimed_by = ?, claim = ?, lease_until = ?, ended_at = NULL, outcome = NULL, "
+                "stop_reason = NULL, error = NULL WHERE id = ? AND state_digest = ? "
+                "AND (claim IS NULL OR lease_until IS NULL OR lease_until <= ?)",
+                (worker, token, db.to_db_time(at + lease), run_id, digest, db.to_db_time(at)),
+            )
+            if changed == 1:
+                return
+            row = self._run_row(db, run_id)
+        if row.get("state_digest") != digest:
+            raise RunClaimed(
+                f"run {run_id!r} moved on from the checkpoint this resume read (another process resumed it "
+                "meanwhile); nothing ran. Look at it again with `agentkit journal runs`",
+                id=run_id,
+                holder=str(row.get("claimed_by") or ""),
+            )
+        raise held(run_id, row.get("claimed_by"), row.get("lease_until"))
+
+    def _renew_run(self, run_id: str, token: str, lease: timedelta) -> bool:
+        """Extend a resumer's hold on a run; ``False``: the hold is gone (the run ended, releasing it)."""
+        with self._tx(write=True) as db:
+            until = db.to_db_time(now() + lease)
+            return (
+                db.execute(
+                    "UPDATE agentkit_runs SET lease_until = ? WHERE id = ? AND claim = ?", (until, run_id, token)
+                )
+                == 1
+            )
+
+    def _release_run(self, run_id: str, token: str) -> None:
+        with self._tx(write=True) as db:
+            db.execute(
+                "UPDATE agentkit_runs SET claim = NULL, lease_until = NULL WHERE id = ? AND claim = ?", (run_id, token)
+            )
+
+    async def runs(self, *, limit: int = 20) -> list[RunRecord]:
+        """The most recent runs, newest first (``limit`` >= 1, else ``UsageError``)."""
+        return await self._read(self._runs, limit=limit)
+
+    async def run(self, run_id: str) -> RunRecord:
+        """One run; ``UnknownId`` if the journal never saw it."""
+        return await self._read(self._run, run_id)
+
+    async def rounds(self, run_id: str) -> list[RoundEntry]:
+        """The run's rounds, from its state (with each proposal's decision); a run recorded by an earlier
+        agentkit, from its trace and its events.
+
+        Raises:
+            UnknownId: the journal never saw the run.
+        """
+        return await self._read(self._rounds, run_id)
