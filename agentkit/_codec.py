@@ -10,16 +10,18 @@ import inspect
 import json
 import typing
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
 from agentkit._cache import value_cache
-from agentkit._state import json_text
+from agentkit._state import RoundEntry, json_text
 from agentkit.errors import ResumeRefused, UsageError
+from agentkit.proposals import ProposedAction
 from agentkit.tools import AnyTool, ContextFunctionTool, FunctionTool
 
-__all__ = ["Codec", "Unencodable", "item_type_of"]
+__all__ = ["Codec", "Unencodable", "item_type_of", "proposal_of"]
 
 
 class Unencodable(ValueError):
@@ -164,4 +166,25 @@ def _adapter(tool_name: str, item: object) -> TypeAdapter[list[Any]]:
             return adapter
     raise UsageError(
         f"tool {tool_name!r} {why}; a tiered run that may stop at a proposal keeps a checkpoint of its items"
+    )
+
+
+def proposal_of(entry: RoundEntry, args: BaseModel, run_id: str) -> ProposedAction[Any]:
+    """The ``ProposedAction`` a ``PROPOSED`` round entry records (its args decoded)."""
+    assert entry.tool is not None
+    assert entry.tier is not None
+    assert entry.call_digest is not None
+    model: Any = ProposedAction[type(args)]  # type: ignore[misc]  # parametrised by the run-time type
+    return typing.cast(
+        "ProposedAction[Any]",
+        model(
+            tool_name=entry.tool,
+            tier=entry.tier,
+            args=args,
+            rationale=entry.rationale,
+            round=entry.round,
+            run_id=run_id,
+            created_at=datetime.fromisoformat(entry.proposed_at or "1970-01-01T00:00:00+00:00"),
+            digest=entry.call_digest,
+        ),
     )

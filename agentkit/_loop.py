@@ -12,7 +12,6 @@ the run's ``RunSession``; tools run through ``agentkit._invoke``.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import itertools
@@ -20,44 +19,33 @@ import time
 import typing
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter
 
 from agentkit._cache import value_cache
-from agentkit._codec import Codec, Unencodable, decoded_args, decoded_batch
+from agentkit._codec import Codec, Unencodable
 from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._session import Reply, RunSession, executor_failed
-from agentkit._state import (
-    DecisionEntry,
-    EndEntry,
-    RoundEntry,
-    RoundOutcome,
-    RunCheckpoint,
-    ToolEntry,
-    json_text,
-    tool_entry,
-)
+from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint, json_text
+from agentkit._toolbox import Toolbox, gate
+from agentkit._views import Views
 from agentkit.agent import PriorCall, ToolAgent, ToolRoundInfo
 from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
-from agentkit.context import Omitted, Window
 from agentkit.degeneration import SameFunc, repeat_of
-from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
+from agentkit.errors import AgentkitError, ToolError, ToolTimeout
 from agentkit.events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
 from agentkit.observe import Observer, ToolInvocation, deliver_checkpoint, observed, wants_checkpoints
 from agentkit.outcome import Outcome, StopReason
 from agentkit.proposals import ProposedAction
 from agentkit.results import RoundRecord, TieredLoopResult
-from agentkit.step import ToolStep, build_step_model, step_answer, step_call_parts
+from agentkit.step import ToolStep, step_answer
 from agentkit.structured import StructuredCaller
-from agentkit.tiers import Tier, runs_live
-from agentkit.tools import AnyTool, Tool, declared_tier, validate_tool_names
+from agentkit.tiers import Tier
+from agentkit.tools import Tool, declared_tier
 
 if typing.TYPE_CHECKING:
     from agentkit.approval import Approval, Rejection
-
-Verdict = Literal["run", "propose", "no_tier"]
 
 PROPOSED_NOTE = "proposed for human approval; not executed"
 
@@ -66,77 +54,6 @@ CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, Sto
 
 RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]]
 """How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it)."""
-
-
-def gate(tool: Tool[Any, Any], config: LoopConfig) -> tuple[Verdict, Tier]:
-    """Decide by declared tier whether a call runs live, becomes a proposal, or is refused.
-
-    The tier is read from the tool at the moment of the call, never cached, so nothing set on
-    the tool after wiring can slip a call past the gate.
-    """
-    tier = declared_tier(tool)
-    if tier is None:
-        return "no_tier", Tier.IRREVERSIBLE
-    if runs_live(tier, config.autonomy):
-        return "run", tier
-    return "propose", tier
-
-
-def may_stop_at_a_proposal(tools: dict[str, Tool[Any, Any]], config: LoopConfig) -> bool:
-    """The run may stop at a proposal (and so must be resumable): ``AfterProposal.STOP`` and a tool
-    whose tier does not run live."""
-    tiers = [declared_tier(candidate) for candidate in tools.values()]
-    gated = any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers)
-    return config.after_proposal is AfterProposal.STOP and gated
-
-
-@dataclass(frozen=True, slots=True)
-class Toolbox:
-    """The tools of one run, validated once, with their step model built once."""
-
-    tools: dict[str, Tool[Any, Any]]
-    step_model: type[ToolStep[Any]]
-    single: Tool[Any, Any] | None
-    closing_model: type[ToolStep[Any]] | None = None
-    """With an answer schema: the closing round's step, which allows no call (``None`` otherwise)."""
-    answer: type[Any] | None = None
-
-    @classmethod
-    def build(
-        cls, tool_or_tools: AnyTool | Sequence[AnyTool], config: LoopConfig, answer: type[Any] | None = None
-    ) -> Toolbox:
-        # A tool that takes the run's ctx is kept beside the others: what the loop reads of a tool
-        # (name, tier, args type) is the same, and ``invoke`` calls it with the ctx.
-        single: Tool[Any, Any] | None
-        if callable(getattr(tool_or_tools, "call", None)):
-            single, tools = typing.cast("Tool[Any, Any]", tool_or_tools), [typing.cast("Tool[Any, Any]", tool_or_tools)]
-        elif isinstance(tool_or_tools, Sequence) and not isinstance(tool_or_tools, str | bytes):
-            single, tools = None, [typing.cast("Tool[Any, Any]", t) for t in tool_or_tools]
-        else:
-            raise UsageError(
-                "tools must be one Tool or a list or tuple of them (their order is the schema's order); "
-                f"got a {type(tool_or_tools).__name__}"
-            )
-        validate_tool_names(tools)
-        spec: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel]
-        spec = single.args_type if single is not None else tuple((t.name, t.args_type) for t in tools)
-        bound = config.rationale_max_length
-        step_model = build_step_model(spec, rationale_max_length=bound, answer=answer)  # type: ignore[arg-type]  # type objects are hashable
-        closing = None
-        if answer is not None:
-            closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)  # type: ignore[arg-type]  # as above
-        return cls({t.name: t for t in tools}, step_model, single, closing, answer)
-
-    def entries(self) -> tuple[ToolEntry, ...]:
-        """The tool set as the run's state records it (tiers read now)."""
-        return tuple(tool_entry(name, declared_tier(t), t.args_type) for name, t in self.tools.items())
-
-    def resolve(self, call: BaseModel) -> tuple[Tool[Any, Any], BaseModel]:
-        name, args = step_call_parts(call)
-        if self.single is not None:
-            return self.single, args
-        assert name is not None
-        return self.tools[name], args
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -171,77 +88,25 @@ class _Round:
     rationale: str = ""
     closing: bool = False
 
-
-def _own(item: Any) -> Any:
-    """A deep copy of one item, or the item itself when it cannot be copied (a live handle, say)."""
-    try:
-        return copy.deepcopy(item)
-    except Exception:  # an uncopyable item is shown as it is; see docs/loops.md
-        return item
-
-
-class _View:
-    """What one audience (the executor; the observers) is shown of the run so far.
-
-    Its own copies, made once per entry: nothing it does to what it is shown can reach the run
-    (the items, the repeat guard, the proposals) or the other audience.
-    """
-
-    __slots__ = ("calls", "proposals", "ran")
-
-    def __init__(self) -> None:
-        self.calls: list[PriorCall[Any]] = []
-        self.ran: list[bool] = []
-        """Whether each call ran (and so has a batch in ``prior_results``)."""
-        self.proposals: list[ProposedAction[Any]] = []
-
-    def add(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None) -> None:
-        batch = tuple(_own(item) for item in call.batch)
-        self.ran.append(ran)
-        self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
-        if proposal is not None:
-            self.proposals.append(proposal.model_copy(deep=True))
-
-    def info(
-        self, round: int, max_rounds: int | None, start: int, omitted: Omitted, *, closing: bool = False
-    ) -> ToolRoundInfo[Any]:
-        """The round's info, showing the calls from ``start`` on (``LoopConfig.context``)."""
-        shown = zip(self.calls[start:], self.ran[start:], strict=True)
-        return ToolRoundInfo(
-            round=round,
-            max_rounds=max_rounds,
-            is_final_round=closing or round == max_rounds,
-            closing_round=closing,
-            prior_results=tuple(call.batch for call, ran in shown if ran),
-            prior_calls=tuple(self.calls[start:]),
-            proposals=tuple(self.proposals),
-            omitted=omitted,
-        )
-
-
-_UNSEEN = _View()
-"""The view of observers that do not read the calls (``Observer.sees_calls``): always empty."""
-
-
-def proposal_of(entry: RoundEntry, args: BaseModel, run_id: str) -> ProposedAction[Any]:
-    """The ``ProposedAction`` a ``PROPOSED`` round entry records (its args decoded)."""
-    assert entry.tool is not None
-    assert entry.tier is not None
-    assert entry.call_digest is not None
-    model: Any = ProposedAction[type(args)]  # type: ignore[misc]  # parametrised by the run-time type
-    return typing.cast(
-        "ProposedAction[Any]",
-        model(
+    def traced(self, entry: RoundEntry, args: BaseModel | None, batch_size: int) -> RoundRecord:
+        """The round's record in the result's trace (its typed args, which the entry holds as JSON)."""
+        outcome = entry.outcome
+        return RoundRecord(
+            round=self.round,
+            done=outcome is RoundOutcome.DONE,
+            rationale=self.rationale,
             tool_name=entry.tool,
+            call=args,
             tier=entry.tier,
-            args=args,
-            rationale=entry.rationale,
-            round=entry.round,
-            run_id=run_id,
-            created_at=datetime.fromisoformat(entry.proposed_at or "1970-01-01T00:00:00+00:00"),
-            digest=entry.call_digest,
-        ),
-    )
+            executed=outcome is RoundOutcome.RAN,
+            proposed=outcome is RoundOutcome.PROPOSED,
+            batch_size=batch_size,
+            observation=entry.observation if outcome in (RoundOutcome.RETRIED, RoundOutcome.REFUSED) else None,
+            error=entry.error,
+            llm_seconds=self.reply.seconds,
+            tool_seconds=entry.tool_seconds,
+            usage=self.reply.usage,
+        )
 
 
 @value_cache(maxsize=256)
@@ -274,20 +139,8 @@ class _Run:
         self.started = time.monotonic() - progress.elapsed
         self.largest_round_tokens = progress.largest_round_tokens
         self.rounds = progress.rounds
-        self.items: list[Any] = []
-        self.shown = _View()
-        """The executor's view: what ``render`` gets."""
-        self.watched = _View() if any(o.sees_calls for o in session.observers) else None
-        """The observers' view: what ``RoundStarted`` carries (``None``: no observer reads the calls;
-        with observers, their ``RoundStarted`` shows none)."""
-        self.window = Window(self.config.context)
-        """What of the views each round shows (``LoopConfig.context``)."""
-        self.summarized: tuple[str, int] | None = None
-        """A summary the window made this round, for the round's entry."""
-        self.recent: list[tuple[str, BaseModel]] = []
-        self.recent_rounds: list[int] = []
-        """The round of each entry of ``recent``."""
-        self.refusals = 0
+        observers = session.observers
+        self.views = Views(self.config, observers=bool(observers), watching=any(o.sees_calls for o in observers))
         self.proposals: list[ProposedAction[Any]] = []
         """This leg's proposals."""
         self.trace: list[RoundRecord] = []
@@ -296,28 +149,6 @@ class _Run:
         """The observers that take the state at the end of each round (the journal's, to recover a crashed run)."""
         self.answer: Any = None
         self.answer_from_closing_round = False
-
-    def load(self) -> None:
-        """The views, the items, the repeat window and the context window, from the state's entries."""
-        progress = self.state.progress
-        self.refusals = progress.refusals
-        self.window.summary, self.window.summarized = progress.summary, progress.summarized
-        for view in progress.calls:
-            args = decoded_args(self.codec, view.tool, view.args)
-            batch = () if view.batch is None else tuple(decoded_batch(self.codec, view.tool, view.batch))
-            call = PriorCall(
-                round=view.round,
-                tool_name=view.tool,
-                args=args,
-                batch=batch,
-                observation=view.observation,
-                proposed=view.proposed,
-                repeats=view.repeats,
-            )
-            self.called(call, ran=view.ran)
-            if view.counted:
-                self.recent.append((view.tool, args))
-                self.recent_rounds.append(view.round)
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -362,8 +193,7 @@ class _Run:
         error: str | None = None,
     ) -> RoundEntry:
         """Append the round's entry, and its record to the trace."""
-        reply, summarized = this.reply, self.summarized
-        self.summarized = None
+        reply, summarized = this.reply, self.views.take_summary()
         usage = reply.usage
         entry = RoundEntry.model_construct(
             round=this.round,
@@ -393,34 +223,8 @@ class _Run:
             error=error,
         )
         self.append(entry)
-        self.trace.append(
-            RoundRecord(
-                round=this.round,
-                done=outcome is RoundOutcome.DONE,
-                rationale=this.rationale,
-                tool_name=tool,
-                call=args,
-                tier=tier,
-                executed=outcome is RoundOutcome.RAN,
-                proposed=outcome is RoundOutcome.PROPOSED,
-                batch_size=len(batch),
-                observation=entry.observation if outcome in (RoundOutcome.RETRIED, RoundOutcome.REFUSED) else None,
-                error=entry.error,
-                llm_seconds=reply.seconds,
-                tool_seconds=tool_seconds,
-                usage=usage,
-            )
-        )
+        self.trace.append(this.traced(entry, args, len(batch)))
         return entry
-
-    def called(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None = None) -> None:
-        """A call joins what the executor and the observers are shown (each their own copy), and the items."""
-        self.shown.add(call, ran=ran, proposal=proposal)
-        self.window.add(call)
-        if self.watched is not None:
-            self.watched.add(call, ran=ran, proposal=proposal)
-        if ran:
-            self.items.extend(call.batch)
 
     def no_tier(self) -> Ending | None:
         """A tool that declares no tier is refused before anything runs."""
@@ -430,62 +234,15 @@ class _Run:
         return None
 
     async def begin(self) -> Ending | None:
-        """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions;
-        then its calls join the views and the items."""
+        """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions
+        (``settle``); then its calls join the views and the items."""
         ending = self.no_tier()
         for proposal, decision in self.decisions if ending is None else ():
-            if (ending := await self.decide(proposal, decision)) is not None:
+            if (ending := await settle(self, proposal, decision)) is not None:
                 break
         self.decisions = ()
-        self.load()
+        self.views.load(self.state.progress, self.codec)
         return ending
-
-    async def decide(self, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]) -> Ending | None:
-        """An approved call runs once through ``execute_approved`` and its batch is that call's
-        result; a rejection, with the reviewer's reason, is that call's observation."""
-        from agentkit.approval import Approval, execute_approved
-
-        assert proposal.tool is not None
-        assert proposal.call_digest is not None
-        if not isinstance(decision, Approval):
-            reason = f": {decision.reason}" if decision.reason else ""
-            self.append(
-                DecisionEntry.model_construct(
-                    round=proposal.round,
-                    call_digest=proposal.call_digest,
-                    approved=False,
-                    by=decision.rejected_by,
-                    reason=decision.reason,
-                    observation=f"rejected by {decision.rejected_by}{reason}",
-                    elapsed=self.elapsed(),
-                )
-            )
-            return None
-        started = time.monotonic()
-        encoded, failed = None, None
-        try:
-            tool = self.box.tools[proposal.tool]
-            if self.run_approved is not None:
-                batch = await self.run_approved(decision, tool, self.ctx)
-            else:
-                batch = await execute_approved(decision, tool, ctx=self.ctx)
-            encoded = self.encoded(proposal.tool, batch)
-        except AgentkitError as error:
-            failed = error
-        self.append(
-            DecisionEntry.model_construct(
-                round=proposal.round,
-                call_digest=proposal.call_digest,
-                approved=True,
-                by=decision.approved_by,
-                reason=decision.note,
-                batch=encoded,
-                error=None if failed is None else str(failed),
-                tool_seconds=time.monotonic() - started,
-                elapsed=self.elapsed(),
-            )
-        )
-        return None if failed is None else Ending(Outcome.ERROR, StopReason.TOOL_ERROR, failed)
 
     def encoded(self, tool_name: str, batch: Sequence[Any]) -> str | None:
         """The batch as the state keeps it. Raises ``ToolError`` for a batch that is not of the tool's
@@ -501,22 +258,11 @@ class _Run:
     async def infos(
         self, round: int, *, closing: bool = False
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
-        """The round's info for the executor and for the observers, bounded by ``LoopConfig.context``."""
-        before = self.window.summarized
-        try:
-            start, omitted = await self.window.cut(self.shown.calls, self.shown.ran)
-        except Exception as raised:
-            error = executor_failed("context summarizer (ContextWindow.summarize)", raised)
-            return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
-        if self.window.summarized != before and self.window.summary is not None:
-            self.summarized = (self.window.summary, self.window.summarized)
-        ceiling = self.config.max_rounds
-        watched = None
-        if self.watched is not None:
-            watched = self.watched.info(round, ceiling, start, omitted, closing=closing)
-        elif self.session.observers:
-            watched = _UNSEEN.info(round, ceiling, 0, omitted, closing=closing)
-        return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
+        """The round's info for the executor and for the observers (``Views.infos``)."""
+        infos = await self.views.infos(round, closing=closing)
+        if isinstance(infos, AgentkitError):
+            return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, infos)
+        return infos
 
     async def ask(self, info: ToolRoundInfo[Any], closing: bool = False) -> tuple[ToolStep[Any], _Round] | Ending:
         schema = self.box.closing_model if closing and self.box.closing_model is not None else self.box.step_model
@@ -548,13 +294,13 @@ class _Run:
 
     def repeat(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending | Literal["refused"] | None:
         try:
-            index = repeat_of(tool.name, args, self.recent, self.bound.same, self.config.degeneration_window)
+            index = repeat_of(tool.name, args, self.views.recent, self.bound.same, self.config.degeneration_window)
         except Exception as raised:
             error = executor_failed("repeat comparator (same=)", raised)
             self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool), error=str(error))
             return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
         if index is not None:
-            refuse = self.config.on_repeat is RepeatPolicy.REFUSE and self.refusals < self.config.repeat_refusals
+            refuse = self.config.on_repeat is RepeatPolicy.REFUSE and self.views.refusals < self.config.repeat_refusals
             if self.session.observers:
                 copied = args.model_copy(deep=True)
                 event = DegenerationDetected(
@@ -563,8 +309,8 @@ class _Run:
                 self.session.emit(event)
             if refuse:
                 # Not run; the executor is told which earlier round's results answer it.
-                self.refusals += 1
-                earlier = self.recent_rounds[index]
+                self.views.refusals += 1
+                earlier = self.views.recent_rounds[index]
                 note = f"not run: it repeats the call of round {earlier}; that round's results answer it"
                 told: PriorCall[Any] = PriorCall(
                     round=this.round, tool_name=tool.name, args=args, observation=note, repeats=earlier
@@ -578,12 +324,11 @@ class _Run:
                     observation=note,
                     repeats=earlier,
                 )
-                self.called(told, ran=False)
+                self.views.called(told, ran=False)
                 return "refused"
             self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
             return Ending(Outcome.STALEMATE, StopReason.DEGENERATION)
-        self.recent.append((tool.name, args))
-        self.recent_rounds.append(this.round)
+        self.views.counted(tool.name, args, this.round)
         return None
 
     def refuse(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending:
@@ -624,7 +369,7 @@ class _Run:
         note: PriorCall[Any] = PriorCall(
             round=this.round, tool_name=tool.name, args=args, observation=PROPOSED_NOTE, proposed=True
         )
-        self.called(note, ran=False, proposal=proposal)
+        self.views.called(note, ran=False, proposal=proposal)
         if self.session.observers:
             self.session.emit(ProposalCaptured(run_id=self.session.run_id, proposal=proposal.model_copy(deep=True)))
         if self.config.after_proposal is AfterProposal.STOP:
@@ -673,7 +418,7 @@ class _Run:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.called(prior, ran=outcome.ran)
+            self.views.called(prior, ran=outcome.ran)
         self.session.emit(
             ToolResultReturned(
                 run_id=run_id,
@@ -729,13 +474,13 @@ class _Run:
         outcome = ending.outcome
         reason = ending.reason
         if outcome is None:
-            outcome = Outcome.APPLIED if self.items or self.proposals else Outcome.SILENT
+            outcome = Outcome.APPLIED if self.views.items or self.proposals else Outcome.SILENT
         if reason is StopReason.EXECUTOR_DONE and outcome is Outcome.SILENT:
             reason = StopReason.NOTHING_RETRIEVED
         error = None if ending.error is None else str(ending.error)
         self.append(EndEntry.model_construct(stop_reason=reason, outcome=outcome, error=error, elapsed=self.elapsed()))
         result: TieredLoopResult[Any, Any, Any] = TieredLoopResult(
-            items=self.items,
+            items=self.views.items,
             rounds=self.rounds,
             outcome=outcome,
             stop_reason=reason,
@@ -752,7 +497,7 @@ class _Run:
         if self.session.observers:
             # The caller's result is not the observers' to edit: they get their own lists.
             seen = dataclasses.replace(
-                result, items=list(self.items), proposed=[p.model_copy(deep=True) for p in self.proposals]
+                result, items=list(self.views.items), proposed=[p.model_copy(deep=True) for p in self.proposals]
             )
         return self.session.finish(result, seen=seen)
 
@@ -760,6 +505,55 @@ class _Run:
         """Hand the observers that want one the state so far (a round ended; the run goes on)."""
         if self.keepers:
             deliver_checkpoint(self.keepers, self.session.run_id, self.state)
+
+
+async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]) -> Ending | None:
+    """A decision a resumed run settles before its first round, appended to its state: an approved call runs
+    once through ``execute_approved`` (or the journal's claim) and its batch is that call's result; a
+    rejection, with the reviewer's reason, is that call's observation."""
+    from agentkit.approval import Approval, execute_approved
+
+    assert proposal.tool is not None
+    assert proposal.call_digest is not None
+    if not isinstance(decision, Approval):
+        reason = f": {decision.reason}" if decision.reason else ""
+        run.append(
+            DecisionEntry.model_construct(
+                round=proposal.round,
+                call_digest=proposal.call_digest,
+                approved=False,
+                by=decision.rejected_by,
+                reason=decision.reason,
+                observation=f"rejected by {decision.rejected_by}{reason}",
+                elapsed=run.elapsed(),
+            )
+        )
+        return None
+    started = time.monotonic()
+    encoded, failed = None, None
+    try:
+        tool = run.box.tools[proposal.tool]
+        if run.run_approved is not None:
+            batch = await run.run_approved(decision, tool, run.ctx)
+        else:
+            batch = await execute_approved(decision, tool, ctx=run.ctx)
+        encoded = run.encoded(proposal.tool, batch)
+    except AgentkitError as error:
+        failed = error
+    run.append(
+        DecisionEntry.model_construct(
+            round=proposal.round,
+            call_digest=proposal.call_digest,
+            approved=True,
+            by=decision.approved_by,
+            reason=decision.note,
+            batch=encoded,
+            error=None if failed is None else str(failed),
+            tool_seconds=time.monotonic() - started,
+            elapsed=run.elapsed(),
+        )
+    )
+    return None if failed is None else Ending(Outcome.ERROR, StopReason.TOOL_ERROR, failed)
 
 
 async def run_core(

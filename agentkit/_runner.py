@@ -17,9 +17,10 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._admission import admit
-from agentkit._codec import Codec, decoded_args
-from agentkit._loop import Bound, RunApproved, Toolbox, gate, may_stop_at_a_proposal, proposal_of, run_core
+from agentkit._codec import Codec, decoded_args, proposal_of
+from agentkit._loop import Bound, RunApproved, run_core
 from agentkit._state import RoundEntry, RunCheckpoint, function_name
+from agentkit._toolbox import Toolbox, gate, may_stop_at_a_proposal
 from agentkit.agent import ToolAgent
 from agentkit.config import LoopConfig
 from agentkit.context import Summarizer

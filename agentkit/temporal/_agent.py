@@ -13,7 +13,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter
 
 from agentkit._codec import Codec, item_type_of
-from agentkit._loop import Toolbox
+from agentkit._toolbox import Toolbox
 from agentkit.agent import ToolAgent
 from agentkit.config import LoopConfig
 from agentkit.errors import UsageError

@@ -1,0 +1,92 @@
+"""``Toolbox``: a run's tools, validated once, with their step models built once; and the gate by tier."""
+
+from __future__ import annotations
+
+import typing
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from agentkit._state import ToolEntry, tool_entry
+from agentkit.config import AfterProposal, LoopConfig
+from agentkit.errors import UsageError
+from agentkit.step import ToolStep, build_step_model, step_call_parts
+from agentkit.tiers import Tier, runs_live
+from agentkit.tools import AnyTool, Tool, declared_tier, validate_tool_names
+
+__all__ = ["Toolbox", "Verdict", "gate", "may_stop_at_a_proposal"]
+
+Verdict = Literal["run", "propose", "no_tier"]
+
+
+def gate(tool: Tool[Any, Any], config: LoopConfig) -> tuple[Verdict, Tier]:
+    """Decide by declared tier whether a call runs live, becomes a proposal, or is refused.
+
+    The tier is read from the tool at the moment of the call, never cached, so nothing set on
+    the tool after wiring can slip a call past the gate.
+    """
+    tier = declared_tier(tool)
+    if tier is None:
+        return "no_tier", Tier.IRREVERSIBLE
+    if runs_live(tier, config.autonomy):
+        return "run", tier
+    return "propose", tier
+
+
+def may_stop_at_a_proposal(tools: dict[str, Tool[Any, Any]], config: LoopConfig) -> bool:
+    """The run may stop at a proposal (and so must be resumable): ``AfterProposal.STOP`` and a tool
+    whose tier does not run live."""
+    tiers = [declared_tier(candidate) for candidate in tools.values()]
+    gated = any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers)
+    return config.after_proposal is AfterProposal.STOP and gated
+
+
+@dataclass(frozen=True, slots=True)
+class Toolbox:
+    """The tools of one run, validated once, with their step model built once."""
+
+    tools: dict[str, Tool[Any, Any]]
+    step_model: type[ToolStep[Any]]
+    single: Tool[Any, Any] | None
+    closing_model: type[ToolStep[Any]] | None = None
+    """With an answer schema: the closing round's step, which allows no call (``None`` otherwise)."""
+    answer: type[Any] | None = None
+
+    @classmethod
+    def build(
+        cls, tool_or_tools: AnyTool | Sequence[AnyTool], config: LoopConfig, answer: type[Any] | None = None
+    ) -> Toolbox:
+        # A tool that takes the run's ctx is kept beside the others: what the loop reads of a tool
+        # (name, tier, args type) is the same, and ``invoke`` calls it with the ctx.
+        single: Tool[Any, Any] | None
+        if callable(getattr(tool_or_tools, "call", None)):
+            single, tools = typing.cast("Tool[Any, Any]", tool_or_tools), [typing.cast("Tool[Any, Any]", tool_or_tools)]
+        elif isinstance(tool_or_tools, Sequence) and not isinstance(tool_or_tools, str | bytes):
+            single, tools = None, [typing.cast("Tool[Any, Any]", t) for t in tool_or_tools]
+        else:
+            raise UsageError(
+                "tools must be one Tool or a list or tuple of them (their order is the schema's order); "
+                f"got a {type(tool_or_tools).__name__}"
+            )
+        validate_tool_names(tools)
+        spec: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel]
+        spec = single.args_type if single is not None else tuple((t.name, t.args_type) for t in tools)
+        bound = config.rationale_max_length
+        step_model = build_step_model(spec, rationale_max_length=bound, answer=answer)  # type: ignore[arg-type]  # type objects are hashable
+        closing = None
+        if answer is not None:
+            closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)  # type: ignore[arg-type]  # as above
+        return cls({t.name: t for t in tools}, step_model, single, closing, answer)
+
+    def entries(self) -> tuple[ToolEntry, ...]:
+        """The tool set as the run's state records it (tiers read now)."""
+        return tuple(tool_entry(name, declared_tier(t), t.args_type) for name, t in self.tools.items())
+
+    def resolve(self, call: BaseModel) -> tuple[Tool[Any, Any], BaseModel]:
+        name, args = step_call_parts(call)
+        if self.single is not None:
+            return self.single, args
+        assert name is not None
+        return self.tools[name], args

@@ -1,0 +1,153 @@
+"""What a run shows and gathers: the executor's and the observers' views of the calls so far, the context
+window, the repeat window and the items; built from the state's entries and kept up to date as they grow."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from typing import Any
+
+from pydantic import BaseModel
+
+from agentkit._codec import Codec, decoded_args, decoded_batch
+from agentkit._session import executor_failed
+from agentkit._state import Progress
+from agentkit.agent import PriorCall, ToolRoundInfo
+from agentkit.config import LoopConfig
+from agentkit.context import Omitted, Window
+from agentkit.errors import ExecutorError
+from agentkit.proposals import ProposedAction
+
+__all__ = ["View", "Views"]
+
+
+def _own(item: Any) -> Any:
+    """A deep copy of one item, or the item itself when it cannot be copied (a live handle, say)."""
+    try:
+        return copy.deepcopy(item)
+    except Exception:  # an uncopyable item is shown as it is; see docs/loops.md
+        return item
+
+
+class View:
+    """What one audience (the executor; the observers) is shown of the run so far.
+
+    Its own copies, made once per entry: nothing it does to what it is shown can reach the run
+    (the items, the repeat guard, the proposals) or the other audience.
+    """
+
+    __slots__ = ("calls", "proposals", "ran")
+
+    def __init__(self) -> None:
+        self.calls: list[PriorCall[Any]] = []
+        self.ran: list[bool] = []
+        """Whether each call ran (and so has a batch in ``prior_results``)."""
+        self.proposals: list[ProposedAction[Any]] = []
+
+    def add(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None) -> None:
+        batch = tuple(_own(item) for item in call.batch)
+        self.ran.append(ran)
+        self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
+        if proposal is not None:
+            self.proposals.append(proposal.model_copy(deep=True))
+
+    def info(
+        self, round: int, max_rounds: int | None, start: int, omitted: Omitted, *, closing: bool = False
+    ) -> ToolRoundInfo[Any]:
+        """The round's info, showing the calls from ``start`` on (``LoopConfig.context``)."""
+        shown = zip(self.calls[start:], self.ran[start:], strict=True)
+        return ToolRoundInfo(
+            round=round,
+            max_rounds=max_rounds,
+            is_final_round=closing or round == max_rounds,
+            closing_round=closing,
+            prior_results=tuple(call.batch for call, ran in shown if ran),
+            prior_calls=tuple(self.calls[start:]),
+            proposals=tuple(self.proposals),
+            omitted=omitted,
+        )
+
+
+UNSEEN = View()
+"""The view of observers that do not read the calls (``Observer.sees_calls``): always empty."""
+
+
+class Views:
+    """The run's views, items, context window and repeat window: what it has shown and gathered."""
+
+    def __init__(self, config: LoopConfig, *, observers: bool, watching: bool) -> None:
+        self.config = config
+        self.items: list[Any] = []
+        self.shown = View()
+        """The executor's view: what ``render`` gets."""
+        self.watched = View() if watching else None
+        """The observers' view: what ``RoundStarted`` carries (``None``: no observer reads the calls;
+        with observers, their ``RoundStarted`` shows none)."""
+        self.observers = observers
+        self.window = Window(config.context)
+        """What of the views each round shows (``LoopConfig.context``)."""
+        self.summarized: tuple[str, int] | None = None
+        """A summary the window made this round, for the round's entry (taken by ``take_summary``)."""
+        self.recent: list[tuple[str, BaseModel]] = []
+        self.recent_rounds: list[int] = []
+        """The round of each entry of ``recent``."""
+        self.refusals = 0
+
+    def load(self, progress: Progress, codec: Codec) -> None:
+        """The views, the items, the repeat window and the context window, from what the state's entries add up to."""
+        self.refusals = progress.refusals
+        self.window.summary, self.window.summarized = progress.summary, progress.summarized
+        for view in progress.calls:
+            args = decoded_args(codec, view.tool, view.args)
+            batch = () if view.batch is None else tuple(decoded_batch(codec, view.tool, view.batch))
+            call = PriorCall(
+                round=view.round,
+                tool_name=view.tool,
+                args=args,
+                batch=batch,
+                observation=view.observation,
+                proposed=view.proposed,
+                repeats=view.repeats,
+            )
+            self.called(call, ran=view.ran)
+            if view.counted:
+                self.counted(view.tool, args, view.round)
+
+    def called(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None = None) -> None:
+        """A call joins what the executor and the observers are shown (each their own copy), and the items."""
+        self.shown.add(call, ran=ran, proposal=proposal)
+        self.window.add(call)
+        if self.watched is not None:
+            self.watched.add(call, ran=ran, proposal=proposal)
+        if ran:
+            self.items.extend(call.batch)
+
+    def counted(self, tool: str, args: BaseModel, round: int) -> None:
+        """A call joins the repeat window."""
+        self.recent.append((tool, args))
+        self.recent_rounds.append(round)
+
+    def take_summary(self) -> tuple[str, int] | None:
+        """The summary the window made this round, once (for the round's entry)."""
+        summarized, self.summarized = self.summarized, None
+        return summarized
+
+    async def infos(
+        self, round: int, *, closing: bool = False
+    ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | ExecutorError:
+        """The round's info for the executor and for the observers, bounded by ``LoopConfig.context``; the
+        error of a summarizer that failed."""
+        before = self.window.summarized
+        try:
+            start, omitted = await self.window.cut(self.shown.calls, self.shown.ran)
+        except Exception as raised:
+            return executor_failed("context summarizer (ContextWindow.summarize)", raised)
+        if self.window.summarized != before and self.window.summary is not None:
+            self.summarized = (self.window.summary, self.window.summarized)
+        ceiling = self.config.max_rounds
+        watched = None
+        if self.watched is not None:
+            watched = self.watched.info(round, ceiling, start, omitted, closing=closing)
+        elif self.observers:
+            watched = UNSEEN.info(round, ceiling, 0, omitted, closing=closing)
+        return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
