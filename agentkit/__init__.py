@@ -1,72 +1,53 @@
 """agentkit: typed agents that gather, reason in a bounded loop, then act or propose.
 
-The top level holds what a typical agent needs; sub-namespaces carry the rest:
-``agentkit.testing`` (scripted caller, fake OpenAI server), ``agentkit.providers.openai``,
-``agentkit.program`` (program gating), ``agentkit.journal``, ``agentkit.otel``, ``agentkit.local``.
+The top level holds what a typical agent needs; the public modules carry the rest:
+
+- ``agentkit.errors``: the whole error tree (the top level has its root, ``UsageError`` and ``ToolRetry``);
+- ``agentkit.events``: the events a run emits, runs as streams of them, ``LoggingObserver``;
+- ``agentkit.testing``: the scripted and function callers, the fake OpenAI server;
+- ``agentkit.providers``: ``openai`` (``OpenAICaller``), ``local`` (the embedded model), the prose seam;
+- ``agentkit.journal``, ``agentkit.temporal``, ``agentkit.mcp``, ``agentkit.otel``, ``agentkit.program``
+  and ``agentkit.prompting``.
+
+Every other module is private. Each name here reports ``agentkit`` as its module, as httpx's do.
 """
 
+import contextlib
 import importlib
 from typing import TYPE_CHECKING
 
+from agentkit._agent import PriorCall, Prompt, RoleSpec, ToolAgent, ToolRoundInfo
+from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit._context import ContextWindow
+from agentkit._degeneration import SameFunc
+from agentkit._loops import run_tool_loop, run_tool_loop_sync, run_tool_loop_tiered
+from agentkit._observe import Observer
+from agentkit._once import OnceAgent, OnceResult, RoundInfo, TextResult, run_once, run_once_text
+from agentkit._outcome import Outcome, StopReason
+from agentkit._pair import LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, Verifier, pair
+from agentkit._proposals import ProposedAction
+from agentkit._results import RoundRecord, TieredLoopResult, ToolLoopResult
+from agentkit._resume import resume_tool_loop
 from agentkit._runner import ToolLoop
 from agentkit._state import RunCheckpoint
-from agentkit.agent import PriorCall, Prompt, RoleSpec, ToolAgent, ToolRoundInfo
-from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
-from agentkit.context import ContextWindow
-from agentkit.degeneration import SameFunc
-from agentkit.errors import (
-    AgentkitError,
-    CallRefused,
-    ExecutorError,
-    MissingTierError,
-    ProviderError,
-    ResumeRefused,
-    StructuredOutputError,
-    Throttled,
-    TierParseError,
-    ToolError,
-    ToolRetry,
-    ToolTimeout,
-    Truncated,
-    UsageError,
-    VerifierError,
-)
-from agentkit.events import Event
-from agentkit.loop import run_tool_loop, run_tool_loop_sync, run_tool_loop_tiered
-from agentkit.observe import LoggingObserver, Observer
-from agentkit.once import OnceAgent, OnceResult, RoundInfo, TextResult, run_once, run_once_text
-from agentkit.outcome import Outcome, StopReason
-
-# Imported here, not lazily: importing the submodule `agentkit.pair` would otherwise shadow the
-# function `pair` on the package.
-from agentkit.pair import LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, Verifier, pair
-from agentkit.proposals import ProposedAction, load_proposal
-from agentkit.results import RoundRecord, TieredLoopResult, ToolLoopResult, Usage
-from agentkit.resume import resume_tool_loop
-from agentkit.step import ToolStep
-from agentkit.structured import Completion, RetryPolicy, StructuredCaller, StructuredRequest, generate_structured
-from agentkit.text import TextCaller, TextCompletion
-from agentkit.tiers import AutonomyRung, Tier, max_rung_for, parse_tier
-from agentkit.tools import ContextFunctionTool, ContextTool, FunctionTool, Tool, tool, tool_set
+from agentkit._step import ToolStep
+from agentkit._structured import Completion, RetryPolicy, StructuredCaller, StructuredRequest, generate_structured
+from agentkit._tiers import AutonomyRung, Tier, max_rung_for, parse_tier
+from agentkit._tools import ContextTool, FunctionTool, Tool, tool, tool_set
+from agentkit._usage import Usage
+from agentkit.errors import AgentkitError, ToolRetry, UsageError
 
 if TYPE_CHECKING:
-    from agentkit.approval import Approval, ApprovalError, Rejection, approve, execute_approved, reject
-    from agentkit.prompting import reflective_prompt
-    from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
+    from agentkit._approval import Approval, Rejection, approve, execute_approved, reject
 
-# Imported on first use: these shapes define models and pull in asyncio, and a program that only
-# runs the tool loop should not pay for them at `import agentkit`.
+# Imported on first use: approval pulls in threading and uuid machinery a program that only runs
+# the tool loop does not need at `import agentkit`.
 _LAZY = {
-    "Approval": "agentkit.approval",
-    "ApprovalError": "agentkit.approval",
-    "Rejection": "agentkit.approval",
-    "approve": "agentkit.approval",
-    "execute_approved": "agentkit.approval",
-    "reject": "agentkit.approval",
-    "reflective_prompt": "agentkit.prompting",
-    "RunStream": "agentkit.stream",
-    "iter_tool_loop": "agentkit.stream",
-    "iter_tool_loop_tiered": "agentkit.stream",
+    "Approval": "agentkit._approval",
+    "Rejection": "agentkit._approval",
+    "approve": "agentkit._approval",
+    "execute_approved": "agentkit._approval",
+    "reject": "agentkit._approval",
 }
 
 
@@ -75,6 +56,7 @@ def __getattr__(name: str) -> object:
     if module is None:
         raise AttributeError(f"module 'agentkit' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
+    _own(value)
     globals()[name] = value
     return value
 
@@ -83,24 +65,24 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
+def _own(value: object) -> None:
+    """Report ``agentkit`` as the module of a public name (its home is a private module)."""
+    if getattr(value, "__module__", "").startswith("agentkit._"):
+        with contextlib.suppress(AttributeError, TypeError):  # an alias (``SameFunc``) keeps its own
+            value.__module__ = "agentkit"
+
+
 __all__ = [
     "AfterProposal",
     "AgentkitError",
     "Approval",
-    "ApprovalError",
     "AutonomyRung",
-    "CallRefused",
     "Completion",
-    "ContextFunctionTool",
     "ContextTool",
     "ContextWindow",
-    "Event",
-    "ExecutorError",
     "FunctionTool",
     "LLMVerifier",
-    "LoggingObserver",
     "LoopConfig",
-    "MissingTierError",
     "Observer",
     "OnceAgent",
     "OnceResult",
@@ -110,10 +92,8 @@ __all__ = [
     "PriorCall",
     "Prompt",
     "ProposedAction",
-    "ProviderError",
     "Rejection",
     "RepeatPolicy",
-    "ResumeRefused",
     "RetryPolicy",
     "Review",
     "RoleSpec",
@@ -121,43 +101,29 @@ __all__ = [
     "RoundRecord",
     "RulesVerifier",
     "RunCheckpoint",
-    "RunStream",
     "SameFunc",
     "StopReason",
     "StructuredCaller",
-    "StructuredOutputError",
     "StructuredRequest",
-    "TextCaller",
-    "TextCompletion",
     "TextResult",
-    "Throttled",
     "Tier",
-    "TierParseError",
     "TieredLoopResult",
     "Tool",
     "ToolAgent",
-    "ToolError",
     "ToolLoop",
     "ToolLoopResult",
     "ToolRetry",
     "ToolRoundInfo",
     "ToolStep",
-    "ToolTimeout",
-    "Truncated",
     "Usage",
     "UsageError",
     "Verifier",
-    "VerifierError",
     "approve",
     "execute_approved",
     "generate_structured",
-    "iter_tool_loop",
-    "iter_tool_loop_tiered",
-    "load_proposal",
     "max_rung_for",
     "pair",
     "parse_tier",
-    "reflective_prompt",
     "reject",
     "resume_tool_loop",
     "run_once",
@@ -168,3 +134,8 @@ __all__ = [
     "tool",
     "tool_set",
 ]
+
+for _name in __all__:
+    if _name not in _LAZY:
+        _own(globals()[_name])
+del _name

@@ -1,6 +1,6 @@
 """``python -m agentkit``."""
 
-from agentkit.cli import run
+from agentkit._cli import run
 
 if __name__ == "__main__":
     run()

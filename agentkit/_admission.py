@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from agentkit._state import RunCheckpoint, ToolEntry, tool_entry
+from agentkit._tiers import Tier
+from agentkit._tools import AnyTool, declared_tier
 from agentkit.errors import ResumeRefused, ToolSetChanged
-from agentkit.tiers import Tier
-from agentkit.tools import AnyTool, declared_tier
 
 __all__ = ["admit", "admit_tools", "differences", "tool_entries"]
 

@@ -16,10 +16,10 @@ from typing import Any
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
 from agentkit._cache import value_cache
+from agentkit._proposals import ProposedAction
 from agentkit._state import RoundEntry, json_text
+from agentkit._tools import AnyTool, ContextFunctionTool, FunctionTool
 from agentkit.errors import ResumeRefused, UsageError
-from agentkit.proposals import ProposedAction
-from agentkit.tools import AnyTool, ContextFunctionTool, FunctionTool
 
 __all__ = ["Codec", "Unencodable", "item_type_of", "proposal_of"]
 

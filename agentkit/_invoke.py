@@ -16,9 +16,9 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit._tiers import Tier, tier_choices
+from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool, check_args_type, declared_tier, takes_ctx
 from agentkit.errors import CallRefused, MissingTierError, TierChanged, ToolError, ToolRetry, ToolTimeout, UsageError
-from agentkit.tiers import Tier, tier_choices
-from agentkit.tools import NO_CTX, AnyTool, ContextTool, Tool, check_args_type, declared_tier, takes_ctx
 
 R = TypeVar("R")
 

@@ -23,29 +23,29 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter
 
+from agentkit._agent import PriorCall, ToolAgent, ToolRoundInfo
 from agentkit._cache import value_cache
 from agentkit._codec import Codec, Unencodable
+from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit._degeneration import SameFunc, repeat_of
+from agentkit._events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
 from agentkit._invoke import Invocation, invoke, missing_tier
+from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, observed, wants_checkpoints
+from agentkit._outcome import Outcome, StopReason
+from agentkit._proposals import ProposedAction
+from agentkit._results import RoundRecord, TieredLoopResult
 from agentkit._session import Reply, RunSession, executor_failed
 from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint, json_text
+from agentkit._step import ToolStep, step_answer
+from agentkit._structured import StructuredCaller
+from agentkit._tiers import Tier
 from agentkit._toolbox import Toolbox, gate
+from agentkit._tools import Tool, declared_tier
 from agentkit._views import Views
-from agentkit.agent import PriorCall, ToolAgent, ToolRoundInfo
-from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
-from agentkit.degeneration import SameFunc, repeat_of
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout
-from agentkit.events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
-from agentkit.observe import Observer, ToolInvocation, deliver_checkpoint, observed, wants_checkpoints
-from agentkit.outcome import Outcome, StopReason
-from agentkit.proposals import ProposedAction
-from agentkit.results import RoundRecord, TieredLoopResult
-from agentkit.step import ToolStep, step_answer
-from agentkit.structured import StructuredCaller
-from agentkit.tiers import Tier
-from agentkit.tools import Tool, declared_tier
 
 if typing.TYPE_CHECKING:
-    from agentkit.approval import Approval, Rejection
+    from agentkit._approval import Approval, Rejection
 
 PROPOSED_NOTE = "proposed for human approval; not executed"
 
@@ -511,7 +511,7 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
     """A decision a resumed run settles before its first round, appended to its state: an approved call runs
     once through ``execute_approved`` (or the journal's claim) and its batch is that call's result; a
     rejection, with the reviewer's reason, is that call's observation."""
-    from agentkit.approval import Approval, execute_approved
+    from agentkit._approval import Approval, execute_approved
 
     assert proposal.tool is not None
     assert proposal.call_digest is not None

@@ -17,25 +17,25 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._admission import admit
+from agentkit._agent import ToolAgent
 from agentkit._codec import Codec, decoded_args, proposal_of
+from agentkit._config import LoopConfig
+from agentkit._context import Summarizer
+from agentkit._degeneration import SameFunc
 from agentkit._loop import Bound, RunApproved, run_core
+from agentkit._observe import Observer, ObserverArg, observers_of, wants_checkpoints
+from agentkit._outcome import StopReason
+from agentkit._proposals import ProposedAction
+from agentkit._results import TieredLoopResult
 from agentkit._state import RoundEntry, RunCheckpoint, function_name
+from agentkit._structured import StructuredCaller
 from agentkit._toolbox import Toolbox, gate, may_stop_at_a_proposal
-from agentkit.agent import ToolAgent
-from agentkit.config import LoopConfig
-from agentkit.context import Summarizer
-from agentkit.degeneration import SameFunc
+from agentkit._tools import AnyTool, ContextTool, Tool
 from agentkit.errors import ResumeRefused, UsageError
-from agentkit.observe import Observer, ObserverArg, observers_of, wants_checkpoints
-from agentkit.outcome import StopReason
-from agentkit.proposals import ProposedAction
-from agentkit.results import TieredLoopResult
-from agentkit.structured import StructuredCaller
-from agentkit.tools import AnyTool, ContextTool, Tool
 
 if TYPE_CHECKING:
-    from agentkit.approval import Approval, Rejection
-    from agentkit.stream import RunStream
+    from agentkit._approval import Approval, Rejection
+    from agentkit._stream import RunStream
 
 __all__ = ["ToolLoop", "awaiting", "pending_proposals"]
 
@@ -154,7 +154,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
 
     def stream(self, ctx: Ctx) -> RunStream[TieredLoopResult[Args, R, Answer]]:
         """``run`` as a stream of its events (see ``iter_tool_loop_tiered``)."""
-        from agentkit.stream import RunStream
+        from agentkit._stream import RunStream
 
         def start(feed: Observer) -> Coroutine[Any, Any, TieredLoopResult[Args, R, Answer]]:
             bound = dataclasses.replace(self._bound, observers=(*self._bound.observers, feed))
@@ -305,7 +305,7 @@ def _match(
     checkpoint: RunCheckpoint, codec: Codec, decisions: list[Approval[Any] | Rejection[Any]]
 ) -> list[tuple[RoundEntry, Approval[Any] | Rejection[Any]]]:
     """Each proposal the run stopped at, with its decision, in the order proposed."""
-    from agentkit.approval import Approval, Rejection
+    from agentkit._approval import Approval, Rejection
 
     wanted = {(entry.round, entry.tool, entry.call_digest): entry for entry, _ in pending_proposals(checkpoint, codec)}
     found: dict[tuple[int, str | None, str | None], Approval[Any] | Rejection[Any]] = {}

@@ -18,17 +18,15 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit._agent import Prompt, RoleSpec
+from agentkit._config import LoopConfig
+from agentkit._events import Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
+from agentkit._observe import ModelCall, Observer, dispatch, observed, settle
+from agentkit._outcome import StopReason
+from agentkit._results import RunEnding
 from agentkit._state import json_text
-from agentkit._timing import timeout_scope
-from agentkit.agent import Prompt, RoleSpec
-from agentkit.config import LoopConfig
-from agentkit.errors import AgentkitError, ExecutorError, Throttled, Truncated, UsageError
-from agentkit.events import Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
-from agentkit.observe import ModelCall, Observer, dispatch, observed, settle
-from agentkit.outcome import StopReason
-from agentkit.results import RunEnding, Usage
-from agentkit.structured import (
+from agentkit._structured import (
     Attempt,
     Completion,
     RetryPolicy,
@@ -36,6 +34,9 @@ from agentkit.structured import (
     StructuredRequest,
     generate_structured,
 )
+from agentkit._timing import timeout_scope
+from agentkit._usage import Usage
+from agentkit.errors import AgentkitError, ExecutorError, Throttled, Truncated, UsageError
 
 if TYPE_CHECKING:
     from types import TracebackType

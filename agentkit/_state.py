@@ -32,14 +32,14 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentkit._cache import value_cache
+from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit._context import ContextWindow, Summarizer
 from agentkit._lossless import Text
-from agentkit.config import AfterProposal, LoopConfig, RepeatPolicy
-from agentkit.context import ContextWindow, Summarizer
+from agentkit._outcome import Outcome, StopReason
+from agentkit._structured import RetryPolicy
+from agentkit._tiers import Tier
+from agentkit._usage import Usage
 from agentkit.errors import ResumeRefused
-from agentkit.outcome import Outcome, StopReason
-from agentkit.results import Usage
-from agentkit.structured import RetryPolicy
-from agentkit.tiers import Tier
 
 __all__ = [
     "STATE_VERSION",

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentkit.cli import positive_int, skip_teardown
+from agentkit._cli import positive_int, skip_teardown
 from agentkit.errors import AgentkitError, UsageError
 
 if TYPE_CHECKING:

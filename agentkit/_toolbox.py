@@ -9,12 +9,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentkit._config import AfterProposal, LoopConfig
 from agentkit._state import ToolEntry, tool_entry
-from agentkit.config import AfterProposal, LoopConfig
+from agentkit._step import ToolStep, build_step_model, step_call_parts
+from agentkit._tiers import Tier, runs_live
+from agentkit._tools import AnyTool, Tool, declared_tier, validate_tool_names
 from agentkit.errors import UsageError
-from agentkit.step import ToolStep, build_step_model, step_call_parts
-from agentkit.tiers import Tier, runs_live
-from agentkit.tools import AnyTool, Tool, declared_tier, validate_tool_names
 
 __all__ = ["Toolbox", "Verdict", "gate", "may_stop_at_a_proposal"]
 

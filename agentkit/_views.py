@@ -9,14 +9,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from agentkit._agent import PriorCall, ToolRoundInfo
 from agentkit._codec import Codec, decoded_args, decoded_batch
+from agentkit._config import LoopConfig
+from agentkit._context import Omitted, Window
+from agentkit._proposals import ProposedAction
 from agentkit._session import executor_failed
 from agentkit._state import Progress
-from agentkit.agent import PriorCall, ToolRoundInfo
-from agentkit.config import LoopConfig
-from agentkit.context import Omitted, Window
 from agentkit.errors import ExecutorError
-from agentkit.proposals import ProposedAction
 
 __all__ = ["View", "Views"]
 

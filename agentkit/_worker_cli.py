@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, TextIO, cast
 
-from agentkit.cli import positive_int
+from agentkit._cli import positive_int
+from agentkit._tools import Tool, takes_ctx
 from agentkit.errors import AgentkitError, UsageError
-from agentkit.tools import Tool, takes_ctx
 
 __all__ = ["load_tools", "register"]
 

@@ -22,14 +22,15 @@ The tree::
     ├── ExecutorError               the executor's render (or the same= comparator) raised; items are kept
     ├── VerifierError               a pair's verifier failed; the unverified draft is discarded
     ├── ProgramError                a program of calls was rejected as a whole; nothing ran
-    └── JournalError                a journal operation failed; a refused change wrote nothing
-        ├── JournalUnavailable      no journal there, cannot connect, or a schema this code cannot read
-        ├── UnknownId               no proposal (or run) with that id
-        ├── TransitionRefused       the proposal's state does not allow the change
-        ├── DigestMismatch
-        ├── NothingRan              the journal failed before a claim held: the tool was not called
-        ├── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
-        └── RunClaimed              another live process holds the run (it runs, or resumes it); nothing ran
+    ├── JournalError                a journal operation failed; a refused change wrote nothing
+    │   ├── JournalUnavailable      no journal there, cannot connect, or a schema this code cannot read
+    │   ├── UnknownId               no proposal (or run) with that id
+    │   ├── TransitionRefused       the proposal's state does not allow the change
+    │   ├── DigestMismatch
+    │   ├── NothingRan              the journal failed before a claim held: the tool was not called
+    │   ├── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
+    │   └── RunClaimed              another live process holds the run (it runs, or resumes it); nothing ran
+    └── McpServerError              an MCP server failed, hung, or changed a tool after it was wired
 
     ToolRetry                       not an error: a tool's signal that the call was wrong (see below)
 
@@ -38,9 +39,10 @@ Expected endings of a run come back as results carrying one of these in ``error`
 tool raises to tell the executor its call was wrong; it derives from ``Exception``, not from
 ``AgentkitError``, so a tool's own ``except AgentkitError:`` cannot swallow it.
 
-The modules that raise them re-export them (``agentkit.approval.ApprovalError``,
-``agentkit.journal.JournalError``, ``agentkit.program.ProgramError``,
-``agentkit.testing.ScriptExhausted``); they are the same classes.
+Every one is importable from here. The public modules that raise them re-export theirs
+(``agentkit.journal.JournalError``, ``agentkit.program.ProgramError``, ``agentkit.mcp.McpServerError``,
+``agentkit.testing.ScriptExhausted``); they are the same classes. The top level has the root,
+``UsageError`` and ``ToolRetry``.
 """
 
 from __future__ import annotations
@@ -49,8 +51,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from agentkit._usage import Usage
     from agentkit.program import ProgramIssue
-    from agentkit.results import Usage
 
 __all__ = [
     "AgentkitError",
@@ -60,6 +62,7 @@ __all__ = [
     "ExecutorError",
     "JournalError",
     "JournalUnavailable",
+    "McpServerError",
     "MissingTierError",
     "NothingRan",
     "OutcomeNotRecorded",
@@ -318,6 +321,16 @@ class OutcomeNotRecorded(JournalError):
         """What the worker meant to record: ``executed`` or ``failed``."""
         self.error = error
         """The tool's error when it failed, else ``None``."""
+
+
+class McpServerError(AgentkitError):
+    """An MCP server failed: it could not be started or reached, it crashed, exited, hung, sent a
+    protocol error, listed tools inconsistently, or changed a tool's input schema after wiring."""
+
+    def __init__(self, message: str, *, server: str) -> None:
+        super().__init__(message)
+        self.server = server
+        """The server's name, as the connection calls it."""
 
 
 class ToolRetry(Exception):

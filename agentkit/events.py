@@ -1,185 +1,43 @@
-"""The moments of a run, as frozen, ``kind``-tagged values (observer hooks receive them)."""
+"""What a run reports as it goes: the events, the observers' call descriptors, and runs as streams of events.
 
-from __future__ import annotations
+The events (``RunStarted`` to ``RunFinished``) are frozen values, matched by class or by ``kind``;
+``Event`` is their union. An ``Observer`` (``agentkit.Observer``) gets them through its hooks;
+``iter_tool_loop`` and ``iter_tool_loop_tiered`` (and ``ToolLoop.stream``) give a run as a
+``RunStream`` to iterate; ``LoggingObserver`` writes them to a logger. ``ModelCall`` and
+``ToolInvocation`` describe the call an ``Observer.around`` context wraps.
+"""
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
-
-from pydantic import BaseModel
-
-from agentkit.agent import RoundInfo, ToolRoundInfo
-from agentkit.config import LoopConfig
-from agentkit.results import RunEnding, Usage
-from agentkit.tiers import Tier
-
-if TYPE_CHECKING:
-    from agentkit.errors import AgentkitError
-    from agentkit.proposals import ProposedAction
-    from agentkit.structured import Attempt
+from agentkit._events import (
+    DegenerationDetected,
+    Event,
+    LLMCallFinished,
+    ProposalCaptured,
+    RoundStarted,
+    RunAborted,
+    RunFinished,
+    RunStarted,
+    ToolCallStarted,
+    ToolResultReturned,
+)
+from agentkit._loops import iter_tool_loop, iter_tool_loop_tiered
+from agentkit._observe import LoggingObserver, ModelCall, ToolInvocation
+from agentkit._stream import RunStream
 
 __all__ = [
     "DegenerationDetected",
     "Event",
     "LLMCallFinished",
+    "LoggingObserver",
+    "ModelCall",
     "ProposalCaptured",
     "RoundStarted",
     "RunAborted",
     "RunFinished",
     "RunStarted",
+    "RunStream",
     "ToolCallStarted",
+    "ToolInvocation",
     "ToolResultReturned",
+    "iter_tool_loop",
+    "iter_tool_loop_tiered",
 ]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunStarted:
-    """A run began."""
-
-    kind: Literal["run_start"] = "run_start"
-    run_id: str
-    agent: str
-    """The executor's class name."""
-    model: str
-    """The primary model."""
-    tools: tuple[str, ...]
-    """The tool names offered."""
-    max_rounds: int | None
-    """The round ceiling (``None``: unlimited)."""
-    config: LoopConfig | None = None
-    """The run's full configuration (autonomy, budgets, deadline, after-proposal policy), when
-    the run is a tool loop."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RoundStarted:
-    """A round began; ``info`` is what the executor renders from.
-
-    A tool loop's round carries a ``ToolRoundInfo``; a single shot's or a pair's a ``RoundInfo``.
-    Both have ``round``, ``max_rounds`` and ``is_final_round``.
-    """
-
-    kind: Literal["round_start"] = "round_start"
-    run_id: str
-    info: ToolRoundInfo[Any] | RoundInfo
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class LLMCallFinished:
-    """One model attempt finished (retries and fallbacks each get one)."""
-
-    kind: Literal["llm_call"] = "llm_call"
-    run_id: str
-    role: str
-    """The role's ``prompt_type`` (or ``"executor"``)."""
-    round: int
-    model: str
-    attempt: int
-    """1-based over all attempts of the round's call, fallback included."""
-    seconds: float
-    usage: Usage
-    error: AgentkitError | None = None
-
-    @classmethod
-    def of(cls, attempt: Attempt, *, run_id: str, role: str, round: int) -> LLMCallFinished:
-        """The event for one attempt reported by ``generate_structured``'s ``on_attempt``."""
-        return cls(
-            run_id=run_id,
-            role=role,
-            round=round,
-            model=attempt.model,
-            attempt=attempt.attempt,
-            seconds=attempt.seconds,
-            usage=attempt.usage,
-            error=attempt.error,
-        )
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ToolCallStarted:
-    """The loop is about to run a tool."""
-
-    kind: Literal["tool_call"] = "tool_call"
-    run_id: str
-    round: int
-    tool_name: str
-    tier: Tier
-    args: BaseModel
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ToolResultReturned:
-    """A tool call finished (with a batch, a ``ToolRetry`` observation or an error)."""
-
-    kind: Literal["tool_result"] = "tool_result"
-    run_id: str
-    round: int
-    tool_name: str
-    batch_size: int
-    seconds: float
-    observation: str | None = None
-    error: AgentkitError | None = None
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class ProposalCaptured:
-    """A call above the autonomy ceiling became a proposal (it did not run)."""
-
-    kind: Literal["proposal"] = "proposal"
-    run_id: str
-    proposal: ProposedAction[Any]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class DegenerationDetected:
-    """The executor repeated a recent call; the run ends STALEMATE, unless the call was refused
-    under ``RepeatPolicy.REFUSE`` (``refused``) and the run goes on."""
-
-    kind: Literal["degeneration"] = "degeneration"
-    run_id: str
-    round: int
-    tool_name: str
-    args: BaseModel
-    refused: bool = False
-    """The repeated call was refused (not run) and the run goes on (``RepeatPolicy.REFUSE``)."""
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunFinished:
-    """A run ended; ``result`` is what the caller gets (a copy of it, where it holds lists).
-
-    Every run shape's result is a ``RunEnding``: ``outcome``, ``stop_reason``, ``error``,
-    ``usage``, ``rounds`` and ``run_id`` are always there; narrow with ``isinstance`` (to
-    ``ToolLoopResult``, ``OnceResult``, ...) for the rest.
-    """
-
-    kind: Literal["run_end"] = "run_end"
-    run_id: str
-    result: RunEnding
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class RunAborted:
-    """A run was cancelled, or raised (a wiring mistake such as ``UsageError``): no result exists.
-
-    It lets an observer close what it opened for the run (spans, timers); the exception itself
-    still propagates to the caller.
-    """
-
-    kind: Literal["run_abort"] = "run_abort"
-    run_id: str
-    error: BaseException
-    """What ended the run: ``asyncio.CancelledError``, a ``UsageError``, ..."""
-
-
-Event = (
-    RunStarted
-    | RoundStarted
-    | LLMCallFinished
-    | ToolCallStarted
-    | ToolResultReturned
-    | ProposalCaptured
-    | DegenerationDetected
-    | RunFinished
-    | RunAborted
-)
-"""Any event; match on ``event.kind``."""

@@ -33,7 +33,7 @@ from typing import Any
 
 import pydantic_core
 
-from agentkit.events import (
+from agentkit._events import (
     DegenerationDetected,
     LLMCallFinished,
     ProposalCaptured,
@@ -42,11 +42,11 @@ from agentkit.events import (
     RunFinished,
     RunStarted,
 )
-from agentkit.observe import ModelCall, Observer, ToolInvocation
-from agentkit.outcome import Outcome
-from agentkit.results import TieredLoopResult, ToolLoopResult, Usage
-from agentkit.structured import Completion
-from agentkit.tools import declared_tier
+from agentkit._observe import ModelCall, Observer, ToolInvocation
+from agentkit._outcome import Outcome
+from agentkit._results import TieredLoopResult, ToolLoopResult, Usage
+from agentkit._structured import Completion
+from agentkit._tools import declared_tier
 
 try:
     from opentelemetry import trace

@@ -31,10 +31,10 @@ from typing import Any, Generic, Never, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentkit._invoke import admit, check_ctx, invoke, missing_tier, refused
+from agentkit._proposals import ProposedAction
+from agentkit._tiers import AutonomyRung, Tier, max_rung_for, runs_live, tier_choices
+from agentkit._tools import NO_CTX, ContextTool, Tool, args_type_of, check_name, declared_tier, wants_ctx
 from agentkit.errors import AgentkitError, CallRefused, ProgramError, UsageError
-from agentkit.proposals import ProposedAction
-from agentkit.tiers import AutonomyRung, Tier, max_rung_for, runs_live, tier_choices
-from agentkit.tools import NO_CTX, ContextTool, Tool, args_type_of, check_name, declared_tier, wants_ctx
 
 __all__ = [
     "ApplyReport",

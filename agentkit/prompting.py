@@ -23,9 +23,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from agentkit.agent import PriorCall, Prompt, ToolRoundInfo
-from agentkit.proposals import ProposedAction, call_digest
-from agentkit.tools import AnyTool
+from agentkit._agent import PriorCall, Prompt, ToolRoundInfo
+from agentkit._proposals import ProposedAction, call_digest
+from agentkit._tools import AnyTool
 
 __all__ = ["USE_THE_TOOL", "reflective_prompt", "worked_example"]
 
@@ -144,7 +144,7 @@ def worked_example(
         search_rationale: The rationale of the first step.
         done_rationale: The rationale of the second step (done, or the ``then`` call).
     """
-    # The replies in the wire shape a constrained decoder writes (see agentkit.step).
+    # The replies in the wire shape a constrained decoder writes (see agentkit._step).
     first = {"rationale": search_rationale, "decision": {"done": False, "call": _wire(call, tool)}}
     finish: dict[str, Any] = {"done": True} if then is None else {"done": False, "call": _wire(then, then_tool)}
     second = {"rationale": done_rationale, "decision": finish}

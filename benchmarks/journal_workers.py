@@ -44,11 +44,11 @@ from urllib.parse import quote
 from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, tool
+from agentkit._tools import FunctionTool
 from agentkit.journal import Journal, PostgresJournal, ProposalState, open_journal
 from agentkit.journal._sql import insert_proposal, log_transition, now
 from agentkit.journal._store import SQLJournal
 from agentkit.journal._worker import Polling
-from agentkit.tools import FunctionTool
 
 SPAWN = multiprocessing.get_context("spawn")
 RESULTS = Path(__file__).parent / "results"

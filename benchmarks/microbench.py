@@ -33,7 +33,7 @@ from agentkit import (
     run_tool_loop,
     tool,
 )
-from agentkit.step import build_step_model
+from agentkit._step import build_step_model
 from agentkit.testing import ScriptedCaller
 from benchmarks import scenario
 

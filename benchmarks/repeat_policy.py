@@ -20,9 +20,9 @@ import time
 from typing import Any
 
 from agentkit import Prompt, RepeatPolicy, RoleSpec, ToolRoundInfo, run_tool_loop
-from agentkit.demo.agent import DEMO_CONFIG, Researcher
-from agentkit.demo.search import BM25Index, Hit, load_corpus, search_tool
-from agentkit.local import LocalModel
+from agentkit._demo.agent import DEMO_CONFIG, Researcher
+from agentkit._demo.search import BM25Index, Hit, load_corpus, search_tool
+from agentkit.providers.local import LocalModel
 
 QUESTIONS = (
     ("When was the Voyager 1 space probe launched?", "space-01"),

@@ -24,11 +24,11 @@ import time
 from typing import Any
 
 from agentkit import Prompt, RepeatPolicy, RoleSpec, ToolRoundInfo
-from agentkit.demo.agent import _RESEARCH_DOCTRINE, DEMO_CONFIG, RESEARCH_CHECK
-from agentkit.demo.search import BM25Index, Hit, load_corpus, search_tool
-from agentkit.local import LocalModel
+from agentkit._demo.agent import _RESEARCH_DOCTRINE, DEMO_CONFIG, RESEARCH_CHECK
+from agentkit._demo.search import BM25Index, Hit, load_corpus, search_tool
+from agentkit._tools import Tool
 from agentkit.prompting import reflective_prompt
-from agentkit.tools import Tool
+from agentkit.providers.local import LocalModel
 from benchmarks.repeat_policy import QUESTIONS, PlainResearcher, ask, tally
 
 

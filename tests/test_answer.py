@@ -26,10 +26,10 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._results import Usage
 from agentkit.events import Event, RoundStarted
 from agentkit.prompting import reflective_prompt
 from agentkit.providers.openai import OpenAICaller, StructuredMode
-from agentkit.results import Usage
 from agentkit.testing import FakeOpenAIServer, FunctionCaller, ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.support import Doc, Executor, Query
 
@@ -253,7 +253,7 @@ def test_closing_round_flag_must_be_a_bool() -> None:
 
 async def test_tiered_run_carries_the_answer_and_resume_keeps_asking_for_it() -> None:
     """The tiered loop takes answer= too; a run resumed after a proposal ends with the answer."""
-    from agentkit.approval import reject
+    from agentkit._approval import reject
 
     first = ScriptedCaller([call_step(Query(query="x"), tool=wipe)])
     tools = [search, wipe]
@@ -333,7 +333,7 @@ def _schema(body: dict[str, Any]) -> dict[str, Any]:
 
 async def test_streamed_run_takes_the_answer_schema_too() -> None:
     """iter_tool_loop passes answer= through: its result carries the answer."""
-    from agentkit import iter_tool_loop
+    from agentkit.events import iter_tool_loop
 
     caller = ScriptedCaller([*searches("a"), done_step(answer=VERDICT)])
     async with iter_tool_loop(caller, Executor[Doc](), search, "q", config(), answer=Verdict) as run:

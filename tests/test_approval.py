@@ -11,17 +11,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agentkit import (
-    ProposedAction,
-    StopReason,
-    Tier,
-    ToolError,
-    UsageError,
-    run_tool_loop_tiered,
-)
-from agentkit.approval import Approval, ApprovalError, Rejection, approve, execute_approved, reject
-from agentkit.errors import MissingTierError, TierChanged
-from agentkit.proposals import call_digest, load_proposal
+from agentkit import ProposedAction, StopReason, Tier, UsageError, run_tool_loop_tiered
+from agentkit._approval import Approval, ApprovalError, Rejection, approve, execute_approved, reject
+from agentkit._proposals import call_digest
+from agentkit.errors import MissingTierError, TierChanged, ToolError
 from agentkit.testing import ScriptedCaller, call_step
 from tests.support import Executor
 
@@ -89,7 +82,7 @@ def test_approve_refuses_a_proposal_altered_before_approval() -> None:
 def test_approve_refuses_untyped_args() -> None:
     """A proposal reloaded without its args type is refused, with the way to reload it typed."""
     untyped = ProposedAction[Any].model_validate_json(proposed().model_dump_json())
-    with pytest.raises(ApprovalError, match="load_proposal"):
+    with pytest.raises(ApprovalError, match=r"ProposedAction\.load"):
         approve(untyped, approved_by="ana")
 
 
@@ -237,6 +230,6 @@ async def test_loop_proposal_runs_only_through_approval() -> None:
     result = await run_tool_loop_tiered(caller, Planner(), delete, "clean /tmp")
     assert (result.stop_reason, delete.calls) == (StopReason.PROPOSED, [])
     stored = result.proposed[0].model_dump_json()
-    approval: Approval[BaseModel] = approve(load_proposal(stored, [delete]), approved_by="ana")
+    approval: Approval[BaseModel] = approve(ProposedAction.load(stored, [delete]), approved_by="ana")
     assert await execute_approved(approval, delete) == ["deleted /tmp/stale"]
     assert delete.calls == [PathArgs(path="/tmp/stale")]

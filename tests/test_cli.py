@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-import agentkit.local
-from agentkit.cli import build_parser, main, plain_text
-from agentkit.local import DEFAULT_MODEL
+import agentkit.providers.local
+from agentkit._cli import build_parser, main, plain_text
+from agentkit.providers.local import DEFAULT_MODEL
 
 
 @pytest.fixture(autouse=True)
@@ -153,7 +153,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     monkeypatch.setitem(sys.modules, "xllamacpp", module)
     weights = tmp_path / "tiny.gguf"
     weights.write_bytes(b"GGUF")
-    monkeypatch.setattr(agentkit.local, "ensure_model_file", lambda model, cache_dir=None: weights)
+    monkeypatch.setattr(agentkit.providers.local, "ensure_model_file", lambda model, cache_dir=None: weights)
     monkeypatch.setenv("AGENTKIT_CACHE_DIR", str(tmp_path / "cache"))
     return addresses
 
@@ -245,7 +245,7 @@ def test_a_command_that_asks_to_skip_teardown_exits_with_os_exit_after_flushing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``run`` leaves through ``os._exit`` with main's code once a command called ``skip_teardown``."""
-    import agentkit.cli as cli_module
+    import agentkit._cli as cli_module
 
     exits: list[int] = []
 
@@ -269,7 +269,7 @@ def test_a_command_that_asks_to_skip_teardown_exits_with_os_exit_after_flushing(
 
 def test_run_exits_normally_when_no_command_asked_to_skip_teardown(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without ``skip_teardown`` ``run`` is ``sys.exit(main())``: the interpreter finalises as usual."""
-    import agentkit.cli as cli_module
+    import agentkit._cli as cli_module
 
     monkeypatch.setattr(cli_module, "_skip_teardown", False)
     monkeypatch.setattr(cli_module, "main", lambda: 0)

@@ -19,7 +19,6 @@ from agentkit import (
     PriorCall,
     Prompt,
     RepeatPolicy,
-    ResumeRefused,
     RetryPolicy,
     RoleSpec,
     RunCheckpoint,
@@ -33,7 +32,8 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.context import Omitted, call_chars
+from agentkit._context import Omitted, call_chars
+from agentkit.errors import ResumeRefused
 from agentkit.events import Event, RoundStarted
 from agentkit.prompting import reflective_prompt
 from agentkit.testing import ScriptedCaller, call_step, done_step

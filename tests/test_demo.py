@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agentkit.cli import main
-from agentkit.demo.agent import (
+from agentkit._cli import main
+from agentkit._demo.agent import (
     ANSWER_MAX_LENGTH,
     CURATOR_CHECK,
     DEMO_CONFIG,
@@ -28,16 +28,16 @@ from agentkit.demo.agent import (
     plan,
     research,
 )
-from agentkit.demo.cli import LiveRounds, scripted_caller
-from agentkit.demo.search import BM25Index, Hit, Passage, SearchArgs, load_corpus, search_tool, terms
+from agentkit._demo.cli import LiveRounds, scripted_caller
+from agentkit._demo.search import BM25Index, Hit, Passage, SearchArgs, load_corpus, search_tool, terms
+from agentkit._outcome import Outcome, StopReason
+from agentkit._proposals import call_digest
+from agentkit._tiers import Tier
 from agentkit.errors import ToolRetry, UsageError
 from agentkit.journal import ProposalRecord, ProposalState, open_journal
 from agentkit.journal.cli import DEFAULT_DB
-from agentkit.outcome import Outcome, StopReason
 from agentkit.prompting import USE_THE_TOOL
-from agentkit.proposals import call_digest
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from agentkit.tiers import Tier
 
 
 def passages(*texts: str) -> list[Passage]:
@@ -445,7 +445,7 @@ async def test_curator_renders_the_library_reflective_prompt_with_a_search_then_
 
 def test_final_round_prompt_tells_the_model_to_stop() -> None:
     """On the last round the prompt says to stop now."""
-    from agentkit.agent import ToolRoundInfo
+    from agentkit._agent import ToolRoundInfo
 
     info: ToolRoundInfo[Hit] = ToolRoundInfo(round=4, max_rounds=4, is_final_round=True)
     assert "final round: commit now" in Researcher(model="m").render("q", info).dynamic
@@ -493,7 +493,7 @@ def test_scripted_caller_answers_only_the_built_in_questions() -> None:
 def test_step_schema_the_model_sees_requires_the_rationale_first() -> None:
     """The step's JSON schema requires every field, rationale first: constrained decoding would
     otherwise let a small model skip its reasoning (measured: it then stops without searching)."""
-    from agentkit.step import build_step_model
+    from agentkit._step import build_step_model
 
     schema = build_step_model(SearchArgs, rationale_max_length=DEMO_CONFIG.rationale_max_length).model_json_schema()
     assert schema["required"] == ["rationale", "decision"]

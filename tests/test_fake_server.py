@@ -16,7 +16,7 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from agentkit.step import build_step_model
+from agentkit._step import build_step_model
 from agentkit.testing import FakeOpenAIServer, FakeReply
 from agentkit.testing._fake_wire import instance_of
 

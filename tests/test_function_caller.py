@@ -10,12 +10,9 @@ from pydantic import BaseModel, Field
 from agentkit import (
     LoopConfig,
     Outcome,
-    ProviderError,
     RetryPolicy,
     StopReason,
-    StructuredOutputError,
     StructuredRequest,
-    Throttled,
     Tier,
     Usage,
     UsageError,
@@ -24,8 +21,9 @@ from agentkit import (
     run_tool_loop,
     tool,
 )
+from agentkit._text import TextCompletion
+from agentkit.errors import ProviderError, StructuredOutputError, Throttled
 from agentkit.testing import FunctionCaller, ScriptedReply, call_step, done_step
-from agentkit.text import TextCompletion
 from tests.support import Executor, Query
 
 FAST = RetryPolicy(wait_initial=0, wait_max=0)

@@ -10,7 +10,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from agentkit import AfterProposal, LoopConfig, ProposedAction, Tier, UsageError, run_tool_loop_tiered
-from agentkit.approval import Approval, ApprovalError, approve, execute_approved
+from agentkit._approval import Approval, ApprovalError, approve, execute_approved
 from agentkit.testing import ScriptedCaller, call_step
 from tests.support import Executor
 from tests.test_approval import Deleter, PathArgs, proposed
@@ -86,7 +86,7 @@ class Nested(BaseModel):
 
 def test_excluded_fields_of_nested_models_are_found() -> None:
     """The check walks nested models, so a lossy field one level down is refused too."""
-    from agentkit.tools import lossy_fields
+    from agentkit._tools import lossy_fields
 
     assert lossy_fields(Nested) == ["target.recursive"]
     assert lossy_fields(PathArgs) == []

@@ -10,7 +10,6 @@ from pydantic import BaseModel
 
 from agentkit import (
     AfterProposal,
-    ExecutorError,
     LoopConfig,
     Observer,
     Outcome,
@@ -20,7 +19,6 @@ from agentkit import (
     RoundInfo,
     StopReason,
     Tier,
-    ToolError,
     ToolRoundInfo,
     pair,
     run_once,
@@ -28,9 +26,10 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._pair import RulesVerifier
+from agentkit._structured import Completion, StructuredRequest
+from agentkit.errors import ExecutorError, ToolError
 from agentkit.events import Event, RoundStarted, RunFinished
-from agentkit.pair import RulesVerifier
-from agentkit.structured import Completion, StructuredRequest
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Doc, Executor, PathArgs, Query, Recording
 

@@ -17,12 +17,12 @@ import pytest
 from pydantic import BaseModel, JsonValue
 
 from agentkit import Prompt, RoleSpec, RunCheckpoint, Tier, ToolRoundInfo, UsageError, run_tool_loop_tiered, tool
+from agentkit._observe import Observer
 from agentkit.events import Event, RunStarted
 from agentkit.journal import Journal, JournalError, JournalObserver, RunState, SQLiteJournal
 from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._sql import insert_rows
 from agentkit.journal._store import SQLJournal
-from agentkit.observe import Observer
 from agentkit.testing import ScriptedCaller, call_step, done_step
 
 

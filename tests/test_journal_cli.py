@@ -25,10 +25,10 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.cli import main
+from agentkit._cli import main
+from agentkit._results import Usage
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
 from agentkit.journal._store import SQLJournal
-from agentkit.results import Usage
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")

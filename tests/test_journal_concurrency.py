@@ -31,6 +31,7 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._tools import FunctionTool
 from agentkit.journal import (
     Journal,
     JournalObserver,
@@ -40,7 +41,6 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from agentkit.tools import FunctionTool
 
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 8

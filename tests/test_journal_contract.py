@@ -20,8 +20,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, model_validator
 
-from agentkit import ProposedAction, Tier, ToolError, ToolRetry, UsageError, tool
-from agentkit.errors import TierChanged
+from agentkit import ProposedAction, Tier, ToolRetry, UsageError, tool
+from agentkit._proposals import call_digest, canonical_json
+from agentkit.errors import TierChanged, ToolError
 from agentkit.journal import (
     DigestMismatch,
     Journal,
@@ -37,7 +38,6 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION
 from agentkit.journal._store import DEFAULT_LEASE, SQLJournal
-from agentkit.proposals import call_digest, canonical_json
 
 
 class Wipe(BaseModel):

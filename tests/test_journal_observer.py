@@ -30,6 +30,9 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._observe import Observer, dispatch
+from agentkit._results import Usage
+from agentkit._structured import RetryPolicy
 from agentkit.events import Event, RunAborted, RunFinished
 from agentkit.journal import (
     Journal,
@@ -41,9 +44,6 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.journal._store import SQLJournal
-from agentkit.observe import Observer, dispatch
-from agentkit.results import Usage
-from agentkit.structured import RetryPolicy
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 
 

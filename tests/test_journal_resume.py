@@ -18,7 +18,6 @@ from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
-    ResumeRefused,
     RoleSpec,
     StopReason,
     Tier,
@@ -28,6 +27,7 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit.errors import ResumeRefused
 from agentkit.journal import (
     Journal,
     JournalError,

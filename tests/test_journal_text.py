@@ -27,14 +27,14 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._observe import Observer, dispatch
+from agentkit._proposals import call_digest, canonical_json
+from agentkit._tools import FunctionTool
 from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunState, SQLiteJournal
 from agentkit.journal._sql import from_stored, to_stored
 from agentkit.journal._store import SQLJournal
-from agentkit.observe import Observer, dispatch
-from agentkit.proposals import call_digest, canonical_json
 from agentkit.testing import ScriptedCaller, call_step
-from agentkit.tools import FunctionTool
 
 NOT_UTF8 = b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape")
 """Latin-1 bytes read as UTF-8 with ``surrogateescape``: lone low surrogates."""

@@ -13,6 +13,7 @@ import pytest
 from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, UsageError, tool
+from agentkit._tools import FunctionTool
 from agentkit.journal import (
     DEFAULT_STUCK_AFTER,
     Journal,
@@ -22,7 +23,6 @@ from agentkit.journal import (
     WorkOutcome,
 )
 from agentkit.journal._store import SQLJournal
-from agentkit.tools import FunctionTool
 
 
 class Wipe(BaseModel):

@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier
-from agentkit.cli import main
+from agentkit._cli import main
 from agentkit.journal import ProposalState, open_journal
 
 TOOLS = '''

@@ -1,4 +1,4 @@
-"""``agentkit.local``: chunk discovery, assembly and checksum, server lifecycle, the missing extra.
+"""``agentkit.providers.local``: chunk discovery, assembly and checksum, server lifecycle, the missing extra.
 
 Chunks are small files in fake installed distributions (real ``.dist-info`` folders on
 ``sys.path``, found by ``importlib.metadata`` as the real chunk packages are). The lifecycle runs
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from agentkit.errors import ProviderError, UsageError
-from agentkit.local import (
+from agentkit.providers.local import (
     DEFAULT_MODEL,
     INSTALL_HINT,
     Chunk,
@@ -185,8 +185,8 @@ def test_missing_extra_raises_with_the_install_command(monkeypatch: pytest.Monke
 
 
 def test_importing_the_module_does_not_import_the_runtime() -> None:
-    """``import agentkit.local`` leaves ``xllamacpp`` unimported (it loads only when a server starts)."""
-    code = "import sys, agentkit, agentkit.local; assert 'xllamacpp' not in sys.modules, 'imported'"
+    """``import agentkit.providers.local`` leaves ``xllamacpp`` unimported (it loads only when a server starts)."""
+    code = "import sys, agentkit, agentkit.providers.local; assert 'xllamacpp' not in sys.modules, 'imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import pytest
 
-from agentkit.demo.agent import PLANNING_TASK, Curator, delete_tool, plan, research
-from agentkit.demo.search import BM25Index, load_corpus, search_tool
+from agentkit._demo.agent import PLANNING_TASK, Curator, delete_tool, plan, research
+from agentkit._demo.search import BM25Index, load_corpus, search_tool
+from agentkit._outcome import Outcome, StopReason
+from agentkit._tools import FunctionTool
 from agentkit.journal import JournalObserver, ProposalState, open_journal
-from agentkit.local import LocalModel
-from agentkit.outcome import Outcome, StopReason
-from agentkit.tools import FunctionTool
+from agentkit.providers.local import LocalModel
 
 pytestmark = [
     pytest.mark.local_model,

@@ -14,21 +14,18 @@ from agentkit import (
     LoopConfig,
     Observer,
     Outcome,
-    ProviderError,
     RetryPolicy,
     StopReason,
-    Throttled,
     Tier,
-    ToolError,
     ToolRetry,
-    ToolTimeout,
     UsageError,
     run_tool_loop,
     run_tool_loop_sync,
     tool,
 )
+from agentkit._results import ToolLoopResult, Usage
+from agentkit.errors import ProviderError, Throttled, ToolError, ToolTimeout
 from agentkit.events import RunFinished, ToolCallStarted
-from agentkit.results import ToolLoopResult, Usage
 from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
 from tests.support import Executor, Query
 

@@ -11,14 +11,12 @@ import pytest
 from agentkit import (
     AfterProposal,
     LoopConfig,
-    MissingTierError,
     Observer,
     Outcome,
     Prompt,
     ProposedAction,
     RetryPolicy,
     StopReason,
-    StructuredOutputError,
     Tier,
     ToolRoundInfo,
     UsageError,
@@ -26,8 +24,9 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._proposals import call_digest
+from agentkit.errors import MissingTierError, StructuredOutputError
 from agentkit.events import ProposalCaptured, ToolCallStarted
-from agentkit.proposals import call_digest
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Doc, Executor, PathArgs, Query, Recording
 

@@ -21,22 +21,21 @@ from pydantic import ValidationError
 
 from agentkit import (
     LoopConfig,
-    MissingTierError,
     Outcome,
     Prompt,
     RetryPolicy,
     RoleSpec,
     StopReason,
     Tier,
-    ToolError,
     ToolRoundInfo,
     UsageError,
     run_tool_loop,
     run_tool_loop_tiered,
 )
+from agentkit._tools import declared_tier
+from agentkit.errors import MissingTierError, ToolError
 from agentkit.mcp import McpArgs, McpConnection, McpItem, McpServerError, McpTool, connect_http, connect_stdio
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from agentkit.tools import declared_tier
 
 SERVERS = Path(__file__).with_name("mcp_servers.py")
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)

@@ -14,11 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from agentkit._proposals import call_digest, canonical_json
+from agentkit._step import build_step_model
 from agentkit.mcp import McpArgs
 from agentkit.mcp._args import UnusableSchema, args_model
-from agentkit.proposals import call_digest, canonical_json
 from agentkit.providers._strict import strict_schema
-from agentkit.step import build_step_model
 
 SEARCH = {
     "type": "object",

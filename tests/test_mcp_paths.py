@@ -25,11 +25,10 @@ from agentkit import (
     ToolRoundInfo,
     approve,
     execute_approved,
-    load_proposal,
     run_tool_loop,
     run_tool_loop_tiered,
 )
-from agentkit.approval import ApprovalError
+from agentkit._approval import ApprovalError
 from agentkit.errors import TierChanged
 from agentkit.journal import JournalObserver, ProposalState, SQLiteJournal, TransitionRefused
 from agentkit.mcp import McpConnection, McpItem, McpTool, connect_stdio
@@ -140,11 +139,11 @@ async def test_an_approved_mcp_proposal_runs_once_against_the_server(tools: dict
 
 
 async def test_an_mcp_proposal_round_trips_through_json_with_the_same_digest(tools: dict[str, McpTool]) -> None:
-    """A proposal reloaded with load_proposal has args of the tool's type, equal to the original, same digest."""
+    """A proposal reloaded with ProposedAction.load has args of the tool's type, equal to the original, same digest."""
     caller = ScriptedCaller([call_step({"path": "/a b/ü"}, tool="delete_file")])
     result = await run_tool_loop_tiered(caller, Agent(), list(tools.values()), "tidy", FAST)
     (proposal,) = result.proposed
-    reloaded = load_proposal(proposal.model_dump_json(), list(tools.values()))
+    reloaded = ProposedAction.load(proposal.model_dump_json(), list(tools.values()))
     assert isinstance(reloaded.args, tools["delete_file"].args_type)
     assert reloaded.args == proposal.args
     assert reloaded.digest_matches()

@@ -9,8 +9,8 @@ import pytest
 from pydantic import BaseModel, create_model
 
 from agentkit import AfterProposal, LoopConfig, Tier, run_tool_loop, run_tool_loop_tiered
+from agentkit._tools import FunctionTool
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from agentkit.tools import FunctionTool
 from tests.support import Executor
 
 RUNS = 10_000

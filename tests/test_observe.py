@@ -19,21 +19,21 @@ from agentkit import (
     Observer,
     Outcome,
     Prompt,
-    ProviderError,
     RetryPolicy,
     RoleSpec,
     StopReason,
-    Throttled,
     Tier,
     ToolLoopResult,
     ToolRetry,
     ToolRoundInfo,
-    Truncated,
     UsageError,
     run_tool_loop,
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._observe import LoggingObserver, ModelCall, ToolInvocation, dispatch, event_fields, observers_of
+from agentkit._results import Usage
+from agentkit.errors import ProviderError, Throttled, Truncated
 from agentkit.events import (
     DegenerationDetected,
     Event,
@@ -46,8 +46,6 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.observe import LoggingObserver, ModelCall, ToolInvocation, dispatch, event_fields, observers_of
-from agentkit.results import Usage
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
@@ -654,7 +652,7 @@ async def test_around_sees_the_exception_of_a_failing_tool() -> None:
 async def test_single_shot_and_pair_model_calls_run_inside_around() -> None:
     """run_once and pair send their model calls through the same seam, labelled by role."""
     from agentkit import PairConfig, RulesVerifier, pair, run_once
-    from agentkit.once import RoundInfo
+    from agentkit._once import RoundInfo
 
     class Judge:
         def role(self) -> RoleSpec:

@@ -9,14 +9,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agentkit import Observer, Outcome, Prompt, ProviderError, RetryPolicy, RoleSpec, StopReason, Throttled, Usage
-from agentkit.errors import StructuredOutputError, UsageError
+from agentkit import Observer, Outcome, Prompt, RetryPolicy, RoleSpec, StopReason, Usage
+from agentkit._once import Material, RoundInfo, is_material, run_once, run_once_text
+from agentkit._structured import StructuredRequest
+from agentkit._text import TextCompletion
+from agentkit.errors import ProviderError, StructuredOutputError, Throttled, UsageError
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
-from agentkit.once import Material, RoundInfo, is_material, run_once, run_once_text
 from agentkit.providers.openai import OpenAICaller
-from agentkit.structured import StructuredRequest
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, ScriptExhausted
-from agentkit.text import TextCompletion
 
 FAST = RetryPolicy(wait_initial=0, wait_max=0)
 

@@ -21,10 +21,8 @@ from opentelemetry.trace import SpanKind, StatusCode, Tracer
 from agentkit import (
     LoopConfig,
     Prompt,
-    ProviderError,
     RoleSpec,
     StopReason,
-    Throttled,
     Tier,
     ToolRetry,
     Usage,
@@ -33,10 +31,11 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.agent import ToolRoundInfo
+from agentkit._agent import ToolRoundInfo
+from agentkit._observe import dispatch
+from agentkit._once import RoundInfo
+from agentkit.errors import ProviderError, Throttled
 from agentkit.events import RoundStarted, RunAborted, RunStarted
-from agentkit.observe import dispatch
-from agentkit.once import RoundInfo
 from agentkit.otel import (
     GEN_AI_AGENT_NAME,
     GEN_AI_OPERATION_NAME,
@@ -525,7 +524,7 @@ def test_attribute_names_match_the_semantic_conventions_package() -> None:
 def test_importing_agentkit_does_not_import_opentelemetry() -> None:
     """``import agentkit`` (and its stream and observers) leaves OpenTelemetry unimported."""
     code = (
-        "import sys, agentkit, agentkit.stream, agentkit.observe, agentkit.testing; "
+        "import sys, agentkit, agentkit._stream, agentkit._observe, agentkit.testing; "
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

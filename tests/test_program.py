@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ConfigDict
 
-from agentkit import ProposedAction, Tier, ToolError, UsageError
-from agentkit.approval import approve, execute_approved
+from agentkit import ProposedAction, Tier, UsageError
+from agentkit._approval import approve, execute_approved
+from agentkit.errors import ToolError
 from agentkit.program import (
     Capability,
     CapabilitySet,
@@ -87,7 +88,7 @@ def test_capability_that_never_runs_live_cannot_have_a_handler() -> None:
 @pytest.mark.parametrize("name", ["", "has space", "x" * 65])
 def test_capability_name_must_suit_the_model(name: str) -> None:
     """Empty or malformed capability names are refused."""
-    # The one tool-name check (agentkit.tools.check_name) words an empty name as such.
+    # The one tool-name check (agentkit._tools.check_name) words an empty name as such.
     with pytest.raises(UsageError, match=r"not valid|empty name"):
         propose_only(name, description="x", tier=Tier.IRREVERSIBLE, args_type=PathArgs)
 

@@ -22,9 +22,9 @@ from agentkit import (
     ToolRoundInfo,
 )
 from agentkit import tool as make_tool
-from agentkit.loop import run_tool_loop, run_tool_loop_tiered
+from agentkit._loops import run_tool_loop, run_tool_loop_tiered
+from agentkit._step import build_step_model
 from agentkit.prompting import USE_THE_TOOL, reflective_prompt, worked_example
-from agentkit.step import build_step_model
 from agentkit.testing import ScriptedCaller, call_step, done_step
 
 DOCTRINE = "You find notes for the request."

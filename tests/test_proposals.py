@@ -11,7 +11,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from agentkit import ProposedAction, Tier, UsageError, tool
-from agentkit.proposals import call_digest, load_proposal
+from agentkit._proposals import call_digest, load_proposal
 
 
 class Inner(BaseModel):
@@ -170,5 +170,5 @@ def test_created_at_is_kept_when_given() -> None:
 
 def test_loading_with_the_bare_class_fails_loudly() -> None:
     """The unparametrised class cannot type the args, so loading with it is refused with the fix."""
-    with pytest.raises(ValidationError, match="load_proposal"):
+    with pytest.raises(ValidationError, match=r"ProposedAction\.load\(data, tools\)"):
         ProposedAction.model_validate_json(proposal().model_dump_json())

@@ -17,21 +17,18 @@ from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
-    ProviderError,
     RetryPolicy,
     RoleSpec,
     StopReason,
-    StructuredOutputError,
     StructuredRequest,
-    Throttled,
     Tier,
     ToolRoundInfo,
-    Truncated,
     UsageError,
     generate_structured,
     run_tool_loop,
     tool,
 )
+from agentkit.errors import ProviderError, StructuredOutputError, Throttled, Truncated
 from agentkit.providers.openai import OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step, done_step
 

@@ -16,7 +16,6 @@ from agentkit import (
     Prompt,
     RetryPolicy,
     RoleSpec,
-    StructuredOutputError,
     StructuredRequest,
     Tier,
     ToolRoundInfo,
@@ -24,10 +23,11 @@ from agentkit import (
     run_tool_loop,
     tool,
 )
+from agentkit._step import build_step_model
+from agentkit.errors import StructuredOutputError
 from agentkit.providers import openai as openai_provider
 from agentkit.providers._strict import strict_schema
 from agentkit.providers.openai import OpenAICaller, StructuredMode, _plan
-from agentkit.step import build_step_model
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step, done_step
 
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))

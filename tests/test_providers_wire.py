@@ -13,7 +13,6 @@ from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
-    ProviderError,
     RetryPolicy,
     RoleSpec,
     RoundInfo,
@@ -27,6 +26,7 @@ from agentkit import (
     run_tool_loop,
     tool,
 )
+from agentkit.errors import ProviderError
 from agentkit.providers._wire import token_count
 from agentkit.providers.openai import MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step

@@ -21,7 +21,6 @@ from agentkit import (
     Outcome,
     Rejection,
     RepeatPolicy,
-    ResumeRefused,
     RetryPolicy,
     RunCheckpoint,
     StopReason,
@@ -38,6 +37,7 @@ from agentkit import (
 )
 from agentkit._codec import item_type_of
 from agentkit._state import STATE_VERSION as CHECKPOINT_VERSION
+from agentkit.errors import ResumeRefused
 from agentkit.events import Event, RoundStarted, RunFinished, RunStarted
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, call_step, done_step

@@ -30,10 +30,10 @@ from agentkit import (
     run_tool_loop,
     run_tool_loop_tiered,
 )
-from agentkit.approval import approve, execute_approved
+from agentkit._approval import approve, execute_approved
+from agentkit._proposals import call_digest
 from agentkit.errors import CallRefused
 from agentkit.program import Capability, CapabilitySet, apply_plan, gate_program
-from agentkit.proposals import call_digest
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Executor
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from agentkit import ProviderError, StructuredOutputError, StructuredRequest, Usage
+from agentkit import StructuredRequest, Usage
+from agentkit.errors import ProviderError, StructuredOutputError
 from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
 
 REQUEST = StructuredRequest(system="s", dynamic="d", model="m")

@@ -8,9 +8,7 @@ from pydantic import BaseModel
 from agentkit import (
     Outcome,
     ProposedAction,
-    ProviderError,
     StopReason,
-    Throttled,
     Tier,
     UsageError,
     run_once,
@@ -18,9 +16,9 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.approval import approve, execute_approved
-from agentkit.errors import AgentkitError
-from agentkit.pair import PairConfig, RulesVerifier, pair
+from agentkit._approval import approve, execute_approved
+from agentkit._pair import PairConfig, RulesVerifier, pair
+from agentkit.errors import AgentkitError, ProviderError, Throttled
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Executor
 from tests.test_once import Classifier, Label

@@ -15,7 +15,6 @@ from pydantic import BaseModel, JsonValue
 from agentkit import (
     Completion,
     LoopConfig,
-    ResumeRefused,
     RunCheckpoint,
     StopReason,
     StructuredRequest,
@@ -27,8 +26,9 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._outcome import Outcome
 from agentkit._state import STATE_VERSION, DecisionEntry, EndEntry, RoundEntry, RoundOutcome, json_text
-from agentkit.outcome import Outcome
+from agentkit.errors import ResumeRefused
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Executor, rechained
 

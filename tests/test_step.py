@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
 from agentkit import ToolStep
-from agentkit.step import ToolCall, build_step_model, schema_name
+from agentkit._step import ToolCall, build_step_model, schema_name
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 

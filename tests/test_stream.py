@@ -17,8 +17,15 @@ from agentkit import (
     UsageError,
     tool,
 )
-from agentkit.events import Event, RoundStarted, RunFinished, ToolCallStarted
-from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
+from agentkit.events import (
+    Event,
+    RoundStarted,
+    RunFinished,
+    RunStream,
+    ToolCallStarted,
+    iter_tool_loop,
+    iter_tool_loop_tiered,
+)
 from agentkit.testing import ScriptedCaller, ScriptExhausted, call_step, done_step
 from tests.test_observe import NO_WAIT, Doc, Finder, Query, Recorder, delete, search
 

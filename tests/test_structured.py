@@ -8,17 +8,9 @@ import sys
 import pytest
 from pydantic import BaseModel
 
-from agentkit import (
-    ProviderError,
-    RetryPolicy,
-    StructuredOutputError,
-    StructuredRequest,
-    Throttled,
-    Usage,
-    UsageError,
-    generate_structured,
-)
-from agentkit.structured import Attempt
+from agentkit import RetryPolicy, StructuredRequest, Usage, UsageError, generate_structured
+from agentkit._structured import Attempt
+from agentkit.errors import ProviderError, StructuredOutputError, Throttled
 from agentkit.testing import ScriptedCaller, ScriptedReply
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
@@ -179,7 +171,8 @@ def test_a_first_attempt_that_succeeds_never_enters_the_retry_machinery() -> Non
     """A call whose first attempt succeeds does not even import tenacity; a retried one does."""
     code = """
 import asyncio, sys
-from agentkit import ProviderError, RetryPolicy, StructuredRequest, generate_structured
+from agentkit import RetryPolicy, StructuredRequest, generate_structured
+from agentkit.errors import ProviderError
 from agentkit.testing import ScriptedCaller
 from pydantic import BaseModel
 class Verdict(BaseModel):

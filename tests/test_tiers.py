@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentkit import AutonomyRung, Tier, TierParseError, max_rung_for, parse_tier
-from agentkit.tiers import runs_live
+from agentkit import AutonomyRung, Tier, max_rung_for, parse_tier
+from agentkit._tiers import runs_live
+from agentkit.errors import TierParseError
 
 
 def test_tiers_are_ordered_with_stable_values() -> None:

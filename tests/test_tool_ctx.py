@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 from agentkit import (
-    ContextFunctionTool,
     FunctionTool,
     LoopConfig,
     Outcome,
@@ -25,11 +24,11 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
+from agentkit._tools import ContextFunctionTool, takes_ctx, wants_ctx
+from agentkit.events import iter_tool_loop
 from agentkit.journal import Journal, ProposalState
 from agentkit.program import CapabilitySet, apply_plan, capability, gate_program
-from agentkit.stream import iter_tool_loop
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from agentkit.tools import takes_ctx, wants_ctx
 from tests.support import Doc, Executor, PathArgs, Query
 
 

@@ -10,22 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from pydantic import BaseModel
 
-from agentkit import (
-    LoopConfig,
-    Prompt,
-    RoleSpec,
-    StopReason,
-    Tier,
-    ToolError,
-    ToolRoundInfo,
-    ToolTimeout,
-    _tool_threads,
-    tool,
-)
+from agentkit import LoopConfig, Prompt, RoleSpec, StopReason, Tier, ToolRoundInfo, _tool_threads, tool
+from agentkit._loops import run_tool_loop_sync
+from agentkit._tools import FunctionTool
+from agentkit.errors import ToolError, ToolTimeout
 from agentkit.journal import Journal
-from agentkit.loop import run_tool_loop_sync
 from agentkit.testing import ScriptedCaller, call_step
-from agentkit.tools import FunctionTool
 
 
 class Wait(BaseModel):

@@ -8,7 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from agentkit import Tier, UsageError, tool
-from agentkit.tools import declared_tier, validate_tool_names
+from agentkit._tools import declared_tier, validate_tool_names
 
 
 class Args(BaseModel):

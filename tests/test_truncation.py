@@ -11,14 +11,11 @@ from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
-    ProviderError,
     RetryPolicy,
     RoleSpec,
     StopReason,
-    StructuredOutputError,
     StructuredRequest,
     Tier,
-    Truncated,
     Usage,
     generate_structured,
     run_once,
@@ -26,8 +23,9 @@ from agentkit import (
     run_tool_loop,
     tool,
 )
-from agentkit.once import RoundInfo
-from agentkit.pair import LLMVerifier, pair
+from agentkit._once import RoundInfo
+from agentkit._pair import LLMVerifier, pair
+from agentkit.errors import ProviderError, StructuredOutputError, Truncated
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller
 from tests.support import Executor, Query

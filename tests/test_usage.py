@@ -7,17 +7,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentkit import (
-    LoopConfig,
-    Outcome,
-    ProviderError,
-    RetryPolicy,
-    RoleSpec,
-    StopReason,
-    Throttled,
-    Usage,
-    run_tool_loop,
-)
+from agentkit import LoopConfig, Outcome, RetryPolicy, RoleSpec, StopReason, Usage, run_tool_loop
+from agentkit.errors import ProviderError, Throttled
 from agentkit.events import LLMCallFinished
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.test_observe import NO_WAIT, Doc, Finder, Query, Recorder, search

@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
+from agentkit._events import Event
+from agentkit._proposals import ProposedAction
+from agentkit._tools import NO_CTX, ContextTool, NoCtx, Tool
 from agentkit.errors import UsageError
-from agentkit.events import Event
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
 from agentkit.journal._lease import DEFAULT_LEASE
 from agentkit.journal._records import (
@@ -25,19 +27,17 @@ from agentkit.journal._records import (
     RunRecord,
     Transition,
 )
-from agentkit.proposals import ProposedAction
-from agentkit.tools import NO_CTX, ContextTool, NoCtx, Tool
 
 __all__ = ["Journal", "open_journal"]
 
 if TYPE_CHECKING:
+    from agentkit._agent import ToolAgent
+    from agentkit._context import Summarizer
+    from agentkit._observe import ObserverArg
+    from agentkit._results import TieredLoopResult
     from agentkit._state import RunCheckpoint
-    from agentkit.agent import ToolAgent
-    from agentkit.context import Summarizer
+    from agentkit._structured import StructuredCaller
     from agentkit.journal._worker import Worked, WorkReport
-    from agentkit.observe import ObserverArg
-    from agentkit.results import TieredLoopResult
-    from agentkit.structured import StructuredCaller
 
 Args = TypeVar("Args", bound=BaseModel)
 Ctx = TypeVar("Ctx")

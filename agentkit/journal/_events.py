@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, assert_never, overload
 
-from agentkit.config import LoopConfig
-from agentkit.events import (
+from agentkit._config import LoopConfig
+from agentkit._events import (
     DegenerationDetected,
     Event,
     LLMCallFinished,
@@ -20,10 +20,10 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
+from agentkit._proposals import canonical_json
+from agentkit._tiers import Tier
+from agentkit._usage import Usage
 from agentkit.journal._records import RoundEntry
-from agentkit.proposals import canonical_json
-from agentkit.results import Usage
-from agentkit.tiers import Tier
 
 __all__ = ["event_data", "fold_events", "loop_config_data", "said"]
 

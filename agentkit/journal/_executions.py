@@ -19,6 +19,8 @@ import tenacity
 from pydantic import BaseModel, ValidationError
 
 from agentkit._invoke import admit, check_ctx, invoke
+from agentkit._proposals import call_digest, canonical_json
+from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool
 from agentkit.errors import ToolError, UsageError
 from agentkit.journal._errors import (
     DigestMismatch,
@@ -39,8 +41,6 @@ from agentkit.journal._sql import (
     proposal_of,
 )
 from agentkit.journal._storage import CommitUnconfirmed, DatabaseFailed, named, worker_name
-from agentkit.proposals import call_digest, canonical_json
-from agentkit.tools import NO_CTX, AnyTool, ContextTool, Tool
 
 if TYPE_CHECKING:
     pass

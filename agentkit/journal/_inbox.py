@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from agentkit._proposals import ProposedAction
 from agentkit.journal._errors import TransitionRefused
 from agentkit.journal._records import ProposalRecord, ProposalState, Transition
 from agentkit.journal._sql import insert_proposal, log_transition, now, proposal_of, transition_of
 from agentkit.journal._storage import Storage, check_limit, named
-from agentkit.proposals import ProposedAction
 
 __all__ = ["AT", "HINTS", "Inbox"]
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit._outcome import Outcome, StopReason
+from agentkit._proposals import validate_args
+from agentkit._tiers import Tier
+from agentkit._usage import Usage
 from agentkit.errors import ToolError
-from agentkit.outcome import Outcome, StopReason
-from agentkit.proposals import validate_args
-from agentkit.results import Usage
-from agentkit.tiers import Tier
 
 __all__ = [
     "Checkpointed",

@@ -16,24 +16,24 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from agentkit._approval import Approval, Rejection
 from agentkit._codec import Codec
+from agentkit._observe import ObserverArg
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import RoundEntry, RunCheckpoint
-from agentkit.approval import Approval, Rejection
+from agentkit._tools import AnyTool, ContextTool, Tool
 from agentkit.errors import ResumeRefused, ToolError
 from agentkit.journal._errors import TransitionRefused
 from agentkit.journal._records import ProposalRecord, ProposalState, RunStatus
 from agentkit.journal._runs import held
 from agentkit.journal.observer import JournalObserver
-from agentkit.observe import ObserverArg
-from agentkit.tools import AnyTool, ContextTool, Tool
 
 if TYPE_CHECKING:
-    from agentkit.agent import ToolAgent
-    from agentkit.context import Summarizer
+    from agentkit._agent import ToolAgent
+    from agentkit._context import Summarizer
+    from agentkit._results import TieredLoopResult
+    from agentkit._structured import StructuredCaller
     from agentkit.journal._store import SQLJournal
-    from agentkit.results import TieredLoopResult
-    from agentkit.structured import StructuredCaller
 
 __all__ = ["resume"]
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, TypeVar
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
+from agentkit._events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit._state import RunCheckpoint
-from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import RunClaimed
 from agentkit.journal._events import event_data
 from agentkit.journal._records import Checkpointed, Hold, ProposalRecord, RoundEntry, RunRecord

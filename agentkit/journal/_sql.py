@@ -14,12 +14,16 @@ import pydantic
 import pydantic_core
 
 from agentkit._cache import value_cache
+from agentkit._config import LoopConfig
+from agentkit._events import Event, RunAborted, RunFinished, RunStarted
 from agentkit._lossless import from_stored, to_stored
+from agentkit._outcome import Outcome, StopReason
+from agentkit._proposals import ProposedAction, canonical_json
+from agentkit._results import ToolLoopResult, Usage
 from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
-from agentkit.config import LoopConfig
+from agentkit._tiers import Tier
 from agentkit.errors import ResumeRefused
-from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import fold_events, loop_config_data, said
 from agentkit.journal._records import (
@@ -32,10 +36,6 @@ from agentkit.journal._records import (
     RunStatus,
     Transition,
 )
-from agentkit.outcome import Outcome, StopReason
-from agentkit.proposals import ProposedAction, canonical_json
-from agentkit.results import ToolLoopResult, Usage
-from agentkit.tiers import Tier
 
 __all__ = [
     "Busy",

@@ -12,8 +12,8 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from agentkit._events import Event
 from agentkit.errors import UsageError
-from agentkit.events import Event
 from agentkit.journal._errors import JournalUnavailable
 from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._schema import VERSION_TABLE

@@ -17,20 +17,20 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
+from agentkit._tools import NO_CTX, ContextTool, NoCtx, Tool
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER, OUTCOME_ATTEMPTS, Executions
 from agentkit.journal._lease import DEFAULT_LEASE, check_lease
 from agentkit.journal._resume import resume
 from agentkit.journal._runs import Runs
 from agentkit.journal._storage import worker_name
 from agentkit.journal._worker import Polling, Wakeups, Worked, WorkReport, work
-from agentkit.tools import NO_CTX, ContextTool, NoCtx, Tool
 
 if TYPE_CHECKING:
-    from agentkit.agent import ToolAgent
-    from agentkit.context import Summarizer
-    from agentkit.observe import ObserverArg
-    from agentkit.results import TieredLoopResult
-    from agentkit.structured import StructuredCaller
+    from agentkit._agent import ToolAgent
+    from agentkit._context import Summarizer
+    from agentkit._observe import ObserverArg
+    from agentkit._results import TieredLoopResult
+    from agentkit._structured import StructuredCaller
 
 __all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "OUTCOME_ATTEMPTS", "SQLJournal"]
 

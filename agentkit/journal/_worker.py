@@ -18,12 +18,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from agentkit._invoke import check_ctx
+from agentkit._tiers import tier_choices
+from agentkit._tools import AnyTool, declared_tier
 from agentkit.errors import UsageError
 from agentkit.journal._errors import NothingRan, OutcomeNotRecorded
 from agentkit.journal._executions import Claim, Unrunnable
 from agentkit.journal._records import Execution
-from agentkit.tiers import tier_choices
-from agentkit.tools import AnyTool, declared_tier
 
 if TYPE_CHECKING:
     from agentkit.journal._store import SQLJournal

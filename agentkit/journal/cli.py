@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from agentkit.cli import positive_int
+from agentkit._cli import positive_int
 from agentkit.errors import AgentkitError
 from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER

@@ -15,12 +15,12 @@ from datetime import timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
+from agentkit._events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
+from agentkit._observe import Observer
 from agentkit.errors import UsageError
-from agentkit.events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit.journal._errors import JournalError
 from agentkit.journal._lease import DEFAULT_LEASE, Renewal, check_lease
 from agentkit.journal._records import Checkpointed, Hold
-from agentkit.observe import Observer
 
 if TYPE_CHECKING:
     from agentkit._state import RunCheckpoint

@@ -34,7 +34,7 @@ from pydantic import GetJsonSchemaHandler, RootModel, model_validator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
-from agentkit.step import schema_name
+from agentkit._step import schema_name
 
 __all__ = ["McpArgs", "UnusableSchema", "args_model"]
 

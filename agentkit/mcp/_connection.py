@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import urlsplit
 
-from agentkit.errors import AgentkitError, UsageError
+from agentkit.errors import McpServerError, UsageError
 
 if TYPE_CHECKING:
     import mcp
@@ -38,16 +38,6 @@ _MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
 """The largest server-sent event read over HTTP (the SDK's default, 1 MiB, is smaller than many results)."""
 _MAX_PAGES = 100
 """Most ``tools/list`` pages read: a server that paginates forever cannot hang the wiring."""
-
-
-class McpServerError(AgentkitError):
-    """An MCP server failed: it could not be started or reached, it crashed, exited, hung, sent a
-    protocol error, listed tools inconsistently, or changed a tool's input schema after wiring."""
-
-    def __init__(self, message: str, *, server: str) -> None:
-        super().__init__(message)
-        self.server = server
-        """The server's name, as the connection calls it."""
 
 
 class McpConnection:

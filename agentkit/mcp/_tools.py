@@ -20,15 +20,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import mcp.types
 
+from agentkit._tiers import Tier, tier_choices
+from agentkit._tools import validate_tool_names
 from agentkit.errors import ToolRetry, UsageError
 from agentkit.mcp._args import McpArgs, UnusableSchema, args_model
-from agentkit.mcp._connection import McpConnection, McpServerError
-from agentkit.tiers import Tier, tier_choices
-from agentkit.tools import validate_tool_names
+
+if TYPE_CHECKING:
+    from agentkit.mcp._connection import McpConnection
+from agentkit.errors import McpServerError
 
 __all__ = ["McpItem", "McpTool", "TierSource", "tier_from_annotations", "wire"]
 

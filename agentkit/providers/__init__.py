@@ -1,1 +1,7 @@
-"""Model providers. Each is a leaf imported by name (``agentkit.providers.openai``), never by the core."""
+"""The model seam's adapters: ``agentkit.providers.openai`` (``OpenAICaller``, any OpenAI-compatible server)
+and ``agentkit.providers.local`` (the embedded model, extra ``local``); and the prose seam they implement
+beside ``StructuredCaller``: ``TextCaller`` and its ``TextCompletion``."""
+
+from agentkit._text import TextCaller, TextCompletion
+
+__all__ = ["TextCaller", "TextCompletion"]

@@ -72,13 +72,13 @@ from instructor.utils import extract_json_from_codeblock
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
+from agentkit._step import schema_name
+from agentkit._structured import Completion, StructuredRequest
+from agentkit._text import TextCompletion
+from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
 from agentkit.providers._strict import strict_schema
 from agentkit.providers._wire import MAX_TOKENS_PER_REPLY, Reply, dumps, request_body, token_count
-from agentkit.results import Usage
-from agentkit.step import schema_name
-from agentkit.structured import Completion, StructuredRequest
-from agentkit.text import TextCompletion
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",

@@ -18,6 +18,8 @@ from temporalio.exceptions import ApplicationError
 
 from agentkit._codec import Codec
 from agentkit._invoke import invoke
+from agentkit._structured import StructuredRequest
+from agentkit._usage import Usage
 from agentkit.errors import (
     AgentkitError,
     ProviderError,
@@ -26,8 +28,6 @@ from agentkit.errors import (
     ToolError,
     Truncated,
 )
-from agentkit.results import Usage
-from agentkit.structured import StructuredRequest
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._values import ModelCall, ModelReply, ToolCallInput, ToolReply, ToolSet
 

@@ -12,14 +12,14 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import TypeAdapter
 
+from agentkit._agent import ToolAgent
 from agentkit._codec import Codec, item_type_of
+from agentkit._config import LoopConfig
+from agentkit._structured import StructuredCaller
+from agentkit._tiers import runs_live
 from agentkit._toolbox import Toolbox
-from agentkit.agent import ToolAgent
-from agentkit.config import LoopConfig
+from agentkit._tools import Tool, declared_tier, takes_ctx
 from agentkit.errors import UsageError
-from agentkit.structured import StructuredCaller
-from agentkit.tiers import runs_live
-from agentkit.tools import Tool, declared_tier, takes_ctx
 
 __all__ = ["ActivityPolicy", "DurableAgent"]
 

@@ -10,9 +10,9 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter
 from temporalio.client import Client, WorkflowHandle
 
+from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint
-from agentkit.outcome import Outcome, StopReason
-from agentkit.results import Usage
+from agentkit._usage import Usage
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._values import (
     Decision,

@@ -8,9 +8,9 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint, ToolEntry
-from agentkit.outcome import Outcome, StopReason
-from agentkit.tiers import Tier
+from agentkit._tiers import Tier
 
 __all__ = [
     "Decision",

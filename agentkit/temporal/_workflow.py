@@ -22,14 +22,15 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
 from agentkit._admission import admit_tools, tool_entries
+from agentkit._approval import Approval, Rejection, approve, reject
 from agentkit._codec import Codec, item_type_of
 from agentkit._invoke import Relayed
+from agentkit._results import TieredLoopResult, Usage
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
-from agentkit.approval import Approval, Rejection, approve, reject
+from agentkit._structured import Completion, StructuredRequest
+from agentkit._tiers import Tier
 from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolSetChanged, ToolTimeout
-from agentkit.results import TieredLoopResult, Usage
-from agentkit.structured import Completion, StructuredRequest
 from agentkit.temporal._activities import MODEL_ACTIVITY, RECORD_TOOLS, REQUEST, TOOL_ACTIVITY, decode_error
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._values import (
@@ -48,7 +49,6 @@ from agentkit.temporal._values import (
     ToolReply,
     ToolSet,
 )
-from agentkit.tiers import Tier
 
 WORKFLOW_NAME = "agentkit.run"
 

@@ -8,11 +8,11 @@ from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit._structured import Completion, StructuredRequest
+from agentkit._text import TextCompletion
+from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, UsageError
-from agentkit.results import Usage
-from agentkit.structured import Completion, StructuredRequest
 from agentkit.testing._scripted import ScriptedReply, structured_answer, text_answer
-from agentkit.text import TextCompletion
 
 __all__ = ["Answer", "AnswerFunction", "FunctionCaller"]
 

@@ -10,15 +10,15 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
+from agentkit._structured import Completion, StructuredRequest
+from agentkit._text import TextCompletion
+from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ScriptExhausted, StructuredOutputError, UsageError
-from agentkit.results import Usage
-from agentkit.structured import Completion, StructuredRequest
-from agentkit.text import TextCompletion
 
 __all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
 
 if TYPE_CHECKING:
-    from agentkit.tools import AnyTool, ContextTool, Tool
+    from agentkit._tools import AnyTool, ContextTool, Tool
 
 M = TypeVar("M", bound=BaseModel)
 A = TypeVar("A", bound=BaseModel)

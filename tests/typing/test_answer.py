@@ -11,13 +11,12 @@ from agentkit import (
     RunCheckpoint,
     TieredLoopResult,
     ToolLoopResult,
-    iter_tool_loop,
-    iter_tool_loop_tiered,
     resume_tool_loop,
     run_tool_loop,
     run_tool_loop_sync,
     run_tool_loop_tiered,
 )
+from agentkit.events import iter_tool_loop, iter_tool_loop_tiered
 from agentkit.testing import ScriptedCaller, done_step
 from tests.typing.models import DeleteArgs, Doc, Finder, delete, fetch, search
 

@@ -17,8 +17,8 @@ from agentkit import (
     ToolRoundInfo,
     resume_tool_loop,
 )
+from agentkit._context import Omitted, Summarizer, call_chars
 from agentkit._state import CheckpointContext
-from agentkit.context import Omitted, Summarizer, call_chars
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import Doc, SearchArgs, search
 from tests.typing.test_tiered import Planner

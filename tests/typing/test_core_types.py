@@ -9,7 +9,6 @@ from agentkit import (
     LoopConfig,
     Outcome,
     PriorCall,
-    ProviderError,
     RepeatPolicy,
     RoundRecord,
     StopReason,
@@ -19,7 +18,6 @@ from agentkit import (
     Tool,
     ToolLoopResult,
     ToolStep,
-    Truncated,
     Usage,
     generate_structured,
     parse_tier,
@@ -28,10 +26,10 @@ from agentkit import (
     run_tool_loop_tiered,
     tool_set,
 )
-from agentkit.degeneration import repeat_of
-from agentkit.errors import AgentkitError, TierParseError
+from agentkit._degeneration import repeat_of
+from agentkit._structured import Completion
+from agentkit.errors import AgentkitError, ProviderError, TierParseError, Truncated
 from agentkit.events import DegenerationDetected
-from agentkit.structured import Completion
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import DeleteArgs, Doc, Finder, SearchArgs, asearch, delete, search
 

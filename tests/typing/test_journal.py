@@ -7,7 +7,10 @@ from typing import Any, assert_never, assert_type
 
 from pydantic import BaseModel
 
-from agentkit import Observer, ProposedAction, Tier, ToolError, tool
+from agentkit import Observer, ProposedAction, Tier, tool
+from agentkit._outcome import Outcome
+from agentkit._proposals import canonical_json
+from agentkit.errors import ToolError
 from agentkit.journal import (
     DigestMismatch,
     Execution,
@@ -27,8 +30,6 @@ from agentkit.journal import (
     UnknownId,
     open_journal,
 )
-from agentkit.outcome import Outcome
-from agentkit.proposals import canonical_json
 
 
 class Target(BaseModel):

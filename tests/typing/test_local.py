@@ -1,16 +1,23 @@
-"""assert_type checks for agentkit.local and the demo's public entry points (mypy only)."""
+"""assert_type checks for agentkit.providers.local and the demo's public entry points (mypy only)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import assert_type
 
-from agentkit.demo.agent import DeleteArgs, answer_schema, delete_tool
-from agentkit.demo.search import BM25Index, Hit, SearchArgs, load_corpus, search_tool
-from agentkit.local import DEFAULT_MODEL, ChunkedModel, LocalModel, default_cache_dir, ensure_model_file, locate_chunks
+from agentkit._demo.agent import DeleteArgs, answer_schema, delete_tool
+from agentkit._demo.search import BM25Index, Hit, SearchArgs, load_corpus, search_tool
+from agentkit._structured import StructuredCaller
+from agentkit._tools import FunctionTool
+from agentkit.providers.local import (
+    DEFAULT_MODEL,
+    ChunkedModel,
+    LocalModel,
+    default_cache_dir,
+    ensure_model_file,
+    locate_chunks,
+)
 from agentkit.providers.openai import OpenAICaller
-from agentkit.structured import StructuredCaller
-from agentkit.tools import FunctionTool
 
 
 def check_local() -> None:

@@ -11,6 +11,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from pydantic import BaseModel
 
 from agentkit import Observer, TieredLoopResult, ToolLoopResult
+from agentkit._observe import LoggingObserver, ModelCall, ToolInvocation, event_fields, observed, settle
+from agentkit._results import Usage
 from agentkit.events import (
     DegenerationDetected,
     Event,
@@ -20,13 +22,13 @@ from agentkit.events import (
     RunAborted,
     RunFinished,
     RunStarted,
+    RunStream,
     ToolCallStarted,
     ToolResultReturned,
+    iter_tool_loop,
+    iter_tool_loop_tiered,
 )
-from agentkit.observe import LoggingObserver, ModelCall, ToolInvocation, event_fields, observed, settle
 from agentkit.otel import OTelObserver
-from agentkit.results import Usage
-from agentkit.stream import RunStream, iter_tool_loop, iter_tool_loop_tiered
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import Doc, Finder, SearchArgs, delete, search
 

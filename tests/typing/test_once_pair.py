@@ -11,9 +11,9 @@ from typing import assert_type
 from pydantic import BaseModel
 
 from agentkit import Outcome, Prompt, RoleSpec, StopReason, ToolRoundInfo, Usage
+from agentkit._once import OnceAgent, OnceResult, RoundInfo, TextResult, is_material, run_once, run_once_text
+from agentkit._pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, Verifier, pair
 from agentkit.errors import AgentkitError
-from agentkit.once import OnceAgent, OnceResult, RoundInfo, TextResult, is_material, run_once, run_once_text
-from agentkit.pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, Verifier, pair
 from agentkit.prompting import USE_THE_TOOL, reflective_prompt, worked_example
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import Doc

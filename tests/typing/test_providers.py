@@ -8,9 +8,9 @@ import openai
 from pydantic import BaseModel
 
 from agentkit import Completion, StructuredCaller, StructuredRequest
+from agentkit._text import TextCaller, TextCompletion
 from agentkit.providers.openai import DEFAULT_MAX_IN_FLIGHT, MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode
 from agentkit.testing import FakeOpenAIServer, FakeReply
-from agentkit.text import TextCaller, TextCompletion
 
 
 class Verdict(BaseModel):

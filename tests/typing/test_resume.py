@@ -10,7 +10,6 @@ from pydantic import BaseModel
 from agentkit import (
     Approval,
     Rejection,
-    ResumeRefused,
     RunCheckpoint,
     TieredLoopResult,
     UsageError,
@@ -19,6 +18,7 @@ from agentkit import (
     resume_tool_loop,
     run_tool_loop_tiered,
 )
+from agentkit.errors import ResumeRefused
 from agentkit.journal import Journal, JournalError, JournalObserver, RunClaimed, RunStatus, SQLiteJournal
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import DeleteArgs, Doc, delete, search

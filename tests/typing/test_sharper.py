@@ -12,9 +12,9 @@ from typing import Any, assert_type
 from pydantic import BaseModel
 
 from agentkit import ProposedAction, run_tool_loop_tiered
-from agentkit.approval import Approval, approve, execute_approved
-from agentkit.once import run_once, run_once_text
-from agentkit.pair import RulesVerifier, pair
+from agentkit._approval import Approval, approve, execute_approved
+from agentkit._once import run_once, run_once_text
+from agentkit._pair import RulesVerifier, pair
 from agentkit.testing import ScriptedCaller, call_step
 from tests.typing.models import DeleteArgs, Doc, FetchArgs, SearchArgs, delete, fetch, search
 from tests.typing.test_once_pair import Triage, Triager

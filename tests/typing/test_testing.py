@@ -11,10 +11,10 @@ from typing import Any, assert_type
 from pydantic import BaseModel
 
 from agentkit import StructuredRequest, ToolLoopResult, run_tool_loop
-from agentkit.once import TextResult, run_once_text
-from agentkit.structured import Completion
+from agentkit._once import TextResult, run_once_text
+from agentkit._structured import Completion
+from agentkit._text import TextCompletion
 from agentkit.testing import Answer, AnswerFunction, FunctionCaller, done_step
-from agentkit.text import TextCompletion
 from tests.typing.models import Doc, Finder, SearchArgs, search
 from tests.typing.test_once_pair import Triager
 

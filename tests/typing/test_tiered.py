@@ -17,7 +17,7 @@ from agentkit import (
     ToolRoundInfo,
     run_tool_loop_tiered,
 )
-from agentkit.approval import Approval, Rejection, approve, execute_approved, reject
+from agentkit._approval import Approval, Rejection, approve, execute_approved, reject
 from agentkit.program import (
     ApplyReport,
     Capability,
@@ -29,7 +29,6 @@ from agentkit.program import (
     gate_program,
     propose_only,
 )
-from agentkit.proposals import load_proposal
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import DeleteArgs, Doc, SearchArgs, delete, fetch, search
 
@@ -69,8 +68,8 @@ async def approval_path(stored: str) -> None:
     assert_type(approval, Approval[DeleteArgs])
     assert_type(await execute_approved(approval, delete), Sequence[Doc])
     assert_type(reject(proposal, rejected_by="bo"), Rejection[DeleteArgs])
-    assert_type(load_proposal(stored, delete), ProposedAction[DeleteArgs])
-    loaded = load_proposal(stored, [search, delete])
+    assert_type(ProposedAction.load(stored, delete), ProposedAction[DeleteArgs])
+    loaded = ProposedAction.load(stored, [search, delete])
     assert_type(loaded, ProposedAction[BaseModel])
     assert_type(await execute_approved(approve(loaded, approved_by="ana"), delete), Sequence[Doc])
 

@@ -12,7 +12,6 @@ from typing import Any, Protocol, assert_type
 from pydantic import BaseModel
 
 from agentkit import (
-    ContextFunctionTool,
     ContextTool,
     FunctionTool,
     Prompt,
@@ -31,8 +30,9 @@ from agentkit import (
     tool,
     tool_set,
 )
+from agentkit._tools import ContextFunctionTool
+from agentkit.events import RunStream, iter_tool_loop
 from agentkit.journal import Execution, open_journal
-from agentkit.stream import RunStream, iter_tool_loop
 from agentkit.testing import ScriptedCaller, call_step
 from tests.typing.models import DeleteArgs, Doc, Finder, SearchArgs, search
 

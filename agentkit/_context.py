@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from agentkit.errors import UsageError
 
 if TYPE_CHECKING:
-    from agentkit.agent import PriorCall
+    from agentkit._agent import PriorCall
 
 __all__ = ["ContextWindow", "Omitted", "Summarizer", "call_chars"]
 

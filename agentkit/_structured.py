@@ -23,9 +23,9 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from agentkit.agent import RoleSpec
+from agentkit._agent import RoleSpec
+from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
-from agentkit.results import Usage
 
 __all__ = [
     "Attempt",

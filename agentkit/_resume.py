@@ -15,18 +15,18 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
+from agentkit._agent import ToolAgent
+from agentkit._context import Summarizer
+from agentkit._degeneration import SameFunc
+from agentkit._observe import ObserverArg
+from agentkit._results import TieredLoopResult
 from agentkit._runner import ToolLoop
 from agentkit._state import RunCheckpoint
-from agentkit.agent import ToolAgent
-from agentkit.context import Summarizer
-from agentkit.degeneration import SameFunc
-from agentkit.observe import ObserverArg
-from agentkit.results import TieredLoopResult
-from agentkit.structured import StructuredCaller
-from agentkit.tools import ContextTool, Tool
+from agentkit._structured import StructuredCaller
+from agentkit._tools import ContextTool, Tool
 
 if TYPE_CHECKING:
-    from agentkit.approval import Approval, Rejection
+    from agentkit._approval import Approval, Rejection
 
 __all__ = ["resume_tool_loop"]
 

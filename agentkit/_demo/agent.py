@@ -17,18 +17,18 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from agentkit.agent import Prompt, RoleSpec, ToolRoundInfo
-from agentkit.config import LoopConfig
-from agentkit.demo.search import BM25Index, Hit, SearchArgs, search_tool
+from agentkit._agent import Prompt, RoleSpec, ToolRoundInfo
+from agentkit._config import LoopConfig
+from agentkit._demo.search import BM25Index, Hit, SearchArgs, search_tool
+from agentkit._loops import run_tool_loop, run_tool_loop_tiered
+from agentkit._observe import ObserverArg
+from agentkit._once import OnceResult, RoundInfo, run_once
+from agentkit._results import TieredLoopResult, ToolLoopResult
+from agentkit._structured import StructuredCaller
+from agentkit._tiers import Tier
+from agentkit._tools import FunctionTool, Tool
 from agentkit.errors import ToolRetry
-from agentkit.loop import run_tool_loop, run_tool_loop_tiered
-from agentkit.observe import ObserverArg
-from agentkit.once import OnceResult, RoundInfo, run_once
 from agentkit.prompting import USE_THE_TOOL, reflective_prompt, worked_example
-from agentkit.results import TieredLoopResult, ToolLoopResult
-from agentkit.structured import StructuredCaller
-from agentkit.tiers import Tier
-from agentkit.tools import FunctionTool, Tool
 
 __all__ = [
     "ANSWER_MAX_LENGTH",

@@ -20,7 +20,7 @@ from typing import Any, NoReturn, cast
 __all__ = ["CommandParser", "main", "plain_text", "positive_int"]
 
 # Imported only when the command line runs, so `import agentkit` stays light.
-COMMAND_MODULES = ("agentkit.demo.cli", "agentkit.journal.cli", "agentkit._worker_cli", "agentkit._temporal_cli")
+COMMAND_MODULES = ("agentkit._demo.cli", "agentkit.journal.cli", "agentkit._worker_cli", "agentkit._temporal_cli")
 
 _ROLE = re.compile(r":[a-z]+:`([^`]*)`")
 _LITERAL = re.compile(r"``([^`]*)``|`([^`]*)`")

@@ -1,8 +1,9 @@
-"""The event stream: ``iter_tool_loop`` and ``iter_tool_loop_tiered``, for UIs and streaming APIs.
+"""``RunStream``: a run as a stream of its events, for UIs and streaming APIs (``iter_tool_loop``,
+``iter_tool_loop_tiered`` and ``ToolLoop.stream`` make one).
 
-The run is the ordinary ``run_tool_loop`` (or ``run_tool_loop_tiered``) running as a task, with
-one more observer that feeds a queue; the stream reads that queue. So the stream sees exactly the
-events the hooks see, in the same order, and there is no second loop body::
+The run is the ordinary loop running as a task, with one more observer that feeds a queue; the
+stream reads that queue. So the stream sees exactly the events the hooks see, in the same order,
+and there is no second loop body::
 
     async with iter_tool_loop(caller, agent, search, ctx) as run:
         async for event in run:
@@ -13,28 +14,22 @@ events the hooks see, in the same order, and there is no second loop body::
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
-from agentkit.agent import ToolAgent
-from agentkit.config import LoopConfig
-from agentkit.degeneration import SameFunc
+from agentkit._events import Event
+from agentkit._observe import Observer
+from agentkit._results import ToolLoopResult
 from agentkit.errors import UsageError
-from agentkit.events import Event
-from agentkit.loop import run_tool_loop, run_tool_loop_tiered
-from agentkit.observe import Observer, ObserverArg, observers_of
-from agentkit.results import TieredLoopResult, ToolLoopResult
-from agentkit.structured import StructuredCaller
-from agentkit.tools import ContextTool, Tool
 
 if TYPE_CHECKING:
     from typing import Self
 
-__all__ = ["RunStream", "iter_tool_loop", "iter_tool_loop_tiered"]
+__all__ = ["RunStream"]
 
 Ctx = TypeVar("Ctx")
 Args = TypeVar("Args", bound=BaseModel)
@@ -156,75 +151,3 @@ class RunStream(Generic[ResultT]):
         if self._task is None or self._queue is None:
             raise UsageError("enter the stream first: `async with iter_tool_loop(...) as run: async for event in run`")
         return self._task, self._queue
-
-
-def iter_tool_loop(
-    caller: StructuredCaller,
-    agent: ToolAgent[Ctx, Args, R],
-    tool: Tool[Args, R] | ContextTool[Args, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
-    ctx: Ctx,
-    config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Args] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
-) -> RunStream[ToolLoopResult[R, Answer]]:
-    """``run_tool_loop`` as a stream of events; takes the same arguments.
-
-    Example:
-        >>> async with iter_tool_loop(caller, agent, search, ctx) as run:
-        ...     async for event in run:
-        ...         print(event.kind)
-        >>> run.result.items
-    """
-    observers = observers_of(observer)
-
-    def start(feed: Observer) -> Coroutine[Any, Any, ToolLoopResult[R, Answer]]:
-        return run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=(*observers, feed), answer=answer)
-
-    return RunStream(start)
-
-
-@overload
-def iter_tool_loop_tiered(
-    caller: StructuredCaller,
-    agent: ToolAgent[Ctx, Args, R],
-    tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
-    ctx: Ctx,
-    config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Args] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
-) -> RunStream[TieredLoopResult[Args, R, Answer]]: ...
-@overload
-def iter_tool_loop_tiered(
-    caller: StructuredCaller,
-    agent: ToolAgent[Ctx, BaseModel, R],
-    tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
-    ctx: Ctx,
-    config: LoopConfig | None = None,
-    *,
-    same: SameFunc[BaseModel] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
-) -> RunStream[TieredLoopResult[BaseModel, R, Answer]]: ...
-def iter_tool_loop_tiered(
-    caller: StructuredCaller,
-    agent: ToolAgent[Ctx, Any, R],
-    tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
-    ctx: Ctx,
-    config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Any] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Any] | None = None,
-) -> RunStream[TieredLoopResult[Any, R, Any]]:
-    """``run_tool_loop_tiered`` as a stream of events; takes the same arguments."""
-    observers = observers_of(observer)
-
-    def start(feed: Observer) -> Coroutine[Any, Any, TieredLoopResult[Any, R, Any]]:
-        feeds = (*observers, feed)
-        return run_tool_loop_tiered(caller, agent, tools, ctx, config, same=same, observer=feeds, answer=answer)
-
-    return RunStream(start)

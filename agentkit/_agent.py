@@ -8,8 +8,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
-from agentkit.context import Omitted
-from agentkit.proposals import ProposedAction
+from agentkit._context import Omitted
+from agentkit._proposals import ProposedAction
 
 __all__ = ["PriorCall", "Prompt", "RoleSpec", "RoundInfo", "ToolAgent", "ToolRoundInfo"]
 

@@ -22,17 +22,18 @@ from typing import Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
 
+from agentkit._agent import RoundInfo
+from agentkit._degeneration import SameFunc, same_args
+from agentkit._events import RoundStarted
 from agentkit._invoke import describe
+from agentkit._observe import Observer, ObserverArg, observers_of
+from agentkit._once import OnceAgent, check_schema, is_material, no_value, once_as
+from agentkit._outcome import Outcome, StopReason
+from agentkit._results import RunEnding
 from agentkit._session import Reply, RunSession, executor_failed, failure_reason
-from agentkit.agent import RoundInfo
-from agentkit.degeneration import SameFunc, same_args
+from agentkit._structured import RetryPolicy, StructuredCaller
+from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, UsageError, VerifierError
-from agentkit.events import RoundStarted
-from agentkit.observe import Observer, ObserverArg, observers_of
-from agentkit.once import OnceAgent, check_schema, is_material, no_value, once_as
-from agentkit.outcome import Outcome, StopReason
-from agentkit.results import RunEnding, Usage
-from agentkit.structured import RetryPolicy, StructuredCaller
 
 __all__ = [
     "Critique",

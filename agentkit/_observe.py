@@ -5,7 +5,7 @@
 a run's observers, isolating their failures. ``observed`` runs a model call or a tool invocation
 inside each observer's ``around`` context, so that tracing observers can make their span current
 for the work (and everything the work calls) while it runs. The OpenTelemetry observer lives in
-``agentkit.otel`` (an optional extra) and the event stream in ``agentkit.stream``.
+``agentkit.otel`` (an optional extra) and the event stream in ``agentkit.events``.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from agentkit.agent import ToolRoundInfo
-from agentkit.events import (
+from agentkit._agent import ToolRoundInfo
+from agentkit._events import (
     DegenerationDetected,
     Event,
     LLMCallFinished,
@@ -31,14 +31,14 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
-from agentkit.results import ToolLoopResult
+from agentkit._results import ToolLoopResult
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from agentkit._state import RunCheckpoint
-    from agentkit.structured import StructuredRequest
-    from agentkit.tools import Tool
+    from agentkit._structured import StructuredRequest
+    from agentkit._tools import Tool
 
 __all__ = [
     "LoggingObserver",

@@ -12,15 +12,16 @@ from typing import ClassVar, Generic, Protocol, TypedDict, TypeVar, runtime_chec
 
 from pydantic import BaseModel
 
+from agentkit._agent import Prompt, RoleSpec, RoundInfo
+from agentkit._events import RoundStarted
+from agentkit._observe import ObserverArg, observers_of
+from agentkit._outcome import Outcome, StopReason
+from agentkit._results import RunEnding
 from agentkit._session import Reply, RunSession
-from agentkit.agent import Prompt, RoleSpec, RoundInfo
+from agentkit._structured import Completion, RetryPolicy, StructuredCaller, StructuredRequest
+from agentkit._text import TextCaller
+from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, UsageError
-from agentkit.events import RoundStarted
-from agentkit.observe import ObserverArg, observers_of
-from agentkit.outcome import Outcome, StopReason
-from agentkit.results import RunEnding, Usage
-from agentkit.structured import Completion, RetryPolicy, StructuredCaller, StructuredRequest
-from agentkit.text import TextCaller
 
 __all__ = [
     "Material",

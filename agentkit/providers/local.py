@@ -11,7 +11,7 @@ Example:
     >>> with LocalModel() as local:
     ...     result = run_tool_loop_sync(local.caller(), agent, search, ctx)
 
-``xllamacpp`` is imported only when a server starts, so ``import agentkit.local`` stays light.
+``xllamacpp`` is imported only when a server starts, so ``import agentkit.providers.local`` stays light.
 """
 
 from __future__ import annotations

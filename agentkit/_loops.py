@@ -6,22 +6,25 @@ what they accept and in the result they return.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import Coroutine, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
+from agentkit._agent import ToolAgent
+from agentkit._config import LoopConfig
+from agentkit._degeneration import SameFunc
+from agentkit._observe import Observer, ObserverArg, observers_of
+from agentkit._results import TieredLoopResult, ToolLoopResult
 from agentkit._runner import ToolLoop
-from agentkit.agent import ToolAgent
-from agentkit.config import LoopConfig
-from agentkit.degeneration import SameFunc
-from agentkit.observe import ObserverArg
-from agentkit.results import TieredLoopResult, ToolLoopResult
-from agentkit.structured import StructuredCaller
-from agentkit.tools import ContextTool, Tool
+from agentkit._structured import StructuredCaller
+from agentkit._tools import ContextTool, Tool
 
-__all__ = ["run_tool_loop", "run_tool_loop_sync", "run_tool_loop_tiered"]
+if TYPE_CHECKING:
+    from agentkit._stream import RunStream
+
+__all__ = ["iter_tool_loop", "iter_tool_loop_tiered", "run_tool_loop", "run_tool_loop_sync", "run_tool_loop_tiered"]
 
 Ctx = TypeVar("Ctx")
 Args = TypeVar("Args", bound=BaseModel)
@@ -152,3 +155,79 @@ def run_tool_loop_sync(
     import asyncio  # kept off `import agentkit`
 
     return asyncio.run(run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=observer, answer=answer))
+
+
+def iter_tool_loop(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, Args, R],
+    tool: Tool[Args, R] | ContextTool[Args, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[Args] | None = None,
+    observer: ObserverArg = None,
+    answer: type[Answer] | None = None,
+) -> RunStream[ToolLoopResult[R, Answer]]:
+    """``run_tool_loop`` as a stream of events; takes the same arguments.
+
+    Example:
+        >>> async with iter_tool_loop(caller, agent, search, ctx) as run:
+        ...     async for event in run:
+        ...         print(event.kind)
+        >>> run.result.items
+    """
+    from agentkit._stream import RunStream  # kept off `import agentkit`: it needs asyncio
+
+    observers = observers_of(observer)
+
+    def start(feed: Observer) -> Coroutine[Any, Any, ToolLoopResult[R, Answer]]:
+        return run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=(*observers, feed), answer=answer)
+
+    return RunStream(start)
+
+
+@overload
+def iter_tool_loop_tiered(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, Args, R],
+    tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[Args] | None = None,
+    observer: ObserverArg = None,
+    answer: type[Answer] | None = None,
+) -> RunStream[TieredLoopResult[Args, R, Answer]]: ...
+@overload
+def iter_tool_loop_tiered(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, BaseModel, R],
+    tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[BaseModel] | None = None,
+    observer: ObserverArg = None,
+    answer: type[Answer] | None = None,
+) -> RunStream[TieredLoopResult[BaseModel, R, Answer]]: ...
+def iter_tool_loop_tiered(
+    caller: StructuredCaller,
+    agent: ToolAgent[Ctx, Any, R],
+    tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
+    ctx: Ctx,
+    config: LoopConfig | None = None,
+    *,
+    same: SameFunc[Any] | None = None,
+    observer: ObserverArg = None,
+    answer: type[Any] | None = None,
+) -> RunStream[TieredLoopResult[Any, R, Any]]:
+    """``run_tool_loop_tiered`` as a stream of events; takes the same arguments."""
+    from agentkit._stream import RunStream  # kept off `import agentkit`: it needs asyncio
+
+    observers = observers_of(observer)
+
+    def start(feed: Observer) -> Coroutine[Any, Any, TieredLoopResult[Any, R, Any]]:
+        feeds = (*observers, feed)
+        return run_tool_loop_tiered(caller, agent, tools, ctx, config, same=same, observer=feeds, answer=answer)
+
+    return RunStream(start)

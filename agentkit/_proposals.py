@@ -12,9 +12,9 @@ from typing import Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentkit._tiers import Tier
+from agentkit._tools import AnyTool, ContextTool, Tool
 from agentkit.errors import UsageError
-from agentkit.tiers import Tier
-from agentkit.tools import AnyTool, ContextTool, Tool
 
 __all__ = ["ProposedAction", "call_digest", "canonical_json", "load_proposal", "validate_args"]
 
@@ -88,7 +88,7 @@ class ProposedAction(BaseModel, Generic[Args]):
         if not cls.__pydantic_generic_metadata__["args"]:
             raise ValueError(
                 "load a proposal with its args type: ProposedAction[YourArgs].model_validate_json(...), "
-                "or load_proposal(data, tools) to take the type from the tool it names"
+                "or ProposedAction.load(data, tools) to take the type from the tool it names"
             )
         return data
 
@@ -143,6 +143,27 @@ class ProposedAction(BaseModel, Generic[Args]):
             ) from invalid
         fields = {name: getattr(self, name) for name in type(self).model_fields if name != "args"}
         return ProposedAction[args_type](args=args, **fields)  # type: ignore[valid-type]  # a run-time type
+
+    @overload
+    @staticmethod
+    def load(
+        data: str | bytes, tools: Tool[Narrowed, Any] | ContextTool[Narrowed, Any, Any]
+    ) -> ProposedAction[Narrowed]: ...
+    @overload
+    @staticmethod
+    def load(data: str | bytes, tools: Sequence[AnyTool]) -> ProposedAction[BaseModel]: ...
+    @staticmethod
+    def load(data: str | bytes, tools: AnyTool | Sequence[AnyTool]) -> ProposedAction[Any]:
+        """Reload a stored proposal (its JSON) with its args typed by the tool it names.
+
+        ``ProposedAction[YourArgs].model_validate_json`` does this for one args type; a proposal from a
+        multi-tool loop names its tool, and this picks that tool's ``args_type``.
+
+        Raises:
+            UsageError: the proposal names a tool that is not among ``tools``.
+            pydantic.ValidationError: the data is not a proposal, or its args do not validate.
+        """
+        return load_proposal(data, tools)
 
     def digest_matches(self) -> bool:
         """Whether ``digest`` still matches the tool name and args (they were not altered)."""

@@ -19,9 +19,9 @@ from importlib import resources
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentkit._tiers import Tier
+from agentkit._tools import FunctionTool, tool
 from agentkit.errors import ToolRetry, UsageError
-from agentkit.tiers import Tier
-from agentkit.tools import FunctionTool, tool
 
 __all__ = ["BM25Index", "Hit", "Passage", "SearchArgs", "keywords", "load_corpus", "search_tool", "terms"]
 
@@ -258,7 +258,7 @@ class BM25Index:
 @functools.cache
 def load_corpus() -> tuple[Passage, ...]:
     """The corpus bundled with agentkit: a few dozen short factual passages."""
-    raw = json.loads(resources.files("agentkit.demo").joinpath("corpus.json").read_text(encoding="utf-8"))
+    raw = json.loads(resources.files("agentkit._demo").joinpath("corpus.json").read_text(encoding="utf-8"))
     return tuple(Passage(id=row["id"], title=row["title"], text=row["text"]) for row in raw)
 
 

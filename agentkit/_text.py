@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from agentkit.results import Usage
-from agentkit.structured import StructuredRequest
+from agentkit._structured import StructuredRequest
+from agentkit._usage import Usage
 
 __all__ = ["TextCaller", "TextCompletion"]
 

@@ -16,9 +16,9 @@ from typing import Any, Generic, Literal, Protocol, TypeAlias, TypeGuard, TypeVa
 
 from pydantic import BaseModel
 
+from agentkit._step import VALID_NAME
+from agentkit._tiers import Tier, tier_choices
 from agentkit.errors import UsageError
-from agentkit.step import VALID_NAME
-from agentkit.tiers import Tier, tier_choices
 
 __all__ = [
     "ContextFunctionTool",

@@ -1,6 +1,6 @@
 """``agentkit demo``: a retrieval agent on a real model, then a tiered planning example.
 
-By default the model is the embedded one (``agentkit.local.LocalModel``, the ``local`` extra);
+By default the model is the embedded one (``agentkit.providers.local.LocalModel``, the ``local`` extra);
 ``--base-url``/``--model``/``--api-key`` point the same demo at any OpenAI-compatible server, and
 ``--scripted`` replays a script instantly, with no model at all.
 """
@@ -20,12 +20,11 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-from agentkit.agent import ToolRoundInfo
-from agentkit.cli import positive_int
-from agentkit.demo.agent import PLANNING_TASK, QUESTIONS, Curator, DeleteArgs, answer, delete_tool, plan, research
-from agentkit.demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus, search_tool
-from agentkit.errors import AgentkitError, ProviderError, UsageError
-from agentkit.events import (
+from agentkit._agent import ToolRoundInfo
+from agentkit._cli import positive_int
+from agentkit._demo.agent import PLANNING_TASK, QUESTIONS, Curator, DeleteArgs, answer, delete_tool, plan, research
+from agentkit._demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus, search_tool
+from agentkit._events import (
     DegenerationDetected,
     LLMCallFinished,
     ProposalCaptured,
@@ -34,14 +33,15 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
+from agentkit._observe import Observer, ObserverArg
+from agentkit._outcome import Outcome
+from agentkit._results import ToolLoopResult
+from agentkit._structured import StructuredCaller
+from agentkit._tools import FunctionTool
+from agentkit.errors import AgentkitError, ProviderError, UsageError
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunRecord, RunStatus, open_journal
 from agentkit.journal.cli import DEFAULT_DB
-from agentkit.observe import Observer, ObserverArg
-from agentkit.outcome import Outcome
-from agentkit.results import ToolLoopResult
-from agentkit.structured import StructuredCaller
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from agentkit.tools import FunctionTool
 
 __all__ = ["LiveRounds", "register", "resume_demo", "run_demo", "scripted_caller", "scripted_resumer"]
 
@@ -176,7 +176,7 @@ def _env_key() -> str:
 
 @asynccontextmanager
 async def _embedded(threads: int, out: TextIO) -> AsyncIterator[tuple[StructuredCaller, str]]:
-    from agentkit.local import DEFAULT_MODEL, LocalModel, default_cache_dir
+    from agentkit.providers.local import DEFAULT_MODEL, LocalModel, default_cache_dir
 
     local = LocalModel(threads=threads)
     size_mb = DEFAULT_MODEL.size / 1e6

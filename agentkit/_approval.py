@@ -25,10 +25,10 @@ from typing import Any, Generic, TypeVar, overload
 from pydantic import BaseModel
 
 from agentkit._invoke import admit, check_ctx, invoke, missing_tier
+from agentkit._proposals import ProposedAction, call_digest, canonical_json, validate_args
+from agentkit._tiers import Tier
+from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool
 from agentkit.errors import ApprovalError, UsageError
-from agentkit.proposals import ProposedAction, call_digest, canonical_json, validate_args
-from agentkit.tiers import Tier
-from agentkit.tools import NO_CTX, AnyTool, ContextTool, Tool
 
 __all__ = ["Approval", "ApprovalError", "Rejection", "approve", "execute_approved", "reject"]
 
@@ -252,7 +252,7 @@ def _check_intact(proposal: ProposedAction[Any]) -> None:
     if not isinstance(proposal.args, BaseModel):
         raise ApprovalError(
             f"proposal for {proposal.tool_name!r} holds untyped args ({type(proposal.args).__name__}); reload it "
-            "with ProposedAction[YourArgs].model_validate_json(...) or load_proposal(data, tools)",
+            "with ProposedAction[YourArgs].model_validate_json(...) or ProposedAction.load(data, tools)",
             tool_name=proposal.tool_name,
         )
     if not proposal.digest_matches():

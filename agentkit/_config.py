@@ -6,10 +6,10 @@ import enum
 import math
 from dataclasses import dataclass, field
 
-from agentkit.context import ContextWindow
+from agentkit._context import ContextWindow
+from agentkit._structured import RetryPolicy
+from agentkit._tiers import Tier
 from agentkit.errors import UsageError
-from agentkit.structured import RetryPolicy
-from agentkit.tiers import Tier
 
 __all__ = ["DEFAULT_MAX_ROUNDS", "AfterProposal", "LoopConfig", "RepeatPolicy"]
 

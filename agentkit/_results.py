@@ -9,17 +9,20 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
-from agentkit.outcome import Outcome, StopReason
-from agentkit.tiers import Tier
+from agentkit._config import LoopConfig
+from agentkit._outcome import Outcome, StopReason
+from agentkit._state import RunCheckpoint
+from agentkit._tiers import Tier
+from agentkit._usage import Usage
 
 if TYPE_CHECKING:
     from typing import Self
 
-    from agentkit._state import RunCheckpoint
+    from agentkit._proposals import ProposedAction
     from agentkit.errors import AgentkitError
-    from agentkit.proposals import ProposedAction
 
 __all__ = ["RoundRecord", "RunEnding", "TieredLoopResult", "ToolLoopResult", "Usage"]
+"""``Usage`` is defined in ``agentkit._usage`` (the state and the model seam need it without the results)."""
 
 R = TypeVar("R")
 Args = TypeVar("Args", bound=BaseModel)
@@ -30,34 +33,7 @@ Answer = DefaultedTypeVar("Answer", default=None)
 @functools.cache
 def _unrecorded() -> RunCheckpoint:
     """The state of a result built by hand: no run recorded (one value: it is frozen)."""
-    from agentkit._state import RunCheckpoint  # imported late: the state imports the loop's config
-    from agentkit.config import LoopConfig
-
     return RunCheckpoint.start("", LoopConfig(), ())
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class Usage:
-    """Model usage, summed over every request made (failed attempts included)."""
-
-    requests: int = 0
-    """HTTP requests (or scripted replies) made to the model."""
-    input_tokens: int = 0
-    """Prompt tokens the provider reported."""
-    output_tokens: int = 0
-    """Completion tokens the provider reported."""
-
-    @property
-    def total_tokens(self) -> int:
-        """Input plus output tokens."""
-        return self.input_tokens + self.output_tokens
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            requests=self.requests + other.requests,
-            input_tokens=self.input_tokens + other.input_tokens,
-            output_tokens=self.output_tokens + other.output_tokens,
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
