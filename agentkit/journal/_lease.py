@@ -13,9 +13,13 @@ import threading
 from collections.abc import Callable
 from datetime import timedelta
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
-__all__ = ["DEFAULT_LEASE", "Renewal", "check_lease"]
+if TYPE_CHECKING:
+    from agentkit.journal._contract import Journal
+    from agentkit.journal._records import Hold
+
+__all__ = ["DEFAULT_LEASE", "Holds", "Renewal", "check_lease"]
 
 logger = logging.getLogger("agentkit.journal")
 
@@ -83,3 +87,56 @@ class Renewal:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self.stop()
+
+
+class Holds:
+    """The runs one recorder holds, and the renewal thread that keeps their hold (one statement for all).
+
+    A run is held from its start (or from the moment ``journal.resume`` claimed it with this
+    recorder's ``token``) until its end; ``stop`` ends the renewal.
+    """
+
+    def __init__(self, journal: Journal, lease: timedelta, *, holder: str, token: str) -> None:
+        self.journal, self.lease, self.holder, self.token = journal, lease, holder, token
+        self._runs: set[str] = set()
+        self._lock = threading.Lock()
+        self._renewal: Renewal | None = None
+        self._stopped = False
+
+    def hold(self) -> Hold:
+        """What a write that starts a run takes the run's hold with (``Journal.record_all(..., hold=)``)."""
+        from agentkit.journal._records import Hold
+
+        return Hold(holder=self.holder, token=self.token, lease=self.lease)
+
+    def add(self, run_id: str) -> None:
+        """Hold ``run_id`` from now on (its renewal starts with the first run held)."""
+        with self._lock:
+            self._runs.add(run_id)
+            if self._renewal is None and not self._stopped:
+                self._renewal = Renewal(self._renew, self.lease, name="recorder").start()
+
+    def discard(self, run_id: str) -> None:
+        """The run ended: its hold is released with its end, and renewed no more."""
+        with self._lock:
+            self._runs.discard(run_id)
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped, renewal = True, self._renewal
+        if renewal is not None:
+            renewal.stop()
+
+    def _renew(self) -> bool:
+        with self._lock:
+            if self._stopped:
+                return False
+            runs = tuple(self._runs)
+        if runs:
+            try:
+                self.journal.hold_runs(runs, holder=self.holder, token=self.token, lease=self.lease)
+            except Exception as error:  # tried again at the next beat; a lost database shows as an expired lease
+                logger.warning(
+                    "journal %s: could not renew the hold on %d run(s): %s", self.journal.where, len(runs), error
+                )
+        return True

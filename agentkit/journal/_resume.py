@@ -72,10 +72,10 @@ async def resume(
     prepared = loop.prepared(
         checkpoint, decisions, summarize=summarize, run_id=run_id, run_approved=run_approved, observers=(recorder,)
     )
-    token = recorder._token
+    token = recorder._holds.token
     try:
         await journal._call(journal._claim_run, run_id, checkpoint.digest, worker, token, lease)
-        recorder._hold_run(run_id)
+        recorder._holds.add(run_id)
         result: TieredLoopResult[Any, Any, Any] = await prepared(ctx)
         return result
     finally:

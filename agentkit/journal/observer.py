@@ -19,8 +19,8 @@ from agentkit._events import Event, ProposalCaptured, RunAborted, RunFinished, R
 from agentkit._observe import Observer
 from agentkit.errors import UsageError
 from agentkit.journal._errors import JournalError
-from agentkit.journal._lease import DEFAULT_LEASE, Renewal, check_lease
-from agentkit.journal._records import Checkpointed, Hold
+from agentkit.journal._lease import DEFAULT_LEASE, Holds, check_lease
+from agentkit.journal._records import Checkpointed
 
 if TYPE_CHECKING:
     from agentkit._state import RunCheckpoint
@@ -124,11 +124,10 @@ class JournalObserver(Observer):
         """When the oldest entry still queued was queued (``time.monotonic``)."""
         self._idle = False
         """The writer sleeps until woken: nothing is queued."""
-        self._holding: set[str] = set()
-        """Runs started and not yet ended, held with a lease its renewal thread renews (``_lease.Renewal``)."""
-        self._renewal: Renewal | None = None
-        self._holder = holder or f"{socket.gethostname()}:{os.getpid()}"
-        self._token = uuid.uuid4().hex
+        self._holds = Holds(
+            journal, self.lease, holder=holder or f"{socket.gethostname()}:{os.getpid()}", token=uuid.uuid4().hex
+        )
+        """The runs started and not yet ended, held with a lease its own thread renews."""
         self._accepted = 0
         self._settled = 0
         """Accepted events that were written or failed; ``flush`` waits for it to catch up."""
@@ -256,9 +255,8 @@ class JournalObserver(Observer):
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-            writer, renewal = self._writer, self._renewal
-        if renewal is not None:
-            renewal.stop()
+            writer = self._writer
+        self._holds.stop()
         if writer is None:
             return True
         writer.join(timeout)
@@ -299,7 +297,7 @@ class JournalObserver(Observer):
         """
         written = False
         try:
-            written = self.journal.try_record_all(batch, hold=self._hold_of())  # type: ignore[attr-defined]  # records_at_once
+            written = self.journal.try_record_all(batch, hold=self._holds.hold())  # type: ignore[attr-defined]  # records_at_once
         except Exception:  # the writer thread writes it again, entry by entry if it must, and reports what fails
             pass
         finally:  # an interrupt too: the batch goes back, so nothing is lost and the writer is not left waiting
@@ -312,18 +310,14 @@ class JournalObserver(Observer):
         if written:
             self._done(batch)
 
-    def _hold_of(self) -> Hold:
-        return Hold(holder=self._holder, token=self._token, lease=self.lease)
-
     def _done(self, batch: list[Event | Checkpointed]) -> None:
         """The batch was written (or its failures reported): count it, and wake whoever waits for it."""
         with self._cond:
             for entry in batch:
                 if isinstance(entry, RunStarted):
-                    self._holding.add(entry.run_id)
-                    self._renewing()
+                    self._holds.add(entry.run_id)
                 elif isinstance(entry, RunFinished | RunAborted):
-                    self._holding.discard(entry.run_id)
+                    self._holds.discard(entry.run_id)
             self._writing = False
             self._settled += len(batch)
             if self._sleepers:  # not the writer thread asleep till its next beat: a batch a round is written at once
@@ -334,26 +328,6 @@ class JournalObserver(Observer):
             # A closed loop (RuntimeError) has nobody left waiting.
             with suppress(RuntimeError):
                 loop.call_soon_threadsafe(_resolve, waiter)
-
-    def _hold_run(self, run_id: str) -> None:
-        """Hold ``run_id`` from now on, as this recorder's runs are held (``journal.resume`` claims the run it
-        resumes with this recorder's token, so one lease mechanism holds first and resumed legs alike)."""
-        with self._cond:
-            self._holding.add(run_id)
-            self._renewing()
-
-    def _renewing(self) -> None:
-        """Start the renewal of this recorder's holds, once (the caller holds ``_cond``)."""
-        if self._renewal is None and not self._closed:
-            self._renewal = Renewal(self._renew_holds, self.lease, name="recorder").start()
-
-    def _renew_holds(self) -> bool:
-        with self._cond:
-            if self._closed:
-                return False
-            holding = tuple(self._holding)
-        self._hold(holding)
-        return True
 
     def _start_writer(self) -> None:
         if self._writer is None:
@@ -390,7 +364,7 @@ class JournalObserver(Observer):
 
     def _write(self, batch: list[Event | Checkpointed]) -> None:
         """Write the batch in one transaction; if that fails, each entry on its own, so one bad entry fails alone."""
-        hold = self._hold_of()
+        hold = self._holds.hold()
         try:
             self.journal.record_all(batch, hold=hold)
         except Exception as error:
@@ -402,17 +376,6 @@ class JournalObserver(Observer):
                         self.journal.record_all((entry,), hold=hold)
                     except Exception as alone:
                         self._failed(entry, alone)
-
-    def _hold(self, run_ids: tuple[str, ...]) -> None:
-        """Take or renew the hold on the runs being recorded; a failure is retried at the next beat."""
-        if not run_ids:
-            return
-        try:
-            self.journal.hold_runs(run_ids, holder=self._holder, token=self._token, lease=self.lease)
-        except Exception as error:
-            logger.warning(
-                "journal %s: could not renew the hold on %d run(s): %s", self.journal.where, len(run_ids), error
-            )
 
     def _failed(self, event: Event | Checkpointed, error: Exception) -> None:
         with self._cond:
