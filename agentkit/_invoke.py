@@ -18,7 +18,16 @@ from pydantic import BaseModel
 
 from agentkit._tiers import Tier, tier_choices
 from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool, check_args_type, declared_tier, takes_ctx
-from agentkit.errors import CallRefused, MissingTierError, TierChanged, ToolError, ToolRetry, ToolTimeout, UsageError
+from agentkit.errors import (
+    CallRefused,
+    MissingTierError,
+    ReplayDiverged,
+    TierChanged,
+    ToolError,
+    ToolRetry,
+    ToolTimeout,
+    UsageError,
+)
 
 R = TypeVar("R")
 
@@ -157,6 +166,8 @@ async def invoke(  # the loop's deadline arithmetic lives with the caller
             batch: object = await (around(work) if around is not None else work)
     except ToolRetry as retry:
         return Invocation(tool_name=name, observation=_message_of(retry), seconds=time.monotonic() - started)
+    except ReplayDiverged:
+        raise  # a replayed tool was called as the recording never was: the replay's wiring, not the tool, failed
     except Relayed as relayed:
         return Invocation(tool_name=name, error=relayed.error, seconds=time.monotonic() - started)
     except TimeoutError as raised:

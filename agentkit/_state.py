@@ -473,6 +473,40 @@ class RunCheckpoint(BaseModel):
         fields = {name: getattr(self, name) for name in type(self).model_fields}
         return type(self).model_construct(**(fields | changes))
 
+    def forked(self, run_id: str, *, at_round: int, config: LoopConfig | None = None) -> RunCheckpoint:
+        """A new run's state: this run's up to round ``at_round``, under ``run_id``, its parent recorded.
+
+        The fork keeps the rounds up to ``at_round`` and the decisions on their proposals (a call that
+        ran is inherited as done: resuming the fork never runs it again), and leaves out this run's
+        ends, so it goes on from there. A proposal of those rounds that this run never had decided
+        stops the fork at it again, for its own decision. ``config`` replaces the run's config.
+
+        Raises:
+            UsageError: ``at_round`` is not a round this run reached (``0`` forks before round 1).
+        """
+        from agentkit.errors import UsageError
+
+        if isinstance(at_round, bool) or not isinstance(at_round, int) or not 0 <= at_round <= self.rounds:
+            raise UsageError(
+                f"run {self.run_id!r} reached round {self.rounds}; fork it at a round from 0 to {self.rounds}, "
+                f"not {at_round!r}"
+            )
+        proposed = {
+            (e.round, e.call_digest)
+            for e in self.entries
+            if isinstance(e, RoundEntry) and e.round <= at_round and e.outcome is RoundOutcome.PROPOSED
+        }
+        state = RunCheckpoint.start(run_id, config or self.config, self.tools, parent=self.run_id, forked_at=at_round)
+        for entry in self.entries:
+            if (isinstance(entry, RoundEntry) and entry.round <= at_round) or (
+                isinstance(entry, DecisionEntry) and (entry.round, entry.call_digest) in proposed
+            ):
+                state = state.appended(entry)
+        if state.progress.pending:
+            elapsed = state.progress.elapsed
+            state = state.appended(EndEntry(stop_reason=StopReason.PROPOSED, outcome=Outcome.APPLIED, elapsed=elapsed))
+        return state
+
     def verify(self) -> None:
         """Refuse a state of another version, or one whose header or entries do not reproduce their digests.
 

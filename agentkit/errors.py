@@ -5,6 +5,7 @@ The tree::
     AgentkitError                   root of every agentkit error; ``usage`` is what the model cost
     ├── UsageError                  wiring mistake; raised before any model call, with the fix
     │   ├── ScriptExhausted         a ScriptedCaller ran out of scripted replies (tests)
+    │   ├── ReplayDiverged          a replayed run asked what its recording did not (tests); names the round
     │   └── ResumeRefused           a run cannot resume from that checkpoint, tools and decisions; nothing ran
     │       └── ToolSetChanged      the tools brought to a run are not the ones it recorded (tier, args, set)
     ├── TierParseError              a tier read from text was not recognised (fails closed)
@@ -68,6 +69,7 @@ __all__ = [
     "OutcomeNotRecorded",
     "ProgramError",
     "ProviderError",
+    "ReplayDiverged",
     "ResumeRefused",
     "RunClaimed",
     "ScriptExhausted",
@@ -102,6 +104,18 @@ class UsageError(AgentkitError, ValueError):
 
 class ScriptExhausted(UsageError):
     """The script ran dry: the code under test made more model calls than were scripted."""
+
+
+class ReplayDiverged(UsageError):
+    """A replayed run (``agentkit.testing.ReplayCaller``) left its recording: a request's prompt or schema,
+    or a tool call's args, is not the recorded one; or the cassette cannot be replayed."""
+
+    def __init__(self, message: str, *, round: int, what: str) -> None:
+        super().__init__(message)
+        self.round = round
+        """The round that diverged (0: not a round's: the cassette, or a request past its end)."""
+        self.what = what
+        """What differs, in words."""
 
 
 class ResumeRefused(UsageError):

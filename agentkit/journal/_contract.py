@@ -32,6 +32,7 @@ __all__ = ["Journal", "open_journal"]
 
 if TYPE_CHECKING:
     from agentkit._agent import ToolAgent
+    from agentkit._config import LoopConfig
     from agentkit._context import Summarizer
     from agentkit._observe import ObserverArg
     from agentkit._results import TieredLoopResult
@@ -217,6 +218,14 @@ class Journal(Protocol):
 
     async def run(self, run_id: str) -> RunRecord:
         """One run."""
+        ...
+
+    async def state(self, run_id: str) -> RunCheckpoint:
+        """The run's state as the journal holds it (verified; ``ResumeRefused`` if it cannot be read)."""
+        ...
+
+    async def fork(self, run_id: str, *, at_round: int, config: LoopConfig | None = None) -> str:
+        """A new run whose state is ``run_id``'s up to round ``at_round``; its id."""
         ...
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:

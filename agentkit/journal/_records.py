@@ -226,6 +226,10 @@ class RunRecord:
     """The process that holds (or last held) the run: its recorder or resumer, ``host:pid``."""
     lease_until: datetime | None = None
     """Until when that process's hold is known alive (UTC); past it, another process may resume the run."""
+    parent: str | None = None
+    """The run this one was forked from (``journal.fork``)."""
+    forked_at: int | None = None
+    """The parent's round it was forked after."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -7,6 +7,7 @@ of the round, not of the run. Reading a run back folds those rows into the state
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
@@ -16,6 +17,7 @@ from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit._state import RunCheckpoint
+from agentkit.errors import ResumeRefused
 from agentkit.journal._errors import RunClaimed
 from agentkit.journal._events import event_data
 from agentkit.journal._records import Checkpointed, Hold, ProposalRecord, RoundEntry, RunRecord
@@ -24,10 +26,12 @@ from agentkit.journal._sql import (
     Connection,
     abort_run,
     append_events,
+    config_text,
     event_row,
     finish_run,
     folded,
     hold_runs_statement,
+    insert_fork,
     insert_proposal,
     insert_run,
     now,
@@ -41,6 +45,8 @@ from agentkit.journal._sql import (
 from agentkit.journal._storage import Storage, check_limit
 
 if TYPE_CHECKING:
+    from agentkit._config import LoopConfig
+
     pass
 
 __all__ = ["Runs", "held"]
@@ -255,6 +261,56 @@ class Runs(Storage):
     async def run(self, run_id: str) -> RunRecord:
         """One run; ``UnknownId`` if the journal never saw it."""
         return await self._read(self._run, run_id)
+
+    def _state(self, run_id: str) -> RunCheckpoint:
+        with self._tx(write=False) as db:
+            row = self._run_row(db, run_id)
+            state = state_of(db, row)
+        if state is None:
+            raise ResumeRefused(
+                f"run {run_id!r} has no state in the journal at {self._where}: it was not a tool loop, or it was "
+                "recorded without a JournalObserver"
+            )
+        state.verify()
+        return state
+
+    def _fork(self, run_id: str, at_round: int, config: LoopConfig | None, fork_id: str) -> str:
+        at = now()
+        with self._tx(write=True) as db:
+            row = self._run_row(db, run_id)
+            state = state_of(db, row)
+            if state is None:
+                raise ResumeRefused(f"run {run_id!r} has no state in the journal at {self._where} to fork from")
+            state.verify()
+            fork = state.forked(fork_id, at_round=at_round, config=config)
+            insert_fork(db, row, fork, None if config is None else config_text(config), at)
+        return fork_id
+
+    async def fork(self, run_id: str, *, at_round: int, config: LoopConfig | None = None) -> str:
+        """A new run whose state is ``run_id``'s up to round ``at_round`` (``0``: before round 1); its id.
+
+        Resume it with ``journal.resume(fork_id, ...)``, with another agent, prompt or model (and, with
+        ``config``, another ``LoopConfig``), but the same tools: the calls that ran before the fork are
+        inherited as done and never run again; a gated call the fork reaches is a new proposal, with its
+        own approval; a proposal of those rounds the run never had decided is one again, under the fork.
+        The fork records its parent and round (``RunRecord.parent``, ``forked_at``).
+
+        Raises:
+            UnknownId: the journal never saw the run.
+            ResumeRefused: the journal holds no state for it, or one that does not verify.
+            UsageError: ``at_round`` is not a round the run reached.
+        """
+        return await self._call(self._fork, run_id, at_round, config, uuid.uuid4().hex)
+
+    async def state(self, run_id: str) -> RunCheckpoint:
+        """The run's state, folded from the rows the journal holds, and verified (``agentkit journal export``
+        writes it; ``ReplayCaller.from_journal`` replays it).
+
+        Raises:
+            UnknownId: the journal never saw the run.
+            ResumeRefused: the journal holds no state for it, or one that cannot be read or does not verify.
+        """
+        return await self._read(self._state, run_id)
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:
         """The run's rounds, from its state (with each proposal's decision); a run recorded by an earlier

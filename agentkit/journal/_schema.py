@@ -222,7 +222,8 @@ _V4: tuple[Statement, ...] = (
 
 # Version 5: a run's state is kept as rows appended to ``agentkit_entries`` (one per round, decision and
 # end) under its header (``head``) on the run's row, so a round's write costs the round, not the whole
-# state so far; ``state_entries`` and ``state_digest`` say how far the stored state goes. The checkpoint
+# state so far; ``state_entries`` and ``state_digest`` say how far the stored state goes; a fork records
+# its ``parent`` and the round it was ``forked_at``. The checkpoint
 # column of version 4 stays for the runs recorded then (they cannot be resumed by this agentkit).
 _V5: tuple[Statement, ...] = (
     """CREATE TABLE agentkit_entries (
@@ -234,6 +235,8 @@ _V5: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_runs ADD COLUMN head TEXT",
     "ALTER TABLE agentkit_runs ADD COLUMN state_entries INTEGER",
     "ALTER TABLE agentkit_runs ADD COLUMN state_digest TEXT",
+    "ALTER TABLE agentkit_runs ADD COLUMN parent TEXT",
+    "ALTER TABLE agentkit_runs ADD COLUMN forked_at INTEGER",
 )
 
 MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5)

@@ -51,6 +51,8 @@ __all__ = [
     "finish_run",
     "folded",
     "from_stored",
+    "config_text",
+    "insert_fork",
     "insert_proposal",
     "insert_run",
     "lock_proposal_statement",
@@ -270,7 +272,7 @@ def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | Non
     only if no other holder (its resumer) holds it.
     """
     config = _json({"tools": list(event.tools), "max_rounds": event.max_rounds})
-    loop = None if event.config is None else _config_text(event.config)
+    loop = None if event.config is None else config_text(event.config)
     holder, token, until = (
         (None, None, None) if hold is None else (hold.holder, hold.token, db.to_db_time(at + hold.lease))
     )
@@ -279,12 +281,18 @@ def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | Non
         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
         (event.run_id, event.agent, event.model, config, loop, db.to_db_time(at), holder, token, until),
     )
+    if not inserted:
+        # A fork, resumed for the first time, starts now.
+        db.execute(
+            "UPDATE agentkit_runs SET started_at = ? WHERE id = ? AND started_at IS NULL",
+            (db.to_db_time(at), event.run_id),
+        )
     if hold is not None and not inserted:
         db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, event.run_id, hold.token))
 
 
 @value_cache(maxsize=64)
-def _config_text(config: LoopConfig) -> str:
+def config_text(config: LoopConfig) -> str:
     """A ``LoopConfig`` as the journal's JSON; made once per config (a service runs many runs with one)."""
     return _json(loop_config_data(config))
 
@@ -361,6 +369,53 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
 
 OPEN_STATES = (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING)
 """States in which the same call proposed again is the same inbox entry."""
+
+
+def insert_fork(db: Connection, row: Mapping[str, Any], fork: RunCheckpoint, config: str | None, at: datetime) -> None:
+    """Record a fork of the run of ``row`` (its state ``fork``): a new run that has not started, its
+    parent and round recorded, its proposals still to decide put in the inbox under its own id."""
+    assert fork.parent is not None
+    db.execute(
+        "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, parent, forked_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (
+            fork.run_id,
+            row["agent"],
+            row["model"],
+            row["config"],
+            config or row.get("loop_config"),
+            fork.parent,
+            fork.forked_at,
+        ),
+    )
+    store_state(db, fork.run_id, fork)
+    if fork.stop_reason is StopReason.PROPOSED:
+        db.execute(
+            "UPDATE agentkit_runs SET ended_at = ?, outcome = ?, stop_reason = ? WHERE id = ?",
+            (db.to_db_time(at), Outcome.APPLIED.value, StopReason.PROPOSED.value, fork.run_id),
+        )
+    for entry in fork.proposals:
+        assert entry.tool is not None
+        assert entry.tier is not None
+        assert entry.args is not None
+        new_id = uuid.uuid4().hex[:16]
+        db.execute(
+            "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
+            "proposed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                new_id,
+                ProposalState.PENDING.value,
+                entry.tool,
+                int(entry.tier),
+                canonical_args(entry.args),
+                entry.call_digest,
+                entry.rationale,
+                entry.round,
+                fork.run_id,
+                db.to_db_time(at),
+            ),
+        )
+        log_transition(db, new_id, None, ProposalState.PENDING, f"fork:{fork.parent}", at, "")
 
 
 def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at: datetime) -> str:
@@ -721,6 +776,7 @@ def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> 
         usage = sum((e.usage for e in entries), Usage())
     resumable = bool(row.get("resumable"))
     lease_until = f.time(db, "lease_until") if "lease_until" in row else None
+    parent = f.optional_text("parent") if "parent" in row else None
     status = _status(db, row, state, resumable=resumable, lease_until=lease_until)
     record = RunRecord(
         id=_row_id(row),
@@ -741,6 +797,8 @@ def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> 
         error=f.optional_text("error"),
         rounds=rounds,
         usage=usage,
+        parent=parent,
+        forked_at=f.get("forked_at", _optional(_integer), None) if "forked_at" in row else None,
     )
     unreadable = f.verdict(lenient=lenient)
     return record if unreadable is None else replace(record, unreadable=unreadable)
@@ -752,6 +810,8 @@ def _status(
     """Where a run stands for resuming, from its row, its hold and (for a stop at a proposal) its inbox."""
     if state is RunState.UNFINISHED:
         held = row.get("claim") is not None and lease_until is not None and lease_until > now()
+        if not held and row.get("parent") is not None and row.get("started_at") is None:
+            return RunStatus.READY  # a fork not resumed yet
         return RunStatus.RUNNING if held else RunStatus.CRASHED
     if state is RunState.ABORTED:
         return RunStatus.ABORTED

@@ -66,6 +66,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     show = runs_of.add_parser("show", parents=[db], help="one run's rounds as a table")
     show.add_argument("run", metavar="RUN", help="the run id (from `agentkit journal runs`)")
     show.set_defaults(handler=_handler(_show_run))
+    export = runs_of.add_parser(
+        "export", parents=[db], help="one run's state as JSON: a cassette for ReplayCaller (redirect it to a file)"
+    )
+    export.add_argument("run", metavar="RUN", help="the run id")
+    export.set_defaults(handler=_handler(_export))
+    fork = runs_of.add_parser(
+        "fork", parents=[db], help="a new run whose state is RUN's up to round K; prints its id (resume it after)"
+    )
+    fork.add_argument("run", metavar="RUN", help="the run id")
+    fork.add_argument("--at", type=int, required=True, metavar="K", help="the last round the fork keeps (0: none)")
+    fork.set_defaults(handler=_handler(_fork))
 
     proposals = subparsers.add_parser("proposals", help="the proposal inbox", description=__doc__)
     inbox = proposals.add_subparsers(
@@ -204,6 +215,16 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
     _table(out, headers, [_round_row(entry) for entry in rounds])
     if not rounds[0].from_trace:
         print("\n(rounds rebuilt from the event log: the run has no recorded result)", file=out)
+
+
+async def _export(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    state = await journal.state(args.run)
+    out.write(state.model_dump_json(indent=2) + "\n")
+
+
+async def _fork(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    fork_id = await journal.fork(args.run, at_round=args.at)
+    out.write(f"{fork_id}\n")
 
 
 def _config(config: dict[str, Any] | None) -> str:

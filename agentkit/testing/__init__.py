@@ -1,7 +1,9 @@
-"""Test doubles for agents: the scripted and function callers and a fake OpenAI-compatible HTTP server."""
+"""Test doubles for agents: the scripted and function callers, the replay of a recorded run, and a fake
+OpenAI-compatible HTTP server."""
 
 from agentkit.testing._fake_server import FakeOpenAIServer, FakeReply
 from agentkit.testing._function import Answer, AnswerFunction, FunctionCaller
+from agentkit.testing._replay import ReplayCaller, ReplayDiverged
 from agentkit.testing._scripted import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
 
 __all__ = [
@@ -10,6 +12,8 @@ __all__ = [
     "FakeOpenAIServer",
     "FakeReply",
     "FunctionCaller",
+    "ReplayCaller",
+    "ReplayDiverged",
     "ScriptExhausted",
     "ScriptedCaller",
     "ScriptedReply",

@@ -10,12 +10,13 @@ from typing import Any, assert_type
 
 from pydantic import BaseModel
 
-from agentkit import StructuredRequest, ToolLoopResult, run_tool_loop
+from agentkit import RunCheckpoint, StructuredRequest, Tool, ToolLoopResult, run_tool_loop, tool_set
 from agentkit._once import TextResult, run_once_text
 from agentkit._structured import Completion
 from agentkit._text import TextCompletion
-from agentkit.testing import Answer, AnswerFunction, FunctionCaller, done_step
-from tests.typing.models import Doc, Finder, SearchArgs, search
+from agentkit.journal import Journal
+from agentkit.testing import Answer, AnswerFunction, FunctionCaller, ReplayCaller, ReplayDiverged, done_step
+from tests.typing.models import Doc, Finder, SearchArgs, fetch, search
 from tests.typing.test_once_pair import Triager
 
 
@@ -42,3 +43,19 @@ async def check() -> None:
     assert_type(await caller.complete_text(request), TextCompletion)
     assert_type(await run_tool_loop(caller, Finder(), search, "ctx"), ToolLoopResult[Doc])
     assert_type(await run_once_text(caller, Triager(), "ctx"), TextResult)
+
+
+async def replaying(journal: Journal, checkpoint: RunCheckpoint) -> None:
+    replay = ReplayCaller(checkpoint, strict=False, fallback=FunctionCaller(answer))
+    assert_type(replay.diverged, ReplayDiverged | None)
+    assert_type(ReplayCaller.from_file("run.json"), ReplayCaller)
+    assert_type(await ReplayCaller.from_journal(journal, "run-1"), ReplayCaller)
+    one = replay.tools(search)
+    assert_type(one, Tool[SearchArgs, Doc])
+    several = replay.tools(tool_set(search, fetch))
+    assert_type(several, list[Tool[Any, Doc]])
+    result = await run_tool_loop(replay, Finder(), one, "ctx")
+    assert_type(result, ToolLoopResult[Doc])
+    assert_type(await journal.state("run-1"), RunCheckpoint)
+    assert_type(await journal.fork("run-1", at_round=2), str)
+    ReplayCaller("run.json")  # type: ignore[arg-type]  # a cassette is a state, or from_file

@@ -1,0 +1,240 @@
+"""``ReplayCaller``: a recorded run played back offline, request by request, its tools played back too; a request
+that is not the recorded one raises ``ReplayDiverged`` naming the round and what differs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from agentkit import (
+    AfterProposal,
+    LoopConfig,
+    Prompt,
+    RoleSpec,
+    RunCheckpoint,
+    StopReason,
+    Tier,
+    ToolRetry,
+    ToolRoundInfo,
+    approve,
+    resume_tool_loop,
+    run_tool_loop_tiered,
+    tool,
+    tool_set,
+)
+from agentkit.errors import ReplayDiverged, Throttled
+from agentkit.journal import JournalObserver, SQLiteJournal
+from agentkit.testing import ReplayCaller, ScriptedCaller, call_step, done_step
+
+
+class Query(BaseModel):
+    text: str
+
+
+class Target(BaseModel):
+    path: str
+
+
+class Doc(BaseModel):
+    id: str
+
+
+ran: list[str] = []
+"""Every real tool call, in order: a replay must add none."""
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: Query) -> list[Doc]:
+    """Search the corpus."""
+    ran.append(f"search {args.text}")
+    if args.text == "?":
+        raise ToolRetry("ask for something")
+    return [Doc(id=f"doc:{args.text}"), Doc(id=f"more:{args.text}")]
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def delete(args: Target) -> list[Doc]:
+    """Delete a path."""
+    ran.append(f"delete {args.path}")
+    return [Doc(id=f"deleted:{args.path}")]
+
+
+TOOLS = tool_set(search, delete)
+
+
+class Planner:
+    def __init__(self, system: str = "plan") -> None:
+        self.system = system
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="planner")
+
+    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        seen = [d.id for batch in info.prior_results for d in batch]
+        return Prompt(system=self.system, dynamic=f"{ctx} round {info.round}: {seen}")
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    ran.clear()
+
+
+def searches(*texts: str) -> list[dict[str, Any]]:
+    return [call_step(Query(text=t), tool=search) for t in texts]
+
+
+async def recorded(steps: list[Any], config: LoopConfig | None = None) -> Any:
+    result = await run_tool_loop_tiered(ScriptedCaller(steps), Planner(), TOOLS, "clean up", config)
+    ran.clear()
+    return result
+
+
+STEP = st.one_of(
+    st.sampled_from(["a", "b", "c", "?"]).map(lambda t: call_step(Query(text=t), tool=search)),
+    st.sampled_from(["/x", "/y"]).map(lambda p: call_step(Target(path=p), tool=delete)),
+    st.just(done_step("enough")),
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(script=st.lists(STEP, min_size=1, max_size=7), after=st.sampled_from(list(AfterProposal)))
+async def test_a_replayed_run_reproduces_the_recorded_ending_items_and_proposals(
+    script: list[dict[str, Any]], after: AfterProposal
+) -> None:
+    """For any script: the replay ends as the recording did, with the same items, proposals, rounds and usage,
+    and no tool runs again (the stand-ins play the recorded batches back)."""
+    config = LoopConfig(max_rounds=8, after_proposal=after)
+    first = await recorded([*script, done_step("closing")], config)
+    replay = ReplayCaller(first.checkpoint)
+    again = await run_tool_loop_tiered(replay, Planner(), replay.tools(TOOLS), "clean up", config)
+    assert (again.outcome, again.stop_reason, again.rounds) == (first.outcome, first.stop_reason, first.rounds)
+    assert again.items == first.items
+    assert [(p.tool_name, p.args, p.digest) for p in again.proposed] == [
+        (p.tool_name, p.args, p.digest) for p in first.proposed
+    ]
+    assert again.usage == first.usage
+    assert ran == []
+    replay.assert_complete()
+
+
+async def test_a_changed_prompt_raises_replay_diverged_naming_the_round() -> None:
+    """An executor that renders another system text: the first request diverges, naming round 1 and the prompt."""
+    first = await recorded([*searches("a"), done_step()])
+    replay = ReplayCaller(first.checkpoint)
+    with pytest.raises(ReplayDiverged, match="round 1 diverged from the recording: the prompt differs") as diverged:
+        await run_tool_loop_tiered(replay, Planner(system="another plan"), replay.tools(TOOLS), "clean up")
+    assert (diverged.value.round, ran) == (1, [])
+
+
+async def test_another_tool_set_diverges_on_the_step_schema() -> None:
+    """A tool added since the recording: the step schema differs, and the replay says so."""
+
+    @tool(tier=Tier.READ_ONLY)
+    def count(args: Query) -> list[Doc]:
+        """Count."""
+        return []
+
+    first = await recorded([*searches("a"), done_step()])
+    replay = ReplayCaller(first.checkpoint)
+    with pytest.raises(ReplayDiverged, match=r"the step schema .* differs from the recorded one"):
+        await run_tool_loop_tiered(replay, Planner(), tool_set(*replay.tools(TOOLS), count), "clean up")
+
+
+async def test_without_strict_a_diverged_run_goes_on_with_the_fallback() -> None:
+    """``strict=False``: the request that diverged, and every one after it, go to the fallback caller."""
+    first = await recorded([*searches("a", "b"), done_step()])
+    fallback = ScriptedCaller([*searches("c"), done_step("fallback")])
+    replay = ReplayCaller(first.checkpoint, strict=False, fallback=fallback)
+    again = await run_tool_loop_tiered(replay, Planner(system="changed"), TOOLS, "clean up")
+    assert again.stop_reason is StopReason.EXECUTOR_DONE
+    assert replay.diverged is not None
+    assert replay.diverged.round == 1
+    assert len(fallback.requests) == 2
+    assert ran == ["search c"]
+
+
+async def test_a_cassette_edited_by_hand_or_of_another_version_is_refused_clearly() -> None:
+    """An entry changed by hand: the cassette is refused naming the entry; a version 1 checkpoint names its version."""
+    first = await recorded([*searches("a"), done_step()])
+    data = json.loads(first.checkpoint.model_dump_json())
+    data["entries"][0]["rationale"] = "edited"
+    with pytest.raises(ReplayDiverged, match="does not match its digests from entry 0 on"):
+        ReplayCaller.from_json(json.dumps(data))
+    data["version"] = 1
+    with pytest.raises(ReplayDiverged, match="schema version 1"):
+        ReplayCaller.from_json(json.dumps(data))
+
+
+async def test_a_recorded_throttle_replays_as_a_throttle() -> None:
+    """A model failure in the recording is raised again, so the replayed run ends as the recorded one did."""
+    first = await recorded([*searches("a"), Throttled("slow down")])
+    assert first.stop_reason is StopReason.THROTTLED
+    replay = ReplayCaller(first.checkpoint)
+    again = await run_tool_loop_tiered(replay, Planner(), replay.tools(TOOLS), "clean up")
+    assert (again.stop_reason, again.items) == (StopReason.THROTTLED, first.items)
+
+
+async def test_a_run_and_its_resumed_leg_replay_with_the_approved_call_played_back() -> None:
+    """Propose, approve, resume: the replay proposes the same call, and on resume the approved call's stand-in plays
+    the recorded batch back (the real tool runs once, in the recording only)."""
+    caller = ScriptedCaller([*searches("a"), call_step(Target(path="/x"), tool=delete), done_step("done")])
+    first = await run_tool_loop_tiered(caller, Planner(), TOOLS, "clean up")
+    second = await resume_tool_loop(
+        caller, Planner(), TOOLS, "clean up", first.checkpoint, [approve(first.proposed[0], approved_by="ops")]
+    )
+    assert ran == ["search a", "delete /x"]
+    replay = ReplayCaller(second.checkpoint)
+    stand_ins = replay.tools(TOOLS)
+    leg = await run_tool_loop_tiered(replay, Planner(), stand_ins, "clean up")
+    assert [p.digest for p in leg.proposed] == [p.digest for p in first.proposed]
+    decision = [approve(leg.proposed[0], approved_by="ops")]
+    end = await resume_tool_loop(replay, Planner(), stand_ins, "clean up", leg.checkpoint, decision)
+    assert (end.stop_reason, end.items) == (second.stop_reason, second.items)
+    assert ran == ["search a", "delete /x"]
+
+
+async def test_a_stand_in_called_with_other_args_diverges() -> None:
+    """A tool call the recording did not make (other args) raises ``ReplayDiverged`` naming the round."""
+    first = await recorded([*searches("a"), done_step()])
+    replay = ReplayCaller(first.checkpoint, strict=False, fallback=ScriptedCaller([*searches("b"), done_step()]))
+    with pytest.raises(ReplayDiverged, match="round 1: tool 'search' was called with other args"):
+        await run_tool_loop_tiered(replay, Planner(system="x"), replay.tools(TOOLS), "clean up")
+
+
+async def test_replay_from_a_journal_and_from_the_file_it_exports(tmp_path: Path) -> None:
+    """A journaled run replays from the journal (``ReplayCaller.from_journal``) and from ``agentkit journal
+    export``'s file, with the same ending."""
+    from agentkit._cli import main
+
+    journal = SQLiteJournal(tmp_path / "journal.db")
+    try:
+        with JournalObserver(journal) as observer:
+            first = await run_tool_loop_tiered(
+                ScriptedCaller([*searches("a", "b"), done_step()]), Planner(), TOOLS, "clean up", observer=observer
+            )
+        replay = await ReplayCaller.from_journal(journal, first.run_id)
+        again = await run_tool_loop_tiered(replay, Planner(), replay.tools(TOOLS), "clean up")
+        assert (again.stop_reason, again.items) == (first.stop_reason, first.items)
+    finally:
+        await journal.close()
+    cassette = tmp_path / "run.json"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exported = await asyncio.to_thread(
+            main, ["journal", "export", first.run_id, "--db", str(tmp_path / "journal.db")]
+        )
+    assert exported == 0
+    cassette.write_text(out.getvalue())
+    assert RunCheckpoint.model_validate_json(cassette.read_text()) == first.checkpoint
+    from_file = ReplayCaller.from_file(cassette)
+    again = await run_tool_loop_tiered(from_file, Planner(), from_file.tools(TOOLS), "clean up")
+    assert again.items == first.items
