@@ -17,10 +17,16 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn, cast
 
-__all__ = ["CommandParser", "main", "plain_text", "positive_int"]
+__all__ = ["CommandParser", "import_object", "main", "plain_text", "positive_int"]
 
 # Imported only when the command line runs, so `import agentkit` stays light.
-COMMAND_MODULES = ("agentkit._demo.cli", "agentkit.journal.cli", "agentkit._worker_cli", "agentkit._temporal_cli")
+COMMAND_MODULES = (
+    "agentkit._demo.cli",
+    "agentkit.journal.cli",
+    "agentkit._worker_cli",
+    "agentkit._temporal_cli",
+    "agentkit.evals._cli",
+)
 
 _ROLE = re.compile(r":[a-z]+:`([^`]*)`")
 _LITERAL = re.compile(r"``([^`]*)``|`([^`]*)`")
@@ -68,6 +74,30 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def import_object(flag: str, path: str, example: str) -> object:
+    """The object a ``MODULE:ATTR`` command-line value names, the working directory importable.
+
+    Raises:
+        UsageError: the value is not ``MODULE:ATTR``, the module does not import, or it lacks the
+            attribute; the message names ``flag`` and shows ``example``.
+    """
+    from agentkit.errors import UsageError
+
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"{flag} {path!r}: give MODULE:ATTR, e.g. {example}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as missing:
+        raise UsageError(f"{flag} {path!r}: cannot import {module_name!r}: {missing}") from missing
+    try:
+        return cast("object", getattr(module, attr))
+    except AttributeError:
+        raise UsageError(f"{flag} {path!r}: module {module_name!r} has no {attr!r}") from None
 
 
 def _version() -> str:

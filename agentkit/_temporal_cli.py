@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import json
 import os
 import signal
@@ -25,7 +24,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentkit._cli import positive_int, skip_teardown
+from agentkit._cli import import_object, positive_int, skip_teardown
 from agentkit.errors import AgentkitError, UsageError
 
 if TYPE_CHECKING:
@@ -164,19 +163,9 @@ def load_agents(paths: Sequence[str]) -> list[DurableAgent[Any, Any]]:
     """The durable agents named by ``module:attr`` paths (each one agent or a sequence of them)."""
     from agentkit.temporal import DurableAgent
 
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     agents: list[DurableAgent[Any, Any]] = []
     for path in paths:
-        module_name, _, attr = path.partition(":")
-        if not module_name or not attr:
-            raise UsageError(f"--agents {path!r}: give MODULE:ATTR, e.g. myapp.agents:AGENTS")
-        try:
-            found: object = getattr(importlib.import_module(module_name), attr)
-        except ImportError as missing:
-            raise UsageError(f"--agents {path!r}: cannot import {module_name!r}: {missing}") from missing
-        except AttributeError:
-            raise UsageError(f"--agents {path!r}: module {module_name!r} has no {attr!r}") from None
+        found = import_object("--agents", path, "myapp.agents:AGENTS")
         items = list(found) if isinstance(found, Sequence) and not isinstance(found, str) else [found]
         for item in items:
             if not isinstance(item, DurableAgent):

@@ -19,15 +19,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
-import os
 import signal
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, TextIO, cast
 
-from agentkit._cli import positive_int
+from agentkit._cli import import_object, positive_int
 from agentkit._tools import Tool, takes_ctx
 from agentkit.errors import AgentkitError, UsageError
 
@@ -90,21 +88,9 @@ def _positive_float(text: str) -> float:
 def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:
     """The tools named by ``module:attr`` paths (each a tool or a sequence of tools); ``UsageError`` otherwise,
     or for a tool that takes the run's ctx (the command has none to give it)."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
     tools: list[Tool[Any, Any]] = []
     for path in paths:
-        module_name, _, attr = path.partition(":")
-        if not module_name or not attr:
-            raise UsageError(f"--tools {path!r}: give MODULE:ATTR, e.g. myapp.tools:TOOLS")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as missing:
-            raise UsageError(f"--tools {path!r}: cannot import {module_name!r}: {missing}") from missing
-        try:
-            found: object = getattr(module, attr)
-        except AttributeError:
-            raise UsageError(f"--tools {path!r}: module {module_name!r} has no {attr!r}") from None
+        found = import_object("--tools", path, "myapp.tools:TOOLS")
         items = list(found) if isinstance(found, Sequence) and not isinstance(found, str) else [found]
         for item in items:
             if not all(hasattr(item, name) for name in ("name", "args_type", "call")):

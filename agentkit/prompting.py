@@ -26,6 +26,7 @@ from pydantic import BaseModel
 from agentkit._agent import PriorCall, Prompt, ToolRoundInfo
 from agentkit._proposals import ProposedAction, call_digest
 from agentkit._tools import AnyTool
+from agentkit.errors import UsageError
 
 __all__ = ["USE_THE_TOOL", "reflective_prompt", "worked_example"]
 
@@ -120,6 +121,7 @@ def worked_example(
     check: str | None = None,
     search_rationale: str = "I have nothing yet; I look it up.",
     done_rationale: str = "The result answers the request; I am done.",
+    answer: BaseModel | Mapping[str, Any] | None = None,
 ) -> str:
     """A two-round demonstration (a call, then done), each round shown as ``reflective_prompt`` shows it.
 
@@ -143,10 +145,15 @@ def worked_example(
         check: The same ``check`` line as given to ``reflective_prompt``.
         search_rationale: The rationale of the first step.
         done_rationale: The rationale of the second step (done, or the ``then`` call).
+        answer: The answer the done step gives, for a loop with ``answer=`` (its done step carries one).
     """
+    if answer is not None and then is not None:
+        raise UsageError("worked_example: an answer goes with the done step, and `then` replaces it with a call")
     # The replies in the wire shape a constrained decoder writes (see agentkit._step).
     first = {"rationale": search_rationale, "decision": {"done": False, "call": _wire(call, tool)}}
     finish: dict[str, Any] = {"done": True} if then is None else {"done": False, "call": _wire(then, then_tool)}
+    if answer is not None:
+        finish["answer"] = _args_of(answer)
     second = {"rationale": done_rationale, "decision": finish}
     shown = f"{tool_name or tool or 'search'} {_compact(_args_of(call))}"
     found = _batch(f"1. Round 1: {shown}", results, str)

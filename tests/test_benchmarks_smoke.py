@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import harness, journal_checkpoint, scenario, server
+from benchmarks import evals_overhead, harness, journal_checkpoint, scenario, server
 
 RUN = b"0123456789abcdef"
 
@@ -116,3 +116,11 @@ async def test_journal_checkpoint_benchmark_measures_every_variant() -> None:
     assert report["variants"]["no-journal"]["cpu_x"] == 1.0
     table = journal_checkpoint.markdown(report)
     assert all(f"| {name} |" in table for name in report["variants"])
+
+
+async def test_evals_overhead_benchmark_replays_every_case_both_ways() -> None:
+    """Both arms run every recorded case through its replay (evaluate's report asserts each passed)."""
+    report = await evals_overhead.measure(cases=6, concurrency=3, repeats=1)
+    assert report["cases"] == 6
+    assert report["wall_x"] > 0
+    assert report["cpu_x"] > 0

@@ -29,7 +29,8 @@ TOP_LEVEL = {
 }  # fmt: skip
 
 PUBLIC_MODULES = {
-    "errors", "events", "journal", "mcp", "otel", "program", "prompting", "providers", "temporal", "testing",
+    "errors", "evals", "events", "journal", "mcp", "otel", "program", "prompting", "providers", "temporal",
+    "testing",
 }  # fmt: skip
 
 DESIGNED = {

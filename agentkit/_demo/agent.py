@@ -42,6 +42,7 @@ __all__ = [
     "AnswerWriter",
     "Curator",
     "DeleteArgs",
+    "GroundedAnswer",
     "Researcher",
     "answer",
     "answer_schema",
@@ -78,15 +79,40 @@ _RESEARCH_DOCTRINE = (
     "passage in the results states the answer, or when two searches found nothing useful."
 )
 
-_RESEARCH_EXAMPLE = worked_example(
-    "How long is the Golden Gate Bridge?",
-    SearchArgs(query="Golden Gate Bridge length"),
-    ["[ex-7] Golden Gate Bridge: The Golden Gate Bridge is 2,737 metres long."],
-    tool_name="search_corpus",
-    check=RESEARCH_CHECK,
-    search_rationale="No results yet, so I must search.",
-    done_rationale="Passage ex-7 states the answer: 2,737 metres.",
+
+def _research_example(answer: dict[str, str] | None = None) -> str:
+    return worked_example(
+        "How long is the Golden Gate Bridge?",
+        SearchArgs(query="Golden Gate Bridge length"),
+        ["[ex-7] Golden Gate Bridge: The Golden Gate Bridge is 2,737 metres long."],
+        tool_name="search_corpus",
+        check=RESEARCH_CHECK,
+        search_rationale="No results yet, so I must search.",
+        done_rationale="Passage ex-7 states the answer: 2,737 metres.",
+        answer=answer,
+    )
+
+
+_RESEARCH_EXAMPLE = _research_example()
+
+
+_ANSWER_DOCTRINE = (
+    " When you set done to true, give the answer: the id of the passage that states it, as shown in brackets, "
+    "and the answer in that passage's own words."
 )
+
+_RESEARCH_ANSWER_EXAMPLE = _research_example(
+    {"passage_id": "ex-7", "answer": "The Golden Gate Bridge is 2,737 metres long."}
+)
+
+
+class GroundedAnswer(BaseModel):
+    """The researcher's answer with its done step (``Researcher(answers=True)``): the passage, then the answer."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passage_id: str = Field(max_length=40, description="The id of the passage that states the answer, as in brackets.")
+    answer: str = Field(max_length=ANSWER_MAX_LENGTH, description="The answer, in the passage's own words.")
 
 
 def _passage_line(hit: Hit) -> str:
@@ -105,6 +131,8 @@ class Researcher:
     """Sampling seed; with temperature 0 a run repeats exactly on servers that honour both."""
     max_tokens: int = 200
     """Reply token limit; the step is short JSON."""
+    answers: bool = False
+    """The loop asks for a ``GroundedAnswer`` with the done step: the prompt says so, and its example gives one."""
 
     def role(self) -> RoleSpec:
         """Deterministic settings: temperature 0 and a fixed seed."""
@@ -115,11 +143,11 @@ class Researcher:
     def render(self, ctx: str, info: ToolRoundInfo[Hit]) -> Prompt:
         """The library's reflective prompt: doctrine, tools and worked example, then this round."""
         return reflective_prompt(
-            _RESEARCH_DOCTRINE,
+            _RESEARCH_DOCTRINE + _ANSWER_DOCTRINE if self.answers else _RESEARCH_DOCTRINE,
             ctx,
             info,
             render_item=_passage_line,
-            example=_RESEARCH_EXAMPLE,
+            example=_RESEARCH_ANSWER_EXAMPLE if self.answers else _RESEARCH_EXAMPLE,
             tools=self.tools,
             check=RESEARCH_CHECK,
         )
