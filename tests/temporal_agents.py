@@ -25,6 +25,10 @@ from agentkit.testing import FakeOpenAIServer
 
 DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
 
+MODEL_TIMEOUT = 600.0
+"""The agents' model timeout in seconds: long, so that a lost model attempt retried well before it shows that
+the heartbeat, not the timeout, ended the attempt."""
+
 
 def step(tool: str, **args: str) -> dict[str, Any]:
     """The model's step calling ``tool`` (the agents with several tools)."""
@@ -160,7 +164,9 @@ def make_agents(
         return [Doc(id="count")]
 
     caller = OpenAICaller(base_url=model_url, api_key="k")
-    policy = ActivityPolicy(heartbeat=_seconds(heartbeat), retry_initial=_seconds(0.1))
+    policy = ActivityPolicy(
+        heartbeat=_seconds(heartbeat), retry_initial=_seconds(0.1), model_timeout=_seconds(MODEL_TIMEOUT)
+    )
     tools: Sequence[Any] = [search, send]
     if redeploy == "retiered":
         tools = [search, dataclasses.replace(send, tier=Tier.READ_ONLY)]

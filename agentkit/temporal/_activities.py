@@ -121,10 +121,15 @@ class Activities:
                 non_retryable=True,
             )
         request = REQUEST.validate_python(call.request)
+        # Heartbeats while the model answers: a worker that dies mid-call is noticed after the policy's
+        # heartbeat timeout, and the attempt retried on another, not after the whole model timeout.
+        beating = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
         try:
             completion = await agent.caller.complete(request, schema)
         except AgentkitError as error:
             raise encode_error(error) from error
+        finally:
+            beating.cancel()
         value: BaseModel = completion.value
         return ModelReply(
             value=value.model_dump(mode="json"),

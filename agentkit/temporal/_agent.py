@@ -47,8 +47,10 @@ class ActivityPolicy:
     retry_initial: timedelta = timedelta(seconds=1)
     """First backoff between two attempts of a live tool call."""
     heartbeat: timedelta | None = timedelta(seconds=10)
-    """Heartbeat timeout of tool activities (the worker heartbeats while the tool runs), so a dead
-    worker's call is noticed in this long rather than at its ``start_to_close_timeout``."""
+    """Heartbeat timeout of model and tool activities (the worker heartbeats while the model call or the
+    tool runs), so a dead worker's attempt is noticed in this long rather than at its
+    ``start_to_close_timeout``: a lost model attempt is then retried (on another worker), a lost live tool
+    call too, and a lost approved call is an unknown outcome. ``None``: no heartbeat."""
 
 
 @dataclass(frozen=True, kw_only=True)

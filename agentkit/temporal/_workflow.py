@@ -82,13 +82,14 @@ class _ActivityCaller:
                 call,
                 result_type=ModelReply,
                 start_to_close_timeout=self.policy.model_timeout,
+                heartbeat_timeout=self.policy.heartbeat,
                 retry_policy=_ONCE,
             )
         except ActivityError as failed:
             if isinstance(failed.cause, ApplicationError):
                 raise decode_error(failed.cause) from None
-            # The attempt's outcome was lost (its worker died, or it timed out): a transient failure,
-            # which generate_structured retries and fails over like any other.
+            # The attempt's outcome was lost (its worker died and stopped heartbeating, or it timed out): a
+            # transient failure, which generate_structured retries (on any worker) and fails over like any other.
             raise ProviderError(f"model call lost: {failed.cause or failed}", transient=True) from None
         usage = Usage(requests=reply.requests, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
         return Completion(
