@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -203,8 +204,8 @@ async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(
     temporal_address: str,
 ) -> None:
     """A run started with `agentkit temporal start`: its approved IRREVERSIBLE call, whose worker dies
-    mid-call, is not retried: the run shows OUTCOME_UNKNOWN; a human resolves it (CLI) and the run goes on
-    with that as the call's observation."""
+    mid-call, is not retried: the run shows OUTCOME_UNKNOWN (wait_for sees it, in the leg the run continues
+    as); a human resolves it (CLI) and the run goes on with that as the call's observation."""
     fake.add(step("send", to="bob", text="hang"), DONE)
     with worker(temporal_address, runs.task_queue, fake, tmp_path) as first:
         started = await cli(
@@ -218,7 +219,7 @@ async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(
         first.send_signal(signal.SIGKILL)
         first.wait()
     with worker(temporal_address, runs.task_queue, fake, tmp_path):
-        unknown = await until(handle, RunStatus.OUTCOME_UNKNOWN)
+        unknown = await handle.wait_for(RunStatus.OUTCOME_UNKNOWN, timeout=timedelta(seconds=60))
         assert unknown.unknown is not None
         assert unknown.unknown.digest == proposal.digest
         wrong = await cli(
