@@ -1,16 +1,20 @@
 """``agentkit temporal``: start durable runs on Temporal, list and show them, decide their proposals.
 
-    agentkit temporal start AGENT --task-queue Q [--ctx JSON] [--run-id ID]
+    agentkit temporal start AGENT --task-queue Q [--ctx JSON] [--run-id ID] [--agents MODULE:ATTR]
     agentkit temporal list
     agentkit temporal show RUN_ID
     agentkit temporal approve RUN_ID --round N --digest D --by NAME [--note TEXT]
     agentkit temporal reject RUN_ID --round N --digest D --by NAME [--reason TEXT]
     agentkit temporal resolve RUN_ID --round N --digest D --by NAME (--ran | --not-ran) [--note TEXT]
 
-Each takes ``--address`` (default ``$TEMPORAL_ADDRESS`` or ``localhost:7233``) and ``--namespace``
-(default ``default``). The worker is ``agentkit worker --temporal ADDRESS --task-queue Q --agents
-module:attr``. A refused decision (wrong digest, no such pending proposal, already decided) exits
-with status 1 and changes nothing. The SDK (extra ``temporal``) is imported only when a command runs.
+Each takes ``--address`` (default ``$TEMPORAL_ADDRESS`` or ``localhost:7233``), ``--namespace``
+(default ``default``) and ``--task-queue`` (default ``agentkit``; only ``start`` uses it). The worker
+is ``agentkit worker --temporal ADDRESS --task-queue Q --agents module:attr``. ``start --agents``
+names the agents (``DurableAgent`` or ``AgentSpec`` values) so that the ctx is validated before the
+run starts (exit status 2 naming each error, nothing started); without it the workers validate it,
+and a ctx that does not validate fails the run (``show`` says why). A refused decision (wrong digest,
+no such pending proposal, already decided) exits with status 1 and changes nothing. The SDK (extra
+``temporal``) is imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -28,9 +32,9 @@ from agentkit._cli import import_object, positive_int, skip_teardown
 from agentkit.errors import AgentkitError, UsageError
 
 if TYPE_CHECKING:
-    from agentkit.temporal import DurableAgent, DurableRuns
+    from agentkit.temporal import AgentSpec, DurableAgent, DurableRuns
 
-__all__ = ["load_agents", "register", "serve_temporal"]
+__all__ = ["load_agents", "load_specs", "register", "serve_temporal"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,6 +57,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     start.add_argument("agent", metavar="AGENT", help="the durable agent's name")
     start.add_argument("--ctx", default="null", metavar="JSON", help="the run's ctx, as JSON")
     start.add_argument("--run-id", metavar="ID", help="the run id (the workflow id); default a fresh one")
+    start.add_argument(
+        "--agents",
+        action="append",
+        metavar="MODULE:ATTR",
+        help="DurableAgent or AgentSpec values by import path: validate the ctx before the run starts",
+    )
     start.set_defaults(handler=_start)
     listed = command("list", "the most recent runs and their status")
     listed.add_argument("--limit", type=positive_int, default=50, metavar="N")
@@ -110,12 +120,26 @@ def _start(args: argparse.Namespace) -> int:
     except ValueError as wrong:
         print(f"agentkit: error: --ctx is not JSON: {wrong}", file=sys.stderr)
         return 2
+    try:
+        agent: AgentSpec[Any, Any] | str = _spec(args.agent, args.agents) if args.agents else args.agent
+        if not isinstance(agent, str):
+            agent.ctx_json(ctx)  # refused here, before connecting: nothing is started
+    except AgentkitError as error:
+        print(f"agentkit: error: {error}", file=sys.stderr)
+        return 2
 
     async def work() -> None:
         runs: DurableRuns = await _runs(args)
-        print(await runs.start_named(args.agent, ctx, run_id=args.run_id))
+        print((await runs.start(agent, ctx, run_id=args.run_id)).run_id)
 
     return _run(work())
+
+
+def _spec(name: str, paths: Sequence[str]) -> AgentSpec[Any, Any]:
+    specs = {spec.name: spec for spec in load_specs(paths)}
+    if name not in specs:
+        raise UsageError(f"--agents names no agent {name!r} (it names {sorted(specs)}); start one of those")
+    return specs[name]
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -164,14 +188,36 @@ def load_agents(paths: Sequence[str]) -> list[DurableAgent[Any, Any]]:
     from agentkit.temporal import DurableAgent
 
     agents: list[DurableAgent[Any, Any]] = []
+    for path, item in _load(paths):
+        if not isinstance(item, DurableAgent):
+            raise UsageError(f"--agents {path!r}: {item!r} is not a DurableAgent")
+        agents.append(item)
+    return agents
+
+
+def load_specs(paths: Sequence[str]) -> list[AgentSpec[Any, Any]]:
+    """The specs named by ``module:attr`` paths: ``AgentSpec`` values, or ``DurableAgent`` values (their spec)."""
+    from agentkit.temporal import AgentSpec, DurableAgent
+
+    specs: list[AgentSpec[Any, Any]] = []
+    for path, item in _load(paths):
+        if isinstance(item, DurableAgent):
+            specs.append(item.spec)
+        elif isinstance(item, AgentSpec):
+            specs.append(item)
+        else:
+            raise UsageError(f"--agents {path!r}: {item!r} is neither an AgentSpec nor a DurableAgent")
+    return specs
+
+
+def _load(paths: Sequence[str]) -> list[tuple[str, object]]:
+    """What each ``module:attr`` path names (one value, or each of a sequence), with its path."""
+    loaded: list[tuple[str, object]] = []
     for path in paths:
         found = import_object("--agents", path, "myapp.agents:AGENTS")
         items = list(found) if isinstance(found, Sequence) and not isinstance(found, str) else [found]
-        for item in items:
-            if not isinstance(item, DurableAgent):
-                raise UsageError(f"--agents {path!r}: {item!r} is not a DurableAgent")
-            agents.append(item)
-    return agents
+        loaded.extend((path, item) for item in items)
+    return loaded
 
 
 def serve_temporal(args: argparse.Namespace) -> int:

@@ -31,7 +31,8 @@ The tree::
     │   ├── NothingRan              the journal failed before a claim held: the tool was not called
     │   ├── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
     │   └── RunClaimed              another live process holds the run (it runs, or resumes it); nothing ran
-    └── McpServerError              an MCP server failed, hung, or changed a tool after it was wired
+    ├── McpServerError              an MCP server failed, hung, or changed a tool after it was wired
+    └── RunEnded                    a durable run ended before the status waited for (``wait_for``)
 
     ToolRetry                       not an error: a tool's signal that the call was wrong (see below)
 
@@ -42,8 +43,8 @@ tool raises to tell the executor its call was wrong; it derives from ``Exception
 
 Every one is importable from here. The public modules that raise them re-export theirs
 (``agentkit.journal.JournalError``, ``agentkit.program.ProgramError``, ``agentkit.mcp.McpServerError``,
-``agentkit.testing.ScriptExhausted``); they are the same classes. The top level has the root,
-``UsageError`` and ``ToolRetry``.
+``agentkit.testing.ScriptExhausted``, ``agentkit.temporal.RunEnded``); they are the same classes. The top
+level has the root, ``UsageError`` and ``ToolRetry``.
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ __all__ = [
     "ReplayDiverged",
     "ResumeRefused",
     "RunClaimed",
+    "RunEnded",
     "ScriptExhausted",
     "StructuredOutputError",
     "Throttled",
@@ -374,3 +376,16 @@ class RunClaimed(JournalError):
         """The run."""
         self.holder = holder
         """Who holds it (``host:pid``), as recorded."""
+
+
+class RunEnded(AgentkitError):
+    """A durable run ended, failed or was refused before it reached the status waited for
+    (``RunHandle.wait_for``): it will not reach it now."""
+
+    def __init__(self, message: str, *, run_id: str, status: str) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        """The run (its workflow id)."""
+        self.status = status
+        """Where it stands: a ``RunStatus`` value (``finished``, ``failed``, ``refused``), or Temporal's own
+        status of a run closed otherwise (``timed_out``, ``terminated``, ``canceled``)."""

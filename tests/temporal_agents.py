@@ -2,7 +2,8 @@
 their completed calls in a file (tool-side, across processes), over a model at a given URL; and the
 tests' shared scaffolding (the model's steps, the fixtures ``fake``, ``runs`` and ``agents``).
 
-Worker processes import ``AGENTS``, built from ``AGENTKIT_TEST_MODEL_URL`` and ``AGENTKIT_TEST_TOOL_LOG``.
+Worker processes import ``AGENTS``, built from ``AGENTKIT_TEST_MODEL_URL`` and ``AGENTKIT_TEST_TOOL_LOG``;
+a client process may import ``SPECS`` instead.
 """
 
 from __future__ import annotations
@@ -20,10 +21,14 @@ from pydantic import BaseModel
 
 from agentkit import LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, tool
 from agentkit.providers.openai import OpenAICaller
-from agentkit.temporal import ActivityPolicy, DurableAgent, DurableRuns, RunHandle, RunState, RunStatus
+from agentkit.temporal import ActivityPolicy, AgentSpec, DurableAgent, DurableRuns, RunHandle, RunState, RunStatus
 from agentkit.testing import FakeOpenAIServer
 
 DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
+
+MODEL_TIMEOUT = 600.0
+"""The agents' model timeout in seconds: long, so that a lost model attempt retried well before it shows that
+the heartbeat, not the timeout, ended the attempt."""
 
 
 def step(tool: str, **args: str) -> dict[str, Any]:
@@ -160,7 +165,9 @@ def make_agents(
         return [Doc(id="count")]
 
     caller = OpenAICaller(base_url=model_url, api_key="k")
-    policy = ActivityPolicy(heartbeat=_seconds(heartbeat), retry_initial=_seconds(0.1))
+    policy = ActivityPolicy(
+        heartbeat=_seconds(heartbeat), retry_initial=_seconds(0.1), model_timeout=_seconds(MODEL_TIMEOUT)
+    )
     tools: Sequence[Any] = [search, send]
     if redeploy == "retiered":
         tools = [search, dataclasses.replace(send, tier=Tier.READ_ONLY)]
@@ -187,6 +194,12 @@ def _seconds(value: float) -> Any:
 
     return timedelta(seconds=value)
 
+
+SPECS = [
+    AgentSpec(name="research", ctx_type=Brief, item_type=Doc),
+    AgentSpec(name="lookup", ctx_type=Brief, item_type=Doc),
+]
+"""What a client knows of ``AGENTS``: names, ctx type, item type (no caller, no tools)."""
 
 AGENTS = make_agents(
     os.environ.get("AGENTKIT_TEST_MODEL_URL", "http://127.0.0.1:9/v1"),

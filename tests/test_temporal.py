@@ -270,8 +270,8 @@ async def test_tool_call_ends_as_in_process(
 ) -> None:
     """The tool activity runs the call through the loop's own invoke: a ToolRetry is the same observation
     (the call as the model made it, though the tool changed its args), and a raised exception, a return
-    that is not a batch and a timeout end the run with the same error, once Temporal's attempts of a live
-    call are spent."""
+    that is not a batch and a timeout end the run with the same error (its class, message and tool name,
+    rebuilt on the client), once Temporal's attempts of a live call are spent."""
     script = [bare(query=query), DONE] if query == "retry" else [bare(query=query)]
     tried: list[str] = []
     async with OpenAICaller(base_url=fake.base_url, api_key="k") as caller:
@@ -281,7 +281,9 @@ async def test_tool_call_ends_as_in_process(
         fake.add(*script)
         async with build_worker(runs.client, probe, task_queue=runs.task_queue):
             durable = await (await runs.start(probe, Brief(topic="t"))).result()
-    assert durable.error == (str(local.error) if local.error is not None else None)
+    assert type(durable.error) is type(local.error)
+    assert str(durable.error) == str(local.error)
+    assert getattr(durable.error, "tool_name", None) == getattr(local.error, "tool_name", None)
     assert (durable.outcome, durable.stop_reason, durable.rounds) == (local.outcome, local.stop_reason, local.rounds)
     half = len(script)
     assert [r["messages"] for r in fake.requests[half:]] == [r["messages"] for r in fake.requests[:half]]

@@ -3,6 +3,7 @@ set is admitted against the worker's before anything runs, and a difference fail
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Replayer
 
-from agentkit.temporal import DurableAgent, DurableRuns, RunStatus, build_worker, workflow_for
+from agentkit.temporal import DurableAgent, DurableRuns, RunEnded, RunStatus, build_worker, workflow_for
 from agentkit.testing import FakeOpenAIServer
 from tests.temporal_agents import (  # noqa: F401  # the fixtures fake, runs and agents
     DONE,
@@ -47,7 +48,7 @@ async def test_waiting_run_refuses_a_worker_whose_tools_changed(
     """A run waits on a proposed IRREVERSIBLE send; the worker is replaced by one whose tool set differs
     (send re-tiered READ_ONLY, a tool added, send removed). The rejection is refused naming the difference,
     the send never runs (tool-side log), no model call is made, and the run fails saying why, at once
-    (not a workflow task retried forever)."""
+    (not a workflow task retried forever). Waiting for it to wait raises RunEnded, and changes nothing."""
     fake.add(step("send", to="bob", text="hi"), DONE)
     async with build_worker(runs.client, agents, task_queue=runs.task_queue):
         handle = await runs.start(agents[0], Brief(topic="t"))
@@ -56,6 +57,9 @@ async def test_waiting_run_refuses_a_worker_whose_tools_changed(
     try:
         async with build_worker(runs.client, redeployed, task_queue=runs.task_queue):
             shown = await until(handle, RunStatus.REFUSED)
+            with pytest.raises(RunEnded, match="is refused"):
+                await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=30))
+            assert await handle.state() == shown  # waiting on it sent it nothing
             with pytest.raises(WorkflowUpdateFailedError) as refused:
                 await handle.reject(proposal, by="ops", reason="no")
             with pytest.raises(WorkflowFailureError) as failed:

@@ -1,5 +1,6 @@
 """Worker processes on a real Temporal dev server: decisions from another process through the CLI,
-a worker SIGKILLed mid-run, an approved call whose outcome is lost, two workers sharing runs."""
+a worker SIGKILLed mid-run (in a tool call, or in a model call), an approved call whose outcome is lost,
+two workers sharing runs."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +22,10 @@ import pytest
 
 from agentkit import Outcome, StopReason
 from agentkit.temporal import DurableAgent, DurableRuns, RunStatus, build_worker
-from agentkit.testing import FakeOpenAIServer
+from agentkit.testing import FakeOpenAIServer, FakeReply
 from tests.temporal_agents import (  # noqa: F401  # the fixtures fake, runs and agents
     DONE,
+    MODEL_TIMEOUT,
     Brief,
     Doc,
     agents_fixture,
@@ -163,6 +166,36 @@ async def test_worker_killed_mid_run_is_finished_by_another_without_repeating_wo
     )
 
 
+async def test_model_call_whose_worker_dies_is_retried_on_another_after_the_heartbeat(
+    runs: DurableRuns,
+    agents: list[DurableAgent[Any, Any]],
+    fake: FakeOpenAIServer,
+    tmp_path: Path,
+    temporal_address: str,
+) -> None:
+    """SIGKILL a worker while the model holds its first request; a second worker finishes the run long before
+    the model timeout (10 minutes): the model activity heartbeats, so the lost attempt ends after the
+    heartbeat timeout (1 s) and the same request is asked again, once, on the other worker."""
+    fake.add(FakeReply.value(bare(query="a"), delay=3600), bare(query="a"), DONE)
+    with worker(temporal_address, runs.task_queue, fake, tmp_path) as first:
+        handle = await runs.start(agents[1], Brief(topic="t"))
+        for _ in range(1200):
+            if fake.requests:
+                break
+            await asyncio.sleep(0.05)
+        assert len(fake.requests) == 1, "the first model request never arrived"
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    with worker(temporal_address, runs.task_queue, fake, tmp_path):
+        # A fifth of MODEL_TIMEOUT: only the heartbeat can have ended the lost attempt by then.
+        result = await asyncio.wait_for(handle.result(), MODEL_TIMEOUT / 5)
+    assert len(fake.requests) == 3
+    assert fake.requests[0]["messages"] == fake.requests[1]["messages"], "the lost attempt was not asked again"
+    assert result.items == [Doc(id="doc:a")]
+    assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE)
+    assert tool_log(tmp_path) == ["search a"]
+
+
 async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(
     runs: DurableRuns,
     agents: list[DurableAgent[Any, Any]],
@@ -171,8 +204,8 @@ async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(
     temporal_address: str,
 ) -> None:
     """A run started with `agentkit temporal start`: its approved IRREVERSIBLE call, whose worker dies
-    mid-call, is not retried: the run shows OUTCOME_UNKNOWN; a human resolves it (CLI) and the run goes on
-    with that as the call's observation."""
+    mid-call, is not retried: the run shows OUTCOME_UNKNOWN (wait_for sees it, in the leg the run continues
+    as); a human resolves it (CLI) and the run goes on with that as the call's observation."""
     fake.add(step("send", to="bob", text="hang"), DONE)
     with worker(temporal_address, runs.task_queue, fake, tmp_path) as first:
         started = await cli(
@@ -186,7 +219,7 @@ async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(
         first.send_signal(signal.SIGKILL)
         first.wait()
     with worker(temporal_address, runs.task_queue, fake, tmp_path):
-        unknown = await until(handle, RunStatus.OUTCOME_UNKNOWN)
+        unknown = await handle.wait_for(RunStatus.OUTCOME_UNKNOWN, timeout=timedelta(seconds=60))
         assert unknown.unknown is not None
         assert unknown.unknown.digest == proposal.digest
         wrong = await cli(

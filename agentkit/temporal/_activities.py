@@ -1,7 +1,7 @@
 """The activities: one model attempt, one tool call. They run on workers, outside the workflow.
 
 Errors cross back as ``ApplicationError`` values whose ``type`` names the agentkit error and whose
-details carry its fields, so the workflow rebuilds the same error (``errors_of``) and the loop core
+details carry its fields, so the workflow rebuilds the same error (``decode_error``) and the loop core
 treats it exactly as in-process.
 """
 
@@ -20,15 +20,9 @@ from agentkit._codec import Codec
 from agentkit._invoke import invoke
 from agentkit._structured import StructuredRequest
 from agentkit._usage import Usage
-from agentkit.errors import (
-    AgentkitError,
-    ProviderError,
-    StructuredOutputError,
-    Throttled,
-    ToolError,
-    Truncated,
-)
+from agentkit.errors import AgentkitError, ProviderError, ToolError
 from agentkit.temporal._agent import DurableAgent
+from agentkit.temporal._errors import error_fields, error_kind, rebuild_error
 from agentkit.temporal._values import ModelCall, ModelReply, ToolCallInput, ToolReply, ToolSet
 
 MODEL_ACTIVITY = "agentkit.model_call"
@@ -38,29 +32,25 @@ RECORD_TOOLS = "agentkit.record_tools"
 REQUEST = TypeAdapter(StructuredRequest)
 
 
+_MODEL_ERRORS = frozenset({"Throttled", "Truncated", "StructuredOutputError", "ProviderError"})
+"""The errors a model attempt reports as themselves; any other is the attempt's ``ProviderError``."""
+
+
 def encode_error(error: AgentkitError) -> ApplicationError:
-    """An agentkit error as a non-retryable activity failure the workflow can rebuild."""
+    """An agentkit error as a non-retryable activity failure the workflow can rebuild: its type's name, its
+    message, and as details its usage and its own fields (``_errors``)."""
     usage = getattr(error, "usage", None) or Usage(requests=1)
     details: dict[str, JsonValue] = {
         "requests": usage.requests,
         "input_tokens": usage.input_tokens,
         "output_tokens": usage.output_tokens,
+        **error_fields(error),
     }
-    if isinstance(error, Throttled):
-        details["retry_after"] = error.retry_after
-    if isinstance(error, ProviderError):
-        details["transient"] = error.transient
-        details["status"] = error.status
-    if isinstance(error, StructuredOutputError):
-        details["schema_name"] = error.schema_name
-        details["raw"] = error.raw
-    if isinstance(error, Truncated):
-        details["max_tokens"] = error.max_tokens
-    return ApplicationError(str(error), details, type=type(error).__name__, non_retryable=True)
+    return ApplicationError(str(error), details, type=error_kind(error), non_retryable=True)
 
 
 def decode_error(failure: ApplicationError) -> AgentkitError:
-    """The agentkit error an activity reported (``encode_error``); anything else is a provider failure."""
+    """The agentkit error a model activity reported (``encode_error``); anything else is a provider failure."""
     raw = failure.details[0] if failure.details else {}
     details: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     usage = Usage(
@@ -68,27 +58,10 @@ def decode_error(failure: ApplicationError) -> AgentkitError:
         input_tokens=int(details.get("input_tokens", 0)),
         output_tokens=int(details.get("output_tokens", 0)),
     )
-    message = failure.message
-    match failure.type:
-        case "Throttled":
-            return Throttled(message, retry_after=details.get("retry_after"), usage=usage)
-        case "Truncated":
-            return Truncated(
-                message,
-                raw=str(details.get("raw") or ""),
-                max_tokens=details.get("max_tokens"),
-                schema_name=details.get("schema_name", ""),
-                usage=usage,
-            )
-        case "StructuredOutputError":
-            return StructuredOutputError(
-                message, schema_name=details.get("schema_name", ""), raw=details.get("raw"), usage=usage
-            )
-        case "ProviderError":
-            transient = bool(details.get("transient", False))
-            return ProviderError(message, transient=transient, status=details.get("status"), usage=usage)
-        case _:
-            return ProviderError(f"model activity failed: {message}", usage=usage)
+    if failure.type not in _MODEL_ERRORS:
+        return ProviderError(f"model activity failed: {failure.message}", usage=usage)
+    fields = {k: v for k, v in details.items() if k not in ("requests", "input_tokens", "output_tokens")}
+    return rebuild_error(failure.type or "", failure.message, fields, usage=usage)
 
 
 class Activities:
@@ -121,10 +94,15 @@ class Activities:
                 non_retryable=True,
             )
         request = REQUEST.validate_python(call.request)
+        # Heartbeats while the model answers: a worker that dies mid-call is noticed after the policy's
+        # heartbeat timeout, and the attempt retried on another, not after the whole model timeout.
+        beating = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
         try:
             completion = await agent.caller.complete(request, schema)
         except AgentkitError as error:
             raise encode_error(error) from error
+        finally:
+            beating.cancel()
         value: BaseModel = completion.value
         return ModelReply(
             value=value.model_dump(mode="json"),

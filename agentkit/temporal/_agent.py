@@ -20,6 +20,7 @@ from agentkit._tiers import runs_live
 from agentkit._toolbox import Toolbox
 from agentkit._tools import Tool, declared_tier, takes_ctx
 from agentkit.errors import UsageError
+from agentkit.temporal._spec import AgentSpec
 
 __all__ = ["ActivityPolicy", "DurableAgent"]
 
@@ -47,8 +48,10 @@ class ActivityPolicy:
     retry_initial: timedelta = timedelta(seconds=1)
     """First backoff between two attempts of a live tool call."""
     heartbeat: timedelta | None = timedelta(seconds=10)
-    """Heartbeat timeout of tool activities (the worker heartbeats while the tool runs), so a dead
-    worker's call is noticed in this long rather than at its ``start_to_close_timeout``."""
+    """Heartbeat timeout of model and tool activities (the worker heartbeats while the model call or the
+    tool runs), so a dead worker's attempt is noticed in this long rather than at its
+    ``start_to_close_timeout``: a lost model attempt is then retried (on another worker), a lost live tool
+    call too, and a lost approved call is an unknown outcome. ``None``: no heartbeat."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,8 +60,9 @@ class DurableAgent(Generic[Ctx, R]):
 
     The workflow plays the rounds (``agent.render`` runs in workflow code, so it must be
     deterministic: no clock, no I/O); the model calls go through ``caller`` and the tool calls
-    through the tools, each as an activity on a worker. Every process that serves or starts the
-    agent builds the same ``DurableAgent`` (import it from one module).
+    through the tools, each as an activity on a worker. Every process that serves the agent builds
+    the same ``DurableAgent`` (import it from one module); a process that only starts runs and reads
+    their results may use its ``spec`` (an ``AgentSpec``) instead.
 
     Raises:
         UsageError: a tool whose items cannot round-trip through JSON (their type travels between
@@ -101,8 +105,14 @@ class DurableAgent(Generic[Ctx, R]):
         return Toolbox.build(self.tools, self.config)
 
     @cached_property
+    def spec(self) -> AgentSpec[Ctx, R]:
+        """What a client needs of this agent: its name, ctx type and item type (``DurableRuns.start`` takes
+        either; a client process can build the spec alone, without the agent's caller and tools)."""
+        return AgentSpec[Ctx, R](name=self.name, ctx_type=self.ctx_type, item_type=self.item_type)
+
+    @cached_property
     def ctx_adapter(self) -> TypeAdapter[Any]:
-        return TypeAdapter(self.ctx_type)
+        return self.spec.ctx_adapter
 
     @cached_property
     def item_type(self) -> Any:

@@ -1,20 +1,32 @@
-"""The typed client: start durable runs, read their state, decide their proposals, get their results."""
+"""The typed client: start durable runs, read their state, wait for it, decide their proposals, get their results."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar, overload
 
-from pydantic import TypeAdapter
-from temporalio.client import Client, WorkflowHandle
+from pydantic import JsonValue
+from temporalio.client import (
+    Client,
+    RPCTimeoutOrCancelledError,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint
 from agentkit._usage import Usage
+from agentkit.errors import AgentkitError, RunEnded, UsageError
 from agentkit.temporal._agent import DurableAgent
+from agentkit.temporal._errors import rebuild_error
+from agentkit.temporal._spec import AgentSpec
 from agentkit.temporal._values import (
+    SETTLED,
     Decision,
     DecisionRecord,
     DurableOutcome,
@@ -22,7 +34,9 @@ from agentkit.temporal._values import (
     Resolution,
     RunStart,
     RunState,
+    RunStatus,
     RunSummary,
+    Wait,
 )
 from agentkit.temporal._worker import connect
 from agentkit.temporal._workflow import WORKFLOW_NAME
@@ -31,6 +45,11 @@ __all__ = ["DurableResult", "DurableRuns", "RunHandle"]
 
 Ctx = TypeVar("Ctx")
 R = TypeVar("R")
+
+WAIT_TIMEOUT = timedelta(minutes=5)
+"""How long ``wait_for`` waits unless told (``timeout=None``: as long as it takes)."""
+_POLL = 0.5
+"""Seconds between looks when the run's workers predate the ``wait`` Update (a rolling deploy)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -42,8 +61,10 @@ class DurableResult(Generic[R]):
     """Every item gathered, the approved calls' included, validated as the tools' item type."""
     outcome: Outcome
     stop_reason: StopReason
-    error: str | None
-    """The error's message, when the run ended with one."""
+    error: AgentkitError | None
+    """The error the run ended with, as in-process: its ``agentkit.errors`` class (a ``ToolError`` with its
+    ``tool_name``, a ``ProviderError`` with its ``status``...) and its message, rebuilt from the run's
+    result. ``None`` when it ended without one."""
     rounds: int
     usage: Usage
     proposed: tuple[PendingProposal, ...]
@@ -51,6 +72,12 @@ class DurableResult(Generic[R]):
     decisions: tuple[DecisionRecord, ...]
     """Every decision and resolution the run accepted."""
     checkpoint: RunCheckpoint
+
+    def raise_for_error(self) -> Self:
+        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
+        if self.error is not None:
+            raise self.error
+        return self
 
 
 class DurableRuns:
@@ -72,23 +99,53 @@ class DurableRuns:
         """Connect to Temporal at ``address`` with the pydantic data converter."""
         return cls(await connect(address, namespace=namespace), task_queue=task_queue)
 
+    @overload
     async def start(
         self,
-        agent: DurableAgent[Ctx, R],
+        agent: DurableAgent[Ctx, R] | AgentSpec[Ctx, R],
         ctx: Ctx,
         *,
         run_id: str | None = None,
         execution_timeout: timedelta | None = None,
-    ) -> RunHandle[R]:
-        """Start a run of ``agent`` on ``ctx``; ``run_id`` (the workflow id) defaults to a fresh one."""
-        ctx_json = agent.ctx_adapter.dump_python(ctx, mode="json")
-        run_id = await self.start_named(agent.name, ctx_json, run_id=run_id, execution_timeout=execution_timeout)
-        return self.get(agent, run_id)
+    ) -> RunHandle[R]: ...
+    @overload
+    async def start(
+        self,
+        agent: str,
+        ctx: object = None,
+        *,
+        run_id: str | None = None,
+        execution_timeout: timedelta | None = None,
+    ) -> RunHandle[JsonValue]: ...
+    async def start(
+        self,
+        agent: DurableAgent[Any, Any] | AgentSpec[Any, Any] | str,
+        ctx: Any = None,
+        *,
+        run_id: str | None = None,
+        execution_timeout: timedelta | None = None,
+    ) -> RunHandle[Any]:
+        """Start a run of ``agent`` on ``ctx``; ``run_id`` (the workflow id) defaults to a fresh one.
+
+        ``agent`` is the ``DurableAgent``, its ``AgentSpec`` (a client needs no more: no caller, no tools),
+        or its name alone: then ``ctx`` is any JSON value (the workers validate it) and the handle's items
+        are JSON values.
+
+        Raises:
+            UsageError: ``ctx`` does not validate as the agent's ``ctx_type`` (as the workflow would read it),
+                or is not JSON; the message names the agent and each error. Nothing was started.
+        """
+        spec = _spec_of(agent)
+        ctx_json = spec.ctx_json(ctx)
+        run_id = await self.start_named(spec.name, ctx_json, run_id=run_id, execution_timeout=execution_timeout)
+        return RunHandle(self, spec, run_id)
 
     async def start_named(
         self, agent: str, ctx: Any, *, run_id: str | None = None, execution_timeout: timedelta | None = None
     ) -> str:
-        """Start a run of the agent named ``agent`` with ``ctx`` as JSON (the CLI's way); its run id."""
+        """Start a run of the agent named ``agent`` with ``ctx`` as JSON; its run id (``start(name, ctx)``
+        gives a handle). The workers validate ``ctx``: one that does not validate fails the run
+        (``RunStatus.FAILED``, an ``ApplicationError`` of type ``InvalidCtx`` naming each error)."""
         run_id = run_id or f"agentkit-{uuid.uuid4().hex}"
         await self.client.start_workflow(
             WORKFLOW_NAME,
@@ -99,9 +156,13 @@ class DurableRuns:
         )
         return run_id
 
-    def get(self, agent: DurableAgent[Any, R], run_id: str) -> RunHandle[R]:
-        """The handle of an existing run of ``agent``."""
-        return RunHandle(self, agent, run_id)
+    @overload
+    def get(self, agent: DurableAgent[Any, R] | AgentSpec[Any, R], run_id: str) -> RunHandle[R]: ...
+    @overload
+    def get(self, agent: str, run_id: str) -> RunHandle[JsonValue]: ...
+    def get(self, agent: DurableAgent[Any, Any] | AgentSpec[Any, Any] | str, run_id: str) -> RunHandle[Any]:
+        """The handle of an existing run of ``agent`` (the agent, its spec, or its name: items as JSON)."""
+        return RunHandle(self, _spec_of(agent), run_id)
 
     def _handle(self, run_id: str) -> WorkflowHandle[Any, DurableOutcome]:
         return self.client.get_workflow_handle(run_id, result_type=DurableOutcome)
@@ -136,6 +197,80 @@ class DurableRuns:
         state: RunState = await self._handle(run_id).execute_update("resolve", resolution, result_type=RunState)
         return state
 
+    async def wait_for(
+        self,
+        run_id: str,
+        *statuses: RunStatus,
+        timeout: timedelta | None = WAIT_TIMEOUT,  # noqa: ASYNC109  # the workflow's handler is bounded by it too
+    ) -> RunState:
+        """The run's state as soon as its status is one of ``statuses`` (``RunStatus.WAITING``,
+        ``RunStatus.OUTCOME_UNKNOWN``...), within ``timeout`` (5 minutes unless told; ``None``: no bound).
+
+        It does not poll: the workflow's ``wait`` Update answers once the status is reached, and a wait that
+        outlives a leg of the run (continued as new at a wait for people) goes on on the next. Where the
+        run's workers predate that Update, it looks at the state every half second instead.
+
+        Raises:
+            RunEnded: the run finished, failed or was refused (or was closed otherwise: timed out,
+                terminated) before it reached one of ``statuses``; the message says where it stands.
+            TimeoutError: ``timeout`` passed first; the message names the status the run was in.
+        """
+        if not statuses:
+            raise UsageError("wait_for needs the statuses to wait for, e.g. wait_for(run_id, RunStatus.WAITING)")
+        wanted = frozenset(statuses)
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout.total_seconds()
+        state: RunState | None = None
+        scope = asyncio.timeout_at(deadline)
+        try:
+            async with scope:
+                state = await self.state(run_id)
+                while state.status not in wanted:
+                    if state.status in SETTLED:
+                        raise _ended(state, wanted)
+                    # The handler's own bound is a little after the client's, so the client's ends the wait.
+                    left = None if deadline is None else max(deadline - loop.time(), 0.0) + 1.0
+                    state = await self._next_state(run_id, wanted, Wait(statuses=tuple(statuses), seconds=left))
+                return state
+        except (TimeoutError, RPCTimeoutOrCancelledError):
+            # The SDK words a cancelled Update as its own error; the timeout's cancellation is either.
+            if not scope.expired():
+                raise
+            now = state.status.value if state is not None else "not yet seen"
+            raise TimeoutError(f"run {run_id!r} did not reach {_names(wanted)} within {timeout}; it is {now}") from None
+
+    async def _next_state(self, run_id: str, wanted: frozenset[RunStatus], wait: Wait) -> RunState:
+        """The state the ``wait`` Update answers with; else the state once more, when the leg it reached
+        ended before answering, or the run's workers do not know the Update."""
+        try:
+            state: RunState = await self._handle(run_id).execute_update("wait", wait, result_type=RunState)
+        except WorkflowUpdateFailedError as failed:
+            if getattr(failed.cause, "type", None) != "AcceptedUpdateCompletedWorkflow":
+                await asyncio.sleep(_POLL)  # workers without the Update: look again, as a poll would
+            return await self.state(run_id)
+        except RPCError as error:
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            return await self._closed(run_id, wanted)
+        return state
+
+    async def _closed(self, run_id: str, wanted: frozenset[RunStatus]) -> RunState:
+        """The state of a run closed while it was waited on: its last state when that says it ended (or is
+        what was waited for, or a next leg has begun); else ``RunEnded`` with Temporal's status."""
+        state = await self.state(run_id)
+        if state.status in wanted or state.status in SETTLED:
+            return state
+        described = await self._handle(run_id).describe()
+        if described.status in (None, WorkflowExecutionStatus.RUNNING):
+            return state
+        closed = described.status.name.lower()
+        raise RunEnded(
+            f"run {run_id!r} was {closed.replace('_', ' ')} while {state.status.value}; it will not reach "
+            f"{_names(wanted)}",
+            run_id=run_id,
+            status=closed,
+        )
+
     async def outcome(self, run_id: str) -> DurableOutcome:
         """Wait for the run to end; its result as JSON values (``RunHandle.result`` types the items)."""
         return await self._handle(run_id).result()
@@ -151,13 +286,23 @@ class DurableRuns:
 
 
 class RunHandle(Generic[R]):
-    """One durable run of a known agent: typed result, state and decisions."""
+    """One durable run of a known agent: typed result, state, waits and decisions."""
 
-    def __init__(self, runs: DurableRuns, agent: DurableAgent[Any, R], run_id: str) -> None:
+    def __init__(self, runs: DurableRuns, agent: DurableAgent[Any, R] | AgentSpec[Any, R], run_id: str) -> None:
         self.runs, self.agent, self.run_id = runs, agent, run_id
+        self.spec: AgentSpec[Any, R] = _spec_of(agent)
+        """What the handle knows of the agent: its name, ctx type and item type."""
 
     async def state(self) -> RunState:
         return await self.runs.state(self.run_id)
+
+    async def wait_for(
+        self,
+        *statuses: RunStatus,
+        timeout: timedelta | None = WAIT_TIMEOUT,  # noqa: ASYNC109  # as DurableRuns.wait_for
+    ) -> RunState:
+        """The run's state once its status is one of ``statuses``; see ``DurableRuns.wait_for``."""
+        return await self.runs.wait_for(self.run_id, *statuses, timeout=timeout)
 
     async def approve(self, proposal: PendingProposal, *, by: str, note: str = "") -> RunState:
         """Approve this pending proposal (bound to its digest)."""
@@ -168,15 +313,24 @@ class RunHandle(Generic[R]):
         return await self.runs.reject(self.run_id, proposal.round, proposal.digest, by=by, reason=reason)
 
     async def result(self) -> DurableResult[R]:
-        """Wait for the run to end; its result with items typed by the agent's tools."""
+        """Wait for the run to end; its result with items typed by the agent's tools and its error rebuilt.
+
+        Raises:
+            temporalio.client.WorkflowFailureError: the run failed (its agent unknown to the workers, its
+                ctx invalid, its tools changed under it); the cause's ``type`` and message say which.
+        """
         outcome = await self.runs.outcome(self.run_id)
-        items: list[R] = TypeAdapter(list[self.agent.item_type]).validate_python(outcome.items)  # type: ignore[name-defined]  # a run-time type
+        items: list[R] = self.spec.items_adapter.validate_python(outcome.items)
+        error = None
+        if outcome.error is not None:
+            # A result recorded before errors carried their type rebuilds as the root, message kept.
+            error = rebuild_error(outcome.error_type or "AgentkitError", outcome.error, outcome.error_fields)
         return DurableResult(
             run_id=outcome.run_id,
             items=items,
             outcome=outcome.outcome,
             stop_reason=outcome.stop_reason,
-            error=outcome.error,
+            error=error,
             rounds=outcome.rounds,
             usage=Usage(
                 requests=outcome.requests, input_tokens=outcome.input_tokens, output_tokens=outcome.output_tokens
@@ -185,3 +339,26 @@ class RunHandle(Generic[R]):
             decisions=tuple(outcome.decisions),
             checkpoint=outcome.checkpoint,
         )
+
+
+def _spec_of(agent: DurableAgent[Any, R] | AgentSpec[Any, R] | str) -> AgentSpec[Any, Any]:
+    if isinstance(agent, str):
+        return AgentSpec.named(agent)
+    if isinstance(agent, AgentSpec):
+        return agent
+    return agent.spec
+
+
+def _names(statuses: frozenset[RunStatus]) -> str:
+    return " or ".join(sorted(status.value for status in statuses))
+
+
+def _ended(state: RunState, wanted: frozenset[RunStatus]) -> RunEnded:
+    why = state.error or state.refused
+    if state.outcome is not None:
+        why = f"{state.outcome.outcome.value}, {state.outcome.stop_reason.value}"
+    return RunEnded(
+        f"run {state.run_id!r} is {state.status.value} ({why}); it will not reach {_names(wanted)}",
+        run_id=state.run_id,
+        status=state.status.value,
+    )

@@ -13,6 +13,7 @@ from agentkit._state import RunCheckpoint, ToolEntry
 from agentkit._tiers import Tier
 
 __all__ = [
+    "SETTLED",
     "Decision",
     "DecisionRecord",
     "DurableOutcome",
@@ -28,6 +29,7 @@ __all__ = [
     "ToolCallInput",
     "ToolReply",
     "ToolSet",
+    "Wait",
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
@@ -44,10 +46,17 @@ class RunStatus(StrEnum):
     """An approved call's activity was lost (its worker died); a human must say whether it ran."""
     FINISHED = "finished"
     """Ended; ``RunState.outcome`` holds the result."""
+    FAILED = "failed"
+    """Failed before it could play: no agent of its name on the worker, or a ctx that does not validate as
+    the agent's ``ctx_type``; ``RunState.error`` says why (``result()`` raises ``WorkflowFailureError``)."""
     REFUSED = "refused"
     """The worker's tools are not the ones the run recorded (a redeploy changed a tier, added or removed a
     tool, or changed a tool's args); ``RunState.refused`` says what differs. Nothing runs; the run fails
     as soon as an Update or a signal reaches it on such a worker."""
+
+
+SETTLED = frozenset({RunStatus.FINISHED, RunStatus.FAILED, RunStatus.REFUSED})
+"""The statuses a run does not leave on its own (a refused run fails at the first Update that reaches it)."""
 
 
 class RunStart(BaseModel):
@@ -127,6 +136,11 @@ class DurableOutcome(BaseModel):
     outcome: Outcome
     stop_reason: StopReason
     error: str | None = None
+    """The message of the error the run ended with."""
+    error_type: str | None = None
+    """Its class in ``agentkit.errors`` (``ToolError``, ``ProviderError``...): the client rebuilds it."""
+    error_fields: dict[str, JsonValue] = {}
+    """Its own fields (``tool_name``, ``transient``, ``status``...)."""
     rounds: int
     requests: int
     input_tokens: int
@@ -172,6 +186,8 @@ class RunState(BaseModel):
     outcome: DurableOutcome | None = None
     refused: str | None = None
     """Status ``REFUSED``: what differs between the worker's tools and the run's."""
+    error: str | None = None
+    """Status ``FAILED``: why the run failed (an unknown agent, a ctx that does not validate)."""
 
 
 class RunSummary(BaseModel):
@@ -228,6 +244,15 @@ class ToolSet(BaseModel):
     model_config = _FROZEN
     agent: str
     tools: tuple[ToolEntry, ...]
+
+
+class Wait(BaseModel):
+    """The argument of the ``wait`` Update: the statuses waited for, and how long the client waits."""
+
+    model_config = _FROZEN
+    statuses: tuple[RunStatus, ...]
+    seconds: float | None = None
+    """The client's own timeout: the handler ends by then, so that it does not outlive the client's wait."""
 
 
 RunStart.model_rebuild()

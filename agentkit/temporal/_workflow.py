@@ -10,6 +10,7 @@ results: the run id is the workflow id, and the workflow's own clock stamps what
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Sequence
@@ -30,10 +31,12 @@ from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._tiers import Tier
-from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolSetChanged, ToolTimeout
+from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolSetChanged, ToolTimeout, UsageError
 from agentkit.temporal._activities import MODEL_ACTIVITY, RECORD_TOOLS, REQUEST, TOOL_ACTIVITY, decode_error
 from agentkit.temporal._agent import DurableAgent
+from agentkit.temporal._errors import error_fields, error_kind
 from agentkit.temporal._values import (
+    SETTLED,
     Decision,
     DecisionRecord,
     DurableOutcome,
@@ -48,6 +51,7 @@ from agentkit.temporal._values import (
     ToolCallInput,
     ToolReply,
     ToolSet,
+    Wait,
 )
 
 WORKFLOW_NAME = "agentkit.run"
@@ -82,13 +86,14 @@ class _ActivityCaller:
                 call,
                 result_type=ModelReply,
                 start_to_close_timeout=self.policy.model_timeout,
+                heartbeat_timeout=self.policy.heartbeat,
                 retry_policy=_ONCE,
             )
         except ActivityError as failed:
             if isinstance(failed.cause, ApplicationError):
                 raise decode_error(failed.cause) from None
-            # The attempt's outcome was lost (its worker died, or it timed out): a transient failure,
-            # which generate_structured retries and fails over like any other.
+            # The attempt's outcome was lost (its worker died and stopped heartbeating, or it timed out): a
+            # transient failure, which generate_structured retries (on any worker) and fails over like any other.
             raise ProviderError(f"model call lost: {failed.cause or failed}", transient=True) from None
         usage = Usage(requests=reply.requests, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
         return Completion(
@@ -201,6 +206,8 @@ class AgentRun:
         """The run's recorded tool set (``None``: a run recorded before tool sets were, replayed as it ran)."""
         self.refusal: ToolSetChanged | None = None
         """Why the worker's tools cannot carry on the run (``RunStatus.REFUSED``)."""
+        self.error: str | None = None
+        """Why the run failed before it could play (``RunStatus.FAILED``)."""
         leg, durable = start.leg, self.agents.get(start.agent)
         if leg is None or durable is None:
             return
@@ -215,11 +222,10 @@ class AgentRun:
     async def run(self, start: RunStart) -> DurableOutcome:
         durable = self.agents.get(start.agent)
         if durable is None:
-            raise ApplicationError(
-                f"no durable agent named {start.agent!r} (this worker serves {sorted(self.agents)})",
-                type="UnknownAgent",
-                non_retryable=True,
+            self.fail(
+                f"no durable agent named {start.agent!r} (this worker serves {sorted(self.agents)})", "UnknownAgent"
             )
+        ctx = self.ctx_of(durable)
         leg = start.leg
         # A first leg recorded before legs existed replays as it ran then: no recorded tools, decided in place.
         if leg is None and workflow.patched(_LEGS):
@@ -227,7 +233,6 @@ class AgentRun:
             self.admit(durable)
         if self.refusal is not None:
             await self.refused(self.refusal)
-        ctx = durable.ctx_adapter.validate_python(start.ctx)
         caller = _ActivityCaller(start.agent, durable)
         proxies = [_ActivityTool(start.agent, durable, name, self.lost) for name in durable.box.tools]
         proxied: Any = proxies if durable.box.single is None else proxies[0]
@@ -247,6 +252,19 @@ class AgentRun:
         self.outcome = self.finished(durable, result)
         self.status = RunStatus.FINISHED
         return self.outcome
+
+    def ctx_of(self, durable: DurableAgent[Any, Any]) -> Any:
+        """The run's ctx, validated as the agent's ``ctx_type`` before anything runs; a ctx that does not
+        validate fails the run, naming the agent and each error (not a workflow task retried forever)."""
+        try:
+            return durable.spec.ctx_of(self.start.ctx)
+        except UsageError as wrong:
+            self.fail(str(wrong), "InvalidCtx")
+
+    def fail(self, message: str, kind: str) -> NoReturn:
+        """Fail the run before it plays (``RunStatus.FAILED``, the message in ``RunState.error``)."""
+        self.status, self.error = RunStatus.FAILED, message
+        raise ApplicationError(message, type=kind, non_retryable=True)
 
     async def recorded_tools(self, durable: DurableAgent[Any, Any]) -> tuple[ToolEntry, ...]:
         """The tool set of the worker that first runs the run, kept in its history (a local activity's
@@ -355,6 +373,8 @@ class AgentRun:
             outcome=result.outcome,
             stop_reason=result.stop_reason,
             error=str(result.error) if result.error is not None else None,
+            error_type=error_kind(result.error) if result.error is not None else None,
+            error_fields=error_fields(result.error) if result.error is not None else {},
             rounds=result.rounds,
             requests=result.usage.requests,
             input_tokens=result.usage.input_tokens,
@@ -378,6 +398,7 @@ class AgentRun:
             decisions=list(self.records),
             outcome=self.outcome,
             refused=str(self.refusal) if self.refusal is not None else None,
+            error=self.error,
         )
 
     def check_decision(self, decision: Decision) -> PendingProposal:
@@ -449,6 +470,18 @@ class AgentRun:
     def validate_resolve(self, resolution: Resolution) -> None:
         if self.refusal is None:  # as validate_decide
             self.check_resolution(resolution)
+
+    @workflow.update(name="wait", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
+    async def wait(self, wait: Wait) -> RunState:
+        """The state once the run is in one of ``wait.statuses`` or settled (finished, failed, refused), or
+        once ``wait.seconds`` have passed: what ``RunHandle.wait_for`` waits on, without polling. A leg that
+        ends (continued as new at a wait, or finished) abandons it; the client asks the next leg."""
+        wanted = set(wait.statuses) | SETTLED
+        timeout = timedelta(seconds=wait.seconds) if wait.seconds is not None else None
+        # The client's own timeout ends its wait; this one only keeps the handler from outliving it.
+        with contextlib.suppress(TimeoutError):
+            await workflow.wait_condition(lambda: self.status in wanted, timeout=timeout)
+        return self.state()
 
 
 def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:

@@ -1,14 +1,15 @@
-"""assert_type checks for agentkit.temporal: the durable agent's ctx and item types flow to the
-client's handle and result (mypy only)."""
+"""assert_type checks for agentkit.temporal: the durable agent's (or its spec's) ctx and item types flow
+to the client's handle and result; an agent started by name gives JSON values (mypy only)."""
 
 from __future__ import annotations
 
 from typing import assert_type
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
-from agentkit import StructuredCaller, Tool, ToolAgent
+from agentkit import AgentkitError, StructuredCaller, Tool, ToolAgent
 from agentkit.temporal import (
+    AgentSpec,
     DurableAgent,
     DurableOutcome,
     DurableResult,
@@ -33,6 +34,10 @@ class Doc(BaseModel):
     id: str
 
 
+class Note(BaseModel):
+    text: str
+
+
 async def durable_types(
     caller: StructuredCaller, runs: DurableRuns, agent: ToolAgent[Brief, Search, Doc], search: Tool[Search, Doc]
 ) -> None:
@@ -52,3 +57,26 @@ async def durable_types(
     assert_type(await runs.outcome("run-1"), DurableOutcome)
     assert_type(await runs.list(), list[RunSummary])
     await runs.start(durable, "not a brief")  # type: ignore[misc]  # the ctx must be the agent's
+
+
+async def client_types(runs: DurableRuns, durable: DurableAgent[Brief, Doc]) -> None:
+    spec = AgentSpec(name="research", ctx_type=Brief, item_type=Doc)
+    assert_type(spec, AgentSpec[Brief, Doc])
+    assert_type(durable.spec, AgentSpec[Brief, Doc])
+    either = AgentSpec[Brief, Doc | Note](name="research", ctx_type=Brief, item_type=Doc | Note)
+    assert_type(either, AgentSpec[Brief, Doc | Note])
+    handle = await runs.start(spec, Brief(topic="t"))
+    assert_type(handle, RunHandle[Doc])
+    assert_type((await runs.start(either, Brief(topic="t"))).run_id, str)
+    assert_type(runs.get(spec, "run-1"), RunHandle[Doc])
+    named = await runs.start("research", {"topic": "t"})
+    assert_type(named, RunHandle[JsonValue])
+    assert_type(runs.get("research", "run-1"), RunHandle[JsonValue])
+    assert_type((await named.result()).items, list[JsonValue])
+    assert_type(await handle.wait_for(RunStatus.WAITING, RunStatus.OUTCOME_UNKNOWN), RunState)
+    assert_type(await runs.wait_for("run-1", RunStatus.WAITING, timeout=None), RunState)
+    result = await handle.result()
+    assert_type(result.error, AgentkitError | None)
+    assert_type(result.raise_for_error(), DurableResult[Doc])
+    assert_type(await runs.start_named("research", {"topic": "t"}), str)
+    await runs.start(spec, "not a brief")  # type: ignore[misc]  # the ctx must be the spec's

@@ -1,0 +1,284 @@
+"""The Temporal client on a real dev server: a ctx that does not validate (refused by the client, or failing
+the run, never a run stuck retrying its first task), starting by spec or by name, the result's error as
+the agentkit error it was, and waiting for a status without polling."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowFailureError
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Replayer, Worker
+
+from agentkit import Outcome, StopReason, UsageError, run_tool_loop_tiered
+from agentkit.errors import ProviderError
+from agentkit.providers.openai import OpenAICaller
+from agentkit.temporal import (
+    WORKFLOW_NAME,
+    AgentSpec,
+    DurableAgent,
+    DurableRuns,
+    RunEnded,
+    RunState,
+    RunStatus,
+    build_worker,
+    workflow_for,
+)
+from agentkit.temporal._values import RunStart
+from agentkit.testing import FakeOpenAIServer, FakeReply
+from tests.temporal_agents import (  # noqa: F401  # the fixtures fake, runs and agents
+    DONE,
+    Brief,
+    Doc,
+    agents_fixture,
+    bare,
+    fake_fixture,
+    runs_fixture,
+    step,
+    tool_log,
+)
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parent.parent
+BAD_CTX = {"topik": "x"}
+NAMED = "the ctx of durable agent 'research' does not validate as Brief: topic: Field required"
+BOUND = 60
+"""Seconds within which a run with a bad ctx must have failed (before the fix it never ended)."""
+
+
+async def cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``agentkit temporal ...`` in another process (in a thread: the in-process worker keeps serving)."""
+    command = [sys.executable, "-m", "agentkit", "temporal", *args, "--address", address]
+    return await asyncio.to_thread(
+        subprocess.run, command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+async def failure_of(runs: DurableRuns, run_id: str) -> ApplicationError:
+    """The ApplicationError a run failed with, within ``BOUND`` seconds."""
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(runs.get("research", run_id).result(), BOUND)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    return cause
+
+
+async def test_a_ctx_that_does_not_validate_fails_the_run_naming_the_agent_and_the_errors(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, tmp_path: Path
+) -> None:
+    """Started by name (no client-side type to check it against), a ctx that is not a Brief fails the run at
+    once, not retried: an InvalidCtx error naming the agent and each validation error; the state shows
+    FAILED with it, and neither the model nor a tool was called."""
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        run_id = await runs.start_named("research", BAD_CTX)
+        cause = await failure_of(runs, run_id)
+        state = await runs.state(run_id)
+    assert (cause.type, cause.non_retryable) == ("InvalidCtx", True)
+    assert NAMED in cause.message
+    assert (state.status, state.error) == (RunStatus.FAILED, cause.message)
+    assert fake.requests == []
+    assert tool_log(tmp_path) == []
+
+
+async def test_the_client_refuses_a_ctx_that_does_not_validate_before_starting(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]]
+) -> None:
+    """Given the agent or its spec, ``start`` validates the ctx as the workflow will and raises a UsageError
+    naming the agent and the errors; no run was started."""
+    spec = AgentSpec(name="research", ctx_type=Brief, item_type=Doc)
+    for agent in (spec, agents[0]):
+        run_id = f"refused-{type(agent).__name__}"
+        with pytest.raises(UsageError, match=NAMED):
+            await runs.start(agent, BAD_CTX, run_id=run_id)
+        with pytest.raises(RPCError) as missing:
+            await runs.client.get_workflow_handle(run_id).describe()
+        assert missing.value.status is RPCStatusCode.NOT_FOUND
+
+
+async def test_the_cli_starts_a_bad_ctx_into_a_failed_run_or_refuses_it_given_the_agents(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, temporal_address: str
+) -> None:
+    """`agentkit temporal start` with a ctx that does not validate: without --agents it starts the run, which
+    fails naming the errors (`show` prints status failed and why); with --agents naming the specs it exits 2
+    naming them, and starts nothing."""
+    start = ["start", "research", "--task-queue", runs.task_queue, "--ctx", json.dumps(BAD_CTX)]
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        started = await cli(temporal_address, *start)
+        assert started.returncode == 0, started.stderr
+        run_id = started.stdout.strip()
+        cause = await failure_of(runs, run_id)
+        shown = await cli(temporal_address, "show", run_id)
+        refused = await cli(
+            temporal_address, *start, "--run-id", "refused-by-cli", "--agents", "tests.temporal_agents:SPECS"
+        )
+    assert NAMED in cause.message
+    assert shown.returncode == 0, shown.stderr
+    assert (json.loads(shown.stdout)["status"], json.loads(shown.stdout)["error"]) == ("failed", cause.message)
+    assert refused.returncode == 2
+    assert NAMED in refused.stderr
+    with pytest.raises(RPCError) as missing:
+        await runs.client.get_workflow_handle("refused-by-cli").describe()
+    assert missing.value.status is RPCStatusCode.NOT_FOUND
+    assert fake.requests == []
+
+
+async def test_a_spec_or_a_name_starts_a_run_without_the_agent(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """A client with only the agent's spec gets typed items; one with only its name gets them as JSON."""
+    fake.add(bare(query="a"), DONE, bare(query="b"), DONE)
+    spec = AgentSpec(name="lookup", ctx_type=Brief, item_type=Doc)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        typed = await (await runs.start(spec, Brief(topic="t"))).result()
+        untyped = await (await runs.start("lookup", {"topic": "t"})).result()
+    assert typed.items == [Doc(id="doc:a")]
+    assert untyped.items == [{"id": "doc:b"}]
+    assert (typed.stop_reason, untyped.stop_reason) == (StopReason.EXECUTOR_DONE, StopReason.EXECUTOR_DONE)
+
+
+async def test_the_result_error_is_the_agentkit_error_the_run_ended_with(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """A model that answers 400 ends the run with a ProviderError; the durable result carries that error (class,
+    message, status, transient) as the in-process result does, and raise_for_error raises it."""
+    lookup = agents[1]
+    fake.add(FakeReply.error(400))
+    async with OpenAICaller(base_url=fake.base_url, api_key="k") as caller:
+        local = await run_tool_loop_tiered(caller, lookup.agent, lookup.tools, Brief(topic="t"), lookup.config)
+    fake.add(FakeReply.error(400))
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        durable = await (await runs.start(lookup, Brief(topic="t"))).result()
+    assert isinstance(local.error, ProviderError)
+    assert isinstance(durable.error, ProviderError)
+    assert (str(durable.error), durable.error.status, durable.error.transient) == (str(local.error), 400, False)
+    assert (durable.outcome, durable.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
+    with pytest.raises(ProviderError) as raised:
+        durable.raise_for_error()
+    assert raised.value is durable.error
+
+
+async def test_wait_for_answers_once_the_run_waits_across_its_legs(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """Asked while the model still thinks, wait_for(WAITING) is the workflow's wait Update (kept in the first
+    leg's history, which replays), outlives that leg (the run continues as new at the wait) and answers from
+    the next with the pending proposal; once the run is decided and done, wait_for(FINISHED) gives the
+    outcome."""
+    fake.add(FakeReply.value(step("send", to="bob", text="hi"), delay=2), DONE)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[0], Brief(topic="t"))
+        waiting = await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
+        [proposal] = waiting.pending
+        await handle.approve(proposal, by="alice")
+        finished = await handle.wait_for(RunStatus.FINISHED, timeout=timedelta(seconds=BOUND))
+    assert proposal.tool_name == "send"
+    assert finished.outcome is not None
+    assert finished.outcome.stop_reason is StopReason.EXECUTOR_DONE
+    described = await runs.client.get_workflow_handle(handle.run_id).describe()
+    first_leg = described.raw_description.workflow_execution_info.first_run_id
+    history = await runs.client.get_workflow_handle(handle.run_id, run_id=first_leg).fetch_history()
+    kinds = [event.event_type for event in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED in kinds, "wait_for polled instead of waiting"
+    replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+
+
+async def test_wait_for_a_status_the_run_will_not_reach_raises_run_ended(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """A run that finishes while wait_for(WAITING) waits on it, one already finished, and one that failed on
+    its ctx each raise RunEnded saying where the run stands, at once rather than at the timeout."""
+    fake.add(FakeReply.value(bare(query="a"), delay=1), DONE)
+    timeout = timedelta(seconds=BOUND)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[1], Brief(topic="t"))
+        with pytest.raises(RunEnded) as meanwhile:
+            await handle.wait_for(RunStatus.WAITING, timeout=timeout)
+        with pytest.raises(RunEnded) as already:
+            await handle.wait_for(RunStatus.WAITING, RunStatus.OUTCOME_UNKNOWN, timeout=timeout)
+        failed = await runs.start("research", BAD_CTX)
+        with pytest.raises(RunEnded) as invalid:
+            await failed.wait_for(RunStatus.WAITING, timeout=timeout)
+    for ended in (meanwhile.value, already.value):
+        assert (ended.run_id, ended.status) == (handle.run_id, "finished")
+        assert "is finished (applied, executor_done); it will not reach" in str(ended)
+    assert str(meanwhile.value).endswith("it will not reach waiting")
+    assert str(already.value).endswith("it will not reach outcome_unknown or waiting")
+    assert (invalid.value.status, NAMED in str(invalid.value)) == ("failed", True)
+
+
+async def test_wait_for_a_run_closed_meanwhile_raises_run_ended(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """A waiting run terminated while wait_for(FINISHED) waits on it: RunEnded with Temporal's status."""
+    fake.add(step("send", to="bob", text="hi"))
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[0], Brief(topic="t"))
+        await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
+        waiter = asyncio.ensure_future(handle.wait_for(RunStatus.FINISHED, timeout=timedelta(seconds=BOUND)))
+        await asyncio.sleep(1)
+        await runs.client.get_workflow_handle(handle.run_id).terminate("ops")
+        with pytest.raises(RunEnded) as ended:
+            await waiter
+    assert (ended.value.status, "terminated while waiting" in str(ended.value)) == ("terminated", True)
+
+
+async def test_wait_for_times_out_naming_the_status_the_run_is_in(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """A run waiting for a decision does not finish: wait_for(FINISHED) ends at its timeout with a TimeoutError
+    naming the status; the run is unchanged and still takes its decision. No statuses is a UsageError."""
+    fake.add(step("send", to="bob", text="hi"), DONE)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[0], Brief(topic="t"))
+        before = await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
+        with pytest.raises(TimeoutError, match=r"did not reach finished within 0:00:01; it is waiting"):
+            await handle.wait_for(RunStatus.FINISHED, timeout=timedelta(seconds=1))
+        with pytest.raises(UsageError, match="needs the statuses"):
+            await handle.wait_for()
+        assert await handle.state() == before
+        await handle.reject(before.pending[0], by="ops")
+        result = await handle.result()
+    assert [d.kind for d in result.decisions] == ["rejected"]
+
+
+@workflow.defn(name=WORKFLOW_NAME, sandboxed=False)
+class EarlierRun:
+    """The workflow as workers of an earlier agentkit serve it: a ``state`` Query, no ``wait`` Update. It
+    runs for two seconds of workflow time, then waits."""
+
+    @workflow.init
+    def __init__(self, start: RunStart) -> None:
+        self.start, self.status = start, RunStatus.RUNNING
+
+    @workflow.run
+    async def run(self, start: RunStart) -> None:
+        await workflow.sleep(2)
+        self.status = RunStatus.WAITING
+        await workflow.wait_condition(lambda: False)
+
+    @workflow.query(name="state")
+    def state(self) -> RunState:
+        return RunState(run_id=workflow.info().workflow_id, agent=self.start.agent, status=self.status)
+
+
+async def test_wait_for_looks_again_where_the_workers_predate_the_wait_update(runs: DurableRuns) -> None:
+    """Workers without the wait Update (a client upgraded before them) refuse it; wait_for then looks at the
+    state until the status is reached, and answers it, rather than failing."""
+    async with Worker(runs.client, task_queue=runs.task_queue, workflows=[EarlierRun]):
+        handle = await runs.start("research", {"topic": "t"})
+        state = await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
+        await runs.client.get_workflow_handle(handle.run_id).terminate("done")
+    assert state.status is RunStatus.WAITING
