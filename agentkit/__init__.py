@@ -5,7 +5,8 @@ The top level holds what a typical agent needs; the public modules carry the res
 - ``agentkit.errors``: the whole error tree (the top level has its root, ``UsageError`` and ``ToolRetry``);
 - ``agentkit.events``: the events a run emits, runs as streams of them, ``LoggingObserver``;
 - ``agentkit.testing``: the scripted and function callers, the fake OpenAI server;
-- ``agentkit.providers``: ``openai`` (``OpenAICaller``), ``local`` (the embedded model), the prose seam;
+- ``agentkit.providers``: ``openai`` (``OpenAICaller``), ``local`` (the embedded model), the prose seam
+  (``TextCaller``, ``TextCompletion`` and ``run_once_text``'s ``TextResult``);
 - ``agentkit.journal``, ``agentkit.temporal``, ``agentkit.mcp``, ``agentkit.otel``, ``agentkit.program``
   and ``agentkit.prompting``.
 
@@ -17,12 +18,13 @@ import importlib
 from typing import TYPE_CHECKING
 
 from agentkit._agent import PriorCall, Prompt, RoleSpec, ToolAgent, ToolRoundInfo
+from agentkit._cites import Cites
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import ContextWindow
 from agentkit._degeneration import SameFunc
 from agentkit._loops import run_tool_loop, run_tool_loop_sync, run_tool_loop_tiered
 from agentkit._observe import Observer
-from agentkit._once import OnceAgent, OnceResult, RoundInfo, TextResult, run_once, run_once_text
+from agentkit._once import OnceAgent, OnceResult, RoundInfo, run_once, run_once_text
 from agentkit._outcome import Outcome, StopReason
 from agentkit._pair import LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, Verifier, pair
 from agentkit._proposals import ProposedAction
@@ -77,6 +79,7 @@ __all__ = [
     "AgentkitError",
     "Approval",
     "AutonomyRung",
+    "Cites",
     "Completion",
     "ContextTool",
     "ContextWindow",
@@ -105,7 +108,6 @@ __all__ = [
     "StopReason",
     "StructuredCaller",
     "StructuredRequest",
-    "TextResult",
     "Tier",
     "TieredLoopResult",
     "Tool",

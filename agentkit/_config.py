@@ -77,6 +77,14 @@ class LoopConfig:
     """How much of the earlier calls the executor is shown each round (the last N, a character or
     estimated-token budget, an optional summary of the rest); ``None`` (the default): all of them.
     Only the executor's view is bounded: ``result.items`` keeps everything."""
+    min_calls: int = 0
+    """How many tool calls must have run (returned a batch) before the executor may say done:
+    until then the step schema the model sees has no done variant (a constrained decoder cannot
+    write one) and a done reply is refused and asked again, as an invalid step is. The retrieval
+    recipe is ``min_calls=1`` with ``on_repeat=RepeatPolicy.REFUSE``: the model cannot answer
+    before it looked, and is told, rather than stopped, when it repeats a search. Without enough
+    calls by the round ceiling, the run ends at the ceiling (no closing round). 0 (the default):
+    done is always allowed."""
     closing_round: bool = True
     """With ``answer=`` given to the loop: a run whose tools stop at the round ceiling, the token
     budget or a stalemate gets one more round, with no tool call allowed, that asks the executor
@@ -92,6 +100,13 @@ class LoopConfig:
         whole_or_none("degeneration_window", self.degeneration_window, "an int >= 1", optional=False)
         whole_or_none("rationale_max_length", self.rationale_max_length, "an int >= 1 (characters), or None")
         whole_or_none("repeat_refusals", self.repeat_refusals, "an int >= 1", optional=False)
+        if isinstance(self.min_calls, bool) or not isinstance(self.min_calls, int) or self.min_calls < 0:
+            raise UsageError(f"LoopConfig.min_calls must be an int >= 0; got {self.min_calls!r}")
+        if self.max_rounds is not None and self.min_calls > self.max_rounds:
+            raise UsageError(
+                f"LoopConfig.min_calls ({self.min_calls}) is more than max_rounds ({self.max_rounds}): the run could "
+                "never be done; lower min_calls or raise max_rounds"
+            )
         if self.context is not None and not isinstance(self.context, ContextWindow):
             raise UsageError(f"LoopConfig.context must be a ContextWindow or None; got {self.context!r}")
         if not isinstance(self.closing_round, bool):

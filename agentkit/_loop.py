@@ -25,6 +25,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from agentkit._agent import PriorCall, ToolAgent, ToolRoundInfo
 from agentkit._cache import value_cache
+from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._degeneration import SameFunc, repeat_of
@@ -265,7 +266,8 @@ class _Run:
         return infos
 
     async def ask(self, info: ToolRoundInfo[Any], closing: bool = False) -> tuple[ToolStep[Any], _Round] | Ending:
-        schema = self.box.closing_model if closing and self.box.closing_model is not None else self.box.step_model
+        schema = self.box.step_for(self.views.executed, self.views.items, closing=closing)
+        assert schema is not None  # ``close`` asks a closing round only when it can be asked
         reply = await self.session.ask(
             self.bound.caller,
             lambda: self.bound.agent.render(self.ctx, info),
@@ -286,7 +288,7 @@ class _Run:
 
     def done(self, step: ToolStep[Any], this: _Round) -> None:
         """The executor said done: its answer, if any, is the run's."""
-        self.answer = step_answer(step)
+        self.answer = step_answer(step) if self.box.answer is None else as_answer(step_answer(step), self.box.answer)
         answer = None
         if self.answer is not None and self.box.answer is not None:
             answer = json_text(_answer_adapter(self.box.answer).dump_python(self.answer, mode="json"))
@@ -456,6 +458,8 @@ class _Run:
             return self.finish(ending)
         if self.limit_reached(closing=True) is not None:
             return self.finish(ending)
+        if self.box.step_for(self.views.executed, self.views.items, closing=True) is None:
+            return self.finish(ending)  # too few calls ran, or nothing to cite: no answer can be asked for
         round = self.rounds + 1
         if isinstance(infos := await self.infos(round, closing=True), Ending):
             return self.finish(ending)  # the summarizer failed: no closing round, the tools' ending stands

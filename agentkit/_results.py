@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
+from agentkit._cites import resolve_citations
 from agentkit._config import LoopConfig
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint
@@ -116,6 +117,11 @@ class ToolLoopResult(RunEnding, Generic[R, Answer]):
     continues a run that stopped at a proposal from it, and ``journal.resume`` a run whose process
     died between rounds from the last one its journal kept. On a result built by hand it records no
     run and cannot be resumed."""
+
+    def cited(self) -> list[R]:
+        """The items the answer cites (its ``Cites`` fields), in the order it cites them, each once;
+        empty without an answer or citations."""
+        return resolve_citations(self.answer, self.items)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -143,6 +143,7 @@ class CheckpointConfig(BaseModel):
     rationale_max_length: int | None
     on_repeat: RepeatPolicy = RepeatPolicy.STOP
     repeat_refusals: int = 2
+    min_calls: int = 0
     closing_round: bool = True
     retry: dict[str, float]
     context: CheckpointContext | None = None

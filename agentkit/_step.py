@@ -20,7 +20,7 @@ import re
 import types
 import typing
 from collections.abc import Sequence
-from typing import Annotated, Any, Generic, Literal, TypeVar, Union
+from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, create_model, model_validator
 from pydantic.json_schema import JsonSchemaValue
@@ -76,6 +76,9 @@ class ToolStep(BaseModel, Generic[Args]):
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_require_every_field)
 
+    _calls_first: ClassVar[bool] = False
+    """A step that cannot be done: the run must call a tool first (``LoopConfig.min_calls``)."""
+
     rationale: str = Field(default="", description="Why this step: what is known, what is missing.")
     done: bool = Field(description="true when the gathered results are enough (or nothing is needed).")
     call: Args | None = Field(default=None, description="The tool call to make when done is false.")
@@ -106,6 +109,8 @@ class ToolStep(BaseModel, Generic[Args]):
     @model_validator(mode="after")
     def _call_unless_done(self) -> ToolStep[Args]:
         fields = type(self).model_fields
+        if self.done and type(self)._calls_first:
+            raise ValueError('a tool call comes first: this round cannot be done; reply {"done": false, "call": ...}')
         if not self.done and self.call is None:
             if not _members(fields["call"].annotation):
                 raise ValueError("this round allows no tool call; set done=true and give the answer")
@@ -146,7 +151,7 @@ def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
         return None
     answer = fields.get("answer")
     answers = _members(answer.annotation) if answer is not None else []
-    variants: list[Any] = [_done_variant(answers[0] if answers else None)]
+    variants: list[Any] = [] if step._calls_first else [_done_variant(answers[0] if answers else None)]
     variants += [_call_variant(call) for call in calls]
     decision: Any = variants[0] if len(variants) == 1 else Union[tuple(variants)]  # noqa: UP007  # a runtime tuple of types
     done = '{"done": true, "answer": ...}' if answers else '{"done": true}'
@@ -154,7 +159,9 @@ def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
         f"Stop with {done} when the results so far are enough (or nothing is needed); "
         'otherwise {"done": false, "call": ...}, the tool call to make.'
     )
-    if len(variants) == 1:
+    if step._calls_first:
+        described = 'A tool call is needed first: {"done": false, "call": ...}.'
+    elif len(variants) == 1:
         described = f"No more calls: {done}, the final answer from the results so far."
     model: type[BaseModel] = create_model(
         step.__name__,
@@ -214,6 +221,7 @@ def build_step_model(
     rationale_max_length: int | None = None,
     answer: type[Any] | None = None,
     closing: bool = False,
+    calls_first: bool = False,
 ) -> type[ToolStep[Any]]:
     """The step model for one tool's args type, or for a set of ``(name, args_type)`` pairs.
 
@@ -221,8 +229,16 @@ def build_step_model(
     pairs, even of one, gives a step whose call is ``{"tool": name, "args": {...}}``, discriminated
     by ``tool``. With ``answer``, a done step carries ``answer``, validated as that type (and
     required); with ``closing`` too, the step allows no call at all: only done with the answer.
+    With ``calls_first``, the step cannot be done at all: only a call (``LoopConfig.min_calls``).
     Built once per distinct input and cached, so a loop never rebuilds schemas per round.
     """
+    if calls_first:
+        plain = build_step_model(tools, rationale_max_length=rationale_max_length)
+        calling = typing.cast(
+            "type[ToolStep[Any]]", create_model(schema_name(f"{plain.__name__}_call"), __base__=plain)
+        )
+        calling._calls_first = True
+        return calling
     if answer is not None:
         return _answer_step(build_step_model(tools, rationale_max_length=rationale_max_length), answer, closing)
     base: type[ToolStep[Any]]

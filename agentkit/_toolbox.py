@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentkit._cites import Citing, citing, restricted, retrieved_ids
 from agentkit._config import AfterProposal, LoopConfig
 from agentkit._state import ToolEntry, tool_entry
 from agentkit._step import ToolStep, build_step_model, step_call_parts
@@ -45,7 +46,8 @@ def may_stop_at_a_proposal(tools: dict[str, Tool[Any, Any]], config: LoopConfig)
 
 @dataclass(frozen=True, slots=True)
 class Toolbox:
-    """The tools of one run, validated once, with their step model built once."""
+    """The tools of one run, validated once, with their step models built once (those that depend on
+    what the run retrieved are built per set of ids, and cached)."""
 
     tools: dict[str, Tool[Any, Any]]
     step_model: type[ToolStep[Any]]
@@ -53,6 +55,13 @@ class Toolbox:
     closing_model: type[ToolStep[Any]] | None = None
     """With an answer schema: the closing round's step, which allows no call (``None`` otherwise)."""
     answer: type[Any] | None = None
+    calls_first: type[ToolStep[Any]] | None = None
+    """With ``LoopConfig.min_calls``: the step that cannot be done, asked until enough calls ran."""
+    min_calls: int = 0
+    citing: tuple[Citing, ...] = ()
+    """The answer's fields that cite retrieved items (``Cites``): restricted each round to their ids."""
+    spec: Any = None
+    bound: int | None = None
 
     @classmethod
     def build(
@@ -78,7 +87,28 @@ class Toolbox:
         closing = None
         if answer is not None:
             closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)  # type: ignore[arg-type]  # as above
-        return cls({t.name: t for t in tools}, step_model, single, closing, answer)
+        cites = citing(answer) if answer is not None else ()  # type: ignore[arg-type]  # type objects are hashable
+        first = None
+        if config.min_calls or cites:
+            first = build_step_model(spec, rationale_max_length=bound, calls_first=True)  # type: ignore[arg-type]  # as above
+        return cls(
+            {t.name: t for t in tools}, step_model, single, closing, answer, first, config.min_calls, cites, spec, bound
+        )
+
+    def step_for(self, executed: int, items: Sequence[Any], *, closing: bool = False) -> type[ToolStep[Any]] | None:
+        """The step to ask for this round, given how many calls ran and the items so far: done is left
+        out until ``min_calls`` calls ran, and a citing answer may name only the items' ids. ``None``:
+        a closing round that cannot be asked (too few calls, or a required citation with nothing to cite)."""
+        plain = self.closing_model if closing else self.step_model
+        if plain is None or (executed >= self.min_calls and not self.citing):
+            return plain
+        if executed < self.min_calls:
+            return None if closing else self.calls_first
+        assert self.answer is not None
+        answer = restricted(self.answer, retrieved_ids(items, self.citing))  # type: ignore[arg-type]  # as above
+        if answer is None:
+            return None if closing else self.calls_first
+        return build_step_model(self.spec, rationale_max_length=self.bound, answer=answer, closing=closing)
 
     def entries(self) -> tuple[ToolEntry, ...]:
         """The tool set as the run's state records it (tiers read now)."""

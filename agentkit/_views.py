@@ -92,6 +92,8 @@ class Views:
         self.recent_rounds: list[int] = []
         """The round of each entry of ``recent``."""
         self.refusals = 0
+        self.executed = 0
+        """Calls that ran and returned a batch (``LoopConfig.min_calls`` counts them)."""
 
     def load(self, progress: Progress, codec: Codec) -> None:
         """The views, the items, the repeat window and the context window, from what the state's entries add up to."""
@@ -120,6 +122,7 @@ class Views:
         if self.watched is not None:
             self.watched.add(call, ran=ran, proposal=proposal)
         if ran:
+            self.executed += 1
             self.items.extend(call.batch)
 
     def counted(self, tool: str, args: BaseModel, round: int) -> None:

@@ -23,7 +23,7 @@ import pytest
 
 import agentkit.providers.local
 from agentkit._cli import build_parser, main, plain_text
-from agentkit.providers.local import DEFAULT_MODEL
+from agentkit.providers.local import DEFAULT_MODEL, LARGER_MODEL
 
 
 @pytest.fixture(autouse=True)
@@ -180,6 +180,14 @@ def test_ctrl_c_during_the_demo_stops_the_model_server_and_exits_130(
     assert "Traceback" not in captured.out
     [address] = stand_in
     assert not answers(address)
+
+
+def test_model_1_5b_starts_the_larger_embedded_model(stand_in: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """``agentkit demo --model 1.5b`` serves the larger model: it is the one whose file is joined and named."""
+    main(["demo", "--model", "1.5b", "--question", "How deep is Lake Baikal?"])
+    out = capsys.readouterr().out
+    assert f"the embedded model {LARGER_MODEL.name} (1117 MB" in out
+    assert "joins the model's 22 chunks" in out
 
 
 def test_first_run_note_appears_only_while_the_model_is_not_joined(

@@ -15,15 +15,14 @@ import pytest
 from pydantic import ValidationError
 
 from agentkit._cli import main
+from agentkit._config import LoopConfig, RepeatPolicy
 from agentkit._demo.agent import (
-    ANSWER_MAX_LENGTH,
     CURATOR_CHECK,
     DEMO_CONFIG,
     QUESTIONS,
     RESEARCH_CHECK,
     Curator,
     Researcher,
-    answer_schema,
     delete_tool,
     plan,
     research,
@@ -37,7 +36,12 @@ from agentkit.errors import ToolRetry, UsageError
 from agentkit.journal import ProposalRecord, ProposalState, open_journal
 from agentkit.journal.cli import DEFAULT_DB
 from agentkit.prompting import USE_THE_TOOL
-from agentkit.testing import ScriptedCaller, call_step, done_step
+from agentkit.testing import ScriptedCaller, call_step
+
+
+def answered(passage_id: str, answer: str = "the answer", rationale: str = "found it") -> dict[str, object]:
+    """The researcher's done step with its cited answer."""
+    return {"rationale": rationale, "decision": {"done": True, "answer": {"passage_id": passage_id, "answer": answer}}}
 
 
 def passages(*texts: str) -> list[Passage]:
@@ -154,10 +158,11 @@ def test_scripted_demo_answers_each_question_from_a_retrieved_passage(capsys: py
         assert question in out
     assert out.count("outcome  APPLIED (executor_done) after 2 rounds") == len(QUESTIONS)
     corpus = {p.id: p for p in load_corpus()}
-    cited = re.findall(r"answer   (.+)  \[([a-z]+-\d+)\]", out)
-    assert [passage_id for _, passage_id in cited] == ["space-01", "chem-01", "comp-01"]
-    for text, passage_id in cited:
+    cited = re.findall(r"  answer   (.+)\n  cites    \[([a-z]+-\d+)\] [^:]+: (.+)\n", out)
+    assert [passage_id for _, passage_id, _ in cited] == ["space-01", "chem-01", "comp-01"]
+    for text, passage_id, shown in cited:
         assert text.rstrip(".") in corpus[passage_id].text
+        assert shown == corpus[passage_id].text  # the cited passage, in full
 
 
 def test_scripted_demo_shows_each_round_with_query_hits_and_latency(capsys: pytest.CaptureFixture[str]) -> None:
@@ -166,7 +171,16 @@ def test_scripted_demo_shows_each_round_with_query_hits_and_latency(capsys: pyte
     out = capsys.readouterr().out
     call = r'round 1/4  search_corpus \{"query": "voyager 1 space probe launched"\}'
     assert re.search(call + r"  \[\d+\.\d\d s\]  -> space-01 \(\d+\.\d\d\), space-02", out)
+    assert re.search(r"round 2/4  done  \[\d+\.\d\d s\]", out)
+    assert "Passage space-01 states the answer" not in out  # rationales only with --verbose
+
+
+def test_verbose_demo_shows_each_rationale(capsys: pytest.CaptureFixture[str]) -> None:
+    """With ``--verbose`` the done line carries the executor's rationale, and the summary lists every round's."""
+    main(["demo", "--scripted", "--verbose"])
+    out = capsys.readouterr().out
     assert re.search(r'round 2/4  done: "Passage space-01 states the answer\."  \[\d+\.\d\d s\]', out)
+    assert "  why      round 1: No results yet, so I must search." in out
 
 
 def test_scripted_demo_shows_the_proposed_delete_with_tier_args_and_digest(
@@ -198,7 +212,7 @@ def test_scripted_demo_searches_your_own_question_but_does_not_pretend_to_answer
     assert "outcome  APPLIED (executor_done) after 2 rounds" in out
     assert "items    geo-03 Lake Baikal" in out
     assert "answer   (none: the scripted model answers only the built-in questions)" in out
-    assert not re.search(r"answer   .+  \[[a-z]+-\d+\]", out)
+    assert "  cites " not in out
     assert QUESTIONS[0] not in out
 
 
@@ -216,7 +230,8 @@ def test_blank_question_is_refused_by_the_argument_parser(question: str, capsys:
     [
         (["--scripted", "--model", "m"], "--scripted uses no model"),
         (["--scripted", "--api-key", "k"], "--scripted uses no model"),
-        (["--model", "m"], "--model and --api-key name a model on --base-url"),
+        (["--model", "m"], "without --base-url, --model picks the embedded model: 0.5b or 1.5b; got 'm'"),
+        (["--api-key", "k"], "--api-key is for a server on --base-url"),
         (["--base-url", "http://127.0.0.1:9/v1"], "--base-url needs --model"),
     ],
 )
@@ -248,7 +263,7 @@ def test_scripted_demo_with_nothing_found_says_so(capsys: pytest.CaptureFixture[
     """A question no passage matches ends SILENT and the demo says there is no answer."""
     assert main(["demo", "--scripted", "--question", "zzyzx qwertyuiop?"]) == 0
     out = capsys.readouterr().out
-    assert "outcome  SILENT (nothing_retrieved)" in out
+    assert "outcome  SILENT (round_ceiling) after 4 rounds" in out  # nothing to cite: no answer could be given
     assert "answer   (none: nothing was retrieved)" in out
 
 
@@ -383,15 +398,27 @@ async def test_delete_tool_is_irreversible_and_names_only_known_passages() -> No
     assert index.get("space-04") is None
 
 
-def test_answer_schema_accepts_only_retrieved_ids_and_bounds_the_answer() -> None:
-    """The answer must cite a passage it was shown, and stay short."""
-    schema = answer_schema(["geo-03", "geo-02", "geo-03"])
-    assert schema.model_validate({"passage_id": "geo-02", "answer": "deep"}).passage_id == "geo-02"
-    with pytest.raises(ValidationError):
-        schema.model_validate({"passage_id": "space-01", "answer": "x"})
-    with pytest.raises(ValidationError):
-        schema.model_validate({"passage_id": "geo-03", "answer": "x" * (ANSWER_MAX_LENGTH + 1)})
-    assert list(schema.model_json_schema()["properties"]) == ["passage_id", "answer"]
+async def test_the_researcher_cites_only_a_passage_it_retrieved_and_searches_before_it_answers() -> None:
+    """The demo's recipe: a done step before any search is refused, and so is an answer citing a passage the
+    run never retrieved; each is asked again, and the answer that comes back cites a retrieved passage."""
+    index = BM25Index(load_corpus())
+    caller = ScriptedCaller(
+        [
+            answered("geo-03", "from memory"),  # refused: no search ran yet
+            call_step(SearchArgs(query="deepest lake")),
+            answered("space-01", "made up"),  # refused: space-01 was not retrieved
+            answered("geo-03", "Lake Baikal is the deepest lake."),
+        ]
+    )
+    result = await research(caller, "m", index, "Which lake is deepest?")
+    assert result.answer is not None
+    assert (result.answer.passage_id, result.stop_reason) == ("geo-03", StopReason.EXECUTOR_DONE)
+    assert [hit.id for hit in result.cited()] == ["geo-03"]
+    assert caller.remaining == 0
+
+
+def test_the_demo_config_is_the_retrieval_recipe() -> None:
+    assert (DEMO_CONFIG.min_calls, DEMO_CONFIG.on_repeat) == (1, RepeatPolicy.REFUSE)
 
 
 # --- prompts and the live display -------------------------------------------------------------------
@@ -400,7 +427,7 @@ def test_answer_schema_accepts_only_retrieved_ids_and_bounds_the_answer() -> Non
 async def test_researcher_prompt_is_written_for_small_models() -> None:
     """The rules forbid answering from memory, a worked example shows the step, and the system part
     stays byte-identical across rounds while the results go in the dynamic part."""
-    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), done_step("geo-03 says it")])
+    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), answered("geo-03")])
     result = await research(caller, "m", BM25Index(load_corpus()), "Which lake is deepest?")
     first, second = caller.requests
     assert "do not answer from memory" in first.system
@@ -416,7 +443,7 @@ async def test_researcher_prompt_is_written_for_small_models() -> None:
 async def test_researcher_renders_the_library_reflective_prompt() -> None:
     """The researcher's prompt is ``reflective_prompt``: ``USE_THE_TOOL``, the tool and a worked
     example laid out as the real rounds in the system part; a round with results ends with what to check."""
-    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), done_step("geo-03 says it")])
+    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), answered("geo-03")])
     await research(caller, "m", BM25Index(load_corpus()), "Which lake is deepest?")
     first, second = caller.requests
     assert USE_THE_TOOL in first.system
@@ -455,7 +482,7 @@ def test_final_round_prompt_tells_the_model_to_stop() -> None:
 async def test_live_display_prints_a_status_line_then_replaces_it_on_a_terminal() -> None:
     """On a terminal a round first shows as a status line, then the finished line replaces it."""
     out = io.StringIO()
-    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), done_step("found")])
+    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), answered("geo-03")])
     result = await research(caller, "m", BM25Index(load_corpus()), "q", observer=LiveRounds(out, live=True))
     text = out.getvalue()
     assert "\r  round 1/4  asking the model ..." in text
@@ -475,7 +502,8 @@ async def test_live_display_reports_a_repeat_and_a_tool_retry() -> None:
             call_step(SearchArgs(query="deepest lake")),
         ]
     )
-    result = await research(caller, "m", index, "q", observer=LiveRounds(out, live=False))
+    stop = LoopConfig(max_rounds=4, on_repeat=RepeatPolicy.STOP, closing_round=False)
+    result = await research(caller, "m", index, "q", observer=LiveRounds(out, live=False), config=stop)
     lines = out.getvalue().splitlines()
     assert "-> told: the query 'what is the' has no searchable words" in lines[0]
     assert "-> geo-03" in lines[1]
@@ -483,10 +511,21 @@ async def test_live_display_reports_a_repeat_and_a_tool_retry() -> None:
     assert result.outcome is Outcome.STALEMATE
 
 
+async def test_live_display_reports_a_refused_repeat_under_the_recipe() -> None:
+    """Under the demo's recipe a repeated search is refused and the model told; the line says so."""
+    out = io.StringIO()
+    caller = ScriptedCaller(
+        [call_step(SearchArgs(query="deepest lake")), call_step(SearchArgs(query="deepest lake")), answered("geo-03")]
+    )
+    result = await research(caller, "m", BM25Index(load_corpus()), "q", observer=LiveRounds(out, live=False))
+    assert "-> a repeat of a recent call: refused, not run (the model is told)" in out.getvalue().splitlines()[1]
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+
+
 def test_scripted_caller_answers_only_the_built_in_questions() -> None:
     """The script searches any question's keywords, but writes an answer only for a built-in one."""
     index = BM25Index(load_corpus())
-    assert scripted_caller(index, [QUESTIONS[0]]).remaining == 3 + 2  # search, done, answer; search, delete
+    assert scripted_caller(index, [QUESTIONS[0]]).remaining == 2 + 2  # search, done with the answer; search, delete
     assert scripted_caller(index, ["How deep is Lake Baikal?"]).remaining == 2 + 2  # search, done
 
 

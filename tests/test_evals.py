@@ -525,9 +525,17 @@ async def test_the_demo_researcher_passes_every_shipped_question_when_it_finds_a
     assert report.summary.ended_by_executor_rate == 1.0
 
 
-async def test_a_researcher_citing_a_passage_it_never_retrieved_fails_the_citation_check() -> None:
+async def test_a_researcher_insisting_on_a_passage_it_never_retrieved_gets_no_answer_and_fails() -> None:
+    """The citation is refused by the answer's schema (``Cites``) each time it is given: the run ends without an
+    answer, and the case fails on its outcome, its answer and its citation."""
     report = await evaluate_case(QUESTIONS, "liquid-metal", researcher(oracle(cite="geo-01"), "m"))
-    assert [c.name for c in report.runs[0].failed_checks] == ["cites only retrieved (passage_id)"]
+    run = report.runs[0]
+    assert run.stop_reason is StopReason.LLM_ERROR
+    assert [c.name for c in run.failed_checks] == [
+        "outcome is applied",
+        "answer.answer ~ /mercury/",
+        "cites only retrieved (passage_id)",
+    ]
 
 
 def test_the_planning_dataset_expects_the_archived_pluto_delete_and_no_delete_otherwise() -> None:

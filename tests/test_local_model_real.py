@@ -122,3 +122,38 @@ async def test_real_model_finishes_the_planning_run_once_its_delete_is_decided(
     else:
         assert state is ProposalState.REJECTED
         assert index.get("space-04") is not None
+
+
+def test_the_shipped_questions_run_on_the_real_model_into_a_report_of_the_right_shape(
+    local: LocalModel, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``agentkit eval run`` of the demo's dataset on the embedded model writes a report with a run per case, each
+    judged by its checks, and the summary; the scores are the model's and are not asserted."""
+    from agentkit._cli import main
+    from agentkit.evals import EvalReport
+    from agentkit.evals.demo import QUESTIONS
+
+    out = tmp_path / "report.json"
+    argv = ["eval", "run", "agentkit.evals.demo:QUESTIONS", "--agent", "agentkit.evals.demo:researcher"]
+    assert main([*argv, "--base-url", local.base_url, "--model", local.model_name, "--out", str(out)]) == 0
+    report = EvalReport.load(out)
+    assert [c.name for c in report.cases] == [c.name for c in QUESTIONS.cases]
+    assert all(len(c.runs) == 1 and c.runs[0].outcome is not None for c in report.cases)
+    assert all(c.runs[0].checks for c in report.cases)
+    assert report.summary.runs == len(QUESTIONS.cases)
+    assert sum(report.summary.outcomes.values()) == report.summary.runs
+    assert f"dataset {QUESTIONS.name} · {len(QUESTIONS.cases)} cases" in capsys.readouterr().out
+
+
+def test_the_planning_tasks_run_through_the_local_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--local`` starts the embedded model itself; the planning tasks' report records what each run proposed."""
+    from agentkit._cli import main
+    from agentkit.evals import EvalReport
+
+    out = tmp_path / "planning.json"
+    argv = ["eval", "run", "agentkit.evals.demo:PLANNING", "--agent", "agentkit.evals.demo:curator", "--local"]
+    assert main([*argv, "--out", str(out)]) == 0
+    report = EvalReport.load(out)
+    assert report.summary.runs == 3
+    assert all(r.tool == "delete_passage" for c in report.cases for run in c.runs for r in run.proposals)
+    assert "dataset demo-planning · 3 cases" in capsys.readouterr().out

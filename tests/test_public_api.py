@@ -17,11 +17,11 @@ import agentkit
 PACKAGE = Path(agentkit.__file__).parent
 
 TOP_LEVEL = {
-    "AfterProposal", "AgentkitError", "Approval", "AutonomyRung", "Completion", "ContextTool", "ContextWindow",
+    "AfterProposal", "AgentkitError", "Approval", "AutonomyRung", "Cites", "Completion", "ContextTool", "ContextWindow",
     "FunctionTool", "LLMVerifier", "LoopConfig", "Observer", "OnceAgent", "OnceResult", "Outcome", "PairConfig",
     "PairResult", "PriorCall", "Prompt", "ProposedAction", "Rejection", "RepeatPolicy", "RetryPolicy", "Review",
     "RoleSpec", "RoundInfo", "RoundRecord", "RulesVerifier", "RunCheckpoint", "SameFunc", "StopReason",
-    "StructuredCaller", "StructuredRequest", "TextResult", "Tier", "TieredLoopResult", "Tool", "ToolAgent",
+    "StructuredCaller", "StructuredRequest", "Tier", "TieredLoopResult", "Tool", "ToolAgent",
     "ToolLoop", "ToolLoopResult", "ToolRetry", "ToolRoundInfo", "ToolStep", "Usage", "UsageError", "Verifier",
     "approve", "execute_approved", "generate_structured", "max_rung_for", "pair", "parse_tier", "reject",
     "resume_tool_loop", "run_once", "run_once_text", "run_tool_loop", "run_tool_loop_sync", "run_tool_loop_tiered",

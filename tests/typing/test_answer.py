@@ -7,6 +7,7 @@ from typing import Any, assert_type
 from pydantic import BaseModel
 
 from agentkit import (
+    Cites,
     LoopConfig,
     RunCheckpoint,
     TieredLoopResult,
@@ -33,6 +34,21 @@ async def plain() -> None:
     assert_type(result.items, list[Doc])
     if result.answer is not None:
         assert_type(result.answer.text, str)
+
+
+class Grounded(BaseModel):
+    source: Cites[Doc]
+    also: list[Cites[Doc]]
+    text: str
+
+
+async def cited() -> None:
+    result = await run_tool_loop(ScriptedCaller(), Finder(), search, "q", LoopConfig(min_calls=1), answer=Grounded)
+    assert_type(result.cited(), list[Doc])
+    if result.answer is not None:
+        assert_type(result.answer.source, str)  # a citation is the id
+        assert_type(result.answer.also, list[str])
+    Grounded(source="doc-1", also=[], text="built by hand, as a test would")
 
 
 async def without_an_answer_schema() -> None:

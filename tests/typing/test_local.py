@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import assert_type
 
-from agentkit._demo.agent import DeleteArgs, answer_schema, delete_tool
+from agentkit._demo.agent import DeleteArgs, GroundedAnswer, delete_tool
 from agentkit._demo.search import BM25Index, Hit, SearchArgs, load_corpus, search_tool
 from agentkit._structured import StructuredCaller
 from agentkit._tools import FunctionTool
@@ -44,4 +44,4 @@ def check_demo() -> None:
     assert_type(index.search("lake"), list[Hit])
     assert_type(search_tool(index), FunctionTool[SearchArgs, Hit])
     assert_type(delete_tool(index), FunctionTool[DeleteArgs, str])
-    assert_type(answer_schema(["a"])(passage_id="a", answer="b").answer, str)
+    assert_type(GroundedAnswer(passage_id="a", answer="b").passage_id, str)
