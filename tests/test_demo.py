@@ -77,7 +77,7 @@ def test_demo_records_its_proposal_and_prints_the_commands_to_decide_and_continu
     assert proposal.tool_name == "delete_passage"
     assert f"agentkit proposals approve {proposal.id} --by NAME\n" in out
     assert f"agentkit proposals reject {proposal.id} --by NAME --reason TEXT\n" in out
-    assert "agentkit demo --resume\n" in out
+    assert "agentkit demo --scripted --resume\n" in out  # continues this run as it was made: on the script
 
 
 def test_demo_with_db_names_it_in_every_command_it_prints(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,8 +87,29 @@ def test_demo_with_db_names_it_in_every_command_it_prints(tmp_path: Path, capsys
     out = capsys.readouterr().out
     [proposal] = _pending(db)
     assert f"agentkit proposals approve {proposal.id} --by NAME --db {db}\n" in out
-    assert f"agentkit demo --resume --db {db}\n" in out
+    assert f"agentkit demo --scripted --resume --db {db}\n" in out
     assert not (tmp_path / DEFAULT_DB).exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "printed"),
+    [
+        (
+            ["--base-url", "http://127.0.0.1:9/v1", "--model", "qwen 7b"],
+            "agentkit demo --base-url http://127.0.0.1:9/v1 --model 'qwen 7b' --resume",
+        ),
+        (["--model", "1.5b"], "agentkit demo --model 1.5b --resume"),
+        (["--model", "0.5b"], "agentkit demo --resume"),
+        ([], "agentkit demo --resume"),
+    ],
+)
+def test_the_continue_command_names_the_model_the_run_was_made_on(argv: list[str], printed: str) -> None:
+    """The printed ``--resume`` command repeats the flags that chose the model, so it continues this run on it."""
+    from agentkit._cli import build_parser
+    from agentkit._demo.cli import _mode_flags  # pyright: ignore[reportPrivateUsage]  # the flags, not a run
+
+    args = build_parser().parse_args(["demo", *argv])
+    assert f"agentkit demo{_mode_flags(args)} --resume" == printed
 
 
 def test_approved_delete_runs_once_on_resume_and_the_executor_finishes(capsys: pytest.CaptureFixture[str]) -> None:
@@ -101,7 +122,7 @@ def test_approved_delete_runs_once_on_resume_and_the_executor_finishes(capsys: p
     out = capsys.readouterr().out
     assert f"its proposal {proposal.id} is approved by ana" in out
     assert "outcome  APPLIED (executor_done) after 3 rounds" in out
-    assert "deleted space-04" in out
+    assert "  decided  round 2: approved by ana; the call ran once -> deleted space-04\n" in out
     [executed] = _pending(DEFAULT_DB)
     assert executed.state is ProposalState.EXECUTED
     assert main(["demo", "--resume", "--scripted"]) == 2
@@ -117,6 +138,7 @@ def test_rejected_delete_never_runs_and_the_executor_sees_the_reason(capsys: pyt
     assert main(["demo", "--resume", "--scripted"]) == 0
     out = capsys.readouterr().out
     assert f"its proposal {proposal.id} is rejected by ana" in out
+    assert "  decided  round 2: rejected by ana; the model is told: keep the archive\n" in out
     assert "outcome  APPLIED (executor_done)" in out
     assert "deleted" not in out
     [rejected] = _pending(DEFAULT_DB)
@@ -538,3 +560,40 @@ def test_step_schema_the_model_sees_requires_the_rationale_first() -> None:
     assert schema["required"] == ["rationale", "decision"]
     assert list(schema["properties"]) == ["rationale", "decision"]
     assert schema["properties"]["rationale"]["maxLength"] == DEMO_CONFIG.rationale_max_length
+
+
+class _GoneReader(io.StringIO):
+    """A stdout whose reader has left: every write raises, as a closed pipe's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+async def test_live_display_stops_writing_once_the_reader_has_gone() -> None:
+    """``agentkit demo | head -3``: the first write to the closed pipe makes the display stop writing (no observer
+    failure and traceback per round); the demo's own next line then ends the command quietly."""
+    out = _GoneReader()
+    display = LiveRounds(out, live=False)
+    caller = ScriptedCaller([call_step(SearchArgs(query="deepest lake")), answered("geo-03")])
+    result = await research(caller, "m", BM25Index(load_corpus()), "q", observer=display)
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert (display.closed, out.writes) == (True, 1)
+
+
+def test_demo_into_a_closed_pipe_exits_quietly(tmp_path: Path) -> None:
+    """The reader is gone before the first line: exit 141, and no traceback on stderr."""
+    demo = subprocess.Popen(
+        [sys.executable, "-m", "agentkit", "demo", "--scripted", "--db", str(tmp_path / "j.db")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert demo.stdout is not None
+    demo.stdout.close()
+    _, err = demo.communicate(timeout=60)
+    assert b"Traceback" not in err
+    assert demo.returncode == 141

@@ -45,6 +45,7 @@ from agentkit._events import (
 from agentkit._observe import Observer, ObserverArg
 from agentkit._outcome import Outcome
 from agentkit._results import ToolLoopResult
+from agentkit._state import DecisionEntry
 from agentkit._structured import StructuredCaller
 from agentkit._tools import FunctionTool
 from agentkit.errors import AgentkitError, ProviderError, UsageError
@@ -161,16 +162,25 @@ async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
     out = sys.stdout
     async with open_journal(args.db) as journal:
         db = _db_flag(args.db)
-        if args.resume and await _waiting_run(journal, db) is None:
+        mode = _mode_flags(args)
+        if args.resume and await _waiting_run(journal, db, mode) is None:
             return 2
         if args.scripted:
             index = BM25Index(load_corpus())
             print("agentkit demo, scripted (no model): replies are replayed from a script.\n", file=out)
             if args.resume:
-                return await resume_demo(scripted_resumer(), "scripted", journal, out=out, db=db)
+                return await resume_demo(scripted_resumer(), "scripted", journal, out=out, db=db, mode=mode)
             caller = scripted_caller(index, questions)
             return await run_demo(
-                caller, "scripted", questions, out=out, scripted=True, journal=journal, db=db, verbose=args.verbose
+                caller,
+                "scripted",
+                questions,
+                out=out,
+                scripted=True,
+                journal=journal,
+                db=db,
+                mode=mode,
+                verbose=args.verbose,
             )
         if args.base_url:
             from agentkit.providers.openai import OpenAICaller
@@ -178,12 +188,26 @@ async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
             remote = OpenAICaller(base_url=args.base_url, api_key=args.api_key or _env_key())
             print(f"agentkit demo on {args.model} at {args.base_url}\n", file=out)
             if args.resume:
-                return await resume_demo(remote, args.model, journal, out=out, db=db)
-            return await run_demo(remote, args.model, questions, out=out, journal=journal, db=db, verbose=args.verbose)
+                return await resume_demo(remote, args.model, journal, out=out, db=db, mode=mode)
+            return await run_demo(
+                remote, args.model, questions, out=out, journal=journal, db=db, mode=mode, verbose=args.verbose
+            )
         async with _embedded(args.threads, out, MODELS[args.model or "0.5b"]) as (local_caller, model):
             if args.resume:
-                return await resume_demo(local_caller, model, journal, out=out, db=db)
-            return await run_demo(local_caller, model, questions, out=out, journal=journal, db=db, verbose=args.verbose)
+                return await resume_demo(local_caller, model, journal, out=out, db=db, mode=mode)
+            return await run_demo(
+                local_caller, model, questions, out=out, journal=journal, db=db, mode=mode, verbose=args.verbose
+            )
+
+
+def _mode_flags(args: argparse.Namespace) -> str:
+    """The flags that choose this demo's model, for the commands it prints: ``--resume`` must continue the
+    run on the same model (a scripted run on the script, a server's run on that server)."""
+    if args.scripted:
+        return " --scripted"
+    if args.base_url:
+        return f" --base-url {shlex.quote(args.base_url)} --model {shlex.quote(args.model)}"
+    return f" --model {args.model}" if args.model not in (None, "0.5b") else ""
 
 
 def _db_flag(db: str) -> str:
@@ -232,6 +256,7 @@ async def run_demo(
     scripted: bool = False,
     journal: Journal | None = None,
     db: str = "",
+    mode: str = "",
     verbose: bool = False,
 ) -> int:
     """Run the questions, then the planning example, printing each round live.
@@ -248,6 +273,8 @@ async def run_demo(
         journal: Where to record the runs and the planning run's proposal; the demo then prints
             the commands that decide the proposal and continue the run (``resume_demo``).
         db: The ``--db`` flag those commands need (empty for the default journal).
+        mode: The flags that chose this model (``--scripted``, ``--base-url ... --model ...``), repeated in
+            the command that continues the run.
         verbose: Show the executor's rationales too, not only the answers and what each round did.
 
     Returns:
@@ -283,13 +310,13 @@ async def run_demo(
         print(f"           digest={proposal.digest} (not run: it waits for a human)", file=out)
     if journal is not None and recorder is not None:
         await recorder.wait_flushed()
-        await _decide_next(journal, planned.run_id, out, db)
+        await _decide_next(journal, planned.run_id, out, db, mode)
     elapsed = time.perf_counter() - started
     print(f"\n{rounds} rounds in {elapsed:.1f} s ({elapsed / max(rounds, 1):.2f} s per round).", file=out, flush=True)
     return 1 if errors else 0
 
 
-async def _decide_next(journal: Journal, run_id: str, out: TextIO, db: str) -> None:
+async def _decide_next(journal: Journal, run_id: str, out: TextIO, db: str, mode: str) -> None:
     """Print the planning run's proposals as the inbox holds them, and the commands that go on."""
     waiting = [p for p in await journal.proposals(state=ProposalState.PENDING) if p.run_id == run_id]
     if not waiting:
@@ -299,10 +326,10 @@ async def _decide_next(journal: Journal, run_id: str, out: TextIO, db: str) -> N
         print(f"  Decide proposal {proposal.id}:", file=out)
         print(f"    agentkit proposals approve {proposal.id} --by NAME{db}", file=out)
         print(f"    agentkit proposals reject {proposal.id} --by NAME --reason TEXT{db}", file=out)
-    print(f"  Then continue the run:\n    agentkit demo --resume{db}", file=out, flush=True)
+    print(f"  Then continue the run:\n    agentkit demo{mode} --resume{db}", file=out, flush=True)
 
 
-async def _waiting_run(journal: Journal, db: str) -> RunRecord | None:
+async def _waiting_run(journal: Journal, db: str, mode: str = "") -> RunRecord | None:
     """The newest planning run ``--resume`` can continue; ``None`` (having said why) when there is none."""
     for record in await journal.runs(limit=200):
         if record.agent != Curator.__name__ or record.status is RunStatus.FINISHED:
@@ -310,8 +337,8 @@ async def _waiting_run(journal: Journal, db: str) -> RunRecord | None:
         if record.status is RunStatus.WAITING:
             print(
                 f"agentkit demo: the planning run {record.id} still waits for a decision on its proposal; decide it "
-                f"(`agentkit proposals list --state pending{db}` shows it), then run `agentkit demo --resume{db}` "
-                "again",
+                f"(`agentkit proposals list --state pending{db}` shows it), then run "
+                f"`agentkit demo{mode} --resume{db}` again",
                 file=sys.stderr,
             )
             return None
@@ -328,7 +355,9 @@ async def _waiting_run(journal: Journal, db: str) -> RunRecord | None:
     return None
 
 
-async def resume_demo(caller: StructuredCaller, model: str, journal: Journal, *, out: TextIO, db: str = "") -> int:
+async def resume_demo(
+    caller: StructuredCaller, model: str, journal: Journal, *, out: TextIO, db: str = "", mode: str = ""
+) -> int:
     """Continue the newest planning run in ``journal`` with its recorded decisions, printing each round.
 
     An approved delete runs once, before the next round; the model sees its result (or the
@@ -338,7 +367,7 @@ async def resume_demo(caller: StructuredCaller, model: str, journal: Journal, *,
         0 when the run went on and ended without error, 1 when it ended in error, 2 when no run was
         ready to continue.
     """
-    record = await _waiting_run(journal, db)
+    record = await _waiting_run(journal, db, mode)
     if record is None:
         return 2
     index = BM25Index(load_corpus())
@@ -357,12 +386,30 @@ async def resume_demo(caller: StructuredCaller, model: str, journal: Journal, *,
     resumed = await journal.resume(
         record.id, caller, Curator(model=model, tools=tools), tools, PLANNING_TASK, observer=LiveRounds(out)
     )
+    _decided(resumed, record.rounds, out)
     _summary(resumed, out)
     for action in resumed.proposed:
         print(f"  proposal tool={action.tool_name} digest={action.digest} (waits for a human)", file=out)
     if resumed.proposed:
-        await _decide_next(journal, resumed.run_id, out, db)
+        await _decide_next(journal, resumed.run_id, out, db, mode)
     return 1 if resumed.outcome is Outcome.ERROR else 0
+
+
+def _decided(result: ToolLoopResult[Any, Any], round: int, out: TextIO) -> None:
+    """What the decisions on the proposals of ``round`` (the one this resume settled) did: the approved call
+    ran once (and what it returned), or the rejection's reason went to the model."""
+    for entry in result.checkpoint.entries:
+        if not isinstance(entry, DecisionEntry) or entry.round != round:
+            continue
+        if not entry.approved:
+            print(
+                f"  decided  round {entry.round}: rejected by {entry.by}; the model is told: {entry.reason}", file=out
+            )
+        elif entry.batch is not None:
+            ran = ", ".join(str(item) for item in json.loads(entry.batch))
+            print(f"  decided  round {entry.round}: approved by {entry.by}; the call ran once -> {ran}", file=out)
+        elif entry.error is not None:
+            print(f"  decided  round {entry.round}: approved by {entry.by}; the call failed: {entry.error}", file=out)
 
 
 def _unreachable(error: AgentkitError | None, out: TextIO) -> bool:
@@ -435,6 +482,8 @@ class LiveRounds(Observer):
         self.out = out
         self.live = out.isatty() if live is None else live
         self.verbose = verbose
+        self.closed = False
+        """The output's reader went away: nothing more is written."""
         """Show the executor's rationale on its done line (the summary lists every round's with ``--verbose``)."""
         self._round: _Round | None = None
 
@@ -444,8 +493,7 @@ class LiveRounds(Observer):
         info = event.info
         self._round = _Round(number=info.round, of=info.max_rounds)
         if self.live:
-            self.out.write(f"\r  round {self._position()}  asking the model ...")
-            self.out.flush()
+            self._write(f"\r  round {self._position()}  asking the model ...")
 
     def on_llm_call(self, event: LLMCallFinished) -> None:
         if self._round is None:
@@ -518,9 +566,19 @@ class LiveRounds(Observer):
             line += f"  {current.outcome}"
         line += "".join(_failure(attempt, reason if reasons else "") for attempt, reason in current.failed)
         prefix = "\r\x1b[2K" if self.live else ""
-        self.out.write(f"{prefix}{line}\n")
-        self.out.flush()
+        self._write(f"{prefix}{line}\n")
         self._round = None
+
+    def _write(self, text: str) -> None:
+        """Write and flush; once the reader has gone (``agentkit demo | head``), write nothing more: the
+        demo's own next line meets the closed pipe and ends the command quietly."""
+        if self.closed:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:
+            self.closed = True
 
 
 def _failure(attempt: int, reason: str) -> str:
