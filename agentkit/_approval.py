@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar, overload
 from pydantic import BaseModel
 
 from agentkit._invoke import admit, check_ctx, invoke, missing_tier
+from agentkit._observe import ApprovedCall, ObserverArg, ToolInvocation, observers_of, wrapping
 from agentkit._proposals import ProposedAction, call_digest, canonical_json, validate_args
 from agentkit._tiers import Tier
 from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool
@@ -146,23 +147,35 @@ def reject(proposal: ProposedAction[Args], *, rejected_by: str, reason: str = ""
 
 
 @overload
-async def execute_approved(approval: Approval[Args], tool: Tool[Args, R], *, ctx: object = ...) -> Sequence[R]: ...
-@overload
-async def execute_approved(approval: Approval[Args], tool: ContextTool[Args, R, Ctx], *, ctx: Ctx) -> Sequence[R]: ...
-@overload
-async def execute_approved(approval: Approval[BaseModel], tool: Tool[Any, R], *, ctx: object = ...) -> Sequence[R]: ...
-@overload
 async def execute_approved(
-    approval: Approval[BaseModel], tool: ContextTool[Any, R, Ctx], *, ctx: Ctx
+    approval: Approval[Args], tool: Tool[Args, R], *, ctx: object = ..., observer: ObserverArg = None
 ) -> Sequence[R]: ...
 @overload
-async def execute_approved(approval: Approval[Any], tool: Tool[BaseModel, R], *, ctx: object = ...) -> Sequence[R]: ...
+async def execute_approved(
+    approval: Approval[Args], tool: ContextTool[Args, R, Ctx], *, ctx: Ctx, observer: ObserverArg = None
+) -> Sequence[R]: ...
 @overload
 async def execute_approved(
-    approval: Approval[Any], tool: ContextTool[BaseModel, R, Ctx], *, ctx: Ctx
+    approval: Approval[BaseModel], tool: Tool[Any, R], *, ctx: object = ..., observer: ObserverArg = None
+) -> Sequence[R]: ...
+@overload
+async def execute_approved(
+    approval: Approval[BaseModel], tool: ContextTool[Any, R, Ctx], *, ctx: Ctx, observer: ObserverArg = None
+) -> Sequence[R]: ...
+@overload
+async def execute_approved(
+    approval: Approval[Any], tool: Tool[BaseModel, R], *, ctx: object = ..., observer: ObserverArg = None
+) -> Sequence[R]: ...
+@overload
+async def execute_approved(
+    approval: Approval[Any], tool: ContextTool[BaseModel, R, Ctx], *, ctx: Ctx, observer: ObserverArg = None
 ) -> Sequence[R]: ...
 async def execute_approved(
-    approval: Approval[Any], tool: Tool[Any, R] | ContextTool[Any, R, Any], *, ctx: object = NO_CTX
+    approval: Approval[Any],
+    tool: Tool[Any, R] | ContextTool[Any, R, Any],
+    *,
+    ctx: object = NO_CTX,
+    observer: ObserverArg = None,
 ) -> Sequence[R]:
     """Run an approved call, once; refuse anything that is not exactly what was approved.
 
@@ -184,6 +197,8 @@ async def execute_approved(
         tool: The tool to run; its name and tier must be the proposal's (checked here, at run
             time, whatever the types said).
         ctx: The ctx for a tool that takes one; a tool that takes none ignores it.
+        observer: Observers whose ``around`` wraps the call (an ``OTelObserver``'s ``execute_tool`` span,
+            which says who approved it); the call's ``ToolInvocation`` carries the approval.
 
     Returns:
         The tool's batch.
@@ -221,7 +236,9 @@ async def execute_approved(
             f"approval {approval.id} for {proposal.tool_name!r} was already executed; an approval runs once",
             tool_name=proposal.tool_name,
         )
-    outcome = await invoke(tool, args, ctx=ctx)
+    approved = ApprovedCall(approved_by=approval.approved_by, digest=approval.digest)
+    call = ToolInvocation(run_id=proposal.run_id, round=proposal.round, tool=tool, args=args, approval=approved)
+    outcome = await invoke(tool, args, ctx=ctx, around=wrapping(observers_of(observer), call))
     failure = outcome.failure()
     if failure is not None:
         raise failure

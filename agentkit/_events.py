@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from agentkit.errors import AgentkitError
 
 __all__ = [
+    "Continued",
+    "Decided",
     "DegenerationDetected",
     "Event",
     "LLMCallFinished",
@@ -30,6 +32,35 @@ __all__ = [
     "ToolCallStarted",
     "ToolResultReturned",
 ]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Decided:
+    """A decision on a proposal that a resumed run settles before its first round."""
+
+    round: int
+    """The proposal's round."""
+    tool_name: str
+    tier: Tier | None
+    approved: bool
+    by: str
+    """Who approved or rejected it."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Continued:
+    """What a leg of a run goes on from: the last round its state recorded (a resumed run's own, or, on a
+    fork's first leg, its parent's), and the decisions it settles first."""
+
+    run_id: str
+    """The run whose round it is: this run's, or the parent's for a fork that has not run a round of its own."""
+    round: int
+    """That round (``0``: the state records none)."""
+    trace: str | None = None
+    """The W3C ``traceparent`` a tracing observer recorded for that round (``RoundEntry.trace``), to link to."""
+    fork: bool = False
+    """The round is the parent's: this leg is the fork's first."""
+    decisions: tuple[Decided, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,6 +80,10 @@ class RunStarted:
     config: LoopConfig | None = None
     """The run's full configuration (autonomy, budgets, deadline, after-proposal policy), when
     the run is a tool loop."""
+    caller: object = None
+    """The caller the run asks (it may describe itself, as ``ModelCall.caller`` says)."""
+    continues: Continued | None = None
+    """A resumed run (or a fork): what this leg goes on from. ``None`` for a run's first leg."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -159,28 +159,42 @@ async def invoke(  # the loop's deadline arithmetic lives with the caller
     check_ctx(tool, ctx)
     name = tool.name
     started = time.monotonic()
+    expired: list[ToolTimeout] = []
+
+    async def timed() -> object:
+        # The timeout is inside the observers' contexts, so what they see end the call is the call's own
+        # error: a ToolTimeout, not the cancellation the timer uses to stop the tool.
+        try:
+            async with timeout_scope(limit) as scope:
+                own = args.model_copy(deep=True)
+                result = await (tool.call(own, ctx) if takes_ctx(tool) else typing.cast("Tool[Any, R]", tool).call(own))
+        except TimeoutError:
+            if not scope.expired():
+                raise  # a TimeoutError the tool raised (a socket's) is its own failure
+            expired.append(_timed_out(name, limit))
+            raise expired[-1] from None
+        if limit is not None and time.monotonic() - started > limit:
+            # A sync tool holds the event loop, so the timer could not interrupt it: its late result
+            # is discarded all the same.
+            expired.append(_timed_out(name, limit))
+            raise expired[-1]
+        return result
+
     try:
-        async with timeout_scope(limit) as scope:
-            own = args.model_copy(deep=True)
-            work = tool.call(own, ctx) if takes_ctx(tool) else typing.cast("Tool[Any, R]", tool).call(own)
-            batch: object = await (around(work) if around is not None else work)
+        work = typing.cast("Awaitable[Sequence[R]]", timed())
+        batch: object = await (around(work) if around is not None else work)
     except ToolRetry as retry:
         return Invocation(tool_name=name, observation=_message_of(retry), seconds=time.monotonic() - started)
     except ReplayDiverged:
         raise  # a replayed tool was called as the recording never was: the replay's wiring, not the tool, failed
     except Relayed as relayed:
         return Invocation(tool_name=name, error=relayed.error, seconds=time.monotonic() - started)
-    except TimeoutError as raised:
-        # Only our own timer means "timed out"; a TimeoutError the tool raised (a socket's) is its failure.
-        error = _timed_out(name, limit) if scope.expired() else _failed(name, raised)
+    except ToolTimeout as timed_out:
+        error = timed_out if expired and timed_out is expired[-1] else _failed(name, timed_out)
         return Invocation(tool_name=name, error=error, seconds=time.monotonic() - started)
     except Exception as raised:
         return Invocation(tool_name=name, error=_failed(name, raised), seconds=time.monotonic() - started)
     seconds = time.monotonic() - started
-    if limit is not None and seconds > limit:
-        # A sync tool holds the event loop, so the timer could not interrupt it: its late result
-        # is discarded all the same.
-        return Invocation(tool_name=name, error=_timed_out(name, limit), seconds=seconds)
     if not isinstance(batch, Sequence) or isinstance(batch, str | bytes):
         wrong = TypeError(f"returned {type(batch).__name__}; a tool returns a sequence (a batch) of items")
         return Invocation(tool_name=name, error=_failed(name, wrong), seconds=seconds)

@@ -29,9 +29,17 @@ from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._degeneration import SameFunc, repeat_of
-from agentkit._events import DegenerationDetected, ProposalCaptured, RoundStarted, ToolCallStarted, ToolResultReturned
+from agentkit._events import (
+    Continued,
+    Decided,
+    DegenerationDetected,
+    ProposalCaptured,
+    RoundStarted,
+    ToolCallStarted,
+    ToolResultReturned,
+)
 from agentkit._invoke import Invocation, invoke, missing_tier
-from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, observed, wants_checkpoints
+from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, wants_checkpoints, wrapping
 from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._results import RoundRecord, TieredLoopResult
@@ -222,6 +230,7 @@ class _Run:
             call_digest=call_digest,
             answer=answer,
             error=error,
+            trace=self.session.traceparent() if self.session.tracers else None,
         )
         self.append(entry)
         self.trace.append(this.traced(entry, args, len(batch)))
@@ -387,12 +396,9 @@ class _Run:
             self.session.emit(
                 ToolCallStarted(run_id=run_id, round=this.round, tool_name=tool.name, tier=tier, args=event_args)
             )
-            call = ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args)
-            observers = self.session.observers
-
-            def around(work: Awaitable[Sequence[Any]]) -> Awaitable[Sequence[Any]]:
-                return observed(observers, call, work)
-
+            around = wrapping(
+                self.session.observers, ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args)
+            )
         outcome = await invoke(tool, args, ctx=self.ctx, limit=self.tool_limit(), around=around)
         encoded = None
         if outcome.ran:
@@ -540,7 +546,7 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
         if run.run_approved is not None:
             batch = await run.run_approved(decision, tool, run.ctx)
         else:
-            batch = await execute_approved(decision, tool, ctx=run.ctx)
+            batch = await execute_approved(decision, tool, ctx=run.ctx, observer=run.session.observers)
         encoded = run.encoded(proposal.tool, batch)
     except AgentkitError as error:
         failed = error
@@ -585,6 +591,8 @@ async def run_core(
         config=config,
         run_id=state.run_id if state is not None else run_id,
         usage=state.usage if state is not None else None,
+        caller=bound.caller,
+        continues=continued(state, decisions) if state is not None and bound.observers else None,
     )
     async with session:
         # Cancellation and wiring mistakes propagate; the session tells observers the run is over.
@@ -592,6 +600,33 @@ async def run_core(
             state = RunCheckpoint.start(session.run_id, config, box.entries())
         run = _Run(bound, session, ctx, state, decisions, run_approved)
         return await _rounds(run, box, config)
+
+
+def continued(
+    state: RunCheckpoint, decisions: Sequence[tuple[RoundEntry, Approval[Any] | Rejection[Any]]]
+) -> Continued:
+    """What a resumed leg goes on from (for its observers): the state's last round, and the decisions it settles."""
+    from agentkit._approval import Approval
+
+    last = next((e for e in reversed(state.entries) if isinstance(e, RoundEntry)), None)
+    fork = state.parent is not None and (last is None or last.round <= (state.forked_at or 0))
+    settled = tuple(
+        Decided(
+            round=entry.round,
+            tool_name=entry.tool or "",
+            tier=entry.tier,
+            approved=isinstance(decision, Approval),
+            by=decision.approved_by if isinstance(decision, Approval) else decision.rejected_by,
+        )
+        for entry, decision in decisions
+    )
+    return Continued(
+        run_id=(state.parent or "") if fork else state.run_id,
+        round=0 if last is None else last.round,
+        trace=None if last is None else last.trace,
+        fork=fork,
+        decisions=settled,
+    )
 
 
 async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResult[Any, Any, Any]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -38,9 +38,10 @@ if TYPE_CHECKING:
 
     from agentkit._state import RunCheckpoint
     from agentkit._structured import StructuredRequest
-    from agentkit._tools import Tool
+    from agentkit._tools import AnyTool
 
 __all__ = [
+    "ApprovedCall",
     "LoggingObserver",
     "ModelCall",
     "Observer",
@@ -51,6 +52,7 @@ __all__ = [
     "observed",
     "observers_of",
     "settle",
+    "wrapping",
 ]
 
 logger = logging.getLogger("agentkit.observe")
@@ -79,17 +81,40 @@ class ModelCall:
     """The ``Completion`` the call returned; ``None`` while it runs and when it raised."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ApprovedCall:
+    """The approval an invocation runs under: a call a person approved, run by a resumed run,
+    ``execute_approved``, a journal (``execute``, a worker) or a Temporal activity."""
+
+    approved_by: str
+    digest: str
+    """The proposal's digest: the exact call approved."""
+    proposal_id: str | None = None
+    """The journal's id of the proposal, when a journal holds it."""
+
+
 @dataclass(kw_only=True, slots=True, eq=False)
 class ToolInvocation:
-    """One invocation of a tool by a run, as ``around`` sees it (read-only)."""
+    """One invocation of a tool, as ``around`` sees it (read-only): by a run, or an approved call run
+    outside one (its ``run_id`` and ``round`` are then the proposal's)."""
 
     run_id: str
     round: int
-    tool: Tool[Any, Any]
+    tool: AnyTool
     args: BaseModel
     """The arguments the tool is called with: the call's own, not a copy; never modify them."""
     result: object = None
     """What the tool returned; ``None`` while it runs and when it raised."""
+    approval: ApprovedCall | None = None
+    """The approval the call runs under; ``None`` for a call the loop ran live."""
+
+    @property
+    def call_id(self) -> str:
+        """The call's id within its run: the run id and the round (a live call, or the approved call of that
+        round's proposal, which shares it)."""
+        if self.run_id:
+            return f"{self.run_id}:{self.round}"
+        return self.approval.proposal_id or "" if self.approval is not None else ""
 
 
 class Observer:
@@ -160,6 +185,14 @@ class Observer:
     async def settle(self, run_id: str) -> None:
         """Awaited after the run's end (or abort) was delivered, before the run returns; returns at once here."""
 
+    def traceparent(self, run_id: str) -> str | None:
+        """The W3C ``traceparent`` of the run's current round, for its state to keep (``RoundEntry.trace``).
+
+        A later leg of the run (``resume``), or a fork of it, is told it (``RunStarted.continues``), so a
+        tracing observer can link the two. Only observers that override it are asked; ``None`` here.
+        """
+        return None
+
     def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
         """A tiered run's state before its first round and at the end of each round that did not end it.
 
@@ -168,6 +201,11 @@ class Observer:
         builds one. A run whose tools' items cannot round-trip through JSON makes none. The final
         state comes with the run's end, as ``result.checkpoint``.
         """
+
+
+def traces(observer: Observer) -> bool:
+    """Whether ``observer`` overrides ``traceparent`` (so the run asks it for each round's)."""
+    return type(observer).traceparent is not Observer.traceparent
 
 
 def wants_checkpoints(observer: Observer) -> bool:
@@ -299,6 +337,19 @@ async def observed(observers: tuple[Observer, ...], call: ModelCall | ToolInvoca
         result = await work
         call.result = result
         return result
+
+
+def wrapping(
+    observers: tuple[Observer, ...], call: ToolInvocation
+) -> Callable[[Awaitable[Sequence[Any]]], Awaitable[Sequence[Any]]] | None:
+    """``invoke``'s ``around`` for ``call``: the tool's work inside the observers' contexts (``None``: no observers)."""
+    if not observers:
+        return None
+
+    def around(work: Awaitable[Sequence[Any]]) -> Awaitable[Sequence[Any]]:
+        return observed(observers, call, work)
+
+    return around
 
 
 async def settle(observers: tuple[Observer, ...], run_id: str) -> None:

@@ -173,7 +173,9 @@ async def once_as(
     """``run_once`` whose model calls are reported under ``label`` when the role names no ``prompt_type``."""
     check_schema(schema, "run_once")
     role = agent.role()
-    async with RunSession(observers_of(observer), agent=agent, role=role, max_rounds=1, label=label) as session:
+    async with RunSession(
+        observers_of(observer), agent=agent, role=role, max_rounds=1, label=label, caller=caller
+    ) as session:
         reply = await _single_shot(caller, agent, ctx, schema, retry, session)
         if reply.value is None:
             return session.finish(OnceResult(value=None, **_failed(reply, session)))
@@ -245,7 +247,13 @@ class _TextAsStructured:
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         reply = await self.caller.complete_text(request)
-        return Completion(value=schema.model_validate({"text": reply.text}), usage=reply.usage, model=reply.model)
+        return Completion(
+            value=schema.model_validate({"text": reply.text}),
+            usage=reply.usage,
+            model=reply.model,
+            response_id=reply.response_id,
+            finish_reasons=reply.finish_reasons,
+        )
 
 
 async def run_once_text(
@@ -271,8 +279,9 @@ async def run_once_text(
         retry: Retry and fallback of the call; ``RetryPolicy()`` when omitted.
     """
     role = agent.role()
-    async with RunSession(observers_of(observer), agent=agent, role=role, max_rounds=1) as session:
-        reply = await _single_shot(_TextAsStructured(caller), agent, ctx, _Text, retry, session)
+    text_caller = _TextAsStructured(caller)
+    async with RunSession(observers_of(observer), agent=agent, role=role, max_rounds=1, caller=text_caller) as session:
+        reply = await _single_shot(text_caller, agent, ctx, _Text, retry, session)
         if reply.value is None:
             return session.finish(TextResult(text=None, **_failed(reply, session)))
         text = reply.value.text

@@ -235,7 +235,7 @@ async def pair(
     """
     check_schema(schema, "pair")
     config = config or PairConfig()
-    run = _PairRun(executor, schema, config, observers_of(observer))
+    run = _PairRun(executor, schema, config, observers_of(observer), caller)
     async with run.session:
         return await _rounds(run, caller, verifier, ctx, same or same_args)
 
@@ -284,10 +284,16 @@ class _PairRun(Generic[Ctx, V]):
     """The state of one ``pair`` run: its session, usage and counts."""
 
     def __init__(
-        self, executor: OnceAgent[Ctx], schema: type[V], config: PairConfig, observers: tuple[Observer, ...]
+        self,
+        executor: OnceAgent[Ctx],
+        schema: type[V],
+        config: PairConfig,
+        observers: tuple[Observer, ...],
+        caller: StructuredCaller,
     ) -> None:
         self.executor, self.schema, self.config = executor, schema, config
-        self.session = RunSession(observers, agent=executor, role=executor.role(), max_rounds=config.max_rounds)
+        role = executor.role()
+        self.session = RunSession(observers, agent=executor, role=role, max_rounds=config.max_rounds, caller=caller)
         self.usage = Usage()
         self.rounds = 0
         self.reviews = 0

@@ -20,9 +20,9 @@ from pydantic import BaseModel
 
 from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
-from agentkit._events import Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
+from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
-from agentkit._observe import ModelCall, Observer, dispatch, observed, settle
+from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces
 from agentkit._outcome import StopReason
 from agentkit._results import RunEnding
 from agentkit._state import json_text
@@ -121,8 +121,12 @@ class RunSession:
         config: LoopConfig | None = None,
         run_id: str | None = None,
         usage: Usage | None = None,
+        caller: object = None,
+        continues: Continued | None = None,
     ) -> None:
         self.observers = observers
+        self.tracers = tuple(observer for observer in observers if traces(observer))
+        """The observers that give each round's ``traceparent`` (``Observer.traceparent``)."""
         self.role = role
         self.label = role.prompt_type or label
         self.run_id = run_id or uuid.uuid4().hex
@@ -135,6 +139,8 @@ class RunSession:
             tools=tuple(tools),
             max_rounds=max_rounds,
             config=config,
+            caller=caller,
+            continues=continues,
         )
 
     async def __aenter__(self) -> Self:
@@ -155,6 +161,20 @@ class RunSession:
         """Deliver ``event`` to the observers (a no-op without them)."""
         if self.observers:
             dispatch(self.observers, event)
+
+    def traceparent(self) -> str | None:
+        """The current round's ``traceparent``, from the first tracing observer that gives one."""
+        for observer in self.tracers:
+            try:
+                parent = observer.traceparent(self.run_id)
+            except Exception:
+                logger.exception(
+                    "observer %s failed to give a traceparent (run %s)", type(observer).__name__, self.run_id
+                )
+                continue
+            if parent:
+                return parent
+        return None
 
     def finish(self, result: E, *, seen: RunEnding | None = None) -> E:
         """Report the run's result (observers get ``seen``, a copy, where the result holds mutable parts)."""

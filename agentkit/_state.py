@@ -234,6 +234,9 @@ class RoundEntry(BaseModel):
     tool_seconds: float = 0.0
     elapsed: float = 0.0
     """The run's time so far (every leg), at this entry: the deadline goes on from it."""
+    trace: str | None = None
+    """The W3C ``traceparent`` of the round's span, from a tracing observer (``Observer.traceparent``), so
+    that a later leg of the run, or a fork of it, links to it. Left out of the digest when ``None``."""
     digest: str = ""
     """SHA-256 of the previous entry's digest (the header's, first) and this entry's content."""
 
@@ -598,9 +601,18 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry]) -> 
     return None
 
 
+_UNDIGESTED = frozenset({"digest"})
+_UNTRACED = frozenset({"digest", "trace"})
+
+
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
-    """The digest of ``entry`` after the entry (or header) whose digest is ``previous``."""
-    return _sha256(f"{previous}\n{json_text(entry.model_dump(mode='json', exclude={'digest'}))}")
+    """The digest of ``entry`` after the entry (or header) whose digest is ``previous``.
+
+    A round recorded without a tracer is digested without its ``trace``, as rounds were before it existed.
+    """
+    untraced = isinstance(entry, RoundEntry) and entry.trace is None
+    content = entry.model_dump(mode="json", exclude=set(_UNTRACED if untraced else _UNDIGESTED))
+    return _sha256(f"{previous}\n{json_text(content)}")
 
 
 def tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:

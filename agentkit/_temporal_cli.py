@@ -247,6 +247,12 @@ def serve_temporal(args: argparse.Namespace) -> int:
             namespace=args.namespace,
             stop=stop,
             max_concurrent_activities=args.concurrency,
+            tracer=tracer,
+            observer=observer,
         )
 
+    from agentkit._worker_cli import otel_observer  # the worker command's, shared by both backends
+
+    observer = otel_observer(args)
+    tracer = observer.tracer if observer is not None else None
     return _run(serve())

@@ -21,6 +21,10 @@ class TextCompletion:
     """Usage of the call."""
     model: str
     """The model that answered."""
+    response_id: str | None = None
+    """The server's id of the reply, when it gives one."""
+    finish_reasons: tuple[str, ...] = ()
+    """Why the model stopped, per choice, when the server says."""
 
 
 class TextCaller(Protocol):

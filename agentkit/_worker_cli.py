@@ -75,6 +75,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     worker.add_argument("--limit", type=positive_int, metavar="N", help="exit after claiming N proposals")
     worker.add_argument("--until-empty", action="store_true", help="exit once nothing is approved for these tools")
     worker.add_argument("--quiet", action="store_true", help="print only the summary")
+    worker.add_argument(
+        "--otel",
+        action="store_true",
+        help="trace each call (and, with --temporal, the workflow) through the global OpenTelemetry providers "
+        "(extra otel; configure them with opentelemetry-instrument or in your tools' module)",
+    )
     worker.set_defaults(handler=_handle)
 
 
@@ -83,6 +89,15 @@ def _positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
+
+
+def otel_observer(args: argparse.Namespace) -> Any:
+    """``--otel``: an ``OTelObserver`` over the global providers (``None`` without the flag)."""
+    if not getattr(args, "otel", False):
+        return None
+    from agentkit.otel import OTelObserver
+
+    return OTelObserver()
 
 
 def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:
@@ -175,6 +190,7 @@ async def _serve(args: argparse.Namespace, tools: list[Tool[Any, Any]], out: Tex
                 lease=timedelta(seconds=args.lease),
                 poll=args.poll,
                 report=report,
+                observer=otel_observer(args),
             )
         )
         try:

@@ -4,10 +4,14 @@ The events (``RunStarted`` to ``RunFinished``) are frozen values, matched by cla
 ``Event`` is their union. An ``Observer`` (``agentkit.Observer``) gets them through its hooks;
 ``iter_tool_loop`` and ``iter_tool_loop_tiered`` (and ``ToolLoop.stream``) give a run as a
 ``RunStream`` to iterate; ``LoggingObserver`` writes them to a logger. ``ModelCall`` and
-``ToolInvocation`` describe the call an ``Observer.around`` context wraps.
+``ToolInvocation`` describe the call an ``Observer.around`` context wraps (``ApprovedCall``: the approval
+an invocation runs under); ``RunStarted.continues`` (a ``Continued``, with its ``Decided`` decisions) what
+a resumed leg goes on from.
 """
 
 from agentkit._events import (
+    Continued,
+    Decided,
     DegenerationDetected,
     Event,
     LLMCallFinished,
@@ -20,10 +24,13 @@ from agentkit._events import (
     ToolResultReturned,
 )
 from agentkit._loops import iter_tool_loop, iter_tool_loop_tiered
-from agentkit._observe import LoggingObserver, ModelCall, ToolInvocation
+from agentkit._observe import ApprovedCall, LoggingObserver, ModelCall, ToolInvocation
 from agentkit._stream import RunStream
 
 __all__ = [
+    "ApprovedCall",
+    "Continued",
+    "Decided",
     "DegenerationDetected",
     "Event",
     "LLMCallFinished",

@@ -12,9 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -26,6 +23,7 @@ from pydantic import BaseModel
 from agentkit import LoopConfig, Outcome, RunCheckpoint, TieredLoopResult, ToolLoop
 from agentkit.evals import Case, Dataset, Expect, evaluate
 from agentkit.testing import ReplayCaller, ScriptedCaller, call_step
+from benchmarks import harness
 from benchmarks.long_run import Doc, Query, Reader, search
 
 CONFIG = LoopConfig(max_rounds=4)
@@ -125,17 +123,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, help="also write evals-overhead-<date>.json and .md here")
     args = parser.parse_args()
     report = asyncio.run(measure(args.cases, args.concurrency, args.repeats))
-    report |= {
-        "date": time.strftime("%Y-%m-%d"),
-        "machine": f"{platform.machine()} {os.cpu_count()} cores",
-        "loadavg": [round(x, 2) for x in os.getloadavg()],
-    }
-    print(json.dumps(report))
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / f"evals-overhead-{report['date']}"
-        stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-        stem.with_suffix(".md").write_text(markdown(report))
+    harness.publish(report, args.out, "evals-overhead", markdown)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -94,6 +94,22 @@ class Collected:
 
 def log(message: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def publish(report: dict[str, Any], out: Path | None, name: str, markdown: Callable[[dict[str, Any]], str]) -> None:
+    """Stamp a small benchmark's ``report`` with the date, the machine and its load, print it as one JSON
+    object and, with ``out``, write it there as ``<name>-<date>.json`` and its table as ``.md``."""
+    report |= {
+        "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()} {os.cpu_count()} cores",
+        "loadavg": [round(x, 2) for x in os.getloadavg()],
+    }
+    print(json.dumps(report))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        stem = out / f"{name}-{report['date']}"
+        stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+        stem.with_suffix(".md").write_text(markdown(report))
 
 
 @contextlib.contextmanager

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import evals_overhead, harness, journal_checkpoint, scenario, server
+from benchmarks import evals_overhead, harness, journal_checkpoint, otel_metrics, scenario, server
 
 RUN = b"0123456789abcdef"
 
@@ -124,3 +124,15 @@ async def test_evals_overhead_benchmark_replays_every_case_both_ways() -> None:
     assert report["cases"] == 6
     assert report["wall_x"] > 0
     assert report["cpu_x"] > 0
+
+
+@pytest.mark.slow
+async def test_otel_metrics_benchmark_measures_every_variant_in_both_settings() -> None:
+    """The metrics benchmark runs each variant to its fourth round, scripted and over HTTP, against spans only."""
+    report = await otel_metrics.measure(1, 1)
+    assert list(report["settings"]) == ["scripted", "http"]
+    for variants in report["settings"].values():
+        assert list(variants) == ["spans-only", "metrics-noop", "metrics-sdk"]
+        assert variants["spans-only"]["cpu_x"] == 1.0
+    table = otel_metrics.markdown(report)
+    assert table.count("| metrics-noop |") == 2

@@ -172,3 +172,39 @@ def test_worker_needs_a_backend() -> None:
     with pytest.raises(SystemExit) as exit:
         main(["worker", "--tools", "x:y"])
     assert exit.value.code == 2
+
+
+TRACED = """
+import os, pathlib
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import ConsoleSpanExporter, SimpleSpanProcessor
+from worker_tools import TOOLS
+
+spans = open(pathlib.Path(os.environ["WORKER_TEST_DIR"]) / "spans.jsonl", "w")
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=spans)))
+trace.set_tracer_provider(provider)
+"""
+
+
+def test_worker_with_otel_gives_each_call_its_span(workdir: Path) -> None:
+    """``--otel``: each approved call the worker runs has its ``execute_tool`` span on the global provider
+    (set up here by the tools' module), saying who approved it."""
+    (workdir / "traced_tools.py").write_text(textwrap.dedent(TRACED))
+    db = workdir / "journal.db"
+    [id] = approve(db, "a")
+    command = ["worker", "--db", str(db), "--tools", "traced_tools:TOOLS", "--until-empty", "--otel"]
+    worker = subprocess.run(
+        [sys.executable, "-m", "agentkit", *command],
+        cwd=workdir,
+        env={**os.environ, "WORKER_TEST_DIR": str(workdir)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert worker.returncode == 0, worker.stderr
+    spans = (workdir / "spans.jsonl").read_text()
+    assert '"name": "execute_tool wipe"' in spans
+    assert '"agentkit.approval.approved_by": "alice"' in spans
+    assert f'"agentkit.proposal.id": "{id}"' in spans

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx2
@@ -341,13 +339,16 @@ async def test_single_shot_model_call_runs_inside_its_chat_span(
 async def test_one_chat_span_covers_retries_and_fallback(
     observer: OTelObserver, exporter: InMemorySpanExporter
 ) -> None:
-    """A call retried, then answered by the fallback: one chat span, not an error, its attempts as events."""
+    """A call retried, then answered by the fallback: one chat span, not an error, its attempts as events,
+    named and attributed as the fallback's call."""
     caller = ScriptedCaller(
         [ProviderError("503", transient=True), ProviderError("503", transient=True), reply(done_step(), 5, 1)]
     )
     await run_tool_loop(caller, Tuned(), search, "ctx", CONFIG, observer=observer)
     (chat,) = by_name(exporter.get_finished_spans(), "chat ")
-    assert chat.name == "chat exec-model"
+    assert chat.name == "chat backup-model"
+    assert attrs(chat)[GEN_AI_REQUEST_MODEL] == "backup-model"
+    assert attrs(chat)["agentkit.fallback_model"] == "backup-model"
     assert chat.status.status_code is StatusCode.UNSET
     assert attrs(chat)["agentkit.attempts"] == 3
     assert not exceptions(chat)
@@ -607,170 +608,3 @@ async def test_capture_content_records_every_planted_marker(
     assert "MARKER-ARGS" in attrs(tools[1])["gen_ai.tool.call.arguments"]
     assert "MARKER-RESULT" in attrs(tools[1])["gen_ai.tool.call.result"]
     assert "MARKER-ERROR" in exceptions(tools[2])[0]["exception.message"]
-
-
-# --- docs/observability.md: the attribute table and the real trace ---------------------------------
-
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "observability.md"
-KINDS = {"invoke_agent ": "run", "agentkit.round": "round", "chat ": "chat", "execute_tool ": "execute_tool"}
-
-
-def kind_of(span: ReadableSpan) -> str | None:
-    return next((kind for prefix, kind in KINDS.items() if span.name.startswith(prefix)), None)
-
-
-def docs_section(name: str) -> str:
-    text = DOCS.read_text(encoding="utf-8")
-    start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
-    return text[text.index(start) + len(start) : text.index(end)]
-
-
-def documented_attributes() -> dict[tuple[str, str], str]:
-    """(span kind, attribute) -> when it is recorded, from the table in the docs."""
-    table: dict[tuple[str, str], str] = {}
-    for line in docs_section("span-attributes").splitlines()[2:]:
-        kind, attribute, recorded = (cell.strip() for cell in line.strip("|").split("|"))
-        table[(kind, attribute.strip("`"))] = recorded
-    return table
-
-
-class Documented(Finder):
-    """The executor of the documented trace: every request setting set."""
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(
-            model="gpt-4.1-mini",
-            fallback_model="gpt-4.1",
-            temperature=0.0,
-            max_tokens=400,
-            seed=1,
-            prompt_type="finder",
-        )
-
-
-async def documented_run(
-    caller: OpenAICaller, server: FakeOpenAIServer, observer: OTelObserver, tracer: Tracer
-) -> None:
-    """The run of the docs' trace: a retried 503, a tool that makes its own span, then a proposal."""
-
-    @tool(tier=Tier.READ_ONLY)
-    def search(args: Query) -> list[Doc]:
-        """Search the corpus."""
-        with tracer.start_as_current_span("corpus.query"):
-            return [Doc(id=f"{args.query}-1"), Doc(id=f"{args.query}-2")]
-
-    server.add(
-        FakeReply.error(503),
-        FakeReply.value(call_step(Query(query="otel"), tool="search")),
-        FakeReply.value(call_step(Query(query="otel-1"), tool="delete")),
-    )
-    result = await run_tool_loop_tiered(caller, Documented(), [search, delete], "ctx", CONFIG, observer=observer)
-    assert result.stop_reason is StopReason.PROPOSED
-
-
-SHOWN = {
-    "invoke_agent": ("gen_ai.provider.name", "agentkit.outcome", "agentkit.stop_reason"),
-    "agentkit.round": ("agentkit.round", "agentkit.proposal.tool_name"),
-    "chat": (
-        "agentkit.attempts",
-        "gen_ai.response.finish_reasons",
-        "gen_ai.usage.input_tokens",
-        "gen_ai.usage.output_tokens",
-    ),
-    "execute_tool": ("gen_ai.tool.type", "agentkit.tier", "agentkit.batch_size"),
-    "agentkit.attempt": ("agentkit.attempt", "error.type"),
-    "agentkit.proposal": ("agentkit.proposal.tool_name", "agentkit.proposal.tier"),
-    "POST": ("http.response.status_code",),
-}
-"""What the docs' tree shows of each span and event (by the first word of its name): what does not vary by run."""
-
-
-def rendered(spans: tuple[ReadableSpan, ...]) -> str:
-    """The spans as a tree (children and events in time order), with the attributes that do not vary by run."""
-
-    def shown(name: str, attributes: Any) -> str:
-        keys = SHOWN.get(name.split(" ")[0], ())
-        values = {key: attributes[key] for key in keys if attributes and key in attributes}
-        text = " ".join(f"{key}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for key, v in values.items())
-        return f"{name}  {text}".rstrip()
-
-    children: dict[int | None, list[ReadableSpan]] = {}
-    for span in spans:
-        children.setdefault(parent_of(span), []).append(span)
-    lines: list[str] = []
-
-    def walk(span: ReadableSpan, prefix: str, last: bool, top: bool) -> None:
-        status = "  [ERROR]" if span.status.status_code is StatusCode.ERROR else ""
-        lines.append(
-            ("" if top else prefix + ("└── " if last else "├── ")) + shown(span.name, span.attributes) + status
-        )
-        inner = "" if top else prefix + ("    " if last else "│   ")
-        items: list[tuple[int, ReadableSpan | str]] = [(c.start_time or 0, c) for c in children.get(span_id(span), [])]
-        items += [(e.timestamp, "· " + shown(e.name, e.attributes)) for e in span.events]
-        items.sort(key=lambda item: item[0])
-        for index, (_, item) in enumerate(items):
-            end = index == len(items) - 1
-            if isinstance(item, str):
-                lines.append(inner + ("└── " if end else "├── ") + item)
-            else:
-                walk(item, inner, end, False)
-
-    for root in children.get(None, []):
-        walk(root, "", True, True)
-    return "\n".join(lines)
-
-
-async def test_docs_show_a_real_trace(
-    traced_caller: OpenAICaller,
-    server: FakeOpenAIServer,
-    observer: OTelObserver,
-    tracer: Tracer,
-    exporter: InMemorySpanExporter,
-) -> None:
-    """The span tree in docs/observability.md is the one a real run exports (regenerated on request)."""
-    await documented_run(traced_caller, server, observer, tracer)
-    tree = "```text\n" + rendered(exporter.get_finished_spans()) + "\n```\n"
-    if os.environ.get("AGENTKIT_REGENERATE_DOCS"):
-        text = DOCS.read_text(encoding="utf-8")
-        start, end = "<!-- span-tree:start -->\n", "<!-- span-tree:end -->"
-        head, tail = text[: text.index(start) + len(start)], text[text.index(end) :]
-        DOCS.write_text(head + tree + tail, encoding="utf-8")
-    assert docs_section("span-tree") == tree
-
-
-async def test_every_span_attribute_is_the_documented_one(
-    traced_caller: OpenAICaller, server: FakeOpenAIServer, tracer: Tracer, exporter: InMemorySpanExporter
-) -> None:
-    """Across runs covering every path, each span kind carries exactly the attributes the docs' table lists."""
-    table = documented_attributes()
-    seen: dict[tuple[str, str], set[bool]] = {}
-    for capture in (False, True):
-        exporter.clear()
-        observer = OTelObserver(tracer, capture_content=capture)
-        await documented_run(traced_caller, server, observer, tracer)
-        await planted_run(traced_caller, server, observer)
-        await run_tool_loop(ScriptedCaller([Throttled()]), Finder(), search, "ctx", CONFIG, observer=observer)
-        await run_tool_loop(
-            ScriptedCaller([done_step()]), Finder(), search, "c", LoopConfig(max_rounds=None), observer=observer
-        )
-        task = asyncio.create_task(
-            run_tool_loop(ScriptedCaller([call_step(Query(query="a"))]), Finder(), hanging, "c", observer=observer)
-        )
-        await asyncio.sleep(0.05)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        for span in exporter.get_finished_spans():
-            kind = kind_of(span)
-            if kind is None:
-                continue
-            for key in attrs(span):
-                assert (kind, key) in table, f"{key} on a {kind} span is not in the docs' table"
-                seen.setdefault((kind, key), set()).add(capture)
-            for (documented_kind, key), recorded in table.items():
-                if documented_kind == kind and recorded.startswith("always"):
-                    assert key in attrs(span), f"{key} is documented as always on {kind} spans; missing on {span.name}"
-    for entry, recorded in table.items():
-        assert entry in seen, f"{entry} is documented but was never recorded"
-        if "capture_content" in recorded:
-            assert seen[entry] == {True}, f"{entry} was recorded without capture_content"

@@ -114,6 +114,7 @@ class Journal(Protocol):
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
         ctx: object = ...,
+        observer: ObserverArg = None,
     ) -> Execution[R]: ...
     @overload
     async def execute(
@@ -124,6 +125,7 @@ class Journal(Protocol):
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
         ctx: Ctx,
+        observer: ObserverArg = None,
     ) -> Execution[R]: ...
     async def execute(
         self,
@@ -133,6 +135,7 @@ class Journal(Protocol):
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
         ctx: object = NO_CTX,
+        observer: ObserverArg = None,
     ) -> Execution[R]:
         """Run an approved proposal exactly once: approved -> executing -> executed or failed.
 
@@ -153,6 +156,7 @@ class Journal(Protocol):
         lease: timedelta | float = DEFAULT_LEASE,
         poll: float | None = None,
         report: Callable[[Worked], object] | None = None,
+        observer: ObserverArg = None,
     ) -> WorkReport:
         """Claim approved proposals for ``tools`` one statement at a time and run each exactly once, until stopped."""
         ...

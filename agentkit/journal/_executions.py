@@ -19,6 +19,7 @@ import tenacity
 from pydantic import BaseModel, ValidationError
 
 from agentkit._invoke import admit, check_ctx, invoke
+from agentkit._observe import ApprovedCall, Observer, ObserverArg, ToolInvocation, observers_of, wrapping
 from agentkit._proposals import call_digest, canonical_json
 from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool
 from agentkit.errors import ToolError, UsageError
@@ -288,6 +289,7 @@ class Executions(Inbox):
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
         ctx: object = ...,
+        observer: ObserverArg = None,
     ) -> Execution[R]: ...
     @overload
     async def execute(
@@ -298,6 +300,7 @@ class Executions(Inbox):
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
         ctx: Ctx,
+        observer: ObserverArg = None,
     ) -> Execution[R]: ...
     async def execute(
         self,
@@ -307,6 +310,7 @@ class Executions(Inbox):
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
         ctx: object = NO_CTX,
+        observer: ObserverArg = None,
     ) -> Execution[R]:
         """Run an approved proposal exactly once, whatever the number of workers racing for it.
 
@@ -317,7 +321,8 @@ class Executions(Inbox):
         The claim carries a lease, renewed every third of ``lease`` while the tool runs; if this
         process dies, the proposal stays ``executing`` and ``stuck()`` lists it once the lease runs
         out. The outcome is recorded with up to ``OUTCOME_ATTEMPTS`` tries, each on a fresh
-        connection; the tool is never called again.
+        connection; the tool is never called again. ``observer``'s ``around`` wraps the call (an
+        ``OTelObserver``'s ``execute_tool`` span, saying who approved it).
 
         Raises:
             UnknownId: no such proposal.
@@ -336,16 +341,23 @@ class Executions(Inbox):
         who = worker or worker_name()
         claim = await self._call(self._claim, id, tool, who, uuid.uuid4().hex, lease)
         # From here on the proposal is ``executing``: if this process dies, it stays so, and a human decides.
-        return await self._run_claimed(claim, tool, ctx)
+        return await self._run_claimed(claim, tool, ctx, observers_of(observer))
 
     async def _run_claimed(
-        self, claim: Claim[Args], tool: Tool[Args, R] | ContextTool[Args, R, Any], ctx: object
+        self,
+        claim: Claim[Args],
+        tool: Tool[Args, R] | ContextTool[Args, R, Any],
+        ctx: object,
+        observers: tuple[Observer, ...] = (),
     ) -> Execution[R]:
         """Call the tool of a held claim once, its lease renewed meanwhile (off the event loop, so a sync tool
         that blocks the loop keeps its claim), then record the outcome."""
         renewal = Renewal(lambda: self._renew(claim.record.id, claim.token, claim.lease), claim.lease, name="claim")
+        record = claim.record
+        approved = ApprovedCall(approved_by=record.approved_by or "", digest=record.digest, proposal_id=record.id)
+        call = ToolInvocation(run_id=record.run_id, round=record.round, tool=tool, args=claim.args, approval=approved)
         with renewal:
-            outcome = await invoke(tool, claim.args, ctx=ctx)
+            outcome = await invoke(tool, claim.args, ctx=ctx, around=wrapping(observers, call))
         error = outcome.failure()
         batch = outcome.batch if error is None else None
         record = await self._record_outcome(claim, batch=batch, error=error)

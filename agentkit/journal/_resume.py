@@ -66,7 +66,7 @@ async def resume(
     recorder = JournalObserver(journal, lease=lease, holder=worker)
 
     async def run_approved(approval: Approval[Any], tool: Tool[Any, Any], ctx: Any) -> Sequence[Any]:
-        return await _run_approved(journal, ids[approval.id], tool, ctx, worker=worker, lease=lease)
+        return await _run_approved(journal, ids[approval.id], tool, ctx, worker=worker, lease=lease, observer=observer)
 
     loop = ToolLoop(caller, agent, tools, observer=observer, answer=answer)
     prepared = loop.prepared(
@@ -147,12 +147,19 @@ def _entry(run_id: str, wanted: RoundEntry, proposals: list[ProposalRecord]) -> 
 
 
 async def _run_approved(
-    journal: SQLJournal, id: str, tool: Tool[Any, Any], ctx: Any, *, worker: str, lease: timedelta
+    journal: SQLJournal,
+    id: str,
+    tool: Tool[Any, Any],
+    ctx: Any,
+    *,
+    worker: str,
+    lease: timedelta,
+    observer: ObserverArg,
 ) -> Sequence[Any]:
     """The approved call's batch: run now through the claim, or as recorded when it already ran."""
     record = await journal.get(id)
     if record.state is ProposalState.APPROVED:
-        execution = await journal.execute(id, tool, ctx=ctx, worker=worker, lease=lease)
+        execution = await journal.execute(id, tool, ctx=ctx, worker=worker, lease=lease, observer=observer)
         if execution.error is not None:
             raise execution.error
         return execution.batch

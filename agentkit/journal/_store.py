@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
+from agentkit._observe import observers_of
 from agentkit._tools import NO_CTX, ContextTool, NoCtx, Tool
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER, OUTCOME_ATTEMPTS, Executions
 from agentkit.journal._lease import DEFAULT_LEASE, check_lease
@@ -57,6 +58,7 @@ class SQLJournal(Executions, Runs):
         lease: timedelta | float = DEFAULT_LEASE,
         poll: float | None = None,
         report: Callable[[Worked], object] | None = None,
+        observer: ObserverArg = None,
     ) -> WorkReport:
         """Run approved proposals for ``tools`` as they come, each exactly once; see ``docs/journal.md``.
 
@@ -79,6 +81,8 @@ class SQLJournal(Executions, Runs):
             lease: Each claim's lease (see ``DEFAULT_LEASE``).
             poll: Seconds between looks when no notification comes (see above).
             report: Called with each ``Worked`` as it happens (progress output).
+            observer: Observers whose ``around`` wraps each call (an ``OTelObserver``'s ``execute_tool``
+                span, saying who approved it).
 
         Returns:
             What was executed, failed, left unrecorded or left for a human.
@@ -99,6 +103,7 @@ class SQLJournal(Executions, Runs):
             lease=check_lease(lease),
             poll=poll,
             report=report,
+            observers=observers_of(observer),
         )
 
     def _wakeups(self, poll: float | None) -> AbstractAsyncContextManager[Wakeups]:

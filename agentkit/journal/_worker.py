@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, Self
 
 from agentkit._invoke import check_ctx
+from agentkit._observe import Observer
 from agentkit._tiers import tier_choices
 from agentkit._tools import AnyTool, declared_tier
 from agentkit.errors import UsageError
@@ -173,8 +174,10 @@ class _Worker:
         worker: str,
         lease: timedelta,
         report: Callable[[Worked], object] | None,
+        observers: tuple[Observer, ...] = (),
     ) -> None:
         self.journal = journal
+        self.observers = observers
         self.tools = tools
         self.ctx = ctx
         self.worker = worker
@@ -215,7 +218,7 @@ class _Worker:
     async def execute(self, claim: Claim[Any]) -> None:
         tool = self.tools[claim.record.tool_name]
         try:
-            execution = await self.journal._run_claimed(claim, tool, self.ctx)
+            execution = await self.journal._run_claimed(claim, tool, self.ctx, self.observers)
         except OutcomeNotRecorded as lost:
             self.result.not_recorded.append(claim.record.id)
             self.tell(
@@ -290,11 +293,12 @@ async def work(
     lease: timedelta,
     poll: float | None,
     report: Callable[[Worked], object] | None,
+    observers: tuple[Observer, ...] = (),
 ) -> WorkReport:
     """``SQLJournal.work``'s body (documented there)."""
     by_name = _tools_by_name(tools, ctx)
     _check_options(limit, concurrency, lease, poll)
-    running = _Worker(journal, by_name, ctx=ctx, worker=worker, lease=lease, report=report)
+    running = _Worker(journal, by_name, ctx=ctx, worker=worker, lease=lease, report=report, observers=observers)
     async with journal._wakeups(poll) as wakeups:
         try:
             await running.loop(

@@ -75,6 +75,7 @@ from pydantic import BaseModel, ValidationError
 from agentkit._step import schema_name
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
+from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
 from agentkit.providers._strict import strict_schema
@@ -436,7 +437,14 @@ class OpenAICaller:
         except AgentkitError as error:
             error.usage = tally.usage
             raise
-        return TextCompletion(text=_raw_text(choice), usage=tally.usage, model=reply.model or request.model)
+        reasons = (choice.finish_reason,) if choice.finish_reason else ()
+        return TextCompletion(
+            text=_raw_text(choice),
+            usage=tally.usage,
+            model=reply.model or request.model,
+            response_id=reply.id,
+            finish_reasons=reasons,
+        )
 
     def _kwargs(self, request: StructuredRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
@@ -449,6 +457,18 @@ class OpenAICaller:
         return kwargs
 
     async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[Reply, bytes]:
+        """One POST (``_post``), reported with its messages to a transcript listener (``agentkit._transcript``)."""
+        try:
+            reply, body = await self._post_once(kwargs, extra_json, tally)
+        except AgentkitError:
+            sent(kwargs["messages"], None)
+            raise
+        if listened():
+            choices = getattr(reply, "choices", None)
+            sent(kwargs["messages"], _raw_text(choices[0]) if choices else None)
+        return reply, body
+
+    async def _post_once(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[Reply, bytes]:
         """One POST: the reply validated from its bytes, and the bytes (a re-ask rebuilds from them)."""
         tally.requests += 1
         model = str(kwargs["model"])

@@ -18,6 +18,8 @@ from temporalio.exceptions import ApplicationError
 
 from agentkit._codec import Codec
 from agentkit._invoke import invoke
+from agentkit._observe import ApprovedCall, Observer, ToolInvocation, observed, wrapping
+from agentkit._observe import ModelCall as Asked
 from agentkit._structured import StructuredRequest
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, ToolError
@@ -65,10 +67,13 @@ def decode_error(failure: ApplicationError) -> AgentkitError:
 
 
 class Activities:
-    """The activities of one worker, over its agents (their callers and their real tools)."""
+    """The activities of one worker, over its agents (their callers and their real tools), each call inside
+    the worker's observers' ``around`` (an ``OTelObserver``'s ``chat`` and ``execute_tool`` spans, under the
+    activity's own when temporalio's tracing interceptor runs)."""
 
-    def __init__(self, agents: Mapping[str, DurableAgent[Any, Any]]) -> None:
+    def __init__(self, agents: Mapping[str, DurableAgent[Any, Any]], observers: tuple[Observer, ...] = ()) -> None:
         self.agents = dict(agents)
+        self.observers = observers
         self.codecs = {name: Codec(agent.box.tools) for name, agent in self.agents.items()}
 
     def _agent(self, name: str) -> DurableAgent[Any, Any]:
@@ -97,8 +102,9 @@ class Activities:
         # Heartbeats while the model answers: a worker that dies mid-call is noticed after the policy's
         # heartbeat timeout, and the attempt retried on another, not after the whole model timeout.
         beating = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
+        asked = Asked(run_id=call.run_id, round=call.round, role=call.role, request=request, caller=agent.caller)
         try:
-            completion = await agent.caller.complete(request, schema)
+            completion = await observed(self.observers, asked, agent.caller.complete(request, schema))
         except AgentkitError as error:
             raise encode_error(error) from error
         finally:
@@ -130,8 +136,14 @@ class Activities:
             raise ApplicationError(f"agent {call.agent!r} has no tool {call.tool_name!r}", non_retryable=True)
         args = codec.args[call.tool_name].model_validate(call.args)
         beating = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
+        approval = None
+        if call.approved_by is not None:
+            approval = ApprovedCall(approved_by=call.approved_by, digest=call.digest or "")
+        invoked = ToolInvocation(run_id=call.run_id, round=call.round, tool=tool, args=args, approval=approval)
         try:
-            outcome = await invoke(tool, args, limit=agent.config.tool_timeout)
+            outcome = await invoke(
+                tool, args, limit=agent.config.tool_timeout, around=wrapping(self.observers, invoked)
+            )
         finally:
             beating.cancel()
         if outcome.error is not None:

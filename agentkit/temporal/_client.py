@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Generic, Self, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 from pydantic import JsonValue
 from temporalio.client import (
@@ -25,6 +25,7 @@ from agentkit.errors import AgentkitError, RunEnded, UsageError
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import rebuild_error
 from agentkit.temporal._spec import AgentSpec
+from agentkit.temporal._tracing import started
 from agentkit.temporal._values import (
     SETTLED,
     Decision,
@@ -40,6 +41,9 @@ from agentkit.temporal._values import (
 )
 from agentkit.temporal._worker import connect
 from agentkit.temporal._workflow import WORKFLOW_NAME
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 __all__ = ["DurableResult", "DurableRuns", "RunHandle"]
 
@@ -89,15 +93,25 @@ class DurableRuns:
         >>> result = await handle.result()  # DurableResult[Doc]  # doctest: +SKIP
     """
 
-    def __init__(self, client: Client, *, task_queue: str) -> None:
+    def __init__(self, client: Client, *, task_queue: str, tracer: Tracer | None = None) -> None:
         self.client = client
         """The Temporal client (it must use ``temporalio.contrib.pydantic.pydantic_data_converter``)."""
         self.task_queue = task_queue
+        self.tracer = tracer
+        """With one, each run is started in an ``invoke_agent <agent>`` span (see ``connect``)."""
 
     @classmethod
-    async def connect(cls, address: str, *, task_queue: str, namespace: str = "default") -> DurableRuns:
-        """Connect to Temporal at ``address`` with the pydantic data converter."""
-        return cls(await connect(address, namespace=namespace), task_queue=task_queue)
+    async def connect(
+        cls, address: str, *, task_queue: str, namespace: str = "default", tracer: Tracer | None = None
+    ) -> DurableRuns:
+        """Connect to Temporal at ``address`` with the pydantic data converter.
+
+        With a ``tracer``, the client traces through temporalio's OpenTelemetry interceptor, and each run
+        is started in an ``invoke_agent <agent>`` span (CLIENT) that the run's workflow and activity spans,
+        and agentkit's spans in its activities (``build_worker(observer=OTelObserver())``), descend from:
+        one trace per run, across workers and legs.
+        """
+        return cls(await connect(address, namespace=namespace, tracer=tracer), task_queue=task_queue, tracer=tracer)
 
     @overload
     async def start(
@@ -147,13 +161,14 @@ class DurableRuns:
         gives a handle). The workers validate ``ctx``: one that does not validate fails the run
         (``RunStatus.FAILED``, an ``ApplicationError`` of type ``InvalidCtx`` naming each error)."""
         run_id = run_id or f"agentkit-{uuid.uuid4().hex}"
-        await self.client.start_workflow(
-            WORKFLOW_NAME,
-            RunStart(agent=agent, ctx=ctx),
-            id=run_id,
-            task_queue=self.task_queue,
-            execution_timeout=execution_timeout,
-        )
+        with started(self.tracer, agent, run_id):
+            await self.client.start_workflow(
+                WORKFLOW_NAME,
+                RunStart(agent=agent, ctx=ctx),
+                id=run_id,
+                task_queue=self.task_queue,
+                execution_timeout=execution_timeout,
+            )
         return run_id
 
     @overload

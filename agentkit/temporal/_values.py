@@ -207,6 +207,10 @@ class ModelCall(BaseModel):
     agent: str
     schema_name: str
     request: dict[str, JsonValue]
+    run_id: str = ""
+    """The run (and round, and role) the attempt is for, for the worker's observers."""
+    round: int = 0
+    role: str = "executor"
 
 
 class ModelReply(BaseModel):
@@ -227,6 +231,12 @@ class ToolCallInput(BaseModel):
     agent: str
     tool_name: str
     args: dict[str, JsonValue]
+    run_id: str = ""
+    """The run and round the call is for, for the worker's observers."""
+    round: int = 0
+    approved_by: str | None = None
+    """Who approved the call, when it is an approved one (``digest`` is then the approved call's)."""
+    digest: str | None = None
 
 
 class ToolReply(BaseModel):

@@ -5,22 +5,35 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
+from agentkit._observe import ObserverArg, observers_of
 from agentkit.temporal._activities import Activities, record_tools
 from agentkit.temporal._agent import DurableAgent, agents_by_name
+from agentkit.temporal._tracing import interceptors
 from agentkit.temporal._workflow import workflow_for
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer
 
 __all__ = ["build_worker", "connect", "run_worker"]
 
 
-async def connect(address: str, *, namespace: str = "default") -> Client:
-    """A Temporal client with the pydantic data converter, which every agentkit value needs."""
-    return await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+async def connect(address: str, *, namespace: str = "default", tracer: Tracer | None = None) -> Client:
+    """A Temporal client with the pydantic data converter, which every agentkit value needs.
+
+    With a ``tracer``, the client traces through temporalio's OpenTelemetry interceptor
+    (``temporalio.contrib.opentelemetry.TracingInterceptor``), and so do the workers built on it: a run's
+    workflow and activity spans, and the spans of what its activities do, join the trace the run was
+    started in, across workers and legs.
+    """
+    return await Client.connect(
+        address, namespace=namespace, data_converter=pydantic_data_converter, interceptors=interceptors(tracer)
+    )
 
 
 def build_worker(
@@ -30,6 +43,7 @@ def build_worker(
     task_queue: str,
     max_concurrent_activities: int | None = None,
     graceful_shutdown: timedelta = timedelta(seconds=30),
+    observer: ObserverArg = None,
 ) -> Worker:
     """A worker (not yet running) that plays the runs of ``agents`` and runs their model and tool calls.
 
@@ -39,11 +53,16 @@ def build_worker(
     running activities get ``graceful_shutdown`` to finish before they are cancelled (a cancelled
     approved call is an unknown outcome, never re-run).
 
+    ``observer`` wraps each model attempt and tool call the worker's activities make (``Observer.around``:
+    an ``OTelObserver`` gives each its ``chat`` or ``execute_tool`` span, with the run id, the round and,
+    for an approved call, who approved it). Trace the client with ``connect(..., tracer=...)`` so that
+    those spans nest under the activities' own.
+
     Raises:
         UsageError: two agents of one name, or none.
     """
     named = agents_by_name(agents)
-    activities = Activities(named)
+    activities = Activities(named, observers_of(observer))
     return Worker(
         client,
         task_queue=task_queue,
@@ -62,10 +81,19 @@ async def run_worker(
     namespace: str = "default",
     stop: asyncio.Event | None = None,
     max_concurrent_activities: int | None = None,
+    tracer: Tracer | None = None,
+    observer: ObserverArg = None,
 ) -> None:
     """Connect to Temporal at ``address`` and serve ``agents`` on ``task_queue`` until ``stop`` is set
-    (forever without one); running activities then get 30 s to finish."""
-    client = await connect(address, namespace=namespace)
-    worker = build_worker(client, agents, task_queue=task_queue, max_concurrent_activities=max_concurrent_activities)
+    (forever without one); running activities then get 30 s to finish. ``tracer`` as for ``connect``,
+    ``observer`` as for ``build_worker``."""
+    client = await connect(address, namespace=namespace, tracer=tracer)
+    worker = build_worker(
+        client,
+        agents,
+        task_queue=task_queue,
+        max_concurrent_activities=max_concurrent_activities,
+        observer=observer,
+    )
     async with worker:
         await (stop or asyncio.Event()).wait()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
@@ -26,6 +26,8 @@ from agentkit._admission import admit_tools, tool_entries
 from agentkit._approval import Approval, Rejection, approve, reject
 from agentkit._codec import Codec, item_type_of
 from agentkit._invoke import Relayed
+from agentkit._observe import ModelCall as Asked
+from agentkit._observe import Observer, ToolInvocation
 from agentkit._results import TieredLoopResult, Usage
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
@@ -70,15 +72,40 @@ class OutcomeLost(ToolError):
     """An approved call's activity ended without an outcome (its worker was lost); never re-run."""
 
 
+class _InFlight(Observer):
+    """The call the run makes now, as the loop core shows it to its observers (run id, round, approval):
+    what the activities are told of it, for the worker's observers. Deterministic like the rest of the
+    workflow: it records, it never acts."""
+
+    sees_calls = False
+
+    def __init__(self) -> None:
+        self.call: Asked | ToolInvocation | None = None
+
+    @contextlib.contextmanager
+    def around(self, call: Asked | ToolInvocation) -> Iterator[None]:
+        self.call = call
+        try:
+            yield
+        finally:
+            self.call = None
+
+
 class _ActivityCaller:
     """The model seam in workflow code: one activity per attempt."""
 
-    def __init__(self, agent: str, durable: DurableAgent[Any, Any]) -> None:
-        self.agent, self.policy = agent, durable.policy
+    def __init__(self, agent: str, durable: DurableAgent[Any, Any], in_flight: _InFlight) -> None:
+        self.agent, self.policy, self.in_flight = agent, durable.policy, in_flight
 
     async def complete(self, request: StructuredRequest, schema: type[Any]) -> Completion[Any]:
+        asked = self.in_flight.call
         call = ModelCall(
-            agent=self.agent, schema_name=schema.__name__, request=REQUEST.dump_python(request, mode="json")
+            agent=self.agent,
+            schema_name=schema.__name__,
+            request=REQUEST.dump_python(request, mode="json"),
+            run_id=workflow.info().workflow_id,
+            round=asked.round if isinstance(asked, Asked) else 0,
+            role=asked.role if isinstance(asked, Asked) else "executor",
         )
         try:
             reply = await workflow.execute_activity(
@@ -109,9 +136,11 @@ class _ActivityTool:
     """A tool in workflow code: its name, description, args type, tier and item type are the real
     tool's; its call is an activity (retried per policy when it runs live, once when approved)."""
 
-    def __init__(self, agent: str, durable: DurableAgent[Any, Any], name: str, lost: list[str]) -> None:
+    def __init__(
+        self, agent: str, durable: DurableAgent[Any, Any], name: str, lost: list[str], in_flight: _InFlight
+    ) -> None:
         real = durable.box.tools[name]
-        self.agent, self.durable, self.lost = agent, durable, lost
+        self.agent, self.durable, self.lost, self.in_flight = agent, durable, lost, in_flight
         self.name: str = real.name
         self.description: str = real.description
         self.args_type: type[BaseModel] = real.args_type
@@ -133,7 +162,17 @@ class _ActivityTool:
                 initial_interval=policy.retry_initial,
                 non_retryable_error_types=["ToolResultInvalid"],
             )
-        call = ToolCallInput(agent=self.agent, tool_name=self.name, args=args.model_dump(mode="json"))
+        invoked = self.in_flight.call
+        approval = invoked.approval if isinstance(invoked, ToolInvocation) else None
+        call = ToolCallInput(
+            agent=self.agent,
+            tool_name=self.name,
+            args=args.model_dump(mode="json"),
+            run_id=workflow.info().workflow_id,
+            round=invoked.round if isinstance(invoked, ToolInvocation) else 0,
+            approved_by=approval.approved_by if approval is not None else None,
+            digest=approval.digest if approval is not None else None,
+        )
         try:
             reply = await workflow.execute_activity(
                 TOOL_ACTIVITY,
@@ -233,10 +272,11 @@ class AgentRun:
             self.admit(durable)
         if self.refusal is not None:
             await self.refused(self.refusal)
-        caller = _ActivityCaller(start.agent, durable)
-        proxies = [_ActivityTool(start.agent, durable, name, self.lost) for name in durable.box.tools]
+        in_flight = _InFlight()
+        caller = _ActivityCaller(start.agent, durable, in_flight)
+        proxies = [_ActivityTool(start.agent, durable, name, self.lost, in_flight) for name in durable.box.tools]
         proxied: Any = proxies if durable.box.single is None else proxies[0]
-        loop = ToolLoop(caller, durable.agent, proxied, durable.workflow_config())
+        loop = ToolLoop(caller, durable.agent, proxied, durable.workflow_config(), observer=in_flight)
         if leg is None:
             result = await loop.run(ctx, run_id=self.run_id)
         elif leg.unknown is not None:

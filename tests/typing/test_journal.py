@@ -28,8 +28,10 @@ from agentkit.journal import (
     Transition,
     TransitionRefused,
     UnknownId,
+    WorkReport,
     open_journal,
 )
+from agentkit.otel import OTelObserver
 
 
 class Target(BaseModel):
@@ -97,6 +99,9 @@ async def execution_is_typed_by_the_tool(journal: Journal, id: str) -> None:
     assert_type(execution.batch, tuple[Receipt, ...])
     assert_type(execution.error, ToolError | None)
     assert_type(execution.proposal.state, ProposalState)
+    traced = await journal.execute(id, delete, observer=OTelObserver())
+    assert_type(traced, Execution[Receipt])
+    assert_type(await journal.work([delete], until_empty=True, observer=[OTelObserver()]), WorkReport)
 
 
 async def runs(journal: Journal, run_id: str) -> None:

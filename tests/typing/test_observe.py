@@ -7,6 +7,7 @@ import logging
 from collections.abc import Generator
 from typing import Literal, assert_never, assert_type
 
+from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic import BaseModel
 
@@ -14,6 +15,9 @@ from agentkit import Observer, TieredLoopResult, ToolLoopResult
 from agentkit._observe import LoggingObserver, ModelCall, ToolInvocation, event_fields, observed, settle
 from agentkit._results import Usage
 from agentkit.events import (
+    ApprovedCall,
+    Continued,
+    Decided,
     DegenerationDetected,
     Event,
     LLMCallFinished,
@@ -109,6 +113,22 @@ def observers() -> None:
     otel = OTelObserver(TracerProvider().get_tracer("t"))
     assert_type(otel, OTelObserver)
     assert_type(OTelObserver(), OTelObserver)
+    assert_type(OTelObserver(meter_provider=MeterProvider(), metrics=False), OTelObserver)
+    assert_type(otel.traceparent("run"), str | None)
+
+
+def approvals_and_legs(call: ToolInvocation, started: RunStarted) -> None:
+    assert_type(call.approval, ApprovedCall | None)
+    assert_type(call.call_id, str)
+    if call.approval is not None:
+        assert_type(call.approval.approved_by, str)
+        assert_type(call.approval.proposal_id, str | None)
+    continues = started.continues
+    assert_type(continues, Continued | None)
+    if continues is not None:
+        assert_type(continues.trace, str | None)
+        assert_type(continues.decisions, tuple[Decided, ...])
+        assert_type(continues.decisions[0].approved, bool)
     logs = LoggingObserver(logging.getLogger("app"), level=logging.DEBUG, include_args=False)
     assert_type(logs, LoggingObserver)
     assert_type(event_fields(RunAborted(run_id="r", error=ValueError())), dict[str, object])

@@ -11,7 +11,7 @@ from typing import Any, assert_type
 
 from pydantic import BaseModel
 
-from agentkit import ProposedAction, run_tool_loop_tiered
+from agentkit import Observer, ProposedAction, run_tool_loop_tiered
 from agentkit._approval import Approval, approve, execute_approved
 from agentkit._once import run_once, run_once_text
 from agentkit._pair import RulesVerifier, pair
@@ -33,6 +33,7 @@ async def narrowing() -> None:
         approval = approve(deletion, approved_by="ana")
         assert_type(approval, Approval[DeleteArgs])
         assert_type(await execute_approved(approval, delete), Sequence[Doc])
+        assert_type(await execute_approved(approval, delete, observer=[Observer()]), Sequence[Doc])
         await execute_approved(approval, fetch)  # type: ignore[misc]  # approved a deletion, not a fetch
     assert_type(await execute_approved(approve(proposal, approved_by="ana"), fetch), Sequence[Doc])
 

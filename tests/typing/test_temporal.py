@@ -80,3 +80,19 @@ async def client_types(runs: DurableRuns, durable: DurableAgent[Brief, Doc]) -> 
     assert_type(result.raise_for_error(), DurableResult[Doc])
     assert_type(await runs.start_named("research", {"topic": "t"}), str)
     await runs.start(spec, "not a brief")  # type: ignore[misc]  # the ctx must be the spec's
+
+
+async def traced_types(durable: DurableAgent[Brief, Doc]) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from agentkit.otel import OTelObserver
+    from agentkit.temporal import build_worker, connect
+
+    tracer = TracerProvider().get_tracer("t")
+    runs = await DurableRuns.connect("localhost:7233", task_queue="q", tracer=tracer)
+    assert_type(runs, DurableRuns)
+    assert_type(await connect("localhost:7233", tracer=tracer), Client)
+    worker = build_worker(runs.client, durable, task_queue="q", observer=OTelObserver(tracer))
+    assert_type(worker, Worker)
