@@ -22,8 +22,11 @@ def free_port() -> int:
 class TemporalDevServer:
     """The ``temporal`` CLI's dev server, started and stopped as a context manager."""
 
-    def __init__(self, binary: str, database: Path) -> None:
+    def __init__(self, binary: str, database: Path, dynamic_config: dict[str, str] | None = None) -> None:
         self.binary, self.database = binary, database
+        self.dynamic_config = dict(dynamic_config or {})
+        """Server settings (``--dynamic-config-value KEY=VALUE``, VALUE as YAML), e.g.
+        ``{"history.transferProcessorMaxPollRPS": "1000"}``."""
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
@@ -41,6 +44,8 @@ class TemporalDevServer:
         command = [self.binary, "server", "start-dev", "--headless", "--ip", "127.0.0.1"]
         command += ["--port", str(self.port), "--http-port", str(free_port()), "--metrics-port", str(free_port())]
         command += ["--db-filename", str(self.database), "--log-level", "error"]
+        for key, value in self.dynamic_config.items():
+            command += ["--dynamic-config-value", f"{key}={value}"]
         self.log = self.database.with_suffix(".log").open("wb")
         self.process = subprocess.Popen(command, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 60
