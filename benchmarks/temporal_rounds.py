@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+from temporalio.service import RPCError, RPCStatusCode
 
 from agentkit import LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, run_tool_loop_tiered, tool
 from agentkit.providers.openai import OpenAICaller
@@ -149,6 +150,19 @@ SCALE_AGENT = DurableAgent(
 """The agent the concurrent sample's worker processes serve (``agentkit worker --agents``)."""
 
 
+_RPC_ATTEMPTS = 5
+
+
+async def _started(runs: DurableRuns, run_id: str) -> bool:
+    try:
+        await runs.client.get_workflow_handle(run_id).describe()
+    except RPCError as error:
+        if error.status is RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
+
+
 def _cpu_seconds(pid: int) -> float:
     """User and system CPU seconds of a live process and its reaped children (Linux ``/proc``)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -165,8 +179,18 @@ async def concurrent(server: TemporalDevServer, count: int, workers: int) -> dic
         runs = await DurableRuns.connect(server.address, task_queue=queue)
 
         async def one(index: int) -> int:
-            handle = await runs.start(SCALE_AGENT, f"c{index}", run_id=f"{queue}-{index}")
-            return len((await handle.result()).items)
+            run_id = f"{queue}-{index}"
+            for attempt in range(_RPC_ATTEMPTS):
+                # A loaded dev server lets the client's calls time out ("Timeout expired"): such a call is made
+                # again (a start that had gone through is then not repeated), so only a run's own failure counts.
+                try:
+                    if attempt == 0 or not await _started(runs, run_id):
+                        await runs.start(SCALE_AGENT, f"c{index}", run_id=run_id)
+                    return len((await runs.get(SCALE_AGENT, run_id).result()).items)
+                except RPCError:
+                    if attempt == _RPC_ATTEMPTS - 1:
+                        raise
+            raise AssertionError("unreachable")
 
         warm = await asyncio.gather(*(one(-1 - i) for i in range(20)))
         assert all(n == SCALE_ROUNDS - 1 for n in warm), warm
@@ -193,7 +217,7 @@ async def concurrent(server: TemporalDevServer, count: int, workers: int) -> dic
         "server_cpu_ms_per_run": round(cpu[0] / count * 1000, 2),
         "workers_cpu_ms_per_run": round(sum(cpu[1:]) / count * 1000, 2),
         "errors": len(errors),
-        "first_error": repr(errors[0])[:300] if errors else None,
+        "first_error": (f"{type(errors[0]).__name__}: {errors[0]}"[:300]) if errors else None,
     }
 
 
