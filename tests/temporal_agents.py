@@ -28,7 +28,7 @@ DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
 
 MODEL_TIMEOUT = 600.0
 """The agents' model timeout in seconds: long, so that a lost model attempt retried well before it shows that
-the heartbeat, not the timeout, ended the attempt."""
+the loss of its workflow task, not the timeout, ended the attempt."""
 
 
 def step(tool: str, **args: str) -> dict[str, Any]:

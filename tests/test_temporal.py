@@ -162,6 +162,61 @@ async def leg_histories(runs: DurableRuns, run_id: str) -> list[WorkflowHistory]
             return legs
 
 
+HISTORIES = Path(__file__).resolve().parent / "temporal_histories"
+"""Histories recorded by earlier code (``activity-model-calls-leg*.json``: a run of ``research`` that searched,
+had ``send`` approved and finished, recorded when every model attempt was an activity of its own)."""
+
+
+def _scheduled(history: WorkflowHistory) -> list[str]:
+    return [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+
+
+def _workflow_tasks(history: WorkflowHistory) -> int:
+    return sum(e.HasField("workflow_task_completed_event_attributes") for e in history.events)
+
+
+async def test_a_round_is_one_workflow_task_with_its_model_call_a_local_activity(
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+) -> None:
+    """Four rounds (three searches, then done) take four workflow tasks: each model call is a local activity,
+    recorded with the task that schedules the round's tool call; only the tool calls are activities. The
+    history replays."""
+    fake.add(bare(query="a"), bare(query="b"), bare(query="c"), DONE)
+    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
+        handle = await runs.start(agents[1], Brief(topic="t"))
+        result = await handle.result()
+    assert (result.rounds, result.items) == (4, [Doc(id="doc:a"), Doc(id="doc:b"), Doc(id="doc:c")])
+    history = await runs.client.get_workflow_handle(handle.run_id).fetch_history()
+    assert _scheduled(history) == ["agentkit.tool_call"] * 3
+    assert _workflow_tasks(history) == result.rounds
+    replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
+    await replayer.replay_workflow(history)
+
+
+async def test_a_run_recorded_with_model_calls_as_activities_replays(agents: list[DurableAgent[Any, Any]]) -> None:
+    """Both legs of a run recorded when each model attempt was an activity of its own replay on this code
+    without a determinism error: a run without the local-model patch in its history plays its model calls as
+    activities, as it ran. Without the patch, its first model call would be a local activity where the
+    history has an activity, and the replay would fail."""
+    replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
+    legs = [
+        WorkflowHistory.from_json(
+            "recorded-before-local-model", (HISTORIES / f"activity-model-calls-leg{n}.json").read_text()
+        )
+        for n in (1, 2)
+    ]
+    assert [_scheduled(leg) for leg in legs] == [
+        ["agentkit.model_call", "agentkit.tool_call", "agentkit.model_call"],
+        ["agentkit.tool_call", "agentkit.model_call", "agentkit.tool_call", "agentkit.model_call"],
+    ]
+    for leg in legs:
+        await replayer.replay_workflow(leg)
+
+
 async def test_throttled_model_call_is_never_retried(
     runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
 ) -> None:

@@ -170,16 +170,21 @@ async def test_the_result_error_is_the_agentkit_error_the_run_ended_with(
 
 
 async def test_wait_for_answers_once_the_run_waits_across_its_legs(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
+    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, tmp_path: Path
 ) -> None:
-    """Asked while the model still thinks, wait_for(WAITING) is the workflow's wait Update (kept in the first
+    """Asked while a tool call is in flight, wait_for(WAITING) is the workflow's wait Update (kept in the first
     leg's history, which replays), outlives that leg (the run continues as new at the wait) and answers from
     the next with the pending proposal; once the run is decided and done, wait_for(FINISHED) gives the
     outcome."""
-    fake.add(FakeReply.value(step("send", to="bob", text="hi"), delay=2), DONE)
+    gate = tmp_path / "gate"
+    fake.add(step("search", query=str(gate)), step("send", to="bob", text="hi"), DONE)
     async with build_worker(runs.client, agents, task_queue=runs.task_queue):
         handle = await runs.start(agents[0], Brief(topic="t"))
-        waiting = await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
+        await _logged(tmp_path, f"blocked search {gate}")
+        waiting_for = asyncio.ensure_future(handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND)))
+        await _accepted(runs, handle.run_id)
+        gate.touch()
+        waiting = await waiting_for
         [proposal] = waiting.pending
         await handle.approve(proposal, by="alice")
         finished = await handle.wait_for(RunStatus.FINISHED, timeout=timedelta(seconds=BOUND))
@@ -193,6 +198,24 @@ async def test_wait_for_answers_once_the_run_waits_across_its_legs(
     assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED in kinds, "wait_for polled instead of waiting"
     replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)
+
+
+async def _logged(tmp_path: Path, line: str) -> None:
+    for _ in range(int(BOUND / 0.05)):
+        if line in tool_log(tmp_path):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{line!r} never logged; log: {tool_log(tmp_path)}")
+
+
+async def _accepted(runs: DurableRuns, run_id: str) -> None:
+    """Once the run's history holds an accepted Update."""
+    for _ in range(int(BOUND / 0.05)):
+        history = await runs.client.get_workflow_handle(run_id).fetch_history()
+        if any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED for e in history.events):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the wait Update was never accepted")
 
 
 async def test_wait_for_a_status_the_run_will_not_reach_raises_run_ended(

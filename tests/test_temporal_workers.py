@@ -166,7 +166,7 @@ async def test_worker_killed_mid_run_is_finished_by_another_without_repeating_wo
     )
 
 
-async def test_model_call_whose_worker_dies_is_retried_on_another_after_the_heartbeat(
+async def test_model_call_whose_worker_dies_is_retried_on_another_after_the_workflow_task_timeout(
     runs: DurableRuns,
     agents: list[DurableAgent[Any, Any]],
     fake: FakeOpenAIServer,
@@ -174,8 +174,8 @@ async def test_model_call_whose_worker_dies_is_retried_on_another_after_the_hear
     temporal_address: str,
 ) -> None:
     """SIGKILL a worker while the model holds its first request; a second worker finishes the run long before
-    the model timeout (10 minutes): the model activity heartbeats, so the lost attempt ends after the
-    heartbeat timeout (1 s) and the same request is asked again, once, on the other worker."""
+    the model timeout (10 minutes): the model call is a local activity in the dead worker's workflow task,
+    which times out (10 s), so the other worker replays the run and asks the same request again, once."""
     fake.add(FakeReply.value(bare(query="a"), delay=3600), bare(query="a"), DONE)
     with worker(temporal_address, runs.task_queue, fake, tmp_path) as first:
         handle = await runs.start(agents[1], Brief(topic="t"))
@@ -187,7 +187,7 @@ async def test_model_call_whose_worker_dies_is_retried_on_another_after_the_hear
         first.send_signal(signal.SIGKILL)
         first.wait()
     with worker(temporal_address, runs.task_queue, fake, tmp_path):
-        # A fifth of MODEL_TIMEOUT: only the heartbeat can have ended the lost attempt by then.
+        # A fifth of MODEL_TIMEOUT: only the workflow task's timeout can have ended the lost attempt by then.
         result = await asyncio.wait_for(handle.result(), MODEL_TIMEOUT / 5)
     assert len(fake.requests) == 3
     assert fake.requests[0]["messages"] == fake.requests[1]["messages"], "the lost attempt was not asked again"

@@ -32,14 +32,16 @@ R = TypeVar("R")
 class ActivityPolicy:
     """How the workflow schedules its activities.
 
-    Model calls are one attempt per activity (``generate_structured`` in the workflow retries and
-    fails over, with workflow timers between attempts; ``Throttled`` is never retried). Live tool
+    Model calls are one attempt per local activity, run by the worker that plays the round's workflow
+    task (``generate_structured`` in the workflow retries and fails over, with workflow timers between
+    attempts; ``Throttled`` is never retried). Live tool
     calls (tiers the config runs without approval: READ_ONLY, REVERSIBLE) are retried by Temporal
     up to ``tool_attempts``; approved calls of gated tiers get exactly one attempt, never retried.
     """
 
     model_timeout: timedelta = timedelta(minutes=2)
-    """``start_to_close_timeout`` of one model attempt."""
+    """``start_to_close_timeout`` of one model attempt (a local activity: the worker keeps the workflow task
+    alive while it waits)."""
     tool_timeout: timedelta = timedelta(minutes=5)
     """``start_to_close_timeout`` of one tool attempt. ``LoopConfig.tool_timeout`` is enforced within
     the attempt, as in-process (``ToolTimeout``); the attempt then has at most that plus 5 s."""
@@ -48,10 +50,12 @@ class ActivityPolicy:
     retry_initial: timedelta = timedelta(seconds=1)
     """First backoff between two attempts of a live tool call."""
     heartbeat: timedelta | None = timedelta(seconds=10)
-    """Heartbeat timeout of model and tool activities (the worker heartbeats while the model call or the
-    tool runs), so a dead worker's attempt is noticed in this long rather than at its
-    ``start_to_close_timeout``: a lost model attempt is then retried (on another worker), a lost live tool
-    call too, and a lost approved call is an unknown outcome. ``None``: no heartbeat."""
+    """Heartbeat timeout of tool activities (the worker heartbeats while the tool runs), so a dead worker's
+    call is noticed in this long rather than at its ``start_to_close_timeout``: a lost live tool call is
+    then retried (on another worker), and a lost approved call is an unknown outcome. ``None``: no
+    heartbeat. A model attempt is a local activity, which does not heartbeat: a worker lost mid-call loses
+    the workflow task it runs in, and another worker asks again once the task times out (10 s by
+    default). The model activities of runs recorded before model calls were local heartbeat on this."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,7 +47,9 @@ def build_worker(
 ) -> Worker:
     """A worker (not yet running) that plays the runs of ``agents`` and runs their model and tool calls.
 
-    Start it with ``async with worker:`` or ``await worker.run()``. Any number of workers, in any
+    Start it with ``async with worker:`` or ``await worker.run()``. ``max_concurrent_activities`` bounds
+    the tool calls it runs at once and, apart from them, its model calls (local activities, run in the
+    workflow tasks it plays). Any number of workers, in any
     number of processes and machines, may serve one task queue: Temporal spreads the runs and
     their activities over them, and a run whose worker dies goes on on another. On shutdown,
     running activities get ``graceful_shutdown`` to finish before they are cancelled (a cancelled
@@ -69,6 +71,7 @@ def build_worker(
         workflows=[workflow_for(named)],
         activities=[activities.model_call, activities.tool_call, record_tools],
         max_concurrent_activities=max_concurrent_activities,
+        max_concurrent_local_activities=max_concurrent_activities,
         graceful_shutdown_timeout=graceful_shutdown,
     )
 

@@ -1,8 +1,10 @@
 """The tool loop as a Temporal workflow, over the same loop core.
 
 The workflow runs a ``ToolLoop`` (and its ``resume`` after each decision) with
-two seams swapped for activities: the model caller (each attempt of ``generate_structured`` is an
-activity; its waits between attempts are workflow timers) and the tools (each call is an activity).
+two seams swapped for activities: the model caller (each attempt of ``generate_structured`` is a local
+activity, run by the worker that plays the workflow task; its waits between attempts are workflow
+timers) and the tools (each call is an activity). A round is then one workflow task: the model's
+reply is recorded with the task that schedules the round's tool call.
 Everything else (rendering, the step schema, gating by tier, the repeat guard, proposals,
 checkpoints) is the in-process code, replayed deterministically from the activities' recorded
 results: the run id is the workflow id, and the workflow's own clock stamps what it records.
@@ -20,7 +22,7 @@ from typing import Any, ClassVar, NoReturn
 from pydantic import BaseModel, TypeAdapter
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from agentkit._admission import admit_tools, tool_entries
 from agentkit._approval import Approval, Rejection, approve, reject
@@ -63,6 +65,11 @@ _LEGS = "agentkit-legs"
 """The patch that records a run's tool set in its history and continues the run as new at each wait for
 people (runs started before it replay as they ran: no recorded tools, decisions taken in place)."""
 
+_LOCAL_MODEL = "agentkit-local-model"
+"""The patch that makes each model attempt a local activity (a marker in the workflow task that asked for
+it) rather than an activity of its own with its own workflow task; runs recorded before it replay as they
+ran, every attempt an activity."""
+
 _log = logging.getLogger("agentkit.temporal")
 _REPORT_GRACE = timedelta(seconds=5)
 """How much longer than ``LoopConfig.tool_timeout`` a tool attempt has, for the activity to report its timeout."""
@@ -94,8 +101,8 @@ class _InFlight(Observer):
 class _ActivityCaller:
     """The model seam in workflow code: one activity per attempt."""
 
-    def __init__(self, agent: str, durable: DurableAgent[Any, Any], in_flight: _InFlight) -> None:
-        self.agent, self.policy, self.in_flight = agent, durable.policy, in_flight
+    def __init__(self, agent: str, durable: DurableAgent[Any, Any], in_flight: _InFlight, *, local: bool) -> None:
+        self.agent, self.policy, self.in_flight, self.local = agent, durable.policy, in_flight, local
 
     async def complete(self, request: StructuredRequest, schema: type[Any]) -> Completion[Any]:
         asked = self.in_flight.call
@@ -108,20 +115,16 @@ class _ActivityCaller:
             role=asked.role if isinstance(asked, Asked) else "executor",
         )
         try:
-            reply = await workflow.execute_activity(
-                MODEL_ACTIVITY,
-                call,
-                result_type=ModelReply,
-                start_to_close_timeout=self.policy.model_timeout,
-                heartbeat_timeout=self.policy.heartbeat,
-                retry_policy=_ONCE,
-            )
-        except ActivityError as failed:
-            if isinstance(failed.cause, ApplicationError):
-                raise decode_error(failed.cause) from None
-            # The attempt's outcome was lost (its worker died and stopped heartbeating, or it timed out): a
-            # transient failure, which generate_structured retries (on any worker) and fails over like any other.
-            raise ProviderError(f"model call lost: {failed.cause or failed}", transient=True) from None
+            reply = await self.attempt(call)
+        except FailureError as failed:
+            # An activity's failure comes as an ActivityError whose cause is the activity's own; a local
+            # activity's as that failure itself.
+            cause = failed.cause if isinstance(failed, ActivityError) else failed
+            if isinstance(cause, ApplicationError):
+                raise decode_error(cause) from None
+            # The attempt timed out (or, as an activity of its own, its worker died and stopped heartbeating):
+            # a transient failure, which generate_structured retries (on any worker) and fails over like any other.
+            raise ProviderError(f"model call lost: {cause or failed}", transient=True) from None
         usage = Usage(requests=reply.requests, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
         return Completion(
             value=schema.model_validate(reply.value),
@@ -130,6 +133,36 @@ class _ActivityCaller:
             response_id=reply.response_id,
             finish_reasons=reply.finish_reasons,
         )
+
+    async def attempt(self, call: ModelCall) -> ModelReply:
+        """One attempt: a local activity, or (a run recorded before ``_LOCAL_MODEL``) an activity of its own.
+
+        A local activity runs on the worker playing the workflow task, and its reply is recorded with the
+        task's commands (those that schedule the round's tool call), so a round costs one workflow task,
+        not two. It does not heartbeat; the workflow task stands in for it: the worker keeps the task alive
+        while the model answers, and a worker lost mid-call loses the task, which Temporal gives to another
+        worker once the task's timeout has passed (10 s by default, after up to 5 s on the lost worker's
+        sticky queue); that worker replays the run and asks the model again, once. A reply that never
+        comes ends the attempt at ``model_timeout``, as before.
+        """
+        if self.local:
+            reply: ModelReply = await workflow.execute_local_activity(
+                MODEL_ACTIVITY,
+                call,
+                result_type=ModelReply,
+                start_to_close_timeout=self.policy.model_timeout,
+                retry_policy=_ONCE,
+            )
+        else:
+            reply = await workflow.execute_activity(
+                MODEL_ACTIVITY,
+                call,
+                result_type=ModelReply,
+                start_to_close_timeout=self.policy.model_timeout,
+                heartbeat_timeout=self.policy.heartbeat,
+                retry_policy=_ONCE,
+            )
+        return reply
 
 
 class _ActivityTool:
@@ -266,6 +299,8 @@ class AgentRun:
             )
         ctx = self.ctx_of(durable)
         leg = start.leg
+        # First of the leg's commands: a patch marker may not follow a local activity's marker in one task.
+        local = workflow.patched(_LOCAL_MODEL)
         # A first leg recorded before legs existed replays as it ran then: no recorded tools, decided in place.
         if leg is None and workflow.patched(_LEGS):
             self.tools = await self.recorded_tools(durable)
@@ -273,7 +308,7 @@ class AgentRun:
         if self.refusal is not None:
             await self.refused(self.refusal)
         in_flight = _InFlight()
-        caller = _ActivityCaller(start.agent, durable, in_flight)
+        caller = _ActivityCaller(start.agent, durable, in_flight, local=local)
         proxies = [_ActivityTool(start.agent, durable, name, self.lost, in_flight) for name in durable.box.tools]
         proxied: Any = proxies if durable.box.single is None else proxies[0]
         loop = ToolLoop(caller, durable.agent, proxied, durable.workflow_config(), observer=in_flight)
@@ -528,8 +563,8 @@ def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:
     """The workflow class serving ``agents`` (one class per worker; its workflow name is ``agentkit.run``).
 
     It is not sandboxed: the loop core it runs is replayed deterministically (run id from the
-    workflow id, proposals and decisions stamped with workflow time, every model and tool call an
-    activity), and the agents' ``render`` must be deterministic too.
+    workflow id, proposals and decisions stamped with workflow time, every model call a local activity
+    and every tool call an activity), and the agents' ``render`` must be deterministic too.
     """
     served = type("AgentRun", (AgentRun,), {"agents": dict(agents), "__module__": __name__})
     defined: type[AgentRun] = workflow.defn(name=WORKFLOW_NAME, sandboxed=False)(served)
