@@ -1,4 +1,5 @@
-"""The activities: one model attempt, one tool call. They run on workers, outside the workflow.
+"""The activities: one model attempt (a local activity), one tool call. They run on workers, outside the
+workflow.
 
 Errors cross back as ``ApplicationError`` values whose ``type`` names the agentkit error and whose
 details carry its fields, so the workflow rebuilds the same error (``decode_error``) and the loop core
@@ -99,8 +100,9 @@ class Activities:
                 non_retryable=True,
             )
         request = REQUEST.validate_python(call.request)
-        # Heartbeats while the model answers: a worker that dies mid-call is noticed after the policy's
-        # heartbeat timeout, and the attempt retried on another, not after the whole model timeout.
+        # Run as a local activity (no heartbeat timeout, so no heartbeats: the workflow task it runs in stands
+        # in for them). As the activity of a run recorded before, it heartbeats while the model answers: a
+        # worker that dies mid-call is noticed after the policy's heartbeat timeout, not the model timeout.
         beating = asyncio.create_task(_heartbeat(activity.info().heartbeat_timeout))
         asked = Asked(run_id=call.run_id, round=call.round, role=call.role, request=request, caller=agent.caller)
         try:
