@@ -306,6 +306,33 @@ def test_an_executed_proposal_is_listed_by_who_approved_it_and_shows_each_step(
     assert re.search(r"^claimed:   by vm:12351 at \S+$", out, re.MULTILINE)
 
 
+def test_proposals_show_says_which_worker_left_a_call_until_when_and_why(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An approved call whose stored digest no longer matches its args: a worker leaves it, and ``show`` has a
+    ``left:`` line naming the worker, until when, and the refusal."""
+    record_run(db, "/tmp/a")
+    [p] = inbox(db)
+    cli(capsys, "proposals", "approve", p.id, "--by", "alice", "--db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE agentkit_proposals SET digest = ? WHERE id = ?", ("0" * 64, p.id))
+    conn.close()
+
+    async def work() -> list[str]:
+        journal = open_journal(db)
+        try:
+            return (await journal.work([delete], until_empty=True, worker="vm:7")).left
+        finally:
+            await journal.close()
+
+    assert asyncio.run(work()) == [p.id]
+    _, out, _ = cli(capsys, "proposals", "show", p.id, "--db", db)
+    left = re.search(r"^left:      by vm:7 until (\S+): (.+)$", out, re.MULTILINE)
+    assert left is not None, out
+    assert ISO_UTC.fullmatch(left[1])
+    assert p.id in left[2]
+
+
 def test_approve_and_reject_write_the_decision_and_the_name(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     """approve and reject change the state and record who (and why)."""
     record_run(db, "/tmp/a", "/tmp/b")
