@@ -451,3 +451,25 @@ async def test_a_call_rejected_after_the_resume_read_the_inbox_is_settled_as_rej
     assert (result.stop_reason, result.outcome) == (StopReason.EXECUTOR_DONE, Outcome.APPLIED)
     assert (await journal.get(pending.id)).state is ProposalState.REJECTED
     assert (await journal.run(run_id)).status is RunStatus.FINISHED
+
+
+async def test_a_worker_that_dies_holding_the_call_ends_the_resumed_run_naming_what_to_resolve(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker claims the approved call after the resume read it, then dies (its lease runs out, no outcome): the
+    resumer stops waiting, the run ends TOOL_ERROR naming the proposal to resolve, and nothing runs here."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    assert isinstance(journal, SQLJournal)
+
+    async def worker_dies(id: str) -> None:
+        await asyncio.to_thread(journal._claim, id, wipe, "dead:1", None, timedelta(seconds=0.3))
+
+    decided_after_the_read(journal, monkeypatch, worker_dies)
+    result = await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
+    assert calls == ["search old"]
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    assert f"agentkit proposals resolve {pending.id}" in str(result.error)
+    assert "claimed by dead:1" in str(result.error)
+    assert (await journal.get(pending.id)).state is ProposalState.EXECUTING
