@@ -61,8 +61,9 @@ PROPOSED_NOTE = "proposed for human approval; not executed"
 CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, StopReason.DEGENERATION})
 """Endings of a run with an answer schema that get a closing round (``LoopConfig.closing_round``)."""
 
-RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]]
-"""How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it)."""
+RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable["Sequence[Any] | Rejection[Any]"]]
+"""How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it), or
+the ``Rejection`` the call got instead (decided otherwise before it ran): the run settles that."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -521,7 +522,7 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
     """A decision a resumed run settles before its first round, appended to its state: an approved call runs
     once through ``execute_approved`` (or the journal's claim) and its batch is that call's result; a
     rejection, with the reviewer's reason, is that call's observation."""
-    from agentkit._approval import Approval, execute_approved
+    from agentkit._approval import Approval, Rejection, execute_approved
 
     assert proposal.tool is not None
     assert proposal.call_digest is not None
@@ -544,7 +545,10 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
     try:
         tool = run.box.tools[proposal.tool]
         if run.run_approved is not None:
-            batch = await run.run_approved(decision, tool, run.ctx)
+            ran = await run.run_approved(decision, tool, run.ctx)
+            if isinstance(ran, Rejection):  # rejected before it ran: the run goes on with that decision
+                return await settle(run, proposal, ran)
+            batch = ran
         else:
             batch = await execute_approved(decision, tool, ctx=run.ctx, observer=run.session.observers)
         encoded = run.encoded(proposal.tool, batch)

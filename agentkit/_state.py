@@ -535,7 +535,7 @@ class RunCheckpoint(BaseModel):
             raise ResumeRefused(
                 f"the state of run {self.run_id!r} does not match its digest (edited by hand, or damaged); nothing ran"
             )
-        problem = _inconsistency(self.entries)
+        problem = _inconsistency(self.entries, frozenset(t.name for t in self.tools))
         if problem is not None:
             raise ResumeRefused(f"the state of run {self.run_id!r} does not hold together: {problem}; nothing ran")
 
@@ -579,8 +579,9 @@ class RunCheckpoint(BaseModel):
         return self.progress.pending
 
 
-def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry]) -> str | None:
-    """What does not hold together in a log whose digests check out (one sealed by hand); ``None``: nothing."""
+def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], tools: frozenset[str]) -> str | None:
+    """What does not hold together in a log whose digests check out (one sealed by hand) over the run's ``tools``;
+    ``None``: nothing."""
     pending: set[tuple[int, str | None]] = set()
     last = 0
     for index, entry in enumerate(entries):
@@ -594,6 +595,8 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry]) -> 
                 pending.add((entry.round, entry.call_digest))
             elif entry.outcome in _CALLS and (entry.tool is None or entry.args is None):
                 return f"entry {index} records a call without its tool or args"
+            if entry.outcome in _CALLS and entry.tool not in tools:
+                return f"entry {index} records a call to {entry.tool!r}, which is not in the run's tool set"
         elif isinstance(entry, DecisionEntry):
             if (entry.round, entry.call_digest) not in pending:
                 return f"entry {index} decides a call of round {entry.round} that no entry before it proposes"

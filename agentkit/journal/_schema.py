@@ -239,7 +239,23 @@ _V5: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_runs ADD COLUMN forked_at INTEGER",
 )
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# Version 6: an approved proposal whose stored call does not check out against a worker's tool (another digest,
+# a tier that changed or does not read, args that do not validate) is left: who left it, when first, why, and
+# until when no worker claims it (``left_until``, pushed further each time it is left again). Claims read the
+# approved rows nobody left, in order, from an index of their own, so rows left behind cost a claim nothing; the
+# left rows whose time has come are retried from a second index.
+_V6: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_proposals ADD COLUMN left_by TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN left_at {ts}",
+    "ALTER TABLE agentkit_proposals ADD COLUMN left_until {ts}",
+    "ALTER TABLE agentkit_proposals ADD COLUMN left_note TEXT",
+    "CREATE INDEX agentkit_proposals_claimable ON agentkit_proposals (proposed_at, id) "
+    "WHERE state = 'approved' AND left_until IS NULL",
+    "CREATE INDEX agentkit_proposals_left ON agentkit_proposals (left_until, id) "
+    "WHERE state = 'approved' AND left_until IS NOT NULL",
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
