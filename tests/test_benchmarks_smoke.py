@@ -136,3 +136,38 @@ async def test_otel_metrics_benchmark_measures_every_variant_in_both_settings() 
         assert variants["spans-only"]["cpu_x"] == 1.0
     table = otel_metrics.markdown(report)
     assert table.count("| metrics-noop |") == 2
+
+
+async def test_agentkits_requests_are_within_a_tenth_of_the_raw_loops_bytes() -> None:
+    """Over one run of the scenario, agentkit's request bodies are at most 1.1x the raw openai loop's.
+
+    Byte counts do not depend on the machine, so this is checked here; times are the benchmark's.
+    """
+    import httpx2
+    import openai
+
+    from agentkit.providers.openai import OpenAICaller
+    from benchmarks.contenders import agentkit_loop, floor
+
+    bodies: dict[str, list[int]] = {"agentkit": [], "raw": []}
+    seen: list[int] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        seen.append(len(request.content))
+        return httpx2.Response(200, content=json.dumps(server.reply(request.content)).encode())
+
+    def client() -> openai.AsyncOpenAI:
+        http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
+        return openai.AsyncOpenAI(base_url="http://bench.test/v1", api_key="bench", max_retries=0, http_client=http)
+
+    ours = agentkit_loop.AgentkitLoop("http://bench.test/v1", "json_schema")
+    ours.caller = OpenAICaller(client())
+    raw = floor.RawFloor("http://bench.test/v1")
+    raw.client = client()
+    for name, contender in (("agentkit", ours), ("raw", raw)):
+        seen.clear()
+        await contender.run(scenario.new_run_id())
+        bodies[name] = list(seen)
+        await contender.aclose()
+    assert len(bodies["agentkit"]) == len(bodies["raw"]) == scenario.ROUNDS
+    assert sum(bodies["agentkit"]) <= 1.1 * sum(bodies["raw"]), bodies

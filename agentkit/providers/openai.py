@@ -106,6 +106,8 @@ _SYSTEM_MARK = "\x00agentkit:system\x00"
 _DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
 _RAW_IN_MESSAGE = 1000
 _PATH = "/chat/completions"
+_STAND_IN_DESCRIPTION = "Correctly extracted `"
+"""How instructor's function description begins where the schema's model has no docstring of its own."""
 _PLAN_CACHE_SIZE = 256
 """Request plans kept (one per schema, mode and strictness); least recently used go first."""
 _TRANSIENT_STATUSES = frozenset({408, 409})
@@ -188,7 +190,8 @@ def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -
     probe = [{"role": "system", "content": _SYSTEM_MARK}, {"role": "user", "content": _DYNAMIC_MARK}]
     _, prepared = handlers.request_handler(response_model=schema, kwargs={"messages": probe})
     name = schema_name(schema.__name__)
-    template = tuple(_slot(message) for message in prepared.pop("messages"))
+    compact = _compact_schema_text(schema)
+    template = tuple(_slot(message, compact) for message in prepared.pop("messages"))
     extra = _renamed(prepared, name)
     if mode is StructuredMode.TOOLS:
         # the schema is the whole answer, so a second call could only be a second, competing answer
@@ -199,10 +202,22 @@ def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -
     return _Plan(name=name, template=template, extra=extra, extra_json=extra_json, reask=handlers.reask_handler)
 
 
-def _slot(message: Mapping[str, Any]) -> _Slot:
+def _compact_schema_text(schema: type[BaseModel]) -> Callable[[str], str]:
+    """Rewrites the schema that JSON and MD_JSON put in the prompt (indented by instructor) as compact JSON."""
+    value = schema.model_json_schema()
+    indented, compact = json.dumps(value, indent=2, ensure_ascii=False), dumps(value)
+
+    def rewrite(text: str) -> str:
+        return text.replace(indented, compact)
+
+    return rewrite
+
+
+def _slot(message: Mapping[str, Any], compact: Callable[[str], str]) -> _Slot:
     content = message.get("content")
     if not isinstance(content, str):  # pragma: no cover - only if a new instructor changes the mode's shape
         raise RuntimeError(f"unexpected message shape from instructor: {message!r}; pin instructor to a tested release")
+    content = compact(content)
     for field, mark in (("system", _SYSTEM_MARK), ("dynamic", _DYNAMIC_MARK)):
         prefix, found, suffix = content.partition(mark)
         if found:
@@ -216,8 +231,13 @@ def _renamed(prepared: Mapping[str, Any], name: str) -> dict[str, Any]:
     response_format = extra.get("response_format")
     if isinstance(response_format, dict) and isinstance(response_format.get("json_schema"), dict):
         response_format["json_schema"]["name"] = name
+        schema = response_format["json_schema"].get("schema")
+        if isinstance(schema, dict):
+            schema.pop("title", None)  # the root's title is the schema's name, sent beside it
     for tool in extra.get("tools", ()):
         tool["function"]["name"] = name
+        if str(tool["function"].get("description", "")).startswith(_STAND_IN_DESCRIPTION):
+            del tool["function"]["description"]  # instructor's stand-in for a model without a docstring says nothing
     choice = extra.get("tool_choice")
     if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
         choice["function"]["name"] = name
