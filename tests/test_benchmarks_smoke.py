@@ -171,3 +171,13 @@ async def test_agentkits_requests_are_within_a_tenth_of_the_raw_loops_bytes() ->
         await contender.aclose()
     assert len(bodies["agentkit"]) == len(bodies["raw"]) == scenario.ROUNDS
     assert sum(bodies["agentkit"]) <= 1.1 * sum(bodies["raw"]), bodies
+
+
+async def test_the_fake_server_round_benchmark_runs_every_server() -> None:
+    """``benchmarks.fake_server_round`` measures a round against each server and ratios them to the bare one."""
+    from benchmarks import fake_server_round
+
+    report = await fake_server_round.measure(repeats=1, runs=1, before_runs=1)
+    assert set(report["servers"]) == set(fake_server_round.SERVERS)
+    assert report["servers"]["bare"]["wall_x"] == 1.0
+    assert all(row["wall_ms_per_round"] > 0 for row in report["servers"].values())
