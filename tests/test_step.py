@@ -12,7 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from agentkit import ToolStep
+from agentkit import Cites, ToolStep
+from agentkit._cites import restricted
 from agentkit._step import ToolCall, build_step_model, schema_name
 from agentkit.providers._strict import strict_schema
 from agentkit.testing._fake_wire import check_strict_schema
@@ -260,3 +261,54 @@ def decision_variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
 def answer_of(spec: Any) -> dict[str, Any]:
     with_answer = isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[2], bool)
     return {"answer": {"text": "x"}} if with_answer else {}
+
+
+@pytest.mark.parametrize("spec", STEP_SPECS)
+def test_a_calls_first_step_schema_is_compact_strict_and_cannot_be_done(spec: Any) -> None:
+    """Until ``min_calls`` calls ran the schema has no done variant; it is as compact as any step schema, passes
+    the strict-mode rules, and still admits no step without a call."""
+    schema = build_step_model(spec, calls_first=True).model_json_schema()
+    nodes = schema_nodes(schema)
+    assert [node["title"] for node in nodes if "title" in node] == [schema["title"]]
+    assert not [node for node in nodes if "default" in node or ("const" in node and "type" in node)]
+    descriptions = [node["description"] for node in nodes if "description" in node]
+    assert len(descriptions) == len(set(descriptions)), descriptions
+    check_strict_schema(strict_schema(schema, schema["title"]), "step", "response_format")
+    validator = jsonschema.Draft202012Validator(schema)
+    call: dict[str, Any] = {"query": "x"} if isinstance(spec, type) else {"tool": "search", "args": {"query": "x"}}
+    assert validator.is_valid({"rationale": "", "decision": {"done": False, "call": call}})
+    for refused in ({"done": True}, {"done": False}, {"done": False, "call": None}, {"done": True, "call": call}):
+        assert not validator.is_valid({"rationale": "", "decision": refused}), refused
+
+
+class Doc(BaseModel):
+    id: str
+
+
+class Cited(BaseModel):
+    """An answer that names its sources."""
+
+    source: Cites[Doc]
+    also: list[Cites[Doc]]
+
+
+@pytest.mark.parametrize("ids", [("a-1",), ("a-1", "b-2")], ids=["one id", "two ids"])
+def test_a_citing_answer_keeps_its_ids_in_the_compact_schema_and_in_strict_mode(ids: tuple[str, ...]) -> None:
+    """The ids an answer may cite stay in the compact step schema (a ``const`` for one, an ``enum`` for more),
+    strict mode accepts it with each one typed, and a citation of any other id is outside it."""
+    answer = restricted(Cited, ids)
+    assert answer is not None
+    schema = build_step_model(SearchArgs, answer=answer).model_json_schema()
+    nodes = schema_nodes(schema)
+    allowed = [node.get("enum", [node.get("const")]) for node in nodes if "enum" in node or "const" in node]
+    assert sum(1 for values in allowed if values == list(ids)) == 2  # source, and also's items
+    strict = strict_schema(schema, schema["title"])
+    check_strict_schema(strict, "step", "response_format")
+    done = next(v for v in strict["$defs"].values() if v["properties"].get("done", {}).get("enum") == [True])
+    cited = done["properties"]["answer"]["properties"]
+    assert cited["source"] == cited["also"]["items"] == {"enum": list(ids), "type": "string"}
+    validator = jsonschema.Draft202012Validator(schema)
+    good = {"done": True, "answer": {"source": ids[-1], "also": list(ids)}}
+    assert validator.is_valid({"rationale": "", "decision": good})
+    for bad in ({"source": "z-9", "also": []}, {"source": ids[0], "also": ["z-9"]}):
+        assert not validator.is_valid({"rationale": "", "decision": {"done": True, "answer": bad}}), bad
