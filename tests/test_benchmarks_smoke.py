@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import evals_overhead, harness, journal_checkpoint, otel_metrics, scenario, server
+from benchmarks import evals_overhead, harness, journal_checkpoint, otel_metrics, prompt_tokens, scenario, server
 
 RUN = b"0123456789abcdef"
 
@@ -143,34 +143,25 @@ async def test_agentkits_requests_are_within_a_tenth_of_the_raw_loops_bytes() ->
 
     Byte counts do not depend on the machine, so this is checked here; times are the benchmark's.
     """
-    import httpx2
-    import openai
+    ours = await prompt_tokens.request_bodies("agentkit-json_schema")
+    raw = await prompt_tokens.request_bodies("raw-openai")
+    assert len(ours) == len(raw) == scenario.ROUNDS
+    assert sum(map(len, ours)) <= 1.1 * sum(map(len, raw)), (list(map(len, ours)), list(map(len, raw)))
 
-    from agentkit.providers.openai import OpenAICaller
-    from benchmarks.contenders import agentkit_loop, floor
 
-    bodies: dict[str, list[int]] = {"agentkit": [], "raw": []}
-    seen: list[int] = []
+def test_the_prompt_tokens_benchmark_counts_every_request_of_each_contender(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each contender's four requests are counted, with ratios to the raw loop (a stand-in tokenizer here)."""
 
-    def answer(request: httpx2.Request) -> httpx2.Response:
-        seen.append(len(request.content))
-        return httpx2.Response(200, content=json.dumps(server.reply(request.content)).encode())
+    def quarter(base_url: str, text: str) -> int:
+        return len(text) // 4
 
-    def client() -> openai.AsyncOpenAI:
-        http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
-        return openai.AsyncOpenAI(base_url="http://bench.test/v1", api_key="bench", max_retries=0, http_client=http)
-
-    ours = agentkit_loop.AgentkitLoop("http://bench.test/v1", "json_schema")
-    ours.caller = OpenAICaller(client())
-    raw = floor.RawFloor("http://bench.test/v1")
-    raw.client = client()
-    for name, contender in (("agentkit", ours), ("raw", raw)):
-        seen.clear()
-        await contender.run(scenario.new_run_id())
-        bodies[name] = list(seen)
-        await contender.aclose()
-    assert len(bodies["agentkit"]) == len(bodies["raw"]) == scenario.ROUNDS
-    assert sum(bodies["agentkit"]) <= 1.1 * sum(bodies["raw"]), bodies
+    monkeypatch.setattr(prompt_tokens, "count_tokens", quarter)
+    report = prompt_tokens.measure("http://unused/v1")
+    assert list(report["contenders"]) == list(prompt_tokens.CONTENDERS)
+    for row in report["contenders"].values():
+        assert row["requests"] == scenario.ROUNDS
+        assert row["tokens_per_request"] == [size // 4 for size in row["bytes_per_request"]]
+    assert report["contenders"]["raw-openai"]["tokens_x"] == 1.0
 
 
 async def test_the_fake_server_round_benchmark_runs_every_server() -> None:
