@@ -251,6 +251,26 @@ def fake_server(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", measured(results, files[0])])
 
 
+def prompt_tokens(files: Sequence[str]) -> str:
+    """Request bytes and the embedded model's tokens per round, against the raw openai loop."""
+    results = load(files[0])
+    lines = [
+        f"| contender | request bytes/round | {X} raw `openai` loop | tokens/round | {X} raw `openai` loop |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in results["contenders"].items():
+        cells = [
+            FRIENDLY.get(name, f"`{name}`"),
+            _num(row["bytes_per_round"], 0),
+            _num(row["bytes_x"]),
+            _num(row["tokens_per_round"], 0),
+            _num(row["tokens_x"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    tokenizer = f"Tokens by `{results['tokenizer']}`'s tokenizer. "
+    return "\n".join([*lines, "", tokenizer + measured(results, files[0])])
+
+
 RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "contenders": contenders,
     "contenders-short": contenders_short,
@@ -259,6 +279,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "loop-alone": loop_alone,
     "imports": imports,
     "fake-server": fake_server,
+    "prompt-tokens": prompt_tokens,
 }
 
 

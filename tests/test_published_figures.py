@@ -18,6 +18,7 @@ LATEST = {
     "loop-alone": "benchmarks/results/latest.json",
     "imports": "benchmarks/results/latest.json",
     "fake-server": "benchmarks/results/fake-server-latest.json",
+    "prompt-tokens": "benchmarks/results/prompt-tokens-latest.json",
 }
 """The results file each kind of block must quote: the latest of its benchmark."""
 FIGURE = re.compile(r"\d[\d,.]*\s?(?:ms|µs|us|s|MiB|KiB|GiB|MB|KB|kB|bytes|\u00d7|x|%)(?![\w])|\u00d7\s?\d")
@@ -64,8 +65,9 @@ def test_latest_is_the_newest_dated_run_of_the_benchmark() -> None:
     assert json.loads((RESULTS / f"{day}.json").read_text(encoding="utf-8")) == latest
     dated = sorted(path.stem for path in RESULTS.glob("????-??-??.json"))
     assert dated[-1] == day
-    fake = json.loads((RESULTS / "fake-server-latest.json").read_text(encoding="utf-8"))
-    assert (RESULTS / f"fake-server-{fake['environment']['date'][:10]}.json").exists()
+    for kind in ("fake-server", "prompt-tokens"):
+        other = json.loads((RESULTS / f"{kind}-latest.json").read_text(encoding="utf-8"))
+        assert (RESULTS / f"{kind}-{other['environment']['date'][:10]}.json").exists()
 
 
 def quoted_files() -> list[str]:
