@@ -150,7 +150,8 @@ class _Run:
         self.largest_round_tokens = progress.largest_round_tokens
         self.rounds = progress.rounds
         observers = session.observers
-        self.views = Views(self.config, observers=bool(observers), watching=any(o.sees_calls for o in observers))
+        watching = any(o.sees_calls for o in observers)
+        self.views = Views(self.config, self.codec, observers=bool(observers), watching=watching)
         self.proposals: list[ProposedAction[Any]] = []
         """This leg's proposals."""
         self.trace: list[RoundRecord] = []
@@ -252,7 +253,7 @@ class _Run:
             if (ending := await settle(self, proposal, decision)) is not None:
                 break
         self.decisions = ()
-        self.views.load(self.state.progress, self.codec)
+        self.views.load(self.state.progress)
         return ending
 
     def encoded(self, tool_name: str, batch: Sequence[Any]) -> str | None:
@@ -287,14 +288,15 @@ class _Run:
             deadline=self.remaining(),
         )
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
-        this = _Round(info.round, reply, schema, closing=closing)
+        rationale = reply.value.rationale if reply.value is not None else ""
+        this = _Round(info.round, reply, schema, rationale, closing=closing)
         if reply.value is None:
             assert reply.stop_reason is not None
             outcome = None if reply.error is None else Outcome.ERROR
             error = str(reply.error) if reply.error else reply.stop_reason.value
             self.record(this, RoundOutcome.FAILED, error=error)
             return Ending(outcome, reply.stop_reason, reply.error)
-        return reply.value, dataclasses.replace(this, rationale=reply.value.rationale)
+        return reply.value, this
 
     def done(self, step: ToolStep[Any], this: _Round) -> None:
         """The executor said done: its answer, if any, is the run's."""
@@ -427,18 +429,19 @@ class _Run:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.views.called(prior, ran=outcome.ran)
-        self.session.emit(
-            ToolResultReturned(
-                run_id=run_id,
-                round=this.round,
-                tool_name=tool.name,
-                batch_size=len(outcome.batch),
-                seconds=outcome.seconds,
-                observation=outcome.observation,
-                error=ending.error if ending else None,
+            self.views.called(prior, ran=outcome.ran, kept=encoded)
+        if self.session.observers:
+            self.session.emit(
+                ToolResultReturned(
+                    run_id=run_id,
+                    round=this.round,
+                    tool_name=tool.name,
+                    batch_size=len(outcome.batch),
+                    seconds=outcome.seconds,
+                    observation=outcome.observation,
+                    error=ending.error if ending else None,
+                )
             )
-        )
         return ending
 
     def tool_limit(self) -> float | None:

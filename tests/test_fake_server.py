@@ -618,3 +618,50 @@ def test_respond_raising_is_recorded_as_a_server_error(capsys: pytest.CaptureFix
             own.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
         with pytest.raises(AssertionError, match="LookupError"):
             server.assert_no_errors()
+
+
+# --- replies leave at once --------------------------------------------------------------------------
+
+
+def test_a_reply_leaves_the_server_in_one_write(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply's status line, headers and body go out in one write: no part of it waits behind another."""
+    main = threading.main_thread()
+    sent: list[bytes] = []
+
+    def recorded(name: str) -> Callable[..., Any]:
+        write = getattr(socket.socket, name)
+
+        def recording(sock: socket.socket, data: Any, *flags: int) -> Any:
+            if threading.current_thread() is not main:  # the server's handler threads; the client is this one
+                sent.append(bytes(data))
+            return write(sock, data, *flags)
+
+        return recording
+
+    for name in ("send", "sendall"):
+        monkeypatch.setattr(socket.socket, name, recorded(name))
+    status, _, body = post(server, {"model": "m", "messages": messages()})
+    assert status == 200
+    assert len(sent) == 1, [len(data) for data in sent]
+    assert sent[0].startswith(b"HTTP/1.1 200")
+    assert sent[0].endswith(b"\r\n\r\n" + body)
+
+
+def test_every_accepted_connection_sends_small_writes_at_once(server: FakeOpenAIServer) -> None:
+    """TCP_NODELAY is set on the server's side of each connection, so a write (a stream's next chunk, a
+    dripped byte) never waits for the client's delayed ACK of the one before."""
+    host, port = server.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    connections = []
+    for _ in range(2):
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        connection.request("POST", "/v1/chat/completions", body=json.dumps({"model": "m", "messages": messages()}))
+        connection.getresponse().read()
+        connections.append(connection)  # kept open (keep-alive), so the server still holds its side
+    try:
+        assert server._httpd is not None
+        accepted = list(server._httpd._connections)
+        assert len(accepted) == 2
+        assert all(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for sock in accepted)
+    finally:
+        for connection in connections:
+            connection.close()

@@ -380,6 +380,12 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "FakeOpenAI/1"
     timeout = 30
     server: _Httpd
+    # A reply is written to a buffer and sent in one write when the request is handled (its status line,
+    # headers and body in one segment); what goes out in pieces (a stream's chunks, a dripped body) is
+    # flushed piece by piece. TCP_NODELAY sends each write at once: with Nagle's algorithm, a write
+    # that follows one still unacknowledged waits for the client's delayed ACK, about 40 ms a reply.
+    wbufsize = -1
+    disable_nagle_algorithm = True
 
     def setup(self) -> None:
         super().setup()
@@ -391,6 +397,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # tests read requests from the recording, not from stderr
+
+    def handle_expect_100(self) -> bool:
+        answered = super().handle_expect_100()
+        self.wfile.flush()  # the client waits for it before it sends the body
+        return answered
 
     def do_GET(self) -> None:
         self._send_json(404, _error_body(f"no route GET {self.path}", "not_found"))
@@ -450,7 +461,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
     def _write_chunk(self, data: bytes) -> None:
+        # each event goes out as it is made (the first with the headers), as a streaming server sends them
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
     def _send_json(
         self,
@@ -482,11 +495,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         if drip <= 0:
-            self.wfile.write(data)
+            self.wfile.write(data)  # with the headers, in one write when the request is handled
             return
         fake = self.server.fake
+        self.wfile.flush()  # the headers go at once, then the body one byte at a time
         for offset in range(len(data)):
             self.wfile.write(data[offset : offset + 1])
+            self.wfile.flush()
             fake._wait(drip)
             if fake._stopping.is_set():
                 return
