@@ -23,6 +23,7 @@ __all__ = ["CommandParser", "import_object", "main", "plain_text", "positive_int
 COMMAND_MODULES = (
     "agentkit._demo.cli",
     "agentkit.journal.cli",
+    "agentkit.journal._grant_cli",
     "agentkit._worker_cli",
     "agentkit._temporal_cli",
     "agentkit.evals._cli",

@@ -38,6 +38,7 @@ from agentkit._events import (
     ToolCallStarted,
     ToolResultReturned,
 )
+from agentkit._grants import Grant, Grants, grant_actor
 from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, wants_checkpoints, wrapping
 from agentkit._outcome import Outcome, StopReason
@@ -77,6 +78,8 @@ class Bound:
     observers: tuple[Observer, ...]
     may_propose: bool
     codec: Codec
+    grants: Grants | None = None
+    """Standing grants: a proposal one of them matches is approved by it and runs (``agentkit._grants``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +350,7 @@ class _Run:
         self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, error=str(error))
         return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, error)
 
-    def propose(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
+    async def propose(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
         if not self.bound.may_propose:
             error = ToolError(
                 f"tool {tool.name!r} (Tier.{tier.name}) cannot run live under autonomy "
@@ -366,6 +369,9 @@ class _Run:
             round=this.round,
             run_id=self.session.run_id,
         )
+        grant = None if self.bound.grants is None else self.bound.grants.use(proposal)
+        if grant is not None:
+            return await granted(self, this, proposal, grant)
         self.proposals.append(proposal)
         self.record(
             this,
@@ -517,10 +523,42 @@ class _Run:
             deliver_checkpoint(self.keepers, self.session.run_id, self.state)
 
 
+async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant: Grant) -> Ending | None:
+    """A proposal a standing grant approves: recorded as proposed and approved by ``grant:<id>``, then run
+    once, as a resumed run settles an approval; the executor sees the call's result, not a proposal."""
+    from agentkit._approval import approve
+
+    entry = run.record(
+        this,
+        RoundOutcome.PROPOSED,
+        tool=proposal.tool_name,
+        args=proposal.args,
+        tier=proposal.tier,
+        observation=PROPOSED_NOTE,
+        proposed_at=proposal.created_at.isoformat(),
+        call_digest=proposal.digest,
+    )
+    approval = approve(proposal, approved_by=grant_actor(grant.id), note=grant.reason)
+    ending, batch = await settled(run, entry, approval)
+    call: PriorCall[Any] = PriorCall(
+        round=this.round, tool_name=proposal.tool_name, args=proposal.args, batch=tuple(batch)
+    )
+    run.views.called(call, ran=ending is None)
+    return ending
+
+
 async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]) -> Ending | None:
     """A decision a resumed run settles before its first round, appended to its state: an approved call runs
     once through ``execute_approved`` (or the journal's claim) and its batch is that call's result; a
     rejection, with the reviewer's reason, is that call's observation."""
+    ending, _ = await settled(run, proposal, decision)
+    return ending
+
+
+async def settled(
+    run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]
+) -> tuple[Ending | None, Sequence[Any]]:
+    """``settle``, with the approved call's batch (empty for a rejection or a failure)."""
     from agentkit._approval import Approval, execute_approved
 
     assert proposal.tool is not None
@@ -538,9 +576,10 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
                 elapsed=run.elapsed(),
             )
         )
-        return None
+        return None, ()
     started = time.monotonic()
     encoded, failed = None, None
+    batch: Sequence[Any] = ()
     try:
         tool = run.box.tools[proposal.tool]
         if run.run_approved is not None:
@@ -566,7 +605,7 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
             amended=() if amendment is None else amendment.fields,
         )
     )
-    return None if failed is None else Ending(Outcome.ERROR, StopReason.TOOL_ERROR, failed)
+    return (None, batch) if failed is None else (Ending(Outcome.ERROR, StopReason.TOOL_ERROR, failed), ())
 
 
 async def run_core(
@@ -663,7 +702,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
                 case "run", tier:
                     ending = await run.dispatch(this, tool, tier, args)
                 case "propose", tier:
-                    ending = run.propose(this, tool, tier, args)
+                    ending = await run.propose(this, tool, tier, args)
                 case _:
                     ending = run.refuse(this, tool, args)
         if isinstance(ending, Ending):

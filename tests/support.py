@@ -8,6 +8,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, Field
 
 from agentkit import Prompt, RoleSpec, RunCheckpoint, Tier, ToolRoundInfo
+from agentkit.decisions import Equals, Grant, Range
 
 R = TypeVar("R")
 
@@ -96,3 +97,16 @@ class Payments:
     async def call(self, args: Transfer) -> Sequence[Doc]:
         self.calls.append(args)
         return [Doc(id=f"paid {args.amount} to {args.account}")]
+
+
+def small_payments(**changes: Any) -> Grant:
+    """A grant of ``Payments`` calls to acme of at most 50 (two uses unless ``changes`` say otherwise)."""
+    fields: dict[str, Any] = {
+        "tool_name": "transfer",
+        "where": {"account": Equals(value="acme"), "amount": Range(max=50)},
+        "max_uses": 2,
+        "granted_by": "ops",
+        "reason": "small payments to acme",
+        "allow_irreversible": True,
+    }
+    return Grant(**(fields | changes))

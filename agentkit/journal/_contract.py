@@ -12,10 +12,12 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._events import Event
+from agentkit._grants import Grant
 from agentkit._proposals import ProposedAction
-from agentkit._tools import NO_CTX, ContextTool, NoCtx, Tool
+from agentkit._tools import NO_CTX, AnyTool, ContextTool, NoCtx, Tool
 from agentkit.errors import UsageError
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
+from agentkit.journal._grants import GrantRecord
 from agentkit.journal._lease import DEFAULT_LEASE
 from agentkit.journal._records import (
     Checkpointed,
@@ -110,6 +112,18 @@ class Journal(Protocol):
 
     async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
         """pending or approved -> rejected."""
+        ...
+
+    async def grant(self, grant: Grant, *, tool: AnyTool | None = None) -> GrantRecord:
+        """Keep a standing grant: proposals recorded from now on that match it are approved by ``grant:<id>``."""
+        ...
+
+    async def grants(self) -> list[GrantRecord]:
+        """Every grant, oldest first, with its uses and state."""
+        ...
+
+    async def revoke_grant(self, id: str, revoked_by: str, reason: str) -> GrantRecord:
+        """Stop a grant approving anything."""
         ...
 
     @overload

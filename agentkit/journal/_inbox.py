@@ -14,8 +14,9 @@ from pydantic import BaseModel
 from agentkit._proposals import ProposedAction
 from agentkit.journal._amend import amendment_sets
 from agentkit.journal._errors import TransitionRefused
+from agentkit.journal._grants import record_proposal
 from agentkit.journal._records import ProposalRecord, ProposalState, Transition
-from agentkit.journal._sql import insert_proposal, log_transition, now, proposal_of, transition_of
+from agentkit.journal._sql import log_transition, now, proposal_of, transition_of
 from agentkit.journal._storage import Storage, check_limit, named
 
 __all__ = ["AT", "HINTS", "Inbox"]
@@ -124,7 +125,7 @@ class Inbox(Storage):
     def _propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
         actor = proposed_by or (f"run:{action.run_id}" if action.run_id else "api")
         with self._tx(write=True) as db:
-            return self._fetch(db, insert_proposal(db, action, actor, now()))
+            return self._fetch(db, record_proposal(db, action, actor, now()))
 
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
         """Put a proposal in the inbox as ``pending``.

@@ -239,7 +239,8 @@ _V5: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_runs ADD COLUMN forked_at INTEGER",
 )
 
-# Version 6: an approver may amend a proposal's args as they approve it. The row then holds the
+# Version 6: standing grants (``agentkit_grants``); and an approver may amend a proposal's args as
+# they approve it. The row then holds the
 # amended call (its args and digest, which a worker checks and runs) and its lineage: the args and
 # digest as proposed, who amended them and which fields changed. ``args_type`` names the args
 # type (``module:qualname``) the proposing process validated the call as, so that an amendment made
@@ -250,6 +251,19 @@ _V6: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_proposals ADD COLUMN original_digest TEXT",
     "ALTER TABLE agentkit_proposals ADD COLUMN amended_by TEXT",
     "ALTER TABLE agentkit_proposals ADD COLUMN amended_fields TEXT",
+    # Standing grants: ``body`` is the grant as JSON; ``uses`` is counted by the update that uses it.
+    """CREATE TABLE agentkit_grants (
+        id TEXT PRIMARY KEY,
+        tool_name TEXT NOT NULL,
+        body TEXT NOT NULL,
+        max_uses INTEGER,
+        uses INTEGER NOT NULL,
+        granted_at {ts} NOT NULL,
+        revoked_by TEXT,
+        revoked_at {ts},
+        revoked_because TEXT
+    )""",
+    "CREATE INDEX agentkit_grants_tool ON agentkit_grants (tool_name, granted_at)",
 )
 
 MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)

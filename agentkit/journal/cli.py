@@ -41,14 +41,20 @@ _UNREADABLE = "unreadable"
 Command = Callable[[Journal, argparse.Namespace, TextIO], Awaitable[None]]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``journal`` and ``proposals`` command groups."""
+def db_parent() -> argparse.ArgumentParser:
+    """The ``--db`` option every journal command takes."""
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument(
         "--db",
         default=os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB),
         help=f"a SQLite path or a postgresql:// URL (default: $AGENTKIT_JOURNAL, else {DEFAULT_DB})",
     )
+    return db
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``journal`` and ``proposals`` command groups."""
+    db = db_parent()
 
     journal = subparsers.add_parser("journal", help="runs recorded in a journal", description=__doc__)
     runs_of = journal.add_subparsers(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import assert_type
 
-from agentkit import Approval, ProposedAction, approve
-from agentkit.decisions import Amendment
-from agentkit.journal import Journal, ProposalRecord
+from agentkit import Approval, ProposedAction, TieredLoopResult, approve, run_tool_loop_tiered
+from agentkit.decisions import Amendment, Equals, Grant, Grants, OneOf, Prefix, Range
+from agentkit.journal import GrantRecord, GrantState, Journal, ProposalRecord
 from agentkit.temporal import PendingProposal, RunHandle, RunState
-from tests.typing.models import DeleteArgs, Doc
+from agentkit.testing import ScriptedCaller
+from tests.typing.models import DeleteArgs, Doc, delete
+from tests.typing.test_tiered import Planner
 
 
 def in_memory(proposal: ProposedAction[DeleteArgs]) -> None:
@@ -36,3 +38,25 @@ async def on_the_journal(journal: Journal, record: ProposalRecord) -> None:
 
 async def over_temporal(handle: RunHandle[Doc], proposal: PendingProposal) -> None:
     assert_type(await handle.approve(proposal, by="ops", args={"path": "/tmp/x"}), RunState)
+
+
+async def grants_in_process(proposal: ProposedAction[DeleteArgs]) -> None:
+    made = Grant.of(delete, where={"path": Prefix(prefix="/tmp/")}, max_uses=3, granted_by="ops", reason="tmp")
+    assert_type(made, Grant)
+    grants = Grants([made, Grant(tool_name="delete", max_uses=None, granted_by="ops", reason="r")])
+    assert_type(grants.use(proposal), Grant | None)
+    assert_type(grants.uses(made.id), int)
+    assert_type(made.matches(proposal), bool)
+    assert_type(made.where, dict[str, Equals | OneOf | Prefix | Range])
+    result = await run_tool_loop_tiered(ScriptedCaller(), Planner(), delete, "ctx", grants=grants)
+    assert_type(result, TieredLoopResult[DeleteArgs, Doc])
+    assert_type(Range(min=0, max=5).allows(3), bool)
+
+
+async def grants_on_the_journal(journal: Journal, made: Grant) -> None:
+    kept = await journal.grant(made, tool=delete)
+    assert_type(kept, GrantRecord)
+    assert_type(kept.state, GrantState)
+    assert_type(kept.uses, int)
+    assert_type(await journal.grants(), list[GrantRecord])
+    assert_type(await journal.revoke_grant(kept.id, "ops", "done"), GrantRecord)
