@@ -207,6 +207,7 @@ def amended(
             rationale=proposal.rationale,
             round=proposal.round,
             run_id=proposal.run_id,
+            evidence=proposal.evidence,
         )
     except UsageError as lossy:
         raise ApprovalError(str(lossy), tool_name=proposal.tool_name) from lossy

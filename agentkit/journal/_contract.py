@@ -106,12 +106,20 @@ class Journal(Protocol):
         *,
         args: BaseModel | Mapping[str, Any] | None = None,
         args_type: type[BaseModel] | None = None,
+        verified_as: str | None = None,
     ) -> ProposalRecord:
         """pending -> approved; with ``args``, the call amended (its own digest, its lineage kept)."""
         ...
 
-    async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
+    async def reject(self, id: str, rejected_by: str, reason: str, *, verified_as: str | None = None) -> ProposalRecord:
         """pending or approved -> rejected."""
+        ...
+
+    require_verified_approver: bool
+    """This client refuses a person's decision whose name is not the identity the journal can vouch for."""
+
+    async def require_verified_approvers(self, required: bool = True) -> None:
+        """Make every client of this journal refuse unverified decisions (kept in the journal)."""
         ...
 
     async def grant(self, grant: Grant, *, tool: AnyTool | None = None) -> GrantRecord:
@@ -270,7 +278,13 @@ class Journal(Protocol):
         ...
 
 
-def open_journal(url: str | os.PathLike[str], *, create: bool = True, in_memory: bool = False) -> Journal:
+def open_journal(
+    url: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    in_memory: bool = False,
+    require_verified_approver: bool = False,
+) -> Journal:
     """Open the journal at ``url``: a ``postgresql://`` URL, or else the path of a SQLite file.
 
     Args:
@@ -279,6 +293,9 @@ def open_journal(url: str | os.PathLike[str], *, create: bool = True, in_memory:
         create: Create the database's schema (and a SQLite file) when missing; ``False`` refuses
             instead, as the command line does.
         in_memory: Open SQLite's ``":memory:"`` database (``url`` must be ``":memory:"``).
+        require_verified_approver: This client refuses a person's decision whose name is not the
+            identity the journal can vouch for (PostgreSQL's ``session_user``, the OS user with SQLite);
+            ``journal.require_verified_approvers()`` makes every client do so.
 
     Raises:
         UsageError: an empty path, or ``":memory:"`` without ``in_memory=True``.
@@ -290,7 +307,11 @@ def open_journal(url: str | os.PathLike[str], *, create: bool = True, in_memory:
             raise UsageError("in_memory=True is for SQLite's ':memory:' database, not a PostgreSQL URL")
         from agentkit.journal._postgres import PostgresJournal
 
-        return PostgresJournal(target, create=create)
-    from agentkit.journal._sqlite import SQLiteJournal
+        opened: Journal = PostgresJournal(target, create=create)
+    else:
+        from agentkit.journal._sqlite import SQLiteJournal
 
-    return SQLiteJournal(target, create=create, in_memory=in_memory)
+        opened = SQLiteJournal(target, create=create, in_memory=in_memory)
+    if require_verified_approver:
+        opened.require_verified_approver = True
+    return opened

@@ -21,7 +21,7 @@ from agentkit._proposals import ProposedAction
 from agentkit._tools import AnyTool
 from agentkit.journal._errors import JournalError, TransitionRefused, UnknownId
 from agentkit.journal._records import ProposalState
-from agentkit.journal._sql import insert_proposal, log_transition, now
+from agentkit.journal._sql import insert_proposal, log_transition, now, verification_required, vouched
 from agentkit.journal._storage import Storage, named
 
 __all__ = ["GrantBook", "GrantRecord", "GrantState", "apply_grants", "record_proposal"]
@@ -122,9 +122,19 @@ def record_proposal(db: Any, action: ProposedAction[Any], actor: str, at: dateti
 class GrantBook(Storage):
     """The journal's grants: ``grant``, ``grants``, ``revoke_grant``."""
 
+    require_verified_approver: bool = False
+
     def _grant(self, grant: Grant) -> GrantRecord:
         at = now()
         with self._tx(write=True) as db:
+            verified = vouched(db)
+            if verified != grant.granted_by and (self.require_verified_approver or verification_required(db)):
+                raise TransitionRefused(
+                    f"cannot keep grant {grant.id!r} from {grant.granted_by!r}: this journal requires the granter to "
+                    f"be the identity it can verify, {verified!r}; nothing was stored",
+                    id=grant.id,
+                    state="",
+                )
             if db.query("SELECT id FROM agentkit_grants WHERE id = ?", (grant.id,)):
                 raise JournalError(f"the journal at {self.where} already holds a grant {grant.id!r}; give a new id")
             db.execute(

@@ -239,8 +239,7 @@ _V5: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_runs ADD COLUMN forked_at INTEGER",
 )
 
-# Version 6: standing grants (``agentkit_grants``); and an approver may amend a proposal's args as
-# they approve it. The row then holds the
+# Version 6: an approver may amend a proposal's args as they approve it. The row then holds the
 # amended call (its args and digest, which a worker checks and runs) and its lineage: the args and
 # digest as proposed, who amended them and which fields changed. ``args_type`` names the args
 # type (``module:qualname``) the proposing process validated the call as, so that an amendment made
@@ -251,7 +250,10 @@ _V6: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_proposals ADD COLUMN original_digest TEXT",
     "ALTER TABLE agentkit_proposals ADD COLUMN amended_by TEXT",
     "ALTER TABLE agentkit_proposals ADD COLUMN amended_fields TEXT",
-    # Standing grants: ``body`` is the grant as JSON; ``uses`` is counted by the update that uses it.
+)
+
+# Version 7: standing grants; ``body`` is the grant as JSON, ``uses`` is counted by the update that uses it.
+_V7: tuple[Statement, ...] = (
     """CREATE TABLE agentkit_grants (
         id TEXT PRIMARY KEY,
         tool_name TEXT NOT NULL,
@@ -266,7 +268,16 @@ _V6: tuple[Statement, ...] = (
     "CREATE INDEX agentkit_grants_tool ON agentkit_grants (tool_name, granted_at)",
 )
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
+# Version 8: what the executor had seen when it proposed a call (``Evidence`` as JSON: references, not
+# copies); who the journal could vouch made a person's decision (``session_user``, the OS user), beside
+# the name given; and settings every client of the journal honours (``require_verified_approver``).
+_V8: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_proposals ADD COLUMN evidence TEXT",
+    "ALTER TABLE agentkit_transitions ADD COLUMN verified TEXT",
+    "CREATE TABLE agentkit_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8)
 """``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import getpass
 import json
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -18,7 +20,7 @@ from agentkit._config import LoopConfig
 from agentkit._events import Event, RunAborted, RunFinished, RunStarted
 from agentkit._lossless import from_stored, to_stored
 from agentkit._outcome import Outcome, StopReason
-from agentkit._proposals import ProposedAction, canonical_json
+from agentkit._proposals import Evidence, ProposedAction, canonical_json
 from agentkit._results import ToolLoopResult, Usage
 from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
@@ -55,6 +57,9 @@ __all__ = [
     "config_text",
     "insert_fork",
     "insert_proposal",
+    "VERIFIED_APPROVER",
+    "verification_required",
+    "vouched",
     "insert_run",
     "lock_proposal_statement",
     "log_transition",
@@ -448,7 +453,7 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
         new_id = uuid.uuid4().hex[:16]
         inserted = db.execute(
             "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
-            "proposed_at, args_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "proposed_at, args_type, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (
                 new_id,
                 ProposalState.PENDING.value,
@@ -461,6 +466,7 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
                 action.run_id,
                 db.to_db_time(action.created_at),
                 type_name(type(action.args)),
+                None if action.evidence is None else action.evidence.model_dump_json(),
             ),
         )
         if inserted == 1:
@@ -479,13 +485,40 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
 
 
 def log_transition(
-    db: Connection, id: str, before: ProposalState | None, after: ProposalState, actor: str, at: datetime, note: str
+    db: Connection,
+    id: str,
+    before: ProposalState | None,
+    after: ProposalState,
+    actor: str,
+    at: datetime,
+    note: str,
+    verified: str | None = None,
 ) -> None:
     db.execute(
-        "INSERT INTO agentkit_transitions (proposal_id, from_state, to_state, actor, at, note) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (id, None if before is None else before.value, after.value, actor, db.to_db_time(at), note),
+        "INSERT INTO agentkit_transitions (proposal_id, from_state, to_state, actor, at, note, verified) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (id, None if before is None else before.value, after.value, actor, db.to_db_time(at), note, verified),
     )
+
+
+VERIFIED_APPROVER = "require_verified_approver"
+"""The setting (``agentkit_settings``) that makes every client refuse unverified decisions."""
+
+
+def verification_required(db: Connection) -> bool:
+    """Whether the journal itself requires a person's name to be the identity it can vouch for."""
+    return bool(db.query("SELECT value FROM agentkit_settings WHERE name = ? AND value = 'on'", (VERIFIED_APPROVER,)))
+
+
+def vouched(db: Connection) -> str:
+    """Who the database can vouch is deciding: PostgreSQL's ``session_user`` (the role that logged in); for
+    SQLite, which has no users, the operating-system user of this process."""
+    if db.dialect == "postgresql":
+        return str(db.query("SELECT session_user AS who", ())[0]["who"])
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return f"uid:{os.getuid()}"
 
 
 def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
@@ -744,9 +777,15 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
         original_digest=f.optional_text("original_digest"),
         amended_by=f.optional_text("amended_by"),
         amended_fields=f.get("amended_fields", _field_names, ()),
+        evidence=f.get("evidence", _evidence, None),
     )
     unreadable = f.verdict(lenient=lenient)
     return record if unreadable is None else replace(record, unreadable=unreadable)
+
+
+def _evidence(value: object) -> Evidence | None:
+    """A stored ``Evidence`` (``NULL``: none recorded)."""
+    return None if value is None else Evidence.model_validate_json(_text(value))
 
 
 def _field_names(value: object) -> tuple[str, ...]:
@@ -768,6 +807,7 @@ def transition_of(db: Connection, row: Mapping[str, Any]) -> Transition:
         actor=f.text("actor"),
         at=f.get("at", db.from_db_time, _EPOCH),
         note=f.text("note"),
+        verified=f.optional_text("verified"),
     )
     f.verdict(lenient=False)
     return transition

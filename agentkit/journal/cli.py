@@ -376,13 +376,30 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
         lines.append(("proposed", f"{_cut(p.original_args_json or '')} (digest {p.original_digest})"))
     for key, value in lines:
         print(_printable(f"{key + ':':<11}{value}"), file=out)
+    _print_evidence(p, out)
     print("args:", file=out)
     print(_printable(json.dumps(p.args, indent=2, ensure_ascii=False, sort_keys=True)), file=out)
     print(file=out)
     rows = [
-        (_time(t.at), t.from_state.value if t.from_state else "-", t.to_state.value, t.actor, t.note) for t in history
+        (_time(t.at), t.from_state.value if t.from_state else "-", t.to_state.value, t.actor, t.verified or "-", t.note)
+        for t in history
     ]
-    _table(out, ("AT", "FROM", "TO", "BY", "NOTE"), rows)
+    _table(out, ("AT", "FROM", "TO", "BY", "VERIFIED", "NOTE"), rows)
+
+
+def _print_evidence(p: ProposalRecord, out: TextIO) -> None:
+    """What the executor had seen when it proposed the call: its earlier rounds and calls, by reference."""
+    evidence = p.evidence
+    if evidence is None:
+        print(f"{'evidence:':<11}- (not recorded)", file=out)
+        return
+    rounds = ", ".join(map(str, evidence.rounds)) or "none"
+    print(f"{'evidence:':<11}rounds before it: {rounds}; {len(evidence.calls)} earlier calls", file=out)
+    for call in evidence.calls:
+        what = "ran" if call.ran else "did not run"
+        items = f", items {', '.join(call.item_ids)}" if call.item_ids else ""
+        line = f"  round {call.round}: {call.tool_name} ({what}{items}) digest {call.digest[:12]}"
+        print(_printable(line), file=out)
 
 
 async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import assert_type
 
 from agentkit import Approval, ProposedAction, TieredLoopResult, approve, run_tool_loop_tiered
-from agentkit.decisions import Amendment, Equals, Grant, Grants, OneOf, Prefix, Range
-from agentkit.journal import GrantRecord, GrantState, Journal, ProposalRecord
+from agentkit.decisions import Amendment, CallSeen, Equals, Evidence, Grant, Grants, OneOf, Prefix, Range
+from agentkit.journal import GrantRecord, GrantState, Journal, ProposalRecord, open_journal
 from agentkit.temporal import PendingProposal, RunHandle, RunState
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import DeleteArgs, Doc, delete
@@ -60,3 +60,17 @@ async def grants_on_the_journal(journal: Journal, made: Grant) -> None:
     assert_type(kept.uses, int)
     assert_type(await journal.grants(), list[GrantRecord])
     assert_type(await journal.revoke_grant(kept.id, "ops", "done"), GrantRecord)
+
+
+async def evidence_and_identity(journal: Journal, proposal: ProposedAction[DeleteArgs], record: ProposalRecord) -> None:
+    assert_type(proposal.evidence, Evidence | None)
+    if proposal.evidence is not None:
+        assert_type(proposal.evidence.calls, tuple[CallSeen, ...])
+        assert_type(proposal.evidence.rounds, tuple[int, ...])
+        assert_type(proposal.evidence.calls[0].item_ids, tuple[str, ...])
+    assert_type(record.evidence, Evidence | None)
+    assert_type(await journal.reject(record.id, "bob", "no", verified_as="bob@inbox"), ProposalRecord)
+    assert_type(await journal.approve(record.id, "ana", verified_as="ana@inbox"), ProposalRecord)
+    assert_type((await journal.history(record.id))[0].verified, str | None)
+    assert_type(await journal.require_verified_approvers(), None)
+    assert_type(open_journal("j.db", require_verified_approver=True), Journal)
