@@ -14,7 +14,7 @@ from agentkit import ProposedAction, Tier, UsageError
 from agentkit._cli import main
 from agentkit.decisions import Equals, Grant
 from agentkit.journal import GrantState, Journal, ProposalState, TransitionRefused, UnknownId, open_journal
-from tests.support import Payments, Transfer, small_payments
+from tests.support import Payments, Recording, Transfer, small_payments
 
 
 def grant(**changes: Any) -> Grant:
@@ -33,7 +33,7 @@ def transfer(run_id: str, amount: int = 10) -> ProposedAction[Transfer]:
 
 async def test_a_matching_proposal_is_approved_by_the_grant_and_runs_once(journal: Journal) -> None:
     """Recorded, it is approved by grant:<id> (one use counted); execute runs it once; others wait."""
-    kept = await journal.grant(grant())
+    kept = await journal.grant(grant(), tool=Payments())
     assert (kept.uses, kept.state) == (0, GrantState.LIVE)
     matched = await journal.propose(transfer("a"))
     outside = await journal.propose(transfer("b", amount=500))
@@ -54,7 +54,7 @@ async def test_a_matching_proposal_is_approved_by_the_grant_and_runs_once(journa
 async def test_a_spent_expired_or_revoked_grant_leaves_the_proposal_waiting(journal: Journal, why: str) -> None:
     """Past its uses, after its expiry, or once revoked, a grant approves nothing: the proposal is pending."""
     past = datetime.now(UTC) - timedelta(seconds=1)
-    kept = await journal.grant(grant(max_uses=1) if why != "expired" else grant(expires_at=past))
+    kept = await journal.grant(grant(max_uses=1) if why != "expired" else grant(expires_at=past), tool=Payments())
     if why == "spent":
         assert (await journal.propose(transfer("first"))).state is ProposalState.APPROVED
     if why == "revoked":
@@ -73,10 +73,12 @@ async def test_bad_grant_changes_are_refused(journal: Journal) -> None:
         await journal.grant(grant(where={"colour": Equals(value="red")}), tool=Payments())
     with pytest.raises(UsageError, match="allow_irreversible=True"):
         await journal.grant(grant(allow_irreversible=False), tool=Payments())
+    with pytest.raises(UsageError, match="is for tool 'transfer', not 'delete'"):
+        await journal.grant(grant(), tool=Recording("delete", Tier.IRREVERSIBLE))
     assert await journal.grants() == []
-    kept = await journal.grant(grant())
+    kept = await journal.grant(grant(), tool=Payments())
     with pytest.raises(Exception, match="already holds a grant"):
-        await journal.grant(grant(id=kept.id))
+        await journal.grant(grant(id=kept.id), tool=Payments())
     with pytest.raises(UnknownId):
         await journal.revoke_grant("nope", "ops", "x")
     await journal.revoke_grant(kept.id, "ops", "x")
@@ -88,7 +90,7 @@ async def test_eight_concurrent_proposers_never_take_a_grant_beyond_its_uses(jou
     """Eight processes' journals record matching proposals at once: exactly three are approved; workers run three."""
     setup = open_journal(journal_url)
     try:
-        kept = await setup.grant(grant(max_uses=3))
+        kept = await setup.grant(grant(max_uses=3), tool=Payments())
         journals = [open_journal(journal_url) for _ in range(8)]
         try:
             recorded = await asyncio.gather(*(j.propose(transfer(f"run-{n}")) for n, j in enumerate(journals)))

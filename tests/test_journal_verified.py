@@ -12,7 +12,7 @@ import pytest
 from agentkit import ProposedAction, Tier
 from agentkit._cli import main
 from agentkit.journal import Journal, ProposalState, TransitionRefused, open_journal
-from tests.support import PathArgs, small_payments
+from tests.support import PathArgs, Payments, small_payments
 
 
 def action(run_id: str = "r1") -> ProposedAction[PathArgs]:
@@ -58,7 +58,7 @@ async def test_a_journal_that_requires_verified_approvers_refuses_another_name(
     with pytest.raises(TransitionRefused, match="requires the name given to be the identity it can verify"):
         await journal.approve(entry.id, "mallory")
     with pytest.raises(TransitionRefused, match="requires the granter"):
-        await journal.grant(small_payments(granted_by="mallory"))
+        await journal.grant(small_payments(granted_by="mallory"), tool=Payments())
     assert await journal.get(entry.id) == entry
     assert len(await journal.history(entry.id)) == 1
     assert await journal.grants() == []

@@ -122,7 +122,7 @@ class Journal(Protocol):
         """Make every client of this journal refuse unverified decisions (kept in the journal)."""
         ...
 
-    async def grant(self, grant: Grant, *, tool: AnyTool | None = None) -> GrantRecord:
+    async def grant(self, grant: Grant, *, tool: AnyTool) -> GrantRecord:
         """Keep a standing grant: proposals recorded from now on that match it are approved by ``grant:<id>``."""
         ...
 

@@ -73,7 +73,7 @@ async def _add(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
         expires_at=_when(args.expires),
         allow_irreversible=args.allow_irreversible,
     )
-    kept = await journal.grant(grant)
+    kept = await journal.grant(grant, tool=tool)  # type: ignore[arg-type]  # checked by Grant.of above
     print(_printable(f"granted {kept.id}: {_describe(kept.grant)}"), file=out)
 
 

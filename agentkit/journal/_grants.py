@@ -168,20 +168,19 @@ class GrantBook(Storage):
             )
             return _record(db, db.query("SELECT * FROM agentkit_grants WHERE id = ?", (id,))[0], at)
 
-    async def grant(self, grant: Grant, *, tool: AnyTool | None = None) -> GrantRecord:
+    async def grant(self, grant: Grant, *, tool: AnyTool) -> GrantRecord:
         """Keep a standing grant: proposals recorded from now on that match it are approved by ``grant:<id>``.
 
         Args:
-            grant: The grant (``Grant.of(tool, ...)`` checks it against the tool).
-            tool: The tool it is for, to check it against here (``Grant.check``).
+            grant: The grant.
+            tool: The tool it is for: the grant is checked against it (``Grant.check``) before it is kept.
 
         Raises:
-            UsageError: ``tool`` is given and the grant does not fit it (a field its args type lacks, an
+            UsageError: the grant does not fit ``tool`` (another tool, a field its args type lacks, an
                 irreversible tool without ``allow_irreversible``); nothing is stored.
             JournalError: the journal already holds a grant of that id.
         """
-        if tool is not None:
-            grant.check(tool)
+        grant.check(tool)
         return await self._call(self._grant, grant)
 
     async def grants(self) -> list[GrantRecord]:
