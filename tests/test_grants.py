@@ -174,3 +174,20 @@ async def test_granted_calls_run_exactly_once_and_never_beyond_the_grant(uses: i
     allowed = [a for a in amounts if a <= 50][:uses]
     assert [c.amount for c in tool.calls] == allowed
     assert proposed == len(amounts) - len(allowed)
+
+
+async def test_an_external_reversible_call_may_be_granted_without_the_irreversible_flag() -> None:
+    """A grant without allow_irreversible approves an EXTERNAL_REVERSIBLE call: it runs once."""
+    tool, grants = ExternalPayments(), Grants([grant(allow_irreversible=False)])
+    result = await run(tool, grants, 20)
+    assert (tool.calls, result.proposed) == ([Transfer(account="acme", amount=20)], [])
+
+
+async def test_a_loop_refuses_a_grant_of_an_irreversible_tool_without_the_flag() -> None:
+    """Granting an IRREVERSIBLE tool without allow_irreversible=True is a UsageError before any model call."""
+    caller = ScriptedCaller([])
+    with pytest.raises(UsageError, match="only with allow_irreversible=True"):
+        await run_tool_loop_tiered(
+            caller, Executor[Doc](), Payments(), "ctx", NO_WAIT, grants=Grants([grant(allow_irreversible=False)])
+        )
+    assert caller.requests == []
