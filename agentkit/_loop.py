@@ -62,8 +62,9 @@ PROPOSED_NOTE = "proposed for human approval; not executed"
 CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, StopReason.DEGENERATION})
 """Endings of a run with an answer schema that get a closing round (``LoopConfig.closing_round``)."""
 
-RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]]
-"""How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it)."""
+RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable["Sequence[Any] | Rejection[Any]"]]
+"""How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it), or
+the ``Rejection`` the call got instead (decided otherwise before it ran): the run settles that."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,7 +153,8 @@ class _Run:
         self.largest_round_tokens = progress.largest_round_tokens
         self.rounds = progress.rounds
         observers = session.observers
-        self.views = Views(self.config, observers=bool(observers), watching=any(o.sees_calls for o in observers))
+        watching = any(o.sees_calls for o in observers)
+        self.views = Views(self.config, self.codec, observers=bool(observers), watching=watching)
         self.proposals: list[ProposedAction[Any]] = []
         """This leg's proposals."""
         self.trace: list[RoundRecord] = []
@@ -254,7 +256,7 @@ class _Run:
             if (ending := await settle(self, proposal, decision)) is not None:
                 break
         self.decisions = ()
-        self.views.load(self.state.progress, self.codec)
+        self.views.load(self.state.progress)
         return ending
 
     def encoded(self, tool_name: str, batch: Sequence[Any]) -> str | None:
@@ -289,14 +291,15 @@ class _Run:
             deadline=self.remaining(),
         )
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
-        this = _Round(info.round, reply, schema, closing=closing)
+        rationale = reply.value.rationale if reply.value is not None else ""
+        this = _Round(info.round, reply, schema, rationale, closing=closing)
         if reply.value is None:
             assert reply.stop_reason is not None
             outcome = None if reply.error is None else Outcome.ERROR
             error = str(reply.error) if reply.error else reply.stop_reason.value
             self.record(this, RoundOutcome.FAILED, error=error)
             return Ending(outcome, reply.stop_reason, reply.error)
-        return reply.value, dataclasses.replace(this, rationale=reply.value.rationale)
+        return reply.value, this
 
     def done(self, step: ToolStep[Any], this: _Round) -> None:
         """The executor said done: its answer, if any, is the run's."""
@@ -433,18 +436,19 @@ class _Run:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.views.called(prior, ran=outcome.ran)
-        self.session.emit(
-            ToolResultReturned(
-                run_id=run_id,
-                round=this.round,
-                tool_name=tool.name,
-                batch_size=len(outcome.batch),
-                seconds=outcome.seconds,
-                observation=outcome.observation,
-                error=ending.error if ending else None,
+            self.views.called(prior, ran=outcome.ran, kept=encoded)
+        if self.session.observers:
+            self.session.emit(
+                ToolResultReturned(
+                    run_id=run_id,
+                    round=this.round,
+                    tool_name=tool.name,
+                    batch_size=len(outcome.batch),
+                    seconds=outcome.seconds,
+                    observation=outcome.observation,
+                    error=ending.error if ending else None,
+                )
             )
-        )
         return ending
 
     def tool_limit(self) -> float | None:
@@ -560,7 +564,7 @@ async def settled(
     run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]
 ) -> tuple[Ending | None, Sequence[Any]]:
     """``settle``, with the approved call's batch (empty for a rejection or a failure)."""
-    from agentkit._approval import Approval, execute_approved
+    from agentkit._approval import Approval, Rejection, execute_approved
 
     assert proposal.tool is not None
     assert proposal.call_digest is not None
@@ -584,7 +588,10 @@ async def settled(
     try:
         tool = run.box.tools[proposal.tool]
         if run.run_approved is not None:
-            batch = await run.run_approved(decision, tool, run.ctx)
+            ran = await run.run_approved(decision, tool, run.ctx)
+            if isinstance(ran, Rejection):  # rejected before it ran: the run goes on with that decision
+                return await settled(run, proposal, ran)
+            batch = ran
         else:
             batch = await execute_approved(decision, tool, ctx=run.ctx, observer=run.session.observers)
         encoded = run.encoded(proposal.tool, batch)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
@@ -30,6 +31,21 @@ def _own(item: Any) -> Any:
         return item
 
 
+def _owned(codec: Codec, tool: str, batch: Sequence[Any], kept: str | None) -> tuple[Any, ...]:
+    """An audience's own copy of a batch: read back from the state's text of it, as a resumed run reads it.
+
+    That is a fresh value of the tool's item type, made in a few microseconds where a deep copy of
+    the same items costs ten times as much. A batch the state does not keep (``kept`` is ``None``: its
+    items are not of a type JSON carries), or whose text does not read back, is deep-copied.
+    """
+    if kept is not None:
+        try:
+            return tuple(codec.decode_batch(tool, kept))
+        except Exception:  # not read back as it was written (a validator that refuses its own output)
+            pass
+    return tuple(_own(item) for item in batch)
+
+
 class View:
     """What one audience (the executor; the observers) is shown of the run so far.
 
@@ -45,8 +61,10 @@ class View:
         """Whether each call ran (and so has a batch in ``prior_results``)."""
         self.proposals: list[ProposedAction[Any]] = []
 
-    def add(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None) -> None:
-        batch = tuple(_own(item) for item in call.batch)
+    def add(
+        self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None, batch: tuple[Any, ...]
+    ) -> None:
+        """Show ``call``, with ``batch``, this view's own copy of its batch."""
         self.ran.append(ran)
         self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
         if proposal is not None:
@@ -76,8 +94,9 @@ UNSEEN = View()
 class Views:
     """The run's views, items, context window and repeat window: what it has shown and gathered."""
 
-    def __init__(self, config: LoopConfig, *, observers: bool, watching: bool) -> None:
+    def __init__(self, config: LoopConfig, codec: Codec, *, observers: bool, watching: bool) -> None:
         self.config = config
+        self.codec = codec
         self.items: list[Any] = []
         self.shown = View()
         """The executor's view: what ``render`` gets."""
@@ -96,8 +115,9 @@ class Views:
         self.executed = 0
         """Calls that ran and returned a batch (``LoopConfig.min_calls`` counts them)."""
 
-    def load(self, progress: Progress, codec: Codec) -> None:
+    def load(self, progress: Progress) -> None:
         """The views, the items, the repeat window and the context window, from what the state's entries add up to."""
+        codec = self.codec
         self.refusals = progress.refusals
         self.window.summary, self.window.summarized = progress.summary, progress.summarized
         for view in progress.calls:
@@ -113,7 +133,7 @@ class Views:
                 repeats=view.repeats,
                 amended=view.amended,
             )
-            self.called(call, ran=view.ran)
+            self.called(call, ran=view.ran, kept=view.batch)
             if view.counted:
                 self.counted(view.tool, args, view.round)
 
@@ -131,12 +151,24 @@ class Views:
         )
         return Evidence(rounds=tuple(range(1, round)), calls=calls)
 
-    def called(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None = None) -> None:
-        """A call joins what the executor and the observers are shown (each their own copy), and the items."""
-        self.shown.add(call, ran=ran, proposal=proposal)
+    def called(
+        self,
+        call: PriorCall[Any],
+        *,
+        ran: bool,
+        proposal: ProposedAction[Any] | None = None,
+        kept: str | None = None,
+    ) -> None:
+        """A call joins what the executor and the observers are shown (each their own copy), and the items.
+
+        ``kept`` is the state's text of the call's batch, which each audience's copy is read back from.
+        """
+        tool, batch = call.tool_name, call.batch
+        self.shown.add(call, ran=ran, proposal=proposal, batch=_owned(self.codec, tool, batch, kept) if batch else ())
         self.window.add(call)
         if self.watched is not None:
-            self.watched.add(call, ran=ran, proposal=proposal)
+            copied = _owned(self.codec, tool, batch, kept) if batch else ()
+            self.watched.add(call, ran=ran, proposal=proposal, batch=copied)
         if ran:
             self.executed += 1
             self.items.extend(call.batch)

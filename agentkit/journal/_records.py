@@ -156,6 +156,14 @@ class ProposalRecord:
     resolved_at: datetime | None = None
     note: str | None = None
     """The resolution note."""
+    left_by: str | None = None
+    """The worker that last left it: the stored call did not check out against its tool (it stays approved)."""
+    left_at: datetime | None = None
+    """When a worker first left it (UTC)."""
+    left_until: datetime | None = None
+    """Until when no worker claims it (UTC), while it is left; then one tries it again (``None``: not left)."""
+    left_note: str | None = None
+    """Why it was last left: the refusal, naming the row."""
     unreadable: str | None = None
     """Set on a row a listing could not read (edited by hand or damaged): why, naming the row. Its
     unreadable fields hold placeholders (``Tier.IRREVERSIBLE``, the epoch); ``get`` and every change

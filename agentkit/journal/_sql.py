@@ -48,6 +48,7 @@ __all__ = [
     "abort_run",
     "append_events",
     "batch_text",
+    "claim_left_statement",
     "claim_next_statement",
     "claim_statement",
     "event_row",
@@ -61,6 +62,7 @@ __all__ = [
     "verification_required",
     "vouched",
     "insert_run",
+    "leave_statement",
     "lock_proposal_statement",
     "log_transition",
     "now",
@@ -231,7 +233,7 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-_CLAIM_SET = "state = 'executing', claimed_by = ?, claimed_at = ?, claim = ?, lease_until = ?"
+_CLAIM_SET = "state = 'executing', claimed_by = ?, claimed_at = ?, claim = ?, lease_until = ?, left_until = NULL"
 
 
 def lock_proposal_statement(dialect: str) -> str:
@@ -250,25 +252,52 @@ def claim_statement() -> str:
     return f"UPDATE agentkit_proposals SET {_CLAIM_SET} WHERE id = ?"
 
 
-def claim_next_statement(dialect: str, *, tools: int, skip: int) -> str:
-    """Claim the oldest approved proposal for one of ``tools`` tool names, skipping ``skip`` ids; one statement.
+def claim_next_statement(dialect: str, *, tools: int) -> str:
+    """Claim the oldest approved proposal for one of ``tools`` tool names that no worker left; one statement.
 
-    Params: worker, time, token, lease, the tool names, then the ids to skip. It returns the claimed
-    row, or none when nothing is approved for these tools. On PostgreSQL, ``FOR UPDATE SKIP LOCKED``
-    makes concurrent workers take different rows instead of queueing on the same one, and the
-    update finds its row by primary key (the subquery's result), never by a scan. On SQLite the
+    Params: worker, time, token, lease, then the tool names. It returns the claimed row, or none when
+    nothing is approved for these tools. The pick reads the index of approved rows nobody left
+    (``agentkit_proposals_claimable``), so rows left behind (``leave_statement``), however many, cost
+    it nothing and its text and parameters never grow with them. On PostgreSQL, ``FOR UPDATE SKIP
+    LOCKED`` makes concurrent workers take different rows instead of queueing on the same one, and
+    the update finds its row by primary key (the subquery's result), never by a scan. On SQLite the
     write lock (``BEGIN IMMEDIATE``) makes the claim single-writer, so the oldest row is free.
     """
+    return _claim_pick(dialect, tools, "agentkit_proposals_claimable", "left_until IS NULL", "proposed_at, id")
+
+
+def claim_left_statement(dialect: str, *, tools: int) -> str:
+    """``claim_next_statement`` for the left rows whose ``left_until`` has come (params: the same, then the time
+    now): tried again, in the order they fell due, when no other row is approved."""
+    return _claim_pick(dialect, tools, "agentkit_proposals_left", "left_until <= ?", "left_until, id")
+
+
+def _claim_pick(dialect: str, tools: int, index: str, which: str, order: str) -> str:
     if tools < 1:
-        raise ValueError("claim_next_statement needs at least one tool name")
+        raise ValueError("a claim statement needs at least one tool name")
     names = ", ".join("?" * tools)
-    others = f" AND id NOT IN ({', '.join('?' * skip)})" if skip else ""
-    lock = " FOR UPDATE SKIP LOCKED" if dialect == "postgresql" else ""
+    # SQLite's planner, without statistics, prefers the state index and filters (and sorts) every approved row,
+    # the left ones too; INDEXED BY holds it to the partial index whose order is the claim's.
+    lock, table = (
+        (" FOR UPDATE SKIP LOCKED", "agentkit_proposals")
+        if dialect == "postgresql"
+        else ("", f"agentkit_proposals INDEXED BY {index}")
+    )
     pick = (
-        f"SELECT id FROM agentkit_proposals WHERE state = 'approved' AND tool_name IN ({names}){others} "
-        f"ORDER BY proposed_at, id LIMIT 1{lock}"
+        f"SELECT id FROM {table} WHERE state = 'approved' AND tool_name IN ({names}) AND {which} "
+        f"ORDER BY {order} LIMIT 1{lock}"
     )
     return f"UPDATE agentkit_proposals SET {_CLAIM_SET} WHERE id = ({pick}) RETURNING *"
+
+
+def leave_statement() -> str:
+    """Set an approved proposal aside as left (params: worker, first time, until, why, id): no claim takes it
+    before ``left_until``. ``left_at`` keeps the first time it was left; ``state`` is not written, so nothing
+    announces an approval."""
+    return (
+        "UPDATE agentkit_proposals SET left_by = ?, left_at = COALESCE(left_at, ?), left_until = ?, left_note = ? "
+        "WHERE id = ? AND state = 'approved'"
+    )
 
 
 def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | None = None) -> None:
@@ -778,6 +807,10 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
         amended_by=f.optional_text("amended_by"),
         amended_fields=f.get("amended_fields", _field_names, ()),
         evidence=f.get("evidence", _evidence, None),
+        left_by=f.optional_text("left_by"),
+        left_at=f.time(db, "left_at"),
+        left_until=f.time(db, "left_until"),
+        left_note=f.optional_text("left_note"),
     )
     unreadable = f.verdict(lenient=lenient)
     return record if unreadable is None else replace(record, unreadable=unreadable)

@@ -233,7 +233,7 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
         print("no rounds recorded", file=out)
         return
     headers = ("ROUND", "STEP", "CALL", "TIER", "BATCH", "LLM S", "TOOL S", "TOKENS", "NOTE")
-    _table(out, headers, [_round_row(entry) for entry in rounds])
+    _table(out, headers, [row for entry in rounds for row in _round_rows(entry)])
     if not rounds[0].from_trace:
         print("\n(rounds rebuilt from the event log: the run has no recorded result)", file=out)
 
@@ -260,20 +260,33 @@ def _config(config: dict[str, Any] | None) -> str:
     return ", ".join(f"{key} {value(v)}" for key, v in config.items())
 
 
-def _round_row(entry: RoundEntry) -> tuple[str, ...]:
+def _round_rows(entry: RoundEntry) -> list[tuple[str, ...]]:
+    """A round's row; a decided proposal's round adds a row for what the decision did (ran, failed, rejected)."""
     call = f"{entry.tool_name} {entry.args_json}" if entry.tool_name else "-"
-    note = entry.error or entry.observation or entry.rationale
-    return (
+    tier = entry.tier.name.lower() if entry.tier is not None else "-"
+    ran = entry.executed and entry.decision is None
+    note = entry.rationale if entry.decision is not None else entry.error or entry.observation or entry.rationale
+    row = (
         str(entry.round),
         _step(entry),
         call,
-        entry.tier.name.lower() if entry.tier is not None else "-",
-        str(entry.batch_size) if entry.executed else "-",
+        tier,
+        str(entry.batch_size) if ran else "-",
         f"{entry.llm_seconds:.3f}",
-        f"{entry.tool_seconds:.3f}" if entry.executed or entry.tool_seconds else "-",
+        f"{entry.tool_seconds:.3f}" if ran or (entry.decision is None and entry.tool_seconds) else "-",
         str(entry.usage.total_tokens),
         note,
     )
+    if entry.decision is None:
+        return [row]
+    if entry.decision == "rejected":
+        step, batch, note = "rejected", "-", entry.observation or f"rejected by {entry.decided_by}"
+    elif entry.executed:
+        step, batch, note = "executed", str(entry.batch_size), f"approved by {entry.decided_by}"
+    else:
+        step, batch, note = "failed", "-", f"approved by {entry.decided_by}: {entry.error or '-'}"
+    tool_seconds = f"{entry.tool_seconds:.3f}" if step != "rejected" else "-"
+    return [row, (str(entry.round), step, call, tier, batch, "-", tool_seconds, "-", note)]
 
 
 def _step(entry: RoundEntry) -> str:
@@ -342,7 +355,8 @@ def _proposal_table(out: TextIO, found: Sequence[ProposalRecord]) -> None:
             "?" if p.unreadable else p.tier.name.lower(),
             p.args_json,
             "?" if p.unreadable else _time(p.proposed_at),
-            p.claimed_by or p.rejected_by or p.approved_by or "-",
+            # Who decided it: the worker that ran an approved call is on ``show``'s claimed line.
+            p.rejected_by or p.approved_by or "-",
         )
         for p in found
     ]
@@ -361,8 +375,14 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
         ("run", f"{p.run_id or '-'}, round {p.round}"),
         ("rationale", p.rationale or "-"),
     ]
+    if p.approved_by or p.approved_at:
+        lines.append(("approved", f"by {p.approved_by or '-'} at {_time(p.approved_at)}"))
+    if p.rejected_by or p.rejected_at:
+        lines.append(("rejected", f"by {p.rejected_by or '-'} at {_time(p.rejected_at)}"))
     if p.claimed_by or p.claimed_at:
         lines.append(("claimed", f"by {p.claimed_by or '-'} at {_time(p.claimed_at)}"))
+    if p.left_until is not None:
+        lines.append(("left", f"by {p.left_by or '-'} until {_time(p.left_until)}: {p.left_note or '-'}"))
     if p.reason:
         lines.append(("reason", p.reason))
     if p.batch_json is not None:

@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -176,13 +176,25 @@ class FakeOpenAIServer:
     or as content). Once the script is used up, each request gets a minimal instance of the
     schema it carries (booleans true, so a ``ToolStep`` says it is done).
 
+    To serve several runs at once, answer as a function of the request instead: ``respond`` gets
+    each valid request's body (a dict, as sent) and returns the answer, or ``None`` to take the next
+    one from the script (then the minimal instance). It is called from the server's handler
+    threads, possibly at the same time for concurrent requests; what it raises is recorded in
+    ``errors`` and the client sees the connection dropped.
+
     Example:
         >>> with FakeOpenAIServer([FakeReply.error(429, retry_after=3)]) as server:
         ...     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="x")  # doctest: +SKIP
     """
 
-    def __init__(self, replies: Iterable[Scripted] = ()) -> None:
+    def __init__(
+        self,
+        replies: Iterable[Scripted] = (),
+        *,
+        respond: Callable[[dict[str, Any]], Scripted | None] | None = None,
+    ) -> None:
         self._script: deque[FakeReply] = deque(_as_reply(entry) for entry in replies)
+        self._respond = respond
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd: _Httpd | None = None
@@ -274,7 +286,11 @@ class FakeOpenAIServer:
     ) -> None:
         self.stop()
 
-    def _next_reply(self) -> FakeReply:
+    def _next_reply(self, request: dict[str, Any]) -> FakeReply:
+        if self._respond is not None:
+            answer = self._respond(request)
+            if answer is not None:
+                return _as_reply(answer)
         with self._lock:
             return self._script.popleft() if self._script else FakeReply.auto()
 
@@ -364,6 +380,12 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "FakeOpenAI/1"
     timeout = 30
     server: _Httpd
+    # A reply is written to a buffer and sent in one write when the request is handled (its status line,
+    # headers and body in one segment); what goes out in pieces (a stream's chunks, a dripped body) is
+    # flushed piece by piece. TCP_NODELAY sends each write at once: with Nagle's algorithm, a write
+    # that follows one still unacknowledged waits for the client's delayed ACK, about 40 ms a reply.
+    wbufsize = -1
+    disable_nagle_algorithm = True
 
     def setup(self) -> None:
         super().setup()
@@ -375,6 +397,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         pass  # tests read requests from the recording, not from stderr
+
+    def handle_expect_100(self) -> bool:
+        answered = super().handle_expect_100()
+        self.wfile.flush()  # the client waits for it before it sends the body
+        return answered
 
     def do_GET(self) -> None:
         self._send_json(404, _error_body(f"no route GET {self.path}", "not_found"))
@@ -399,7 +426,7 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestRejected as rejected:
             self._send_json(400, _error_body(str(rejected), "invalid_request_error", rejected.param), fake, index)
             return
-        reply = fake._next_reply()
+        reply = fake._next_reply(request)
         fake._wait(reply.delay)
         if fake._stopping.is_set():
             return
@@ -434,7 +461,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(b"0\r\n\r\n")
 
     def _write_chunk(self, data: bytes) -> None:
+        # each event goes out as it is made (the first with the headers), as a streaming server sends them
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
     def _send_json(
         self,
@@ -466,11 +495,13 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         self.end_headers()
         if drip <= 0:
-            self.wfile.write(data)
+            self.wfile.write(data)  # with the headers, in one write when the request is handled
             return
         fake = self.server.fake
+        self.wfile.flush()  # the headers go at once, then the body one byte at a time
         for offset in range(len(data)):
             self.wfile.write(data[offset : offset + 1])
+            self.wfile.flush()
             fake._wait(drip)
             if fake._stopping.is_set():
                 return
