@@ -1,0 +1,171 @@
+"""The web inbox in a real browser: headless Chromium (Debian's, driven by Selenium through its chromedriver).
+
+Each test serves the inbox over a real journal and clicks through the page as a reviewer does; the
+approved call then runs through ``journal.work``, counted by the tool itself. Without Chromium the
+tests skip, except under ``AGENTKIT_REQUIRE_BROWSER=1`` (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+from agentkit.journal import Journal, ProposalRecord, ProposalState, WorkReport
+from tests.inbox_support import ALICE, InboxServer, chromium, mail_tool, propose_mail
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+pytest.importorskip("starlette", reason="the inbox extra is not installed")
+
+HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+WAIT = 15.0
+"""Seconds a wait for the page may take before the test fails (never a measured time)."""
+
+
+@pytest.fixture
+def server(journal_url: str) -> Iterator[InboxServer]:
+    with InboxServer(journal_url) as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[WebDriver]:
+    with chromium() as driver:
+        yield driver
+
+
+def signed_in(browser: WebDriver, server: InboxServer, token: str = ALICE) -> WebDriver:
+    browser.delete_all_cookies()
+    browser.get(f"{server.base}/?token={token}")
+    wait_for(browser, "#reviewer")
+    return browser
+
+
+def wait_for(browser: WebDriver, css: str) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    WebDriverWait(browser, WAIT).until(expected_conditions.presence_of_element_located((By.CSS_SELECTOR, css)))
+
+
+def text_of(browser: WebDriver, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    text: str = browser.find_element(By.CSS_SELECTOR, css).text
+    return text
+
+
+def click(browser: WebDriver, css: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.find_element(By.CSS_SELECTOR, css).click()
+
+
+def propose(server: InboxServer, to: str, *, rationale: str = "", body: str = "") -> str:
+    async def put(journal: Journal) -> str:
+        return await propose_mail(journal, to, rationale=rationale, body=body)
+
+    return server.run(put)
+
+
+def record(server: InboxServer, id: str) -> ProposalRecord:
+    async def get(journal: Journal) -> ProposalRecord:
+        return await journal.get(id)
+
+    return server.run(get)
+
+
+def work(server: InboxServer, sent: list[str]) -> WorkReport:
+    """A worker drains every approved ``mail`` call, as ``agentkit worker`` would."""
+
+    async def drain(journal: Journal) -> WorkReport:
+        return await journal.work([mail_tool(sent)], until_empty=True)
+
+    return server.run(drain)
+
+
+def test_approve_in_the_browser_and_the_call_runs_once(server: InboxServer, browser: WebDriver) -> None:
+    """Approve clicked in the page approves as the token's reviewer; workers then run the call exactly once."""
+    id = propose(server, "ops@example.com", rationale="the weekly report is due")
+    page = signed_in(browser, server)
+    assert text_of(page, f"#p-{id} .rationale") == "the weekly report is due"
+    click(page, f"#p-{id} form.approve button")
+    wait_for(page, f"#p-{id}.decided")
+    sent: list[str] = []
+    assert work(server, sent).executed == 1
+    assert work(server, sent).claimed == 0
+    assert sent == ["ops@example.com"]
+    done = record(server, id)
+    assert (done.state, done.approved_by) == (ProposalState.EXECUTED, "alice")
+
+
+def test_reject_in_the_browser_records_the_reason_and_nothing_runs(server: InboxServer, browser: WebDriver) -> None:
+    """Reject with a reason typed in the page: the proposal is rejected by the reviewer and never runs."""
+    id = propose(server, "everyone@example.com")
+    page = signed_in(browser, server)
+    from selenium.webdriver.common.by import By
+
+    page.find_element(By.CSS_SELECTOR, f"#p-{id} form.reject textarea").send_keys("too many recipients")
+    click(page, f"#p-{id} form.reject button")
+    wait_for(page, f"#p-{id}.decided .reason")
+    assert text_of(page, f"#p-{id} .reason") == "rejected by alice: too many recipients"
+    sent: list[str] = []
+    assert work(server, sent).claimed == 0
+    assert sent == []
+    done = record(server, id)
+    assert (done.state, done.rejected_by, done.reason) == (ProposalState.REJECTED, "alice", "too many recipients")
+
+
+def test_a_hostile_rationale_and_args_execute_nothing(server: InboxServer, browser: WebDriver) -> None:
+    """Markup in a rationale and in args shows as literal text and runs nothing, while the inbox's own script runs."""
+    id = propose(server, HOSTILE, rationale=HOSTILE, body=HOSTILE)
+    page = signed_in(browser, server)
+    # The inbox's script marks the page once it runs: scripts do run here, so an injected one would.
+    wait_for(page, "body[data-following=yes]")
+    assert page.execute_script("return document.readyState") == "complete"
+    assert page.execute_script("return window.pwned === undefined")
+    assert text_of(page, f"#p-{id} .rationale") == HOSTILE
+    from selenium.webdriver.common.by import By
+
+    cells = [cell.text for cell in page.find_elements(By.CSS_SELECTOR, f"#p-{id} td.value")]
+    assert cells == [HOSTILE, HOSTILE]
+    assert page.find_elements(By.CSS_SELECTOR, "main img, main script") == []
+
+
+def test_the_page_follows_a_decision_made_elsewhere(server: InboxServer, browser: WebDriver) -> None:
+    """When another reviewer decides a shown proposal, the page shows it decided without a reload by hand."""
+    id = propose(server, "ops@example.com")
+    page = signed_in(browser, server)
+    wait_for(page, "body[data-following=yes]")
+
+    async def bob_approves(journal: Journal) -> None:
+        await journal.approve(id, "bob")
+
+    server.run(bob_approves)
+    wait_for(page, f"#p-{id}.decided")
+    assert page.find_elements("css selector", f"#p-{id} form") == []
+
+
+def test_a_browser_without_the_token_is_refused(server: InboxServer, browser: WebDriver) -> None:
+    """Opening the inbox without a token (or with a wrong one) shows the refusal and no proposal."""
+    propose(server, "ops@example.com", rationale="secret plans")
+    browser.delete_all_cookies()
+    for url in (f"{server.base}/", f"{server.base}/?token=wrong-token-0123456789"):
+        browser.get(url)
+        assert "needs a reviewer's token" in text_of(browser, "body")
+        assert "secret plans" not in browser.page_source
+
+
+def test_a_stale_form_is_refused_in_the_browser_with_nothing_changed(server: InboxServer, browser: WebDriver) -> None:
+    """A form left open past the CSRF tokens' lifetime is refused: the page says so and the proposal stays pending."""
+    id = propose(server, "ops@example.com")
+    page = signed_in(browser, server)
+    server.clock.now += 3601
+    click(page, f"#p-{id} form.approve button")
+    wait_for(page, "#error")
+    assert "this form is stale" in text_of(page, "#error")
+    assert record(server, id).state is ProposalState.PENDING
