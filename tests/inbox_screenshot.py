@@ -12,8 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from agentkit.journal import Journal
-from tests.inbox_support import InboxServer, chromium, propose_mail
+from tests.inbox_support import ALICE, InboxServer, chromium
 
 PROPOSALS = [
     ("finance@example.com", "Q3 figures attached.", "The quarterly figures are final; finance asked for them today."),
@@ -24,15 +23,11 @@ PROPOSALS = [
 
 def main(path: str) -> None:
     with tempfile.TemporaryDirectory() as folder, InboxServer(str(Path(folder) / "journal.db")) as server:
-
-        async def propose(journal: Journal) -> list[str]:
-            return [await propose_mail(journal, to, body=body, rationale=why) for to, body, why in PROPOSALS]
-
-        ids = server.run(propose)
+        ids = [server.propose(to, body=body, rationale=why) for to, body, why in PROPOSALS]
         with chromium(width=1000, height=1400) as driver:
             from selenium.webdriver.common.by import By
 
-            driver.get(f"{server.base}/?token={'alice-token-0123456789abcdef'}")
+            driver.get(f"{server.base}/?token={ALICE}")
             driver.find_element(By.CSS_SELECTOR, f"#p-{ids[1]} form.approve button").click()
             driver.find_element(By.CSS_SELECTOR, f"#p-{ids[1]}.decided")
             driver.find_element(By.CSS_SELECTOR, f"#p-{ids[1]} details").click()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import shutil
 import socket
 import threading
@@ -15,12 +16,13 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import httpx2 as httpx
 import pytest
 from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, tool
 from agentkit._tools import FunctionTool
-from agentkit.journal import Journal, open_journal
+from agentkit.journal import Journal, ProposalRecord, Transition, WorkReport, open_journal
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -65,6 +67,13 @@ async def propose_mail(journal: Journal, to: str, *, body: str = "", rationale: 
         run_id=run_id,
     )
     return (await journal.propose(action)).id
+
+
+def csrf_of(page: str) -> str:
+    """The CSRF token of the first form in ``page``."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None, "the page has no form"
+    return found.group(1)
 
 
 class Clock:
@@ -113,6 +122,43 @@ class InboxServer:
             return await work(self._journal)
 
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(30)
+
+    def propose(self, to: str, *, rationale: str = "", body: str = "") -> str:
+        """A pending ``mail`` proposal (``propose_mail``); its id."""
+
+        async def put(journal: Journal) -> str:
+            return await propose_mail(journal, to, rationale=rationale, body=body)
+
+        return self.run(put)
+
+    def get(self, id: str) -> ProposalRecord:
+        """The proposal as the journal holds it now."""
+
+        async def get(journal: Journal) -> ProposalRecord:
+            return await journal.get(id)
+
+        return self.run(get)
+
+    def history(self, id: str) -> list[Transition]:
+        """The proposal's transitions."""
+
+        async def read(journal: Journal) -> list[Transition]:
+            return await journal.history(id)
+
+        return self.run(read)
+
+    def work(self, sent: list[str]) -> WorkReport:
+        """A worker drains every approved ``mail`` call, as ``agentkit worker`` would; ``sent`` counts the calls."""
+
+        async def drain(journal: Journal) -> WorkReport:
+            return await journal.work([mail_tool(sent)], until_empty=True)
+
+        return self.run(drain)
+
+    def client(self, token: str | None = ALICE) -> httpx.Client:
+        """An HTTP client that sends ``token`` as a bearer token (none: no token)."""
+        headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.Client(base_url=self.base, headers=headers, follow_redirects=False)
 
     def _serve(self) -> None:
         import uvicorn

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from agentkit.journal import Journal, ProposalRecord, ProposalState, WorkReport
-from tests.inbox_support import ALICE, InboxServer, chromium, mail_tool, propose_mail
+from agentkit.journal import Journal, ProposalState
+from tests.inbox_support import ALICE, InboxServer, chromium
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -65,47 +65,24 @@ def click(browser: WebDriver, css: str) -> None:
     browser.find_element(By.CSS_SELECTOR, css).click()
 
 
-def propose(server: InboxServer, to: str, *, rationale: str = "", body: str = "") -> str:
-    async def put(journal: Journal) -> str:
-        return await propose_mail(journal, to, rationale=rationale, body=body)
-
-    return server.run(put)
-
-
-def record(server: InboxServer, id: str) -> ProposalRecord:
-    async def get(journal: Journal) -> ProposalRecord:
-        return await journal.get(id)
-
-    return server.run(get)
-
-
-def work(server: InboxServer, sent: list[str]) -> WorkReport:
-    """A worker drains every approved ``mail`` call, as ``agentkit worker`` would."""
-
-    async def drain(journal: Journal) -> WorkReport:
-        return await journal.work([mail_tool(sent)], until_empty=True)
-
-    return server.run(drain)
-
-
 def test_approve_in_the_browser_and_the_call_runs_once(server: InboxServer, browser: WebDriver) -> None:
     """Approve clicked in the page approves as the token's reviewer; workers then run the call exactly once."""
-    id = propose(server, "ops@example.com", rationale="the weekly report is due")
+    id = server.propose("ops@example.com", rationale="the weekly report is due")
     page = signed_in(browser, server)
     assert text_of(page, f"#p-{id} .rationale") == "the weekly report is due"
     click(page, f"#p-{id} form.approve button")
     wait_for(page, f"#p-{id}.decided")
     sent: list[str] = []
-    assert work(server, sent).executed == 1
-    assert work(server, sent).claimed == 0
+    assert server.work(sent).executed == 1
+    assert server.work(sent).claimed == 0
     assert sent == ["ops@example.com"]
-    done = record(server, id)
+    done = server.get(id)
     assert (done.state, done.approved_by) == (ProposalState.EXECUTED, "alice")
 
 
 def test_reject_in_the_browser_records_the_reason_and_nothing_runs(server: InboxServer, browser: WebDriver) -> None:
     """Reject with a reason typed in the page: the proposal is rejected by the reviewer and never runs."""
-    id = propose(server, "everyone@example.com")
+    id = server.propose("everyone@example.com")
     page = signed_in(browser, server)
     from selenium.webdriver.common.by import By
 
@@ -114,15 +91,15 @@ def test_reject_in_the_browser_records_the_reason_and_nothing_runs(server: Inbox
     wait_for(page, f"#p-{id}.decided .reason")
     assert text_of(page, f"#p-{id} .reason") == "rejected by alice: too many recipients"
     sent: list[str] = []
-    assert work(server, sent).claimed == 0
+    assert server.work(sent).claimed == 0
     assert sent == []
-    done = record(server, id)
+    done = server.get(id)
     assert (done.state, done.rejected_by, done.reason) == (ProposalState.REJECTED, "alice", "too many recipients")
 
 
 def test_a_hostile_rationale_and_args_execute_nothing(server: InboxServer, browser: WebDriver) -> None:
     """Markup in a rationale and in args shows as literal text and runs nothing, while the inbox's own script runs."""
-    id = propose(server, HOSTILE, rationale=HOSTILE, body=HOSTILE)
+    id = server.propose(HOSTILE, rationale=HOSTILE, body=HOSTILE)
     page = signed_in(browser, server)
     # The inbox's script marks the page once it runs: scripts do run here, so an injected one would.
     wait_for(page, "body[data-following=yes]")
@@ -138,7 +115,7 @@ def test_a_hostile_rationale_and_args_execute_nothing(server: InboxServer, brows
 
 def test_the_page_follows_a_decision_made_elsewhere(server: InboxServer, browser: WebDriver) -> None:
     """When another reviewer decides a shown proposal, the page shows it decided without a reload by hand."""
-    id = propose(server, "ops@example.com")
+    id = server.propose("ops@example.com")
     page = signed_in(browser, server)
     wait_for(page, "body[data-following=yes]")
 
@@ -152,7 +129,7 @@ def test_the_page_follows_a_decision_made_elsewhere(server: InboxServer, browser
 
 def test_a_browser_without_the_token_is_refused(server: InboxServer, browser: WebDriver) -> None:
     """Opening the inbox without a token (or with a wrong one) shows the refusal and no proposal."""
-    propose(server, "ops@example.com", rationale="secret plans")
+    server.propose("ops@example.com", rationale="secret plans")
     browser.delete_all_cookies()
     for url in (f"{server.base}/", f"{server.base}/?token=wrong-token-0123456789"):
         browser.get(url)
@@ -162,10 +139,10 @@ def test_a_browser_without_the_token_is_refused(server: InboxServer, browser: We
 
 def test_a_stale_form_is_refused_in_the_browser_with_nothing_changed(server: InboxServer, browser: WebDriver) -> None:
     """A form left open past the CSRF tokens' lifetime is refused: the page says so and the proposal stays pending."""
-    id = propose(server, "ops@example.com")
+    id = server.propose("ops@example.com")
     page = signed_in(browser, server)
     server.clock.now += 3601
     click(page, f"#p-{id} form.approve button")
     wait_for(page, "#error")
     assert "this form is stale" in text_of(page, "#error")
-    assert record(server, id).state is ProposalState.PENDING
+    assert server.get(id).state is ProposalState.PENDING

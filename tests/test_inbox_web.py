@@ -7,11 +7,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-import httpx2 as httpx
 import pytest
 
-from agentkit.journal import Journal, ProposalRecord, ProposalState, Transition
-from tests.inbox_support import ALICE, BOB, InboxServer, propose_mail
+from agentkit.journal import Journal, ProposalState
+from tests.inbox_support import ALICE, BOB, InboxServer, csrf_of
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 
@@ -24,41 +23,9 @@ def server(journal_url: str) -> Iterator[InboxServer]:
         yield running
 
 
-def client(server: InboxServer, token: str | None = ALICE) -> httpx.Client:
-    headers = {"authorization": f"Bearer {token}"} if token is not None else {}
-    return httpx.Client(base_url=server.base, headers=headers, follow_redirects=False)
-
-
-def csrf_of(page: str) -> str:
-    found = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert found is not None, "the page has no form"
-    return found.group(1)
-
-
-def proposal(server: InboxServer, id: str) -> ProposalRecord:
-    async def get(journal: Journal) -> ProposalRecord:
-        return await journal.get(id)
-
-    return server.run(get)
-
-
-def history(server: InboxServer, id: str) -> list[Transition]:
-    async def read(journal: Journal) -> list[Transition]:
-        return await journal.history(id)
-
-    return server.run(read)
-
-
-def pending_mail(server: InboxServer, to: str = "ops@example.com", *, rationale: str = "", body: str = "") -> str:
-    async def propose(journal: Journal) -> str:
-        return await propose_mail(journal, to, rationale=rationale, body=body)
-
-    return server.run(propose)
-
-
 def test_every_response_carries_a_csp_without_inline_script(server: InboxServer) -> None:
     """The page, its script and a refusal all carry a CSP that allows only the inbox's own script and style."""
-    with client(server) as http, client(server, None) as anonymous:
+    with server.client() as http, server.client(None) as anonymous:
         responses = [http.get("/"), http.get("/static/inbox.js"), anonymous.get("/"), http.get("/nowhere")]
     for response in responses:
         csp = response.headers["content-security-policy"]
@@ -74,8 +41,8 @@ def test_every_response_carries_a_csp_without_inline_script(server: InboxServer)
 
 def test_the_page_holds_no_inline_script_or_style(server: InboxServer) -> None:
     """The page loads its script and style from the inbox; it has no inline script, handler or style."""
-    pending_mail(server)
-    with client(server) as http:
+    server.propose("ops@example.com")
+    with server.client() as http:
         page = http.get("/").text
     assert re.findall(r"<script[^>]*>", page) == ['<script src="/static/inbox.js" defer>']
     assert "style=" not in page
@@ -85,11 +52,11 @@ def test_the_page_holds_no_inline_script_or_style(server: InboxServer) -> None:
 
 def test_a_request_without_a_token_is_refused_and_changes_nothing(server: InboxServer) -> None:
     """Without a token, or with a wrong one, every route answers 401 and no decision is made."""
-    id = pending_mail(server)
-    with client(server) as http:
+    id = server.propose("ops@example.com")
+    with server.client() as http:
         csrf = csrf_of(http.get("/").text)
     for token in (None, "not-a-reviewer-token-at-all", ALICE[:-1]):
-        with client(server, token) as stranger:
+        with server.client(token) as stranger:
             assert stranger.get("/").status_code == 401
             assert stranger.get("/stamp").status_code == 401
             assert stranger.get("/static/inbox.js").status_code == 401
@@ -97,13 +64,13 @@ def test_a_request_without_a_token_is_refused_and_changes_nothing(server: InboxS
             refused = stranger.post(f"/proposals/{id}/approve", data={"csrf": csrf})
             assert refused.status_code == 401
             assert "needs a reviewer's token" in refused.text
-    assert proposal(server, id).state is ProposalState.PENDING
-    assert len(history(server, id)) == 1
+    assert server.get(id).state is ProposalState.PENDING
+    assert len(server.history(id)) == 1
 
 
 def test_the_token_in_the_url_becomes_a_strict_http_only_cookie(server: InboxServer) -> None:
     """``/?token=...`` sets the token as an HttpOnly, SameSite=Strict cookie and redirects to ``/`` without it."""
-    with client(server, None) as http:
+    with server.client(None) as http:
         response = http.get("/", params={"token": BOB})
         assert response.status_code == 303
         assert response.headers["location"] == "/"
@@ -118,64 +85,64 @@ def test_the_token_in_the_url_becomes_a_strict_http_only_cookie(server: InboxSer
 
 def test_approve_records_the_reviewer_that_the_token_names(server: InboxServer) -> None:
     """A form posted with bob's token approves the proposal as ``bob``."""
-    id = pending_mail(server)
-    with client(server, BOB) as http:
+    id = server.propose("ops@example.com")
+    with server.client(BOB) as http:
         response = http.post(f"/proposals/{id}/approve", data={"csrf": csrf_of(http.get("/").text)})
     assert response.status_code == 303
-    record = proposal(server, id)
+    record = server.get(id)
     assert (record.state, record.approved_by) == (ProposalState.APPROVED, "bob")
-    assert history(server, id)[-1].actor == "bob"
+    assert server.history(id)[-1].actor == "bob"
 
 
 def test_reject_records_the_reason(server: InboxServer) -> None:
     """A rejection keeps the reviewer's reason."""
-    id = pending_mail(server)
-    with client(server) as http:
+    id = server.propose("ops@example.com")
+    with server.client() as http:
         csrf = csrf_of(http.get("/").text)
         response = http.post(f"/proposals/{id}/reject", data={"csrf": csrf, "reason": "not this week"})
         assert response.status_code == 303
         assert "rejected by alice: not this week" in http.get("/").text
-    record = proposal(server, id)
+    record = server.get(id)
     assert (record.state, record.rejected_by, record.reason) == (ProposalState.REJECTED, "alice", "not this week")
 
 
 def test_a_stale_csrf_token_is_refused_with_nothing_changed(server: InboxServer) -> None:
     """A form shown longer ago than the CSRF tokens' lifetime is refused (403) and the proposal stays pending."""
-    id = pending_mail(server)
-    with client(server) as http:
+    id = server.propose("ops@example.com")
+    with server.client() as http:
         csrf = csrf_of(http.get("/").text)
         server.clock.now += 3601
         refused = http.post(f"/proposals/{id}/approve", data={"csrf": csrf})
         assert refused.status_code == 403
         assert "this form is stale" in refused.text
         assert http.post(f"/proposals/{id}/approve", data={"csrf": csrf_of(refused.text)}).status_code == 303
-    assert [t.to_state for t in history(server, id)] == [ProposalState.PENDING, ProposalState.APPROVED]
+    assert [t.to_state for t in server.history(id)] == [ProposalState.PENDING, ProposalState.APPROVED]
 
 
 @pytest.mark.parametrize("csrf", [None, "", "garbage", "1000000.0123abcd"])
 def test_a_form_without_a_valid_csrf_token_is_refused(server: InboxServer, csrf: str | None) -> None:
     """A form with no CSRF token, or one this inbox did not sign, changes nothing."""
-    id = pending_mail(server)
-    with client(server) as http:
+    id = server.propose("ops@example.com")
+    with server.client() as http:
         refused = http.post(f"/proposals/{id}/reject", data={"reason": "x"} | ({} if csrf is None else {"csrf": csrf}))
     assert refused.status_code == 403
     assert "Nothing changed" in refused.text
-    assert proposal(server, id).state is ProposalState.PENDING
+    assert server.get(id).state is ProposalState.PENDING
 
 
 def test_a_csrf_token_shown_to_another_reviewer_is_refused(server: InboxServer) -> None:
     """A token from alice's page does not protect a form bob posts."""
-    id = pending_mail(server)
-    with client(server, ALICE) as alice, client(server, BOB) as bob:
+    id = server.propose("ops@example.com")
+    with server.client(ALICE) as alice, server.client(BOB) as bob:
         csrf = csrf_of(alice.get("/").text)
         assert bob.post(f"/proposals/{id}/approve", data={"csrf": csrf}).status_code == 403
-    assert proposal(server, id).state is ProposalState.PENDING
+    assert server.get(id).state is ProposalState.PENDING
 
 
 def test_deciding_twice_is_refused_as_in_the_cli(server: InboxServer) -> None:
     """A second decision on a decided proposal is refused (409) with the journal's reason; one approval stays."""
-    id = pending_mail(server)
-    with client(server, ALICE) as alice, client(server, BOB) as bob:
+    id = server.propose("ops@example.com")
+    with server.client(ALICE) as alice, server.client(BOB) as bob:
         alice_csrf, bob_csrf = csrf_of(alice.get("/").text), csrf_of(bob.get("/").text)
         assert alice.post(f"/proposals/{id}/approve", data={"csrf": alice_csrf}).status_code == 303
         again = bob.post(f"/proposals/{id}/approve", data={"csrf": bob_csrf})
@@ -183,7 +150,7 @@ def test_deciding_twice_is_refused_as_in_the_cli(server: InboxServer) -> None:
     assert again.status_code == 409
     assert f"cannot approve proposal {id!r}: it is approved" in again.text.replace("&#39;", "'")
     assert late.status_code == 303  # an approved call may still be rejected before it runs, as in the CLI
-    assert [(t.to_state, t.actor) for t in history(server, id)][1:] == [
+    assert [(t.to_state, t.actor) for t in server.history(id)][1:] == [
         (ProposalState.APPROVED, "alice"),
         (ProposalState.REJECTED, "bob"),
     ]
@@ -191,31 +158,31 @@ def test_deciding_twice_is_refused_as_in_the_cli(server: InboxServer) -> None:
 
 def test_a_rejection_without_a_reason_is_refused(server: InboxServer) -> None:
     """Rejecting needs a reason: an empty or blank one is refused (400) and the proposal stays pending."""
-    id = pending_mail(server)
-    with client(server) as http:
+    id = server.propose("ops@example.com")
+    with server.client() as http:
         csrf = csrf_of(http.get("/").text)
         for reason in ("", "   "):
             refused = http.post(f"/proposals/{id}/reject", data={"csrf": csrf, "reason": reason})
             assert refused.status_code == 400
             assert "reason must be a non-empty string" in refused.text
-    assert proposal(server, id).state is ProposalState.PENDING
+    assert server.get(id).state is ProposalState.PENDING
 
 
 def test_an_unknown_proposal_or_decision_is_refused(server: InboxServer) -> None:
     """A form for a proposal the journal lacks is 404, as is a decision the inbox does not offer."""
-    id = pending_mail(server)
-    with client(server) as http:
+    id = server.propose("ops@example.com")
+    with server.client() as http:
         csrf = csrf_of(http.get("/").text)
         assert http.post("/proposals/nope/approve", data={"csrf": csrf}).status_code == 404
         assert http.post(f"/proposals/{id}/execute", data={"csrf": csrf}).status_code == 404
         assert http.get("/static/../_app.py").status_code == 404
-    assert proposal(server, id).state is ProposalState.PENDING
+    assert server.get(id).state is ProposalState.PENDING
 
 
 def test_model_written_text_is_escaped_in_the_page(server: InboxServer) -> None:
     """Rationale and args holding markup appear as escaped text, never as tags."""
-    pending_mail(server, to=HOSTILE, rationale=HOSTILE, body=HOSTILE)
-    with client(server) as http:
+    server.propose(to=HOSTILE, rationale=HOSTILE, body=HOSTILE)
+    with server.client() as http:
         page = http.get("/").text
     assert "<script>window" not in page
     assert "<img" not in page
@@ -225,9 +192,9 @@ def test_model_written_text_is_escaped_in_the_page(server: InboxServer) -> None:
 
 def test_the_stamp_changes_when_a_worker_or_another_reviewer_acts(server: InboxServer) -> None:
     """``/stamp``, which the page polls, changes when a proposal arrives or is decided elsewhere."""
-    with client(server) as http:
+    with server.client() as http:
         empty = http.get("/stamp").text
-        id = pending_mail(server)
+        id = server.propose("ops@example.com")
         proposed = http.get("/stamp").text
 
         async def approve(journal: Journal) -> None:

@@ -28,7 +28,7 @@ from starlette.routing import Route
 
 from agentkit._inbox_web._security import Csrf, Reviewers, SecurityHeaders
 from agentkit.errors import AgentkitError, UsageError
-from agentkit.journal import Journal, ProposalRecord, ProposalState, Transition, TransitionRefused, UnknownId
+from agentkit.journal import Journal, ProposalRecord, ProposalState, Transition, UnknownId
 
 __all__ = ["COOKIE", "DECISIONS", "create_app"]
 
@@ -54,7 +54,8 @@ async def _reject(journal: Journal, id: str, reviewer: str, form: FormData) -> P
 
 
 DECISIONS: Mapping[str, Decision] = {"approve": _approve, "reject": _reject}
-"""The decisions the page's forms post, by the last part of their path."""
+"""The decisions the page's forms post, by the last part of their path: each is one function above,
+and a new kind of decision is one more function here and one more form in the template."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -170,14 +171,8 @@ class _Inbox:
             return await self._render(reviewer, error=f"Nothing changed: {why}.", status=403)
         try:
             await decision(self._journal, request.path_params["id"], reviewer, form)
-        except UsageError as error:
-            return await self._render(reviewer, error=f"Nothing changed: {error}.", status=400)
-        except UnknownId as error:
-            return await self._render(reviewer, error=f"Nothing changed: {error}.", status=404)
-        except TransitionRefused as error:
-            return await self._render(reviewer, error=f"Nothing changed: {error}.", status=409)
         except AgentkitError as error:
-            return await self._render(reviewer, error=f"Nothing changed: {error}.", status=409)
+            return await self._render(reviewer, error=f"Nothing changed: {error}.", status=_status_of(error))
         return RedirectResponse("/", status_code=303)
 
     async def _render(self, reviewer: str, *, error: str | None, status: int) -> Response:
@@ -201,6 +196,15 @@ class _Inbox:
         if record.unreadable:
             return _Card(record=record, args=[], history=[])
         return _Card(record=record, args=_args(record), history=await self._journal.history(record.id))
+
+
+def _status_of(error: AgentkitError) -> int:
+    """The HTTP status of a decision the journal refused (it changed nothing)."""
+    if isinstance(error, UsageError):
+        return 400  # a rejection without a reason
+    if isinstance(error, UnknownId):
+        return 404
+    return 409  # decided already (TransitionRefused), or a row the journal cannot read
 
 
 def _refused() -> Response:
