@@ -550,6 +550,7 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
         encoded = run.encoded(proposal.tool, batch)
     except AgentkitError as error:
         failed = error
+    amendment = decision.amendment
     run.append(
         DecisionEntry.model_construct(
             round=proposal.round,
@@ -561,6 +562,8 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
             error=None if failed is None else str(failed),
             tool_seconds=time.monotonic() - started,
             elapsed=run.elapsed(),
+            args=None if amendment is None else run.codec.encode_args(decision.proposal.args),
+            amended=() if amendment is None else amendment.fields,
         )
     )
     return None if failed is None else Ending(Outcome.ERROR, StopReason.TOOL_ERROR, failed)

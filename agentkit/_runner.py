@@ -313,7 +313,10 @@ def _match(
         if not isinstance(decision, Approval | Rejection):
             raise ResumeRefused(f"decisions are Approval or Rejection values; got {type(decision).__name__}")
         proposal = decision.proposal
-        key: tuple[int, str | None, str | None] = (proposal.round, proposal.tool_name, decision.digest)
+        # An amended approval settles the proposal it amends: the pending call is the original.
+        amendment = decision.amendment if isinstance(decision, Approval) else None
+        settles = decision.digest if amendment is None else amendment.original_digest
+        key: tuple[int, str | None, str | None] = (proposal.round, proposal.tool_name, settles)
         if proposal.run_id != checkpoint.run_id or key not in wanted or proposal.digest != decision.digest:
             raise ResumeRefused(
                 f"a decision is for a call to {proposal.tool_name!r} (round {proposal.round}, run "

@@ -110,6 +110,7 @@ class Views:
                 observation=view.observation,
                 proposed=view.proposed,
                 repeats=view.repeats,
+                amended=view.amended,
             )
             self.called(call, ran=view.ran)
             if view.counted:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from agentkit import Prompt, RoleSpec, RunCheckpoint, ToolRoundInfo
+from agentkit import Prompt, RoleSpec, RunCheckpoint, Tier, ToolRoundInfo
 
 R = TypeVar("R")
 
@@ -72,3 +72,27 @@ def rechained(
     for index, kept in enumerate(checkpoint.entries):
         state = state.appended(kept.model_copy(update=changes) if index == entry else kept)
     return state
+
+
+class Transfer(BaseModel):
+    """Args with several fields of several kinds, for amending a call."""
+
+    account: str
+    amount: int = Field(ge=0)
+    memo: str = ""
+
+
+class Payments:
+    """An irreversible transfer tool that counts its calls (tool-side)."""
+
+    name = "transfer"
+    description = "move money"
+    tier = Tier.IRREVERSIBLE
+    args_type = Transfer
+
+    def __init__(self) -> None:
+        self.calls: list[Transfer] = []
+
+    async def call(self, args: Transfer) -> Sequence[Doc]:
+        self.calls.append(args)
+        return [Doc(id=f"paid {args.amount} to {args.account}")]

@@ -29,7 +29,7 @@ TOP_LEVEL = {
 }  # fmt: skip
 
 PUBLIC_MODULES = {
-    "errors", "evals", "events", "journal", "mcp", "otel", "program", "prompting", "providers", "temporal",
+    "decisions", "errors", "evals", "events", "journal", "mcp", "otel", "program", "prompting", "providers", "temporal",
     "testing",
 }  # fmt: skip
 

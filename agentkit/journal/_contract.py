@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
 
@@ -97,8 +97,15 @@ class Journal(Protocol):
         """Every state change of a proposal, with who and when."""
         ...
 
-    async def approve(self, id: str, approved_by: str) -> ProposalRecord:
-        """pending -> approved."""
+    async def approve(
+        self,
+        id: str,
+        approved_by: str,
+        *,
+        args: BaseModel | Mapping[str, Any] | None = None,
+        args_type: type[BaseModel] | None = None,
+    ) -> ProposalRecord:
+        """pending -> approved; with ``args``, the call amended (its own digest, its lineage kept)."""
         ...
 
     async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:

@@ -9,7 +9,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentkit._proposals import ProposedAction
+from agentkit.journal._amend import amendment_sets
 from agentkit.journal._errors import TransitionRefused
 from agentkit.journal._records import ProposalRecord, ProposalState, Transition
 from agentkit.journal._sql import insert_proposal, log_transition, now, proposal_of, transition_of
@@ -92,10 +95,25 @@ class Inbox(Storage):
             log_transition(db, id, before, after, actor, at, note)
             return self._fetch(db, id)
 
-    def _approve(self, id: str, approved_by: str) -> ProposalRecord:
+    def _approve(
+        self,
+        id: str,
+        approved_by: str,
+        args: BaseModel | Mapping[str, Any] | None = None,
+        args_type: type[BaseModel] | None = None,
+    ) -> ProposalRecord:
         by = named(approved_by, "approved_by")
-        sets = {"approved_by": by, "approved_at": AT}
-        return self._move(id, "approve", (ProposalState.PENDING,), ProposalState.APPROVED, by, "", sets)
+        sets: dict[str, object] = {"approved_by": by, "approved_at": AT}
+        note = ""
+        if args is not None:
+            record = self._get(id)
+            if record.state is ProposalState.PENDING:
+                # Validated before the transaction; the move then checks it is still pending, and only
+                # leaving pending changes a proposal's args, so they are the args amended here.
+                amendment, fields = amendment_sets(record, args, args_type, by)
+                sets |= amendment
+                note = f"amended: {', '.join(fields)}" if fields else ""
+        return self._move(id, "approve", (ProposalState.PENDING,), ProposalState.APPROVED, by, note, sets)
 
     def _reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
         by, why = named(rejected_by, "rejected_by"), named(reason, "reason")
@@ -133,9 +151,33 @@ class Inbox(Storage):
         """Every state change of the proposal, in order, with who and when."""
         return await self._read(self._history, id)
 
-    async def approve(self, id: str, approved_by: str) -> ProposalRecord:
-        """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing."""
-        return await self._call(self._approve, id, approved_by)
+    async def approve(
+        self,
+        id: str,
+        approved_by: str,
+        *,
+        args: BaseModel | Mapping[str, Any] | None = None,
+        args_type: type[BaseModel] | None = None,
+    ) -> ProposalRecord:
+        """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing.
+
+        Args:
+            id: The proposal.
+            approved_by: Who approves.
+            args: Amended args: a value of the tool's args type, or a mapping of the fields to change
+                (merged over the proposed args). The entry then holds the amended call, with its own
+                digest (the one a worker checks and runs), and its lineage: ``original_args_json``,
+                ``original_digest``, ``amended_by`` and ``amended_fields``. Args equal to the proposed
+                ones approve the call as proposed.
+            args_type: The tool's args type, to validate a mapping as; by default the type the call was
+                proposed as (``ProposalRecord.args_type``), imported.
+
+        Raises:
+            TransitionRefused: the proposal is not pending (amending a decided proposal included).
+            ApprovalError: the amended args name a field the args type lacks, do not validate as it, or
+                the args type cannot be imported or is not the call's. Nothing changed.
+        """
+        return await self._call(self._approve, id, approved_by, args, args_type)
 
     async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
         """pending or approved -> rejected (final)."""

@@ -156,6 +156,16 @@ class ProposalRecord:
     """Set on a row a listing could not read (edited by hand or damaged): why, naming the row. Its
     unreadable fields hold placeholders (``Tier.IRREVERSIBLE``, the epoch); ``get`` and every change
     of it raise ``JournalError`` with this message."""
+    args_type: str | None = None
+    """The args type the call was proposed as, ``module:qualname`` (what an amendment is validated as)."""
+    original_args_json: str | None = None
+    """Set when the approver amended the call: the args as proposed (``args_json`` holds the amended ones)."""
+    original_digest: str | None = None
+    """Set when amended: the digest as proposed (``digest`` is the amended call's, the one that may run)."""
+    amended_by: str | None = None
+    """Who amended the call (the approver)."""
+    amended_fields: tuple[str, ...] = ()
+    """The args fields the approver changed, sorted."""
 
     @property
     def args(self) -> dict[str, Any]:

@@ -239,7 +239,20 @@ _V5: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_runs ADD COLUMN forked_at INTEGER",
 )
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# Version 6: an approver may amend a proposal's args as they approve it. The row then holds the
+# amended call (its args and digest, which a worker checks and runs) and its lineage: the args and
+# digest as proposed, who amended them and which fields changed. ``args_type`` names the args
+# type (``module:qualname``) the proposing process validated the call as, so that an amendment made
+# where only the journal is at hand (the CLI, the inbox) is validated as the same type.
+_V6: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_proposals ADD COLUMN args_type TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN original_args TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN original_digest TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN amended_by TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN amended_fields TEXT",
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 """``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

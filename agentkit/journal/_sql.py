@@ -24,6 +24,7 @@ from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
 from agentkit.errors import ResumeRefused
+from agentkit.journal._amend import type_name
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import fold_events, loop_config_data, said
 from agentkit.journal._records import (
@@ -433,13 +434,21 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
             id="",
         )
     key = (action.run_id, action.round, action.digest, *(s.value for s in OPEN_STATES))
+    amended = db.query(
+        "SELECT id FROM agentkit_proposals WHERE run_id = ? AND round = ? AND original_digest = ? "
+        "AND state IN (?, ?, ?)",
+        key,
+    )
+    if amended:
+        # Its open entry was amended as it was approved: the call as proposed is decided, not a new request.
+        return str(amended[0]["id"])
     # The partial unique index on open entries makes a concurrent insert of the same call do nothing;
     # the loop covers the open entry becoming final between that insert and the lookup.
     for _ in range(3):
         new_id = uuid.uuid4().hex[:16]
         inserted = db.execute(
             "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
-            "proposed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "proposed_at, args_type) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (
                 new_id,
                 ProposalState.PENDING.value,
@@ -451,6 +460,7 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
                 action.round,
                 action.run_id,
                 db.to_db_time(action.created_at),
+                type_name(type(action.args)),
             ),
         )
         if inserted == 1:
@@ -729,9 +739,24 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
         resolved_by=f.optional_text("resolved_by"),
         resolved_at=f.time(db, "resolved_at"),
         note=f.optional_text("note"),
+        args_type=f.optional_text("args_type"),
+        original_args_json=f.optional_text("original_args"),
+        original_digest=f.optional_text("original_digest"),
+        amended_by=f.optional_text("amended_by"),
+        amended_fields=f.get("amended_fields", _field_names, ()),
     )
     unreadable = f.verdict(lenient=lenient)
     return record if unreadable is None else replace(record, unreadable=unreadable)
+
+
+def _field_names(value: object) -> tuple[str, ...]:
+    """A stored JSON list of field names (``NULL``: none)."""
+    if value is None:
+        return ()
+    names = json.loads(_text(value))
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError("not a JSON list of field names")
+    return tuple(names)
 
 
 def transition_of(db: Connection, row: Mapping[str, Any]) -> Transition:
