@@ -42,6 +42,7 @@ TOKENS = {"alice": ALICE, "bob": BOB}
 class Mail(BaseModel):
     to: str
     body: str = ""
+    copies: int = 1
 
 
 def mail_tool(sent: list[str]) -> FunctionTool[Mail, str]:

@@ -97,6 +97,33 @@ def test_reject_in_the_browser_records_the_reason_and_nothing_runs(server: Inbox
     assert (done.state, done.rejected_by, done.reason) == (ProposalState.REJECTED, "alice", "too many recipients")
 
 
+def test_amend_in_the_browser_and_the_amended_call_runs_once(server: InboxServer, browser: WebDriver) -> None:
+    """Amend and approve in the page: a worker runs the amended call once, never the proposed one, with its lineage."""
+    id = server.propose("everyone@example.com", rationale="tell the team")
+    page = signed_in(browser, server)
+    from selenium.webdriver.common.by import By
+
+    click(page, f"#p-{id} details.amend summary")
+    to = page.find_element(By.CSS_SELECTOR, f"#p-{id} form.amend input[name='arg.to']")
+    to.clear()
+    to.send_keys("team@example.com")
+    click(page, f"#p-{id} form.amend button")
+    wait_for(page, f"#p-{id}.decided .amended")
+    assert text_of(page, f"#p-{id} .amended").startswith("amended by alice (to); proposed as ")
+    sent: list[str] = []
+    assert server.work(sent).executed == 1
+    assert server.work(sent).claimed == 0
+    assert sent == ["team@example.com"]
+    done = server.get(id)
+    assert (done.state, done.approved_by, done.amended_by, done.amended_fields) == (
+        ProposalState.EXECUTED,
+        "alice",
+        "alice",
+        ("to",),
+    )
+    assert done.args["to"] == "team@example.com"
+
+
 def test_a_hostile_rationale_and_args_execute_nothing(server: InboxServer, browser: WebDriver) -> None:
     """Markup in a rationale and in args shows as literal text and runs nothing, while the inbox's own script runs."""
     id = server.propose(HOSTILE, rationale=HOSTILE, body=HOSTILE)
@@ -109,7 +136,9 @@ def test_a_hostile_rationale_and_args_execute_nothing(server: InboxServer, brows
     from selenium.webdriver.common.by import By
 
     cells = [cell.text for cell in page.find_elements(By.CSS_SELECTOR, f"#p-{id} td.value")]
-    assert cells == [HOSTILE, HOSTILE]
+    assert cells == [HOSTILE, "1", HOSTILE]
+    amend = page.find_element(By.CSS_SELECTOR, f"#p-{id} form.amend input[name='arg.to']")
+    assert amend.get_attribute("value") == HOSTILE
     assert page.find_elements(By.CSS_SELECTOR, "main img, main script") == []
 
 

@@ -1,5 +1,6 @@
 """The web inbox's safety invariant, for any sequence of forms posted and workers run: the call runs at most
-once, and only after a reviewer's valid approval that no rejection overtook (hypothesis, over real HTTP)."""
+once, and only after a reviewer's valid approval (amended or not) that no rejection overtook, as approved
+(hypothesis, over real HTTP)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from tests.inbox_support import ALICE, BOB, InboxServer, csrf_of
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 
-ACTIONS = ["approve alice", "approve bob", "reject alice", "reject bob", "approve stale", "approve anonymous", "work"]
+ACTIONS = [
+    "approve alice",
+    "approve bob",
+    "amend alice",
+    "reject alice",
+    "reject bob",
+    "approve stale",
+    "amend anonymous",
+    "work",
+]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +43,7 @@ def expected(state: ProposalState, action: str) -> tuple[int, ProposalState]:
         return 401, state
     if who == "stale":
         return 403, state
-    if verb == "approve":
+    if verb in ("approve", "amend"):
         return (303, ProposalState.APPROVED) if state is ProposalState.PENDING else (409, state)
     if state in (ProposalState.PENDING, ProposalState.APPROVED):
         return 303, ProposalState.REJECTED
@@ -48,6 +58,7 @@ def test_any_sequence_of_decisions_runs_the_call_at_most_once_and_only_when_appr
     """Whatever reviewers post (twice, late, stale, without a token) and whenever workers run, the call runs once
     exactly when an approval stood when a worker looked, and never otherwise."""
     to = f"{uuid.uuid4().hex}@example.com"
+    recipient = to
 
     id = server.propose(to)
     sent: list[str] = []
@@ -65,10 +76,13 @@ def test_any_sequence_of_decisions_runs_the_call_at_most_once_and_only_when_appr
             verb, who = action.split()
             http, csrf = forms[who]
             status, state_after = expected(state, action)
-            response = http.post(f"/proposals/{id}/{verb}", data={"csrf": csrf, "reason": "no"})
+            form = {"csrf": csrf, "reason": "no", "arg.to": f"amended-{to}"}
+            response = http.post(f"/proposals/{id}/{verb}", data=form)
             assert response.status_code == status, action
+            if verb == "amend" and status == 303:
+                recipient = f"amended-{to}"
             state = state_after
     server.work(sent)
     final = ProposalState.EXECUTED if state is ProposalState.APPROVED else state
     assert server.get(id).state is final
-    assert sent == ([to] if final is ProposalState.EXECUTED else [])
+    assert sent == ([recipient] if final is ProposalState.EXECUTED else [])

@@ -187,7 +187,7 @@ def test_model_written_text_is_escaped_in_the_page(server: InboxServer) -> None:
     assert "<script>window" not in page
     assert "<img" not in page
     escaped = "&lt;script&gt;window.pwned=1&lt;/script&gt;&lt;img src=x onerror=&#34;window.pwned=2&#34;&gt;"
-    assert page.count(escaped) == 3
+    assert page.count(escaped) == 5  # the rationale, two args, and their two fields in the amend form
 
 
 def test_the_stamp_changes_when_a_worker_or_another_reviewer_acts(server: InboxServer) -> None:
@@ -204,3 +204,62 @@ def test_the_stamp_changes_when_a_worker_or_another_reviewer_acts(server: InboxS
         approved = http.get("/stamp").text
         assert http.get("/stamp").text == approved
     assert len({empty, proposed, approved}) == 3
+
+
+def test_amend_approves_the_changed_args_with_their_lineage(server: InboxServer) -> None:
+    """The amend form approves the args as changed (text as it is, other values as JSON), recording who changed what."""
+    id = server.propose("all@example.com", body="hi")
+    with server.client(BOB) as http:
+        csrf = csrf_of(http.get("/").text)
+        form = {"csrf": csrf, "arg.to": "team@example.com", "arg.copies": "3", "arg.body": "hi"}
+        assert http.post(f"/proposals/{id}/amend", data=form).status_code == 303
+    record = server.get(id)
+    assert record.state is ProposalState.APPROVED
+    assert record.args == {"to": "team@example.com", "copies": 3, "body": "hi"}
+    assert (record.approved_by, record.amended_by, record.amended_fields) == ("bob", "bob", ("copies", "to"))
+    assert record.original_args_json == '{"body":"hi","copies":1,"to":"all@example.com"}'
+
+
+def test_an_amend_form_that_changes_nothing_approves_the_call_as_proposed(server: InboxServer) -> None:
+    """Posting the amend form as shown approves the proposed call, with no amendment recorded."""
+    id = server.propose("all@example.com")
+    with server.client() as http:
+        form = {"csrf": csrf_of(http.get("/").text), "arg.to": "all@example.com", "arg.copies": "1", "arg.body": ""}
+        assert http.post(f"/proposals/{id}/amend", data=form).status_code == 303
+    record = server.get(id)
+    assert (record.state, record.amended_by, record.original_args_json) == (ProposalState.APPROVED, None, None)
+
+
+@pytest.mark.parametrize(
+    ("field", "text", "message"),
+    [
+        ("arg.copies", "many", "argument 'copies': 'many' is not a JSON value"),
+        ("arg.copies", '"many"', "copies"),
+        ("arg.bogus", "1", "bogus"),
+    ],
+)
+def test_an_amendment_that_does_not_validate_is_refused_with_nothing_changed(
+    server: InboxServer, field: str, text: str, message: str
+) -> None:
+    """An amended value that is not JSON, does not validate as the args type, or names no field is refused (400)."""
+    id = server.propose("all@example.com")
+    with server.client() as http:
+        refused = http.post(f"/proposals/{id}/amend", data={"csrf": csrf_of(http.get("/").text), field: text})
+    assert refused.status_code == 400
+    assert "Nothing changed" in refused.text
+    assert message in refused.text.replace("&#39;", "'")
+    record = server.get(id)
+    assert (record.state, record.args["copies"], record.amended_by) == (ProposalState.PENDING, 1, None)
+    assert len(server.history(id)) == 1
+
+
+def test_amending_a_decided_proposal_is_refused(server: InboxServer) -> None:
+    """An amendment of a proposal another reviewer already approved is refused (409); the approved call stays."""
+    id = server.propose("all@example.com")
+    with server.client(ALICE) as alice, server.client(BOB) as bob:
+        bob_csrf = csrf_of(bob.get("/").text)
+        assert alice.post(f"/proposals/{id}/approve", data={"csrf": csrf_of(alice.get("/").text)}).status_code == 303
+        refused = bob.post(f"/proposals/{id}/amend", data={"csrf": bob_csrf, "arg.to": "x@example.com"})
+    assert refused.status_code == 409
+    record = server.get(id)
+    assert (record.args["to"], record.approved_by, record.amended_by) == ("all@example.com", "alice", None)

@@ -5,7 +5,8 @@ sets, or an ``Authorization: Bearer`` header):
 
 - ``GET /``: the page; ``GET /stamp``: a digest of every proposal's state, which the page's
   script polls to reload itself when another reviewer or a worker acted.
-- ``POST /proposals/{id}/{decision}``: one decision (``DECISIONS``), under a CSRF token.
+- ``POST /proposals/{id}/{decision}``: one decision (``DECISIONS``: approve, reject with a reason,
+  or amend the args and approve), under a CSRF token.
 - ``GET /static/inbox.js`` and ``/static/inbox.css``: the only script and style the page runs.
 """
 
@@ -27,10 +28,10 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from agentkit._inbox_web._security import Csrf, Reviewers, SecurityHeaders
-from agentkit.errors import AgentkitError, UsageError
+from agentkit.errors import AgentkitError, ApprovalError, UsageError
 from agentkit.journal import Journal, ProposalRecord, ProposalState, Transition, UnknownId
 
-__all__ = ["COOKIE", "DECISIONS", "create_app"]
+__all__ = ["AMEND_PREFIX", "COOKIE", "DECISIONS", "create_app"]
 
 COOKIE = "agentkit_inbox"
 """The cookie that carries a reviewer's token after the first visit (HttpOnly, SameSite=Strict)."""
@@ -39,6 +40,9 @@ DECIDED_SHOWN = 20
 """How many decided proposals the page lists, newest first."""
 
 _STATIC = {"inbox.js": "text/javascript", "inbox.css": "text/css"}
+
+AMEND_PREFIX = "arg."
+"""The amend form's field for an argument NAME is ``arg.NAME``, holding its value as the page shows it."""
 
 Decision = Callable[[Journal, str, str, FormData], Awaitable[ProposalRecord]]
 """One decision a form posts: ``(journal, proposal id, reviewer, form) -> the proposal after it``."""
@@ -53,7 +57,29 @@ async def _reject(journal: Journal, id: str, reviewer: str, form: FormData) -> P
     return await journal.reject(id, reviewer, reason if isinstance(reason, str) else "")
 
 
-DECISIONS: Mapping[str, Decision] = {"approve": _approve, "reject": _reject}
+async def _amend(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
+    """Approve with the args the reviewer changed: each ``arg.NAME`` field whose text differs from the proposed."""
+    record = await journal.get(id)
+    shown = dict(_args(record))
+    changes: dict[str, Any] = {}
+    for key, text in form.multi_items():
+        name = key.removeprefix(AMEND_PREFIX)
+        if key == name or not isinstance(text, str) or shown.get(name) == text:
+            continue
+        if isinstance(record.args.get(name), str):
+            changes[name] = text
+            continue
+        try:
+            changes[name] = json.loads(text)
+        except ValueError as error:
+            raise UsageError(
+                f"argument {name!r}: {text!r} is not a JSON value ({error}); write it as JSON, e.g. 3, true, "
+                '["a", "b"] or {"k": 1}'
+            ) from None
+    return await journal.approve(id, reviewer, args=changes or None)
+
+
+DECISIONS: Mapping[str, Decision] = {"approve": _approve, "reject": _reject, "amend": _amend}
 """The decisions the page's forms post, by the last part of their path: each is one function above,
 and a new kind of decision is one more function here and one more form in the template."""
 
@@ -200,8 +226,8 @@ class _Inbox:
 
 def _status_of(error: AgentkitError) -> int:
     """The HTTP status of a decision the journal refused (it changed nothing)."""
-    if isinstance(error, UsageError):
-        return 400  # a rejection without a reason
+    if isinstance(error, UsageError | ApprovalError):
+        return 400  # a rejection without a reason, an amendment that is not JSON or does not validate
     if isinstance(error, UnknownId):
         return 404
     return 409  # decided already (TransitionRefused), or a row the journal cannot read

@@ -86,6 +86,10 @@ def _handle(args: argparse.Namespace) -> int:
         return 2
     from agentkit.journal import open_journal
 
+    # An amendment is validated as the call's args type, imported by name: from the user's modules too.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
     names = [name for name, _ in args.token]
     if len(set(names)) != len(names):
         print("agentkit: error: --token: a reviewer is named twice; give each one token", file=sys.stderr)

@@ -1,6 +1,6 @@
 // The inbox's only script (the page's Content-Security-Policy allows no other, and no inline one).
 // It looks for changes every few seconds and shows the inbox again once another reviewer or a worker
-// acted; while a reason is being written it only says so, so nothing typed is lost.
+// acted; while a reason or an amendment is being written it only says so, so nothing typed is lost.
 "use strict";
 (function () {
   const body = document.body;
@@ -9,8 +9,8 @@
   const changed = document.getElementById("changed");
 
   function writing() {
-    return Array.from(document.querySelectorAll("textarea")).some(function (t) {
-      return t.value !== "" || t === document.activeElement;
+    return Array.from(document.querySelectorAll("textarea, input[type=text]")).some(function (field) {
+      return field.value !== field.defaultValue || field === document.activeElement;
     });
   }
 
