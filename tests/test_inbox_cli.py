@@ -81,8 +81,10 @@ def test_a_port_in_use_is_refused(db: str, capsys: pytest.CaptureFixture[str]) -
     assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
 
 
-def test_the_printed_url_opens_the_inbox_as_the_user_on_loopback(db: str) -> None:
-    """Without ``--token`` the command makes one for the OS user and prints its URL on loopback; Ctrl-C stops it."""
+@pytest.mark.parametrize(("stop", "exit_code"), [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_the_printed_url_opens_the_inbox_as_the_user_on_loopback(db: str, stop: signal.Signals, exit_code: int) -> None:
+    """Without ``--token`` the command makes one for the OS user and prints its URL on loopback; Ctrl-C (130)
+    or SIGTERM (0) stops it."""
     with subprocess.Popen(
         [sys.executable, "-m", "agentkit", "inbox", "--db", db, "--port", "0"],
         stdout=subprocess.PIPE,
@@ -104,6 +106,6 @@ def test_the_printed_url_opens_the_inbox_as_the_user_on_loopback(db: str) -> Non
             assert page.status_code == 200
             assert "report due" in page.text
         finally:
-            process.send_signal(signal.SIGINT)
+            process.send_signal(stop)
             code = process.wait(30)
-    assert code == 130
+    assert code == exit_code

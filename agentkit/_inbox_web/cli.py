@@ -15,6 +15,7 @@ import asyncio
 import getpass
 import ipaddress
 import os
+import signal
 import socket
 import sys
 from typing import TextIO
@@ -121,11 +122,25 @@ def _handle(args: argparse.Namespace) -> int:
             await journal.close()
 
     _announce(sys.stdout, args.host, listening.getsockname()[1], tokens, made=made, where=journal.where)
+    # uvicorn shuts down on SIGINT or SIGTERM, then raises the signal again with these handlers back.
+    previous = signal.signal(signal.SIGTERM, _terminated)
     try:
         asyncio.run(serve())
-    except KeyboardInterrupt:  # uvicorn stops on Ctrl-C, then raises it again once it shut down
+    except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except _Terminated:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+class _Terminated(Exception):
+    """SIGTERM, raised again by uvicorn once it shut down: a clean stop."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise _Terminated
 
 
 def _announce(out: TextIO, host: str, port: int, tokens: dict[str, str], *, made: bool, where: str) -> None:
