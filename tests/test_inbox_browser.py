@@ -175,3 +175,16 @@ def test_a_stale_form_is_refused_in_the_browser_with_nothing_changed(server: Inb
     wait_for(page, "#error")
     assert "this form is stale" in text_of(page, "#error")
     assert server.get(id).state is ProposalState.PENDING
+
+
+@pytest.mark.parametrize(("required", "outcome"), [(True, pytest.fail.Exception), (False, pytest.skip.Exception)])
+def test_a_missing_chromium_fails_under_require_browser_and_skips_otherwise(
+    monkeypatch: pytest.MonkeyPatch, required: bool, outcome: type[BaseException]
+) -> None:
+    """Without Chromium the browser tests skip, except under ``AGENTKIT_REQUIRE_BROWSER=1`` (CI), where they fail."""
+    from tests import inbox_support
+
+    monkeypatch.setattr(inbox_support, "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(inbox_support, "REQUIRE_BROWSER", required)
+    with pytest.raises(outcome, match="missing /nonexistent/chromium"):
+        inbox_support.browser_or_skip()
