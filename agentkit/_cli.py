@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "agentkit._worker_cli",
     "agentkit._temporal_cli",
     "agentkit.evals._cli",
+    "agentkit._inbox_web.cli",
 )
 
 _ROLE = re.compile(r":[a-z]+:`([^`]*)`")
