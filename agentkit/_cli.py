@@ -23,9 +23,11 @@ __all__ = ["CommandParser", "import_object", "main", "otel_observer", "plain_tex
 COMMAND_MODULES = (
     "agentkit._demo.cli",
     "agentkit.journal.cli",
+    "agentkit.journal._grant_cli",
     "agentkit._worker_cli",
     "agentkit._temporal_cli",
     "agentkit.evals._cli",
+    "agentkit._inbox_web.cli",
 )
 
 _ROLE = re.compile(r":[a-z]+:`([^`]*)`")

@@ -275,6 +275,11 @@ class DecisionEntry(BaseModel):
     """The approved call failed: the run ended with this error."""
     tool_seconds: float = 0.0
     elapsed: float = 0.0
+    args: str | None = None
+    """The approver amended the call: the args that ran, as ``json_text`` (``None``: the call ran as
+    proposed). Left out of the digest when ``None``."""
+    amended: tuple[str, ...] = ()
+    """The args fields the approver changed."""
     digest: str = ""
 
 
@@ -312,6 +317,8 @@ class CallView:
     """The call joined the repeat window (a refused repeat does not)."""
     entry: int = 0
     """The index of the entry that made the call."""
+    amended: tuple[str, ...] = ()
+    """The args fields an approver changed before the call ran (``args`` are then the amended ones)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -353,7 +360,13 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
                 at = decided[0]
                 ran = entry.batch is not None
                 calls[at] = dataclasses.replace(
-                    calls[at], proposed=False, ran=ran, batch=entry.batch, observation=entry.observation
+                    calls[at],
+                    proposed=False,
+                    ran=ran,
+                    batch=entry.batch,
+                    observation=entry.observation,
+                    args=calls[at].args if entry.args is None else entry.args,
+                    amended=entry.amended,
                 )
         else:
             rounds = max(rounds, entry.round)
@@ -621,6 +634,7 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], too
 
 _UNDIGESTED = frozenset({"digest"})
 _UNTRACED = frozenset({"digest", "trace"})
+_UNAMENDED = frozenset({"args", "amended"})
 
 
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
@@ -629,7 +643,10 @@ def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     A round recorded without a tracer is digested without its ``trace``, as rounds were before it existed.
     """
     untraced = isinstance(entry, RoundEntry) and entry.trace is None
-    content = entry.model_dump(mode="json", exclude=set(_UNTRACED if untraced else _UNDIGESTED))
+    exclude = set(_UNTRACED if untraced else _UNDIGESTED)
+    if isinstance(entry, DecisionEntry) and entry.args is None:
+        exclude |= _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
+    content = entry.model_dump(mode="json", exclude=exclude)
     return _sha256(f"{previous}\n{json_text(content)}")
 
 

@@ -11,10 +11,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentkit._agent import PriorCall, ToolRoundInfo
+from agentkit._cites import DEFAULT_KEY, item_id
 from agentkit._codec import Codec, decoded_args, decoded_batch
 from agentkit._config import LoopConfig
 from agentkit._context import Omitted, Window
-from agentkit._proposals import ProposedAction
+from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest
 from agentkit._session import executor_failed
 from agentkit._state import Progress
 from agentkit.errors import ExecutorError
@@ -130,10 +131,25 @@ class Views:
                 observation=view.observation,
                 proposed=view.proposed,
                 repeats=view.repeats,
+                amended=view.amended,
             )
             self.called(call, ran=view.ran, kept=view.batch)
             if view.counted:
                 self.counted(view.tool, args, view.round)
+
+    def evidence(self, round: int) -> Evidence:
+        """What the executor had been shown before ``round``: its rounds and calls, by reference."""
+        calls = tuple(
+            CallSeen(
+                round=call.round,
+                tool_name=call.tool_name,
+                digest=call_digest(call.tool_name, call.args),
+                ran=ran,
+                item_ids=tuple(i for i in (_item_id(item) for item in call.batch) if i is not None),
+            )
+            for call, ran in zip(self.shown.calls, self.shown.ran, strict=True)
+        )
+        return Evidence(rounds=tuple(range(1, round)), calls=calls)
 
     def called(
         self,
@@ -186,3 +202,8 @@ class Views:
         elif self.observers:
             watched = UNSEEN.info(round, ceiling, 0, omitted, closing=closing)
         return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
+
+
+def _item_id(item: object) -> str | None:
+    """An item's reference: its ``id``, or the field its type names with ``cite_key``."""
+    return item_id(item, getattr(type(item), "cite_key", DEFAULT_KEY))

@@ -46,6 +46,7 @@ PUBLIC_MODULES = (
     "agentkit.otel",
     "agentkit.program",
     "agentkit.prompting",
+    "agentkit.decisions",
     "agentkit.evals",
 )
 DIRECTIVE = re.compile(r"^::: (?P<module>[\w.]+)\s*$", re.MULTILINE)

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agentkit._approval import Approval, Rejection
-from agentkit._codec import Codec
+from agentkit._approval import Amendment, Approval, Rejection
+from agentkit._codec import Codec, decoded_args
 from agentkit._observe import ObserverArg
+from agentkit._proposals import ProposedAction
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import RoundEntry, RunCheckpoint
 from agentkit._tools import AnyTool, ContextTool, Tool
@@ -128,15 +129,27 @@ def _decisions(
             case ProposalState.APPROVED | ProposalState.EXECUTED | ProposalState.FAILED:
                 # Approved: it runs through the journal's claim; executed or failed: a worker (or a resumer
                 # that died after) ran it, and its recorded outcome is the call's result.
-                approval = Approval(proposal=action, approved_by=record.approved_by or "", digest=record.digest)
+                approval = _approval_of(record, action, codec)
                 ids[approval.id] = record.id
                 decisions.append(approval)
     return decisions, ids
 
 
+def _approval_of(record: ProposalRecord, action: ProposedAction[Any], codec: Codec) -> Approval[Any]:
+    """The inbox's approval of ``action``: of the amended call, with its lineage, when the approver amended it."""
+    by = record.approved_by or ""
+    if record.original_digest is None:
+        return Approval(proposal=action, approved_by=by, digest=record.digest)
+    args = decoded_args(codec, record.tool_name, record.args_json)
+    call = action.model_copy(update={"args": args, "digest": record.digest})
+    amendment = Amendment(original=action, amended_by=record.amended_by or by, fields=record.amended_fields)
+    return Approval(proposal=call, approved_by=by, digest=record.digest, amendment=amendment)
+
+
 def _entry(run_id: str, wanted: RoundEntry, proposals: list[ProposalRecord]) -> ProposalRecord:
     """The inbox entry of a checkpoint's proposal: the open one, else the latest."""
-    same = [p for p in proposals if p.round == wanted.round and p.digest == wanted.call_digest]
+    # An amended entry holds the amended call; the call the run proposed is its original.
+    same = [p for p in proposals if p.round == wanted.round and wanted.call_digest in (p.digest, p.original_digest)]
     if not same:
         raise ResumeRefused(
             f"run {run_id!r}: its proposed call to {wanted.tool}!r in round {wanted.round} (digest "

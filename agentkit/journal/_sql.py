@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import getpass
 import json
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -18,12 +20,13 @@ from agentkit._config import LoopConfig
 from agentkit._events import Event, RunAborted, RunFinished, RunStarted
 from agentkit._lossless import from_stored, to_stored
 from agentkit._outcome import Outcome, StopReason
-from agentkit._proposals import ProposedAction, canonical_json
+from agentkit._proposals import Evidence, ProposedAction, canonical_json
 from agentkit._results import ToolLoopResult, Usage
 from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
 from agentkit.errors import ResumeRefused
+from agentkit.journal._amend import type_name
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import fold_events, loop_config_data, said
 from agentkit.journal._records import (
@@ -55,6 +58,9 @@ __all__ = [
     "config_text",
     "insert_fork",
     "insert_proposal",
+    "VERIFIED_APPROVER",
+    "verification_required",
+    "vouched",
     "insert_run",
     "leave_statement",
     "lock_proposal_statement",
@@ -462,13 +468,21 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
             id="",
         )
     key = (action.run_id, action.round, action.digest, *(s.value for s in OPEN_STATES))
+    amended = db.query(
+        "SELECT id FROM agentkit_proposals WHERE run_id = ? AND round = ? AND original_digest = ? "
+        "AND state IN (?, ?, ?)",
+        key,
+    )
+    if amended:
+        # Its open entry was amended as it was approved: the call as proposed is decided, not a new request.
+        return str(amended[0]["id"])
     # The partial unique index on open entries makes a concurrent insert of the same call do nothing;
     # the loop covers the open entry becoming final between that insert and the lookup.
     for _ in range(3):
         new_id = uuid.uuid4().hex[:16]
         inserted = db.execute(
             "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
-            "proposed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "proposed_at, args_type, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (
                 new_id,
                 ProposalState.PENDING.value,
@@ -480,6 +494,8 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
                 action.round,
                 action.run_id,
                 db.to_db_time(action.created_at),
+                type_name(type(action.args)),
+                None if action.evidence is None else action.evidence.model_dump_json(),
             ),
         )
         if inserted == 1:
@@ -498,13 +514,40 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
 
 
 def log_transition(
-    db: Connection, id: str, before: ProposalState | None, after: ProposalState, actor: str, at: datetime, note: str
+    db: Connection,
+    id: str,
+    before: ProposalState | None,
+    after: ProposalState,
+    actor: str,
+    at: datetime,
+    note: str,
+    verified: str | None = None,
 ) -> None:
     db.execute(
-        "INSERT INTO agentkit_transitions (proposal_id, from_state, to_state, actor, at, note) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (id, None if before is None else before.value, after.value, actor, db.to_db_time(at), note),
+        "INSERT INTO agentkit_transitions (proposal_id, from_state, to_state, actor, at, note, verified) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (id, None if before is None else before.value, after.value, actor, db.to_db_time(at), note, verified),
     )
+
+
+VERIFIED_APPROVER = "require_verified_approver"
+"""The setting (``agentkit_settings``) that makes every client refuse unverified decisions."""
+
+
+def verification_required(db: Connection) -> bool:
+    """Whether the journal itself requires a person's name to be the identity it can vouch for."""
+    return bool(db.query("SELECT value FROM agentkit_settings WHERE name = ? AND value = 'on'", (VERIFIED_APPROVER,)))
+
+
+def vouched(db: Connection) -> str:
+    """Who the database can vouch is deciding: PostgreSQL's ``session_user`` (the role that logged in); for
+    SQLite, which has no users, the operating-system user of this process."""
+    if db.dialect == "postgresql":
+        return str(db.query("SELECT session_user AS who", ())[0]["who"])
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return f"uid:{os.getuid()}"
 
 
 def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
@@ -758,6 +801,12 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
         resolved_by=f.optional_text("resolved_by"),
         resolved_at=f.time(db, "resolved_at"),
         note=f.optional_text("note"),
+        args_type=f.optional_text("args_type"),
+        original_args_json=f.optional_text("original_args"),
+        original_digest=f.optional_text("original_digest"),
+        amended_by=f.optional_text("amended_by"),
+        amended_fields=f.get("amended_fields", _field_names, ()),
+        evidence=f.get("evidence", _evidence, None),
         left_by=f.optional_text("left_by"),
         left_at=f.time(db, "left_at"),
         left_until=f.time(db, "left_until"),
@@ -765,6 +814,21 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
     )
     unreadable = f.verdict(lenient=lenient)
     return record if unreadable is None else replace(record, unreadable=unreadable)
+
+
+def _evidence(value: object) -> Evidence | None:
+    """A stored ``Evidence`` (``NULL``: none recorded)."""
+    return None if value is None else Evidence.model_validate_json(_text(value))
+
+
+def _field_names(value: object) -> tuple[str, ...]:
+    """A stored JSON list of field names (``NULL``: none)."""
+    if value is None:
+        return ()
+    names = json.loads(_text(value))
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError("not a JSON list of field names")
+    return tuple(names)
 
 
 def transition_of(db: Connection, row: Mapping[str, Any]) -> Transition:
@@ -776,6 +840,7 @@ def transition_of(db: Connection, row: Mapping[str, Any]) -> Transition:
         actor=f.text("actor"),
         at=f.get("at", db.from_db_time, _EPOCH),
         note=f.text("note"),
+        verified=f.optional_text("verified"),
     )
     f.verdict(lenient=False)
     return transition

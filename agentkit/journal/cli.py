@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from agentkit._cli import positive_int
-from agentkit.errors import AgentkitError
+from agentkit.errors import AgentkitError, UsageError
 from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunStatus
@@ -41,14 +41,20 @@ _UNREADABLE = "unreadable"
 Command = Callable[[Journal, argparse.Namespace, TextIO], Awaitable[None]]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``journal`` and ``proposals`` command groups."""
+def db_parent() -> argparse.ArgumentParser:
+    """The ``--db`` option every journal command takes."""
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument(
         "--db",
         default=os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB),
         help=f"a SQLite path or a postgresql:// URL (default: $AGENTKIT_JOURNAL, else {DEFAULT_DB})",
     )
+    return db
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``journal`` and ``proposals`` command groups."""
+    db = db_parent()
 
     journal = subparsers.add_parser("journal", help="runs recorded in a journal", description=__doc__)
     runs_of = journal.add_subparsers(
@@ -91,6 +97,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     approve = inbox.add_parser("approve", parents=[db], help="pending -> approved")
     approve.add_argument("id", metavar="ID", help=_ID_HELP)
     approve.add_argument("--by", required=True, metavar="NAME", help="who approves")
+    approve.add_argument(
+        "--args",
+        metavar="JSON",
+        dest="amend",
+        help="amend the call as you approve it: a JSON object of the args fields to change (validated as the "
+        "tool's args type; the amended call gets its own digest)",
+    )
+    approve.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        dest="sets",
+        help="amend one field (repeatable; after --args): VALUE is read as JSON, or else taken as text",
+    )
     approve.set_defaults(handler=_handler(_approve))
     reject = inbox.add_parser("reject", parents=[db], help="pending or approved -> rejected")
     reject.add_argument("id", metavar="ID", help=_ID_HELP)
@@ -370,20 +391,68 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
         lines.append(("error", p.error))
     if p.note:
         lines.append(("note", p.note))
+    if p.amended_by is not None:
+        lines.append(("amended", f"by {p.amended_by}: {', '.join(p.amended_fields)} changed"))
+        lines.append(("proposed", f"{_cut(p.original_args_json or '')} (digest {p.original_digest})"))
     for key, value in lines:
         print(_printable(f"{key + ':':<11}{value}"), file=out)
+    _print_evidence(p, out)
     print("args:", file=out)
     print(_printable(json.dumps(p.args, indent=2, ensure_ascii=False, sort_keys=True)), file=out)
     print(file=out)
     rows = [
-        (_time(t.at), t.from_state.value if t.from_state else "-", t.to_state.value, t.actor, t.note) for t in history
+        (_time(t.at), t.from_state.value if t.from_state else "-", t.to_state.value, t.actor, t.verified or "-", t.note)
+        for t in history
     ]
-    _table(out, ("AT", "FROM", "TO", "BY", "NOTE"), rows)
+    _table(out, ("AT", "FROM", "TO", "BY", "VERIFIED", "NOTE"), rows)
+
+
+def _print_evidence(p: ProposalRecord, out: TextIO) -> None:
+    """What the executor had seen when it proposed the call: its earlier rounds and calls, by reference."""
+    evidence = p.evidence
+    if evidence is None:
+        print(f"{'evidence:':<11}- (not recorded)", file=out)
+        return
+    rounds = ", ".join(map(str, evidence.rounds)) or "none"
+    print(f"{'evidence:':<11}rounds before it: {rounds}; {len(evidence.calls)} earlier calls", file=out)
+    for call in evidence.calls:
+        what = "ran" if call.ran else "did not run"
+        items = f", items {', '.join(call.item_ids)}" if call.item_ids else ""
+        line = f"  round {call.round}: {call.tool_name} ({what}{items}) digest {call.digest[:12]}"
+        print(_printable(line), file=out)
 
 
 async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
-    p = await journal.approve(args.id, args.by)
-    print(_printable(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by})"), file=out)
+    amendment = _amendment(args.amend, args.sets)
+    p = await journal.approve(args.id, args.by, args=amendment)
+    changed = f"; amended {', '.join(p.amended_fields)}" if p.amended_fields else ""
+    print(_printable(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by}{changed})"), file=out)
+
+
+def _amendment(text: str | None, sets: Sequence[str]) -> dict[str, Any] | None:
+    """The fields ``--args`` and ``--set`` change (``None``: neither was given)."""
+    if text is None and not sets:
+        return None
+    fields: dict[str, Any] = {}
+    if text is not None:
+        try:
+            loaded = json.loads(text)
+        except ValueError as invalid:
+            raise UsageError(
+                f'--args is not JSON ({invalid}); give an object such as \'{{"path": "/tmp/x"}}\''
+            ) from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"--args must be a JSON object of args fields; got {type(loaded).__name__}")
+        fields |= loaded
+    for item in sets:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set takes FIELD=VALUE; got {item!r}")
+        try:
+            fields[name.strip()] = json.loads(value)
+        except ValueError:
+            fields[name.strip()] = value
+    return fields
 
 
 async def _reject(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
