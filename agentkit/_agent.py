@@ -69,6 +69,10 @@ class PriorCall(Generic[R]):
     repeats: int | None = None
     """The round whose call this one repeated, when the loop refused it (``RepeatPolicy.REFUSE``):
     it did not run; that round's results answer it."""
+    amended: tuple[str, ...] = ()
+    """The args fields a human changed before approving the call: ``args`` are the amended args, the
+    call that ran; the call as proposed did not run (and proposing it again proposes a call the
+    human already changed)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -17,7 +17,7 @@ import json
 import threading
 import uuid
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Generic, TypeVar, overload
@@ -31,7 +31,7 @@ from agentkit._tiers import Tier
 from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool
 from agentkit.errors import ApprovalError, UsageError
 
-__all__ = ["Approval", "ApprovalError", "Rejection", "approve", "execute_approved", "reject"]
+__all__ = ["Amendment", "Approval", "ApprovalError", "Rejection", "amended", "approve", "execute_approved", "reject"]
 
 Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
@@ -71,6 +71,27 @@ _ISSUED: weakref.WeakKeyDictionary[_Once, str] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class Amendment(Generic[Args]):
+    """How an approver changed a proposed call before approving it: the call that was proposed, and what changed.
+
+    The approved call (``Approval.proposal``) is the amended one, with its own digest; the original
+    never runs.
+    """
+
+    original: ProposedAction[Args]
+    """The call as the executor proposed it."""
+    amended_by: str
+    """Who changed it (the approver)."""
+    fields: tuple[str, ...]
+    """The args fields whose values changed, sorted."""
+
+    @property
+    def original_digest(self) -> str:
+        """The digest of the call as proposed (the pending proposal the decision settles)."""
+        return self.original.digest
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class Approval(Generic[Args]):
     """A person's consent to run exactly one proposed call, exactly once.
 
@@ -92,6 +113,9 @@ class Approval(Generic[Args]):
     """The approver's comment."""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     """A unique id for this approval."""
+    amendment: Amendment[Args] | None = None
+    """Set when the approver changed the args: ``proposal`` is then the amended call, and this says
+    what was proposed and which fields changed."""
     _once: _Once = field(default_factory=_Once, repr=False, compare=False)
 
     @property
@@ -116,24 +140,119 @@ class Rejection(Generic[Args]):
     """When it was rejected (UTC)."""
 
 
-def approve(proposal: ProposedAction[Args], *, approved_by: str, note: str = "") -> Approval[Args]:
-    """Approve exactly this proposed call.
+def approve(
+    proposal: ProposedAction[Args],
+    *,
+    approved_by: str,
+    note: str = "",
+    args: Args | Mapping[str, Any] | None = None,
+) -> Approval[Args]:
+    """Approve exactly this proposed call, or the call with the args an approver amended.
 
     Args:
         proposal: A proposal from a tiered loop or a gated program.
         approved_by: Who approves (a person or an account; must not be empty).
         note: A comment for the record.
+        args: Amended args: a whole value of the proposal's args type, or a mapping of the fields to
+            change (merged over the proposed args). The approved call is then the amended one, with
+            its own digest; ``approval.amendment`` keeps the original and the fields that changed.
+            The tool, and so the tier, stay the proposal's. Args equal to the proposed ones approve
+            the call as proposed.
 
     Raises:
         UsageError: ``approved_by`` is empty.
         ApprovalError: the proposal's digest no longer matches its tool name and args (it was
-            altered after it was proposed), so there is no exact call to approve.
+            altered after it was proposed), so there is no exact call to approve; or the amended
+            args name a field the args type lacks, or do not validate as it. Nothing is approved.
     """
     _check_person(approved_by, "approved_by")
     _check_intact(proposal)
-    approval = Approval(proposal=proposal, approved_by=approved_by, digest=proposal.digest, note=note)
+    amendment = None
+    if args is not None:
+        proposal, amendment = amended(proposal, args, amended_by=approved_by)
+    approval = Approval(
+        proposal=proposal, approved_by=approved_by, digest=proposal.digest, note=note, amendment=amendment
+    )
     _ISSUED[approval._once] = approval.digest
     return approval
+
+
+def amended(
+    proposal: ProposedAction[Args], args: BaseModel | Mapping[str, Any], *, amended_by: str
+) -> tuple[ProposedAction[Args], Amendment[Args] | None]:
+    """The proposal with amended args (its own digest) and the record of the change; ``None``: nothing changed.
+
+    Raises:
+        ApprovalError: ``args`` is of another type than the proposal's args, names a field that type
+            lacks, or does not validate as it (the error names the fields).
+    """
+    args_type = type(proposal.args)
+    data = amended_data(proposal.tool_name, args_type, proposal.args.model_dump(mode="json"), args)
+    try:
+        value = validate_args(args_type, json.dumps(data, ensure_ascii=False))
+    except ValueError as invalid:
+        raise ApprovalError(
+            f"the amended args of the call to {proposal.tool_name!r} do not validate as {args_type.__name__}; "
+            f"nothing was approved: {invalid}",
+            tool_name=proposal.tool_name,
+        ) from invalid
+    fields = changed_fields(proposal.args, value)
+    if not fields:
+        return proposal, None
+    try:
+        changed = ProposedAction.create(
+            tool_name=proposal.tool_name,
+            tier=proposal.tier,
+            args=value,
+            rationale=proposal.rationale,
+            round=proposal.round,
+            run_id=proposal.run_id,
+            evidence=proposal.evidence,
+        )
+    except UsageError as lossy:
+        raise ApprovalError(str(lossy), tool_name=proposal.tool_name) from lossy
+    changed = changed.model_copy(update={"created_at": proposal.created_at})
+    return changed, Amendment(original=proposal, amended_by=amended_by, fields=fields)
+
+
+def amended_data(
+    tool_name: str, args_type: type[BaseModel], proposed: Mapping[str, Any], args: BaseModel | Mapping[str, Any]
+) -> dict[str, Any]:
+    """The amended args as JSON data: a whole value of ``args_type``, or ``proposed`` with the given fields replaced.
+
+    Raises:
+        ApprovalError: a value of another type, or a field ``args_type`` lacks (validation would drop it
+            silently, and the approver would approve a call other than the one they wrote).
+    """
+    if isinstance(args, BaseModel):
+        if type(args) is not args_type:
+            raise ApprovalError(
+                f"the amended args of the call to {tool_name!r} are a {type(args).__name__}, not the tool's "
+                f"{args_type.__name__}; nothing was approved",
+                tool_name=tool_name,
+            )
+        return args.model_dump(mode="json")
+    if not isinstance(args, Mapping):
+        raise ApprovalError(
+            f"amended args are a {args_type.__name__} or a mapping of its fields; got {type(args).__name__}. "
+            "Nothing was approved",
+            tool_name=tool_name,
+        )
+    unknown = sorted(str(name) for name in args if name not in args_type.model_fields)
+    if unknown:
+        raise ApprovalError(
+            f"the amended args of the call to {tool_name!r} name {', '.join(map(repr, unknown))}, which "
+            f"{args_type.__name__} does not declare (its fields: {', '.join(sorted(args_type.model_fields))}); "
+            "nothing was approved",
+            tool_name=tool_name,
+        )
+    return {**proposed, **args}
+
+
+def changed_fields(before: BaseModel, after: BaseModel) -> tuple[str, ...]:
+    """The fields whose JSON values differ between two values of one args type, sorted."""
+    old, new = before.model_dump(mode="json"), after.model_dump(mode="json")
+    return tuple(sorted(name for name in old.keys() | new.keys() if old.get(name) != new.get(name)))
 
 
 def reject(proposal: ProposedAction[Args], *, rejected_by: str, reason: str = "") -> Rejection[Args]:

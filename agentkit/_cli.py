@@ -17,15 +17,17 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn, cast
 
-__all__ = ["CommandParser", "import_object", "main", "plain_text", "positive_int"]
+__all__ = ["CommandParser", "import_object", "main", "otel_observer", "plain_text", "positive_int"]
 
 # Imported only when the command line runs, so `import agentkit` stays light.
 COMMAND_MODULES = (
     "agentkit._demo.cli",
     "agentkit.journal.cli",
+    "agentkit.journal._grant_cli",
     "agentkit._worker_cli",
     "agentkit._temporal_cli",
     "agentkit.evals._cli",
+    "agentkit._inbox_web.cli",
 )
 
 _ROLE = re.compile(r":[a-z]+:`([^`]*)`")
@@ -74,6 +76,15 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
     return value
+
+
+def otel_observer(args: argparse.Namespace) -> Any:
+    """``--otel``: an ``OTelObserver`` over the global providers (``None`` without the flag)."""
+    if not getattr(args, "otel", False):
+        return None
+    from agentkit.otel import OTelObserver
+
+    return OTelObserver()
 
 
 def import_object(flag: str, path: str, example: str) -> object:

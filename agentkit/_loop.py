@@ -38,6 +38,7 @@ from agentkit._events import (
     ToolCallStarted,
     ToolResultReturned,
 )
+from agentkit._grants import Grant, Grants, grant_actor
 from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, wants_checkpoints, wrapping
 from agentkit._outcome import Outcome, StopReason
@@ -61,8 +62,9 @@ PROPOSED_NOTE = "proposed for human approval; not executed"
 CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, StopReason.DEGENERATION})
 """Endings of a run with an answer schema that get a closing round (``LoopConfig.closing_round``)."""
 
-RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable[Sequence[Any]]]
-"""How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it)."""
+RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable["Sequence[Any] | Rejection[Any]"]]
+"""How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it), or
+the ``Rejection`` the call got instead (decided otherwise before it ran): the run settles that."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,6 +79,8 @@ class Bound:
     observers: tuple[Observer, ...]
     may_propose: bool
     codec: Codec
+    grants: Grants | None = None
+    """Standing grants: a proposal one of them matches is approved by it and runs (``agentkit._grants``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,7 +153,8 @@ class _Run:
         self.largest_round_tokens = progress.largest_round_tokens
         self.rounds = progress.rounds
         observers = session.observers
-        self.views = Views(self.config, observers=bool(observers), watching=any(o.sees_calls for o in observers))
+        watching = any(o.sees_calls for o in observers)
+        self.views = Views(self.config, self.codec, observers=bool(observers), watching=watching)
         self.proposals: list[ProposedAction[Any]] = []
         """This leg's proposals."""
         self.trace: list[RoundRecord] = []
@@ -251,7 +256,7 @@ class _Run:
             if (ending := await settle(self, proposal, decision)) is not None:
                 break
         self.decisions = ()
-        self.views.load(self.state.progress, self.codec)
+        self.views.load(self.state.progress)
         return ending
 
     def encoded(self, tool_name: str, batch: Sequence[Any]) -> str | None:
@@ -286,14 +291,15 @@ class _Run:
             deadline=self.remaining(),
         )
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
-        this = _Round(info.round, reply, schema, closing=closing)
+        rationale = reply.value.rationale if reply.value is not None else ""
+        this = _Round(info.round, reply, schema, rationale, closing=closing)
         if reply.value is None:
             assert reply.stop_reason is not None
             outcome = None if reply.error is None else Outcome.ERROR
             error = str(reply.error) if reply.error else reply.stop_reason.value
             self.record(this, RoundOutcome.FAILED, error=error)
             return Ending(outcome, reply.stop_reason, reply.error)
-        return reply.value, dataclasses.replace(this, rationale=reply.value.rationale)
+        return reply.value, this
 
     def done(self, step: ToolStep[Any], this: _Round) -> None:
         """The executor said done: its answer, if any, is the run's."""
@@ -347,7 +353,7 @@ class _Run:
         self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, error=str(error))
         return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, error)
 
-    def propose(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
+    async def propose(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
         if not self.bound.may_propose:
             error = ToolError(
                 f"tool {tool.name!r} (Tier.{tier.name}) cannot run live under autonomy "
@@ -365,7 +371,11 @@ class _Run:
             rationale=this.rationale,
             round=this.round,
             run_id=self.session.run_id,
+            evidence=self.views.evidence(this.round),
         )
+        grant = None if self.bound.grants is None else self.bound.grants.use(proposal)
+        if grant is not None:
+            return await granted(self, this, proposal, grant)
         self.proposals.append(proposal)
         self.record(
             this,
@@ -426,18 +436,19 @@ class _Run:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.views.called(prior, ran=outcome.ran)
-        self.session.emit(
-            ToolResultReturned(
-                run_id=run_id,
-                round=this.round,
-                tool_name=tool.name,
-                batch_size=len(outcome.batch),
-                seconds=outcome.seconds,
-                observation=outcome.observation,
-                error=ending.error if ending else None,
+            self.views.called(prior, ran=outcome.ran, kept=encoded)
+        if self.session.observers:
+            self.session.emit(
+                ToolResultReturned(
+                    run_id=run_id,
+                    round=this.round,
+                    tool_name=tool.name,
+                    batch_size=len(outcome.batch),
+                    seconds=outcome.seconds,
+                    observation=outcome.observation,
+                    error=ending.error if ending else None,
+                )
             )
-        )
         return ending
 
     def tool_limit(self) -> float | None:
@@ -517,11 +528,43 @@ class _Run:
             deliver_checkpoint(self.keepers, self.session.run_id, self.state)
 
 
+async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant: Grant) -> Ending | None:
+    """A proposal a standing grant approves: recorded as proposed and approved by ``grant:<id>``, then run
+    once, as a resumed run settles an approval; the executor sees the call's result, not a proposal."""
+    from agentkit._approval import approve
+
+    entry = run.record(
+        this,
+        RoundOutcome.PROPOSED,
+        tool=proposal.tool_name,
+        args=proposal.args,
+        tier=proposal.tier,
+        observation=PROPOSED_NOTE,
+        proposed_at=proposal.created_at.isoformat(),
+        call_digest=proposal.digest,
+    )
+    approval = approve(proposal, approved_by=grant_actor(grant.id), note=grant.reason)
+    ending, batch = await settled(run, entry, approval)
+    call: PriorCall[Any] = PriorCall(
+        round=this.round, tool_name=proposal.tool_name, args=proposal.args, batch=tuple(batch)
+    )
+    run.views.called(call, ran=ending is None)
+    return ending
+
+
 async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]) -> Ending | None:
     """A decision a resumed run settles before its first round, appended to its state: an approved call runs
     once through ``execute_approved`` (or the journal's claim) and its batch is that call's result; a
     rejection, with the reviewer's reason, is that call's observation."""
-    from agentkit._approval import Approval, execute_approved
+    ending, _ = await settled(run, proposal, decision)
+    return ending
+
+
+async def settled(
+    run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]
+) -> tuple[Ending | None, Sequence[Any]]:
+    """``settle``, with the approved call's batch (empty for a rejection or a failure)."""
+    from agentkit._approval import Approval, Rejection, execute_approved
 
     assert proposal.tool is not None
     assert proposal.call_digest is not None
@@ -538,18 +581,23 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
                 elapsed=run.elapsed(),
             )
         )
-        return None
+        return None, ()
     started = time.monotonic()
     encoded, failed = None, None
+    batch: Sequence[Any] = ()
     try:
         tool = run.box.tools[proposal.tool]
         if run.run_approved is not None:
-            batch = await run.run_approved(decision, tool, run.ctx)
+            ran = await run.run_approved(decision, tool, run.ctx)
+            if isinstance(ran, Rejection):  # rejected before it ran: the run goes on with that decision
+                return await settled(run, proposal, ran)
+            batch = ran
         else:
             batch = await execute_approved(decision, tool, ctx=run.ctx, observer=run.session.observers)
         encoded = run.encoded(proposal.tool, batch)
     except AgentkitError as error:
         failed = error
+    amendment = decision.amendment
     run.append(
         DecisionEntry.model_construct(
             round=proposal.round,
@@ -561,9 +609,11 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
             error=None if failed is None else str(failed),
             tool_seconds=time.monotonic() - started,
             elapsed=run.elapsed(),
+            args=None if amendment is None else run.codec.encode_args(decision.proposal.args),
+            amended=() if amendment is None else amendment.fields,
         )
     )
-    return None if failed is None else Ending(Outcome.ERROR, StopReason.TOOL_ERROR, failed)
+    return (None, batch) if failed is None else (Ending(Outcome.ERROR, StopReason.TOOL_ERROR, failed), ())
 
 
 async def run_core(
@@ -660,7 +710,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
                 case "run", tier:
                     ending = await run.dispatch(this, tool, tier, args)
                 case "propose", tier:
-                    ending = run.propose(this, tool, tier, args)
+                    ending = await run.propose(this, tool, tier, args)
                 case _:
                     ending = run.refuse(this, tool, args)
         if isinstance(ending, Ending):

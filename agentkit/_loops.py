@@ -15,6 +15,7 @@ from typing_extensions import TypeVar as DefaultedTypeVar
 from agentkit._agent import ToolAgent
 from agentkit._config import LoopConfig
 from agentkit._degeneration import SameFunc
+from agentkit._grants import Grants
 from agentkit._observe import Observer, ObserverArg, observers_of
 from agentkit._results import TieredLoopResult, ToolLoopResult
 from agentkit._runner import ToolLoop
@@ -96,6 +97,7 @@ async def run_tool_loop_tiered(
     same: SameFunc[Args] | None = None,
     observer: ObserverArg = None,
     answer: type[Answer] | None = None,
+    grants: Grants | None = None,
 ) -> TieredLoopResult[Args, R, Answer]: ...
 @overload
 async def run_tool_loop_tiered(
@@ -108,6 +110,7 @@ async def run_tool_loop_tiered(
     same: SameFunc[BaseModel] | None = None,
     observer: ObserverArg = None,
     answer: type[Answer] | None = None,
+    grants: Grants | None = None,
 ) -> TieredLoopResult[BaseModel, R, Answer]: ...
 async def run_tool_loop_tiered(
     caller: StructuredCaller,
@@ -119,6 +122,7 @@ async def run_tool_loop_tiered(
     same: SameFunc[Any] | None = None,
     observer: ObserverArg = None,
     answer: type[Any] | None = None,
+    grants: Grants | None = None,
 ) -> TieredLoopResult[Any, R, Any]:
     """Run the tool loop with tier gating: calls above the autonomy ceiling become proposals.
 
@@ -132,12 +136,19 @@ async def run_tool_loop_tiered(
     ``resume_tool_loop``. So where the run may stop at a proposal (``after_proposal`` is ``STOP``
     and a tool's tier is above what runs live), every tool's items must round-trip through JSON.
 
+    ``grants`` (an ``agentkit.decisions.Grants``): a proposal a live grant matches is approved by it
+    (recorded as ``grant:<id>``, one use counted) and runs once, in the round that proposed it; the
+    executor sees its result. A call no live grant matches is proposed as usual.
+
     Raises:
-        UsageError: bad tool names or another wiring mistake; where the run may stop at a proposal,
-            a tool whose item type is undeclared or cannot round-trip through JSON (naming the tool
-            and the type). Raised before any model call.
+        UsageError: bad tool names or another wiring mistake; a grant that constrains a field its
+            tool's args type lacks, or grants an irreversible tool without ``allow_irreversible``;
+            where the run may stop at a proposal, a tool whose item type is undeclared or cannot
+            round-trip through JSON (naming the tool and the type). Raised before any model call.
     """
-    return await ToolLoop(caller, agent, tools, config, same=same, observer=observer, answer=answer).run(ctx)
+    return await ToolLoop(caller, agent, tools, config, same=same, observer=observer, answer=answer, grants=grants).run(
+        ctx
+    )
 
 
 def run_tool_loop_sync(

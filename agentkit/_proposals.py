@@ -16,7 +16,7 @@ from agentkit._tiers import Tier
 from agentkit._tools import AnyTool, ContextTool, Tool
 from agentkit.errors import UsageError
 
-__all__ = ["ProposedAction", "call_digest", "canonical_json", "load_proposal", "validate_args"]
+__all__ = ["CallSeen", "Evidence", "ProposedAction", "call_digest", "canonical_json", "load_proposal", "validate_args"]
 
 Args = TypeVar("Args", bound=BaseModel)
 Narrowed = TypeVar("Narrowed", bound=BaseModel)
@@ -59,6 +59,32 @@ def call_digest(tool_name: str, args: BaseModel) -> str:
     return hashlib.sha256(f"{tool_name}\n{canonical_json(args)}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
+class CallSeen(BaseModel):
+    """One earlier call of the run, as a proposal's evidence refers to it (a reference, not a copy)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    round: int
+    tool_name: str
+    digest: str
+    """``call_digest`` of the call: it names the call in the run's state and journal."""
+    ran: bool
+    """It ran and returned a batch (else it was proposed, refused, or retried)."""
+    item_ids: tuple[str, ...] = ()
+    """The ids of the items it returned (their ``id``, or the item type's ``cite_key`` field), where they have one."""
+
+
+class Evidence(BaseModel):
+    """What the executor had seen when it proposed a call: the rounds and calls before it, by reference."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    rounds: tuple[int, ...] = ()
+    """The rounds before the proposing one."""
+    calls: tuple[CallSeen, ...] = ()
+    """The earlier calls the executor was shown, in order."""
+
+
 class ProposedAction(BaseModel, Generic[Args]):
     """A call above the autonomy ceiling, returned for a human to approve; frozen and JSON round-trippable."""
 
@@ -80,6 +106,8 @@ class ProposedAction(BaseModel, Generic[Args]):
     """When it was proposed (UTC)."""
     digest: str
     """``call_digest(tool_name, args)``: an approval approves exactly this call."""
+    evidence: Evidence | None = None
+    """What the executor had seen when it proposed the call (``None``: not recorded)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -94,7 +122,15 @@ class ProposedAction(BaseModel, Generic[Args]):
 
     @classmethod
     def create(
-        cls, *, tool_name: str, tier: Tier, args: Args, rationale: str = "", round: int, run_id: str = ""
+        cls,
+        *,
+        tool_name: str,
+        tier: Tier,
+        args: Args,
+        rationale: str = "",
+        round: int,
+        run_id: str = "",
+        evidence: Evidence | None = None,
     ) -> ProposedAction[Args]:
         """Build a proposal and compute its digest (on the bare class, typed by the args given)."""
         _check_round_trip(tool_name, args)
@@ -110,6 +146,7 @@ class ProposedAction(BaseModel, Generic[Args]):
             round=round,
             run_id=run_id,
             digest=call_digest(tool_name, args),
+            evidence=evidence,
         )
 
     def narrow(self, tool: Tool[Narrowed, Any] | ContextTool[Narrowed, Any, Any]) -> ProposedAction[Narrowed] | None:

@@ -22,6 +22,7 @@ from agentkit._codec import Codec, decoded_args, proposal_of
 from agentkit._config import LoopConfig
 from agentkit._context import Summarizer
 from agentkit._degeneration import SameFunc
+from agentkit._grants import Grants
 from agentkit._loop import Bound, RunApproved, run_core
 from agentkit._observe import Observer, ObserverArg, observers_of, wants_checkpoints
 from agentkit._outcome import StopReason
@@ -77,6 +78,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         same: SameFunc[Args] | None = None,
         observer: ObserverArg = None,
         answer: type[Answer] | None = None,
+        grants: Grants | None = None,
     ) -> None: ...
     @overload
     def __init__(
@@ -89,6 +91,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         same: SameFunc[BaseModel] | None = None,
         observer: ObserverArg = None,
         answer: type[Answer] | None = None,
+        grants: Grants | None = None,
     ) -> None: ...
     def __init__(
         self,
@@ -100,6 +103,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         same: SameFunc[Any] | None = None,
         observer: ObserverArg = None,
         answer: type[Any] | None = None,
+        grants: Grants | None = None,
     ) -> None:
         self.config = config or LoopConfig()
         """The ceilings and policies of a fresh run (a resumed run goes on under its state's)."""
@@ -115,7 +119,10 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
             observers=observers,
             may_propose=True,
             codec=_codec(box, self.config, observers),
+            grants=grants,
         )
+        if grants is not None:
+            grants.check(box.tools)
 
     @classmethod
     def _plain(cls, *args: Any, **kwargs: Any) -> ToolLoop[Any, Any, Any, Any]:
@@ -233,6 +240,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
             observers=(*self._bound.observers, *observers),
             may_propose=True,
             codec=codec,
+            grants=self._bound.grants,
         )
 
         async def resume(ctx: Ctx) -> TieredLoopResult[Args, R, Answer]:
@@ -313,7 +321,10 @@ def _match(
         if not isinstance(decision, Approval | Rejection):
             raise ResumeRefused(f"decisions are Approval or Rejection values; got {type(decision).__name__}")
         proposal = decision.proposal
-        key: tuple[int, str | None, str | None] = (proposal.round, proposal.tool_name, decision.digest)
+        # An amended approval settles the proposal it amends: the pending call is the original.
+        amendment = decision.amendment if isinstance(decision, Approval) else None
+        settles = decision.digest if amendment is None else amendment.original_digest
+        key: tuple[int, str | None, str | None] = (proposal.round, proposal.tool_name, settles)
         if proposal.run_id != checkpoint.run_id or key not in wanted or proposal.digest != decision.digest:
             raise ResumeRefused(
                 f"a decision is for a call to {proposal.tool_name!r} (round {proposal.round}, run "

@@ -49,12 +49,6 @@ E = TypeVar("E", bound=RunEnding)
 _ROLE_FIELDS = tuple(field.name for field in dataclasses.fields(RoleSpec))
 
 
-def request_for(prompt: Prompt, role: RoleSpec) -> StructuredRequest:
-    """The request for one rendered prompt under a role (a request is the role plus the prompt)."""
-    settings: dict[str, Any] = {name: getattr(role, name) for name in _ROLE_FIELDS}
-    return StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **settings)
-
-
 def prompt_digest(prompt: Prompt) -> str:
     """SHA-256 of a rendered prompt's two parts (what a replay compares a request by)."""
     return hashlib.sha256(json_text([prompt.system, prompt.dynamic]).encode()).hexdigest()
@@ -132,19 +126,24 @@ class RunSession:
         self.run_id = run_id or uuid.uuid4().hex
         """A resumed run keeps its run id and the usage it had spent (``usage``)."""
         self.usage = usage or Usage()
-        self._start = RunStarted(
-            run_id=self.run_id,
-            agent=type(agent).__name__,
-            model=role.model,
-            tools=tuple(tools),
-            max_rounds=max_rounds,
-            config=config,
-            caller=caller,
-            continues=continues,
-        )
+        self._settings: dict[str, Any] = {name: getattr(role, name) for name in _ROLE_FIELDS}
+        """The role's part of every request (a request is the role plus the prompt)."""
+        self._start: RunStarted | None = None
+        if observers:
+            self._start = RunStarted(
+                run_id=self.run_id,
+                agent=type(agent).__name__,
+                model=role.model,
+                tools=tuple(tools),
+                max_rounds=max_rounds,
+                config=config,
+                caller=caller,
+                continues=continues,
+            )
 
     async def __aenter__(self) -> Self:
-        self.emit(self._start)
+        if self._start is not None:
+            self.emit(self._start)
         return self
 
     async def __aexit__(
@@ -207,16 +206,16 @@ class RunSession:
         except Exception as raised:
             error = executor_failed("render", raised)
             return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
-        request = request_for(prompt, self.role)
+        request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **self._settings)
         digest = prompt_digest(prompt)
         counted = _Counted(caller)
         finished: list[Usage] = []
+        # Attempts are reported to the observers, and counted for a call the deadline may cut short.
+        hook = self._attempt_hook(round, finished) if self.observers or deadline is not None else None
         started = time.perf_counter()
         try:
             async with timeout_scope(deadline):
-                work = generate_structured(
-                    counted, request, schema, policy, on_attempt=self._attempt_hook(round, finished)
-                )
+                work = generate_structured(counted, request, schema, policy, on_attempt=hook)
                 if self.observers:
                     # Observers see the call while it runs (an OpenTelemetry span made current, say).
                     call = ModelCall(run_id=self.run_id, round=round, role=self.label, request=request, caller=caller)
@@ -227,12 +226,25 @@ class RunSession:
         except TimeoutError:
             # The deadline cut the call short: keep what the attempts spent, the one in flight included.
             cut = Usage(requests=counted.started - len(finished))
-            reply: Reply[M] = Reply(value=None, usage=sum(finished, cut), stop_reason=StopReason.DEADLINE)
+            seconds = time.perf_counter() - started
+            reply: Reply[M] = Reply(
+                value=None, usage=sum(finished, cut), stop_reason=StopReason.DEADLINE, seconds=seconds, prompt=digest
+            )
         except AgentkitError as error:
-            reply = Reply(value=None, usage=error.usage or Usage(), error=error, stop_reason=failure_reason(error))
+            seconds = time.perf_counter() - started
+            reply = Reply(
+                value=None,
+                usage=error.usage or Usage(),
+                error=error,
+                stop_reason=failure_reason(error),
+                seconds=seconds,
+                prompt=digest,
+            )
         else:
-            reply = Reply(value=completion.value, usage=completion.usage, model=completion.model)
-        reply = dataclasses.replace(reply, seconds=time.perf_counter() - started, prompt=digest)
+            seconds = time.perf_counter() - started
+            reply = Reply(
+                value=completion.value, usage=completion.usage, model=completion.model, seconds=seconds, prompt=digest
+            )
         self.usage += reply.usage
         return reply
 

@@ -25,6 +25,7 @@ import enum
 import functools
 import hashlib
 import json
+import json.encoder
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
@@ -63,6 +64,17 @@ STATE_VERSION = 2
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=True)
+_MAKE_C_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)
+_CANONICAL_CHUNKS: Any = (
+    None
+    if _MAKE_C_ENCODER is None
+    else _MAKE_C_ENCODER(
+        None, _CANONICAL.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
+    )
+)
+"""``_CANONICAL``'s C encoder, made once (``encode`` makes one per call) and without the circular-reference
+check, which keeps no state between calls: a JSON value has no cycles (one that had would end in
+``RecursionError``, never loop)."""
 
 
 def json_text(value: object) -> str:
@@ -71,7 +83,9 @@ def json_text(value: object) -> str:
     Lone surrogates are escaped (``\\udc80``) and non-finite floats written as ``NaN`` and
     ``Infinity``, which ``json.loads`` reads back as they were: nothing is lost.
     """
-    return _CANONICAL.encode(value)
+    if _CANONICAL_CHUNKS is None or isinstance(value, str):  # a string is written by encode's own path
+        return _CANONICAL.encode(value)
+    return "".join(_CANONICAL_CHUNKS(value, 0))
 
 
 def _sha256(text: str) -> str:
@@ -261,6 +275,11 @@ class DecisionEntry(BaseModel):
     """The approved call failed: the run ended with this error."""
     tool_seconds: float = 0.0
     elapsed: float = 0.0
+    args: str | None = None
+    """The approver amended the call: the args that ran, as ``json_text`` (``None``: the call ran as
+    proposed). Left out of the digest when ``None``."""
+    amended: tuple[str, ...] = ()
+    """The args fields the approver changed."""
     digest: str = ""
 
 
@@ -298,6 +317,8 @@ class CallView:
     """The call joined the repeat window (a refused repeat does not)."""
     entry: int = 0
     """The index of the entry that made the call."""
+    amended: tuple[str, ...] = ()
+    """The args fields an approver changed before the call ran (``args`` are then the amended ones)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -339,7 +360,13 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
                 at = decided[0]
                 ran = entry.batch is not None
                 calls[at] = dataclasses.replace(
-                    calls[at], proposed=False, ran=ran, batch=entry.batch, observation=entry.observation
+                    calls[at],
+                    proposed=False,
+                    ran=ran,
+                    batch=entry.batch,
+                    observation=entry.observation,
+                    args=calls[at].args if entry.args is None else entry.args,
+                    amended=entry.amended,
                 )
         else:
             rounds = max(rounds, entry.round)
@@ -474,8 +501,9 @@ class RunCheckpoint(BaseModel):
     def _with(self, **changes: Any) -> RunCheckpoint:
         """A copy with ``changes`` (values of the fields' types), made afresh: nothing folded from this
         state (``progress``) carries over, as it would with ``model_copy``."""
-        fields = {name: getattr(self, name) for name in type(self).model_fields}
-        return type(self).model_construct(**(fields | changes))
+        copied = self.model_copy(update=changes)
+        copied.__dict__.pop("progress", None)  # the cached fold of this state's entries, not of the copy's
+        return copied
 
     def forked(self, run_id: str, *, at_round: int, config: LoopConfig | None = None) -> RunCheckpoint:
         """A new run's state: this run's up to round ``at_round``, under ``run_id``, its parent recorded.
@@ -535,7 +563,7 @@ class RunCheckpoint(BaseModel):
             raise ResumeRefused(
                 f"the state of run {self.run_id!r} does not match its digest (edited by hand, or damaged); nothing ran"
             )
-        problem = _inconsistency(self.entries)
+        problem = _inconsistency(self.entries, frozenset(t.name for t in self.tools))
         if problem is not None:
             raise ResumeRefused(f"the state of run {self.run_id!r} does not hold together: {problem}; nothing ran")
 
@@ -579,8 +607,9 @@ class RunCheckpoint(BaseModel):
         return self.progress.pending
 
 
-def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry]) -> str | None:
-    """What does not hold together in a log whose digests check out (one sealed by hand); ``None``: nothing."""
+def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], tools: frozenset[str]) -> str | None:
+    """What does not hold together in a log whose digests check out (one sealed by hand) over the run's ``tools``;
+    ``None``: nothing."""
     pending: set[tuple[int, str | None]] = set()
     last = 0
     for index, entry in enumerate(entries):
@@ -594,6 +623,8 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry]) -> 
                 pending.add((entry.round, entry.call_digest))
             elif entry.outcome in _CALLS and (entry.tool is None or entry.args is None):
                 return f"entry {index} records a call without its tool or args"
+            if entry.outcome in _CALLS and entry.tool not in tools:
+                return f"entry {index} records a call to {entry.tool!r}, which is not in the run's tool set"
         elif isinstance(entry, DecisionEntry):
             if (entry.round, entry.call_digest) not in pending:
                 return f"entry {index} decides a call of round {entry.round} that no entry before it proposes"
@@ -603,6 +634,7 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry]) -> 
 
 _UNDIGESTED = frozenset({"digest"})
 _UNTRACED = frozenset({"digest", "trace"})
+_UNAMENDED = frozenset({"args", "amended"})
 
 
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
@@ -611,7 +643,10 @@ def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     A round recorded without a tracer is digested without its ``trace``, as rounds were before it existed.
     """
     untraced = isinstance(entry, RoundEntry) and entry.trace is None
-    content = entry.model_dump(mode="json", exclude=set(_UNTRACED if untraced else _UNDIGESTED))
+    exclude = set(_UNTRACED if untraced else _UNDIGESTED)
+    if isinstance(entry, DecisionEntry) and entry.args is None:
+        exclude |= _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
+    content = entry.model_dump(mode="json", exclude=exclude)
     return _sha256(f"{previous}\n{json_text(content)}")
 
 

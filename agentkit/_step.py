@@ -10,6 +10,11 @@ refuses: after ``rationale`` comes a ``decision``, one of ``{"done": true}`` and
 The root stays an object, as OpenAI's strict subset requires, and the union is an ``anyOf``. The
 validated value is still a flat ``ToolStep`` (``rationale``, ``done``, ``call``), and the flat
 shape (``{"done": false, "call": {...}}``) is accepted as input too.
+
+A model reads the schema, and pays for its bytes, every round, so it says each thing once: the
+``decision``'s description says what each variant is (the variants describe none of their fields,
+which would repeat per tool), no node has a title but the root (the schema's name), the step's
+fields carry no defaults (every one is required) and a ``const`` carries no ``type``.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Sequence
 from typing import Annotated, Any, ClassVar, Generic, Literal, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, create_model, model_validator
-from pydantic.json_schema import JsonSchemaValue
+from pydantic.json_schema import DEFAULT_REF_TEMPLATE, GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import CoreSchema
 
 __all__ = ["ToolCall", "ToolStep", "build_step_model", "schema_name"]
@@ -106,6 +111,26 @@ class ToolStep(BaseModel, Generic[Args]):
             return handler(core_schema)
         return handler(wire.__pydantic_core_schema__)
 
+    @classmethod
+    def model_json_schema(
+        cls,
+        by_alias: bool | None = None,
+        ref_template: str = DEFAULT_REF_TEMPLATE,
+        schema_generator: type[GenerateJsonSchema] = GenerateJsonSchema,
+        mode: JsonSchemaMode = "validation",
+        *,
+        union_format: Literal["any_of", "primitive_type_array"] = "any_of",
+    ) -> dict[str, Any]:
+        """The wire schema (see the module docstring), written for the model that reads it: no titles
+        but the root's, which is the schema's name (a title repeats its field's or model's name), and
+        no ``type`` beside a ``const`` (the value says it). A model pays for every byte of the schema,
+        every round."""
+        schema = super().model_json_schema(by_alias, ref_template, schema_generator, mode, union_format=union_format)
+        if _wire_model(cls) is None:
+            return schema
+        compact: dict[str, Any] = _for_the_model(schema, root=True)
+        return compact
+
     @model_validator(mode="after")
     def _call_unless_done(self) -> ToolStep[Args]:
         fields = type(self).model_fields
@@ -127,6 +152,38 @@ class ToolStep(BaseModel, Generic[Args]):
 
 class _Wire(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_require_every_field)
+
+
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties", "dependentSchemas"})
+"""Keywords whose value maps names to schemas."""
+_SCHEMA_LISTS = frozenset({"anyOf", "oneOf", "allOf", "prefixItems"})
+"""Keywords whose value is a list of schemas."""
+_SCHEMA_ONE = frozenset({"items", "additionalProperties", "not", "contains", "propertyNames", "if", "then", "else"})
+"""Keywords whose value is one schema."""
+
+
+def _for_the_model(node: Any, *, root: bool = False) -> Any:
+    """A JSON schema without the keywords that tell a model nothing: every ``title`` (but the root's,
+    the schema's name), and the ``type`` beside a ``const``.
+
+    Only schema positions are walked, so a property, a default or an enum value named ``title``
+    stays as it is. What the schema admits does not change.
+    """
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if (key == "title" and not root) or (key == "type" and "const" in node):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _for_the_model(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_for_the_model(sub) for sub in value]
+        elif key in _SCHEMA_ONE:
+            out[key] = _for_the_model(value)
+        else:
+            out[key] = value
+    return out
 
 
 def _members(annotation: Any) -> list[Any]:
@@ -163,18 +220,23 @@ def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
         described = 'A tool call is needed first: {"done": false, "call": ...}.'
     elif len(variants) == 1:
         described = f"No more calls: {done}, the final answer from the results so far."
+    rationale = fields["rationale"]
+    # required in the wire schema anyway (``_require_every_field``), so its default would only be bytes
+    bounded: Any = Annotated[str, *rationale.metadata] if rationale.metadata else str
     model: type[BaseModel] = create_model(
         step.__name__,
         __base__=_Wire,
-        rationale=(str, fields["rationale"]),
+        rationale=(bounded, Field(description=rationale.description)),
         decision=(decision, Field(description=described)),
     )
     return model
 
 
+# The variants describe none of their fields: the decision's description says what each one is, once,
+# where a description per variant field would repeat it for every tool.
 @functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
 def _done_variant(answer: type[Any] | None) -> type[BaseModel]:
-    done: Any = (Literal[True], Field(description="true: the gathered results are enough (or nothing is needed)."))
+    done: Any = (Literal[True], ...)
     if answer is None:
         return create_model("StepDone", __base__=_Wire, done=done)
     model: type[BaseModel] = create_model(
@@ -191,8 +253,8 @@ def _call_variant(call: type[BaseModel]) -> type[BaseModel]:
     model: type[BaseModel] = create_model(
         schema_name(f"StepCall_{call.__name__}"),
         __base__=_Wire,
-        done=(Literal[False], Field(description="false: a tool call is needed.")),
-        call=(call, Field(description="The tool call to make.")),
+        done=(Literal[False], ...),
+        call=(call, ...),
     )
     return model
 
@@ -208,8 +270,8 @@ def _call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
     model: type[ToolCall] = create_model(
         schema_name(f"Call_{tool_name}"),
         __base__=ToolCall,
-        tool=(Literal[tool_name], Field(description="The tool to call.")),  # type: ignore[arg-type]  # a Literal built at run time
-        args=(args_type, Field(description="The tool's arguments.")),
+        tool=(Literal[tool_name], ...),  # type: ignore[arg-type]  # a Literal built at run time
+        args=(args_type, ...),
     )
     return model
 

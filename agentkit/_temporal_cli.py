@@ -28,7 +28,7 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentkit._cli import import_object, positive_int, skip_teardown
+from agentkit._cli import import_object, otel_observer, positive_int, skip_teardown
 from agentkit.errors import AgentkitError, UsageError
 
 if TYPE_CHECKING:
@@ -250,8 +250,6 @@ def serve_temporal(args: argparse.Namespace) -> int:
             tracer=tracer,
             observer=observer,
         )
-
-    from agentkit._worker_cli import otel_observer  # the worker command's, shared by both backends
 
     observer = otel_observer(args)
     tracer = observer.tracer if observer is not None else None

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel
 
 from agentkit._agent import PriorCall, ToolRoundInfo
+from agentkit._cites import DEFAULT_KEY, item_id
 from agentkit._codec import Codec, decoded_args, decoded_batch
 from agentkit._config import LoopConfig
 from agentkit._context import Omitted, Window
-from agentkit._proposals import ProposedAction
+from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest
 from agentkit._session import executor_failed
 from agentkit._state import Progress
 from agentkit.errors import ExecutorError
@@ -27,6 +29,21 @@ def _own(item: Any) -> Any:
         return copy.deepcopy(item)
     except Exception:  # an uncopyable item is shown as it is; see docs/loops.md
         return item
+
+
+def _owned(codec: Codec, tool: str, batch: Sequence[Any], kept: str | None) -> tuple[Any, ...]:
+    """An audience's own copy of a batch: read back from the state's text of it, as a resumed run reads it.
+
+    That is a fresh value of the tool's item type, made in a few microseconds where a deep copy of
+    the same items costs ten times as much. A batch the state does not keep (``kept`` is ``None``: its
+    items are not of a type JSON carries), or whose text does not read back, is deep-copied.
+    """
+    if kept is not None:
+        try:
+            return tuple(codec.decode_batch(tool, kept))
+        except Exception:  # not read back as it was written (a validator that refuses its own output)
+            pass
+    return tuple(_own(item) for item in batch)
 
 
 class View:
@@ -44,8 +61,10 @@ class View:
         """Whether each call ran (and so has a batch in ``prior_results``)."""
         self.proposals: list[ProposedAction[Any]] = []
 
-    def add(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None) -> None:
-        batch = tuple(_own(item) for item in call.batch)
+    def add(
+        self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None, batch: tuple[Any, ...]
+    ) -> None:
+        """Show ``call``, with ``batch``, this view's own copy of its batch."""
         self.ran.append(ran)
         self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
         if proposal is not None:
@@ -75,8 +94,9 @@ UNSEEN = View()
 class Views:
     """The run's views, items, context window and repeat window: what it has shown and gathered."""
 
-    def __init__(self, config: LoopConfig, *, observers: bool, watching: bool) -> None:
+    def __init__(self, config: LoopConfig, codec: Codec, *, observers: bool, watching: bool) -> None:
         self.config = config
+        self.codec = codec
         self.items: list[Any] = []
         self.shown = View()
         """The executor's view: what ``render`` gets."""
@@ -95,8 +115,9 @@ class Views:
         self.executed = 0
         """Calls that ran and returned a batch (``LoopConfig.min_calls`` counts them)."""
 
-    def load(self, progress: Progress, codec: Codec) -> None:
+    def load(self, progress: Progress) -> None:
         """The views, the items, the repeat window and the context window, from what the state's entries add up to."""
+        codec = self.codec
         self.refusals = progress.refusals
         self.window.summary, self.window.summarized = progress.summary, progress.summarized
         for view in progress.calls:
@@ -110,17 +131,44 @@ class Views:
                 observation=view.observation,
                 proposed=view.proposed,
                 repeats=view.repeats,
+                amended=view.amended,
             )
-            self.called(call, ran=view.ran)
+            self.called(call, ran=view.ran, kept=view.batch)
             if view.counted:
                 self.counted(view.tool, args, view.round)
 
-    def called(self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None = None) -> None:
-        """A call joins what the executor and the observers are shown (each their own copy), and the items."""
-        self.shown.add(call, ran=ran, proposal=proposal)
+    def evidence(self, round: int) -> Evidence:
+        """What the executor had been shown before ``round``: its rounds and calls, by reference."""
+        calls = tuple(
+            CallSeen(
+                round=call.round,
+                tool_name=call.tool_name,
+                digest=call_digest(call.tool_name, call.args),
+                ran=ran,
+                item_ids=tuple(i for i in (_item_id(item) for item in call.batch) if i is not None),
+            )
+            for call, ran in zip(self.shown.calls, self.shown.ran, strict=True)
+        )
+        return Evidence(rounds=tuple(range(1, round)), calls=calls)
+
+    def called(
+        self,
+        call: PriorCall[Any],
+        *,
+        ran: bool,
+        proposal: ProposedAction[Any] | None = None,
+        kept: str | None = None,
+    ) -> None:
+        """A call joins what the executor and the observers are shown (each their own copy), and the items.
+
+        ``kept`` is the state's text of the call's batch, which each audience's copy is read back from.
+        """
+        tool, batch = call.tool_name, call.batch
+        self.shown.add(call, ran=ran, proposal=proposal, batch=_owned(self.codec, tool, batch, kept) if batch else ())
         self.window.add(call)
         if self.watched is not None:
-            self.watched.add(call, ran=ran, proposal=proposal)
+            copied = _owned(self.codec, tool, batch, kept) if batch else ()
+            self.watched.add(call, ran=ran, proposal=proposal, batch=copied)
         if ran:
             self.executed += 1
             self.items.extend(call.batch)
@@ -154,3 +202,8 @@ class Views:
         elif self.observers:
             watched = UNSEEN.info(round, ceiling, 0, omitted, closing=closing)
         return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
+
+
+def _item_id(item: object) -> str | None:
+    """An item's reference: its ``id``, or the field its type names with ``cite_key``."""
+    return item_id(item, getattr(type(item), "cite_key", DEFAULT_KEY))

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, TextIO, cast
 
-from agentkit._cli import import_object, positive_int
+from agentkit._cli import import_object, otel_observer, positive_int
 from agentkit._tools import Tool, takes_ctx
 from agentkit.errors import AgentkitError, UsageError
 
@@ -89,15 +89,6 @@ def _positive_float(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
     return value
-
-
-def otel_observer(args: argparse.Namespace) -> Any:
-    """``--otel``: an ``OTelObserver`` over the global providers (``None`` without the flag)."""
-    if not getattr(args, "otel", False):
-        return None
-    from agentkit.otel import OTelObserver
-
-    return OTelObserver()
 
 
 def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:

@@ -262,6 +262,9 @@ def _prior_call(n: int, call: PriorCall[R], show: Callable[[R], str]) -> str:
         return f"{head}\n   not run: it repeats the call of round {call.repeats}, whose results are above"
     if call.observation is not None:
         return f"{head}\n   the tool did not run it: {call.observation}"
+    if call.amended:
+        changed = ", ".join(call.amended)
+        head += f"\n   a human amended it before approving (changed: {changed}); it ran with the args shown"
     return _batch(head, call.batch, show)
 
 

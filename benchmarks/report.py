@@ -14,6 +14,10 @@ CPU_TARGET = 1.3
 """agentkit's client CPU time per round, at most this many times the floor's."""
 HTTP_TARGET = 1.5
 """agentkit's wall and client CPU time per round, at most this many times the bare-httpx floor's."""
+HTTP_TARGETS = {"agentkit-json_schema": 1.3, "agentkit-tools": 1.4}
+"""Tighter bare-httpx targets for the default mode and the tools mode (``HTTP_TARGET`` for the others)."""
+BYTES_TARGET = 1.1
+"""The default mode's request bytes per round, at most this many times the raw openai loop's."""
 RSS_TARGET = 1.3
 """agentkit's peak RSS with 1,000 concurrent runs, at most this many times the floor's."""
 IMPORT_TARGET = 1.5
@@ -181,14 +185,15 @@ def _contender_targets(name: str, figure: Mapping[str, Any], rivals: Mapping[str
             None if cpu_ratio is None else cpu_ratio <= CPU_TARGET,
         ),
     ]
+    limit = HTTP_TARGETS.get(name, HTTP_TARGET)
     for key, label in (("wall_ratio_http", "wall"), ("cpu_ratio_http", "client CPU")):
         ratio = _median(figure.get(key))
         found.append(
             _target(
                 f"{name}: {label}/round vs bare-httpx floor",
                 ratio,
-                f"<= {HTTP_TARGET}x",
-                None if ratio is None else ratio <= HTTP_TARGET,
+                f"<= {limit}x",
+                None if ratio is None else ratio <= limit,
             )
         )
     conc = figure["concurrent"]
@@ -218,6 +223,12 @@ def targets(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     for name, figure in figures.items():
         if name.startswith("agentkit-"):
             found.extend(_contender_targets(name, figure, rivals))
+    ours, raw = figures.get("agentkit-json_schema"), figures.get(contenders.FLOOR)
+    if ours is not None and raw is not None:
+        mine, theirs = _median(ours["request_body_bytes_per_round"]), _median(raw["request_body_bytes_per_round"])
+        ratio = None if mine is None or not theirs else mine / theirs
+        met = None if ratio is None else ratio <= BYTES_TARGET
+        found.append(_target("agentkit-json_schema: request bytes/round vs floor", ratio, f"<= {BYTES_TARGET}x", met))
     imports = summary["imports"]
     core, base = imports.get("import agentkit"), imports.get(PYDANTIC_BASELINE)
     if core is not None:

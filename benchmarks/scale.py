@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,6 +70,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     names = [name.strip() for name in ns.contenders.split(",") if name.strip()]
     ns.out.mkdir(parents=True, exist_ok=True)
     found: dict[str, list[dict[str, Any]]] = {}
+    env = harness.environment()
     with harness.serving() as (base_url, _):
         for name in names:
             for count in counts:
@@ -77,8 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 found.setdefault(name, []).append(sample(name, base_url, count, profile))
     table = "\n".join([HEADER, *(row(name, figures) for name in names for figures in found[name])])
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    (ns.out / "scale-latest.json").write_text(json.dumps({"date": stamp, "samples": found}, indent=2))
-    (ns.out / "scale-latest.md").write_text(f"# Concurrent runs in one process, {stamp}\n\n{table}\n")
+    env["load_after"] = os.getloadavg()
+    load = f"load average {env['load_before'][0]:.2f} before, {env['load_after'][0]:.2f} after"
+    machine = f"Machine: {env['machine']}; {load}."
+    (ns.out / "scale-latest.json").write_text(
+        json.dumps({"date": stamp, "environment": env, "samples": found}, indent=2, default=str)
+    )
+    (ns.out / "scale-latest.md").write_text(f"# Concurrent runs in one process, {stamp}\n\n{machine}\n\n{table}\n")
     print(table)
     failed = any("error" in f or f["errors"] or not f["check"]["ok"] for fs in found.values() for f in fs)
     return 1 if failed else 0

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import resource
 import sys
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -185,6 +188,36 @@ class Handler(asyncio.Protocol):
             b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n%s"
             % (status, reason, len(payload), payload)
         )
+
+
+@contextlib.contextmanager
+def in_thread() -> Iterator[str]:
+    """The server on an event loop of its own in a thread of this process, for the block; yields its base URL.
+
+    For a comparison with a test server that runs in the test's process (``FakeOpenAIServer``): both
+    then share this process's CPU and interpreter with the client alike.
+    """
+    loop = asyncio.new_event_loop()
+    ready = threading.Event()
+    bound: list[asyncio.Server] = []
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        bound.append(loop.run_until_complete(loop.create_server(Handler, "127.0.0.1", 0)))
+        ready.set()
+        loop.run_forever()
+        bound[0].close()
+        loop.run_until_complete(bound[0].wait_closed())
+        loop.close()
+
+    thread = threading.Thread(target=run, name="bench-server", daemon=True)
+    thread.start()
+    ready.wait()
+    try:
+        yield f"http://127.0.0.1:{bound[0].sockets[0].getsockname()[1]}/v1"
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
 
 
 async def serve(host: str, port: int) -> None:

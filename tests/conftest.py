@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
 
@@ -23,8 +23,9 @@ REQUIRE_POSTGRES = os.environ.get("AGENTKIT_REQUIRE_POSTGRES") == "1"
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A URL whose connections use a fresh, empty schema (dropped afterwards); skips without a server."""
+def new_postgres_url() -> Iterator[Callable[[], str]]:
+    """Make a URL whose connections use a fresh, empty schema, one per call (all dropped afterwards); skips
+    without a server."""
     if POSTGRES_DSN is None:
         if REQUIRE_POSTGRES:
             pytest.fail(
@@ -33,14 +34,28 @@ def postgres_url() -> Iterator[str]:
         pytest.skip("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)")
     import psycopg
 
-    schema = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-        conn.execute(f"CREATE SCHEMA {schema}")
+    dsn = POSTGRES_DSN
+    made: list[str] = []
+
+    def new() -> str:
+        schema = f"t_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"CREATE SCHEMA {schema}")
+        made.append(schema)
+        return f"{dsn}{'&' if '?' in dsn else '?'}options={quote(f'-csearch_path={schema}')}"
+
     try:
-        yield f"{POSTGRES_DSN}{'&' if '?' in POSTGRES_DSN else '?'}options={quote(f'-csearch_path={schema}')}"
+        yield new
     finally:
-        with psycopg.connect(POSTGRES_DSN, autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA {schema} CASCADE")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            for schema in made:
+                conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture
+def postgres_url(new_postgres_url: Callable[[], str]) -> str:
+    """A URL whose connections use a fresh, empty schema (dropped afterwards); skips without a server."""
+    return new_postgres_url()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from agentkit import Prompt, RoleSpec, RunCheckpoint, ToolRoundInfo
+from agentkit import Prompt, RoleSpec, RunCheckpoint, Tier, ToolRoundInfo
+from agentkit.decisions import Equals, Grant, Range
 
 R = TypeVar("R")
 
@@ -72,3 +73,40 @@ def rechained(
     for index, kept in enumerate(checkpoint.entries):
         state = state.appended(kept.model_copy(update=changes) if index == entry else kept)
     return state
+
+
+class Transfer(BaseModel):
+    """Args with several fields of several kinds, for amending a call."""
+
+    account: str
+    amount: int = Field(ge=0)
+    memo: str = ""
+
+
+class Payments:
+    """An irreversible transfer tool that counts its calls (tool-side)."""
+
+    name = "transfer"
+    description = "move money"
+    tier = Tier.IRREVERSIBLE
+    args_type = Transfer
+
+    def __init__(self) -> None:
+        self.calls: list[Transfer] = []
+
+    async def call(self, args: Transfer) -> Sequence[Doc]:
+        self.calls.append(args)
+        return [Doc(id=f"paid {args.amount} to {args.account}")]
+
+
+def small_payments(**changes: Any) -> Grant:
+    """A grant of ``Payments`` calls to acme of at most 50 (two uses unless ``changes`` say otherwise)."""
+    fields: dict[str, Any] = {
+        "tool_name": "transfer",
+        "where": {"account": Equals(value="acme"), "amount": Range(max=50)},
+        "max_uses": 2,
+        "granted_by": "ops",
+        "reason": "small payments to acme",
+        "allow_irreversible": True,
+    }
+    return Grant(**(fields | changes))

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks import evals_overhead, harness, journal_checkpoint, otel_metrics, scenario, server
+from benchmarks import evals_overhead, harness, journal_checkpoint, otel_metrics, prompt_tokens, scenario, server
 
 RUN = b"0123456789abcdef"
 
@@ -136,3 +136,39 @@ async def test_otel_metrics_benchmark_measures_every_variant_in_both_settings() 
         assert variants["spans-only"]["cpu_x"] == 1.0
     table = otel_metrics.markdown(report)
     assert table.count("| metrics-noop |") == 2
+
+
+async def test_agentkits_requests_are_within_a_tenth_of_the_raw_loops_bytes() -> None:
+    """Over one run of the scenario, agentkit's request bodies are at most 1.1x the raw openai loop's.
+
+    Byte counts do not depend on the machine, so this is checked here; times are the benchmark's.
+    """
+    ours = await prompt_tokens.request_bodies("agentkit-json_schema")
+    raw = await prompt_tokens.request_bodies("raw-openai")
+    assert len(ours) == len(raw) == scenario.ROUNDS
+    assert sum(map(len, ours)) <= 1.1 * sum(map(len, raw)), (list(map(len, ours)), list(map(len, raw)))
+
+
+def test_the_prompt_tokens_benchmark_counts_every_request_of_each_contender(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each contender's four requests are counted, with ratios to the raw loop (a stand-in tokenizer here)."""
+
+    def quarter(base_url: str, text: str) -> int:
+        return len(text) // 4
+
+    monkeypatch.setattr(prompt_tokens, "count_tokens", quarter)
+    report = prompt_tokens.measure("http://unused/v1")
+    assert list(report["contenders"]) == list(prompt_tokens.CONTENDERS)
+    for row in report["contenders"].values():
+        assert row["requests"] == scenario.ROUNDS
+        assert row["tokens_per_request"] == [size // 4 for size in row["bytes_per_request"]]
+    assert report["contenders"]["raw-openai"]["tokens_x"] == 1.0
+
+
+async def test_the_fake_server_round_benchmark_runs_every_server() -> None:
+    """``benchmarks.fake_server_round`` measures a round against each server and ratios them to the bare one."""
+    from benchmarks import fake_server_round
+
+    report = await fake_server_round.measure(repeats=1, runs=1, before_runs=1)
+    assert set(report["servers"]) == set(fake_server_round.SERVERS)
+    assert report["servers"]["bare"]["wall_x"] == 1.0
+    assert all(row["wall_ms_per_round"] > 0 for row in report["servers"].values())

@@ -157,8 +157,28 @@ def test_resume_before_the_decision_says_the_run_waits_and_runs_nothing(capsys: 
 
 def test_resume_with_no_journal_run_says_run_the_demo_first(capsys: pytest.CaptureFixture[str]) -> None:
     """``--resume`` on an empty journal exits 2 and says to run ``agentkit demo`` first."""
+
+    async def create() -> None:
+        async with open_journal(DEFAULT_DB):
+            pass
+
+    asyncio.run(create())
     assert main(["demo", "--resume", "--scripted"]) == 2
     assert "run `agentkit demo` first" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("db", [None, "MISSING"])
+def test_resume_refuses_a_journal_that_does_not_exist_and_creates_none(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], db: str | None
+) -> None:
+    """``--resume --db MISSING`` (or the default journal, not there yet): exit 2 naming the path and the command to
+    run first; no file is created (it used to create an empty journal and find nothing in it)."""
+    flag = [] if db is None else ["--db", db]
+    assert main(["demo", "--resume", "--scripted", *flag]) == 2
+    err = capsys.readouterr().err
+    assert f"nothing to resume: no journal at {db or DEFAULT_DB}" in err
+    assert f"run `agentkit demo --scripted{'' if db is None else ' --db MISSING'}` first" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_resume_refuses_questions(capsys: pytest.CaptureFixture[str]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import socket
@@ -16,8 +17,10 @@ import openai
 import pytest
 from pydantic import BaseModel, Field
 
+from agentkit import LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, run_tool_loop, tool
 from agentkit._step import build_step_model
-from agentkit.testing import FakeOpenAIServer, FakeReply
+from agentkit.providers.openai import OpenAICaller
+from agentkit.testing import FakeOpenAIServer, FakeReply, call_step
 from agentkit.testing._fake_wire import instance_of
 
 
@@ -532,3 +535,133 @@ def test_request_bytes_records_each_body_as_received(server: FakeOpenAIServer) -
     post(server, "not json")
     assert server.request_bytes == [len(json.dumps(first).encode()), len(json.dumps("not json").encode())]
     assert len(server.requests) == 2
+
+
+class Topic(BaseModel):
+    query: str
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: Topic) -> list[str]:
+    """Search."""
+    return [f"doc:{args.query}"]
+
+
+class Searcher:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
+        return Prompt(system="Search.", dynamic=f"topic <{ctx}> round {info.round}")
+
+
+def _user_text(request: dict[str, Any]) -> str:
+    return " ".join(str(message.get("content")) for message in request["messages"] if message["role"] == "user")
+
+
+async def test_respond_serves_concurrent_runs_each_from_its_own_script() -> None:
+    """A function of the request gives each of several concurrent runs its own script."""
+
+    topics = [f"t{n}" for n in range(6)]
+    scripts = {
+        topic: [call_step(Topic(query=f"{topic}-a"), tool=search), call_step(Topic(query=f"{topic}-b"), tool=search)]
+        for topic in topics
+    }
+    lock = threading.Lock()
+
+    def respond(request: dict[str, Any]) -> Any:
+        topic = _user_text(request).split("<", 1)[1].split(">", 1)[0]
+        with lock:
+            script = scripts[topic]
+            return script.pop(0) if script else None  # then the minimal instance: done
+
+    with FakeOpenAIServer(respond=respond) as server:
+        async with OpenAICaller(base_url=server.base_url) as caller:
+            results = await asyncio.gather(
+                *(run_tool_loop(caller, Searcher(), [search], topic, LoopConfig(max_rounds=5)) for topic in topics)
+            )
+        server.assert_complete()
+    assert [result.items for result in results] == [[f"doc:{t}-a", f"doc:{t}-b"] for t in topics]
+    assert all(not script for script in scripts.values())
+
+
+def test_respond_returning_none_takes_the_script_then_the_default() -> None:
+    """``None`` from the function falls back to the script in order, then to the minimal instance."""
+    seen: list[str] = []
+
+    def respond(request: dict[str, Any]) -> str | None:
+        text = _user_text(request)
+        seen.append(text)
+        return "from the function" if "special" in text else None
+
+    with FakeOpenAIServer(["scripted"], respond=respond) as server:
+        with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as own:
+            answers = [
+                own.chat.completions.create(model="m", messages=[{"role": "user", "content": text}])
+                .choices[0]
+                .message.content
+                for text in ("plain", "special", "plain again")
+            ]
+        server.assert_complete()
+    assert answers == ["scripted", "from the function", "This is a reply from the fake OpenAI server."]
+    assert seen == ["plain", "special", "plain again"]
+
+
+def test_respond_raising_is_recorded_as_a_server_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """What the function raises fails ``assert_no_errors`` and the client sees the connection dropped."""
+
+    def respond(request: dict[str, Any]) -> str:
+        raise LookupError("no script for this run")
+
+    with FakeOpenAIServer(respond=respond) as server:
+        with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as own, pytest.raises(openai.APIError):
+            own.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+        with pytest.raises(AssertionError, match="LookupError"):
+            server.assert_no_errors()
+
+
+# --- replies leave at once --------------------------------------------------------------------------
+
+
+def test_a_reply_leaves_the_server_in_one_write(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply's status line, headers and body go out in one write: no part of it waits behind another."""
+    main = threading.main_thread()
+    sent: list[bytes] = []
+
+    def recorded(name: str) -> Callable[..., Any]:
+        write = getattr(socket.socket, name)
+
+        def recording(sock: socket.socket, data: Any, *flags: int) -> Any:
+            if threading.current_thread() is not main:  # the server's handler threads; the client is this one
+                sent.append(bytes(data))
+            return write(sock, data, *flags)
+
+        return recording
+
+    for name in ("send", "sendall"):
+        monkeypatch.setattr(socket.socket, name, recorded(name))
+    status, _, body = post(server, {"model": "m", "messages": messages()})
+    assert status == 200
+    assert len(sent) == 1, [len(data) for data in sent]
+    assert sent[0].startswith(b"HTTP/1.1 200")
+    assert sent[0].endswith(b"\r\n\r\n" + body)
+
+
+def test_every_accepted_connection_sends_small_writes_at_once(server: FakeOpenAIServer) -> None:
+    """TCP_NODELAY is set on the server's side of each connection, so a write (a stream's next chunk, a
+    dripped byte) never waits for the client's delayed ACK of the one before."""
+    host, port = server.base_url.removeprefix("http://").removesuffix("/v1").split(":")
+    connections = []
+    for _ in range(2):
+        connection = http.client.HTTPConnection(host, int(port), timeout=10)
+        connection.request("POST", "/v1/chat/completions", body=json.dumps({"model": "m", "messages": messages()}))
+        connection.getresponse().read()
+        connections.append(connection)  # kept open (keep-alive), so the server still holds its side
+    try:
+        assert server._httpd is not None
+        accepted = list(server._httpd._connections)
+        assert len(accepted) == 2
+        assert all(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for sock in accepted)
+    finally:
+        for connection in connections:
+            connection.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from agentkit import (
     AfterProposal,
@@ -247,3 +247,73 @@ async def test_observers_get_a_result_they_cannot_edit_into_the_callers() -> Non
     caller = ScriptedCaller([call_step(Query(query="a")), done_step()])
     result = await run_tool_loop(caller, Executor[Doc](), search, "ctx", config(), observer=Clears())
     assert len(result.items) == 1
+
+
+class Handle:
+    """An item JSON cannot carry (the state leaves its batches out)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+@tool(tier=Tier.READ_ONLY)
+def handles(args: Query) -> list[Handle]:
+    """Opens handles."""
+    return [Handle(args.query)]
+
+
+class RenamesHandles(Executor[Handle]):
+    def render(self, ctx: object, info: ToolRoundInfo[Handle]) -> Prompt:
+        for batch in info.prior_results:
+            for handle in batch:
+                handle.name = "edited"
+        return super().render(ctx, info)
+
+
+async def test_a_batch_the_state_does_not_keep_is_still_shown_as_the_executors_own_copy() -> None:
+    """Items JSON cannot carry are deep-copied for the executor: its edits do not reach result.items."""
+    script = [call_step(Query(query="a")), done_step()]
+    result = await run_tool_loop(ScriptedCaller(script), RenamesHandles(), handles, "ctx", config())
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert [handle.name for handle in result.items] == ["a"]
+
+
+class Stamped(BaseModel):
+    """An item whose validator refuses a value the tool built around it (``model_construct``)."""
+
+    id: str
+
+    @field_validator("id")
+    @classmethod
+    def _not_stamped(cls, value: str) -> str:
+        if value.startswith("stamped:"):
+            raise ValueError("stamped ids are made by the tool only")
+        return value
+
+
+@tool(tier=Tier.READ_ONLY)
+def stamps(args: Query) -> list[Stamped]:
+    """Stamps documents."""
+    return [Stamped.model_construct(id=f"stamped:{args.query}")]
+
+
+async def test_a_batch_that_does_not_read_back_from_the_state_is_shown_as_a_deep_copy() -> None:
+    """The executor's copy is read back from the state's text; where that fails, it is a deep copy of the items."""
+    executor: Executor[Stamped] = Executor()
+    script = [call_step(Query(query="a")), done_step()]
+    result = await run_tool_loop(ScriptedCaller(script), executor, stamps, "ctx", config())
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    (shown,) = executor.infos[1].prior_results
+    assert [item.id for item in shown] == ["stamped:a"]
+    assert shown[0] is not result.items[0]
+
+
+async def test_the_executor_is_shown_the_batch_as_the_state_keeps_it() -> None:
+    """Each round shows the executor fresh items equal to the tool's, never the tool's own objects."""
+    search = Recording("search", Tier.READ_ONLY)
+    executor: Executor[Doc] = Executor()
+    script = [call_step(Query(query="a")), done_step()]
+    result = await run_tool_loop(ScriptedCaller(script), executor, search, "ctx", config())
+    (shown,) = executor.infos[1].prior_results
+    assert list(shown) == result.items == [Doc(id="search:1")]
+    assert shown[0] is not result.items[0]

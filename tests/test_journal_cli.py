@@ -152,6 +152,52 @@ def test_journal_show_prints_the_rounds_as_a_table(db: str, capsys: pytest.Captu
     assert rows[2].split()[:2] == ["3", "done"]
 
 
+def resumed_run(url: str, decide: str) -> str:
+    """A run that proposes one deletion and stops; the proposal ``decide``d ("approve" or "reject"), then the run
+    resumed to its end; returns the run id."""
+    steps = [call_step(Query(query="stale"), tool="search"), call_step(Target(path="/tmp/a"), tool="delete")]
+
+    async def run() -> str:
+        journal = open_journal(url)
+        try:
+            with JournalObserver(journal) as observer:
+                first = await run_tool_loop_tiered(
+                    ScriptedCaller(steps), Planner(), [search, delete], None, observer=observer
+                )
+            [p] = await journal.pending()
+            if decide == "approve":
+                await journal.approve(p.id, "alice")
+            else:
+                await journal.reject(p.id, "bob", "keep it")
+            await journal.resume(first.run_id, ScriptedCaller([done_step("done")]), Planner(), [search, delete], None)
+            return first.run_id
+        finally:
+            await journal.close()
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize(
+    ("decide", "row"),
+    [
+        ("approve", ["2", "executed", "delete", '{"path":"/tmp/a"}', "irreversible", "1", "-"]),
+        ("reject", ["2", "rejected", "delete", '{"path":"/tmp/a"}', "irreversible", "-", "-"]),
+    ],
+)
+def test_journal_show_lists_what_the_decision_on_a_proposal_did(
+    db: str, capsys: pytest.CaptureFixture[str], decide: str, row: list[str]
+) -> None:
+    """A resumed run's proposed round is followed by a row for its decision: the approved call's execution (its
+    batch, who approved it) or the rejection (who, why); it used to show only ``proposed``."""
+    run_id = resumed_run(db, decide)
+    _, out, _ = cli(capsys, "journal", "show", run_id, "--db", db)
+    rows = out.split("ROUND")[1].splitlines()[1:]
+    assert rows[1].split()[:6] == ["2", "proposed", "delete", '{"path":"/tmp/a"}', "irreversible", "-"]
+    assert rows[2].split()[:7] == row
+    assert rows[2].rstrip().endswith("approved by alice" if decide == "approve" else "rejected by bob: keep it")
+    assert rows[3].split()[:2] == ["3", "done"]
+
+
 def test_proposals_list_shows_the_inbox_and_filters_by_state(db: str, capsys: pytest.CaptureFixture[str]) -> None:
     """list shows every proposal; --state keeps one state."""
     record_run(db, "/tmp/a", "/tmp/b")
@@ -231,6 +277,60 @@ def test_proposals_show_prints_the_call_its_digest_and_its_history(db: str, caps
         ["-", "pending", f"run:{p.run_id}"],
         ["pending", "rejected", "bob"],
     ]
+
+
+def test_an_executed_proposal_is_listed_by_who_approved_it_and_shows_each_step(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Once a worker ran it, ``list``'s BY is still who approved it (it showed the worker); ``show`` has an
+    ``approved:`` line beside ``claimed:``."""
+    record_run(db, "/tmp/a")
+    [p] = inbox(db)
+    cli(capsys, "proposals", "approve", p.id, "--by", "alice", "--db", db)
+
+    async def run_it() -> None:
+        journal = open_journal(db)
+        try:
+            await journal.execute(p.id, delete, worker="vm:12351")
+        finally:
+            await journal.close()
+
+    asyncio.run(run_it())
+    _, out, _ = cli(capsys, "proposals", "list", "--db", db)
+    [row] = out.splitlines()[1:]
+    assert (row.split()[1], row.split()[-1]) == ("executed", "alice")
+    _, out, _ = cli(capsys, "proposals", "show", p.id, "--db", db)
+    approved = re.search(r"^approved:  by alice at (\S+)$", out, re.MULTILINE)
+    assert approved is not None
+    assert ISO_UTC.fullmatch(approved[1])
+    assert re.search(r"^claimed:   by vm:12351 at \S+$", out, re.MULTILINE)
+
+
+def test_proposals_show_says_which_worker_left_a_call_until_when_and_why(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An approved call whose stored digest no longer matches its args: a worker leaves it, and ``show`` has a
+    ``left:`` line naming the worker, until when, and the refusal."""
+    record_run(db, "/tmp/a")
+    [p] = inbox(db)
+    cli(capsys, "proposals", "approve", p.id, "--by", "alice", "--db", db)
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE agentkit_proposals SET digest = ? WHERE id = ?", ("0" * 64, p.id))
+    conn.close()
+
+    async def work() -> list[str]:
+        journal = open_journal(db)
+        try:
+            return (await journal.work([delete], until_empty=True, worker="vm:7")).left
+        finally:
+            await journal.close()
+
+    assert asyncio.run(work()) == [p.id]
+    _, out, _ = cli(capsys, "proposals", "show", p.id, "--db", db)
+    left = re.search(r"^left:      by vm:7 until (\S+): (.+)$", out, re.MULTILINE)
+    assert left is not None, out
+    assert ISO_UTC.fullmatch(left[1])
+    assert p.id in left[2]
 
 
 def test_approve_and_reject_write_the_decision_and_the_name(db: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -11,11 +11,13 @@ import multiprocessing
 import os
 import sqlite3
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from pydantic import BaseModel
 
@@ -40,6 +42,7 @@ from agentkit.journal import (
     TransitionRefused,
     open_journal,
 )
+from agentkit.journal._schema import SCHEMA_VERSION, VERSION_TABLE
 from agentkit.testing import ScriptedCaller, call_step, done_step
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -115,7 +118,11 @@ def fresh_opener(paths: list[str], barrier: Barrier) -> None:
     async def main() -> int:
         for path in paths:
             barrier.wait(timeout=120)
-            journal = open_journal(path)
+            try:
+                journal = open_journal(path)
+            except BaseException:
+                barrier.abort()  # the others fail at once instead of waiting out the barrier's timeout
+                raise
             await journal.close()
         return 0
 
@@ -265,6 +272,25 @@ def test_twelve_processes_opening_a_fresh_sqlite_journal_at_once_all_succeed(tmp
     for process in processes:
         process.join(timeout=180)
     assert [process.exitcode for process in processes] == [0] * openers
+
+
+def test_twelve_processes_opening_a_fresh_postgresql_journal_at_once_all_succeed(
+    new_postgres_url: Callable[[], str],
+) -> None:
+    """Twelve processes create the journal in the same fresh PostgreSQL schema at once, ten times over: every
+    open succeeds, and each schema ends at the current version, created once."""
+    openers = 12
+    urls = [new_postgres_url() for _ in range(10)]
+    barrier = SPAWN.Barrier(openers)
+    processes = [SPAWN.Process(target=fresh_opener, args=(urls, barrier)) for _ in range(openers)]
+    for process in processes:
+        process.start()
+    for process in processes:
+        process.join(timeout=180)
+    assert [process.exitcode for process in processes] == [0] * openers
+    for url in urls:
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute(f"SELECT version FROM {VERSION_TABLE}").fetchall() == [(SCHEMA_VERSION,)]
 
 
 async def test_a_worker_killed_mid_execution_leaves_the_proposal_surfaced_never_rerun(

@@ -383,3 +383,93 @@ async def test_resume_gives_a_ctx_tool_the_resumers_ctx_and_returns_the_typed_an
     assert result.items == ["wiped /srv/old"]
     assert result.answer == Summary(freed="/srv/old")
     assert result.answer_from_closing_round is False
+
+
+def decided_after_the_read(journal: Journal, monkeypatch: pytest.MonkeyPatch, decide: Any) -> None:
+    """The resumer's first read of its approved proposal is followed at once by ``decide(id)``, so the resumer
+    goes on from a stale read, as when a worker or a human acts after ``journal.resume`` read the inbox."""
+    real_get = journal.get
+    done: list[str] = []
+
+    async def stale_get(id: str) -> Any:
+        record = await real_get(id)
+        if not done:
+            done.append(id)
+            await decide(id)
+        return record
+
+    monkeypatch.setattr(journal, "get", stale_get)
+
+
+async def test_a_call_a_worker_claims_after_the_resume_read_the_inbox_is_awaited_and_runs_once(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker claims the approved call after the resume read it: the resumer waits for the worker's outcome
+    and goes on with its batch; the call runs once (it used to end the run TOOL_ERROR, for good)."""
+    global gate
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    gate = asyncio.Event()
+    workers: list[asyncio.Task[Any]] = []
+
+    async def worker_claims(id: str) -> None:
+        workers.append(asyncio.create_task(journal.execute(id, wipe, worker="vm:1")))
+        await entered.wait()
+        assert gate is not None
+        asyncio.get_running_loop().call_later(0.3, gate.set)
+
+    decided_after_the_read(journal, monkeypatch, worker_claims)
+    planner = Planner()
+    result = await journal.resume(run_id, ScriptedCaller([done_step()]), planner, TOOLS, "clean")
+    await workers[0]
+    assert calls == ["search old", "wipe /srv/old"]
+    assert (result.stop_reason, result.items) == (StopReason.EXECUTOR_DONE, ["doc:old", "wiped /srv/old"])
+    assert planner.seen[0].prior_results[1] == ("wiped /srv/old",)
+    record = await journal.get(pending.id)
+    assert (record.state, record.claimed_by) == (ProposalState.EXECUTED, "vm:1")
+    assert (await journal.run(run_id)).status is RunStatus.FINISHED
+
+
+async def test_a_call_rejected_after_the_resume_read_the_inbox_is_settled_as_rejected(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A human rejects the approved call after the resume read it: nothing runs, the executor sees the rejection,
+    and the run goes on to its end (it used to end TOOL_ERROR, for good)."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+
+    async def human_rejects(id: str) -> None:
+        await journal.reject(id, "bob", "changed my mind")
+
+    decided_after_the_read(journal, monkeypatch, human_rejects)
+    planner = Planner()
+    result = await journal.resume(run_id, ScriptedCaller([done_step()]), planner, TOOLS, "clean")
+    assert calls == ["search old"]
+    assert planner.seen[0].prior_calls[1].observation == "rejected by bob: changed my mind"
+    assert (result.stop_reason, result.outcome) == (StopReason.EXECUTOR_DONE, Outcome.APPLIED)
+    assert (await journal.get(pending.id)).state is ProposalState.REJECTED
+    assert (await journal.run(run_id)).status is RunStatus.FINISHED
+
+
+async def test_a_worker_that_dies_holding_the_call_ends_the_resumed_run_naming_what_to_resolve(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker claims the approved call after the resume read it, then dies (its lease runs out, no outcome): the
+    resumer stops waiting, the run ends TOOL_ERROR naming the proposal to resolve, and nothing runs here."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    assert isinstance(journal, SQLJournal)
+
+    async def worker_dies(id: str) -> None:
+        await asyncio.to_thread(journal._claim, id, wipe, "dead:1", None, timedelta(seconds=0.3))
+
+    decided_after_the_read(journal, monkeypatch, worker_dies)
+    result = await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
+    assert calls == ["search old"]
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    assert f"agentkit proposals resolve {pending.id}" in str(result.error)
+    assert "claimed by dead:1" in str(result.error)
+    assert (await journal.get(pending.id)).state is ProposalState.EXECUTING

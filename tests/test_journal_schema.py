@@ -9,10 +9,11 @@ import pytest
 from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, tool
+from agentkit._proposals import canonical_json
 from agentkit.journal import JournalError, JournalUnavailable, ProposalState, SQLiteJournal, open_journal
 from agentkit.journal._postgres import _PostgresConnection
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, render
-from agentkit.journal._sql import Connection, insert_proposal, now
+from agentkit.journal._sql import Connection, now
 from agentkit.journal._sqlite import _SQLiteConnection
 from agentkit.journal._store import SQLJournal
 
@@ -51,7 +52,18 @@ def version_1_journal(url: str, action: ProposedAction[Wipe]) -> str:
             "INSERT INTO agentkit_runs (id, agent, model, config, started_at) VALUES (?, ?, ?, ?, ?)",
             ("old-run", "Janitor", "m", json.dumps({"tools": ["wipe"], "max_rounds": 4}), db.to_db_time(now())),
         )
-        id = insert_proposal(db, action, "run:old-run", now())
+        # The row as version 1 wrote it (today's insert_proposal writes columns a later version added).
+        id, at = "old-proposal", db.to_db_time(now())
+        db.execute(
+            "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
+            "proposed_at) VALUES (?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+            (id, action.tool_name, int(action.tier), canonical_json(action.args), action.digest, "", 2, "old-run", at),
+        )
+        db.execute(
+            "INSERT INTO agentkit_transitions (proposal_id, from_state, to_state, actor, at, note) "
+            "VALUES (?, NULL, 'pending', 'run:old-run', ?, '')",
+            (id, at),
+        )
         db.commit()
     finally:
         db.close()

@@ -7,7 +7,8 @@ PostgreSQL-only behaviour (pool, isolation, LISTEN/NOTIFY, killed connections, p
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -282,3 +283,125 @@ async def test_a_claim_whose_commit_is_unconfirmed_raises_nothing_ran_and_is_han
     handed_back = [(ProposalState.APPROVED, ProposalState.EXECUTING), (ProposalState.EXECUTING, ProposalState.APPROVED)]
     assert moves[2:] == (handed_back if committed else [])
     assert (await journal.execute(id, wipe_tool(ran))).proposal.state is ProposalState.EXECUTED
+
+
+def damage(journal: Journal, id: str, sql: str, *params: object) -> None:
+    """Edit one proposal's row by hand (``sql`` is an ``UPDATE`` whose last parameter is the row's id)."""
+    assert isinstance(journal, SQLJournal)
+    with journal._tx(write=True) as db:
+        db.execute(sql, (*params, id))
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("tier", 9),
+        ("args", '{"target": '),
+        ("args", "[" * 100_000 + "]" * 100_000),
+        ("digest", "0" * 64),
+    ],
+    ids=["tier 9", "args not JSON", "args nested deep", "digest altered"],
+)
+async def test_a_damaged_row_is_left_and_the_next_call_runs(journal: Journal, column: str, value: object) -> None:
+    """A row holding a tier no Tier has, args that do not read back, or another digest: reported LEFT with why,
+    left approved, and the good call behind it runs."""
+    bad, good = await approved(journal, "a"), await approved(journal, "b")
+    damage(journal, bad, f"UPDATE agentkit_proposals SET {column} = ? WHERE id = ?", value)
+    ran: list[str] = []
+    seen: list[Worked] = []
+    report = await journal.work([wipe_tool(ran)], until_empty=True, report=seen.append)
+    assert (ran, report.left, report.executed) == (["b"], [bad], 1)
+    assert [(w.outcome, w.proposal_id) for w in seen] == [(WorkOutcome.LEFT, bad), (WorkOutcome.EXECUTED, good)]
+    assert bad in (seen[0].error or "")
+    assert [p.id for p in await journal.proposals(state=ProposalState.APPROVED)] == [bad]
+
+
+async def test_a_call_approved_before_its_tool_was_retiered_is_left_and_the_others_run(journal: Journal) -> None:
+    """The tool now declares another tier than the call was approved at (TierChanged): LEFT, and the call proposed
+    at the tool's new tier runs; the worker does not stop."""
+    old = await approved(journal, "a")
+    action = ProposedAction[BaseModel].create(
+        tool_name="wipe", tier=Tier.EXTERNAL_REVERSIBLE, args=Wipe(target="b"), round=1, run_id="b"
+    )
+    new = (await journal.propose(action)).id
+    await journal.approve(new, "alice")
+    ran: list[str] = []
+
+    @tool(tier=Tier.EXTERNAL_REVERSIBLE, name="wipe")
+    def retiered(args: Wipe) -> list[str]:
+        ran.append(args.target)
+        return []
+
+    seen: list[Worked] = []
+    report = await journal.work([retiered], until_empty=True, report=seen.append)
+    assert (ran, report.left, report.executed) == (["b"], [old], 1)
+    assert "now declares Tier.EXTERNAL_REVERSIBLE" in (seen[0].error or "")
+    assert (await journal.get(old)).state is ProposalState.APPROVED
+
+
+class Statements:
+    """Every statement a journal's connections run: its text and how many parameters it took."""
+
+    def __init__(self, journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
+        assert isinstance(journal, SQLJournal)
+        self.seen: list[tuple[str, int]] = []
+        for conn in (journal._conn, journal._reader):
+            if conn is None:
+                continue
+            for name in ("query", "execute", "execute_many"):
+                monkeypatch.setattr(conn, name, self._recording(getattr(conn, name)))
+
+    def _recording(self, run: Any) -> Any:
+        def recorded(sql: str, params: Any = ()) -> Any:
+            self.seen.append((sql, len(params)))
+            return run(sql, params)
+
+        return recorded
+
+    def most_parameters(self) -> int:
+        return max(n for _, n in self.seen)
+
+    def longest_text(self) -> int:
+        return max(len(sql) for sql, _ in self.seen)
+
+
+def left_rows(journal: Journal, count: int, prefix: str) -> list[str]:
+    """``count`` approved wipes, older than anything approved after, whose digest does not match their args."""
+    assert isinstance(journal, SQLJournal)
+    ids = [f"{prefix}-{i:05d}" for i in range(count)]
+    with journal._tx(write=True) as db:
+        at = db.to_db_time(datetime(2020, 1, 1, tzinfo=UTC))
+        db.execute_many(
+            "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
+            "proposed_at, approved_by, approved_at) VALUES (?, 'approved', 'wipe', ?, ?, ?, '', 1, ?, ?, 'alice', ?)",
+            [(id, int(Tier.IRREVERSIBLE), '{"target":"x"}', id.ljust(64, "0"), id, at, at) for id in ids],
+        )
+    return ids
+
+
+async def test_two_thousand_left_rows_ahead_of_a_good_call_neither_stop_it_nor_grow_a_statement(
+    journal: Journal, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """2,000 rows that do not check out, all older than one good call: the good call is claimed and runs, each
+    bad row is reported LEFT once, and no statement the worker runs grows with them (measured against one left
+    row)."""
+    statements = Statements(journal, monkeypatch)
+    [one] = left_rows(journal, 1, "one")
+    ran: list[str] = []
+    first = await journal.work([wipe_tool(ran)], until_empty=True)
+    assert (first.left, first.executed) == ([one], 0)
+    measured = list(statements.seen)
+    await approved(journal, "before")
+    statements.seen.clear()
+    assert (await journal.work([wipe_tool(ran)], until_empty=True)).executed == 1
+    statements.seen.extend(measured)
+    parameters, text = statements.most_parameters(), statements.longest_text()
+
+    many = left_rows(journal, 2_000, "many")
+    good = await approved(journal, "good")
+    statements.seen.clear()
+    report = await journal.work([wipe_tool(ran)], until_empty=True)
+    assert ran == ["before", "good"]
+    assert (await journal.get(good)).state is ProposalState.EXECUTED
+    assert (statements.most_parameters(), statements.longest_text()) == (parameters, text)
+    assert sorted(report.left) == many

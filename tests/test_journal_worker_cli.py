@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -109,6 +110,27 @@ def test_worker_runs_the_approved_calls_and_prints_each(workdir: Path) -> None:
     assert lines[-1] == "stopped: 2 executed, 0 failed, 0 not recorded, 0 left"
     assert (workdir / "ran.log").read_text().split() == ["a", "b"]
     assert states(db, ids) == [ProposalState.EXECUTED] * 2
+
+
+def test_a_damaged_row_is_left_and_the_worker_runs_the_next_call(workdir: Path) -> None:
+    """An approved row holding a tier no Tier has: one `left` line naming it, the call after it runs, exit code 0
+    (it used to exit 1 at that row on every start, so no newer call ever ran)."""
+    db = workdir / "journal.db"
+    bad, good = approve(db, "a", "b")
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE agentkit_proposals SET tier = 9 WHERE id = ?", (bad,))
+    conn.close()
+    worker = start_worker(workdir, db, "--until-empty")
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[1].startswith(f"left {bad} wipe: proposal {bad!r} cannot be read: tier 9")
+    assert lines[2:] == [f"executed {good} wipe (1 items)", "stopped: 1 executed, 0 failed, 0 not recorded, 1 left"]
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT id, state, left_note FROM agentkit_proposals ORDER BY proposed_at").fetchall()
+    conn.close()
+    assert [(id, state) for id, state, _ in rows] == [(bad, "approved"), (good, "executed")]
+    assert "tier 9" in rows[0][2]
 
 
 @pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])

@@ -26,7 +26,12 @@ from agentkit.journal import (
     ProposalState,
     TransitionRefused,
 )
-from agentkit.journal._sql import claim_next_statement, claim_statement, lock_proposal_statement
+from agentkit.journal._sql import (
+    claim_left_statement,
+    claim_next_statement,
+    claim_statement,
+    lock_proposal_statement,
+)
 
 
 class Wipe(BaseModel):
@@ -296,12 +301,19 @@ async def test_the_claim_finds_its_row_by_primary_key_whatever_the_statistics(
         at = "2026-01-01T00:00:00Z"
         lock = explain(conn, lock_proposal_statement("postgresql"), ["p77"], mode)
         update = explain(conn, claim_statement(), ["w", at, "t", at, "p77"], mode)
-        following = explain(conn, claim_next_statement("postgresql", tools=1, skip=0), ["w", at, "t", at, "wipe"], mode)
+        claim = ["w", at, "t", at, "wipe"]
+        following = explain(conn, claim_next_statement("postgresql", tools=1), claim, mode)
+        retried = explain(conn, claim_left_statement("postgresql", tools=1), [*claim, at], mode)
     by_key = re.compile(r"Index Scan using agentkit_proposals_pkey on agentkit_proposals +\(")
     for plan in (lock, update):
         assert by_key.search(plan), plan
         assert "agentkit_proposals_state" not in plan, plan
     # The next claim picks its row in a subquery; the update itself then reaches that row by key.
-    assert "FOR UPDATE SKIP LOCKED" in claim_next_statement("postgresql", tools=1, skip=0)
-    assert by_key.search(following), following
-    assert re.search(r"Index Cond: \(id = \$\d+\)", following), following
+    for statement, plan in ((claim_next_statement, following), (claim_left_statement, retried)):
+        assert "FOR UPDATE SKIP LOCKED" in statement("postgresql", tools=1)
+        assert by_key.search(plan), plan
+        assert re.search(r"Index Cond: \(id = \$\d+\)", plan), plan
+    # The next claim reads the approved rows nobody left in the claim's order: however many rows are left, none is
+    # read, and nothing is sorted.
+    assert "Index Scan using agentkit_proposals_claimable" in following, following
+    assert "Sort" not in following, following

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -210,6 +211,31 @@ async def test_the_request_carries_the_schema_once_beside_the_messages(server: F
     assert body["response_format"]["json_schema"]["schema"]["properties"] == {
         "score": {"title": "Score", "type": "integer"}
     }
+
+
+class Lookup(BaseModel):
+    query: str
+
+
+def test_a_step_request_carries_its_schema_compactly_in_every_mode() -> None:
+    """The step schema goes out as compact JSON: no root title beside its name, no stand-in function
+    description, and no indentation where JSON and MD_JSON put it in the prompt."""
+    from agentkit._step import build_step_model
+
+    step = build_step_model(Lookup)
+    schema = step.model_json_schema()
+    compact = json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+    sent = _plan(step, StructuredMode.JSON_SCHEMA).extra["response_format"]["json_schema"]
+    assert sent["name"] == schema["title"]
+    assert sent["schema"] == {key: value for key, value in schema.items() if key != "title"}
+    function = _plan(step, StructuredMode.TOOLS).extra["tools"][0]["function"]
+    assert "description" not in function
+    for mode in (StructuredMode.JSON, StructuredMode.MD_JSON):
+        prompt = "".join(slot.prefix + slot.suffix for slot in _plan(step, mode).template)
+        assert compact in prompt
+        assert json.dumps(schema, indent=2) not in prompt
+    plan = _plan(step, StructuredMode.JSON_SCHEMA)
+    assert plan.extra_json == json.dumps(plan.extra, separators=(",", ":"), ensure_ascii=False)[1:-1]
 
 
 def test_the_request_plan_cache_is_bounded() -> None:

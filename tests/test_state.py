@@ -27,7 +27,7 @@ from agentkit import (
     tool,
 )
 from agentkit._outcome import Outcome
-from agentkit._state import STATE_VERSION, DecisionEntry, EndEntry, RoundEntry, RoundOutcome, json_text
+from agentkit._state import STATE_VERSION, DecisionEntry, EndEntry, RoundEntry, RoundOutcome, json_text, tool_entry
 from agentkit.errors import ResumeRefused
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Executor, rechained
@@ -62,8 +62,20 @@ def rounds(texts: list[str], floats: list[float]) -> list[RoundEntry | DecisionE
     ]
 
 
+class Query(BaseModel):
+    q: str
+
+
+class Target(BaseModel):
+    path: str
+
+
+TOOL_SET = (tool_entry("search", Tier.READ_ONLY, Query), tool_entry("wipe", Tier.IRREVERSIBLE, Target))
+"""The tool set of the states ``state_of`` builds (the tools ``rounds`` calls)."""
+
+
 def state_of(entries: list[RoundEntry | DecisionEntry | EndEntry], run_id: str = "run-1") -> RunCheckpoint:
-    state = RunCheckpoint.start(run_id, LoopConfig(), ())
+    state = RunCheckpoint.start(run_id, LoopConfig(), TOOL_SET)
     for entry in entries:
         state = state.appended(entry)
     return state
@@ -126,6 +138,21 @@ def test_a_state_resealed_by_hand_that_decides_nothing_is_refused() -> None:
     stray = DecisionEntry(round=5, call_digest="e" * 64, approved=True, by="x")
     with pytest.raises(ResumeRefused, match="decides a call of round 5 that no entry before it proposes"):
         state_of([*rounds(["a"], [1.0])[:1], stray]).verify()
+
+
+def test_a_state_resealed_by_hand_with_a_call_to_a_tool_the_run_never_had_is_refused() -> None:
+    """A proposal of a tool outside the run's tool set, sealed with fresh digests: refused as a state that does not
+    hold together (it used to raise ``KeyError`` when the resumed run read its args)."""
+    stray = RoundEntry(
+        round=1,
+        outcome=RoundOutcome.PROPOSED,
+        tool="format_disk",
+        tier=Tier.IRREVERSIBLE,
+        args=json_text({"path": "/"}),
+        call_digest="e" * 64,
+    )
+    with pytest.raises(ResumeRefused, match="call to 'format_disk', which is not in the run's tool set"):
+        state_of([stray]).verify()
 
 
 def test_a_state_of_another_version_is_refused_naming_both_versions() -> None:

@@ -12,8 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel, ValidationError
 
-from agentkit import ToolStep
+from agentkit import Cites, ToolStep
+from agentkit._cites import restricted
 from agentkit._step import ToolCall, build_step_model, schema_name
+from agentkit.providers._strict import strict_schema
+from agentkit.testing._fake_wire import check_strict_schema
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -166,3 +169,146 @@ def test_long_names_stay_distinct() -> None:
     a, b = schema_name("X" * 80 + "a"), schema_name("X" * 80 + "b")
     assert a != b
     assert len(a) <= 64
+
+
+class Answer(BaseModel):
+    """The final answer."""
+
+    text: str
+
+
+SCHEMA_SPECS = [
+    *STEP_SPECS,
+    pytest.param((SearchArgs, Answer, False), id="one tool, with an answer"),
+    pytest.param(((("search", SearchArgs), ("delete", DeleteArgs)), Answer, True), id="a closing round of two tools"),
+]
+
+
+def step_schema(spec: Any) -> dict[str, Any]:
+    if isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[2], bool):
+        tools, answer, closing = spec
+        schema: dict[str, Any] = build_step_model(tools, answer=answer, closing=closing).model_json_schema()
+        return schema
+    built: dict[str, Any] = build_step_model(spec, rationale_max_length=200).model_json_schema()
+    return built
+
+
+def schema_nodes(node: Any) -> list[dict[str, Any]]:
+    """Every schema in ``node`` (itself, its properties, definitions, variants and items), not their values."""
+    if not isinstance(node, dict):
+        return []
+    found = [node]
+    for key in ("properties", "$defs"):
+        for sub in node.get(key, {}).values():
+            found += schema_nodes(sub)
+    for sub in node.get("anyOf", []):
+        found += schema_nodes(sub)
+    for key in ("items", "additionalProperties"):
+        found += schema_nodes(node.get(key))
+    return found
+
+
+@pytest.mark.parametrize("spec", SCHEMA_SPECS)
+def test_each_description_in_the_step_schema_appears_once(spec: Any) -> None:
+    """The step's fields are described once, not per decision variant: no description text repeats."""
+    descriptions = [node["description"] for node in schema_nodes(step_schema(spec)) if "description" in node]
+    assert len(descriptions) == len(set(descriptions)), descriptions
+    schema = step_schema(spec)
+    for variant in decision_variants(schema):
+        assert all("description" not in variant["properties"][name] for name in ("done", "call") if name in variant)
+    assert "description" in schema["properties"]["decision"]
+    assert "description" in schema["properties"]["rationale"]
+
+
+@pytest.mark.parametrize("spec", SCHEMA_SPECS)
+def test_the_step_schema_has_no_titles_but_its_name_and_no_defaults(spec: Any) -> None:
+    """Titles repeat names and the step's defaults are never used (every field is required): neither is sent."""
+    schema = step_schema(spec)
+    nodes = schema_nodes(schema)
+    assert [node["title"] for node in nodes if "title" in node] == [schema["title"]]
+    assert OPENAI_NAME.match(schema["title"])
+    assert not [node for node in nodes if "default" in node]
+    assert not [node for node in nodes if "const" in node and "type" in node]
+
+
+@pytest.mark.parametrize("spec", SCHEMA_SPECS)
+def test_the_step_schema_is_accepted_by_openais_strict_mode(spec: Any) -> None:
+    """Rewritten into the strict subset, the compact step schema passes the strict-mode rules OpenAI applies."""
+    schema = step_schema(spec)
+    strict = strict_schema(schema, schema["title"])
+    check_strict_schema(strict, "step", "response_format")  # raises RequestRejected where OpenAI answers 400
+    done_values = [v for v in schema_nodes(strict) if "enum" in v and isinstance(v["enum"][0], bool)]
+    assert done_values
+    assert all(value["type"] == "boolean" for value in done_values)
+
+
+@pytest.mark.parametrize("spec", SCHEMA_SPECS)
+def test_the_compact_step_schema_still_refuses_a_step_without_a_call_unless_done(spec: Any) -> None:
+    """Without titles, defaults and const types the schema admits exactly what it did: never done=false alone."""
+    validator = jsonschema.Draft202012Validator(step_schema(spec))
+    assert validator.is_valid({"rationale": "", "decision": {"done": True, **answer_of(spec)}})
+    for refused in ({"done": False}, {"done": False, "call": None}, {"done": "true"}, {"done": 1}):
+        assert not validator.is_valid({"rationale": "", "decision": refused}), refused
+
+
+def decision_variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    """The decision's variants: each of its anyOf, or the one it refers to (a closing round's)."""
+    decision = schema["properties"]["decision"]
+    refs = decision.get("anyOf", [decision])
+    return [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] for ref in refs]
+
+
+def answer_of(spec: Any) -> dict[str, Any]:
+    with_answer = isinstance(spec, tuple) and len(spec) == 3 and isinstance(spec[2], bool)
+    return {"answer": {"text": "x"}} if with_answer else {}
+
+
+@pytest.mark.parametrize("spec", STEP_SPECS)
+def test_a_calls_first_step_schema_is_compact_strict_and_cannot_be_done(spec: Any) -> None:
+    """Until ``min_calls`` calls ran the schema has no done variant; it is as compact as any step schema, passes
+    the strict-mode rules, and still admits no step without a call."""
+    schema = build_step_model(spec, calls_first=True).model_json_schema()
+    nodes = schema_nodes(schema)
+    assert [node["title"] for node in nodes if "title" in node] == [schema["title"]]
+    assert not [node for node in nodes if "default" in node or ("const" in node and "type" in node)]
+    descriptions = [node["description"] for node in nodes if "description" in node]
+    assert len(descriptions) == len(set(descriptions)), descriptions
+    check_strict_schema(strict_schema(schema, schema["title"]), "step", "response_format")
+    validator = jsonschema.Draft202012Validator(schema)
+    call: dict[str, Any] = {"query": "x"} if isinstance(spec, type) else {"tool": "search", "args": {"query": "x"}}
+    assert validator.is_valid({"rationale": "", "decision": {"done": False, "call": call}})
+    for refused in ({"done": True}, {"done": False}, {"done": False, "call": None}, {"done": True, "call": call}):
+        assert not validator.is_valid({"rationale": "", "decision": refused}), refused
+
+
+class Doc(BaseModel):
+    id: str
+
+
+class Cited(BaseModel):
+    """An answer that names its sources."""
+
+    source: Cites[Doc]
+    also: list[Cites[Doc]]
+
+
+@pytest.mark.parametrize("ids", [("a-1",), ("a-1", "b-2")], ids=["one id", "two ids"])
+def test_a_citing_answer_keeps_its_ids_in_the_compact_schema_and_in_strict_mode(ids: tuple[str, ...]) -> None:
+    """The ids an answer may cite stay in the compact step schema (a ``const`` for one, an ``enum`` for more),
+    strict mode accepts it with each one typed, and a citation of any other id is outside it."""
+    answer = restricted(Cited, ids)
+    assert answer is not None
+    schema = build_step_model(SearchArgs, answer=answer).model_json_schema()
+    nodes = schema_nodes(schema)
+    allowed = [node.get("enum", [node.get("const")]) for node in nodes if "enum" in node or "const" in node]
+    assert sum(1 for values in allowed if values == list(ids)) == 2  # source, and also's items
+    strict = strict_schema(schema, schema["title"])
+    check_strict_schema(strict, "step", "response_format")
+    done = next(v for v in strict["$defs"].values() if v["properties"].get("done", {}).get("enum") == [True])
+    cited = done["properties"]["answer"]["properties"]
+    assert cited["source"] == cited["also"]["items"] == {"enum": list(ids), "type": "string"}
+    validator = jsonschema.Draft202012Validator(schema)
+    good = {"done": True, "answer": {"source": ids[-1], "also": list(ids)}}
+    assert validator.is_valid({"rationale": "", "decision": good})
+    for bad in ({"source": "z-9", "also": []}, {"source": ids[0], "also": ["z-9"]}):
+        assert not validator.is_valid({"rationale": "", "decision": {"done": True, "answer": bad}}), bad

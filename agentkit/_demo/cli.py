@@ -48,7 +48,7 @@ from agentkit._results import ToolLoopResult
 from agentkit._state import DecisionEntry
 from agentkit._structured import StructuredCaller
 from agentkit._tools import FunctionTool
-from agentkit.errors import AgentkitError, ProviderError, UsageError
+from agentkit.errors import AgentkitError, JournalUnavailable, ProviderError, UsageError
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunRecord, RunStatus, open_journal
 from agentkit.journal.cli import DEFAULT_DB
 from agentkit.providers.local import MODELS, ChunkedModel
@@ -160,9 +160,21 @@ def _handle(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
     out = sys.stdout
-    async with open_journal(args.db) as journal:
-        db = _db_flag(args.db)
-        mode = _mode_flags(args)
+    db, mode = _db_flag(args.db), _mode_flags(args)
+    try:
+        # A resume continues a run some journal holds: it never creates one (a mistyped --db would be an empty
+        # journal, and the run to continue silently "not there").
+        opened = open_journal(args.db, create=not args.resume)
+    except JournalUnavailable as missing:
+        if not args.resume:
+            raise
+        print(
+            f"agentkit demo: nothing to resume: {missing}; run `agentkit demo{mode}{db}` first, then decide its "
+            "proposal",
+            file=sys.stderr,
+        )
+        return 2
+    async with opened as journal:
         if args.resume and await _waiting_run(journal, db, mode) is None:
             return 2
         if args.scripted:

@@ -19,6 +19,7 @@ from agentkit.journal._errors import (
     TransitionRefused,
     UnknownId,
 )
+from agentkit.journal._grants import GrantRecord, GrantState
 from agentkit.journal._postgres import PostgresJournal
 from agentkit.journal._records import (
     Execution,
@@ -40,6 +41,8 @@ __all__ = [
     "DEFAULT_STUCK_AFTER",
     "DigestMismatch",
     "Execution",
+    "GrantRecord",
+    "GrantState",
     "Journal",
     "JournalError",
     "JournalObserver",

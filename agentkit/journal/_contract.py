@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar, overload
 
@@ -12,10 +12,12 @@ from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._events import Event
+from agentkit._grants import Grant
 from agentkit._proposals import ProposedAction
-from agentkit._tools import NO_CTX, ContextTool, NoCtx, Tool
+from agentkit._tools import NO_CTX, AnyTool, ContextTool, NoCtx, Tool
 from agentkit.errors import UsageError
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
+from agentkit.journal._grants import GrantRecord
 from agentkit.journal._lease import DEFAULT_LEASE
 from agentkit.journal._records import (
     Checkpointed,
@@ -97,12 +99,39 @@ class Journal(Protocol):
         """Every state change of a proposal, with who and when."""
         ...
 
-    async def approve(self, id: str, approved_by: str) -> ProposalRecord:
-        """pending -> approved."""
+    async def approve(
+        self,
+        id: str,
+        approved_by: str,
+        *,
+        args: BaseModel | Mapping[str, Any] | None = None,
+        args_type: type[BaseModel] | None = None,
+        verified_as: str | None = None,
+    ) -> ProposalRecord:
+        """pending -> approved; with ``args``, the call amended (its own digest, its lineage kept)."""
         ...
 
-    async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
+    async def reject(self, id: str, rejected_by: str, reason: str, *, verified_as: str | None = None) -> ProposalRecord:
         """pending or approved -> rejected."""
+        ...
+
+    require_verified_approver: bool
+    """This client refuses a person's decision whose name is not the identity the journal can vouch for."""
+
+    async def require_verified_approvers(self, required: bool = True) -> None:
+        """Make every client of this journal refuse unverified decisions (kept in the journal)."""
+        ...
+
+    async def grant(self, grant: Grant, *, tool: AnyTool) -> GrantRecord:
+        """Keep a standing grant: proposals recorded from now on that match it are approved by ``grant:<id>``."""
+        ...
+
+    async def grants(self) -> list[GrantRecord]:
+        """Every grant, oldest first, with its uses and state."""
+        ...
+
+    async def revoke_grant(self, id: str, revoked_by: str, reason: str) -> GrantRecord:
+        """Stop a grant approving anything."""
         ...
 
     @overload
@@ -249,7 +278,13 @@ class Journal(Protocol):
         ...
 
 
-def open_journal(url: str | os.PathLike[str], *, create: bool = True, in_memory: bool = False) -> Journal:
+def open_journal(
+    url: str | os.PathLike[str],
+    *,
+    create: bool = True,
+    in_memory: bool = False,
+    require_verified_approver: bool = False,
+) -> Journal:
     """Open the journal at ``url``: a ``postgresql://`` URL, or else the path of a SQLite file.
 
     Args:
@@ -258,6 +293,9 @@ def open_journal(url: str | os.PathLike[str], *, create: bool = True, in_memory:
         create: Create the database's schema (and a SQLite file) when missing; ``False`` refuses
             instead, as the command line does.
         in_memory: Open SQLite's ``":memory:"`` database (``url`` must be ``":memory:"``).
+        require_verified_approver: This client refuses a person's decision whose name is not the
+            identity the journal can vouch for (PostgreSQL's ``session_user``, the OS user with SQLite);
+            ``journal.require_verified_approvers()`` makes every client do so.
 
     Raises:
         UsageError: an empty path, or ``":memory:"`` without ``in_memory=True``.
@@ -269,7 +307,11 @@ def open_journal(url: str | os.PathLike[str], *, create: bool = True, in_memory:
             raise UsageError("in_memory=True is for SQLite's ':memory:' database, not a PostgreSQL URL")
         from agentkit.journal._postgres import PostgresJournal
 
-        return PostgresJournal(target, create=create)
-    from agentkit.journal._sqlite import SQLiteJournal
+        opened: Journal = PostgresJournal(target, create=create)
+    else:
+        from agentkit.journal._sqlite import SQLiteJournal
 
-    return SQLiteJournal(target, create=create, in_memory=in_memory)
+        opened = SQLiteJournal(target, create=create, in_memory=in_memory)
+    if require_verified_approver:
+        opened.require_verified_approver = True
+    return opened

@@ -12,8 +12,8 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from datetime import datetime, timedelta
+from typing import Any, Generic, TypeVar, overload
 
 import tenacity
 from pydantic import BaseModel, ValidationError
@@ -34,19 +34,27 @@ from agentkit.journal._inbox import AT, HINTS, Inbox
 from agentkit.journal._lease import DEFAULT_LEASE, Renewal, check_lease
 from agentkit.journal._records import Execution, ProposalRecord, ProposalState
 from agentkit.journal._sql import (
+    Connection,
     batch_text,
+    claim_left_statement,
     claim_next_statement,
     claim_statement,
+    leave_statement,
     log_transition,
     now,
     proposal_of,
 )
 from agentkit.journal._storage import CommitUnconfirmed, DatabaseFailed, named, worker_name
 
-if TYPE_CHECKING:
-    pass
-
-__all__ = ["DEFAULT_STUCK_AFTER", "OUTCOME_ATTEMPTS", "Claim", "Executions", "Unrunnable"]
+__all__ = [
+    "DEFAULT_STUCK_AFTER",
+    "LEFT_RETRY_FIRST",
+    "LEFT_RETRY_MAX",
+    "OUTCOME_ATTEMPTS",
+    "Claim",
+    "Executions",
+    "Left",
+]
 
 Args = TypeVar("Args", bound=BaseModel)
 Ctx = TypeVar("Ctx")
@@ -71,13 +79,25 @@ class Claim(Generic[Args]):
     lease: timedelta
 
 
-class Unrunnable(Exception):
-    """The next approved proposal cannot be run by this tool set; the claim was rolled back, it stays approved."""
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Left:
+    """An approved proposal a claim set aside: its stored call does not check out against this worker's tool."""
 
-    def __init__(self, id: str, error: JournalError) -> None:
-        super().__init__(str(error))
-        self.id = id
-        self.error = error
+    id: str
+    tool_name: str
+    why: str
+    """The refusal, naming the row."""
+
+
+LEFT_RETRY_FIRST = timedelta(minutes=1)
+"""How long no worker claims a proposal after it was first left; each time it is left again, as long as it has
+been left so far (doubling), at most ``LEFT_RETRY_MAX``: a worker of another version may run it, and a row left
+for good costs a claim now and then."""
+LEFT_RETRY_MAX = timedelta(hours=1)
+
+LEFT_PER_TRANSACTION = 64
+"""Most rows one claim's transaction leaves before it commits (and the worker looks again): rows left behind
+cost a commit per this many, and one transaction stays short."""
 
 
 class Executions(Inbox):
@@ -139,29 +159,51 @@ class Executions(Inbox):
             return Claim(record=self._fetch(db, id), args=args, token=token, worker=worker, lease=lease)
 
     def _claim_next(
-        self, tools: Mapping[str, AnyTool], worker: str, lease: timedelta, skip: frozenset[str]
-    ) -> Claim[Any] | None:
-        """Claim the oldest approved proposal for one of ``tools`` in one statement; ``None``: there is none.
+        self, tools: Mapping[str, AnyTool], worker: str, lease: timedelta
+    ) -> tuple[Claim[Any] | None, list[Left]]:
+        """Claim the oldest approved proposal for one of ``tools``, one statement a try; the claim (``None``: there
+        was none, or no claim yet after ``LEFT_PER_TRANSACTION`` rows left: look again), and the rows left.
 
-        Raises ``Unrunnable`` (rolled back, the proposal stays approved) when the stored call does
-        not check out against the tool of that name, and ``NothingRan`` when the database failed.
+        The approved proposals nobody left come first; then the left ones whose ``left_until`` has come.
+        A claimed row whose stored call does not check out against its tool (whatever the refusal: a
+        tier that changed or does not read, another digest, args that do not validate) is handed back
+        and left in the same transaction: it stays approved, no worker claims it before its
+        ``left_until``, and its ``Left`` says why. Raises ``NothingRan`` when the database failed.
         """
         token = uuid.uuid4().hex
+        left: list[Left] = []
         with self._claiming(token, worker), self._tx(write=True) as db:
             at = now()
-            sql = claim_next_statement(db.dialect, tools=len(tools), skip=len(skip))
-            params = (worker, db.to_db_time(at), token, db.to_db_time(at + lease), *tools, *sorted(skip))
-            rows = db.query(sql, params)
-            if not rows:
-                return None
-            record = proposal_of(db, rows[0])
-            try:
-                args = self._checked_args(record, tools[record.tool_name])
-            except (JournalError, UsageError) as refused:
-                error = refused if isinstance(refused, JournalError) else JournalError(str(refused))
-                raise Unrunnable(record.id, error) from refused
-            log_transition(db, record.id, ProposalState.APPROVED, ProposalState.EXECUTING, worker, at, "")
-            return Claim(record=record, args=args, token=token, worker=worker, lease=lease)
+            claim = (worker, db.to_db_time(at), token, db.to_db_time(at + lease), *tools)
+            while len(left) < LEFT_PER_TRANSACTION:
+                # A savepoint, so that a row that does not check out is handed back as it was (its claim undone,
+                # no approval announced) and set aside in the same transaction.
+                db.execute("SAVEPOINT agentkit_claim")
+                rows = db.query(claim_next_statement(db.dialect, tools=len(tools)), claim)
+                if not rows:
+                    rows = db.query(claim_left_statement(db.dialect, tools=len(tools)), (*claim, db.to_db_time(at)))
+                if not rows:
+                    break
+                record = proposal_of(db, rows[0], lenient=True)
+                try:
+                    if record.unreadable is not None:
+                        raise JournalError(record.unreadable)
+                    args = self._checked_args(record, tools[record.tool_name])
+                except Exception as refused:  # a stored row is data: whatever its check raises refuses it alone
+                    db.execute("ROLLBACK TO SAVEPOINT agentkit_claim")
+                    left.append(self._leave(db, record, worker, at, str(refused) or type(refused).__name__))
+                    continue
+                log_transition(db, record.id, ProposalState.APPROVED, ProposalState.EXECUTING, worker, at, "")
+                return Claim(record=record, args=args, token=token, worker=worker, lease=lease), left
+        return None, left
+
+    def _leave(self, db: Connection, record: ProposalRecord, worker: str, at: datetime, why: str) -> Left:
+        """Set an approved proposal aside: no claim takes it for as long as it has been left (``LEFT_RETRY_FIRST``
+        at first, ``LEFT_RETRY_MAX`` at most)."""
+        first = record.left_at or at
+        wait = min(max(at - first, LEFT_RETRY_FIRST), LEFT_RETRY_MAX)
+        db.execute(leave_statement(), (worker, db.to_db_time(at), db.to_db_time(at + wait), why, record.id))
+        return Left(id=record.id, tool_name=record.tool_name, why=why)
 
     @contextmanager
     def _claiming(self, token: str, worker: str) -> Iterator[None]:

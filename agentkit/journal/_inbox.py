@@ -9,10 +9,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentkit._proposals import ProposedAction
+from agentkit.journal._amend import amendment_sets
 from agentkit.journal._errors import TransitionRefused
+from agentkit.journal._grants import record_proposal
 from agentkit.journal._records import ProposalRecord, ProposalState, Transition
-from agentkit.journal._sql import insert_proposal, log_transition, now, proposal_of, transition_of
+from agentkit.journal._sql import (
+    VERIFIED_APPROVER,
+    log_transition,
+    now,
+    proposal_of,
+    transition_of,
+    verification_required,
+    vouched,
+)
 from agentkit.journal._storage import Storage, check_limit, named
 
 __all__ = ["AT", "HINTS", "Inbox"]
@@ -32,6 +44,10 @@ AT = object()
 
 class Inbox(Storage):
     """Proposals and the decisions people make on them."""
+
+    require_verified_approver: bool = False
+    """Refuse a person's decision (approve, reject, resolve) whose name is not the identity the journal
+    can vouch for (``vouched``, or ``verified_as``); nothing changes."""
 
     def _get(self, id: str) -> ProposalRecord:
         with self._tx(write=False) as db:
@@ -67,9 +83,18 @@ class Inbox(Storage):
         actor: str,
         note: str,
         sets: Mapping[str, object],
+        verified_as: str | None = None,
     ) -> ProposalRecord:
         at = now()
         with self._tx(write=True) as db:
+            verified = verified_as or vouched(db)
+            if verified != actor and (self.require_verified_approver or verification_required(db)):
+                raise TransitionRefused(
+                    f"cannot {verb} proposal {id!r} as {actor!r}: this journal requires the name given to be the "
+                    f"identity it can verify, {verified!r} (require_verified_approver); nothing changed",
+                    id=id,
+                    state="",
+                )
             before = self._fetch(db, id).state
             if before not in allowed:
                 states = " or ".join(s.value for s in allowed)
@@ -89,24 +114,52 @@ class Inbox(Storage):
                 raise TransitionRefused(
                     f"cannot {verb} proposal {id!r}: it changed meanwhile; look again", id=id, state=""
                 )
-            log_transition(db, id, before, after, actor, at, note)
+            log_transition(db, id, before, after, actor, at, note, verified)
             return self._fetch(db, id)
 
-    def _approve(self, id: str, approved_by: str) -> ProposalRecord:
+    def _approve(
+        self,
+        id: str,
+        approved_by: str,
+        args: BaseModel | Mapping[str, Any] | None = None,
+        args_type: type[BaseModel] | None = None,
+        verified_as: str | None = None,
+    ) -> ProposalRecord:
         by = named(approved_by, "approved_by")
-        sets = {"approved_by": by, "approved_at": AT}
-        return self._move(id, "approve", (ProposalState.PENDING,), ProposalState.APPROVED, by, "", sets)
+        sets: dict[str, object] = {"approved_by": by, "approved_at": AT}
+        note = ""
+        if args is not None:
+            record = self._get(id)
+            if record.state is ProposalState.PENDING:
+                # Validated before the transaction; the move then checks it is still pending, and only
+                # leaving pending changes a proposal's args, so they are the args amended here.
+                amendment, fields = amendment_sets(record, args, args_type, by)
+                sets |= amendment
+                note = f"amended: {', '.join(fields)}" if fields else ""
+        return self._move(id, "approve", (ProposalState.PENDING,), ProposalState.APPROVED, by, note, sets, verified_as)
 
-    def _reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
+    def _reject(self, id: str, rejected_by: str, reason: str, verified_as: str | None = None) -> ProposalRecord:
         by, why = named(rejected_by, "rejected_by"), named(reason, "reason")
         sets = {"rejected_by": by, "rejected_at": AT, "reason": why}
         allowed = (ProposalState.PENDING, ProposalState.APPROVED)
-        return self._move(id, "reject", allowed, ProposalState.REJECTED, by, why, sets)
+        return self._move(id, "reject", allowed, ProposalState.REJECTED, by, why, sets, verified_as)
 
     def _propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
         actor = proposed_by or (f"run:{action.run_id}" if action.run_id else "api")
         with self._tx(write=True) as db:
-            return self._fetch(db, insert_proposal(db, action, actor, now()))
+            return self._fetch(db, record_proposal(db, action, actor, now()))
+
+    def _set_required(self, required: bool) -> None:
+        with self._tx(write=True) as db:
+            db.execute("DELETE FROM agentkit_settings WHERE name = ?", (VERIFIED_APPROVER,))
+            if required:
+                db.execute("INSERT INTO agentkit_settings (name, value) VALUES (?, 'on')", (VERIFIED_APPROVER,))
+
+    async def require_verified_approvers(self, required: bool = True) -> None:
+        """Make every client of this journal refuse a person's decision whose name is not the identity the
+        journal can vouch for (``Transition.verified``); kept in the journal, so a client cannot skip it
+        by leaving ``require_verified_approver`` off. ``False`` lifts it."""
+        await self._call(self._set_required, required)
 
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
         """Put a proposal in the inbox as ``pending``.
@@ -133,10 +186,39 @@ class Inbox(Storage):
         """Every state change of the proposal, in order, with who and when."""
         return await self._read(self._history, id)
 
-    async def approve(self, id: str, approved_by: str) -> ProposalRecord:
-        """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing."""
-        return await self._call(self._approve, id, approved_by)
+    async def approve(
+        self,
+        id: str,
+        approved_by: str,
+        *,
+        args: BaseModel | Mapping[str, Any] | None = None,
+        args_type: type[BaseModel] | None = None,
+        verified_as: str | None = None,
+    ) -> ProposalRecord:
+        """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing.
 
-    async def reject(self, id: str, rejected_by: str, reason: str) -> ProposalRecord:
-        """pending or approved -> rejected (final)."""
-        return await self._call(self._reject, id, rejected_by, reason)
+        Args:
+            id: The proposal.
+            approved_by: Who approves.
+            args: Amended args: a value of the tool's args type, or a mapping of the fields to change
+                (merged over the proposed args). The entry then holds the amended call, with its own
+                digest (the one a worker checks and runs), and its lineage: ``original_args_json``,
+                ``original_digest``, ``amended_by`` and ``amended_fields``. Args equal to the proposed
+                ones approve the call as proposed.
+            args_type: The tool's args type, to validate a mapping as; by default the type the call was
+                proposed as (``ProposalRecord.args_type``), imported.
+            verified_as: Who an authenticating front end (the web inbox, by its reviewer's token) vouches is
+                deciding; by default the journal's own (``session_user``, or the OS user with SQLite). The
+                transition records it beside ``approved_by`` (``Transition.verified``).
+
+        Raises:
+            TransitionRefused: the proposal is not pending (amending a decided proposal included), or the
+                journal requires a verified approver and ``approved_by`` is not the verified identity.
+            ApprovalError: the amended args name a field the args type lacks, do not validate as it, or
+                the args type cannot be imported or is not the call's. Nothing changed.
+        """
+        return await self._call(self._approve, id, approved_by, args, args_type, verified_as)
+
+    async def reject(self, id: str, rejected_by: str, reason: str, *, verified_as: str | None = None) -> ProposalRecord:
+        """pending or approved -> rejected (final); ``verified_as`` as for ``approve``."""
+        return await self._call(self._reject, id, rejected_by, reason, verified_as)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from pydantic import BaseModel
 
 from agentkit._outcome import Outcome, StopReason
-from agentkit._proposals import validate_args
+from agentkit._proposals import Evidence, validate_args
 from agentkit._tiers import Tier
 from agentkit._usage import Usage
 from agentkit.errors import ToolError
@@ -98,6 +98,10 @@ class Transition:
     """When (UTC)."""
     note: str = ""
     """The rejection reason, the resolution note, or the error of a failed execution."""
+    verified: str | None = None
+    """For a person's decision: who the journal could vouch made it (PostgreSQL's ``session_user``, the
+    operating-system user with SQLite, or the reviewer an authenticating front end names); ``actor``
+    is the name given. ``None`` for the changes of workers, runs and grants."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -152,10 +156,31 @@ class ProposalRecord:
     resolved_at: datetime | None = None
     note: str | None = None
     """The resolution note."""
+    left_by: str | None = None
+    """The worker that last left it: the stored call did not check out against its tool (it stays approved)."""
+    left_at: datetime | None = None
+    """When a worker first left it (UTC)."""
+    left_until: datetime | None = None
+    """Until when no worker claims it (UTC), while it is left; then one tries it again (``None``: not left)."""
+    left_note: str | None = None
+    """Why it was last left: the refusal, naming the row."""
     unreadable: str | None = None
     """Set on a row a listing could not read (edited by hand or damaged): why, naming the row. Its
     unreadable fields hold placeholders (``Tier.IRREVERSIBLE``, the epoch); ``get`` and every change
     of it raise ``JournalError`` with this message."""
+    args_type: str | None = None
+    """The args type the call was proposed as, ``module:qualname`` (what an amendment is validated as)."""
+    original_args_json: str | None = None
+    """Set when the approver amended the call: the args as proposed (``args_json`` holds the amended ones)."""
+    original_digest: str | None = None
+    """Set when amended: the digest as proposed (``digest`` is the amended call's, the one that may run)."""
+    amended_by: str | None = None
+    """Who amended the call (the approver)."""
+    amended_fields: tuple[str, ...] = ()
+    """The args fields the approver changed, sorted."""
+    evidence: Evidence | None = None
+    """What the executor had seen when it proposed the call: the rounds and calls before it, by reference
+    (``None``: not recorded, as by an earlier agentkit)."""
 
     @property
     def args(self) -> dict[str, Any]:

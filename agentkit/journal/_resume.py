@@ -9,16 +9,17 @@ runs once whoever else tries; and a ``JournalObserver`` of this journal records 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import suppress
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from agentkit._approval import Approval, Rejection
-from agentkit._codec import Codec
+from agentkit._approval import Amendment, Approval, Rejection
+from agentkit._codec import Codec, decoded_args
 from agentkit._observe import ObserverArg
+from agentkit._proposals import ProposedAction
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import RoundEntry, RunCheckpoint
 from agentkit._tools import AnyTool, ContextTool, Tool
@@ -65,8 +66,9 @@ async def resume(
     # The recorder of the resumed leg holds the run, with its own lease mechanism (as it holds a first leg).
     recorder = JournalObserver(journal, lease=lease, holder=worker)
 
-    async def run_approved(approval: Approval[Any], tool: Tool[Any, Any], ctx: Any) -> Sequence[Any]:
-        return await _run_approved(journal, ids[approval.id], tool, ctx, worker=worker, lease=lease, observer=observer)
+    async def run_approved(approval: Approval[Any], tool: Tool[Any, Any], ctx: Any) -> Sequence[Any] | Rejection[Any]:
+        id = ids[approval.id]
+        return await _run_approved(journal, approval, id, tool, ctx, worker=worker, lease=lease, observer=observer)
 
     loop = ToolLoop(caller, agent, tools, observer=observer, answer=answer)
     prepared = loop.prepared(
@@ -127,15 +129,27 @@ def _decisions(
             case ProposalState.APPROVED | ProposalState.EXECUTED | ProposalState.FAILED:
                 # Approved: it runs through the journal's claim; executed or failed: a worker (or a resumer
                 # that died after) ran it, and its recorded outcome is the call's result.
-                approval = Approval(proposal=action, approved_by=record.approved_by or "", digest=record.digest)
+                approval = _approval_of(record, action, codec)
                 ids[approval.id] = record.id
                 decisions.append(approval)
     return decisions, ids
 
 
+def _approval_of(record: ProposalRecord, action: ProposedAction[Any], codec: Codec) -> Approval[Any]:
+    """The inbox's approval of ``action``: of the amended call, with its lineage, when the approver amended it."""
+    by = record.approved_by or ""
+    if record.original_digest is None:
+        return Approval(proposal=action, approved_by=by, digest=record.digest)
+    args = decoded_args(codec, record.tool_name, record.args_json)
+    call = action.model_copy(update={"args": args, "digest": record.digest})
+    amendment = Amendment(original=action, amended_by=record.amended_by or by, fields=record.amended_fields)
+    return Approval(proposal=call, approved_by=by, digest=record.digest, amendment=amendment)
+
+
 def _entry(run_id: str, wanted: RoundEntry, proposals: list[ProposalRecord]) -> ProposalRecord:
     """The inbox entry of a checkpoint's proposal: the open one, else the latest."""
-    same = [p for p in proposals if p.round == wanted.round and p.digest == wanted.call_digest]
+    # An amended entry holds the amended call; the call the run proposed is its original.
+    same = [p for p in proposals if p.round == wanted.round and wanted.call_digest in (p.digest, p.original_digest)]
     if not same:
         raise ResumeRefused(
             f"run {run_id!r}: its proposed call to {wanted.tool}!r in round {wanted.round} (digest "
@@ -148,6 +162,7 @@ def _entry(run_id: str, wanted: RoundEntry, proposals: list[ProposalRecord]) -> 
 
 async def _run_approved(
     journal: SQLJournal,
+    approval: Approval[Any],
     id: str,
     tool: Tool[Any, Any],
     ctx: Any,
@@ -155,29 +170,78 @@ async def _run_approved(
     worker: str,
     lease: timedelta,
     observer: ObserverArg,
-) -> Sequence[Any]:
-    """The approved call's batch: run now through the claim, or as recorded when it already ran."""
-    record = await journal.get(id)
-    if record.state is ProposalState.APPROVED:
-        execution = await journal.execute(id, tool, ctx=ctx, worker=worker, lease=lease, observer=observer)
-        if execution.error is not None:
-            raise execution.error
-        return execution.batch
-    if record.state is ProposalState.EXECUTED:
-        try:
-            return Codec({tool.name: tool}).decode_batch(tool.name, record.batch_json or "[]")
-        except (ValueError, ValidationError) as invalid:
-            raise ToolError(
-                f"proposal {id!r} was executed, but its recorded batch does not read back as {tool.name!r}'s items: "
-                f"{invalid}",
-                tool_name=tool.name,
-            ) from invalid
-    if record.state is ProposalState.FAILED:
+) -> Sequence[Any] | Rejection[Any]:
+    """What became of the approved call: its batch (run now through the claim, or as recorded when it already
+    ran), or the rejection it got instead.
+
+    The run read the inbox before it was held; since then a worker may have claimed the call (its outcome is
+    awaited while the worker's claim is live, then read as recorded) or a human rejected it (the run settles
+    the rejection). Either way the run goes on with what was decided.
+    """
+    refused: TransitionRefused | None = None
+    for pause in _polls():
+        record = await journal.get(id)
+        match record.state:
+            case ProposalState.APPROVED if refused is None:
+                try:
+                    execution = await journal.execute(id, tool, ctx=ctx, worker=worker, lease=lease, observer=observer)
+                except TransitionRefused as moved:  # claimed or decided between the read and the claim
+                    refused = moved
+                    continue
+                if execution.error is not None:
+                    raise execution.error
+                return execution.batch
+            case ProposalState.EXECUTING:
+                _check_live(record, tool)
+                await asyncio.sleep(pause)
+            case ProposalState.EXECUTED:
+                return _recorded_batch(record, tool)
+            case ProposalState.FAILED:
+                raise ToolError(
+                    f"the approved call to {tool.name!r} (proposal {id}) failed: {record.error}", tool_name=tool.name
+                )
+            case ProposalState.REJECTED:
+                return Rejection(
+                    proposal=approval.proposal,
+                    rejected_by=record.rejected_by or "",
+                    digest=record.digest,
+                    reason=record.reason or "",
+                )
+            case _:  # pending (never, once approved), or approved again after the claim was refused
+                raise refused or TransitionRefused(
+                    f"proposal {id!r} is {record.state.value} now; it was decided otherwise while the run resumed",
+                    id=id,
+                    state=record.state.value,
+                )
+    raise AssertionError("unreachable: _polls never ends")
+
+
+def _polls() -> Iterator[float]:
+    """Pauses between reads of a call another worker runs: 50 ms at first, doubling, at most 1 s."""
+    pause = 0.05
+    while True:
+        yield pause
+        pause = min(pause * 2, 1.0)
+
+
+def _check_live(record: ProposalRecord, tool: Tool[Any, Any]) -> None:
+    """A call another worker runs is awaited while that worker's claim is live; once its lease ran out, the
+    worker is gone and the call's outcome unknown: the run ends on it (resolve the proposal)."""
+    if record.lease_until is not None and record.lease_until < datetime.now(UTC):
         raise ToolError(
-            f"the approved call to {tool.name!r} (proposal {id}) failed: {record.error}", tool_name=tool.name
+            f"the approved call to {tool.name!r} (proposal {record.id}) was claimed by {record.claimed_by}, whose "
+            f"lease ran out at {record.lease_until.isoformat()} before it recorded an outcome: whether it ran is "
+            f"unknown; check, then `agentkit proposals resolve {record.id} ...`",
+            tool_name=tool.name,
         )
-    raise TransitionRefused(
-        f"proposal {id!r} is {record.state.value} now; it was decided otherwise while the run resumed",
-        id=id,
-        state=record.state.value,
-    )
+
+
+def _recorded_batch(record: ProposalRecord, tool: Tool[Any, Any]) -> Sequence[Any]:
+    try:
+        return Codec({tool.name: tool}).decode_batch(tool.name, record.batch_json or "[]")
+    except (ValueError, ValidationError) as invalid:
+        raise ToolError(
+            f"proposal {record.id!r} was executed, but its recorded batch does not read back as {tool.name!r}'s "
+            f"items: {invalid}",
+            tool_name=tool.name,
+        ) from invalid

@@ -20,6 +20,7 @@ from agentkit._state import RunCheckpoint
 from agentkit.errors import ResumeRefused
 from agentkit.journal._errors import RunClaimed
 from agentkit.journal._events import event_data
+from agentkit.journal._grants import record_proposal
 from agentkit.journal._records import Checkpointed, Hold, ProposalRecord, RoundEntry, RunRecord
 from agentkit.journal._sql import (
     Busy,
@@ -32,7 +33,6 @@ from agentkit.journal._sql import (
     folded,
     hold_runs_statement,
     insert_fork,
-    insert_proposal,
     insert_run,
     now,
     proposal_of,
@@ -144,7 +144,7 @@ class Runs(Storage):
             case RunStarted():
                 insert_run(db, event, at, hold)
             case ProposalCaptured():
-                data["proposal_id"] = insert_proposal(db, event.proposal, f"run:{event.run_id}", at)
+                data["proposal_id"] = record_proposal(db, event.proposal, f"run:{event.run_id}", at)
             case RunFinished():
                 finish_run(db, event, at)
             case RunAborted():

@@ -239,7 +239,61 @@ _V5: tuple[Statement, ...] = (
     "ALTER TABLE agentkit_runs ADD COLUMN forked_at INTEGER",
 )
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5)
+# Version 6: an approved proposal whose stored call does not check out against a worker's tool (another digest,
+# a tier that changed or does not read, args that do not validate) is left: who left it, when first, why, and
+# until when no worker claims it (``left_until``, pushed further each time it is left again). Claims read the
+# approved rows nobody left, in order, from an index of their own, so rows left behind cost a claim nothing; the
+# left rows whose time has come are retried from a second index.
+_V6: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_proposals ADD COLUMN left_by TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN left_at {ts}",
+    "ALTER TABLE agentkit_proposals ADD COLUMN left_until {ts}",
+    "ALTER TABLE agentkit_proposals ADD COLUMN left_note TEXT",
+    "CREATE INDEX agentkit_proposals_claimable ON agentkit_proposals (proposed_at, id) "
+    "WHERE state = 'approved' AND left_until IS NULL",
+    "CREATE INDEX agentkit_proposals_left ON agentkit_proposals (left_until, id) "
+    "WHERE state = 'approved' AND left_until IS NOT NULL",
+)
+
+# Version 7: an approver may amend a proposal's args as they approve it. The row then holds the
+# amended call (its args and digest, which a worker checks and runs) and its lineage: the args and
+# digest as proposed, who amended them and which fields changed. ``args_type`` names the args
+# type (``module:qualname``) the proposing process validated the call as, so that an amendment made
+# where only the journal is at hand (the CLI, the inbox) is validated as the same type.
+_V7: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_proposals ADD COLUMN args_type TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN original_args TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN original_digest TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN amended_by TEXT",
+    "ALTER TABLE agentkit_proposals ADD COLUMN amended_fields TEXT",
+)
+
+# Version 8: standing grants; ``body`` is the grant as JSON, ``uses`` is counted by the update that uses it.
+_V8: tuple[Statement, ...] = (
+    """CREATE TABLE agentkit_grants (
+        id TEXT PRIMARY KEY,
+        tool_name TEXT NOT NULL,
+        body TEXT NOT NULL,
+        max_uses INTEGER,
+        uses INTEGER NOT NULL,
+        granted_at {ts} NOT NULL,
+        revoked_by TEXT,
+        revoked_at {ts},
+        revoked_because TEXT
+    )""",
+    "CREATE INDEX agentkit_grants_tool ON agentkit_grants (tool_name, granted_at)",
+)
+
+# Version 9: what the executor had seen when it proposed a call (``Evidence`` as JSON: references, not
+# copies); who the journal could vouch made a person's decision (``session_user``, the OS user), beside
+# the name given; and settings every client of the journal honours (``require_verified_approver``).
+_V9: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_proposals ADD COLUMN evidence TEXT",
+    "ALTER TABLE agentkit_transitions ADD COLUMN verified TEXT",
+    "CREATE TABLE agentkit_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
 """``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import getpass
 import json
+import os
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -18,12 +20,13 @@ from agentkit._config import LoopConfig
 from agentkit._events import Event, RunAborted, RunFinished, RunStarted
 from agentkit._lossless import from_stored, to_stored
 from agentkit._outcome import Outcome, StopReason
-from agentkit._proposals import ProposedAction, canonical_json
+from agentkit._proposals import Evidence, ProposedAction, canonical_json
 from agentkit._results import ToolLoopResult, Usage
 from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
 from agentkit.errors import ResumeRefused
+from agentkit.journal._amend import type_name
 from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import fold_events, loop_config_data, said
 from agentkit.journal._records import (
@@ -45,6 +48,7 @@ __all__ = [
     "abort_run",
     "append_events",
     "batch_text",
+    "claim_left_statement",
     "claim_next_statement",
     "claim_statement",
     "event_row",
@@ -54,7 +58,11 @@ __all__ = [
     "config_text",
     "insert_fork",
     "insert_proposal",
+    "VERIFIED_APPROVER",
+    "verification_required",
+    "vouched",
     "insert_run",
+    "leave_statement",
     "lock_proposal_statement",
     "log_transition",
     "now",
@@ -225,7 +233,7 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
-_CLAIM_SET = "state = 'executing', claimed_by = ?, claimed_at = ?, claim = ?, lease_until = ?"
+_CLAIM_SET = "state = 'executing', claimed_by = ?, claimed_at = ?, claim = ?, lease_until = ?, left_until = NULL"
 
 
 def lock_proposal_statement(dialect: str) -> str:
@@ -244,25 +252,52 @@ def claim_statement() -> str:
     return f"UPDATE agentkit_proposals SET {_CLAIM_SET} WHERE id = ?"
 
 
-def claim_next_statement(dialect: str, *, tools: int, skip: int) -> str:
-    """Claim the oldest approved proposal for one of ``tools`` tool names, skipping ``skip`` ids; one statement.
+def claim_next_statement(dialect: str, *, tools: int) -> str:
+    """Claim the oldest approved proposal for one of ``tools`` tool names that no worker left; one statement.
 
-    Params: worker, time, token, lease, the tool names, then the ids to skip. It returns the claimed
-    row, or none when nothing is approved for these tools. On PostgreSQL, ``FOR UPDATE SKIP LOCKED``
-    makes concurrent workers take different rows instead of queueing on the same one, and the
-    update finds its row by primary key (the subquery's result), never by a scan. On SQLite the
+    Params: worker, time, token, lease, then the tool names. It returns the claimed row, or none when
+    nothing is approved for these tools. The pick reads the index of approved rows nobody left
+    (``agentkit_proposals_claimable``), so rows left behind (``leave_statement``), however many, cost
+    it nothing and its text and parameters never grow with them. On PostgreSQL, ``FOR UPDATE SKIP
+    LOCKED`` makes concurrent workers take different rows instead of queueing on the same one, and
+    the update finds its row by primary key (the subquery's result), never by a scan. On SQLite the
     write lock (``BEGIN IMMEDIATE``) makes the claim single-writer, so the oldest row is free.
     """
+    return _claim_pick(dialect, tools, "agentkit_proposals_claimable", "left_until IS NULL", "proposed_at, id")
+
+
+def claim_left_statement(dialect: str, *, tools: int) -> str:
+    """``claim_next_statement`` for the left rows whose ``left_until`` has come (params: the same, then the time
+    now): tried again, in the order they fell due, when no other row is approved."""
+    return _claim_pick(dialect, tools, "agentkit_proposals_left", "left_until <= ?", "left_until, id")
+
+
+def _claim_pick(dialect: str, tools: int, index: str, which: str, order: str) -> str:
     if tools < 1:
-        raise ValueError("claim_next_statement needs at least one tool name")
+        raise ValueError("a claim statement needs at least one tool name")
     names = ", ".join("?" * tools)
-    others = f" AND id NOT IN ({', '.join('?' * skip)})" if skip else ""
-    lock = " FOR UPDATE SKIP LOCKED" if dialect == "postgresql" else ""
+    # SQLite's planner, without statistics, prefers the state index and filters (and sorts) every approved row,
+    # the left ones too; INDEXED BY holds it to the partial index whose order is the claim's.
+    lock, table = (
+        (" FOR UPDATE SKIP LOCKED", "agentkit_proposals")
+        if dialect == "postgresql"
+        else ("", f"agentkit_proposals INDEXED BY {index}")
+    )
     pick = (
-        f"SELECT id FROM agentkit_proposals WHERE state = 'approved' AND tool_name IN ({names}){others} "
-        f"ORDER BY proposed_at, id LIMIT 1{lock}"
+        f"SELECT id FROM {table} WHERE state = 'approved' AND tool_name IN ({names}) AND {which} "
+        f"ORDER BY {order} LIMIT 1{lock}"
     )
     return f"UPDATE agentkit_proposals SET {_CLAIM_SET} WHERE id = ({pick}) RETURNING *"
+
+
+def leave_statement() -> str:
+    """Set an approved proposal aside as left (params: worker, first time, until, why, id): no claim takes it
+    before ``left_until``. ``left_at`` keeps the first time it was left; ``state`` is not written, so nothing
+    announces an approval."""
+    return (
+        "UPDATE agentkit_proposals SET left_by = ?, left_at = COALESCE(left_at, ?), left_until = ?, left_note = ? "
+        "WHERE id = ? AND state = 'approved'"
+    )
 
 
 def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | None = None) -> None:
@@ -433,13 +468,21 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
             id="",
         )
     key = (action.run_id, action.round, action.digest, *(s.value for s in OPEN_STATES))
+    amended = db.query(
+        "SELECT id FROM agentkit_proposals WHERE run_id = ? AND round = ? AND original_digest = ? "
+        "AND state IN (?, ?, ?)",
+        key,
+    )
+    if amended:
+        # Its open entry was amended as it was approved: the call as proposed is decided, not a new request.
+        return str(amended[0]["id"])
     # The partial unique index on open entries makes a concurrent insert of the same call do nothing;
     # the loop covers the open entry becoming final between that insert and the lookup.
     for _ in range(3):
         new_id = uuid.uuid4().hex[:16]
         inserted = db.execute(
             "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
-            "proposed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "proposed_at, args_type, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
             (
                 new_id,
                 ProposalState.PENDING.value,
@@ -451,6 +494,8 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
                 action.round,
                 action.run_id,
                 db.to_db_time(action.created_at),
+                type_name(type(action.args)),
+                None if action.evidence is None else action.evidence.model_dump_json(),
             ),
         )
         if inserted == 1:
@@ -469,13 +514,40 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
 
 
 def log_transition(
-    db: Connection, id: str, before: ProposalState | None, after: ProposalState, actor: str, at: datetime, note: str
+    db: Connection,
+    id: str,
+    before: ProposalState | None,
+    after: ProposalState,
+    actor: str,
+    at: datetime,
+    note: str,
+    verified: str | None = None,
 ) -> None:
     db.execute(
-        "INSERT INTO agentkit_transitions (proposal_id, from_state, to_state, actor, at, note) "
-        "VALUES (?, ?, ?, ?, ?, ?)",
-        (id, None if before is None else before.value, after.value, actor, db.to_db_time(at), note),
+        "INSERT INTO agentkit_transitions (proposal_id, from_state, to_state, actor, at, note, verified) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (id, None if before is None else before.value, after.value, actor, db.to_db_time(at), note, verified),
     )
+
+
+VERIFIED_APPROVER = "require_verified_approver"
+"""The setting (``agentkit_settings``) that makes every client refuse unverified decisions."""
+
+
+def verification_required(db: Connection) -> bool:
+    """Whether the journal itself requires a person's name to be the identity it can vouch for."""
+    return bool(db.query("SELECT value FROM agentkit_settings WHERE name = ? AND value = 'on'", (VERIFIED_APPROVER,)))
+
+
+def vouched(db: Connection) -> str:
+    """Who the database can vouch is deciding: PostgreSQL's ``session_user`` (the role that logged in); for
+    SQLite, which has no users, the operating-system user of this process."""
+    if db.dialect == "postgresql":
+        return str(db.query("SELECT session_user AS who", ())[0]["who"])
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        return f"uid:{os.getuid()}"
 
 
 def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
@@ -729,9 +801,34 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
         resolved_by=f.optional_text("resolved_by"),
         resolved_at=f.time(db, "resolved_at"),
         note=f.optional_text("note"),
+        args_type=f.optional_text("args_type"),
+        original_args_json=f.optional_text("original_args"),
+        original_digest=f.optional_text("original_digest"),
+        amended_by=f.optional_text("amended_by"),
+        amended_fields=f.get("amended_fields", _field_names, ()),
+        evidence=f.get("evidence", _evidence, None),
+        left_by=f.optional_text("left_by"),
+        left_at=f.time(db, "left_at"),
+        left_until=f.time(db, "left_until"),
+        left_note=f.optional_text("left_note"),
     )
     unreadable = f.verdict(lenient=lenient)
     return record if unreadable is None else replace(record, unreadable=unreadable)
+
+
+def _evidence(value: object) -> Evidence | None:
+    """A stored ``Evidence`` (``NULL``: none recorded)."""
+    return None if value is None else Evidence.model_validate_json(_text(value))
+
+
+def _field_names(value: object) -> tuple[str, ...]:
+    """A stored JSON list of field names (``NULL``: none)."""
+    if value is None:
+        return ()
+    names = json.loads(_text(value))
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError("not a JSON list of field names")
+    return tuple(names)
 
 
 def transition_of(db: Connection, row: Mapping[str, Any]) -> Transition:
@@ -743,6 +840,7 @@ def transition_of(db: Connection, row: Mapping[str, Any]) -> Transition:
         actor=f.text("actor"),
         at=f.get("at", db.from_db_time, _EPOCH),
         note=f.text("note"),
+        verified=f.optional_text("verified"),
     )
     f.verdict(lenient=False)
     return transition

@@ -20,6 +20,7 @@ from typing_extensions import TypeVar as DefaultedTypeVar
 from agentkit._observe import observers_of
 from agentkit._tools import NO_CTX, ContextTool, NoCtx, Tool
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER, OUTCOME_ATTEMPTS, Executions
+from agentkit.journal._grants import GrantBook
 from agentkit.journal._lease import DEFAULT_LEASE, check_lease
 from agentkit.journal._resume import resume
 from agentkit.journal._runs import Runs
@@ -41,7 +42,7 @@ Answer = DefaultedTypeVar("Answer", default=None)
 R = TypeVar("R")
 
 
-class SQLJournal(Executions, Runs):
+class SQLJournal(Executions, Runs, GrantBook):
     """The journal contract (``Journal``) over a SQL ``Connection``; ``SQLiteJournal`` and ``PostgresJournal``
     build on it."""
 

@@ -23,7 +23,7 @@ from agentkit._tiers import tier_choices
 from agentkit._tools import AnyTool, declared_tier
 from agentkit.errors import UsageError
 from agentkit.journal._errors import NothingRan, OutcomeNotRecorded
-from agentkit.journal._executions import Claim, Unrunnable
+from agentkit.journal._executions import Claim
 from agentkit.journal._records import Execution
 
 if TYPE_CHECKING:
@@ -45,7 +45,8 @@ class WorkOutcome(enum.StrEnum):
     NOT_RECORDED = "not_recorded"
     """The tool ran but its outcome could not be recorded (``OutcomeNotRecorded``); it stays executing."""
     LEFT = "left"
-    """Not run: the stored call does not check out against this worker's tool (digest or tier); still approved."""
+    """Not run: the stored call does not check out against this worker's tool (digest, tier, args, or a row that
+    does not read); it stays approved, set aside until its ``left_until`` (see ``ProposalRecord.left_until``)."""
     NOTHING_RAN = "nothing_ran"
     """A claim failed in the database (``NothingRan``); the worker tries again after a back-off."""
 
@@ -77,7 +78,8 @@ class WorkReport:
     not_recorded: list[str] = field(default_factory=list)
     """Proposals whose tool ran but whose outcome was not recorded: resolve them, never re-run them."""
     left: list[str] = field(default_factory=list)
-    """Approved proposals this worker would not run (digest or tier mismatch); they stay approved."""
+    """Approved proposals this worker would not run (their stored call did not check out); they stay approved,
+    set aside for a while, each listed once."""
     claim_attempts: int = 0
     """Claim statements run."""
     empty_claims: int = 0
@@ -184,7 +186,7 @@ class _Worker:
         self.lease = lease
         self.on_worked = report
         self.result = WorkReport()
-        self.skip: set[str] = set()
+        self.reported: set[str] = set()
         self.running: set[asyncio.Task[None]] = set()
 
     def tell(self, worked: Worked) -> None:
@@ -197,18 +199,20 @@ class _Worker:
         """Claim the next call; ``None`` when there is none. A database failure propagates as ``NothingRan``."""
         self.result.claim_attempts += 1
         while True:
-            try:
-                claim = await asyncio.to_thread(
-                    self.journal._claim_next, self.tools, self.worker, self.lease, frozenset(self.skip)
-                )
-            except Unrunnable as refused:
-                self.skip.add(refused.id)
-                self.result.left.append(refused.id)
-                self.tell(Worked(outcome=WorkOutcome.LEFT, proposal_id=refused.id, error=str(refused.error)))
-                continue
-            if claim is None:
-                self.result.empty_claims += 1
-            return claim
+            claim, left = await asyncio.to_thread(self.journal._claim_next, self.tools, self.worker, self.lease)
+            for row in left:
+                # Reported once however often this worker meets it again (each time its ``left_until`` comes).
+                if row.id not in self.reported:
+                    self.reported.add(row.id)
+                    self.result.left.append(row.id)
+                    self.tell(
+                        Worked(outcome=WorkOutcome.LEFT, proposal_id=row.id, tool_name=row.tool_name, error=row.why)
+                    )
+            if claim is not None or not left:
+                break
+        if claim is None:
+            self.result.empty_claims += 1
+        return claim
 
     def start(self, claim: Claim[Any]) -> None:
         task = asyncio.create_task(self.execute(claim))

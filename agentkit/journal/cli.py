@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from agentkit._cli import positive_int
-from agentkit.errors import AgentkitError
+from agentkit.errors import AgentkitError, UsageError
 from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunStatus
@@ -41,14 +41,20 @@ _UNREADABLE = "unreadable"
 Command = Callable[[Journal, argparse.Namespace, TextIO], Awaitable[None]]
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``journal`` and ``proposals`` command groups."""
+def db_parent() -> argparse.ArgumentParser:
+    """The ``--db`` option every journal command takes."""
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument(
         "--db",
         default=os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB),
         help=f"a SQLite path or a postgresql:// URL (default: $AGENTKIT_JOURNAL, else {DEFAULT_DB})",
     )
+    return db
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``journal`` and ``proposals`` command groups."""
+    db = db_parent()
 
     journal = subparsers.add_parser("journal", help="runs recorded in a journal", description=__doc__)
     runs_of = journal.add_subparsers(
@@ -91,6 +97,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     approve = inbox.add_parser("approve", parents=[db], help="pending -> approved")
     approve.add_argument("id", metavar="ID", help=_ID_HELP)
     approve.add_argument("--by", required=True, metavar="NAME", help="who approves")
+    approve.add_argument(
+        "--args",
+        metavar="JSON",
+        dest="amend",
+        help="amend the call as you approve it: a JSON object of the args fields to change (validated as the "
+        "tool's args type; the amended call gets its own digest)",
+    )
+    approve.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        dest="sets",
+        help="amend one field (repeatable; after --args): VALUE is read as JSON, or else taken as text",
+    )
     approve.set_defaults(handler=_handler(_approve))
     reject = inbox.add_parser("reject", parents=[db], help="pending or approved -> rejected")
     reject.add_argument("id", metavar="ID", help=_ID_HELP)
@@ -212,7 +233,7 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
         print("no rounds recorded", file=out)
         return
     headers = ("ROUND", "STEP", "CALL", "TIER", "BATCH", "LLM S", "TOOL S", "TOKENS", "NOTE")
-    _table(out, headers, [_round_row(entry) for entry in rounds])
+    _table(out, headers, [row for entry in rounds for row in _round_rows(entry)])
     if not rounds[0].from_trace:
         print("\n(rounds rebuilt from the event log: the run has no recorded result)", file=out)
 
@@ -239,20 +260,33 @@ def _config(config: dict[str, Any] | None) -> str:
     return ", ".join(f"{key} {value(v)}" for key, v in config.items())
 
 
-def _round_row(entry: RoundEntry) -> tuple[str, ...]:
+def _round_rows(entry: RoundEntry) -> list[tuple[str, ...]]:
+    """A round's row; a decided proposal's round adds a row for what the decision did (ran, failed, rejected)."""
     call = f"{entry.tool_name} {entry.args_json}" if entry.tool_name else "-"
-    note = entry.error or entry.observation or entry.rationale
-    return (
+    tier = entry.tier.name.lower() if entry.tier is not None else "-"
+    ran = entry.executed and entry.decision is None
+    note = entry.rationale if entry.decision is not None else entry.error or entry.observation or entry.rationale
+    row = (
         str(entry.round),
         _step(entry),
         call,
-        entry.tier.name.lower() if entry.tier is not None else "-",
-        str(entry.batch_size) if entry.executed else "-",
+        tier,
+        str(entry.batch_size) if ran else "-",
         f"{entry.llm_seconds:.3f}",
-        f"{entry.tool_seconds:.3f}" if entry.executed or entry.tool_seconds else "-",
+        f"{entry.tool_seconds:.3f}" if ran or (entry.decision is None and entry.tool_seconds) else "-",
         str(entry.usage.total_tokens),
         note,
     )
+    if entry.decision is None:
+        return [row]
+    if entry.decision == "rejected":
+        step, batch, note = "rejected", "-", entry.observation or f"rejected by {entry.decided_by}"
+    elif entry.executed:
+        step, batch, note = "executed", str(entry.batch_size), f"approved by {entry.decided_by}"
+    else:
+        step, batch, note = "failed", "-", f"approved by {entry.decided_by}: {entry.error or '-'}"
+    tool_seconds = f"{entry.tool_seconds:.3f}" if step != "rejected" else "-"
+    return [row, (str(entry.round), step, call, tier, batch, "-", tool_seconds, "-", note)]
 
 
 def _step(entry: RoundEntry) -> str:
@@ -321,7 +355,8 @@ def _proposal_table(out: TextIO, found: Sequence[ProposalRecord]) -> None:
             "?" if p.unreadable else p.tier.name.lower(),
             p.args_json,
             "?" if p.unreadable else _time(p.proposed_at),
-            p.claimed_by or p.rejected_by or p.approved_by or "-",
+            # Who decided it: the worker that ran an approved call is on ``show``'s claimed line.
+            p.rejected_by or p.approved_by or "-",
         )
         for p in found
     ]
@@ -340,8 +375,14 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
         ("run", f"{p.run_id or '-'}, round {p.round}"),
         ("rationale", p.rationale or "-"),
     ]
+    if p.approved_by or p.approved_at:
+        lines.append(("approved", f"by {p.approved_by or '-'} at {_time(p.approved_at)}"))
+    if p.rejected_by or p.rejected_at:
+        lines.append(("rejected", f"by {p.rejected_by or '-'} at {_time(p.rejected_at)}"))
     if p.claimed_by or p.claimed_at:
         lines.append(("claimed", f"by {p.claimed_by or '-'} at {_time(p.claimed_at)}"))
+    if p.left_until is not None:
+        lines.append(("left", f"by {p.left_by or '-'} until {_time(p.left_until)}: {p.left_note or '-'}"))
     if p.reason:
         lines.append(("reason", p.reason))
     if p.batch_json is not None:
@@ -350,20 +391,68 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
         lines.append(("error", p.error))
     if p.note:
         lines.append(("note", p.note))
+    if p.amended_by is not None:
+        lines.append(("amended", f"by {p.amended_by}: {', '.join(p.amended_fields)} changed"))
+        lines.append(("proposed", f"{_cut(p.original_args_json or '')} (digest {p.original_digest})"))
     for key, value in lines:
         print(_printable(f"{key + ':':<11}{value}"), file=out)
+    _print_evidence(p, out)
     print("args:", file=out)
     print(_printable(json.dumps(p.args, indent=2, ensure_ascii=False, sort_keys=True)), file=out)
     print(file=out)
     rows = [
-        (_time(t.at), t.from_state.value if t.from_state else "-", t.to_state.value, t.actor, t.note) for t in history
+        (_time(t.at), t.from_state.value if t.from_state else "-", t.to_state.value, t.actor, t.verified or "-", t.note)
+        for t in history
     ]
-    _table(out, ("AT", "FROM", "TO", "BY", "NOTE"), rows)
+    _table(out, ("AT", "FROM", "TO", "BY", "VERIFIED", "NOTE"), rows)
+
+
+def _print_evidence(p: ProposalRecord, out: TextIO) -> None:
+    """What the executor had seen when it proposed the call: its earlier rounds and calls, by reference."""
+    evidence = p.evidence
+    if evidence is None:
+        print(f"{'evidence:':<11}- (not recorded)", file=out)
+        return
+    rounds = ", ".join(map(str, evidence.rounds)) or "none"
+    print(f"{'evidence:':<11}rounds before it: {rounds}; {len(evidence.calls)} earlier calls", file=out)
+    for call in evidence.calls:
+        what = "ran" if call.ran else "did not run"
+        items = f", items {', '.join(call.item_ids)}" if call.item_ids else ""
+        line = f"  round {call.round}: {call.tool_name} ({what}{items}) digest {call.digest[:12]}"
+        print(_printable(line), file=out)
 
 
 async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
-    p = await journal.approve(args.id, args.by)
-    print(_printable(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by})"), file=out)
+    amendment = _amendment(args.amend, args.sets)
+    p = await journal.approve(args.id, args.by, args=amendment)
+    changed = f"; amended {', '.join(p.amended_fields)}" if p.amended_fields else ""
+    print(_printable(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by}{changed})"), file=out)
+
+
+def _amendment(text: str | None, sets: Sequence[str]) -> dict[str, Any] | None:
+    """The fields ``--args`` and ``--set`` change (``None``: neither was given)."""
+    if text is None and not sets:
+        return None
+    fields: dict[str, Any] = {}
+    if text is not None:
+        try:
+            loaded = json.loads(text)
+        except ValueError as invalid:
+            raise UsageError(
+                f'--args is not JSON ({invalid}); give an object such as \'{{"path": "/tmp/x"}}\''
+            ) from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"--args must be a JSON object of args fields; got {type(loaded).__name__}")
+        fields |= loaded
+    for item in sets:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise UsageError(f"--set takes FIELD=VALUE; got {item!r}")
+        try:
+            fields[name.strip()] = json.loads(value)
+        except ValueError:
+            fields[name.strip()] = value
+    return fields
 
 
 async def _reject(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:

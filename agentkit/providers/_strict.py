@@ -44,6 +44,8 @@ _KEPT = frozenset(
     }
 )
 """Keywords copied as they are; the structural ones are rebuilt, and everything else is dropped."""
+_JSON_TYPES: dict[type, str] = {bool: "boolean", str: "string", int: "integer", float: "number"}
+"""The JSON type of a ``const`` value, by its Python type (``bool`` is its own, not an ``int``)."""
 
 
 def strict_schema(schema: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -107,6 +109,9 @@ class _Tightener:
             raise self._refuse(path, "a tuple", "use a model with named fields, or list[...]")
         elif key == "const":
             out["enum"] = [value]
+            kind = _JSON_TYPES.get(type(value))
+            if kind is not None:  # the subset wants a type on every node; a const says it by its value
+                out.setdefault("type", kind)
         elif key in _KEPT or (key == "format" and value in _FORMATS):
             out[key] = value
 

@@ -11,13 +11,16 @@ How the work is split, and why:
   the schema instructions that JSON and MD_JSON add to the prompt) and the re-ask messages that
   send a validation error back to the model. The request handler runs **once per schema** and its
   output is cached as a template; a call only fills in this round's system and user text.
-* **This module owns the HTTP exchange.** Each attempt is one ``POST /chat/completions`` through
-  the client's public ``post(..., cast_to=httpx2.Response, content=...)``: the client still
-  brings its auth, base URL, headers, per-phase timeouts and its error classes, but the body is
-  this module's JSON (the message list, then the schema's part of the request, serialised once
-  per schema) and the reply is validated from its bytes by pydantic. ``chat.completions.create``
-  would walk every request against its typed parameters and build a ``ChatCompletion`` for
-  every reply, which cost more client CPU than everything else in a round. The client's own
+* **This module owns the HTTP exchange.** Each attempt is one ``POST /chat/completions`` whose
+  body is this module's JSON (the message list, then the schema's part of the request, serialised
+  once per schema), and the reply is validated from its bytes by pydantic. The client still
+  brings its auth, base URL, headers, HTTP client (pool, transport, proxies), per-phase timeouts
+  and its error classes: a stock client's request is prepared once and sent through its own HTTP
+  client, any other client's through its ``post(..., cast_to=httpx2.Response, content=...)``
+  (``_post.post_for``). ``chat.completions.create`` would walk every request against its typed
+  parameters and build a ``ChatCompletion`` for every reply, and the client's per-request
+  pipeline copies and rebuilds the same options each time: each cost more client CPU than the
+  rest of a round. The client's own
   retries are off (``max_retries=0``), so retry and fallback live in one place
   (``generate_structured``), a 429 surfaces as ``Throttled`` after exactly one request, and usage
   is read from every response, re-asks included. instructor's patched ``create`` is not used: it
@@ -60,12 +63,11 @@ import math
 import os
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar, cast
 
-import httpx2
 import openai
 from instructor import v2 as instructor_v2
 from instructor.utils import extract_json_from_codeblock
@@ -78,6 +80,7 @@ from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
+from agentkit.providers._post import post_for
 from agentkit.providers._strict import strict_schema
 from agentkit.providers._wire import MAX_TOKENS_PER_REPLY, Reply, dumps, request_body, token_count
 
@@ -103,6 +106,8 @@ _SYSTEM_MARK = "\x00agentkit:system\x00"
 _DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
 _RAW_IN_MESSAGE = 1000
 _PATH = "/chat/completions"
+_STAND_IN_DESCRIPTION = "Correctly extracted `"
+"""How instructor's function description begins where the schema's model has no docstring of its own."""
 _PLAN_CACHE_SIZE = 256
 """Request plans kept (one per schema, mode and strictness); least recently used go first."""
 _TRANSIENT_STATUSES = frozenset({408, 409})
@@ -185,7 +190,8 @@ def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -
     probe = [{"role": "system", "content": _SYSTEM_MARK}, {"role": "user", "content": _DYNAMIC_MARK}]
     _, prepared = handlers.request_handler(response_model=schema, kwargs={"messages": probe})
     name = schema_name(schema.__name__)
-    template = tuple(_slot(message) for message in prepared.pop("messages"))
+    compact = _compact_schema_text(schema)
+    template = tuple(_slot(message, compact) for message in prepared.pop("messages"))
     extra = _renamed(prepared, name)
     if mode is StructuredMode.TOOLS:
         # the schema is the whole answer, so a second call could only be a second, competing answer
@@ -196,10 +202,22 @@ def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -
     return _Plan(name=name, template=template, extra=extra, extra_json=extra_json, reask=handlers.reask_handler)
 
 
-def _slot(message: Mapping[str, Any]) -> _Slot:
+def _compact_schema_text(schema: type[BaseModel]) -> Callable[[str], str]:
+    """Rewrites the schema that JSON and MD_JSON put in the prompt (indented by instructor) as compact JSON."""
+    value = schema.model_json_schema()
+    indented, compact = json.dumps(value, indent=2, ensure_ascii=False), dumps(value)
+
+    def rewrite(text: str) -> str:
+        return text.replace(indented, compact)
+
+    return rewrite
+
+
+def _slot(message: Mapping[str, Any], compact: Callable[[str], str]) -> _Slot:
     content = message.get("content")
     if not isinstance(content, str):  # pragma: no cover - only if a new instructor changes the mode's shape
         raise RuntimeError(f"unexpected message shape from instructor: {message!r}; pin instructor to a tested release")
+    content = compact(content)
     for field, mark in (("system", _SYSTEM_MARK), ("dynamic", _DYNAMIC_MARK)):
         prefix, found, suffix = content.partition(mark)
         if found:
@@ -213,8 +231,13 @@ def _renamed(prepared: Mapping[str, Any], name: str) -> dict[str, Any]:
     response_format = extra.get("response_format")
     if isinstance(response_format, dict) and isinstance(response_format.get("json_schema"), dict):
         response_format["json_schema"]["name"] = name
+        schema = response_format["json_schema"].get("schema")
+        if isinstance(schema, dict):
+            schema.pop("title", None)  # the root's title is the schema's name, sent beside it
     for tool in extra.get("tools", ()):
         tool["function"]["name"] = name
+        if str(tool["function"].get("description", "")).startswith(_STAND_IN_DESCRIPTION):
+            del tool["function"]["description"]  # instructor's stand-in for a model without a docstring says nothing
     choice = extra.get("tool_choice")
     if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
         choice["function"]["name"] = name
@@ -333,7 +356,7 @@ class OpenAICaller:
         else:
             client = client.with_options(max_retries=0)
         self._client = client
-        self._post = cast("Callable[..., Awaitable[httpx2.Response]]", client.post)
+        self._post = post_for(client, _PATH)
         bound = client.timeout if timeout is None else timeout
         self._deadline: float | None = (
             float(bound) if isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0 else None
@@ -476,7 +499,7 @@ class OpenAICaller:
         try:
             async with self._slot():
                 async with asyncio.timeout(self._deadline):
-                    response = await self._post(_PATH, cast_to=httpx2.Response, content=content)
+                    response = await self._post(content)
         except TimeoutError as error:
             raise ProviderError(
                 f"request to model {model!r} timed out after {self._deadline}s for the whole request "

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
-from pydantic import JsonValue
+from pydantic import BaseModel, JsonValue
 from temporalio.client import (
     Client,
     RPCTimeoutOrCancelledError,
@@ -187,14 +188,30 @@ class DurableRuns:
         state: RunState = await self._handle(run_id).query("state", result_type=RunState)
         return state
 
-    async def approve(self, run_id: str, round: int, digest: str, *, by: str, note: str = "") -> RunState:
+    async def approve(
+        self,
+        run_id: str,
+        round: int,
+        digest: str,
+        *,
+        by: str,
+        note: str = "",
+        args: BaseModel | Mapping[str, Any] | None = None,
+    ) -> RunState:
         """Approve the proposal of ``round`` whose digest is ``digest``; the state after it.
+
+        ``args`` amends the call as it is approved: a value of the tool's args type, or a mapping of
+        the fields to change. The workflow validates them as the tool's args type; the amended call
+        runs once, with its own digest, and the executor is told which fields changed.
 
         Raises:
             temporalio.client.WorkflowUpdateFailedError: the decision was refused (wrong digest, no
-                such pending proposal, already decided, no ``by``); nothing changed.
+                such pending proposal, already decided, no ``by``, amended args that do not validate);
+                nothing changed.
         """
-        return await self.decide(run_id, Decision(round=round, digest=digest, approve=True, by=by, reason=note))
+        fields = None if args is None else dict(args.model_dump(mode="json") if isinstance(args, BaseModel) else args)
+        decision = Decision(round=round, digest=digest, approve=True, by=by, reason=note, args=fields)
+        return await self.decide(run_id, decision)
 
     async def reject(self, run_id: str, round: int, digest: str, *, by: str, reason: str = "") -> RunState:
         """Reject the proposal of ``round``; the executor is shown ``reason``. Refusals as ``approve``."""
@@ -319,9 +336,11 @@ class RunHandle(Generic[R]):
         """The run's state once its status is one of ``statuses``; see ``DurableRuns.wait_for``."""
         return await self.runs.wait_for(self.run_id, *statuses, timeout=timeout)
 
-    async def approve(self, proposal: PendingProposal, *, by: str, note: str = "") -> RunState:
-        """Approve this pending proposal (bound to its digest)."""
-        return await self.runs.approve(self.run_id, proposal.round, proposal.digest, by=by, note=note)
+    async def approve(
+        self, proposal: PendingProposal, *, by: str, note: str = "", args: BaseModel | Mapping[str, Any] | None = None
+    ) -> RunState:
+        """Approve this pending proposal (bound to its digest), amended by ``args`` (see ``DurableRuns.approve``)."""
+        return await self.runs.approve(self.run_id, proposal.round, proposal.digest, by=by, note=note, args=args)
 
     async def reject(self, proposal: PendingProposal, *, by: str, reason: str = "") -> RunState:
         """Reject this pending proposal, with the reason the executor is shown."""

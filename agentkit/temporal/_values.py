@@ -99,6 +99,9 @@ class Decision(BaseModel):
     """Who decided (a person or an account; not empty)."""
     reason: str = ""
     """Why: the approver's note, or the rejection's reason (the executor is shown it)."""
+    args: dict[str, JsonValue] | None = None
+    """An approval's amended args: the fields to change, as JSON data (validated as the tool's args type;
+    the amended call runs, with its own digest, and the executor is told which fields changed)."""
 
 
 class Resolution(BaseModel):

@@ -25,17 +25,18 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from agentkit._admission import admit_tools, tool_entries
-from agentkit._approval import Approval, Rejection, approve, reject
+from agentkit._approval import Approval, Rejection, amended, approve, reject
 from agentkit._codec import Codec, item_type_of
 from agentkit._invoke import Relayed
 from agentkit._observe import ModelCall as Asked
 from agentkit._observe import Observer, ToolInvocation
+from agentkit._proposals import ProposedAction, validate_args
 from agentkit._results import TieredLoopResult, Usage
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._tiers import Tier
-from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolSetChanged, ToolTimeout, UsageError
+from agentkit.errors import ApprovalError, ProviderError, ToolError, ToolRetry, ToolSetChanged, ToolTimeout, UsageError
 from agentkit.temporal._activities import MODEL_ACTIVITY, RECORD_TOOLS, REQUEST, TOOL_ACTIVITY, decode_error
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import error_fields, error_kind
@@ -398,7 +399,7 @@ class AgentRun:
         for stored, proposal in pending_proposals(checkpoint, Codec(durable.box.tools)):
             decision = self.decided[stored.round]
             if decision.approve:
-                decisions.append(approve(proposal, approved_by=decision.by, note=decision.reason))
+                decisions.append(approve(proposal, approved_by=decision.by, note=decision.reason, args=decision.args))
             else:
                 decisions.append(reject(proposal, rejected_by=decision.by, reason=decision.reason))
         pending, self.pending, self.lost[:] = self.pending, {}, []
@@ -501,7 +502,23 @@ class AgentRun:
                 f"({proposal.tool_name!r}, digest {proposal.digest[:12]!r}): a decision binds to the exact call. "
                 "Nothing changed"
             )
+        if decision.args is not None:
+            self.check_amendment(proposal, decision)
         return proposal
+
+    def check_amendment(self, proposal: PendingProposal, decision: Decision) -> None:
+        """Refuse amended args that a rejection carries, or that do not validate as the tool's args type."""
+        if not decision.approve:
+            raise _refused("amended args go with an approval; a rejection takes none. Nothing changed")
+        durable = self.agents[self.agent]
+        args_type = durable.box.tools[proposal.tool_name].args_type
+        assert decision.args is not None
+        proposed = validate_args(args_type, json.dumps(proposal.args, ensure_ascii=False))
+        call = ProposedAction.create(tool_name=proposal.tool_name, tier=proposal.tier, args=proposed, round=0)
+        try:
+            amended(call, decision.args, amended_by=decision.by)
+        except ApprovalError as refused:
+            raise _refused(f"{refused}; nothing changed") from refused
 
     @workflow.update(name="decide")
     def decide(self, decision: Decision) -> RunState:

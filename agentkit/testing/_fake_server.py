@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
@@ -176,13 +176,25 @@ class FakeOpenAIServer:
     or as content). Once the script is used up, each request gets a minimal instance of the
     schema it carries (booleans true, so a ``ToolStep`` says it is done).
 
+    To serve several runs at once, answer as a function of the request instead: ``respond`` gets
+    each valid request's body (a dict, as sent) and returns the answer, or ``None`` to take the next
+    one from the script (then the minimal instance). It is called from the server's handler
+    threads, possibly at the same time for concurrent requests; what it raises is recorded in
+    ``errors`` and the client sees the connection dropped.
+
     Example:
         >>> with FakeOpenAIServer([FakeReply.error(429, retry_after=3)]) as server:
         ...     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="x")  # doctest: +SKIP
     """
 
-    def __init__(self, replies: Iterable[Scripted] = ()) -> None:
+    def __init__(
+        self,
+        replies: Iterable[Scripted] = (),
+        *,
+        respond: Callable[[dict[str, Any]], Scripted | None] | None = None,
+    ) -> None:
         self._script: deque[FakeReply] = deque(_as_reply(entry) for entry in replies)
+        self._respond = respond
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd: _Httpd | None = None
@@ -274,7 +286,11 @@ class FakeOpenAIServer:
     ) -> None:
         self.stop()
 
-    def _next_reply(self) -> FakeReply:
+    def _next_reply(self, request: dict[str, Any]) -> FakeReply:
+        if self._respond is not None:
+            answer = self._respond(request)
+            if answer is not None:
+                return _as_reply(answer)
         with self._lock:
             return self._script.popleft() if self._script else FakeReply.auto()
 
@@ -410,7 +426,7 @@ class _Handler(BaseHTTPRequestHandler):
         except RequestRejected as rejected:
             self._send_json(400, _error_body(str(rejected), "invalid_request_error", rejected.param), fake, index)
             return
-        reply = fake._next_reply()
+        reply = fake._next_reply(request)
         fake._wait(reply.delay)
         if fake._stopping.is_set():
             return

@@ -83,6 +83,8 @@ async def inbox(journal: Journal, action: ProposedAction[Target]) -> None:
     assert_type(record.args, dict[str, Any])
     assert_type(record.args_as(Target), Target)
     assert_type(record.unreadable, str | None)
+    assert_type(record.left_until, datetime | None)
+    assert_type(record.left_note, str | None)
     assert_type(await journal.pending(), list[ProposalRecord])
     assert_type(await journal.proposals(state=ProposalState.APPROVED), list[ProposalRecord])
     assert_type(await journal.get(record.id), ProposalRecord)

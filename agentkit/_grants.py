@@ -1,0 +1,266 @@
+"""Standing grants: a human's approval, given ahead, of calls of one tool whose args meet stated constraints.
+
+A ``Grant`` is data (stored, listed, revoked): the tool, one constraint per args field it limits
+(``Equals``, ``OneOf``, ``Prefix``, ``Range``), how many calls it may approve, until when, who gave
+it and why. A proposal that matches a live grant is approved by it, recorded as ``grant:<id>``,
+counts one use, and runs exactly once, as any approved call does. A grant never raises a call's
+tier: an ``IRREVERSIBLE`` call is granted only by a grant that says ``allow_irreversible=True``.
+
+In process, ``Grants`` holds grants and counts their uses (``run_tool_loop_tiered(..., grants=...)``);
+the journal keeps its own, counted in the database (``journal.grant``).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
+
+from agentkit._proposals import ProposedAction
+from agentkit._state import json_text
+from agentkit._tiers import Tier
+from agentkit._tools import AnyTool
+from agentkit.errors import UsageError
+
+__all__ = ["Constraint", "Equals", "Grant", "Grants", "OneOf", "Prefix", "Range", "grant_actor"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+def _same(a: object, b: object) -> bool:
+    # JSON text, not ==: in Python True == 1 == 1.0, and a grant for 1 must not allow true.
+    return json_text(a) == json_text(b)
+
+
+class Equals(BaseModel):
+    """The field's value is exactly ``value`` (as JSON: ``1`` is not ``1.0`` nor ``true``)."""
+
+    model_config = _FROZEN
+    kind: Literal["equals"] = "equals"
+    value: JsonValue
+
+    def allows(self, value: object) -> bool:
+        return _same(value, self.value)
+
+
+class OneOf(BaseModel):
+    """The field's value is one of ``values`` (each compared as ``Equals`` does)."""
+
+    model_config = _FROZEN
+    kind: Literal["one_of"] = "one_of"
+    values: tuple[JsonValue, ...] = Field(min_length=1)
+
+    def allows(self, value: object) -> bool:
+        return any(_same(value, allowed) for allowed in self.values)
+
+
+class Prefix(BaseModel):
+    """The field is text that starts with ``prefix``."""
+
+    model_config = _FROZEN
+    kind: Literal["prefix"] = "prefix"
+    prefix: str
+
+    def allows(self, value: object) -> bool:
+        return isinstance(value, str) and value.startswith(self.prefix)
+
+
+class Range(BaseModel):
+    """The field is a number (not a boolean) within ``[min, max]``; an open end is ``None``."""
+
+    model_config = _FROZEN
+    kind: Literal["range"] = "range"
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Range:
+        if self.min is None and self.max is None:
+            raise ValueError("a range needs min, max or both")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"a range's min ({self.min}) is above its max ({self.max})")
+        return self
+
+    def allows(self, value: object) -> bool:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            return False
+        return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
+
+
+Constraint = Annotated[Equals | OneOf | Prefix | Range, Field(discriminator="kind")]
+"""One args field's constraint in a grant."""
+
+
+def grant_actor(grant_id: str) -> str:
+    """Who an approval by a grant is recorded as: ``grant:<id>``."""
+    return f"grant:{grant_id}"
+
+
+class Grant(BaseModel):
+    """A standing approval of calls of one tool whose args meet ``where``; frozen and JSON round-trippable.
+
+    Fields ``where`` does not name may hold anything: a grant without constraints allows every call
+    of the tool, up to ``max_uses``.
+    """
+
+    model_config = _FROZEN
+
+    id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
+    """The grant's id; its approvals are recorded as ``grant:<id>``."""
+    tool_name: str
+    """The one tool whose calls it approves."""
+    where: dict[str, Constraint] = Field(default_factory=dict)
+    """Per args field, what its value must be."""
+    max_uses: int | None = Field(ge=1)
+    """How many calls it approves at most; ``None``: no limit (say so explicitly)."""
+    expires_at: datetime | None = None
+    """After this (UTC), it approves nothing; ``None``: no expiry."""
+    granted_by: str
+    """Who gave it."""
+    reason: str
+    """Why, for the record."""
+    allow_irreversible: bool = False
+    """Whether it may approve ``IRREVERSIBLE`` calls (it never does otherwise)."""
+    granted_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @model_validator(mode="after")
+    def _complete(self) -> Grant:
+        if not self.tool_name.strip():
+            raise ValueError("a grant names the tool whose calls it approves (tool_name); got none")
+        for name, text in (("granted_by", self.granted_by), ("reason", self.reason)):
+            if not text.strip():
+                raise ValueError(f"a grant says {'who gave it' if name == 'granted_by' else 'why'} ({name}); got none")
+        if self.expires_at is not None and self.expires_at.tzinfo is None:
+            raise ValueError("expires_at must carry a time zone (UTC, say)")
+        return self
+
+    @classmethod
+    def of(
+        cls,
+        tool: AnyTool,
+        *,
+        where: Mapping[str, Equals | OneOf | Prefix | Range] | None = None,
+        max_uses: int | None,
+        granted_by: str,
+        reason: str,
+        expires_at: datetime | None = None,
+        allow_irreversible: bool = False,
+    ) -> Grant:
+        """A grant for ``tool``'s calls, checked against it (``check``).
+
+        Raises:
+            UsageError: a missing tool name, who or why; a constraint on a field the tool's args type
+                lacks; an irreversible tool without ``allow_irreversible=True``.
+        """
+        try:
+            made = cls(
+                tool_name=tool.name,
+                where=dict(where or {}),
+                max_uses=max_uses,
+                granted_by=granted_by,
+                reason=reason,
+                expires_at=expires_at,
+                allow_irreversible=allow_irreversible,
+            )
+        except ValidationError as invalid:
+            raise UsageError(f"invalid grant for {tool.name!r}: {invalid}") from None
+        made.check(tool)
+        return made
+
+    def check(self, tool: AnyTool) -> None:
+        """Refuse a grant that could not mean what it says for ``tool``.
+
+        Raises:
+            UsageError: ``tool`` is another tool; ``where`` constrains a field its args type lacks; the
+                tool is irreversible and the grant does not say ``allow_irreversible=True``.
+        """
+        if tool.name != self.tool_name:
+            raise UsageError(f"grant {self.id} is for tool {self.tool_name!r}, not {tool.name!r}")
+        fields = tool.args_type.model_fields
+        unknown = sorted(name for name in self.where if name not in fields)
+        if unknown:
+            raise UsageError(
+                f"grant {self.id} constrains {', '.join(map(repr, unknown))}, which {tool.args_type.__name__} "
+                f"(the args of {tool.name!r}) does not declare; its fields: {', '.join(sorted(fields))}"
+            )
+        tier = getattr(tool, "tier", None)
+        if tier is Tier.IRREVERSIBLE and not self.allow_irreversible:
+            raise UsageError(
+                f"grant {self.id}: {tool.name!r} is Tier.IRREVERSIBLE; a grant approves irreversible calls only "
+                "with allow_irreversible=True"
+            )
+
+    def live(self, at: datetime, uses: int) -> bool:
+        """Whether it still approves anything: not expired at ``at`` and, after ``uses``, not spent."""
+        expired = self.expires_at is not None and at >= self.expires_at
+        return not expired and (self.max_uses is None or uses < self.max_uses)
+
+    def matches(self, proposal: ProposedAction[Any]) -> bool:
+        """Whether ``proposal`` is a call this grant covers (its tool, tier and every constrained field).
+
+        Whether it is still live is ``live``'s question.
+        """
+        if proposal.tool_name != self.tool_name:
+            return False
+        if proposal.tier is Tier.IRREVERSIBLE and not self.allow_irreversible:
+            return False
+        args = proposal.args.model_dump(mode="json")
+        return all(name in args and rule.allows(args[name]) for name, rule in self.where.items())
+
+
+class Grants:
+    """Grants in process, with the uses each has had; thread-safe, shared by every run given it.
+
+    Example:
+        >>> grants = Grants([Grant.of(send, where={"to": Prefix(prefix="team-")}, max_uses=5,
+        ...                           granted_by="ops", reason="team notices")])
+        >>> result = await run_tool_loop_tiered(caller, agent, tools, ctx, grants=grants)
+    """
+
+    def __init__(self, grants: Iterable[Grant] = ()) -> None:
+        self._lock = threading.Lock()
+        self._grants: dict[str, Grant] = {}
+        self._uses: dict[str, int] = {}
+        for given in grants:
+            self.add(given)
+
+    def add(self, grant: Grant) -> None:
+        """Hold ``grant`` too. Raises ``UsageError`` for a second grant of one id."""
+        with self._lock:
+            if grant.id in self._grants:
+                raise UsageError(f"two grants with id {grant.id!r}; give each its own")
+            self._grants[grant.id], self._uses[grant.id] = grant, 0
+
+    def revoke(self, id: str) -> None:
+        """Stop ``id`` approving anything. Raises ``UsageError`` for an id it does not hold."""
+        with self._lock:
+            if self._grants.pop(id, None) is None:
+                raise UsageError(f"no grant {id!r} to revoke; held: {sorted(self._grants)}")
+
+    def uses(self, id: str) -> int:
+        """How many calls ``id`` approved."""
+        return self._uses.get(id, 0)
+
+    def __iter__(self) -> Iterator[Grant]:
+        with self._lock:
+            return iter(list(self._grants.values()))
+
+    def check(self, tools: Mapping[str, AnyTool]) -> None:
+        """Refuse grants that could not mean what they say for the tools of their names (``Grant.check``)."""
+        for held in self:
+            if held.tool_name in tools:
+                held.check(tools[held.tool_name])
+
+    def use(self, proposal: ProposedAction[Any], *, at: datetime | None = None) -> Grant | None:
+        """The first live grant that matches ``proposal``, its use counted; ``None``: the call waits for a human."""
+        now = at or datetime.now(UTC)
+        with self._lock:
+            for held in self._grants.values():
+                if held.matches(proposal) and held.live(now, self._uses[held.id]):
+                    self._uses[held.id] += 1
+                    return held
+        return None

@@ -1,0 +1,255 @@
+"""The web inbox as an ASGI app (Starlette): pending proposals, their history, and a reviewer's decisions.
+
+Routes (every one needs a reviewer's token: the ``agentkit_inbox`` cookie, which ``/?token=...``
+sets, or an ``Authorization: Bearer`` header):
+
+- ``GET /``: the page; ``GET /stamp``: a digest of every proposal's state, which the page's
+  script polls to reload itself when another reviewer or a worker acted.
+- ``POST /proposals/{id}/{decision}``: one decision (``DECISIONS``: approve, reject with a reason,
+  or amend the args and approve), under a CSRF token.
+- ``GET /static/inbox.js`` and ``/static/inbox.css``: the only script and style the page runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from agentkit._inbox_web._security import Csrf, Reviewers, SecurityHeaders
+from agentkit.errors import AgentkitError, ApprovalError, UsageError
+from agentkit.journal import Journal, ProposalRecord, ProposalState, Transition, UnknownId
+
+__all__ = ["AMEND_PREFIX", "COOKIE", "DECISIONS", "create_app"]
+
+COOKIE = "agentkit_inbox"
+"""The cookie that carries a reviewer's token after the first visit (HttpOnly, SameSite=Strict)."""
+
+DECIDED_SHOWN = 20
+"""How many decided proposals the page lists, newest first."""
+
+_STATIC = {"inbox.js": "text/javascript", "inbox.css": "text/css"}
+
+AMEND_PREFIX = "arg."
+"""The amend form's field for an argument NAME is ``arg.NAME``, holding its value as the page shows it."""
+
+Decision = Callable[[Journal, str, str, FormData], Awaitable[ProposalRecord]]
+"""One decision a form posts: ``(journal, proposal id, reviewer, form) -> the proposal after it``."""
+
+
+async def _approve(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
+    return await journal.approve(id, reviewer)
+
+
+async def _reject(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
+    reason = form.get("reason")
+    return await journal.reject(id, reviewer, reason if isinstance(reason, str) else "")
+
+
+async def _amend(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
+    """Approve with the args the reviewer changed: each ``arg.NAME`` field whose text differs from the proposed."""
+    record = await journal.get(id)
+    shown = dict(_args(record))
+    changes: dict[str, Any] = {}
+    for key, text in form.multi_items():
+        name = key.removeprefix(AMEND_PREFIX)
+        if key == name or not isinstance(text, str) or shown.get(name) == text:
+            continue
+        if isinstance(record.args.get(name), str):
+            changes[name] = text
+            continue
+        try:
+            changes[name] = json.loads(text)
+        except ValueError as error:
+            raise UsageError(
+                f"argument {name!r}: {text!r} is not a JSON value ({error}); write it as JSON, e.g. 3, true, "
+                '["a", "b"] or {"k": 1}'
+            ) from None
+    return await journal.approve(id, reviewer, args=changes or None)
+
+
+DECISIONS: Mapping[str, Decision] = {"approve": _approve, "reject": _reject, "amend": _amend}
+"""The decisions the page's forms post, by the last part of their path: each is one function above,
+and a new kind of decision is one more function here and one more form in the template."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class _Card:
+    """One proposal as the page shows it."""
+
+    record: ProposalRecord
+    args: list[tuple[str, str]]
+    """Each argument's name and its value as text (a string as it is, anything else as JSON)."""
+    history: list[Transition]
+
+
+def create_app(
+    journal: Journal,
+    reviewers: Reviewers,
+    *,
+    poll: float = 2.0,
+    csrf_max_age: float = 3600.0,
+    clock: Callable[[], float] = time.time,
+) -> Starlette:
+    """The inbox over ``journal`` for ``reviewers``.
+
+    Args:
+        journal: The journal whose proposals are shown and decided (the caller opens and closes it).
+        reviewers: Who may use it; a decision records the reviewer's name.
+        poll: Seconds between the page's looks for changes.
+        csrf_max_age: Seconds a page's forms stay valid; an older form is refused as stale.
+        clock: Seconds since the epoch, for the CSRF tokens' age.
+    """
+    inbox = _Inbox(journal, reviewers, Csrf(max_age=csrf_max_age, clock=clock), poll)
+    routes = [
+        Route("/", inbox.page, methods=["GET"]),
+        Route("/stamp", inbox.stamp, methods=["GET"]),
+        Route("/static/{name}", inbox.static, methods=["GET"]),
+        Route("/proposals/{id}/{decision}", inbox.decide, methods=["POST"]),
+    ]
+    app = Starlette(routes=routes)
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
+class _Unauthorised(Exception):
+    pass
+
+
+class _Inbox:
+    def __init__(self, journal: Journal, reviewers: Reviewers, csrf: Csrf, poll: float) -> None:
+        self._journal = journal
+        self._reviewers = reviewers
+        self._csrf = csrf
+        self._poll_ms = max(int(poll * 1000), 100)
+        self._templates = jinja2.Environment(
+            loader=jinja2.PackageLoader("agentkit._inbox_web", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+        )
+
+    def _reviewer(self, request: Request) -> str:
+        token = request.cookies.get(COOKIE)
+        scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer":
+            token = bearer.strip()
+        name = self._reviewers.named(token)
+        if name is None:
+            raise _Unauthorised
+        return name
+
+    async def page(self, request: Request) -> Response:
+        given = request.query_params.get("token")
+        if given is not None:
+            if self._reviewers.named(given) is None:
+                return _refused()
+            # Trade the token in the URL for a cookie, and drop it from the address bar and history.
+            response = RedirectResponse("/", status_code=303)
+            response.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/")
+            return response
+        try:
+            reviewer = self._reviewer(request)
+        except _Unauthorised:
+            return _refused()
+        return await self._render(reviewer, error=None, status=200)
+
+    async def stamp(self, request: Request) -> Response:
+        try:
+            self._reviewer(request)
+        except _Unauthorised:
+            return _refused()
+        return PlainTextResponse(_stamp(await self._journal.proposals()))
+
+    async def static(self, request: Request) -> Response:
+        try:
+            self._reviewer(request)
+        except _Unauthorised:
+            return _refused()
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return PlainTextResponse("not found", status_code=404)
+        body = resources.files("agentkit._inbox_web").joinpath("static", name).read_bytes()
+        return Response(body, media_type=_STATIC[name])
+
+    async def decide(self, request: Request) -> Response:
+        try:
+            reviewer = self._reviewer(request)
+        except _Unauthorised:
+            return _refused()
+        decision = DECISIONS.get(request.path_params["decision"])
+        if decision is None:
+            return PlainTextResponse("not found", status_code=404)
+        form = await request.form()
+        csrf = form.get("csrf")
+        why = self._csrf.refusal(csrf if isinstance(csrf, str) else "", reviewer)
+        if why is not None:
+            return await self._render(reviewer, error=f"Nothing changed: {why}.", status=403)
+        try:
+            await decision(self._journal, request.path_params["id"], reviewer, form)
+        except AgentkitError as error:
+            return await self._render(reviewer, error=f"Nothing changed: {error}.", status=_status_of(error))
+        return RedirectResponse("/", status_code=303)
+
+    async def _render(self, reviewer: str, *, error: str | None, status: int) -> Response:
+        found = await self._journal.proposals()
+        pending = [p for p in found if p.state is ProposalState.PENDING]
+        decided = [p for p in reversed(found) if p.state is not ProposalState.PENDING][:DECIDED_SHOWN]
+        context: dict[str, Any] = {
+            "reviewer": reviewer,
+            "csrf": self._csrf.issue(reviewer),
+            "where": self._journal.where,
+            "pending": [await self._card(p) for p in pending],
+            "decided": [await self._card(p) for p in decided],
+            "error": error,
+            "stamp": _stamp(found),
+            "poll_ms": self._poll_ms,
+        }
+        html = self._templates.get_template("inbox.html").render(context)
+        return HTMLResponse(html, status_code=status)
+
+    async def _card(self, record: ProposalRecord) -> _Card:
+        if record.unreadable:
+            return _Card(record=record, args=[], history=[])
+        return _Card(record=record, args=_args(record), history=await self._journal.history(record.id))
+
+
+def _status_of(error: AgentkitError) -> int:
+    """The HTTP status of a decision the journal refused (it changed nothing)."""
+    if isinstance(error, UsageError | ApprovalError):
+        return 400  # a rejection without a reason, an amendment that is not JSON or does not validate
+    if isinstance(error, UnknownId):
+        return 404
+    return 409  # decided already (TransitionRefused), or a row the journal cannot read
+
+
+def _refused() -> Response:
+    return PlainTextResponse(
+        "401: this inbox needs a reviewer's token: open the URL `agentkit inbox` printed (…/?token=...), "
+        "or send Authorization: Bearer TOKEN",
+        status_code=401,
+        headers={"www-authenticate": "Bearer"},
+    )
+
+
+def _args(record: ProposalRecord) -> list[tuple[str, str]]:
+    data = record.args
+    return [
+        (name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True))
+        for name, value in sorted(data.items())
+    ]
+
+
+def _stamp(found: list[ProposalRecord]) -> str:
+    text = "\n".join(f"{p.id} {p.state.value}" for p in found)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

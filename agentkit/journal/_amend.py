@@ -1,0 +1,121 @@
+"""An amendment made on the journal: the stored call, changed by its approver, validated as its args type.
+
+The journal holds args as JSON; the args type they are validated as is the one the proposing process
+used (``ProposalRecord.args_type``, ``module:qualname``), given again (``args_type=``), or the type of
+a value given as the amended args. The stored call must reproduce its digest as that type before it
+is amended, so an amendment never validates against a type other than the call's.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from agentkit._approval import amended
+from agentkit._proposals import ProposedAction, canonical_json
+from agentkit.errors import ApprovalError
+from agentkit.journal._errors import DigestMismatch
+from agentkit.journal._records import ProposalRecord
+
+__all__ = ["amendment_sets", "type_name"]
+
+
+def type_name(args_type: type[BaseModel]) -> str:
+    """``module:qualname``: how a proposal row names its args type."""
+    return f"{args_type.__module__}:{args_type.__qualname__}"
+
+
+def amendment_sets(
+    record: ProposalRecord,
+    args: BaseModel | Mapping[str, Any],
+    args_type: type[BaseModel] | None,
+    amended_by: str,
+) -> tuple[dict[str, object], tuple[str, ...]]:
+    """The columns an amended approval writes, and the fields that changed (none: the args are the proposed ones).
+
+    Raises:
+        ApprovalError: the args type cannot be found, is not the call's, or the amended args do not
+            validate as it; nothing changed.
+        DigestMismatch: the stored args do not reproduce the proposal's digest as that type.
+    """
+    chosen = args_type or (type(args) if isinstance(args, BaseModel) else _imported(record))
+    if record.args_type is not None and type_name(chosen) != record.args_type:
+        raise ApprovalError(
+            f"proposal {record.id!r} was proposed with args of {record.args_type}, not {type_name(chosen)}; "
+            "amend it with the tool's own args type. Nothing changed",
+            tool_name=record.tool_name,
+        )
+    action = _stored_call(record, chosen)
+    changed, amendment = amended(action, args, amended_by=amended_by)
+    if amendment is None:
+        return {}, ()
+    sets: dict[str, object] = {
+        "args": canonical_json(changed.args),
+        "digest": changed.digest,
+        "original_args": record.args_json,
+        "original_digest": record.digest,
+        "amended_by": amended_by,
+        "amended_fields": json.dumps(list(amendment.fields)),
+    }
+    return sets, amendment.fields
+
+
+def _stored_call(record: ProposalRecord, args_type: type[BaseModel]) -> ProposedAction[Any]:
+    """The stored call as a proposal of ``args_type``, checked against its digest."""
+    try:
+        args = record.args_as(args_type)
+    except ValidationError as invalid:
+        raise ApprovalError(
+            f"proposal {record.id!r}: its stored args do not validate as {args_type.__name__}, so it cannot be "
+            f"amended as one ({invalid.error_count()} errors); nothing changed",
+            tool_name=record.tool_name,
+        ) from invalid
+    action = ProposedAction.create(
+        tool_name=record.tool_name,
+        tier=record.tier,
+        args=args,
+        rationale=record.rationale,
+        round=record.round,
+        run_id=record.run_id,
+    )
+    if action.digest != record.digest or canonical_json(args) != record.args_json:
+        raise DigestMismatch(
+            f"proposal {record.id!r}: its stored args do not reproduce the digest that was proposed as "
+            f"{args_type.__name__} (another type, or altered); nothing changed",
+            id=record.id,
+            tool_name=record.tool_name,
+        )
+    return action
+
+
+def _imported(record: ProposalRecord) -> type[BaseModel]:
+    """The args type the row names, imported; refused with the fix when it cannot be."""
+    fix = "pass args_type= (or the amended args as a value of the tool's args type)"
+    if record.args_type is None:
+        raise ApprovalError(
+            f"proposal {record.id!r} does not record its args type (it was proposed by an earlier agentkit); "
+            f"{fix}. Nothing changed",
+            tool_name=record.tool_name,
+        )
+    module_name, _, qualname = record.args_type.partition(":")
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as missing:
+        raise ApprovalError(
+            f"proposal {record.id!r}: its args type {record.args_type} cannot be imported here ({missing}); "
+            f"run where the tool's code is importable, or {fix}. Nothing changed",
+            tool_name=record.tool_name,
+        ) from missing
+    if not (inspect.isclass(found) and issubclass(found, BaseModel)):
+        raise ApprovalError(
+            f"proposal {record.id!r}: {record.args_type} is not a pydantic model; {fix}. Nothing changed",
+            tool_name=record.tool_name,
+        )
+    return found

@@ -1,0 +1,174 @@
+"""``agentkit grants add|list|revoke``: standing grants kept in a journal.
+
+``add`` checks the grant against the tool it names (``--tools MODULE:ATTR``, as ``agentkit worker``
+takes them): a constraint on a field the tool's args type lacks, or an irreversible tool without
+``--allow-irreversible``, is refused before anything is stored.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any, TextIO, assert_never
+
+from agentkit._cli import import_object
+from agentkit._grants import Equals, Grant, OneOf, Prefix, Range
+from agentkit.errors import UsageError
+from agentkit.journal._contract import Journal
+from agentkit.journal.cli import _handler, _printable, _table, _time, db_parent
+
+__all__ = ["register"]
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``grants`` command group."""
+    db = db_parent()
+    grants = subparsers.add_parser(
+        "grants", help="standing grants: approvals given ahead for calls within limits", description=__doc__
+    )
+    commands = grants.add_subparsers(dest="grants_command", required=True, metavar="COMMAND", help="what to do")
+    add = commands.add_parser("add", parents=[db], help="keep a grant; prints its id")
+    add.add_argument(
+        "--tools", required=True, metavar="MODULE:ATTR", help="the tools (a tool or a list), to check against"
+    )
+    add.add_argument("--tool", required=True, metavar="NAME", help="the tool whose calls it approves")
+    add.add_argument("--by", required=True, metavar="NAME", help="who grants it")
+    add.add_argument("--reason", required=True, metavar="TEXT", help="why, for the record")
+    uses = add.add_mutually_exclusive_group()
+    uses.add_argument("--max-uses", type=int, metavar="N", help="how many calls it approves at most")
+    uses.add_argument("--unlimited", action="store_true", help="no limit on uses (say so explicitly)")
+    add.add_argument("--expires", metavar="ISO", help="when it stops approving (ISO 8601 with a zone, e.g. ...Z)")
+    add.add_argument("--equals", action="append", default=[], metavar="FIELD=JSON", help="the field is exactly this")
+    add.add_argument("--one-of", action="append", default=[], metavar="FIELD=JSON-LIST", help="the field is one of")
+    add.add_argument("--prefix", action="append", default=[], metavar="FIELD=TEXT", help="the field starts with")
+    add.add_argument("--range", action="append", default=[], metavar="FIELD=MIN:MAX", help="a number in [MIN, MAX]")
+    add.add_argument("--allow-irreversible", action="store_true", help="it may approve IRREVERSIBLE calls")
+    add.set_defaults(handler=_handler(_add))
+    listing = commands.add_parser("list", parents=[db], help="every grant, with its uses and state")
+    listing.set_defaults(handler=_handler(_list))
+    revoke = commands.add_parser("revoke", parents=[db], help="stop a grant approving anything")
+    revoke.add_argument("id", metavar="ID", help="the grant id (from `agentkit grants list`)")
+    revoke.add_argument("--by", required=True, metavar="NAME", help="who revokes it")
+    revoke.add_argument("--reason", required=True, metavar="TEXT", help="why, for the record")
+    revoke.set_defaults(handler=_handler(_revoke))
+
+
+async def _add(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    if args.max_uses is None and not args.unlimited:
+        raise UsageError("say how many calls the grant approves: --max-uses N or --unlimited")
+    found = import_object("--tools", args.tools, "myapp.tools:TOOLS")
+    tools = list(found) if isinstance(found, Sequence) and not isinstance(found, str) else [found]
+    by_name = {getattr(t, "name", None): t for t in tools}
+    tool = by_name.get(args.tool)
+    if tool is None:
+        raise UsageError(f"--tools {args.tools!r} has no tool {args.tool!r}; it has {sorted(map(str, by_name))}")
+    grant = Grant.of(
+        tool,  # type: ignore[arg-type]  # an object from --tools; Grant.of reads its name, args type and tier
+        where=_constraints(args),
+        max_uses=None if args.unlimited else args.max_uses,
+        granted_by=args.by,
+        reason=args.reason,
+        expires_at=_when(args.expires),
+        allow_irreversible=args.allow_irreversible,
+    )
+    kept = await journal.grant(grant, tool=tool)  # type: ignore[arg-type]  # checked by Grant.of above
+    print(_printable(f"granted {kept.id}: {_describe(kept.grant)}"), file=out)
+
+
+def _constraints(args: argparse.Namespace) -> dict[str, Equals | OneOf | Prefix | Range]:
+    rules: dict[str, Equals | OneOf | Prefix | Range] = {}
+    for flag, items in (
+        ("--equals", args.equals),
+        ("--one-of", args.one_of),
+        ("--prefix", args.prefix),
+        ("--range", args.range),
+    ):
+        for item in items:
+            name, sep, value = item.partition("=")
+            if not sep or not name.strip():
+                raise UsageError(f"{flag} takes FIELD=VALUE; got {item!r}")
+            rules[name.strip()] = _rule(flag, value, item)
+    return rules
+
+
+def _rule(flag: str, value: str, item: str) -> Equals | OneOf | Prefix | Range:
+    if flag == "--prefix":
+        return Prefix(prefix=value)
+    if flag == "--range":
+        low, sep, high = value.partition(":")
+        try:
+            if not sep:
+                raise ValueError(value)
+            return Range(min=float(low) if low else None, max=float(high) if high else None)
+        except ValueError:
+            raise UsageError(f"--range takes FIELD=MIN:MAX (either end may be empty); got {item!r}") from None
+    try:
+        loaded: Any = json.loads(value)
+    except ValueError:
+        loaded = value
+    if flag == "--equals":
+        return Equals(value=loaded)
+    if not isinstance(loaded, list) or not loaded:
+        raise UsageError(f'--one-of takes FIELD=JSON-LIST, such as \'mode=["a", "b"]\'; got {item!r}')
+    return OneOf(values=tuple(loaded))
+
+
+def _when(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--expires takes an ISO 8601 time with a zone, such as 2030-01-31T18:00:00Z; got {text!r}"
+        ) from None
+    if at.tzinfo is None:
+        raise UsageError(f"--expires needs a time zone (end it with Z for UTC); got {text!r}")
+    return at
+
+
+def _describe(grant: Grant) -> str:
+    where = ", ".join(f"{name} {_rule_text(rule)}" for name, rule in grant.where.items())
+    irreversible = ", irreversible allowed" if grant.allow_irreversible else ""
+    return f"{grant.tool_name} where {where or 'any args'}{irreversible}"
+
+
+def _rule_text(rule: Equals | OneOf | Prefix | Range) -> str:
+    match rule:
+        case Equals():
+            return f"= {json.dumps(rule.value, ensure_ascii=False)}"
+        case OneOf():
+            return f"in {json.dumps(list(rule.values), ensure_ascii=False)}"
+        case Prefix():
+            return f"starts with {json.dumps(rule.prefix, ensure_ascii=False)}"
+        case Range():
+            return f"in [{'-' if rule.min is None else rule.min}, {'-' if rule.max is None else rule.max}]"
+        case _:
+            assert_never(rule)
+
+
+async def _list(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    records = await journal.grants()
+    if not records:
+        print("no grants", file=out)
+        return
+    rows = [
+        (
+            r.id,
+            r.state.value,
+            f"{r.uses}/{'-' if r.grant.max_uses is None else r.grant.max_uses}",
+            _time(r.grant.expires_at),
+            r.grant.granted_by,
+            _describe(r.grant),
+            r.grant.reason,
+        )
+        for r in records
+    ]
+    _table(out, ("ID", "STATE", "USES", "EXPIRES", "BY", "ALLOWS", "REASON"), rows)
+
+
+async def _revoke(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    record = await journal.revoke_grant(args.id, args.by, args.reason)
+    print(_printable(f"revoked {record.id} (by {record.revoked_by}: {record.revoked_because})"), file=out)

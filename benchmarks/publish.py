@@ -1,0 +1,331 @@
+"""The published performance figures, written from the benchmarks' results files and nowhere else.
+
+``python -m benchmarks.publish`` rewrites every figures block of the pages in ``PAGES`` from the
+results file it names; ``--check`` only reports the blocks that differ (exit 1), as
+``tests/test_published_figures.py`` does. A block is::
+
+    <!-- figures: contenders from benchmarks/results/latest.json -->
+    (the table and the line that says when, where and under what load it was measured)
+    <!-- end figures -->
+
+Its kind (``contenders`` here) names the renderer, and ``from`` the results file, relative to the
+repository root; ``change`` takes two files (``from BEFORE to AFTER``). What is between the two
+comments is generated: edit the renderer or rerun the benchmark, never the page.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks import report
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = ("README.md", "docs/performance.md")
+"""The pages whose figures are published from results files."""
+BLOCK = re.compile(
+    r"(?P<open><!-- figures: (?P<kind>[a-z-]+) from (?P<files>[^>]+?) -->\n)"
+    r"(?P<body>.*?)(?P<close><!-- end figures -->)",
+    re.DOTALL,
+)
+X = "\u00d7"
+"""The multiplication sign the tables write ratios with."""
+
+FRIENDLY = {
+    "raw-httpx": "bare `httpx2` loop (floor)",
+    "raw-openai": "raw `openai` client",
+    "raw-openai-tools": "raw `openai` client, tool calling",
+    "agentkit-json_schema": "**agentkit, JSON schema (default)**",
+    "agentkit-tools": "**agentkit, tools mode**",
+    "agentkit-json": "agentkit, JSON mode",
+    "agentkit-md_json": "agentkit, markdown JSON",
+    "instructor-json_schema": "instructor loop, JSON schema",
+    "instructor-tools": "instructor loop, tools",
+    "pydantic-ai": "pydantic-ai",
+    "openai-agents": "OpenAI Agents SDK",
+    "langgraph": "LangGraph",
+}
+"""How a contender is named on the pages."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Block:
+    """One figures block of a page."""
+
+    page: str
+    kind: str
+    files: tuple[str, ...]
+    body: str
+    span: tuple[int, int]
+    """Where ``body`` is in the page."""
+
+
+def blocks(page: str, text: str) -> list[Block]:
+    """The figures blocks of ``text`` (the page ``page``)."""
+    found = []
+    for match in BLOCK.finditer(text):
+        files = tuple(part.strip() for part in re.split(r"\s+to\s+", match["files"].strip()))
+        found.append(Block(page=page, kind=match["kind"], files=files, body=match["body"], span=match.span("body")))
+    return found
+
+
+def load(path: str) -> dict[str, Any]:
+    """A results file, by its path from the repository root."""
+    loaded: dict[str, Any] = json.loads((ROOT / path).read_text(encoding="utf-8"))
+    return loaded
+
+
+def _median(figure: Mapping[str, Any] | None) -> float | None:
+    return None if not figure else figure.get("median")
+
+
+def _num(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:,.{digits}f}"
+
+
+def measured(results: Mapping[str, Any], path: str) -> str:
+    """The line under a table: when, on what, under what load, how many samples, from which file."""
+    env = results["environment"]
+    load_before, load_after = env["load_before"][0], env.get("load_after", [None])[0]
+    options = results.get("options") or {}
+    samples = ""
+    if options:
+        samples = f"; {options['repeats']} interleaved repeats of {options['runs']} runs of 4 model round trips"
+    elif "repeats" in results:
+        samples = f"; {results['repeats']} interleaved repeats of {results['runs']} runs"
+    return (
+        f"Measured {env['date']} at commit `{env.get('commit', 'unknown')}` on {env['machine']} "
+        f"(Python {env['python']}, load average "
+        f"{_num(load_before)} before and {_num(load_after)} after{samples}); results file `{path}`."
+    )
+
+
+def _order(figures: Mapping[str, Any]) -> list[str]:
+    return sorted(figures, key=lambda name: _median(figures[name]["wall_ms_per_round"]) or float("inf"))
+
+
+def _concurrent(figure: Mapping[str, Any]) -> str:
+    conc = figure.get("concurrent")
+    if not conc:
+        return "-"
+    if "error" in conc:
+        return "failed"
+    return f"{_num(conc['wall_s'], 1)} / {_num(conc['peak_rss_mib'], 0)} / {conc['errors']}"
+
+
+_SHORT = (
+    ("wall_ms_per_round", 3),
+    ("wall_ratio_http", 2),
+    ("cpu_ms_per_round", 3),
+    ("cpu_ratio_http", 2),
+    ("request_body_bytes_per_round", 0),
+)
+"""The README's columns: a figure's key and the digits it is written with."""
+
+
+def _cells(name: str, figure: Mapping[str, Any], columns: Sequence[tuple[str, int]]) -> list[str]:
+    """A contender's row: its name, then the median of each column's figure."""
+    return [FRIENDLY.get(name, f"`{name}`"), *(_num(_median(figure[key]), digits) for key, digits in columns)]
+
+
+def contenders(files: Sequence[str]) -> str:
+    """Every contender: time and CPU per round against both floors, request bytes, 1,000 concurrent runs."""
+    results = load(files[0])
+    figures = results["contenders"]
+    concurrent = results["options"]["concurrent"]
+    lines = [
+        f"| contender | wall ms/round | {X} bare httpx | {X} `openai` client | client CPU ms/round | {X} bare httpx "
+        f"| {X} `openai` client | request bytes/round | {concurrent:,} concurrent runs: s / peak MiB / errors |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    columns = (*_SHORT[:2], ("wall_ratio", 2), *_SHORT[2:4], ("cpu_ratio", 2), _SHORT[4])
+    for name in _order(figures):
+        cells = [*_cells(name, figures[name], columns), _concurrent(figures[name])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
+def contenders_short(files: Sequence[str]) -> str:
+    """The README's table: time and CPU per round against the bare-HTTP floor, and request bytes."""
+    results = load(files[0])
+    figures = results["contenders"]
+    lines = [
+        f"| contender | wall ms/round | {X} bare httpx | client CPU ms/round | {X} bare httpx | request bytes/round |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in _order(figures):
+        lines.append("| " + " | ".join(_cells(name, figures[name], _SHORT)) + " |")
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
+def targets(files: Sequence[str]) -> str:
+    """agentkit's targets with the measured value and whether it was met: the results file's figures held
+    to the limits ``benchmarks/report.py`` sets now (a file keeps the targets of its own day too)."""
+    results = load(files[0])
+    lines = ["| target | measured | limit | met |", "|---|---|---|---|"]
+    for target in report.targets(results):
+        if not target["target"].startswith(("agentkit-json_schema", "agentkit-tools", "import agentkit loads")):
+            continue
+        met = {True: "yes", False: "**no**", None: "not measured"}[target["met"]]
+        value = target["note"] or "-" if target["value"] is None else _num(target["value"], 2)
+        lines.append(f"| {target['target']} | {value} | {target['limit']} | {met} |")
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
+def change(files: Sequence[str]) -> str:
+    """agentkit's ratios to the bare-HTTP floor and its request bytes, in two results files (before, after)."""
+    before, after = load(files[0]), load(files[1])
+    lines = [
+        f"| contender | wall {X} bare httpx, before | after | client CPU {X} bare httpx, before | after "
+        "| request bytes/round, before | after |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, figure in after["contenders"].items():
+        old = before["contenders"].get(name)
+        if old is None or not name.startswith(("agentkit-", "raw-openai")) or name == "raw-openai-tools":
+            continue
+        cells = [
+            FRIENDLY.get(name, f"`{name}`"),
+            _num(_median(old.get("wall_ratio_http"))),
+            _num(_median(figure["wall_ratio_http"])),
+            _num(_median(old.get("cpu_ratio_http"))),
+            _num(_median(figure["cpu_ratio_http"])),
+            _num(_median(old["request_body_bytes_per_round"]), 0),
+            _num(_median(figure["request_body_bytes_per_round"]), 0),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", "Before: " + measured(before, files[0]), "", "After: " + measured(after, files[1])])
+
+
+def loop_alone(files: Sequence[str]) -> str:
+    """The loop itself over a scripted caller (no HTTP), against a hand-written loop."""
+    results = load(files[0])
+    lines = [
+        "| rounds per run | agentkit µs/round | hand-written loop µs/round | the loop's own µs/round |",
+        "|---|---|---|---|",
+    ]
+    for rounds, figure in (results.get("micro") or {}).items():
+        cells = [
+            rounds,
+            _num(figure["agentkit_us_per_round"], 1),
+            _num(figure["baseline_us_per_round"], 1),
+            _num(figure["overhead_us_per_round"], 1),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
+def imports(files: Sequence[str]) -> str:
+    """Cold import times (a fresh interpreter each), and what ``import agentkit`` loads."""
+    results = load(files[0])
+    shown = ("import pydantic", "import agentkit", "import openai", "import agentkit; import agentkit.providers.openai")
+    lines = ["| import | cold ms | optional modules loaded |", "|---|---|---|"]
+    for label in shown:
+        figure = results["imports"].get(label)
+        if figure is not None:
+            loaded = ", ".join(figure["loaded_forbidden"]) or "none"
+            lines.append(f"| `{label}` | {_num(_median(figure['ms']), 0)} | {loaded} |")
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
+def fake_server(files: Sequence[str]) -> str:
+    """A round against ``FakeOpenAIServer``, against the bare benchmark server, both in the test's process."""
+    results = load(files[0])
+    lines = [f"| server | wall ms/round | {X} bare server | CPU ms/round (client and server) | {X} bare server |"]
+    lines.append("|---|---|---|---|---|")
+    for row in results["servers"].values():
+        cells = [
+            row["server"],
+            _num(row["wall_ms_per_round"], 3),
+            _num(row["wall_x"]),
+            _num(row["cpu_ms_per_round"], 3),
+            _num(row["cpu_x"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
+def prompt_tokens(files: Sequence[str]) -> str:
+    """Request bytes and the embedded model's tokens per round, against the raw openai loop."""
+    results = load(files[0])
+    lines = [
+        f"| contender | request bytes/round | {X} raw `openai` loop | tokens/round | {X} raw `openai` loop |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in results["contenders"].items():
+        cells = [
+            FRIENDLY.get(name, f"`{name}`"),
+            _num(row["bytes_per_round"], 0),
+            _num(row["bytes_x"]),
+            _num(row["tokens_per_round"], 0),
+            _num(row["tokens_x"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    tokenizer = f"Tokens by `{results['tokenizer']}`'s tokenizer. "
+    return "\n".join([*lines, "", tokenizer + measured(results, files[0])])
+
+
+RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
+    "contenders": contenders,
+    "contenders-short": contenders_short,
+    "targets": targets,
+    "change": change,
+    "loop-alone": loop_alone,
+    "imports": imports,
+    "fake-server": fake_server,
+    "prompt-tokens": prompt_tokens,
+}
+
+
+def render(block: Block) -> str:
+    """What ``block`` holds when it is up to date: its renderer's text of its results files."""
+    renderer = RENDERERS.get(block.kind)
+    if renderer is None:
+        raise ValueError(f"{block.page}: no renderer for figures of kind {block.kind!r}; one of {sorted(RENDERERS)}")
+    return renderer(block.files).rstrip("\n") + "\n"
+
+
+def stale(page: str) -> list[Block]:
+    """The blocks of ``page`` whose text is not what their results files give."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    return [block for block in blocks(page, text) if block.body != render(block)]
+
+
+def publish(page: str) -> bool:
+    """Rewrite every block of ``page`` from its results files; whether anything changed."""
+    path = ROOT / page
+    text = path.read_text(encoding="utf-8")
+    rebuilt, last = [], 0
+    for block in blocks(page, text):
+        start, end = block.span
+        rebuilt += [text[last:start], render(block)]
+        last = end
+    rebuilt.append(text[last:])
+    new = "".join(rebuilt)
+    if new != text:
+        path.write_text(new, encoding="utf-8")
+    return new != text
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.publish", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="only report stale blocks (exit 1 when any)")
+    options = parser.parse_args(argv)
+    if options.check:
+        found = [block for page in PAGES for block in stale(page)]
+        for block in found:
+            print(f"{block.page}: the {block.kind} figures differ from {', '.join(block.files)}", file=sys.stderr)
+        return 1 if found else 0
+    for page in PAGES:
+        print(f"{page}: {'rewritten' if publish(page) else 'up to date'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

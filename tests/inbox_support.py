@@ -1,0 +1,232 @@
+"""The web inbox served for real (uvicorn on a loopback port, in a thread), and headless Chromium to drive it.
+
+The server's event loop owns the journal; a test reaches the journal through ``InboxServer.run``,
+which runs a coroutine on that loop, so a test acts as a worker or another reviewer would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import shutil
+import socket
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import httpx2 as httpx
+import pytest
+from pydantic import BaseModel
+
+from agentkit import ProposedAction, Tier, tool
+from agentkit._tools import FunctionTool
+from agentkit.journal import Journal, ProposalRecord, Transition, WorkReport, open_journal
+
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+T = TypeVar("T")
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+REQUIRE_BROWSER = os.environ.get("AGENTKIT_REQUIRE_BROWSER") == "1"
+"""Set by CI: a missing Chromium is then a failure, never a silent skip."""
+
+ALICE = "alice-token-0123456789abcdef"
+BOB = "bob-token-0123456789abcdefgh"
+TOKENS = {"alice": ALICE, "bob": BOB}
+
+
+class Mail(BaseModel):
+    to: str
+    body: str = ""
+    copies: int = 1
+
+
+def mail_tool(sent: list[str]) -> FunctionTool[Mail, str]:
+    """An irreversible ``mail`` tool that counts its calls in ``sent``."""
+
+    @tool(tier=Tier.IRREVERSIBLE, name="mail")
+    def mail(args: Mail) -> list[str]:
+        """Send a mail."""
+        sent.append(args.to)
+        return [args.to]
+
+    return mail
+
+
+async def propose_mail(journal: Journal, to: str, *, body: str = "", rationale: str = "", run_id: str = "r1") -> str:
+    """A pending ``mail`` proposal; its id."""
+    action = ProposedAction[BaseModel].create(
+        tool_name="mail",
+        tier=Tier.IRREVERSIBLE,
+        args=Mail(to=to, body=body),
+        rationale=rationale,
+        round=1,
+        run_id=run_id,
+    )
+    return (await journal.propose(action)).id
+
+
+def csrf_of(page: str) -> str:
+    """The CSRF token of the first form in ``page``."""
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found is not None, "the page has no form"
+    return found.group(1)
+
+
+class Clock:
+    """A clock the test moves: the CSRF tokens' age is read from it."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class InboxServer:
+    """``agentkit inbox``'s app over the journal at ``url``, served by uvicorn on a free loopback port."""
+
+    def __init__(
+        self, url: str, *, tokens: Mapping[str, str] = TOKENS, poll: float = 0.2, csrf_max_age: float = 3600.0
+    ) -> None:
+        self.clock = Clock()
+        self._url = url
+        self._tokens = dict(tokens)
+        self._poll = poll
+        self._csrf_max_age = csrf_max_age
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.base = f"http://127.0.0.1:{self._socket.getsockname()[1]}"
+        self._loop = asyncio.new_event_loop()
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._server: Any = None
+        self._failure: BaseException | None = None
+
+    def __enter__(self) -> InboxServer:
+        self._thread.start()
+        if not self._started.wait(30) or self._failure is not None:
+            raise RuntimeError(f"the inbox did not start: {self._failure!r}")
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.should_exit = True
+        self._thread.join(30)
+
+    def run(self, work: Callable[[Journal], Awaitable[T]]) -> T:
+        """``work(journal)`` on the server's loop, as a worker or another reviewer acts; its result."""
+
+        async def call() -> T:
+            return await work(self._journal)
+
+        return asyncio.run_coroutine_threadsafe(call(), self._loop).result(30)
+
+    def propose(self, to: str, *, rationale: str = "", body: str = "") -> str:
+        """A pending ``mail`` proposal (``propose_mail``); its id."""
+
+        async def put(journal: Journal) -> str:
+            return await propose_mail(journal, to, rationale=rationale, body=body)
+
+        return self.run(put)
+
+    def get(self, id: str) -> ProposalRecord:
+        """The proposal as the journal holds it now."""
+
+        async def get(journal: Journal) -> ProposalRecord:
+            return await journal.get(id)
+
+        return self.run(get)
+
+    def history(self, id: str) -> list[Transition]:
+        """The proposal's transitions."""
+
+        async def read(journal: Journal) -> list[Transition]:
+            return await journal.history(id)
+
+        return self.run(read)
+
+    def work(self, sent: list[str]) -> WorkReport:
+        """A worker drains every approved ``mail`` call, as ``agentkit worker`` would; ``sent`` counts the calls."""
+
+        async def drain(journal: Journal) -> WorkReport:
+            return await journal.work([mail_tool(sent)], until_empty=True)
+
+        return self.run(drain)
+
+    def client(self, token: str | None = ALICE) -> httpx.Client:
+        """An HTTP client that sends ``token`` as a bearer token (none: no token)."""
+        headers = {"authorization": f"Bearer {token}"} if token is not None else {}
+        return httpx.Client(base_url=self.base, headers=headers, follow_redirects=False)
+
+    def _serve(self) -> None:
+        import uvicorn
+
+        from agentkit._inbox_web._app import create_app
+        from agentkit._inbox_web._security import Reviewers
+
+        async def serve() -> None:
+            self._journal = open_journal(self._url)
+            app = create_app(
+                self._journal,
+                Reviewers(self._tokens),
+                poll=self._poll,
+                csrf_max_age=self._csrf_max_age,
+                clock=self.clock,
+            )
+            started = self._started
+
+            class Server(uvicorn.Server):
+                async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                    await super().startup(sockets)
+                    started.set()
+
+            self._server = Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+            try:
+                await self._server.serve(sockets=[self._socket])
+            finally:
+                await self._journal.close()
+
+        try:
+            self._loop.run_until_complete(serve())
+        except BaseException as failure:
+            self._failure = failure
+            self._started.set()
+        finally:
+            self._loop.close()
+
+
+def browser_or_skip() -> None:
+    """Skip (or, under ``AGENTKIT_REQUIRE_BROWSER=1``, fail) without Selenium, Chromium or chromedriver."""
+    missing = [path for path in (CHROMIUM, CHROMEDRIVER) if shutil.which(path) is None]
+    try:
+        import selenium  # noqa: F401
+    except ModuleNotFoundError:
+        missing.append("selenium (extra 'test')")
+    if missing:
+        why = f"missing {', '.join(missing)} (apt-get install chromium chromium-driver)"
+        if REQUIRE_BROWSER:
+            pytest.fail(f"AGENTKIT_REQUIRE_BROWSER=1 but {why}")
+        pytest.skip(why)
+
+
+@contextmanager
+def chromium(*, width: int = 1100, height: int = 900) -> Iterator[WebDriver]:
+    """Headless Chromium from the system, through the system's chromedriver: nothing is downloaded."""
+    browser_or_skip()
+    # With the driver's path given, Selenium never runs Selenium Manager, which would look for (and fetch) one.
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-extensions"):
+        options.add_argument(flag)
+    options.add_argument(f"--window-size={width},{height}")
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()

@@ -1,0 +1,85 @@
+"""The evidence behind a proposal: the rounds and calls the executor had seen, by reference, kept and shown."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentkit import LoopConfig, ProposedAction, RetryPolicy, StopReason, Tier, run_tool_loop_tiered
+from agentkit._cli import main
+from agentkit._proposals import call_digest
+from agentkit.decisions import CallSeen, Evidence
+from agentkit.journal import JournalObserver, open_journal
+from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import Doc, Executor, PathArgs, Query, Recording
+
+NO_WAIT = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
+
+
+def steps() -> list[dict[str, Any]]:
+    return [
+        call_step(Query(query="old reports"), tool="search"),
+        call_step(Query(query="older"), tool="search"),
+        call_step(PathArgs(path="/r/2019"), tool="delete", rationale="search:2 says it is stale"),
+        done_step(),
+    ]
+
+
+async def test_a_proposal_records_the_rounds_and_calls_before_it_by_reference() -> None:
+    """The proposal's evidence names the earlier rounds and each call by digest, with its items' ids."""
+    search, delete = Recording("search", Tier.READ_ONLY), Recording("delete", Tier.IRREVERSIBLE, PathArgs)
+    result = await run_tool_loop_tiered(ScriptedCaller(steps()), Executor[Doc](), [search, delete], "ctx", NO_WAIT)
+    assert result.stop_reason is StopReason.PROPOSED
+    [proposal] = result.proposed
+    assert proposal.rationale == "search:2 says it is stale"
+    assert proposal.evidence == Evidence(
+        rounds=(1, 2),
+        calls=(
+            CallSeen(round=1, tool_name="search", digest=call_digest("search", Query(query="old reports")), ran=True,
+                     item_ids=("search:1",)),
+            CallSeen(round=2, tool_name="search", digest=call_digest("search", Query(query="older")), ran=True,
+                     item_ids=("search:2",)),
+        ),
+    )  # fmt: skip
+    assert ProposedAction[PathArgs].model_validate_json(proposal.model_dump_json()) == proposal
+
+
+async def test_the_journal_keeps_the_evidence_and_proposals_show_prints_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The inbox entry holds the evidence; `agentkit proposals show` prints the rounds, calls and item ids."""
+    url = str(tmp_path / "journal.db")
+    search, delete = Recording("search", Tier.READ_ONLY), Recording("delete", Tier.IRREVERSIBLE, PathArgs)
+    journal = open_journal(url)
+    try:
+        with JournalObserver(journal) as observer:
+            result = await run_tool_loop_tiered(
+                ScriptedCaller(steps()), Executor[Doc](), [search, delete], "ctx", NO_WAIT, observer=observer
+            )
+        [entry] = await journal.pending()
+        assert entry.evidence == result.proposed[0].evidence
+    finally:
+        await journal.close()
+    assert await asyncio.to_thread(main, ["proposals", "show", entry.id, "--db", url]) == 0
+    shown = capsys.readouterr().out
+    assert "rationale: search:2 says it is stale" in shown
+    assert "evidence:  rounds before it: 1, 2; 2 earlier calls" in shown
+    assert "  round 2: search (ran, items search:2) digest " in shown
+
+
+async def test_a_proposal_without_evidence_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A proposal recorded without evidence (by hand, or by an earlier agentkit) shows it was not recorded."""
+    url = str(tmp_path / "journal.db")
+    journal = open_journal(url)
+    try:
+        entry = await journal.propose(
+            ProposedAction.create(tool_name="delete", tier=Tier.IRREVERSIBLE, args=PathArgs(path="/x"), round=1)
+        )
+        assert entry.evidence is None
+    finally:
+        await journal.close()
+    assert await asyncio.to_thread(main, ["proposals", "show", entry.id, "--db", url]) == 0
+    assert "evidence:  - (not recorded)" in capsys.readouterr().out

@@ -1,0 +1,193 @@
+"""Standing grants in process: a matching proposal is approved by ``grant:<id>``, counts one use and runs once."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from agentkit import LoopConfig, ProposedAction, RetryPolicy, StopReason, Tier, UsageError, run_tool_loop_tiered
+from agentkit._state import DecisionEntry
+from agentkit.decisions import Equals, Grant, Grants, OneOf, Prefix, Range
+from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import Doc, Executor, Payments, Transfer
+from tests.support import small_payments as grant
+
+NO_WAIT = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
+
+
+class ExternalPayments(Payments):
+    tier = Tier.EXTERNAL_REVERSIBLE
+
+
+def transfer(amount: int, account: str = "acme", tier: Tier = Tier.IRREVERSIBLE) -> ProposedAction[Transfer]:
+    return ProposedAction.create(
+        tool_name="transfer", tier=tier, args=Transfer(account=account, amount=amount), round=1
+    )
+
+
+@pytest.mark.parametrize(
+    ("rule", "value", "allowed"),
+    [
+        (Equals(value=1), 1, True),
+        (Equals(value=1), True, False),
+        (Equals(value=1), 1.0, False),
+        (OneOf(values=("a", "b")), "b", True),
+        (OneOf(values=("a", "b")), "c", False),
+        (Prefix(prefix="/tmp/"), "/tmp/x", True),
+        (Prefix(prefix="/tmp/"), "/etc/x", False),
+        (Prefix(prefix="/tmp/"), 5, False),
+        (Range(min=0, max=10), 10, True),
+        (Range(min=0, max=10), 10.5, False),
+        (Range(max=10), True, False),
+        (Range(min=0), "3", False),
+    ],
+)
+def test_each_constraint_allows_exactly_its_values(rule: Any, value: object, allowed: bool) -> None:
+    """Equals and OneOf compare as JSON (1 is not true nor 1.0); Prefix takes text; Range takes numbers only."""
+    assert rule.allows(value) is allowed
+
+
+def test_a_grant_matches_its_tool_and_every_constrained_field() -> None:
+    """A call of the tool whose constrained fields all pass matches; any one field outside does not."""
+    given_grant = grant()
+    assert given_grant.matches(transfer(50))
+    assert not given_grant.matches(transfer(51))
+    assert not given_grant.matches(transfer(5, account="eve"))
+    assert not grant(allow_irreversible=False).matches(transfer(5))
+    assert grant(allow_irreversible=False).matches(transfer(5, tier=Tier.EXTERNAL_REVERSIBLE))
+
+
+@pytest.mark.parametrize(
+    ("changes", "complaint"),
+    [
+        ({"tool_name": " "}, "names the tool"),
+        ({"granted_by": ""}, "who gave it"),
+        ({"reason": ""}, "why"),
+        ({"max_uses": 0}, "greater than or equal to 1"),
+        ({"expires_at": datetime(2030, 1, 1)}, "time zone"),
+        ({"where": {"amount": {"kind": "range"}}}, "needs min, max or both"),
+    ],
+)
+def test_an_incomplete_grant_is_refused(changes: dict[str, Any], complaint: str) -> None:
+    """A grant without a tool, a granter or a reason, or with a bad limit or constraint, does not validate."""
+    with pytest.raises(ValidationError, match=complaint):
+        grant(**changes)
+
+
+def test_a_grant_is_checked_against_its_tool() -> None:
+    """Grant.of refuses a field the args type lacks and an irreversible tool without allow_irreversible."""
+    tool = Payments()
+    with pytest.raises(UsageError, match="'colour', which Transfer"):
+        Grant.of(tool, where={"colour": Equals(value="red")}, max_uses=1, granted_by="ops", reason="r")
+    with pytest.raises(UsageError, match="only with allow_irreversible=True"):
+        Grant.of(tool, max_uses=1, granted_by="ops", reason="r")
+    with pytest.raises(UsageError, match="names the tool"):
+        Grant.of(type("Nameless", (Payments,), {"name": ""})(), max_uses=1, granted_by="ops", reason="r")
+    made = Grant.of(ExternalPayments(), where={"amount": Range(max=5)}, max_uses=1, granted_by="ops", reason="r")
+    assert Grant.model_validate_json(made.model_dump_json()) == made
+
+
+async def test_a_loop_refuses_grants_that_do_not_fit_its_tools_before_any_model_call() -> None:
+    """A grant constraining a field its tool lacks is a UsageError when the loop is made; no model call."""
+    caller = ScriptedCaller([])
+    bad = Grants([grant(where={"colour": Equals(value="red")})])
+    with pytest.raises(UsageError, match="'colour'"):
+        await run_tool_loop_tiered(caller, Executor[Doc](), Payments(), "ctx", NO_WAIT, grants=bad)
+    assert caller.requests == []
+
+
+async def run(tool: Payments, grants: Grants, *amounts: int) -> Any:
+    steps = [call_step(Transfer(account="acme", amount=a)) for a in amounts]
+    caller = ScriptedCaller([*steps, done_step()])
+    return await run_tool_loop_tiered(caller, Executor[Doc](), tool, "ctx", NO_WAIT, grants=grants)
+
+
+async def test_a_granted_call_runs_once_in_its_round_recorded_as_the_grant() -> None:
+    """The matching call runs in the round that proposed it, approved by grant:<id>; one use counted."""
+    tool, grants = Payments(), Grants([grant()])
+    result = await run(tool, grants, 30)
+    assert tool.calls == [Transfer(account="acme", amount=30)]
+    assert (result.stop_reason, result.proposed, result.items) == (
+        StopReason.EXECUTOR_DONE,
+        [],
+        [Doc(id="paid 30 to acme")],
+    )
+    [decision] = [e for e in result.checkpoint.entries if isinstance(e, DecisionEntry)]
+    [held] = grants
+    assert (decision.approved, decision.by) == (True, f"grant:{held.id}")
+    assert grants.uses(held.id) == 1
+    result.checkpoint.verify()
+
+
+async def test_a_call_outside_the_grant_waits_for_a_human() -> None:
+    """A call whose args the grant does not allow is proposed; nothing runs and no use is counted."""
+    tool, grants = Payments(), Grants([grant()])
+    result = await run(tool, grants, 500)
+    assert (tool.calls, result.stop_reason, [p.args.amount for p in result.proposed]) == (
+        [],
+        StopReason.PROPOSED,
+        [500],
+    )
+    assert grants.uses(next(iter(grants)).id) == 0
+
+
+@pytest.mark.parametrize("why", ["spent", "expired", "revoked"])
+async def test_a_spent_expired_or_revoked_grant_leaves_the_proposal_waiting(why: str) -> None:
+    """Past its uses, after its expiry, or revoked, a grant approves nothing: the call is proposed."""
+    tool = Payments()
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    given_grant = grant(max_uses=1) if why == "spent" else grant(expires_at=past) if why == "expired" else grant()
+    grants = Grants([given_grant])
+    if why == "spent":
+        await run(tool, grants, 10)
+    if why == "revoked":
+        grants.revoke(given_grant.id)
+    tool.calls.clear()
+    result = await run(tool, grants, 20)
+    assert (tool.calls, result.stop_reason) == ([], StopReason.PROPOSED)
+
+
+async def test_concurrent_runs_never_use_a_grant_beyond_its_uses() -> None:
+    """Eight runs sharing one grant of three uses: exactly three calls run, five wait."""
+    tool, grants = Payments(), Grants([grant(max_uses=3)])
+    results = await asyncio.gather(*(run(tool, grants, 10 + n) for n in range(8)))
+    assert len(tool.calls) == 3
+    assert sum(r.stop_reason is StopReason.PROPOSED for r in results) == 5
+    assert grants.uses(next(iter(grants)).id) == 3
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(uses=st.integers(min_value=1, max_value=4), amounts=st.lists(st.integers(0, 100), min_size=1, max_size=6))
+async def test_granted_calls_run_exactly_once_and_never_beyond_the_grant(uses: int, amounts: list[int]) -> None:
+    """Whatever the calls, each granted call runs once, only calls the grant allows run, and at most max_uses."""
+    tool, grants = Payments(), Grants([grant(max_uses=uses)])
+    proposed = 0
+    for amount in amounts:
+        result = await run(tool, grants, amount)
+        proposed += len(result.proposed)
+    allowed = [a for a in amounts if a <= 50][:uses]
+    assert [c.amount for c in tool.calls] == allowed
+    assert proposed == len(amounts) - len(allowed)
+
+
+async def test_an_external_reversible_call_may_be_granted_without_the_irreversible_flag() -> None:
+    """A grant without allow_irreversible approves an EXTERNAL_REVERSIBLE call: it runs once."""
+    tool, grants = ExternalPayments(), Grants([grant(allow_irreversible=False)])
+    result = await run(tool, grants, 20)
+    assert (tool.calls, result.proposed) == ([Transfer(account="acme", amount=20)], [])
+
+
+async def test_a_loop_refuses_a_grant_of_an_irreversible_tool_without_the_flag() -> None:
+    """Granting an IRREVERSIBLE tool without allow_irreversible=True is a UsageError before any model call."""
+    caller = ScriptedCaller([])
+    with pytest.raises(UsageError, match="only with allow_irreversible=True"):
+        await run_tool_loop_tiered(
+            caller, Executor[Doc](), Payments(), "ctx", NO_WAIT, grants=Grants([grant(allow_irreversible=False)])
+        )
+    assert caller.requests == []
