@@ -40,8 +40,9 @@ STEP_MODEL_CACHE_SIZE = 256
 application that defines tools per request (a new args type or name each run) keeps flat memory;
 a long-lived tool set is rebuilt only if more than this many other sets were used since."""
 
-VALID_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-"""OpenAI's rule for function and schema names, which tool names follow too."""
+VALID_NAME = re.compile(r"\A[a-zA-Z0-9_-]{1,64}\Z")
+"""OpenAI's rule for function and schema names, which tool names follow too. Use ``fullmatch``: with
+``match`` and ``$``, a name with a trailing newline (``"wipe\\n"``) would pass."""
 _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
@@ -51,7 +52,7 @@ def schema_name(raw: str) -> str:
     Characters outside the set become ``_``; a name longer than 64 characters keeps its head and
     gains a short hash of the whole, so two long names stay distinct.
     """
-    if VALID_NAME.match(raw):
+    if VALID_NAME.fullmatch(raw):
         return raw
     cleaned = _NAME_BAD_CHARS.sub("_", raw).strip("_") or "schema"
     if len(cleaned) <= 64:

@@ -182,7 +182,7 @@ async def test_schema_names_on_the_wire_are_valid_for_openai(server: FakeOpenAIS
         if mode is StructuredMode.JSON_SCHEMA
         else body["tools"][0]["function"]["name"]
     )
-    assert NAME_OK.match(name)
+    assert NAME_OK.fullmatch(name)
     assert completion.value == Box[int](item=0)
 
 

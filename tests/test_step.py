@@ -53,7 +53,7 @@ def test_call_is_validated_as_args_type() -> None:
 def test_parametrised_schema_name_is_valid_for_openai() -> None:
     """ToolStep[Args]'s schema title is a valid OpenAI function name."""
     title = ToolStep[SearchArgs].model_json_schema()["title"]
-    assert OPENAI_NAME.match(title)
+    assert OPENAI_NAME.fullmatch(title)
     assert title == "ToolStep_SearchArgs"
 
 
@@ -133,7 +133,7 @@ def test_multi_tool_step_is_discriminated_by_tool() -> None:
         model.model_validate({"done": False, "call": {"tool": "delete", "args": {"query": "x"}}})
     with pytest.raises(ValidationError):
         model.model_validate({"done": False, "call": {"tool": "nope", "args": {}}})
-    assert OPENAI_NAME.match(model.model_json_schema()["title"])
+    assert OPENAI_NAME.fullmatch(model.model_json_schema()["title"])
 
 
 def test_single_tool_in_a_sequence_still_uses_the_tagged_shape() -> None:
@@ -161,7 +161,12 @@ def test_step_models_are_built_once() -> None:
 @given(st.text(min_size=0, max_size=200))
 def test_schema_name_is_always_valid(raw: str) -> None:
     """Any raw name is turned into a valid OpenAI name."""
-    assert OPENAI_NAME.match(schema_name(raw))
+    assert OPENAI_NAME.fullmatch(schema_name(raw))
+
+
+def test_a_trailing_newline_is_not_kept_in_a_schema_name() -> None:
+    """A name that is valid but for a trailing newline is cleaned like any other invalid name."""
+    assert schema_name("search\n") == "search"
 
 
 def test_long_names_stay_distinct() -> None:
