@@ -110,7 +110,13 @@ class ToolStep(BaseModel, Generic[Args]):
         wire = _wire_model(cls)
         if wire is None:
             return handler(core_schema)
-        return handler(wire.__pydantic_core_schema__)
+        schema = handler(wire.__pydantic_core_schema__)
+        if "$ref" in schema:
+            # A recursive model among the calls or the answer puts every model in $defs and leaves the
+            # root a bare reference; the root must stay an object (OpenAI, instructor's TOOLS mode).
+            # Unused, the step's own definition then drops out of $defs.
+            schema = dict(handler.resolve_ref_schema(schema))
+        return schema
 
     @classmethod
     def model_json_schema(
