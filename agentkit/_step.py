@@ -363,6 +363,17 @@ def step_call_parts(call: BaseModel) -> tuple[str | None, BaseModel]:
     return None, call
 
 
+def call_shape(schema: type[BaseModel]) -> Literal["args", "named"] | None:
+    """How a step model's call is written: the bare args (one tool), ``{"tool", "args"}`` (a list of
+    tools); ``None`` for a schema that is not a step, or a step that allows no call."""
+    field = schema.model_fields.get("call") if issubclass(schema, ToolStep) else None
+    members = _members(field.annotation) if field is not None else []
+    if not members:
+        return None
+    named = any(isinstance(member, type) and issubclass(member, ToolCall) for member in members)
+    return "named" if named else "args"
+
+
 def step_tool_names(tools: Sequence[tuple[str, type[BaseModel]]]) -> list[str]:
     """The tool names of a multi-tool step, in order."""
     return [name for name, _ in tools]
