@@ -28,6 +28,7 @@ from agentkit._cache import value_cache
 from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit._context import SummaryCutOff
 from agentkit._degeneration import SameFunc, repeat_of
 from agentkit._events import (
     Continued,
@@ -273,8 +274,11 @@ class _Run:
     async def infos(
         self, round: int, *, closing: bool = False
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
-        """The round's info for the executor and for the observers (``Views.infos``)."""
-        infos = await self.views.infos(round, closing=closing)
+        """The round's info for the executor and for the observers (``Views.infos``); the run's deadline
+        bounds a summarizer too."""
+        infos = await self.views.infos(round, closing=closing, deadline=self.remaining())
+        if isinstance(infos, SummaryCutOff):
+            return Ending(None, StopReason.DEADLINE)
         if isinstance(infos, AgentkitError):
             return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, infos)
         return infos
@@ -479,7 +483,7 @@ class _Run:
             return self.finish(ending)  # too few calls ran, or nothing to cite: no answer can be asked for
         round = self.rounds + 1
         if isinstance(infos := await self.infos(round, closing=True), Ending):
-            return self.finish(ending)  # the summarizer failed: no closing round, the tools' ending stands
+            return self.finish(ending)  # the summarizer failed or ran past the deadline: the tools' ending stands
         self.rounds = round
         shown, watched = infos
         if watched is not None:
