@@ -24,7 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, TypeAdapter
 
 from agentkit._agent import PriorCall, ToolAgent, ToolRoundInfo
-from agentkit._cache import value_cache
+from agentkit._cache import kept_on
 from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
@@ -123,15 +123,18 @@ class _Round:
         )
 
 
-@value_cache(maxsize=256)
 def schema_digest(schema: type[BaseModel]) -> str:
-    """SHA-256 of the JSON schema a step model gives the model (once per model)."""
+    """SHA-256 of the JSON schema a step model gives the model (once per model, kept on it)."""
+    return kept_on(schema, "schema digest", lambda: _digest(schema))
+
+
+def _digest(schema: type[BaseModel]) -> str:
     return hashlib.sha256(json_text(schema.model_json_schema()).encode()).hexdigest()
 
 
-@value_cache(maxsize=256)
 def _answer_adapter(answer: type[Any]) -> TypeAdapter[Any]:
-    return TypeAdapter(answer)
+    adapter: TypeAdapter[Any] = kept_on(answer, "answer adapter", lambda: TypeAdapter(answer))
+    return adapter
 
 
 class _Run:

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+import weakref
 from typing import Any
 
 import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, create_model
 
 from agentkit import Cites, ToolStep
 from agentkit._cites import restricted
@@ -317,3 +319,18 @@ def test_a_citing_answer_keeps_its_ids_in_the_compact_schema_and_in_strict_mode(
     assert validator.is_valid({"rationale": "", "decision": good})
     for bad in ({"source": "z-9", "also": []}, {"source": ids[0], "also": ["z-9"]}):
         assert not validator.is_valid({"rationale": "", "decision": {"done": True, "answer": bad}}), bad
+
+
+def test_step_models_are_concrete_and_go_with_their_args_type() -> None:
+    """A step model is a concrete ToolStep subclass (no pydantic parametrisation per tool set), kept as long
+    as its args type lives: once a per-request args type goes, its step models, wire schema included, go too."""
+    made = create_model("Made", query=(str, ...))
+    models = [build_step_model(made), build_step_model((("search", made),), rationale_max_length=20)]
+    for model in models:
+        assert issubclass(model, ToolStep)
+        assert model.__pydantic_generic_metadata__["origin"] is None
+        model.model_json_schema()
+    gone: list[weakref.ref[Any]] = [weakref.ref(made), *(weakref.ref(model) for model in models)]
+    del made, models, model
+    gc.collect()
+    assert [ref for ref in gone if ref() is not None] == []
