@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import openai
 import pytest
@@ -169,6 +169,26 @@ async def test_max_completion_tokens_field_can_be_chosen(server: FakeOpenAIServe
         await caller.complete(request(max_tokens=50), Verdict)
     assert server.requests[0]["max_completion_tokens"] == 50
     assert "max_tokens" not in server.requests[0]
+
+
+class Uncapped(Searcher):
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="primary-model")
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+async def test_a_step_has_no_default_token_cap(
+    server: FakeOpenAIServer, field: Literal["max_tokens", "max_completion_tokens"]
+) -> None:
+    """A role that sets no max_tokens sends no token limit with any step: agentkit has no default cap (docs)."""
+    server.add(call_step(Query(query="a")), done_step())
+    async with OpenAICaller(base_url=server.base_url, max_tokens_field=field) as caller:
+        result = await run_tool_loop(caller, Uncapped(), search, "ctx", FAST)
+    assert result.items == ["doc:a"]
+    assert len(server.requests) == 2
+    for body in server.requests:
+        assert "max_tokens" not in body
+        assert "max_completion_tokens" not in body
 
 
 @pytest.mark.parametrize("mode", [StructuredMode.JSON_SCHEMA, StructuredMode.TOOLS])
