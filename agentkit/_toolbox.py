@@ -87,7 +87,7 @@ class Toolbox:
         closing = None
         if answer is not None:
             closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)
-        cites = citing(answer) if answer is not None else ()  # type: ignore[arg-type]  # type objects are hashable
+        cites = citing(answer) if answer is not None else ()
         first = None
         if config.min_calls or cites:
             first = build_step_model(spec, rationale_max_length=bound, calls_first=True)
@@ -105,7 +105,7 @@ class Toolbox:
         if executed < self.min_calls:
             return None if closing else self.calls_first
         assert self.answer is not None
-        answer = restricted(self.answer, retrieved_ids(items, self.citing))  # type: ignore[arg-type]  # as above
+        answer = restricted(self.answer, retrieved_ids(items, self.citing))
         if answer is None:
             return None if closing else self.calls_first
         return build_step_model(self.spec, rationale_max_length=self.bound, answer=answer, closing=closing)
