@@ -40,7 +40,9 @@ class RoleSpec:
     temperature: float | None = None
     """Sampling temperature; ``None`` leaves the server's default."""
     max_tokens: int | None = None
-    """Completion token limit per call. A reply cut off by it is a ``Truncated`` error, never parsed."""
+    """Completion token limit per call. A reply cut off by it is a ``Truncated`` error, never parsed.
+    ``None`` (the default) sends no limit, so the server's own applies: agentkit sets no default cap,
+    since a cap too low for the model or the schema fails the call (docs: Providers, Truncation)."""
     fallback_max_tokens: int | None = None
     """Completion token limit on the fallback model; ``None``: the same as ``max_tokens``. Only a
     fallback whose limit differs is asked after a reply is cut off by the token limit."""

@@ -9,7 +9,6 @@ answer's citations to the items.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import types
 import typing
 from collections.abc import Sequence
@@ -18,6 +17,7 @@ from typing import Annotated, Any, Literal, TypeVar, Union
 from pydantic import BaseModel, Field, create_model
 from typing_extensions import TypeAliasType
 
+from agentkit._cache import kept_on, weak_cache
 from agentkit.errors import UsageError
 
 __all__ = ["CITED_MODEL_CACHE_SIZE", "Citing", "Cites", "citing", "resolve_citations"]
@@ -25,8 +25,9 @@ __all__ = ["CITED_MODEL_CACHE_SIZE", "Citing", "Cites", "citing", "resolve_citat
 Item = TypeVar("Item")
 
 CITED_MODEL_CACHE_SIZE = 64
-"""Answer models restricted to one set of ids, kept built, most recent first. Bounded: the ids
-change from round to round and from run to run, and memory must stay flat."""
+"""Answer models restricted to one set of ids that one answer type keeps built (on itself), most
+recent first. Bounded: the ids change from round to round and from run to run, and memory must
+stay flat; an answer type made per request takes its restricted models with it."""
 
 DEFAULT_KEY = "id"
 
@@ -93,7 +94,7 @@ def _has_key(item_type: Any, key: str) -> bool:
     return isinstance(item_type, type) and key in typing.get_type_hints(item_type)
 
 
-@functools.lru_cache(maxsize=256)
+@weak_cache
 def citing(answer: type[Any]) -> tuple[Citing, ...]:
     """The fields of ``answer`` that cite items (none for an answer that is not a model).
 
@@ -148,10 +149,13 @@ def retrieved_ids(items: Sequence[object], fields: Sequence[Citing]) -> tuple[st
     return tuple(ids)
 
 
-@functools.lru_cache(maxsize=CITED_MODEL_CACHE_SIZE)
 def restricted(answer: type[BaseModel], ids: tuple[str, ...]) -> type[BaseModel] | None:
     """``answer`` with its citing fields restricted to ``ids``; ``None`` when a required citation
-    has nothing to name (no id retrieved yet): no answer can be given."""
+    has nothing to name (no id retrieved yet): no answer can be given. Kept on ``answer``."""
+    return kept_on(answer, ("cited", ids), lambda: _restricted(answer, ids), size=CITED_MODEL_CACHE_SIZE)
+
+
+def _restricted(answer: type[BaseModel], ids: tuple[str, ...]) -> type[BaseModel] | None:
     fields = citing(answer)
     if not ids and any(not f.optional and not f.many for f in fields):
         return None

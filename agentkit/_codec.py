@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, JsonValue, TypeAdapter, ValidationError
 
-from agentkit._cache import value_cache
+from agentkit._cache import kept_on, weak_cache
 from agentkit._proposals import ProposedAction
 from agentkit._state import RoundEntry, json_text
 from agentkit._tools import AnyTool, ContextFunctionTool, FunctionTool
@@ -44,9 +44,9 @@ def item_type_of(tool: AnyTool) -> object:
     return _declared_item(target)
 
 
-@value_cache(maxsize=256)
+@weak_cache
 def _declared_item(target: Any) -> object:
-    """The item type ``target``'s return annotation declares (read once per function)."""
+    """The item type ``target``'s return annotation declares (read once per function, for as long as it lives)."""
     try:
         returned = typing.get_type_hints(target).get("return")
     except Exception:  # an annotation that cannot be resolved declares nothing usable
@@ -142,9 +142,13 @@ def decoded_batch(codec: Codec, tool_name: str, batch: str) -> list[Any]:
         ) from invalid
 
 
-@value_cache(maxsize=256)
 def _adapter_for(item: Any) -> TypeAdapter[list[Any]]:
-    """A batch's adapter; its JSON schema is built once to prove JSON can carry the type."""
+    """A batch's adapter (kept on the item type); its JSON schema is built once to prove JSON can carry the type."""
+    adapter: TypeAdapter[list[Any]] = kept_on(item, "batch adapter", lambda: _new_adapter(item))
+    return adapter
+
+
+def _new_adapter(item: Any) -> TypeAdapter[list[Any]]:
     adapter: TypeAdapter[list[Any]] = TypeAdapter(list[item])
     adapter.json_schema()
     return adapter

@@ -36,7 +36,7 @@ from agentkit.errors import UsageError
 if TYPE_CHECKING:
     from agentkit._agent import PriorCall
 
-__all__ = ["ContextWindow", "Omitted", "Summarizer", "call_chars"]
+__all__ = ["ContextWindow", "Omitted", "SummaryCutOff", "Summarizer", "call_chars", "summarized"]
 
 
 class Summarizer(Protocol):
@@ -44,7 +44,9 @@ class Summarizer(Protocol):
 
     ``summary`` is ``None`` the first time; ``calls`` are the calls that have just left the window,
     oldest first (each is folded in exactly once). Sync or async; a summarizer that raises ends the
-    run ``ERROR`` with ``StopReason.EXECUTOR_ERROR``.
+    run ``ERROR`` with ``StopReason.EXECUTOR_ERROR``. The run's deadline bounds it: one still running
+    then ends the run ``DEADLINE`` (an async one is cancelled; a sync one, run in a thread of
+    agentkit's under a deadline, runs on until it returns, and its summary is dropped).
     """
 
     def __call__(self, summary: str | None, calls: tuple[PriorCall[Any], ...], /) -> str | Awaitable[str]: ...
@@ -168,10 +170,14 @@ class Window:
         if self.policy is not None:
             self.sizes.append(call_chars(call))
 
-    async def cut(self, calls: Sequence[PriorCall[Any]], ran: Sequence[bool]) -> tuple[int, Omitted]:
-        """The index of the first call shown and what is left out; folds newly left-out calls into the summary.
+    async def cut(
+        self, calls: Sequence[PriorCall[Any]], ran: Sequence[bool], *, deadline: float | None = None
+    ) -> tuple[int, Omitted]:
+        """The index of the first call shown and what is left out; folds newly left-out calls into the summary,
+        within ``deadline`` seconds when given (see ``summarized``).
 
         Raises:
+            SummaryCutOff: the deadline passed before the summarizer returned (the summary is unchanged).
             Exception: whatever the summarizer raised (the loop ends the run on it).
         """
         if self.policy is None:
@@ -179,8 +185,7 @@ class Window:
         start = max(self.policy.start(self.sizes), self.summarized if self.policy.summarize is not None else 0)
         summarize = self.policy.summarize
         if summarize is not None and start > self.summarized:
-            folded = summarize(self.summary, tuple(calls[self.summarized : start]))
-            summary = await folded if inspect.isawaitable(folded) else folded
+            summary = await summarized(summarize, self.summary, tuple(calls[self.summarized : start]), deadline)
             if not isinstance(summary, str):
                 raise TypeError(f"ContextWindow.summarize must return a str; it returned {type(summary).__name__}")
             self.summary, self.summarized = summary, start
@@ -193,6 +198,46 @@ class Window:
             summary=self.summary if start else None,
         )
         return start, omitted
+
+
+class SummaryCutOff(Exception):
+    """The run's deadline passed while ``ContextWindow.summarize`` ran (machinery: the run ends ``DEADLINE``)."""
+
+
+async def summarized(
+    summarize: Summarizer, summary: str | None, calls: tuple[PriorCall[Any], ...], deadline: float | None
+) -> object:
+    """What ``summarize(summary, calls)`` returns, awaited if it is awaitable, within ``deadline`` seconds.
+
+    Without a deadline a sync summarizer runs on the event loop, as a sync tool does. With one, an
+    async summarizer is cancelled when the deadline passes, and a sync one runs in one of agentkit's
+    threads for summarizers (``agentkit._tool_threads``) so that the run need not wait for it: Python
+    cannot stop a thread, so one still running at the deadline runs on until it returns, and what it
+    returns then is dropped.
+
+    Raises:
+        SummaryCutOff: the deadline passed first.
+    """
+    if deadline is None:
+        folded = summarize(summary, calls)
+        return await folded if inspect.isawaitable(folded) else folded
+    # Imported here: `import agentkit` does not load asyncio (see agentkit._timing).
+    from agentkit._timing import timeout_scope
+    from agentkit._tool_threads import run_in_summary_thread
+
+    scope = timeout_scope(deadline)
+    try:
+        async with scope:
+            if inspect.iscoroutinefunction(summarize) or inspect.iscoroutinefunction(type(summarize).__call__):
+                folded = summarize(summary, calls)
+            else:
+                name = getattr(summarize, "__qualname__", None) or type(summarize).__qualname__
+                folded = await run_in_summary_thread(lambda held: summarize(*held), (summary, calls), name=name)
+            return await folded if inspect.isawaitable(folded) else folded
+    except TimeoutError:
+        if scope.expired():
+            raise SummaryCutOff from None
+        raise  # the summarizer's own timeout: its failure, not the run's deadline
 
 
 def _whole_or_none(name: str, value: object, unit: str) -> None:

@@ -24,10 +24,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, TypeAdapter
 
 from agentkit._agent import PriorCall, ToolAgent, ToolRoundInfo
-from agentkit._cache import value_cache
+from agentkit._cache import kept_on
 from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit._context import SummaryCutOff
 from agentkit._degeneration import SameFunc, repeat_of
 from agentkit._events import (
     Continued,
@@ -122,15 +123,18 @@ class _Round:
         )
 
 
-@value_cache(maxsize=256)
 def schema_digest(schema: type[BaseModel]) -> str:
-    """SHA-256 of the JSON schema a step model gives the model (once per model)."""
+    """SHA-256 of the JSON schema a step model gives the model (once per model, kept on it)."""
+    return kept_on(schema, "schema digest", lambda: _digest(schema))
+
+
+def _digest(schema: type[BaseModel]) -> str:
     return hashlib.sha256(json_text(schema.model_json_schema()).encode()).hexdigest()
 
 
-@value_cache(maxsize=256)
 def _answer_adapter(answer: type[Any]) -> TypeAdapter[Any]:
-    return TypeAdapter(answer)
+    adapter: TypeAdapter[Any] = kept_on(answer, "answer adapter", lambda: TypeAdapter(answer))
+    return adapter
 
 
 class _Run:
@@ -273,8 +277,11 @@ class _Run:
     async def infos(
         self, round: int, *, closing: bool = False
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
-        """The round's info for the executor and for the observers (``Views.infos``)."""
-        infos = await self.views.infos(round, closing=closing)
+        """The round's info for the executor and for the observers (``Views.infos``); the run's deadline
+        bounds a summarizer too."""
+        infos = await self.views.infos(round, closing=closing, deadline=self.remaining())
+        if isinstance(infos, SummaryCutOff):
+            return Ending(None, StopReason.DEADLINE)
         if isinstance(infos, AgentkitError):
             return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, infos)
         return infos
@@ -479,7 +486,7 @@ class _Run:
             return self.finish(ending)  # too few calls ran, or nothing to cite: no answer can be asked for
         round = self.rounds + 1
         if isinstance(infos := await self.infos(round, closing=True), Ending):
-            return self.finish(ending)  # the summarizer failed: no closing round, the tools' ending stands
+            return self.finish(ending)  # the summarizer failed or ran past the deadline: the tools' ending stands
         self.rounds = round
         shown, watched = infos
         if watched is not None:

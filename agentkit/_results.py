@@ -103,7 +103,8 @@ class ToolLoopResult(RunEnding, Generic[R, Answer]):
     """The ending of ``run_tool_loop``: always returned, never raised."""
 
     items: list[R]
-    """Every item gathered, batches concatenated in call order; kept whatever the ending."""
+    """Every item gathered, batches concatenated in call order; kept whatever the ending. Not deduplicated:
+    an item two calls returned is here twice (the caller knows what makes two items the same)."""
     trace: tuple[RoundRecord, ...] = ()
     """One record per round."""
     answer: Answer | None = None

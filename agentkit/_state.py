@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentkit._cache import value_cache
+from agentkit._cache import kept_on, value_cache
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import ContextWindow, Summarizer
 from agentkit._lossless import Text
@@ -651,11 +651,11 @@ def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
 
 
 def tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
-    """The record of one tool (made once per tool: a service runs many runs over the same tools)."""
-    return _tool_entry(name, tier, args_type)
+    """The record of one tool (made once per tool, and kept on its args type: a service runs many runs over
+    the same tools, and tools made per request go with their args types)."""
+    return kept_on(args_type, ("tool entry", name, tier), lambda: _tool_entry(name, tier, args_type))
 
 
-@functools.lru_cache(maxsize=512)
 def _tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
     schema = args_type.model_json_schema()
     return ToolEntry(name=name, tier=tier, args=_sha256(json_text(schema)))

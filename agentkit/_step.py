@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import operator
 import re
 import types
 import typing
@@ -31,17 +32,15 @@ from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, create_
 from pydantic.json_schema import DEFAULT_REF_TEMPLATE, GenerateJsonSchema, JsonSchemaMode, JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from agentkit._cache import kept_on
+
 __all__ = ["ToolCall", "ToolStep", "build_step_model", "schema_name"]
 
 Args = TypeVar("Args", bound=BaseModel)
 
-STEP_MODEL_CACHE_SIZE = 256
-"""Step models (and their call models) kept built, most recently used first. Bounded, so that an
-application that defines tools per request (a new args type or name each run) keeps flat memory;
-a long-lived tool set is rebuilt only if more than this many other sets were used since."""
-
-VALID_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-"""OpenAI's rule for function and schema names, which tool names follow too."""
+VALID_NAME = re.compile(r"\A[a-zA-Z0-9_-]{1,64}\Z")
+"""OpenAI's rule for function and schema names, which tool names follow too. Use ``fullmatch``: with
+``match`` and ``$``, a name with a trailing newline (``"wipe\\n"``) would pass."""
 _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
@@ -51,7 +50,7 @@ def schema_name(raw: str) -> str:
     Characters outside the set become ``_``; a name longer than 64 characters keeps its head and
     gains a short hash of the whole, so two long names stay distinct.
     """
-    if VALID_NAME.match(raw):
+    if VALID_NAME.fullmatch(raw):
         return raw
     cleaned = _NAME_BAD_CHARS.sub("_", raw).strip("_") or "schema"
     if len(cleaned) <= 64:
@@ -109,7 +108,13 @@ class ToolStep(BaseModel, Generic[Args]):
         wire = _wire_model(cls)
         if wire is None:
             return handler(core_schema)
-        return handler(wire.__pydantic_core_schema__)
+        schema = handler(wire.__pydantic_core_schema__)
+        if "$ref" in schema:
+            # A recursive model among the calls or the answer puts every model in $defs and leaves the
+            # root a bare reference; the root must stay an object (OpenAI, instructor's TOOLS mode).
+            # Unused, the step's own definition then drops out of $defs.
+            schema = dict(handler.resolve_ref_schema(schema))
+        return schema
 
     @classmethod
     def model_json_schema(
@@ -148,6 +153,10 @@ class ToolStep(BaseModel, Generic[Args]):
     def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:
         parts = [getattr(p, "__name__", None) or repr(p) for p in params]
         return schema_name("ToolStep_" + "_".join(parts))
+
+
+_STEP_BASE: type[ToolStep[Any]] = ToolStep[Any]
+"""The base of every step model the loop builds: parametrised once, each tool set's model a concrete subclass."""
 
 
 class _Wire(BaseModel):
@@ -196,12 +205,22 @@ def _members(annotation: Any) -> list[Any]:
     return [] if annotation is None or annotation is type(None) else [annotation]
 
 
-@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
+def _union(*members: Any) -> Any:
+    """``A | B | ...`` built with ``|``: ``typing.Union[...]`` would keep each union in typing's own cache
+    (128 of them), and with it the models of the last 128 tool sets made per request."""
+    return functools.reduce(operator.or_, members)
+
+
 def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
     """The schema a model is asked to follow for ``step``: a ``decision`` that is done or one tool's call.
 
-    ``None`` for a step whose call type is not concrete (``ToolStep`` itself, unparametrised).
+    ``None`` for a step whose call type is not concrete (``ToolStep`` itself, unparametrised). Built
+    once per step model and kept on it.
     """
+    return kept_on(step, "wire", lambda: _build_wire_model(step))
+
+
+def _build_wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
     fields = step.model_fields
     calls = _members(fields["call"].annotation)
     if any(not (isinstance(call, type) and issubclass(call, BaseModel)) for call in calls):
@@ -210,7 +229,7 @@ def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
     answers = _members(answer.annotation) if answer is not None else []
     variants: list[Any] = [] if step._calls_first else [_done_variant(answers[0] if answers else None)]
     variants += [_call_variant(call) for call in calls]
-    decision: Any = variants[0] if len(variants) == 1 else Union[tuple(variants)]  # noqa: UP007  # a runtime tuple of types
+    decision: Any = _union(*variants)
     done = '{"done": true, "answer": ...}' if answers else '{"done": true}'
     described = (
         f"Stop with {done} when the results so far are enough (or nothing is needed); "
@@ -234,8 +253,12 @@ def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
 
 # The variants describe none of their fields: the decision's description says what each one is, once,
 # where a description per variant field would repeat it for every tool.
-@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
 def _done_variant(answer: type[Any] | None) -> type[BaseModel]:
+    # Kept on the answer type (the plain variant on _Wire), so it goes when a per-request answer type goes.
+    return kept_on(_Wire if answer is None else answer, ("done", answer), lambda: _build_done_variant(answer))
+
+
+def _build_done_variant(answer: type[Any] | None) -> type[BaseModel]:
     done: Any = (Literal[True], ...)
     if answer is None:
         return create_model("StepDone", __base__=_Wire, done=done)
@@ -248,8 +271,11 @@ def _done_variant(answer: type[Any] | None) -> type[BaseModel]:
     return model
 
 
-@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
 def _call_variant(call: type[BaseModel]) -> type[BaseModel]:
+    return kept_on(call, "call variant", lambda: _build_call_variant(call))
+
+
+def _build_call_variant(call: type[BaseModel]) -> type[BaseModel]:
     model: type[BaseModel] = create_model(
         schema_name(f"StepCall_{call.__name__}"),
         __base__=_Wire,
@@ -265,8 +291,11 @@ class ToolCall(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
 def _call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
+    return kept_on(args_type, ("call", tool_name), lambda: _build_call_model(tool_name, args_type))
+
+
+def _build_call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
     model: type[ToolCall] = create_model(
         schema_name(f"Call_{tool_name}"),
         __base__=ToolCall,
@@ -276,9 +305,12 @@ def _call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
     return model
 
 
-@functools.lru_cache(maxsize=STEP_MODEL_CACHE_SIZE)
+StepTools = tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel]
+"""What a step model is built for: one tool's args type, or a set of ``(name, args_type)`` pairs."""
+
+
 def build_step_model(
-    tools: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel],
+    tools: StepTools,
     *,
     rationale_max_length: int | None = None,
     answer: type[Any] | None = None,
@@ -287,13 +319,31 @@ def build_step_model(
 ) -> type[ToolStep[Any]]:
     """The step model for one tool's args type, or for a set of ``(name, args_type)`` pairs.
 
-    A single args type gives ``ToolStep[Args]`` (the call is the bare args object); a tuple of
-    pairs, even of one, gives a step whose call is ``{"tool": name, "args": {...}}``, discriminated
-    by ``tool``. With ``answer``, a done step carries ``answer``, validated as that type (and
+    A single args type gives a ``ToolStep`` whose call is the bare args object; a tuple of pairs,
+    even of one, gives a step whose call is ``{"tool": name, "args": {...}}``, discriminated by
+    ``tool``. With ``answer``, a done step carries ``answer``, validated as that type (and
     required); with ``closing`` too, the step allows no call at all: only done with the answer.
     With ``calls_first``, the step cannot be done at all: only a call (``LoopConfig.min_calls``).
-    Built once per distinct input and cached, so a loop never rebuilds schemas per round.
+
+    Built once per distinct input, so a loop never rebuilds schemas per round, and kept on a type
+    it is built from (``agentkit._cache.kept_on``): on ``answer`` when there is one (a citing answer
+    restricted to this round's ids is a type of its own, and its step models go with it), else on
+    the (first) args type, so the step models of tools made per request go with their args types.
+    Each is a concrete subclass of ``ToolStep[Any]``, never a parametrisation of ``ToolStep`` per
+    tool set, which pydantic would keep in its own cache.
     """
+    owner: object = tools
+    if answer is not None:
+        owner = answer
+    elif isinstance(tools, tuple):
+        owner = tools[0][1] if tools else ToolStep
+    key = ("step", tools, rationale_max_length, answer, closing, calls_first)
+    return kept_on(owner, key, lambda: _build_step_model(tools, rationale_max_length, answer, closing, calls_first))
+
+
+def _build_step_model(
+    tools: StepTools, rationale_max_length: int | None, answer: type[Any] | None, closing: bool, calls_first: bool
+) -> type[ToolStep[Any]]:
     if calls_first:
         plain = build_step_model(tools, rationale_max_length=rationale_max_length)
         calling = typing.cast(
@@ -303,35 +353,32 @@ def build_step_model(
         return calling
     if answer is not None:
         return _answer_step(build_step_model(tools, rationale_max_length=rationale_max_length), answer, closing)
-    base: type[ToolStep[Any]]
+    described = "The tool call to make when done is false."
+    calls: list[type[BaseModel]]
     if isinstance(tools, tuple):
-        calls = tuple(_call_model(name, args) for name, args in tools)
-        union: Any = calls[0] if len(calls) == 1 else Union[calls]  # noqa: UP007  # a runtime tuple of types
-        call_type = Annotated[union, Field(discriminator="tool")]
-        base = ToolStep[call_type]
-        base_name = "ToolStep_" + "_".join(name for name, _ in tools)
+        calls = [_call_model(name, args) for name, args in tools]
+        call = Field(default=None, discriminator="tool", description=described)
+        label = "ToolStep_" + "_".join(name for name, _ in tools)
     else:
-        base = ToolStep[tools]  # type: ignore[valid-type]  # the args type is a run-time value
-        base_name = base.__name__
-    if rationale_max_length is None and not isinstance(tools, tuple):
-        return base
-    return create_model(
-        schema_name(base_name if rationale_max_length is None else f"{base_name}_short"),
-        __base__=base,
-        rationale=(
+        calls, call, label = [tools], Field(default=None, description=described), f"ToolStep_{tools.__name__}"
+    fields: dict[str, Any] = {"call": (_union(*calls, None), call)}
+    if rationale_max_length is not None:
+        label += "_short"
+        fields["rationale"] = (
             str,
             Field(
                 default="",
                 max_length=rationale_max_length,
                 description="Why this step: what is known, what is missing.",
             ),
-        ),
-    )
+        )
+    model: type[ToolStep[Any]] = create_model(schema_name(label), __base__=_STEP_BASE, **fields)
+    return model
 
 
 def _answer_step(base: type[ToolStep[Any]], answer: type[Any], closing: bool) -> type[ToolStep[Any]]:
     fields: dict[str, Any] = {
-        "answer": (answer | None, Field(default=None, description="The final answer, given with done=true."))
+        "answer": (_union(answer, None), Field(default=None, description="The final answer, given with done=true."))
     }
     if closing:
         fields["call"] = (None, Field(default=None, description="No call: this round only gives the answer."))
@@ -354,6 +401,17 @@ def step_call_parts(call: BaseModel) -> tuple[str | None, BaseModel]:
         assert isinstance(tool_name, str)
         return tool_name, args
     return None, call
+
+
+def call_shape(schema: type[BaseModel]) -> Literal["args", "named"] | None:
+    """How a step model's call is written: the bare args (one tool), ``{"tool", "args"}`` (a list of
+    tools); ``None`` for a schema that is not a step, or a step that allows no call."""
+    field = schema.model_fields.get("call") if issubclass(schema, ToolStep) else None
+    members = _members(field.annotation) if field is not None else []
+    if not members:
+        return None
+    named = any(isinstance(member, type) and issubclass(member, ToolCall) for member in members)
+    return "named" if named else "args"
 
 
 def step_tool_names(tools: Sequence[tuple[str, type[BaseModel]]]) -> list[str]:

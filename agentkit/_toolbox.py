@@ -83,14 +83,14 @@ class Toolbox:
         spec: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel]
         spec = single.args_type if single is not None else tuple((t.name, t.args_type) for t in tools)
         bound = config.rationale_max_length
-        step_model = build_step_model(spec, rationale_max_length=bound, answer=answer)  # type: ignore[arg-type]  # type objects are hashable
+        step_model = build_step_model(spec, rationale_max_length=bound, answer=answer)
         closing = None
         if answer is not None:
-            closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)  # type: ignore[arg-type]  # as above
-        cites = citing(answer) if answer is not None else ()  # type: ignore[arg-type]  # type objects are hashable
+            closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)
+        cites = citing(answer) if answer is not None else ()
         first = None
         if config.min_calls or cites:
-            first = build_step_model(spec, rationale_max_length=bound, calls_first=True)  # type: ignore[arg-type]  # as above
+            first = build_step_model(spec, rationale_max_length=bound, calls_first=True)
         return cls(
             {t.name: t for t in tools}, step_model, single, closing, answer, first, config.min_calls, cites, spec, bound
         )
@@ -105,7 +105,7 @@ class Toolbox:
         if executed < self.min_calls:
             return None if closing else self.calls_first
         assert self.answer is not None
-        answer = restricted(self.answer, retrieved_ids(items, self.citing))  # type: ignore[arg-type]  # as above
+        answer = restricted(self.answer, retrieved_ids(items, self.citing))
         if answer is None:
             return None if closing else self.calls_first
         return build_step_model(self.spec, rationale_max_length=self.bound, answer=answer, closing=closing)

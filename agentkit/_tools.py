@@ -321,8 +321,8 @@ def check_name(name: object, what: str = "tool") -> str:
         UsageError: naming the problem and the fix.
     """
     if not isinstance(name, str) or not name:
-        raise UsageError(f"{what} {name!r} has an empty name; give it a name matching {VALID_NAME.pattern}")
-    if not VALID_NAME.match(name):
+        raise UsageError(f"{what} {name!r} has an empty name; give it a name of letters, digits, '_' or '-' (1-64)")
+    if not VALID_NAME.fullmatch(name):
         raise UsageError(f"{what} name {name!r} is not valid for the model; use letters, digits, '_' or '-' (1-64)")
     return name
 

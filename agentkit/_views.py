@@ -14,7 +14,7 @@ from agentkit._agent import PriorCall, ToolRoundInfo
 from agentkit._cites import DEFAULT_KEY, item_id
 from agentkit._codec import Codec, decoded_args, decoded_batch
 from agentkit._config import LoopConfig
-from agentkit._context import Omitted, Window
+from agentkit._context import Omitted, SummaryCutOff, Window
 from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest
 from agentkit._session import executor_failed
 from agentkit._state import Progress
@@ -184,13 +184,17 @@ class Views:
         return summarized
 
     async def infos(
-        self, round: int, *, closing: bool = False
-    ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | ExecutorError:
+        self, round: int, *, closing: bool = False, deadline: float | None = None
+    ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | ExecutorError | SummaryCutOff:
         """The round's info for the executor and for the observers, bounded by ``LoopConfig.context``; the
-        error of a summarizer that failed."""
+        error of a summarizer that failed, or the ``SummaryCutOff`` of one the run's ``deadline`` left behind."""
         before = self.window.summarized
         try:
-            start, omitted = await self.window.cut(self.shown.calls, self.shown.ran)
+            start, omitted = await self.window.cut(self.shown.calls, self.shown.ran, deadline=deadline)
+        except SummaryCutOff as cut:
+            return cut
+        except ExecutorError as refused:  # every thread for summarizers is held (agentkit._tool_threads)
+            return refused
         except Exception as raised:
             return executor_failed("context summarizer (ContextWindow.summarize)", raised)
         if self.window.summarized != before and self.window.summary is not None:

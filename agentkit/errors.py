@@ -228,6 +228,8 @@ class CallRefused(AgentkitError):
 
     Raised (or attached to a result) by every path that runs a tool: the loops, ``apply_plan``,
     ``execute_approved`` and the journal's ``execute``, for the same conditions with the same type.
+    Passing a path a tool other than the one the call names is a wiring mistake, a ``UsageError``,
+    not a ``CallRefused``.
     """
 
     def __init__(self, message: str, *, tool_name: str) -> None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from agentkit import ProposedAction, StopReason, Tier, UsageError, run_tool_loop_tiered
 from agentkit._approval import Approval, ApprovalError, Rejection, approve, execute_approved, reject
 from agentkit._proposals import call_digest
-from agentkit.errors import MissingTierError, TierChanged, ToolError
+from agentkit.errors import CallRefused, MissingTierError, TierChanged, ToolError
 from agentkit.testing import ScriptedCaller, call_step
 from tests.support import Executor
 
@@ -103,6 +103,19 @@ async def test_execute_approved_refuses_another_tool() -> None:
     with pytest.raises(UsageError, match=r"'delete', not 'shred'"):
         await execute_approved(approve(proposed(), approved_by="ana"), other)
     assert other.calls == []
+
+
+async def test_another_tool_is_a_usage_error_not_a_call_refused_and_the_approval_stays_unspent() -> None:
+    """As docs/api.md says: the wrong tool is a UsageError and not a CallRefused; the approval then runs
+    once with the right tool."""
+    other, delete = Deleter(name="shred"), Deleter()
+    approval = approve(proposed(), approved_by="ana")
+    with pytest.raises(UsageError) as refused:
+        await execute_approved(approval, other)
+    assert not isinstance(refused.value, CallRefused)
+    assert not approval.executed
+    assert await execute_approved(approval, delete) == ["deleted /tmp/old"]
+    assert (other.calls, delete.calls) == ([], [PathArgs(path="/tmp/old")])
 
 
 async def test_execute_approved_refuses_args_altered_after_approval() -> None:

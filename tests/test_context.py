@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,6 +28,7 @@ from agentkit import (
     Tier,
     ToolRoundInfo,
     UsageError,
+    _tool_threads,
     approve,
     resume_tool_loop,
     run_tool_loop,
@@ -185,8 +188,10 @@ async def test_the_strictest_bound_decides() -> None:
     assert len(tight_chars.infos[-1].prior_calls) == 1
 
 
-async def test_summarizer_folds_each_left_out_call_in_once() -> None:
-    """summarize gets the summary so far and only the calls that just left the window, oldest first."""
+@pytest.mark.parametrize("deadline", [None, 600.0])
+async def test_summarizer_folds_each_left_out_call_in_once(deadline: float | None) -> None:
+    """summarize gets the summary so far and only the calls that just left the window, oldest first (on the
+    event loop, or under a deadline in a thread of agentkit's)."""
     seen: list[tuple[str | None, list[str]]] = []
 
     def summarize(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:
@@ -194,7 +199,8 @@ async def test_summarizer_folds_each_left_out_call_in_once() -> None:
         seen.append((summary, queries))
         return (summary or "searched") + "".join(f" {q}" for q in queries)
 
-    result, agent = await run(ContextWindow(last=2, summarize=summarize), ["a", "b", "c", "d", "e"])
+    window = ContextWindow(last=2, summarize=summarize)
+    result, agent = await run(window, ["a", "b", "c", "d", "e"], deadline=deadline)
     assert seen == [(None, ["a"]), ("searched a", ["b"]), ("searched a b", ["c"])]
     assert agent.infos[-1].omitted.summary == "searched a b c"
     assert agent.infos[2].omitted.summary is None  # nothing left out yet
@@ -222,6 +228,90 @@ async def test_summarizer_that_raises_ends_the_run_executor_error_with_items_kep
     assert "summary model is down" in str(result.error)
     assert "ContextWindow.summarize" in str(result.error)
     assert (result.items, result.rounds, len(agent.infos)) == (["a-0", "a-1", "a-2", "b-0", "b-1", "b-2"], 2, 2)
+
+
+GATHERED = ["a-0", "a-1", "a-2", "b-0", "b-1", "b-2"]
+"""The items of the two rounds before the first summary (last=1, three searches)."""
+
+
+async def test_the_deadline_cancels_an_async_summarizer_that_never_returns() -> None:
+    """An async summarizer still running at the deadline is cancelled; the run ends DEADLINE with its items."""
+    cancelled: list[bool] = []
+
+    async def summarize(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(True)
+            raise
+        return "never"
+
+    # wait_for only keeps the code before the fix from hanging the suite: the run never returned
+    result, agent = await asyncio.wait_for(run(ContextWindow(last=1, summarize=summarize), "abc", deadline=1.0), 60)
+    assert (result.outcome, result.stop_reason, result.error) == (Outcome.APPLIED, StopReason.DEADLINE, None)
+    assert (result.items, len(agent.infos), cancelled) == (GATHERED, 2, [True])
+    assert result.checkpoint.progress.summary is None
+
+
+async def test_the_deadline_leaves_a_sync_summarizer_behind_in_its_thread() -> None:
+    """A sync summarizer under a deadline runs in a thread of agentkit's: the run ends DEADLINE without
+    waiting for it; the thread runs on until the function returns, and its late summary is dropped."""
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
+
+    def summarize(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:
+        started.set()
+        release.wait(30)
+        finished.set()
+        return "late"
+
+    try:
+        result, agent = await run(ContextWindow(last=1, summarize=summarize), "abc", deadline=1.0)
+        assert started.is_set()
+        assert not finished.is_set()  # the run did not wait for it
+    finally:
+        release.set()
+    assert (result.outcome, result.stop_reason, result.error) == (Outcome.APPLIED, StopReason.DEADLINE, None)
+    assert (result.items, len(agent.infos)) == (GATHERED, 2)
+    assert await asyncio.to_thread(finished.wait, 30)
+    assert result.checkpoint.progress.summary is None
+
+
+async def test_sync_summarizers_that_never_return_fill_their_threads_then_fail_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With every summarizer thread held by one the deadline left behind, the next fails at once (EXECUTOR_ERROR)
+    instead of waiting; the tools' threads are not theirs to take."""
+    monkeypatch.setattr(
+        _tool_threads, "_summary_threads", _tool_threads.ToolThreads(1, exhausted=_tool_threads._summaries_exhausted)
+    )
+    release, calls = threading.Event(), []
+
+    def summarize(summary: str | None, calls_left: tuple[PriorCall[Any], ...]) -> str:
+        calls.append(len(calls_left))
+        release.wait(30)
+        return "late"
+
+    try:
+        window = ContextWindow(last=1, summarize=summarize)
+        left_behind, _ = await run(window, "abc", deadline=1.0)
+        refused, _ = await run(window, "abc", deadline=600.0)
+    finally:
+        release.set()
+    assert left_behind.stop_reason is StopReason.DEADLINE
+    assert (refused.outcome, refused.stop_reason) == (Outcome.ERROR, StopReason.EXECUTOR_ERROR)
+    assert "all 1 threads for sync summarizers" in str(refused.error)
+    assert (refused.items, calls) == (GATHERED, [1])
+
+
+async def test_a_summarizer_timing_out_on_its_own_is_an_executor_error() -> None:
+    """A TimeoutError the summarizer raises itself (its model call timed out) is its failure, not the deadline."""
+
+    async def summarize(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:
+        raise TimeoutError("the summary model timed out")
+
+    result, _ = await run(ContextWindow(last=1, summarize=summarize), "abc", deadline=600.0)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.EXECUTOR_ERROR)
+    assert "the summary model timed out" in str(result.error)
 
 
 async def test_summarizer_returning_a_non_string_is_an_executor_error() -> None:

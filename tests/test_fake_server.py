@@ -399,6 +399,8 @@ CALL = {"id": "call_1", "type": "function", "function": {"name": "answer", "argu
         ({"model": "m", "messages": messages(), "response_format": {"type": "yaml"}}, "response_format"),
         ({"model": "m", "messages": messages(), **forced_tool(Score, "a.b")}, None),
         ({"model": "m", "messages": messages(), **forced_tool(Score, "x" * 65)}, None),
+        ({"model": "m", "messages": messages(), **forced_tool(Score, "answer\n")}, None),
+        ({"model": "m", "messages": messages(), "response_format": schema_format(Score, "Score\n")}, None),
         ({"model": "m", "messages": messages(), "tool_choice": "auto"}, "tool_choice"),
         (
             {

@@ -54,6 +54,30 @@ async def test_answer_is_computed_from_the_request_and_schema() -> None:
     assert caller.requests == [ask()]
 
 
+def test_a_function_of_one_parameter_is_refused_at_construction() -> None:
+    """A function that cannot take (request, schema) is a UsageError naming the fix when the caller is made."""
+
+    def request_only(request: StructuredRequest) -> dict[str, Any]:
+        return {"ok": True}
+
+    for wrong in (request_only, lambda: {"ok": True}, lambda request, schema, extra: {"ok": True}):
+        with pytest.raises(UsageError, match=r"two positional parameters, \(request, schema\)"):
+            FunctionCaller(wrong)  # type: ignore[arg-type]  # the point of the test
+
+
+async def test_a_function_taking_star_args_or_defaults_is_accepted() -> None:
+    """``*args`` and a third parameter with a default still take (request, schema)."""
+
+    def star(*args: Any) -> dict[str, Any]:
+        return {"ok": len(args) == 2}
+
+    def defaulted(request: StructuredRequest, schema: type[BaseModel] | None, extra: int = 0) -> dict[str, Any]:
+        return {"ok": True}
+
+    assert (await FunctionCaller(star).complete(ask(), Verdict)).value == Verdict(ok=True)
+    assert (await FunctionCaller(defaulted).complete(ask(), Verdict)).value == Verdict(ok=True)
+
+
 async def test_async_function_is_awaited() -> None:
     """An async function's answer is awaited."""
 

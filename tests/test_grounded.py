@@ -9,12 +9,13 @@ import dataclasses
 import gc
 import json
 import tracemalloc
+import weakref
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from pydantic import BaseModel, create_model
 
 from agentkit import (
     Cites,
@@ -328,3 +329,20 @@ async def test_memory_stays_flat_over_two_thousand_citing_runs_with_new_ids_each
         tracemalloc.stop()
     growth = marks[-1] - marks[1]
     assert growth < 1_000 * 1_200, f"heap grew {growth} bytes over 1,200 runs: {marks}"
+
+
+async def one_request_with_its_own_answer_type() -> weakref.ref[type[BaseModel]]:
+    """A run whose citing answer type is made for it alone; a weak reference to that type."""
+    made: type[BaseModel] = create_model("Made", source=(Cites[Doc], ...), answer=(str, ...))
+    model = Model(call_step(Query(text="r")), done({"source": "r-1", "answer": "x"}))
+    result = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", LoopConfig(), answer=made)
+    assert [d.id for d in result.cited()] == ["r-1"]
+    return weakref.ref(made)
+
+
+async def test_a_citing_answer_type_made_per_request_goes_with_its_run() -> None:
+    """What a citing run builds from its answer type (its citing fields, the answer restricted to each
+    round's ids, their step models) is kept on that type: once a per-request answer type goes, it all goes."""
+    gone = [await one_request_with_its_own_answer_type() for _ in range(3)]
+    gc.collect()
+    assert [ref for ref in gone if ref() is not None] == []

@@ -351,6 +351,12 @@ async def test_a_renamed_tool_is_called_by_its_server_name(connect: Connect, log
     assert calls(log) == ["files.read a.txt"]
 
 
+async def test_a_rename_with_a_trailing_newline_is_refused(files: McpConnection) -> None:
+    """names= giving a tool a name the model cannot call ('echo\\n') is a UsageError naming the fix."""
+    with pytest.raises(UsageError, match=r"'echo' of MCP server 'files' cannot be wired.*'echo\\n' is not valid"):
+        await files.tools(tiers=TIERS, names={"echo": "echo\n"})
+
+
 async def test_two_tools_renamed_to_one_name_are_refused(files: McpConnection) -> None:
     """A rename that makes two tools share a name is a UsageError."""
     with pytest.raises(UsageError, match=r"would both be named 'search'"):

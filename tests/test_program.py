@@ -85,9 +85,9 @@ def test_capability_that_never_runs_live_cannot_have_a_handler() -> None:
             Capability(name="wipe", description="x", tier=tier, args_type=PathArgs, handler=lambda args: [])
 
 
-@pytest.mark.parametrize("name", ["", "has space", "x" * 65])
+@pytest.mark.parametrize("name", ["", "has space", "x" * 65, "wipe\n"])
 def test_capability_name_must_suit_the_model(name: str) -> None:
-    """Empty or malformed capability names are refused."""
+    """Empty or malformed capability names (a trailing newline included) are refused."""
     # The one tool-name check (agentkit._tools.check_name) words an empty name as such.
     with pytest.raises(UsageError, match=r"not valid|empty name"):
         propose_only(name, description="x", tier=Tier.IRREVERSIBLE, args_type=PathArgs)

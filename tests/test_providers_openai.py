@@ -7,7 +7,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Literal, TypeVar
 
 import openai
 import pytest
@@ -171,6 +171,26 @@ async def test_max_completion_tokens_field_can_be_chosen(server: FakeOpenAIServe
     assert "max_tokens" not in server.requests[0]
 
 
+class Uncapped(Searcher):
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="primary-model")
+
+
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+async def test_a_step_has_no_default_token_cap(
+    server: FakeOpenAIServer, field: Literal["max_tokens", "max_completion_tokens"]
+) -> None:
+    """A role that sets no max_tokens sends no token limit with any step: agentkit has no default cap (docs)."""
+    server.add(call_step(Query(query="a")), done_step())
+    async with OpenAICaller(base_url=server.base_url, max_tokens_field=field) as caller:
+        result = await run_tool_loop(caller, Uncapped(), search, "ctx", FAST)
+    assert result.items == ["doc:a"]
+    assert len(server.requests) == 2
+    for body in server.requests:
+        assert "max_tokens" not in body
+        assert "max_completion_tokens" not in body
+
+
 @pytest.mark.parametrize("mode", [StructuredMode.JSON_SCHEMA, StructuredMode.TOOLS])
 async def test_schema_names_on_the_wire_are_valid_for_openai(server: FakeOpenAIServer, mode: StructuredMode) -> None:
     """A generic schema (``Box[int]``) goes on the wire under a name OpenAI accepts."""
@@ -182,8 +202,69 @@ async def test_schema_names_on_the_wire_are_valid_for_openai(server: FakeOpenAIS
         if mode is StructuredMode.JSON_SCHEMA
         else body["tools"][0]["function"]["name"]
     )
-    assert NAME_OK.match(name)
+    assert NAME_OK.fullmatch(name)
     assert completion.value == Box[int](item=0)
+
+
+class Node(BaseModel):
+    """A tree: a model that refers to itself."""
+
+    name: str
+    children: list[Node]
+
+
+TREE = Node(name="root", children=[Node(name="a", children=[Node(name="b", children=[])])])
+
+
+def names_in(node: Node) -> list[str]:
+    return [node.name, *(name for child in node.children for name in names_in(child))]
+
+
+@tool(tier=Tier.READ_ONLY)
+def plant(args: Node) -> list[str]:
+    """Plant a tree: one item per node."""
+    return names_in(args)
+
+
+def sent_schema(body: dict[str, Any], mode: StructuredMode) -> dict[str, Any]:
+    if mode is StructuredMode.JSON_SCHEMA:
+        schema: dict[str, Any] = body["response_format"]["json_schema"]["schema"]
+    else:
+        schema = body["tools"][0]["function"]["parameters"]
+    return schema
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("tools", ["one", "set"])
+@pytest.mark.parametrize("mode", [StructuredMode.JSON_SCHEMA, StructuredMode.TOOLS])
+async def test_recursive_tool_args_go_through_the_wire(
+    server: FakeOpenAIServer, mode: StructuredMode, tools: str, strict: bool
+) -> None:
+    """A tree model as a tool's args works in both modes: the step schema's root is an object, its $defs kept."""
+    server.add(call_step(TREE, tool=None if tools == "one" else "plant"), done_step())
+    async with OpenAICaller(base_url=server.base_url, mode=mode, strict=strict) as caller:
+        result = await run_tool_loop(caller, Searcher(), plant if tools == "one" else [plant], "a tree", FAST)
+    assert (result.stop_reason, result.error) == (StopReason.EXECUTOR_DONE, None)
+    assert result.items == ["root", "a", "b"]
+    schema = sent_schema(server.requests[0], mode)
+    assert (schema.get("type"), "$ref" in schema) == ("object", False)
+    assert "Node" in schema["$defs"]
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("mode", [StructuredMode.JSON_SCHEMA, StructuredMode.TOOLS])
+async def test_a_recursive_answer_type_goes_through_the_wire(
+    server: FakeOpenAIServer, mode: StructuredMode, strict: bool
+) -> None:
+    """A tree model as ``answer=`` works in both modes: the answer comes back whole, the schema's root an object."""
+    server.add(call_step(Query(query="trees")), done_step(answer=TREE))
+    async with OpenAICaller(base_url=server.base_url, mode=mode, strict=strict) as caller:
+        result = await run_tool_loop(caller, Searcher(), search, "a tree", FAST, answer=Node)
+    assert (result.stop_reason, result.error) == (StopReason.EXECUTOR_DONE, None)
+    assert result.answer == TREE
+    schema = sent_schema(server.requests[1], mode)
+    assert (schema.get("type"), "$ref" in schema) == ("object", False)
+    assert "Node" in schema["$defs"]
 
 
 def test_the_per_schema_request_plan_is_built_once() -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -238,14 +240,17 @@ def test_a_step_request_carries_its_schema_compactly_in_every_mode() -> None:
     assert plan.extra_json == json.dumps(plan.extra, separators=(",", ":"), ensure_ascii=False)[1:-1]
 
 
-def test_the_request_plan_cache_is_bounded() -> None:
-    """Plans are cached per schema in a bounded LRU, so per-request schemas cannot grow it forever."""
-    maxsize = _plan.cache_info().maxsize
-    assert maxsize is not None
-
-    for number in range(maxsize + 10):
-        _plan(create_model(f"Model{number}", x=(int, ...)), StructuredMode.JSON_SCHEMA)
-    assert _plan.cache_info().currsize <= maxsize
+def test_the_plans_of_schemas_made_per_request_go_with_them() -> None:
+    """A plan is kept on its schema: built once, and once the schemas are gone nothing holds them."""
+    schemas = [create_model(f"Model{number}", x=(int, ...)) for number in range(20)]
+    first = _plan(schemas[0], StructuredMode.JSON_SCHEMA)
+    assert _plan(schemas[0], StructuredMode.JSON_SCHEMA) is first
+    for schema in schemas:
+        _plan(schema, StructuredMode.TOOLS, True)
+    gone = [weakref.ref(schema) for schema in schemas]
+    del schemas, schema, first
+    gc.collect()
+    assert [ref for ref in gone if ref() is not None] == []
 
 
 # --- requests in flight ----------------------------------------------------------------------------

@@ -5,9 +5,11 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from agentkit import StructuredRequest, Usage
+from agentkit import LoopConfig, StructuredRequest, Tier, Usage, UsageError, run_tool_loop
+from agentkit._step import build_step_model
 from agentkit.errors import ProviderError, StructuredOutputError
 from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
+from tests.support import Doc, Executor, Query, Recording
 
 REQUEST = StructuredRequest(system="s", dynamic="d", model="m")
 
@@ -80,3 +82,26 @@ def test_step_helpers_build_wire_shapes() -> None:
     assert call_step(Out(n=1)) == {"rationale": "", "done": False, "call": {"n": 1}}
     assert call_step({"n": 1}, tool="t")["call"] == {"tool": "t", "args": {"n": 1}}
     assert done_step("why") == {"rationale": "why", "done": True, "call": None}
+
+
+async def test_a_named_call_in_a_single_tool_loop_is_a_usage_error_naming_the_fix() -> None:
+    """call_step(args, tool=...) in a loop given one tool (not a list) raises UsageError, not LLM_ERROR."""
+    search = Recording("search", Tier.READ_ONLY)
+    caller = ScriptedCaller([call_step(Query(query="a"), tool="search"), done_step()])
+    with pytest.raises(UsageError, match=r"tool='search'.*single tool.*call_step\(args\) without tool=.*\[search\]"):
+        await run_tool_loop(caller, Executor[Doc](), search, "ctx", LoopConfig())
+    assert (len(caller.requests), search.calls) == (1, [])
+
+
+async def test_a_named_call_still_validates_through_json_first() -> None:
+    """The wiring check only names a reply that failed validation; a hand-written reply in that shape stays a
+    reply the model got wrong (StructuredOutputError), as it would be on the wire."""
+    step = build_step_model(Query)
+    with pytest.raises(UsageError, match="single tool"):
+        await ScriptedCaller([call_step(Query(query="a"), tool="search")]).complete(REQUEST, step)
+    by_hand = {"rationale": "", "done": False, "call": {"tool": "search", "args": {"query": "a"}}}
+    with pytest.raises(StructuredOutputError):
+        await ScriptedCaller([by_hand]).complete(REQUEST, step)
+    named = build_step_model((("search", Query),))
+    value = (await ScriptedCaller([call_step(Query(query="a"), tool="search")]).complete(REQUEST, named)).value
+    assert value.call is not None

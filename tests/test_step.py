@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
+import weakref
 from typing import Any
 
 import jsonschema
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError, create_model
 
 from agentkit import Cites, ToolStep
 from agentkit._cites import restricted
@@ -53,7 +55,7 @@ def test_call_is_validated_as_args_type() -> None:
 def test_parametrised_schema_name_is_valid_for_openai() -> None:
     """ToolStep[Args]'s schema title is a valid OpenAI function name."""
     title = ToolStep[SearchArgs].model_json_schema()["title"]
-    assert OPENAI_NAME.match(title)
+    assert OPENAI_NAME.fullmatch(title)
     assert title == "ToolStep_SearchArgs"
 
 
@@ -133,7 +135,7 @@ def test_multi_tool_step_is_discriminated_by_tool() -> None:
         model.model_validate({"done": False, "call": {"tool": "delete", "args": {"query": "x"}}})
     with pytest.raises(ValidationError):
         model.model_validate({"done": False, "call": {"tool": "nope", "args": {}}})
-    assert OPENAI_NAME.match(model.model_json_schema()["title"])
+    assert OPENAI_NAME.fullmatch(model.model_json_schema()["title"])
 
 
 def test_single_tool_in_a_sequence_still_uses_the_tagged_shape() -> None:
@@ -161,7 +163,12 @@ def test_step_models_are_built_once() -> None:
 @given(st.text(min_size=0, max_size=200))
 def test_schema_name_is_always_valid(raw: str) -> None:
     """Any raw name is turned into a valid OpenAI name."""
-    assert OPENAI_NAME.match(schema_name(raw))
+    assert OPENAI_NAME.fullmatch(schema_name(raw))
+
+
+def test_a_trailing_newline_is_not_kept_in_a_schema_name() -> None:
+    """A name that is valid but for a trailing newline is cleaned like any other invalid name."""
+    assert schema_name("search\n") == "search"
 
 
 def test_long_names_stay_distinct() -> None:
@@ -312,3 +319,18 @@ def test_a_citing_answer_keeps_its_ids_in_the_compact_schema_and_in_strict_mode(
     assert validator.is_valid({"rationale": "", "decision": good})
     for bad in ({"source": "z-9", "also": []}, {"source": ids[0], "also": ["z-9"]}):
         assert not validator.is_valid({"rationale": "", "decision": {"done": True, "answer": bad}}), bad
+
+
+def test_step_models_are_concrete_and_go_with_their_args_type() -> None:
+    """A step model is a concrete ToolStep subclass (no pydantic parametrisation per tool set), kept as long
+    as its args type lives: once a per-request args type goes, its step models, wire schema included, go too."""
+    made = create_model("Made", query=(str, ...))
+    models = [build_step_model(made), build_step_model((("search", made),), rationale_max_length=20)]
+    for model in models:
+        assert issubclass(model, ToolStep)
+        assert model.__pydantic_generic_metadata__["origin"] is None
+        model.model_json_schema()
+    gone: list[weakref.ref[Any]] = [weakref.ref(made), *(weakref.ref(model) for model in models)]
+    del made, models, model
+    gc.collect()
+    assert [ref for ref in gone if ref() is not None] == []

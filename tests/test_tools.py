@@ -7,8 +7,10 @@ from collections.abc import Sequence
 import pytest
 from pydantic import BaseModel
 
-from agentkit import Tier, UsageError, tool
-from agentkit._tools import declared_tier, validate_tool_names
+from agentkit import LoopConfig, Tier, UsageError, run_tool_loop, tool
+from agentkit._tools import FunctionTool, declared_tier, validate_tool_names
+from agentkit.testing import ScriptedCaller, done_step
+from tests.support import Executor
 
 
 class Args(BaseModel):
@@ -98,6 +100,26 @@ def test_bad_tool_names_are_usage_errors(name: str, message: str) -> None:
     candidate = f if name else type("Nameless", (), {"name": "", "args_type": Args, "tier": Tier.READ_ONLY})()
     with pytest.raises(UsageError, match=message):
         validate_tool_names([candidate])
+
+
+async def test_a_name_with_a_trailing_newline_is_refused_before_any_model_call() -> None:
+    """'wipe\\n' is not a name the model can call: @tool's and FunctionTool's are refused when wired."""
+
+    @tool(tier=Tier.READ_ONLY, name="wipe\n")
+    def wipe(args: Args) -> list[str]:
+        return []
+
+    def plain(args: Args) -> list[str]:
+        return []
+
+    made = FunctionTool(name="wipe\n", description="d", args_type=Args, tier=Tier.READ_ONLY, fn=plain)
+    for candidate in (wipe, made):
+        with pytest.raises(UsageError, match=r"'wipe\\n' is not valid"):
+            validate_tool_names([candidate])
+        caller = ScriptedCaller([done_step()])
+        with pytest.raises(UsageError, match=r"'wipe\\n' is not valid"):
+            await run_tool_loop(caller, Executor[str](), candidate, "ctx", LoopConfig())
+        assert caller.requests == []
 
 
 def test_duplicate_tool_names_are_usage_error() -> None:

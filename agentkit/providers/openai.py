@@ -56,7 +56,6 @@ import asyncio
 import contextlib
 import email.utils
 import enum
-import functools
 import ipaddress
 import json
 import math
@@ -74,6 +73,7 @@ from instructor.utils import extract_json_from_codeblock
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
+from agentkit._cache import kept_on
 from agentkit._step import schema_name
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
@@ -108,8 +108,6 @@ _RAW_IN_MESSAGE = 1000
 _PATH = "/chat/completions"
 _STAND_IN_DESCRIPTION = "Correctly extracted `"
 """How instructor's function description begins where the schema's model has no docstring of its own."""
-_PLAN_CACHE_SIZE = 256
-"""Request plans kept (one per schema, mode and strictness); least recently used go first."""
 _TRANSIENT_STATUSES = frozenset({408, 409})
 _STRICT_HOSTS = frozenset({"api.openai.com"})
 """Hosts ``strict=None`` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
@@ -181,14 +179,19 @@ class _Plan:
     reask: Callable[..., dict[str, Any]]
 
 
-# Keyed by the schema class itself (identity), so two tool sets with the same step name never share a
-# plan, and bounded, so tools built per request cannot grow it without limit.
-@functools.lru_cache(maxsize=_PLAN_CACHE_SIZE)
 def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -> _Plan:
+    """The schema's plan for ``mode``, built once and kept on the schema class itself: two tool sets with the
+    same step name never share one, and the plans of schemas made per request go with them."""
+    return kept_on(schema, ("openai plan", mode, strict), lambda: _new_plan(schema, mode, strict))
+
+
+def _new_plan(schema: type[BaseModel], mode: StructuredMode, strict: bool) -> _Plan:
     instructor_mode = getattr(instructor_v2.Mode, _INSTRUCTOR_MODES[mode])
     handlers = instructor_v2.mode_registry.get_handlers(instructor_v2.Provider.OPENAI, instructor_mode)
     probe = [{"role": "system", "content": _SYSTEM_MARK}, {"role": "user", "content": _DYNAMIC_MARK}]
     _, prepared = handlers.request_handler(response_model=schema, kwargs={"messages": probe})
+    if mode is StructuredMode.TOOLS:
+        _forget_instructor_schema()
     name = schema_name(schema.__name__)
     compact = _compact_schema_text(schema)
     template = tuple(_slot(message, compact) for message in prepared.pop("messages"))
@@ -211,6 +214,20 @@ def _compact_schema_text(schema: type[BaseModel]) -> Callable[[str], str]:
         return text.replace(indented, compact)
 
     return rewrite
+
+
+def _forget_instructor_schema() -> None:
+    """Empty instructor's memo of TOOLS-mode function schemas (an ``lru_cache`` of 256 response models).
+
+    Each entry holds instructor's subclass of the schema asked for, so it would keep up to 256 step
+    models of tools made per request alive, with their args types. The plan built from it is kept
+    on the schema already (``_plan``), and nothing else in agentkit reads instructor's memo.
+    """
+    from instructor.v2.providers.openai import schema as instructor_schema
+
+    clear = getattr(getattr(instructor_schema, "generate_openai_schema", None), "cache_clear", None)
+    if callable(clear):
+        clear()
 
 
 def _slot(message: Mapping[str, Any], compact: Callable[[str], str]) -> _Slot:

@@ -7,7 +7,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_NAME = re.compile(r"\A[a-zA-Z0-9_-]{1,64}\Z")
+"""OpenAI's rule for function and schema names, matched against the whole name (``fullmatch``)."""
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _PART_TYPES = ("text", "image_url", "input_audio", "file", "refusal")
 _FORMAT_TYPES = ("text", "json_object", "json_schema")
@@ -131,7 +132,7 @@ def _check_tool_calls(calls: object, where: str) -> set[str]:
 
 
 def _check_name(name: object, param: str) -> None:
-    if not isinstance(name, str) or not _NAME.match(name):
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise RequestRejected(
             f"Invalid '{param}': string does not match pattern. Expected a string that matches the pattern "
             f"'^[a-zA-Z0-9_-]+$' (1 to 64 characters), got {name!r}.",

@@ -42,11 +42,16 @@ class FunctionCaller:
     fallback treatment; any other exception becomes a ``ProviderError`` whose cause it is, and a
     ``UsageError`` escapes the run. Every request is recorded in ``requests``, failed ones
     included, and each call reports ``Usage(requests=1)`` unless a ``ScriptedReply`` says otherwise.
+
+    Raises:
+        UsageError: at construction, for a function that cannot be called as ``function(request,
+            schema)`` (one of a single parameter, say); ``*args`` is accepted.
     """
 
     def __init__(self, function: AnswerFunction) -> None:
         if not callable(function):
             raise UsageError(f"FunctionCaller needs a function of (request, schema); got {function!r}")
+        _check_parameters(function)
         self.function = function
         """The function that answers."""
         self.requests: list[StructuredRequest] = []
@@ -91,3 +96,24 @@ class FunctionCaller:
                 "a model instance, JSON text, a ScriptedReply or a TextCompletion (raise an exception to fail)"
             )
         return answer
+
+
+def _check_parameters(function: Callable[..., Any]) -> None:
+    """Refuse a function that cannot be called as ``function(request, schema)`` (``*args`` can).
+
+    Raises:
+        UsageError: naming the function, its parameters and the fix.
+    """
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # no signature to read (some builtins): it is judged when called
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError:
+        name = getattr(function, "__qualname__", None) or repr(function)
+        raise UsageError(
+            f"FunctionCaller's function must take two positional parameters, (request, schema); {name}{signature} "
+            "does not: add the schema parameter (None for a prose request), e.g. "
+            "def answer(request: StructuredRequest, schema: type[BaseModel] | None) -> Answer"
+        ) from None

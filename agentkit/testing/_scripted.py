@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
+from agentkit._step import call_shape
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
 from agentkit._usage import Usage
@@ -138,6 +139,8 @@ def validate_reply(value: BaseModel | Mapping[str, Any] | str, schema: type[M], 
     try:
         return schema.model_validate_json(raw)
     except ValidationError as invalid:
+        if isinstance(value, _NamedCallStep) and call_shape(schema) == "args":
+            raise _single_tool_mistake(value.tool) from invalid
         error = StructuredOutputError(
             f"reply does not match schema {schema.__name__}: {invalid}", schema_name=schema.__name__, raw=raw
         )
@@ -158,12 +161,33 @@ def call_step(
 
     Pass the tool object itself (``tool=search``) so that a misspelt name is a ``NameError`` and
     args of another tool's type a type error; a name (``tool="search"``) is still accepted, for
-    tools made at run time.
+    tools made at run time. A step with ``tool=`` scripted for a loop given a single tool (whose
+    step carries the bare args) is a wiring mistake: the run raises a ``UsageError`` that says so.
     """
     payload = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
     name = tool if tool is None or isinstance(tool, str) else tool.name
-    call = payload if name is None else {"tool": name, "args": payload}
-    return {"rationale": rationale, "done": False, "call": call}
+    if name is None:
+        return {"rationale": rationale, "done": False, "call": payload}
+    return _NamedCallStep(name, {"rationale": rationale, "done": False, "call": {"tool": name, "args": payload}})
+
+
+class _NamedCallStep(dict[str, Any]):
+    """A ``call_step(..., tool=name)`` entry: a plain step dict that remembers it named its tool, so that
+    one scripted for a loop given a single tool is reported as the wiring mistake it is."""
+
+    __slots__ = ("tool",)
+
+    def __init__(self, tool: str, step: dict[str, Any]) -> None:
+        super().__init__(step)
+        self.tool = tool
+
+
+def _single_tool_mistake(tool: str) -> UsageError:
+    return UsageError(
+        f"the script calls call_step(..., tool={tool!r}), the step of a loop given a list of tools "
+        '({"tool": ..., "args": ...}), but this loop was given a single tool, whose step carries the bare '
+        f"args: write call_step(args) without tool=, or give the loop a list of tools ([{tool}])"
+    )
 
 
 def done_step(rationale: str = "", *, answer: BaseModel | Mapping[str, Any] | None = None) -> dict[str, Any]:
