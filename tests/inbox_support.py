@@ -22,6 +22,7 @@ from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, tool
 from agentkit._tools import FunctionTool
+from agentkit.decisions import Evidence
 from agentkit.journal import Journal, ProposalRecord, Transition, WorkReport, open_journal
 
 if TYPE_CHECKING:
@@ -57,8 +58,16 @@ def mail_tool(sent: list[str]) -> FunctionTool[Mail, str]:
     return mail
 
 
-async def propose_mail(journal: Journal, to: str, *, body: str = "", rationale: str = "", run_id: str = "r1") -> str:
-    """A pending ``mail`` proposal; its id."""
+async def propose_mail(
+    journal: Journal,
+    to: str,
+    *,
+    body: str = "",
+    rationale: str = "",
+    run_id: str = "r1",
+    evidence: Evidence | None = None,
+) -> str:
+    """A pending ``mail`` proposal (with ``evidence``: what its executor had seen); its id."""
     action = ProposedAction[BaseModel].create(
         tool_name="mail",
         tier=Tier.IRREVERSIBLE,
@@ -66,6 +75,7 @@ async def propose_mail(journal: Journal, to: str, *, body: str = "", rationale: 
         rationale=rationale,
         round=1,
         run_id=run_id,
+        evidence=evidence,
     )
     return (await journal.propose(action)).id
 
@@ -124,11 +134,11 @@ class InboxServer:
 
         return asyncio.run_coroutine_threadsafe(call(), self._loop).result(30)
 
-    def propose(self, to: str, *, rationale: str = "", body: str = "") -> str:
+    def propose(self, to: str, *, rationale: str = "", body: str = "", evidence: Evidence | None = None) -> str:
         """A pending ``mail`` proposal (``propose_mail``); its id."""
 
         async def put(journal: Journal) -> str:
-            return await propose_mail(journal, to, rationale=rationale, body=body)
+            return await propose_mail(journal, to, rationale=rationale, body=body, evidence=evidence)
 
         return self.run(put)
 

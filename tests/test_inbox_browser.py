@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import Journal, ProposalState
 from tests.inbox_support import ALICE, InboxServer, chromium
 
@@ -78,6 +79,23 @@ def test_approve_in_the_browser_and_the_call_runs_once(server: InboxServer, brow
     assert sent == ["ops@example.com"]
     done = server.get(id)
     assert (done.state, done.approved_by) == (ProposalState.EXECUTED, "alice")
+
+
+def test_the_evidence_and_the_verified_reviewer_render_in_the_browser(server: InboxServer, browser: WebDriver) -> None:
+    """A pending proposal shows the calls its executor had seen; once approved, its history shows who was verified."""
+    seen = CallSeen(round=1, tool_name="search", digest="a" * 64, ran=True, item_ids=("search:1",))
+    id = server.propose("ops@example.com", rationale="search:1 says so", evidence=Evidence(rounds=(1,), calls=(seen,)))
+    page = signed_in(browser, server)
+    from selenium.webdriver.common.by import By
+
+    row = [cell.text for cell in page.find_elements(By.CSS_SELECTOR, f"#p-{id} .evidence tr.call td")]
+    assert row == ["1", "search", "ran", "search:1", "a" * 12]
+    click(page, f"#p-{id} form.approve button")
+    wait_for(page, f"#p-{id}.decided")
+    click(page, f"#p-{id} details.history summary")
+    by = [cell.text for cell in page.find_elements(By.CSS_SELECTOR, f"#p-{id} .history td.by")]
+    verified = [cell.text for cell in page.find_elements(By.CSS_SELECTOR, f"#p-{id} .history td.verified")]
+    assert (by, verified) == (["run:r1", "alice"], ["-", "alice"])
 
 
 def test_reject_in_the_browser_records_the_reason_and_nothing_runs(server: InboxServer, browser: WebDriver) -> None:

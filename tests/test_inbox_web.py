@@ -4,17 +4,40 @@ tokens, CSRF, escaping, and decisions refused with nothing changed. The browser 
 
 from __future__ import annotations
 
+import html
 import re
 from collections.abc import Iterator
 
 import pytest
 
-from agentkit.journal import Journal, ProposalState
+from agentkit.decisions import CallSeen, Evidence
+from agentkit.journal import Journal, ProposalState, TransitionRefused
 from tests.inbox_support import ALICE, BOB, InboxServer, csrf_of
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 
 HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+SEARCHED = CallSeen(round=1, tool_name="search", digest="a" * 64, ran=True, item_ids=("search:1", "search:2"))
+REFUSED = CallSeen(round=2, tool_name="delete", digest="b" * 64, ran=False)
+EVIDENCE = Evidence(rounds=(1, 2), calls=(SEARCHED, REFUSED))
+
+
+def section(page: str, id: str) -> str:
+    """The part of ``page`` that shows proposal ``id``."""
+    found = re.search(rf'<section class="proposal [a-z]+" id="p-{re.escape(id)}".*?</section>', page, re.DOTALL)
+    assert found is not None, f"the page does not show proposal {id}"
+    return found.group(0)
+
+
+def cells(part: str, row: str) -> list[dict[str, str]]:
+    """Each ``<tr class=row>`` in ``part`` as its cells' text by their class (tags dropped, entities kept)."""
+    return [
+        {
+            name: re.sub(r"<[^>]*>", "", text).strip()
+            for name, text in re.findall(r'<td class="([a-z]+)">(.*?)</td>', tr, re.DOTALL)
+        }
+        for tr in re.findall(rf'<tr class="{row}">(.*?)</tr>', part, re.DOTALL)
+    ]
 
 
 @pytest.fixture
@@ -263,3 +286,94 @@ def test_amending_a_decided_proposal_is_refused(server: InboxServer) -> None:
     assert refused.status_code == 409
     record = server.get(id)
     assert (record.args["to"], record.approved_by, record.amended_by) == ("all@example.com", "alice", None)
+
+
+def test_the_page_shows_a_pending_proposals_evidence_by_reference(server: InboxServer) -> None:
+    """Each earlier call the executor had seen is a row: its round, tool, whether it ran, item ids and digest."""
+    id = server.propose("ops@example.com", rationale="search:2 lists them", evidence=EVIDENCE)
+    with server.client() as http:
+        shown = section(http.get("/").text, id)
+    assert '<pre class="rationale">search:2 lists them</pre>' in shown
+    assert "rounds before it: 1, 2; 2 earlier calls" in shown
+    assert cells(shown, "call") == [
+        {"round": "1", "tool": "search", "ran": "ran", "items": "search:1, search:2", "digest": "a" * 12},
+        {"round": "2", "tool": "delete", "ran": "did not run", "items": "-", "digest": "b" * 12},
+    ]
+    assert f'title="{"a" * 64}"' in shown  # the whole digest names the call in the run's journal
+
+
+def test_a_proposal_without_evidence_says_it_was_not_recorded(server: InboxServer) -> None:
+    """A proposal recorded without evidence shows that, and no table of calls."""
+    id = server.propose("ops@example.com")
+    with server.client() as http:
+        shown = section(http.get("/").text, id)
+    assert '<p class="rounds">not recorded</p>' in shown
+    assert 'class="calls"' not in shown
+
+
+def test_model_written_evidence_is_escaped_in_the_page(server: InboxServer) -> None:
+    """Item ids and a tool name holding markup show as escaped text, never as tags."""
+    hostile = CallSeen(round=1, tool_name=HOSTILE, digest="c" * 64, ran=True, item_ids=(HOSTILE, "ok:1"))
+    id = server.propose("ops@example.com", evidence=Evidence(rounds=(1,), calls=(hostile,)))
+    with server.client() as http:
+        page = http.get("/").text
+    assert "<script>window" not in page
+    assert "<img" not in page
+    [row] = cells(section(page, id), "call")
+    assert (html.unescape(row["tool"]), html.unescape(row["items"])) == (HOSTILE, f"{HOSTILE}, ok:1")
+
+
+def test_an_inbox_decision_records_the_tokens_reviewer_as_verified(server: InboxServer) -> None:
+    """Approve, reject and amend through the inbox record the token's reviewer as the verified identity."""
+    approved, rejected, amended = (server.propose(f"{n}@example.com") for n in ("a", "r", "m"))
+    with server.client(BOB) as bob, server.client(ALICE) as alice:
+        assert bob.post(f"/proposals/{approved}/approve", data={"csrf": csrf_of(bob.get("/").text)}).status_code == 303
+        form = {"csrf": csrf_of(alice.get("/").text), "reason": "no"}
+        assert alice.post(f"/proposals/{rejected}/reject", data=form).status_code == 303
+        form = {"csrf": csrf_of(bob.get("/").text), "arg.copies": "2"}
+        assert bob.post(f"/proposals/{amended}/amend", data=form).status_code == 303
+    decided = [server.history(id)[-1] for id in (approved, rejected, amended)]
+    assert [(t.to_state, t.actor, t.verified) for t in decided] == [
+        (ProposalState.APPROVED, "bob", "bob"),
+        (ProposalState.REJECTED, "alice", "alice"),
+        (ProposalState.APPROVED, "bob", "bob"),
+    ]
+
+
+def test_the_history_shows_the_name_given_and_the_verified_identity(server: InboxServer) -> None:
+    """Each decision's row shows who it names and who was verified: the token's reviewer, or the journal's user."""
+    id = server.propose("ops@example.com")
+
+    async def carol_approves(journal: Journal) -> None:
+        await journal.approve(id, "carol")  # outside the inbox: the journal vouches with its own user
+
+    with server.client(BOB) as bob:
+        form = {"csrf": csrf_of(bob.get("/").text), "reason": "late"}
+        server.run(carol_approves)
+        assert bob.post(f"/proposals/{id}/reject", data=form).status_code == 303
+        shown = section(bob.get("/").text, id)
+    journal_user = server.history(id)[1].verified
+    assert journal_user not in (None, "carol")
+    rows = re.findall(r'<td class="by">(.*?)</td>\s*<td class="verified">(.*?)</td>', shown)
+    assert rows == [("run:r1", "-"), ("carol", journal_user), ("bob", "bob")]
+    assert "<th>by</th><th>verified</th>" in shown
+
+
+def test_a_journal_requiring_verified_approvers_accepts_the_inbox_reviewer(server: InboxServer) -> None:
+    """Under ``require_verified_approvers``, an inbox decision passes (its reviewer is verified by the token)
+    while a decision naming someone the journal cannot vouch for is refused."""
+    id, other = server.propose("ops@example.com"), server.propose("all@example.com")
+
+    async def require(journal: Journal) -> None:
+        await journal.require_verified_approvers()
+
+    async def carol_approves(journal: Journal) -> None:
+        await journal.approve(other, "carol")
+
+    server.run(require)
+    with pytest.raises(TransitionRefused, match="requires the name given to be the identity it can verify"):
+        server.run(carol_approves)
+    with server.client(BOB) as bob:
+        assert bob.post(f"/proposals/{id}/approve", data={"csrf": csrf_of(bob.get("/").text)}).status_code == 303
+    assert (server.get(id).state, server.get(other).state) == (ProposalState.APPROVED, ProposalState.PENDING)
+    assert server.history(id)[-1].verified == "bob"

@@ -54,7 +54,9 @@ async def test_a_journal_that_requires_verified_approvers_refuses_another_name(
     """With the requirement kept in the journal, a name other than the verified one is refused; nothing changes."""
     me = await vouched_for(journal_url)
     entry = await journal.propose(action())
+    assert not await journal.verified_approvers_required()
     await journal.require_verified_approvers()
+    assert await journal.verified_approvers_required()
     with pytest.raises(TransitionRefused, match="requires the name given to be the identity it can verify"):
         await journal.approve(entry.id, "mallory")
     with pytest.raises(TransitionRefused, match="requires the granter"):
@@ -64,6 +66,7 @@ async def test_a_journal_that_requires_verified_approvers_refuses_another_name(
     assert await journal.grants() == []
     assert (await journal.approve(entry.id, me)).state is ProposalState.APPROVED
     await journal.require_verified_approvers(False)
+    assert not await journal.verified_approvers_required()
     assert (
         await journal.reject((await journal.propose(action("b"))).id, "anyone", "x")
     ).state is ProposalState.REJECTED
@@ -76,6 +79,7 @@ async def test_a_client_may_require_it_on_its_own(journal_url: str) -> None:
         entry = await strict.propose(action())
         with pytest.raises(TransitionRefused):
             await strict.approve(entry.id, "mallory")
+        assert not await strict.verified_approvers_required()  # this client's own choice, not the journal's
         assert (await strict.get(entry.id)).state is ProposalState.PENDING
     finally:
         await strict.close()
@@ -99,3 +103,49 @@ def test_proposals_show_prints_both_names(tmp_path: Path, capsys: pytest.Capture
     header = next(line for line in shown.splitlines() if line.startswith("AT"))
     assert header.split() == ["AT", "FROM", "TO", "BY", "VERIFIED", "NOTE"]
     assert any(line.split()[3:5] == ["alice", getpass.getuser()] for line in shown.splitlines() if "approved" in line)
+
+
+def test_journal_settings_switches_the_requirement_for_every_client(
+    journal_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agentkit journal settings --require-verified-approver on|off` keeps the requirement in the journal,
+    so another client refuses (then accepts) a name other than the verified one; without it, it only shows."""
+
+    async def propose() -> str:
+        journal = open_journal(journal_url)
+        try:
+            return (await journal.propose(action())).id
+        finally:
+            await journal.close()
+
+    async def approve_as_mallory(id: str) -> ProposalState:
+        journal = open_journal(journal_url)
+        try:
+            return (await journal.approve(id, "mallory")).state
+        finally:
+            await journal.close()
+
+    def settings(*flags: str) -> str:
+        assert main(["journal", "settings", "--db", journal_url, *flags]) == 0
+        return capsys.readouterr().out
+
+    id = asyncio.run(propose())
+    assert settings() == "require-verified-approver: off\n"
+    assert settings("--require-verified-approver", "on") == "require-verified-approver: on\n"
+    assert settings() == "require-verified-approver: on\n"
+    with pytest.raises(TransitionRefused, match="requires the name given to be the identity it can verify"):
+        asyncio.run(approve_as_mallory(id))
+    with pytest.raises(SystemExit) as refused:
+        main(["journal", "settings", "--db", journal_url, "--require-verified-approver", "maybe"])
+    assert refused.value.code == 2
+    assert "invalid choice: 'maybe'" in capsys.readouterr().err
+    assert settings("--require-verified-approver", "off") == "require-verified-approver: off\n"
+    assert asyncio.run(approve_as_mallory(id)) is ProposalState.APPROVED
+
+
+def test_journal_settings_never_creates_a_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Pointed at a journal that does not exist, `journal settings` fails (exit 1) and creates nothing."""
+    url = tmp_path / "missing.db"
+    assert main(["journal", "settings", "--db", str(url), "--require-verified-approver", "on"]) == 1
+    assert "agentkit: error:" in capsys.readouterr().err
+    assert not url.exists()

@@ -45,16 +45,20 @@ AMEND_PREFIX = "arg."
 """The amend form's field for an argument NAME is ``arg.NAME``, holding its value as the page shows it."""
 
 Decision = Callable[[Journal, str, str, FormData], Awaitable[ProposalRecord]]
-"""One decision a form posts: ``(journal, proposal id, reviewer, form) -> the proposal after it``."""
+"""One decision a form posts: ``(journal, proposal id, reviewer, form) -> the proposal after it``.
+
+The reviewer is the one the request's token names, so each decision gives it both as the name and as
+the identity the inbox vouches for (``verified_as``): ``Transition.verified`` is the token's reviewer,
+and a journal that requires verified approvers accepts it."""
 
 
 async def _approve(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
-    return await journal.approve(id, reviewer)
+    return await journal.approve(id, reviewer, verified_as=reviewer)
 
 
 async def _reject(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
     reason = form.get("reason")
-    return await journal.reject(id, reviewer, reason if isinstance(reason, str) else "")
+    return await journal.reject(id, reviewer, reason if isinstance(reason, str) else "", verified_as=reviewer)
 
 
 async def _amend(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
@@ -76,7 +80,7 @@ async def _amend(journal: Journal, id: str, reviewer: str, form: FormData) -> Pr
                 f"argument {name!r}: {text!r} is not a JSON value ({error}); write it as JSON, e.g. 3, true, "
                 '["a", "b"] or {"k": 1}'
             ) from None
-    return await journal.approve(id, reviewer, args=changes or None)
+    return await journal.approve(id, reviewer, args=changes or None, verified_as=reviewer)
 
 
 DECISIONS: Mapping[str, Decision] = {"approve": _approve, "reject": _reject, "amend": _amend}

@@ -122,6 +122,10 @@ class Journal(Protocol):
         """Make every client of this journal refuse unverified decisions (kept in the journal)."""
         ...
 
+    async def verified_approvers_required(self) -> bool:
+        """Whether the journal itself requires verified decisions (``require_verified_approvers``)."""
+        ...
+
     async def grant(self, grant: Grant, *, tool: AnyTool) -> GrantRecord:
         """Keep a standing grant: proposals recorded from now on that match it are approved by ``grant:<id>``."""
         ...

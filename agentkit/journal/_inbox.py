@@ -161,6 +161,16 @@ class Inbox(Storage):
         by leaving ``require_verified_approver`` off. ``False`` lifts it."""
         await self._call(self._set_required, required)
 
+    def _required(self) -> bool:
+        with self._tx(write=False) as db:
+            return verification_required(db)
+
+    async def verified_approvers_required(self) -> bool:
+        """Whether the journal itself requires a person's decision to name the identity it can vouch for
+        (``require_verified_approvers``; ``agentkit journal settings`` shows it). A client's own
+        ``require_verified_approver`` is not counted."""
+        return await self._call(self._required)
+
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
         """Put a proposal in the inbox as ``pending``.
 

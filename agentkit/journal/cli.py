@@ -83,6 +83,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     fork.add_argument("run", metavar="RUN", help="the run id")
     fork.add_argument("--at", type=int, required=True, metavar="K", help="the last round the fork keeps (0: none)")
     fork.set_defaults(handler=_handler(_fork))
+    settings = runs_of.add_parser(
+        "settings", parents=[db], help="the settings kept in the journal, which every client of it honours"
+    )
+    settings.add_argument(
+        "--require-verified-approver",
+        choices=["on", "off"],
+        dest="require_verified",
+        help="on: refuse a person's decision or grant whose name is not the identity the journal can vouch for "
+        "(PostgreSQL's session_user, the OS user with SQLite, an inbox reviewer's token); off: lift it",
+    )
+    settings.set_defaults(handler=_handler(_settings))
 
     proposals = subparsers.add_parser("proposals", help="the proposal inbox", description=__doc__)
     inbox = proposals.add_subparsers(
@@ -246,6 +257,14 @@ async def _export(journal: Journal, args: argparse.Namespace, out: TextIO) -> No
 async def _fork(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     fork_id = await journal.fork(args.run, at_round=args.at)
     out.write(f"{fork_id}\n")
+
+
+async def _settings(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    """Change the settings given, then print each as the journal now holds it."""
+    if args.require_verified is not None:
+        await journal.require_verified_approvers(args.require_verified == "on")
+    required = await journal.verified_approvers_required()
+    print(f"require-verified-approver: {'on' if required else 'off'}", file=out)
 
 
 def _config(config: dict[str, Any] | None) -> str:

@@ -73,4 +73,5 @@ async def evidence_and_identity(journal: Journal, proposal: ProposedAction[Delet
     assert_type(await journal.approve(record.id, "ana", verified_as="ana@inbox"), ProposalRecord)
     assert_type((await journal.history(record.id))[0].verified, str | None)
     assert_type(await journal.require_verified_approvers(), None)
+    assert_type(await journal.verified_approvers_required(), bool)
     assert_type(open_journal("j.db", require_verified_approver=True), Journal)
