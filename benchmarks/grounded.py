@@ -187,9 +187,9 @@ def main() -> None:
     )
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / f"grounded-{args.model}-{report['date']}"
-        stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-        stem.with_suffix(".md").write_text(markdown(report))
+        stem = f"grounded-{args.model}-{report['date']}"  # not Path.with_suffix: "0.5b" holds a dot
+        (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2) + "\n")
+        (args.out / f"{stem}.md").write_text(markdown(report))
 
 
 if __name__ == "__main__":
