@@ -2,15 +2,15 @@
 
 The top level holds what a typical agent needs; the public modules carry the rest:
 
-- ``agentkit.errors``: the whole error tree (the top level has its root, ``UsageError`` and ``ToolRetry``);
-- ``agentkit.events``: the events a run emits, runs as streams of them, ``LoggingObserver``;
-- ``agentkit.testing``: the scripted and function callers, the fake OpenAI server;
-- ``agentkit.providers``: ``openai`` (``OpenAICaller``), ``local`` (the embedded model), the prose seam
-  (``TextCaller``, ``TextCompletion`` and ``run_once_text``'s ``TextResult``);
-- ``agentkit.journal``, ``agentkit.temporal``, ``agentkit.mcp``, ``agentkit.otel``, ``agentkit.program``
-  and ``agentkit.prompting``.
+- `agentkit.errors`: the whole error tree (the top level has its root, `UsageError` and `ToolRetry`);
+- `agentkit.events`: the events a run emits, runs as streams of them, `LoggingObserver`;
+- `agentkit.testing`: the scripted and function callers, the fake OpenAI server;
+- `agentkit.providers`: `openai` (`OpenAICaller`), `local` (the embedded model), the prose seam
+  (`TextCaller`, `TextCompletion` and `run_once_text`'s `TextResult`);
+- `agentkit.journal`, `agentkit.temporal`, `agentkit.mcp`, `agentkit.otel`, `agentkit.program`
+  and `agentkit.prompting`.
 
-Every other module is private. Each name here reports ``agentkit`` as its module, as httpx's do.
+Every other module is private. Each name here reports `agentkit` as its module, as httpx's do.
 """
 
 import contextlib
@@ -68,7 +68,7 @@ def __dir__() -> list[str]:
 
 
 def _own(value: object) -> None:
-    """Report ``agentkit`` as the module of a public name (its home is a private module)."""
+    """Report `agentkit` as the module of a public name (its home is a private module)."""
     if getattr(value, "__module__", "").startswith("agentkit._"):
         with contextlib.suppress(AttributeError, TypeError):  # an alias (``SameFunc``) keeps its own
             value.__module__ = "agentkit"

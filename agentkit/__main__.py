@@ -1,4 +1,4 @@
-"""``python -m agentkit``."""
+"""`python -m agentkit`."""
 
 from agentkit._cli import run
 

@@ -5,7 +5,7 @@ continuation, a worker executing an approved call) admits the state it loaded an
 brings here, before any model call or tool run: the state must be of this version and reproduce
 its digests, be the run's own, and record the same tool set. A tier that changed, a tool added or
 removed, a tool whose args take another shape, another order: each is named, and the run is
-refused with ``ToolSetChanged``.
+refused with `ToolSetChanged`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ __all__ = ["admit", "admit_tools", "differences", "tool_entries"]
 
 
 def tool_entries(tools: Mapping[str, AnyTool]) -> tuple[ToolEntry, ...]:
-    """The record of ``tools``, in their order, with the tiers they declare now."""
+    """The record of `tools`, in their order, with the tiers they declare now."""
     return tuple(tool_entry(name, declared_tier(tool), tool.args_type) for name, tool in tools.items())
 
 
@@ -45,7 +45,7 @@ def differences(recorded: Iterable[ToolEntry], given: Iterable[ToolEntry]) -> li
 
 
 def admit_tools(run_id: str, recorded: Iterable[ToolEntry], tools: Mapping[str, AnyTool] | Iterable[ToolEntry]) -> None:
-    """Refuse ``tools`` for run ``run_id`` unless they are the tool set it recorded.
+    """Refuse `tools` for run `run_id` unless they are the tool set it recorded.
 
     Raises:
         ToolSetChanged: naming every difference; nothing ran.
@@ -60,7 +60,7 @@ def admit_tools(run_id: str, recorded: Iterable[ToolEntry], tools: Mapping[str, 
 
 
 def admit(state: RunCheckpoint, tools: Mapping[str, AnyTool], *, run_id: str | None = None) -> None:
-    """Admit ``state`` and ``tools`` for going on with a run, before anything runs.
+    """Admit `state` and `tools` for going on with a run, before anything runs.
 
     Args:
         state: The state loaded (from a result, a file, a journal, a workflow's history).
@@ -70,7 +70,7 @@ def admit(state: RunCheckpoint, tools: Mapping[str, AnyTool], *, run_id: str | N
     Raises:
         ResumeRefused: a state of another version or altered (its digests), of another run, or of a run
             that is finished.
-        ToolSetChanged: another tool set (a ``ResumeRefused`` too).
+        ToolSetChanged: another tool set (a `ResumeRefused` too).
     """
     if run_id is not None and state.run_id != run_id:
         raise ResumeRefused(

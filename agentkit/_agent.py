@@ -1,4 +1,4 @@
-"""The executor seam: ``ToolAgent``, the ``Prompt`` it renders and the ``ToolRoundInfo`` it sees."""
+"""The executor seam: `ToolAgent`, the `Prompt` it renders and the `ToolRoundInfo` it sees."""
 
 from __future__ import annotations
 
@@ -38,13 +38,13 @@ class RoleSpec:
     fallback_model: str | None = None
     """Asked once after the primary's attempts fail (never after a throttle)."""
     temperature: float | None = None
-    """Sampling temperature; ``None`` leaves the server's default."""
+    """Sampling temperature; `None` leaves the server's default."""
     max_tokens: int | None = None
-    """Completion token limit per call. A reply cut off by it is a ``Truncated`` error, never parsed.
-    ``None`` (the default) sends no limit, so the server's own applies: agentkit sets no default cap,
+    """Completion token limit per call. A reply cut off by it is a `Truncated` error, never parsed.
+    `None` (the default) sends no limit, so the server's own applies: agentkit sets no default cap,
     since a cap too low for the model or the schema fails the call (docs: Providers, Truncation)."""
     fallback_max_tokens: int | None = None
-    """Completion token limit on the fallback model; ``None``: the same as ``max_tokens``. Only a
+    """Completion token limit on the fallback model; `None`: the same as `max_tokens`. Only a
     fallback whose limit differs is asked after a reply is cut off by the token limit."""
     prompt_type: str = ""
     """A label for this role's prompt, carried into requests, traces and logs."""
@@ -65,14 +65,14 @@ class PriorCall(Generic[R]):
     batch: Sequence[R] = ()
     """What the tool returned (empty when it did not run)."""
     observation: str | None = None
-    """The tool's ``ToolRetry`` message, or the note that the call was proposed for approval."""
+    """The tool's `ToolRetry` message, or the note that the call was proposed for approval."""
     proposed: bool = False
     """The call was above the autonomy ceiling and awaits a human."""
     repeats: int | None = None
-    """The round whose call this one repeated, when the loop refused it (``RepeatPolicy.REFUSE``):
+    """The round whose call this one repeated, when the loop refused it (`RepeatPolicy.REFUSE`):
     it did not run; that round's results answer it."""
     amended: tuple[str, ...] = ()
-    """The args fields a human changed before approving the call: ``args`` are the amended args, the
+    """The args fields a human changed before approving the call: `args` are the amended args, the
     call that ran; the call as proposed did not run (and proposing it again proposes a call the
     human already changed)."""
 
@@ -84,19 +84,19 @@ class ToolRoundInfo(Generic[R]):
     round: int
     """This round, from 1."""
     max_rounds: int | None
-    """The ceiling; ``None`` when the caller asked for unlimited rounds."""
+    """The ceiling; `None` when the caller asked for unlimited rounds."""
     is_final_round: bool
     """No call after this round's will run: commit to what you have."""
     prior_results: tuple[Sequence[R], ...] = ()
-    """One batch per executed call, in order (those within ``LoopConfig.context``, when it is set)."""
+    """One batch per executed call, in order (those within `LoopConfig.context`, when it is set)."""
     prior_calls: tuple[PriorCall[R], ...] = ()
     """Every earlier call with its batch or observation, in order (the latest ones, when
-    ``LoopConfig.context`` bounds them; see ``omitted``)."""
+    `LoopConfig.context` bounds them; see `omitted`)."""
     proposals: tuple[ProposedAction[Any], ...] = ()
-    """Calls proposed so far (with ``AfterProposal.CONTINUE``)."""
+    """Calls proposed so far (with `AfterProposal.CONTINUE`)."""
     omitted: Omitted = field(default_factory=Omitted)
-    """How many of the oldest calls ``LoopConfig.context`` left out of ``prior_calls`` and
-    ``prior_results`` this round (all zero without a bound), with their summary if one is kept."""
+    """How many of the oldest calls `LoopConfig.context` left out of `prior_calls` and
+    `prior_results` this round (all zero without a bound), with their summary if one is kept."""
     closing_round: bool = False
     """The closing round of a run with an answer schema: the tools have stopped (round ceiling,
     budget or stalemate), no call can be made, and the step must be done with the answer."""
@@ -109,13 +109,13 @@ class RoundInfo:
     round: int
     """This round, from 1 (a single shot is round 1 of 1)."""
     max_rounds: int
-    """The ceiling: 1 for ``run_once``, ``PairConfig.max_rounds`` for ``pair``."""
+    """The ceiling: 1 for `run_once`, `PairConfig.max_rounds` for `pair`."""
     is_final_round: bool
     """No review follows this round's draft: commit to your best answer."""
     feedback: str | None = None
-    """The verifier's objection to the previous draft (``pair`` revisions only)."""
+    """The verifier's objection to the previous draft (`pair` revisions only)."""
     previous: BaseModel | None = None
-    """The previous draft the feedback is about (``pair`` revisions only)."""
+    """The previous draft the feedback is about (`pair` revisions only)."""
 
 
 class ToolAgent(Protocol[Ctx_contra, Args_co, R]):

@@ -1,9 +1,9 @@
 """Approval: the one door through which a call above the autonomy ceiling runs.
 
-A human approves a ``ProposedAction`` with ``approve``; the ``Approval`` binds that person to the
-exact call (the proposal's digest of tool name and canonical args). ``execute_approved`` runs the
+A human approves a `ProposedAction` with `approve`; the `Approval` binds that person to the
+exact call (the proposal's digest of tool name and canonical args). `execute_approved` runs the
 call once and only once, and only if the tool, its tier and the args are still exactly what was
-approved. ``reject`` records the other answer.
+approved. `reject` records the other answer.
 
 Example:
     >>> approval = approve(result.proposed[0], approved_by="ops@example.com")
@@ -39,7 +39,7 @@ Ctx = TypeVar("Ctx")
 
 
 class _Once:
-    """The single-use state an ``Approval`` carries; claiming it is atomic across tasks and threads."""
+    """The single-use state an `Approval` carries; claiming it is atomic across tasks and threads."""
 
     __slots__ = ("__weakref__", "_claimed", "_lock")
 
@@ -48,7 +48,7 @@ class _Once:
         self._claimed = False
 
     def claim(self) -> bool:
-        """Mark used; ``True`` only for the first caller."""
+        """Mark used; `True` only for the first caller."""
         with self._lock:
             if self._claimed:
                 return False
@@ -67,14 +67,14 @@ class _Once:
 
 
 _ISSUED: weakref.WeakKeyDictionary[_Once, str] = weakref.WeakKeyDictionary()
-"""The single-use states ``approve`` issued, each with the digest it was issued for."""
+"""The single-use states `approve` issued, each with the digest it was issued for."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Amendment(Generic[Args]):
     """How an approver changed a proposed call before approving it: the call that was proposed, and what changed.
 
-    The approved call (``Approval.proposal``) is the amended one, with its own digest; the original
+    The approved call (`Approval.proposal`) is the amended one, with its own digest; the original
     never runs.
     """
 
@@ -95,9 +95,9 @@ class Amendment(Generic[Args]):
 class Approval(Generic[Args]):
     """A person's consent to run exactly one proposed call, exactly once.
 
-    Made by ``approve``, and only by it: ``execute_approved`` refuses an approval built by hand,
+    Made by `approve`, and only by it: `execute_approved` refuses an approval built by hand,
     one whose single-use state was replaced, and one pointed at another call than the one approved.
-    Copies made with ``dataclasses.replace`` share the single-use state, so no copy of an approval
+    Copies made with `dataclasses.replace` share the single-use state, so no copy of an approval
     can run a second time.
     """
 
@@ -114,13 +114,13 @@ class Approval(Generic[Args]):
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     """A unique id for this approval."""
     amendment: Amendment[Args] | None = None
-    """Set when the approver changed the args: ``proposal`` is then the amended call, and this says
+    """Set when the approver changed the args: `proposal` is then the amended call, and this says
     what was proposed and which fields changed."""
     _once: _Once = field(default_factory=_Once, repr=False, compare=False)
 
     @property
     def executed(self) -> bool:
-        """Whether ``execute_approved`` has already used this approval (successfully or not)."""
+        """Whether `execute_approved` has already used this approval (successfully or not)."""
         return self._once.claimed
 
 
@@ -155,12 +155,12 @@ def approve(
         note: A comment for the record.
         args: Amended args: a whole value of the proposal's args type, or a mapping of the fields to
             change (merged over the proposed args). The approved call is then the amended one, with
-            its own digest; ``approval.amendment`` keeps the original and the fields that changed.
+            its own digest; `approval.amendment` keeps the original and the fields that changed.
             The tool, and so the tier, stay the proposal's. Args equal to the proposed ones approve
             the call as proposed.
 
     Raises:
-        UsageError: ``approved_by`` is empty.
+        UsageError: `approved_by` is empty.
         ApprovalError: the proposal's digest no longer matches its tool name and args (it was
             altered after it was proposed), so there is no exact call to approve; or the amended
             args name a field the args type lacks, or do not validate as it. Nothing is approved.
@@ -180,10 +180,10 @@ def approve(
 def amended(
     proposal: ProposedAction[Args], args: BaseModel | Mapping[str, Any], *, amended_by: str
 ) -> tuple[ProposedAction[Args], Amendment[Args] | None]:
-    """The proposal with amended args (its own digest) and the record of the change; ``None``: nothing changed.
+    """The proposal with amended args (its own digest) and the record of the change; `None`: nothing changed.
 
     Raises:
-        ApprovalError: ``args`` is of another type than the proposal's args, names a field that type
+        ApprovalError: `args` is of another type than the proposal's args, names a field that type
             lacks, or does not validate as it (the error names the fields).
     """
     args_type = type(proposal.args)
@@ -218,10 +218,10 @@ def amended(
 def amended_data(
     tool_name: str, args_type: type[BaseModel], proposed: Mapping[str, Any], args: BaseModel | Mapping[str, Any]
 ) -> dict[str, Any]:
-    """The amended args as JSON data: a whole value of ``args_type``, or ``proposed`` with the given fields replaced.
+    """The amended args as JSON data: a whole value of `args_type`, or `proposed` with the given fields replaced.
 
     Raises:
-        ApprovalError: a value of another type, or a field ``args_type`` lacks (validation would drop it
+        ApprovalError: a value of another type, or a field `args_type` lacks (validation would drop it
             silently, and the approver would approve a call other than the one they wrote).
     """
     if isinstance(args, BaseModel):
@@ -256,10 +256,10 @@ def changed_fields(before: BaseModel, after: BaseModel) -> tuple[str, ...]:
 
 
 def reject(proposal: ProposedAction[Args], *, rejected_by: str, reason: str = "") -> Rejection[Args]:
-    """Reject a proposed call; the returned ``Rejection`` is the record of it.
+    """Reject a proposed call; the returned `Rejection` is the record of it.
 
     Raises:
-        UsageError: ``rejected_by`` is empty.
+        UsageError: `rejected_by` is empty.
     """
     _check_person(rejected_by, "rejected_by")
     return Rejection(proposal=proposal, rejected_by=rejected_by, digest=proposal.digest, reason=reason)
@@ -298,40 +298,40 @@ async def execute_approved(
 ) -> Sequence[R]:
     """Run an approved call, once; refuse anything that is not exactly what was approved.
 
-    Typed: an approval of a one-tool proposal (``Approval[DeleteArgs]``) runs only with a tool of
-    those args (``Tool[DeleteArgs, R]``) or with a tool that takes any model (``Tool[BaseModel, R]``),
+    Typed: an approval of a one-tool proposal (`Approval[DeleteArgs]`) runs only with a tool of
+    those args (`Tool[DeleteArgs, R]`) or with a tool that takes any model (`Tool[BaseModel, R]`),
     so passing another tool is a type error. An approval from a multi-tool loop is an
-    ``Approval[BaseModel]`` and takes any tool, checked at run time; narrow its proposal first
-    (``proposal.narrow(tool)``) to have the type checker link the two.
+    `Approval[BaseModel]` and takes any tool, checked at run time; narrow its proposal first
+    (`proposal.narrow(tool)`) to have the type checker link the two.
 
     The approval is spent as the call starts, whether the tool then succeeds or fails: an
     irreversible call may have half-happened, so a retry needs a new proposal and a new approval.
 
-    A tool that takes the run's ctx (a ``ContextTool``) needs ``ctx=``: the run's ctx, or one
+    A tool that takes the run's ctx (a `ContextTool`) needs `ctx=`: the run's ctx, or one
     built for this call (the run that proposed it may be long gone). It is typed like a loop's: a
     ctx of another type is a type error; without one the call is refused before anything runs.
 
     Args:
-        approval: From ``approve``.
+        approval: From `approve`.
         tool: The tool to run; its name and tier must be the proposal's (checked here, at run
             time, whatever the types said).
         ctx: The ctx for a tool that takes one; a tool that takes none ignores it.
-        observer: Observers whose ``around`` wraps the call (an ``OTelObserver``'s ``execute_tool`` span,
-            which says who approved it); the call's ``ToolInvocation`` carries the approval.
+        observer: Observers whose `around` wraps the call (an `OTelObserver`'s `execute_tool` span,
+            which says who approved it); the call's `ToolInvocation` carries the approval.
 
     Returns:
         The tool's batch.
 
     Raises:
-        UsageError: ``tool`` is not the tool the proposal names (or has no pydantic args type), or
-            it takes the run's ctx and no ``ctx`` was given. The tool is not called and the
+        UsageError: `tool` is not the tool the proposal names (or has no pydantic args type), or
+            it takes the run's ctx and no `ctx` was given. The tool is not called and the
             approval stays unspent.
         MissingTierError: the tool declares no tier. The tool is not called.
         TierChanged: the tool declares a tier other than the one approved. The tool is not called.
         ApprovalError: the args were altered after approval, or this approval was already used.
             The tool is not called.
-        ToolError: the tool raised (the original exception is its ``__cause__``), returned
-            something other than a batch, or raised ``ToolRetry`` (there is no next round to
+        ToolError: the tool raised (the original exception is its `__cause__`), returned
+            something other than a batch, or raised `ToolRetry` (there is no next round to
             hear it).
     """
     proposal = approval.proposal

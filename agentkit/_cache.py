@@ -1,22 +1,22 @@
 """Caches for values worked out once per config, type or function rather than once per run or round.
 
-Services define tools per request (a ``Literal`` of the files this user may read, a tool named
-``search_<tenant>``), so a cache keyed by the types a run is built from must not keep those types
+Services define tools per request (a `Literal` of the files this user may read, a tool named
+`search_<tenant>`), so a cache keyed by the types a run is built from must not keep those types
 alive after their run: a bounded cache full of dead tool sets holds megabytes that are never used
 again. Three kinds, by what the cached value refers to:
 
-- ``kept_on(owner, key, build)``: a value built from a class that refers to it (a step model built
+- `kept_on(owner, key, build)`: a value built from a class that refers to it (a step model built
   from an args type refers to that type) is kept **on the class itself**, in a small store in its
-  ``__dict__``. Value and class then live exactly as long as each other: a class defined at import
+  `__dict__`. Value and class then live exactly as long as each other: a class defined at import
   time keeps its values for good, one made per request takes them with it when it goes. A weak-keyed
   dictionary cannot do this: its values would keep their keys alive. Each class keeps at most
-  ``KEPT_PER_OWNER`` values (a long-lived args type under per-request tool names keeps the latest);
-  what cannot hold attributes (``str``, ``list[Doc]``) goes to one shared store of
-  ``SHARED_SIZE``.
-- ``weak_cache``: a function of one object whose result does not refer to it (the item type read
-  from a tool function's annotations) is cached in a ``WeakKeyDictionary``: the entry goes with the
+  `KEPT_PER_OWNER` values (a long-lived args type under per-request tool names keeps the latest);
+  what cannot hold attributes (`str`, `list[Doc]`) goes to one shared store of
+  `SHARED_SIZE`.
+- `weak_cache`: a function of one object whose result does not refer to it (the item type read
+  from a tool function's annotations) is cached in a `WeakKeyDictionary`: the entry goes with the
   object.
-- ``value_cache``: a function of one value that may not be hashable (a config), bounded.
+- `value_cache`: a function of one value that may not be hashable (a config), bounded.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ A = TypeVar("A")
 T = TypeVar("T")
 
 KEPT_PER_OWNER = 16
-"""Values one class keeps (``kept_on``), most recently used first."""
+"""Values one class keeps (`kept_on`), most recently used first."""
 SHARED_SIZE = 64
 """Values kept for owners that cannot hold attributes (builtins, generic aliases), most recently used first."""
 
@@ -51,13 +51,13 @@ class _Store(OrderedDict[Hashable, Any]):
 
 
 _shared = _Store()
-"""The values of owners that cannot hold attributes, keyed by ``(owner, key)``."""
+"""The values of owners that cannot hold attributes, keyed by `(owner, key)`."""
 
 
 def kept_on(owner: object, key: Hashable, build: Callable[[], T], *, size: int = KEPT_PER_OWNER) -> T:
-    """``build()``, kept on ``owner`` (a class) under ``key`` as long as the class lives (see the module docstring).
+    """`build()`, kept on `owner` (a class) under `key` as long as the class lives (see the module docstring).
 
-    ``build`` runs outside the lock; when two threads build at once, both get the value stored first.
+    `build` runs outside the lock; when two threads build at once, both get the value stored first.
     An owner or key that cannot be hashed where the shared store needs it is built afresh.
     """
     store, slot = _store_of(owner), key
@@ -82,7 +82,7 @@ def kept_on(owner: object, key: Hashable, build: Callable[[], T], *, size: int =
 
 
 def _store_of(owner: object) -> _Store | None:
-    """The class's own store (never a base class's), made on first use; ``None`` for an owner that is not a class
+    """The class's own store (never a base class's), made on first use; `None` for an owner that is not a class
     or cannot hold attributes."""
     if not isinstance(owner, type):
         return None
@@ -98,7 +98,7 @@ def _store_of(owner: object) -> _Store | None:
 
 
 def weak_cache(fn: Callable[[A], T]) -> Callable[[A], T]:
-    """Cache ``fn(value)`` for as long as ``value`` lives; for results that do not refer to ``value``.
+    """Cache `fn(value)` for as long as `value` lives; for results that do not refer to `value`.
 
     A value that cannot be weakly referenced or hashed is worked out afresh each time.
     """
@@ -119,7 +119,7 @@ def weak_cache(fn: Callable[[A], T]) -> Callable[[A], T]:
 
 
 def value_cache(maxsize: int) -> Callable[[Callable[[A], T]], Callable[[A], T]]:
-    """``functools.lru_cache(maxsize)`` for a function of one value; a value that cannot be hashed (a
+    """`functools.lru_cache(maxsize)` for a function of one value; a value that cannot be hashed (a
     config holding a summarizer object, an annotation holding a list) is worked out afresh each time.
 
     For values worked out once per config rather than once per run or round. Bounded, so that values

@@ -1,8 +1,8 @@
-"""``Cites[Item]``: an answer field that cites items the run retrieved, by their key.
+"""`Cites[Item]`: an answer field that cites items the run retrieved, by their key.
 
 In the step schema the model sees, a citing field is restricted to the ids of the items retrieved
-so far (an ``enum``), so a constrained decoder cannot cite a passage the run never saw, and any
-other reply that does is refused by validation and asked again. ``result.cited()`` resolves an
+so far (an `enum`), so a constrained decoder cannot cite a passage the run never saw, and any
+other reply that does is refused by validation and asked again. `result.cited()` resolves an
 answer's citations to the items.
 """
 
@@ -33,12 +33,12 @@ DEFAULT_KEY = "id"
 
 
 Cites = TypeAliasType("Cites", Annotated[str, Item], type_params=(Item,))
-"""The id of an ``Item`` the run retrieved: an answer field typed ``Cites[Passage]`` (or
-``list[Cites[Passage]]``, or either ``| None``) may name only items the run's tools returned.
+"""The id of an `Item` the run retrieved: an answer field typed `Cites[Passage]` (or
+`list[Cites[Passage]]`, or either `| None`) may name only items the run's tools returned.
 
-The value is a ``str`` (to a type checker too). The id is the item's ``id`` field (a field, a
+The value is a `str` (to a type checker too). The id is the item's `id` field (a field, a
 property or a mapping key); an item type whose key is another field says so with a class
-attribute ``cite_key = "doc_id"``.
+attribute `cite_key = "doc_id"`.
 
 Example:
     >>> class Answer(BaseModel):
@@ -62,14 +62,14 @@ class Citing:
 
 
 def _cited_type(annotation: Any) -> Any | None:
-    """The item type of a bare ``Cites[Item]`` annotation, else ``None``."""
+    """The item type of a bare `Cites[Item]` annotation, else `None`."""
     if typing.get_origin(annotation) is Cites:
         return typing.get_args(annotation)[0]
     return None
 
 
 def _unwrap(annotation: Any) -> tuple[Any, bool]:
-    """The annotation without ``| None`` (and whether it had it)."""
+    """The annotation without `| None` (and whether it had it)."""
     origin = typing.get_origin(annotation)
     if origin is Union or origin is types.UnionType:
         members = [a for a in typing.get_args(annotation) if a is not type(None)]
@@ -84,7 +84,7 @@ def _key_of(item_type: Any) -> str:
 
 
 def _has_key(item_type: Any, key: str) -> bool:
-    """The item type has a field (or property) ``key``: a model's, a dataclass's or an annotated class's."""
+    """The item type has a field (or property) `key`: a model's, a dataclass's or an annotated class's."""
     if isinstance(getattr(item_type, key, None), property):
         return True
     if isinstance(item_type, type) and issubclass(item_type, BaseModel):
@@ -96,11 +96,11 @@ def _has_key(item_type: Any, key: str) -> bool:
 
 @weak_cache
 def citing(answer: type[Any]) -> tuple[Citing, ...]:
-    """The fields of ``answer`` that cite items (none for an answer that is not a model).
+    """The fields of `answer` that cite items (none for an answer that is not a model).
 
     Raises:
-        UsageError: a citing field whose item type has no key field, naming both; ``Cites`` in a
-            place other than a field, a list of them, or either ``| None``.
+        UsageError: a citing field whose item type has no key field, naming both; `Cites` in a
+            place other than a field, a list of them, or either `| None`.
     """
     if not (isinstance(answer, type) and issubclass(answer, BaseModel)):
         return ()
@@ -132,13 +132,13 @@ def citing(answer: type[Any]) -> tuple[Citing, ...]:
 
 
 def item_id(item: object, key: str) -> str | None:
-    """An item's key, as text (``None`` when it has none)."""
+    """An item's key, as text (`None` when it has none)."""
     value = item.get(key) if isinstance(item, dict) else getattr(item, key, None)
     return None if value is None else str(value)
 
 
 def retrieved_ids(items: Sequence[object], fields: Sequence[Citing]) -> tuple[str, ...]:
-    """The distinct ids of ``items`` that the citing fields may name, in the order first retrieved."""
+    """The distinct ids of `items` that the citing fields may name, in the order first retrieved."""
     keys = tuple(dict.fromkeys(f.key for f in fields))
     ids: dict[str, None] = {}
     for item in items:
@@ -150,8 +150,8 @@ def retrieved_ids(items: Sequence[object], fields: Sequence[Citing]) -> tuple[st
 
 
 def restricted(answer: type[BaseModel], ids: tuple[str, ...]) -> type[BaseModel] | None:
-    """``answer`` with its citing fields restricted to ``ids``; ``None`` when a required citation
-    has nothing to name (no id retrieved yet): no answer can be given. Kept on ``answer``."""
+    """`answer` with its citing fields restricted to `ids`; `None` when a required citation
+    has nothing to name (no id retrieved yet): no answer can be given. Kept on `answer`."""
     return kept_on(answer, ("cited", ids), lambda: _restricted(answer, ids), size=CITED_MODEL_CACHE_SIZE)
 
 

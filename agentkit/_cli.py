@@ -1,8 +1,8 @@
-"""The ``agentkit`` command line: each command group lives in the module that owns its concept.
+"""The `agentkit` command line: each command group lives in the module that owns its concept.
 
-A command module exposes ``register(subparsers)``; it adds its sub-commands, each with a
-``handler`` default taking the parsed ``argparse.Namespace`` and returning an exit code.
-Sub-parsers made through ``subparsers.add_parser`` are ``CommandParser`` instances, so their
+A command module exposes `register(subparsers)`; it adds its sub-commands, each with a
+`handler` default taking the parsed `argparse.Namespace` and returning an exit code.
+Sub-parsers made through `subparsers.add_parser` are `CommandParser` instances, so their
 help is plain text and an unknown flag is reported with the usage of the command it was given to.
 """
 
@@ -35,9 +35,9 @@ _LITERAL = re.compile(r"``([^`]*)``|`([^`]*)`")
 
 
 def plain_text(text: str) -> str:
-    """``text`` without its inline markup, for a terminal: docstrings double as help texts.
+    """`text` without its inline markup, for a terminal: docstrings double as help texts.
 
-    A reStructuredText role (a name in backticks after ``:func:``, say) becomes the bare name, and
+    A reStructuredText role (a name in backticks after `:func:`, say) becomes the bare name, and
     text in double or single backticks (reStructuredText and Markdown literals) the bare text.
     """
     text = _ROLE.sub(r"\1", text)
@@ -55,10 +55,10 @@ class _PlainFormatter(argparse.RawDescriptionHelpFormatter):
 
 
 class CommandParser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose help is plain text, and which remembers itself on the namespace.
+    """An `ArgumentParser` whose help is plain text, and which remembers itself on the namespace.
 
-    Each parser sets ``command_parser`` to itself as a default; the innermost sub-command parsed
-    sets it last, so ``main`` can report a stray argument with that sub-command's usage.
+    Each parser sets `command_parser` to itself as a default; the innermost sub-command parsed
+    sets it last, so `main` can report a stray argument with that sub-command's usage.
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -68,7 +68,7 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def positive_int(text: str) -> int:
-    """An ``argparse`` type: a whole number of at least 1."""
+    """An `argparse` type: a whole number of at least 1."""
     try:
         value = int(text)
     except ValueError:
@@ -79,7 +79,7 @@ def positive_int(text: str) -> int:
 
 
 def otel_observer(args: argparse.Namespace) -> Any:
-    """``--otel``: an ``OTelObserver`` over the global providers (``None`` without the flag)."""
+    """`--otel`: an `OTelObserver` over the global providers (`None` without the flag)."""
     if not getattr(args, "otel", False):
         return None
     from agentkit.otel import OTelObserver
@@ -88,11 +88,11 @@ def otel_observer(args: argparse.Namespace) -> Any:
 
 
 def import_object(flag: str, path: str, example: str) -> object:
-    """The object a ``MODULE:ATTR`` command-line value names, the working directory importable.
+    """The object a `MODULE:ATTR` command-line value names, the working directory importable.
 
     Raises:
-        UsageError: the value is not ``MODULE:ATTR``, the module does not import, or it lacks the
-            attribute; the message names ``flag`` and shows ``example``.
+        UsageError: the value is not `MODULE:ATTR`, the module does not import, or it lacks the
+            attribute; the message names `flag` and shows `example`.
     """
     from agentkit.errors import UsageError
 
@@ -138,19 +138,19 @@ _skip_teardown = False
 
 
 def skip_teardown() -> None:
-    """Have ``run`` end the process without the interpreter's finalisation.
+    """Have `run` end the process without the interpreter's finalisation.
 
     Temporal's client runs a Tokio runtime on threads of its own; when a short-lived process
     finalises while they are still alive, CPython can crash (SIGSEGV or SIGABRT, after the command
     has done its work and printed its result: temporalio/sdk-python#300). A command that used it
-    calls this, and ``run`` flushes the output and leaves with ``os._exit``.
+    calls this, and `run` flushes the output and leaves with `os._exit`.
     """
     global _skip_teardown
     _skip_teardown = True
 
 
 def run() -> NoReturn:
-    """The ``agentkit`` console script and ``python -m agentkit``: ``main()``, then exit with its code."""
+    """The `agentkit` console script and `python -m agentkit`: `main()`, then exit with its code."""
     code = main()
     if _skip_teardown:
         sys.stdout.flush()

@@ -1,7 +1,7 @@
 """Each tool's args and items to and from the state's JSON text, through the tools' declared types.
 
-A tool's item type is read from its ``result_type`` attribute when it has one; else from the return
-annotation of its ``@tool`` function or of its ``call`` method (``list[Doc]`` means ``Doc``).
+A tool's item type is read from its `result_type` attribute when it has one; else from the return
+annotation of its `@tool` function or of its `call` method (`list[Doc]` means `Doc`).
 """
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ class Unencodable(ValueError):
 
 
 def item_type_of(tool: AnyTool) -> object:
-    """The type of one item a tool returns, as the tool declares it; ``None`` when it declares none.
+    """The type of one item a tool returns, as the tool declares it; `None` when it declares none.
 
-    Read from the tool's ``result_type`` attribute when it has one; else from the return annotation
-    of a ``FunctionTool``'s (or ``ContextFunctionTool``'s) function, or of the tool's ``call`` method: ``list[Doc]``,
-    ``Sequence[Doc]`` or ``tuple[Doc, ...]`` all mean ``Doc``.
+    Read from the tool's `result_type` attribute when it has one; else from the return annotation
+    of a `FunctionTool`'s (or `ContextFunctionTool`'s) function, or of the tool's `call` method: `list[Doc]`,
+    `Sequence[Doc]` or `tuple[Doc, ...]` all mean `Doc`.
     """
     declared = getattr(tool, "result_type", None)
     if declared is not None:
@@ -46,7 +46,7 @@ def item_type_of(tool: AnyTool) -> object:
 
 @weak_cache
 def _declared_item(target: Any) -> object:
-    """The item type ``target``'s return annotation declares (read once per function, for as long as it lives)."""
+    """The item type `target`'s return annotation declares (read once per function, for as long as it lives)."""
     try:
         returned = typing.get_type_hints(target).get("return")
     except Exception:  # an annotation that cannot be resolved declares nothing usable
@@ -59,12 +59,12 @@ def _declared_item(target: Any) -> object:
 
 
 class Codec:
-    """The tools' args and batches as ``json_text`` and back.
+    """The tools' args and batches as `json_text` and back.
 
-    ``strict``: every tool's items must round-trip (a run whose state must resume: it may stop at a
+    `strict`: every tool's items must round-trip (a run whose state must resume: it may stop at a
     proposal, or an observer keeps its state); a tool whose items cannot is refused when the codec
     is made, and a batch of another type is the tool's error. Otherwise a tool whose items JSON
-    cannot carry has its batches left out of the state (``encode_batch`` returns ``None``), and such
+    cannot carry has its batches left out of the state (`encode_batch` returns `None`), and such
     a state cannot resume.
     """
 
@@ -90,7 +90,7 @@ class Codec:
         return json_text(args.model_dump(mode="json"))
 
     def encode_batch(self, tool_name: str, batch: Sequence[Any]) -> str | None:
-        """The batch as ``json_text``; ``None`` when the tool's items cannot be kept (a lenient codec).
+        """The batch as `json_text`; `None` when the tool's items cannot be kept (a lenient codec).
 
         Raises:
             Unencodable: an item not of the declared type, with a strict codec.
@@ -133,7 +133,7 @@ def decoded_args(codec: Codec, tool_name: str, args: str) -> BaseModel:
 
 
 def decoded_batch(codec: Codec, tool_name: str, batch: str) -> list[Any]:
-    """The batch of a stored call, validated as the tool's item type; refused like ``decoded_args``."""
+    """The batch of a stored call, validated as the tool's item type; refused like `decoded_args`."""
     try:
         return codec.decode_batch(tool_name, batch)
     except (ValueError, ValidationError) as invalid:
@@ -174,7 +174,7 @@ def _adapter(tool_name: str, item: object) -> TypeAdapter[list[Any]]:
 
 
 def proposal_of(entry: RoundEntry, args: BaseModel, run_id: str) -> ProposedAction[Any]:
-    """The ``ProposedAction`` a ``PROPOSED`` round entry records (its args decoded)."""
+    """The `ProposedAction` a `PROPOSED` round entry records (its args decoded)."""
     assert entry.tool is not None
     assert entry.tier is not None
     assert entry.call_digest is not None

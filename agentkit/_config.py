@@ -1,4 +1,4 @@
-"""``LoopConfig``: the code-enforced ceilings around a loop."""
+"""`LoopConfig`: the code-enforced ceilings around a loop."""
 
 from __future__ import annotations
 
@@ -26,38 +26,38 @@ class AfterProposal(enum.StrEnum):
 
 
 class RepeatPolicy(enum.StrEnum):
-    """What the loop does when the executor repeats a recent call (see ``degeneration_window``)."""
+    """What the loop does when the executor repeats a recent call (see `degeneration_window`)."""
 
     STOP = "stop"
     """End the run: outcome STALEMATE, reason DEGENERATION (the default)."""
     REFUSE = "refuse"
     """Do not run the repeated call; tell the executor it repeats an earlier round's call (its
-    ``PriorCall`` has ``repeats`` set to that round and an ``observation`` saying so) and go on.
-    The round counts toward the ceiling. A repeat after ``LoopConfig.repeat_refusals`` refusals
-    ends the run STALEMATE, as ``STOP`` does at once."""
+    `PriorCall` has `repeats` set to that round and an `observation` saying so) and go on.
+    The round counts toward the ceiling. A repeat after `LoopConfig.repeat_refusals` refusals
+    ends the run STALEMATE, as `STOP` does at once."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class LoopConfig:
     """Ceilings and policies for one loop run.
 
-    The round ceiling has a default (4) and unlimited rounds must be asked for (``None``); the
+    The round ceiling has a default (4) and unlimited rounds must be asked for (`None`); the
     token budget, the deadline and the tool timeout are off unless set. Every field is checked
     when the config is built: a wrong type, NaN, infinity or a value out of range is a
-    ``UsageError`` naming the field and what it accepts.
+    `UsageError` naming the field and what it accepts.
     """
 
     max_rounds: int | None = DEFAULT_MAX_ROUNDS
-    """Most rounds to run; ``None`` means unlimited and must be said explicitly."""
+    """Most rounds to run; `None` means unlimited and must be said explicitly."""
     token_budget: int | None = None
-    """Input+output tokens for the run; ``None`` (the default): no budget. A soft stop: before each
+    """Input+output tokens for the run; `None` (the default): no budget. A soft stop: before each
     round the loop stops if the tokens spent plus the largest round so far would exceed it, so
     one round (its retries and fallback included) can still overshoot it; the first round always
     runs."""
     deadline: float | None = None
-    """Seconds the whole run may take (wall clock); ``None`` (the default): no deadline."""
+    """Seconds the whole run may take (wall clock); `None` (the default): no deadline."""
     tool_timeout: float | None = None
-    """Seconds one tool call may take (a timeout is a tool error); ``None`` (the default): no limit."""
+    """Seconds one tool call may take (a timeout is a tool error); `None` (the default): no limit."""
     autonomy: Tier = Tier.REVERSIBLE
     """Highest tier allowed to run live; external-reversible and irreversible never do."""
     after_proposal: AfterProposal = AfterProposal.STOP
@@ -69,28 +69,28 @@ class LoopConfig:
     rationale_max_length: int | None = None
     """Bound on the step's free-text rationale (small models run on without one)."""
     on_repeat: RepeatPolicy = RepeatPolicy.STOP
-    """End the run at a repeated call (``STOP``), or refuse the call and go on (``REFUSE``)."""
+    """End the run at a repeated call (`STOP`), or refuse the call and go on (`REFUSE`)."""
     repeat_refusals: int = 2
-    """With ``RepeatPolicy.REFUSE``: how many repeated calls are refused in a run; the next
-    repeat ends it STALEMATE. Unused with ``STOP``."""
+    """With `RepeatPolicy.REFUSE`: how many repeated calls are refused in a run; the next
+    repeat ends it STALEMATE. Unused with `STOP`."""
     context: ContextWindow | None = None
     """How much of the earlier calls the executor is shown each round (the last N, a character or
-    estimated-token budget, an optional summary of the rest); ``None`` (the default): all of them.
-    Only the executor's view is bounded: ``result.items`` keeps everything."""
+    estimated-token budget, an optional summary of the rest); `None` (the default): all of them.
+    Only the executor's view is bounded: `result.items` keeps everything."""
     min_calls: int = 0
     """How many tool calls must have run (returned a batch) before the executor may say done:
     until then the step schema the model sees has no done variant (a constrained decoder cannot
     write one) and a done reply is refused and asked again, as an invalid step is. The retrieval
-    recipe is ``min_calls=1`` with ``on_repeat=RepeatPolicy.REFUSE``: the model cannot answer
+    recipe is `min_calls=1` with `on_repeat=RepeatPolicy.REFUSE`: the model cannot answer
     before it looked, and is told, rather than stopped, when it repeats a search. Without enough
     calls by the round ceiling, the run ends at the ceiling (no closing round). 0 (the default):
     done is always allowed."""
     closing_round: bool = True
-    """With ``answer=`` given to the loop: a run whose tools stop at the round ceiling, the token
+    """With `answer=` given to the loop: a run whose tools stop at the round ceiling, the token
     budget or a stalemate gets one more round, with no tool call allowed, that asks the executor
     for the answer. It runs only within the budget and before the deadline (with a token budget,
-    the tool rounds stop one round earlier to leave it room). ``False`` turns it off. Unused
-    without ``answer=``."""
+    the tool rounds stop one round earlier to leave it room). `False` turns it off. Unused
+    without `answer=`."""
 
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
@@ -122,7 +122,7 @@ class LoopConfig:
 
 
 def whole_or_none(name: str, value: object, accepted: str, *, optional: bool = True) -> None:
-    """Refuse anything but a whole number >= 1 (or ``None`` when ``optional``); bools are not numbers here.
+    """Refuse anything but a whole number >= 1 (or `None` when `optional`); bools are not numbers here.
 
     Raises:
         UsageError: naming the field and what it accepts.
@@ -134,7 +134,7 @@ def whole_or_none(name: str, value: object, accepted: str, *, optional: bool = T
 
 
 def seconds_or_none(name: str, value: object) -> None:
-    """Refuse anything but a finite number of seconds > 0, or ``None`` (NaN and infinity included).
+    """Refuse anything but a finite number of seconds > 0, or `None` (NaN and infinity included).
 
     Raises:
         UsageError: naming the field and what it accepts.

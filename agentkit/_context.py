@@ -1,24 +1,24 @@
-"""``ContextWindow``: a bound on how much of the earlier calls the executor is shown each round.
+"""`ContextWindow`: a bound on how much of the earlier calls the executor is shown each round.
 
-Without one, every round's ``ToolRoundInfo`` carries every earlier call with its whole batch, so a
+Without one, every round's `ToolRoundInfo` carries every earlier call with its whole batch, so a
 long run re-sends everything it has gathered each round and its requests grow without bound. With
-``LoopConfig(context=ContextWindow(...))`` the executor is shown only the most recent calls:
+`LoopConfig(context=ContextWindow(...))` the executor is shown only the most recent calls:
 
-- ``last=N``: at most the last N calls;
-- ``max_chars=C``: the most recent calls whose measured size (``call_chars``) fits in C characters;
-- ``max_tokens=T``: the same with ``T * chars_per_token`` characters. This is an **estimate**, not a
-  tokenizer count: no tokenizer is loaded; ``chars_per_token`` (default 4, the usual figure for
+- `last=N`: at most the last N calls;
+- `max_chars=C`: the most recent calls whose measured size (`call_chars`) fits in C characters;
+- `max_tokens=T`: the same with `T * chars_per_token` characters. This is an **estimate**, not a
+  tokenizer count: no tokenizer is loaded; `chars_per_token` (default 4, the usual figure for
   English text with OpenAI's tokenizers) converts it. Code, JSON and other languages often run at
-  2 to 3 characters a token, so lower it, or use ``max_chars``, where that matters.
+  2 to 3 characters a token, so lower it, or use `max_chars`, where that matters.
 
 Bounds combine: the strictest one decides. The latest call is always shown, even when it alone is
-over a character budget, so the executor always sees what its last call returned. ``summarize``
+over a character budget, so the executor always sees what its last call returned. `summarize`
 adds a compaction step: each time calls drop out of the window, it folds them into a running
-summary that the executor is shown in their place (``Omitted.summary``).
+summary that the executor is shown in their place (`Omitted.summary`).
 
-What is left out is counted on ``ToolRoundInfo.omitted`` (an ``Omitted``); ``reflective_prompt``
-says so in the prompt. ``result.items``, the trace and the checkpoint keep everything: only what
-the executor (and the observers' ``RoundStarted``) is shown is bounded.
+What is left out is counted on `ToolRoundInfo.omitted` (an `Omitted`); `reflective_prompt`
+says so in the prompt. `result.items`, the trace and the checkpoint keep everything: only what
+the executor (and the observers' `RoundStarted`) is shown is bounded.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ __all__ = ["ContextWindow", "Omitted", "SummaryCutOff", "Summarizer", "call_char
 
 
 class Summarizer(Protocol):
-    """Folds calls that left the window into a running summary: ``(summary so far, calls) -> summary``.
+    """Folds calls that left the window into a running summary: `(summary so far, calls) -> summary`.
 
-    ``summary`` is ``None`` the first time; ``calls`` are the calls that have just left the window,
+    `summary` is `None` the first time; `calls` are the calls that have just left the window,
     oldest first (each is folded in exactly once). Sync or async; a summarizer that raises ends the
-    run ``ERROR`` with ``StopReason.EXECUTOR_ERROR``. The run's deadline bounds it: one still running
-    then ends the run ``DEADLINE`` (an async one is cancelled; a sync one, run in a thread of
+    run `ERROR` with `StopReason.EXECUTOR_ERROR`. The run's deadline bounds it: one still running
+    then ends the run `DEADLINE` (an async one is cancelled; a sync one, run in a thread of
     agentkit's under a deadline, runs on until it returns, and its summary is dropped).
     """
 
@@ -56,27 +56,27 @@ class Summarizer(Protocol):
 class ContextWindow:
     """How much of the earlier calls the executor is shown: the last N, a character or token budget.
 
-    Give at least one of ``last``, ``max_chars`` and ``max_tokens``; the strictest decides. Each is
-    checked when the window is built: anything but a whole number >= 1 (or ``None``) is a
-    ``UsageError``.
+    Give at least one of `last`, `max_chars` and `max_tokens`; the strictest decides. Each is
+    checked when the window is built: anything but a whole number >= 1 (or `None`) is a
+    `UsageError`.
 
     Example:
-        ``LoopConfig(context=ContextWindow(last=3))`` shows the executor the three latest calls.
+        `LoopConfig(context=ContextWindow(last=3))` shows the executor the three latest calls.
     """
 
     last: int | None = None
     """Show at most this many of the latest calls (each with its batch or observation)."""
     max_chars: int | None = None
-    """Show the latest calls whose ``call_chars`` sizes sum to at most this many characters."""
+    """Show the latest calls whose `call_chars` sizes sum to at most this many characters."""
     max_tokens: int | None = None
-    """Like ``max_chars``, in estimated tokens: ``max_tokens * chars_per_token`` characters."""
+    """Like `max_chars`, in estimated tokens: `max_tokens * chars_per_token` characters."""
     chars_per_token: float = 4.0
     """The estimate's characters per token (no tokenizer is used; see the module docstring)."""
     summarize: Summarizer | None = None
     """Folds the calls that leave the window into a running summary the executor is shown instead
-    (on top of the bounds: the summary is not counted in ``max_chars`` or ``max_tokens``).
+    (on top of the bounds: the summary is not counted in `max_chars` or `max_tokens`).
     A function cannot be stored in a checkpoint: a run resumed from one that had a summarizer must
-    be given it again (``resume_tool_loop(..., summarize=...)``)."""
+    be given it again (`resume_tool_loop(..., summarize=...)`)."""
 
     def __post_init__(self) -> None:
         _whole_or_none("last", self.last, "calls")
@@ -95,7 +95,7 @@ class ContextWindow:
 
     @property
     def char_limit(self) -> float | None:
-        """The character budget the window applies: the smaller of ``max_chars`` and ``max_tokens``'s."""
+        """The character budget the window applies: the smaller of `max_chars` and `max_tokens`'s."""
         limits = [float(self.max_chars)] if self.max_chars is not None else []
         if self.max_tokens is not None:
             limits.append(self.max_tokens * self.chars_per_token)
@@ -132,9 +132,9 @@ class Omitted:
     items: int = 0
     """Items in the left-out batches."""
     chars: int = 0
-    """The left-out calls' size, as ``call_chars`` measures it."""
+    """The left-out calls' size, as `call_chars` measures it."""
     summary: str | None = None
-    """The ``ContextWindow.summarize`` summary of the left-out calls, when there is a summarizer."""
+    """The `ContextWindow.summarize` summary of the left-out calls, when there is a summarizer."""
 
     def __bool__(self) -> bool:
         return self.calls > 0
@@ -144,8 +144,8 @@ def call_chars(call: PriorCall[Any]) -> int:
     """One call's size in characters, as the window measures it.
 
     The tool name and the JSON args, each item (a pydantic item as compact JSON, anything else as
-    ``str``) and the observation: about what ``reflective_prompt`` shows of the call with its default
-    ``render_item``, without its fixed framing (a custom ``render_item`` may show more or less).
+    `str`) and the observation: about what `reflective_prompt` shows of the call with its default
+    `render_item`, without its fixed framing (a custom `render_item` may show more or less).
     """
     size = len(call.tool_name) + 1 + len(call.args.model_dump_json())
     size += sum(len(item.model_dump_json() if isinstance(item, BaseModel) else str(item)) for item in call.batch)
@@ -160,9 +160,9 @@ class Window:
     def __init__(self, policy: ContextWindow | None, *, summary: str | None = None, summarized: int = 0) -> None:
         self.policy = policy
         self.sizes: list[int] = []
-        """Each call's ``call_chars``, measured once, when it joins the view."""
+        """Each call's `call_chars`, measured once, when it joins the view."""
         self.summary = summary
-        """The running summary (``None`` until a summarizer first ran)."""
+        """The running summary (`None` until a summarizer first ran)."""
         self.summarized = summarized
         """How many of the oldest calls the summary covers."""
 
@@ -174,7 +174,7 @@ class Window:
         self, calls: Sequence[PriorCall[Any]], ran: Sequence[bool], *, deadline: float | None = None
     ) -> tuple[int, Omitted]:
         """The index of the first call shown and what is left out; folds newly left-out calls into the summary,
-        within ``deadline`` seconds when given (see ``summarized``).
+        within `deadline` seconds when given (see `summarized`).
 
         Raises:
             SummaryCutOff: the deadline passed before the summarizer returned (the summary is unchanged).
@@ -201,17 +201,17 @@ class Window:
 
 
 class SummaryCutOff(Exception):
-    """The run's deadline passed while ``ContextWindow.summarize`` ran (machinery: the run ends ``DEADLINE``)."""
+    """The run's deadline passed while `ContextWindow.summarize` ran (machinery: the run ends `DEADLINE`)."""
 
 
 async def summarized(
     summarize: Summarizer, summary: str | None, calls: tuple[PriorCall[Any], ...], deadline: float | None
 ) -> object:
-    """What ``summarize(summary, calls)`` returns, awaited if it is awaitable, within ``deadline`` seconds.
+    """What `summarize(summary, calls)` returns, awaited if it is awaitable, within `deadline` seconds.
 
     Without a deadline a sync summarizer runs on the event loop, as a sync tool does. With one, an
     async summarizer is cancelled when the deadline passes, and a sync one runs in one of agentkit's
-    threads for summarizers (``agentkit._tool_threads``) so that the run need not wait for it: Python
+    threads for summarizers (`agentkit._tool_threads`) so that the run need not wait for it: Python
     cannot stop a thread, so one still running at the deadline runs on until it returns, and what it
     returns then is dropped.
 

@@ -12,7 +12,7 @@ __all__ = ["SameFunc", "is_repeat", "repeat_of", "same_args"]
 Args = TypeVar("Args", bound=BaseModel)
 
 SameFunc = Callable[[Args, Args], bool]
-"""``(a, b) -> bool``: whether two calls are materially the same."""
+"""`(a, b) -> bool`: whether two calls are materially the same."""
 
 
 def same_args(a: BaseModel, b: BaseModel) -> bool:
@@ -27,7 +27,7 @@ def is_repeat(
     same: SameFunc[Args] | None,
     window: int,
 ) -> bool:
-    """Whether ``(tool_name, args)`` repeats one of the last ``window`` calls.
+    """Whether `(tool_name, args)` repeats one of the last `window` calls.
 
     A call repeating any of the last few (not only the last) catches an A, B, A, B cycle as
     well as an immediate repeat. Calls to different tools are never the same.
@@ -42,8 +42,8 @@ def repeat_of(
     same: SameFunc[Args] | None,
     window: int,
 ) -> int | None:
-    """The index in ``recent`` of the latest of the last ``window`` calls that ``(tool_name, args)``
-    repeats, or ``None`` when it repeats none (``is_repeat`` as a position)."""
+    """The index in `recent` of the latest of the last `window` calls that `(tool_name, args)`
+    repeats, or `None` when it repeats none (`is_repeat` as a position)."""
     compare = same or same_args
     start = max(len(recent) - window, 0)
     for index in range(len(recent) - 1, start - 1, -1):

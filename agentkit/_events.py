@@ -1,4 +1,4 @@
-"""The moments of a run, as frozen, ``kind``-tagged values (observer hooks receive them)."""
+"""The moments of a run, as frozen, `kind`-tagged values (observer hooks receive them)."""
 
 from __future__ import annotations
 
@@ -55,9 +55,9 @@ class Continued:
     run_id: str
     """The run whose round it is: this run's, or the parent's for a fork that has not run a round of its own."""
     round: int
-    """That round (``0``: the state records none)."""
+    """That round (`0`: the state records none)."""
     trace: str | None = None
-    """The W3C ``traceparent`` a tracing observer recorded for that round (``RoundEntry.trace``), to link to."""
+    """The W3C `traceparent` a tracing observer recorded for that round (`RoundEntry.trace`), to link to."""
     fork: bool = False
     """The round is the parent's: this leg is the fork's first."""
     decisions: tuple[Decided, ...] = ()
@@ -76,22 +76,22 @@ class RunStarted:
     tools: tuple[str, ...]
     """The tool names offered."""
     max_rounds: int | None
-    """The round ceiling (``None``: unlimited)."""
+    """The round ceiling (`None`: unlimited)."""
     config: LoopConfig | None = None
     """The run's full configuration (autonomy, budgets, deadline, after-proposal policy), when
     the run is a tool loop."""
     caller: object = None
-    """The caller the run asks (it may describe itself, as ``ModelCall.caller`` says)."""
+    """The caller the run asks (it may describe itself, as `ModelCall.caller` says)."""
     continues: Continued | None = None
-    """A resumed run (or a fork): what this leg goes on from. ``None`` for a run's first leg."""
+    """A resumed run (or a fork): what this leg goes on from. `None` for a run's first leg."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RoundStarted:
-    """A round began; ``info`` is what the executor renders from.
+    """A round began; `info` is what the executor renders from.
 
-    A tool loop's round carries a ``ToolRoundInfo``; a single shot's or a pair's a ``RoundInfo``.
-    Both have ``round``, ``max_rounds`` and ``is_final_round``.
+    A tool loop's round carries a `ToolRoundInfo`; a single shot's or a pair's a `RoundInfo`.
+    Both have `round`, `max_rounds` and `is_final_round`.
     """
 
     kind: Literal["round_start"] = "round_start"
@@ -106,7 +106,7 @@ class LLMCallFinished:
     kind: Literal["llm_call"] = "llm_call"
     run_id: str
     role: str
-    """The role's ``prompt_type`` (or ``"executor"``)."""
+    """The role's `prompt_type` (or `"executor"`)."""
     round: int
     model: str
     attempt: int
@@ -117,7 +117,7 @@ class LLMCallFinished:
 
     @classmethod
     def of(cls, attempt: Attempt, *, run_id: str, role: str, round: int) -> LLMCallFinished:
-        """The event for one attempt reported by ``generate_structured``'s ``on_attempt``."""
+        """The event for one attempt reported by `generate_structured`'s `on_attempt`."""
         return cls(
             run_id=run_id,
             role=role,
@@ -144,7 +144,7 @@ class ToolCallStarted:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolResultReturned:
-    """A tool call finished (with a batch, a ``ToolRetry`` observation or an error)."""
+    """A tool call finished (with a batch, a `ToolRetry` observation or an error)."""
 
     kind: Literal["tool_result"] = "tool_result"
     run_id: str
@@ -168,7 +168,7 @@ class ProposalCaptured:
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DegenerationDetected:
     """The executor repeated a recent call; the run ends STALEMATE, unless the call was refused
-    under ``RepeatPolicy.REFUSE`` (``refused``) and the run goes on."""
+    under `RepeatPolicy.REFUSE` (`refused`) and the run goes on."""
 
     kind: Literal["degeneration"] = "degeneration"
     run_id: str
@@ -176,16 +176,16 @@ class DegenerationDetected:
     tool_name: str
     args: BaseModel
     refused: bool = False
-    """The repeated call was refused (not run) and the run goes on (``RepeatPolicy.REFUSE``)."""
+    """The repeated call was refused (not run) and the run goes on (`RepeatPolicy.REFUSE`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunFinished:
-    """A run ended; ``result`` is what the caller gets (a copy of it, where it holds lists).
+    """A run ended; `result` is what the caller gets (a copy of it, where it holds lists).
 
-    Every run shape's result is a ``RunEnding``: ``outcome``, ``stop_reason``, ``error``,
-    ``usage``, ``rounds`` and ``run_id`` are always there; narrow with ``isinstance`` (to
-    ``ToolLoopResult``, ``OnceResult``, ...) for the rest.
+    Every run shape's result is a `RunEnding`: `outcome`, `stop_reason`, `error`,
+    `usage`, `rounds` and `run_id` are always there; narrow with `isinstance` (to
+    `ToolLoopResult`, `OnceResult`, ...) for the rest.
     """
 
     kind: Literal["run_end"] = "run_end"
@@ -195,7 +195,7 @@ class RunFinished:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RunAborted:
-    """A run was cancelled, or raised (a wiring mistake such as ``UsageError``): no result exists.
+    """A run was cancelled, or raised (a wiring mistake such as `UsageError`): no result exists.
 
     It lets an observer close what it opened for the run (spans, timers); the exception itself
     still propagates to the caller.
@@ -204,7 +204,7 @@ class RunAborted:
     kind: Literal["run_abort"] = "run_abort"
     run_id: str
     error: BaseException
-    """What ended the run: ``asyncio.CancelledError``, a ``UsageError``, ..."""
+    """What ended the run: `asyncio.CancelledError`, a `UsageError`, ..."""
 
 
 Event = (
@@ -218,4 +218,4 @@ Event = (
     | RunFinished
     | RunAborted
 )
-"""Any event; match on ``event.kind``."""
+"""Any event; match on `event.kind`."""

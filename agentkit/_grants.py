@@ -1,13 +1,13 @@
 """Standing grants: a human's approval, given ahead, of calls of one tool whose args meet stated constraints.
 
-A ``Grant`` is data (stored, listed, revoked): the tool, one constraint per args field it limits
-(``Equals``, ``OneOf``, ``Prefix``, ``Range``), how many calls it may approve, until when, who gave
-it and why. A proposal that matches a live grant is approved by it, recorded as ``grant:<id>``,
+A `Grant` is data (stored, listed, revoked): the tool, one constraint per args field it limits
+(`Equals`, `OneOf`, `Prefix`, `Range`), how many calls it may approve, until when, who gave
+it and why. A proposal that matches a live grant is approved by it, recorded as `grant:<id>`,
 counts one use, and runs exactly once, as any approved call does. A grant never raises a call's
-tier: an ``IRREVERSIBLE`` call is granted only by a grant that says ``allow_irreversible=True``.
+tier: an `IRREVERSIBLE` call is granted only by a grant that says `allow_irreversible=True`.
 
-In process, ``Grants`` holds grants and counts their uses (``run_tool_loop_tiered(..., grants=...)``);
-the journal keeps its own, counted in the database (``journal.grant``).
+In process, `Grants` holds grants and counts their uses (`run_tool_loop_tiered(..., grants=...)`);
+the journal keeps its own, counted in the database (`journal.grant`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def _same(a: object, b: object) -> bool:
 
 
 class Equals(BaseModel):
-    """The field's value is exactly ``value`` (as JSON: ``1`` is not ``1.0`` nor ``true``)."""
+    """The field's value is exactly `value` (as JSON: `1` is not `1.0` nor `true`)."""
 
     model_config = _FROZEN
     kind: Literal["equals"] = "equals"
@@ -48,7 +48,7 @@ class Equals(BaseModel):
 
 
 class OneOf(BaseModel):
-    """The field's value is one of ``values`` (each compared as ``Equals`` does)."""
+    """The field's value is one of `values` (each compared as `Equals` does)."""
 
     model_config = _FROZEN
     kind: Literal["one_of"] = "one_of"
@@ -59,7 +59,7 @@ class OneOf(BaseModel):
 
 
 class Prefix(BaseModel):
-    """The field is text that starts with ``prefix``."""
+    """The field is text that starts with `prefix`."""
 
     model_config = _FROZEN
     kind: Literal["prefix"] = "prefix"
@@ -70,7 +70,7 @@ class Prefix(BaseModel):
 
 
 class Range(BaseModel):
-    """The field is a number (not a boolean) within ``[min, max]``; an open end is ``None``."""
+    """The field is a number (not a boolean) within `[min, max]`; an open end is `None`."""
 
     model_config = _FROZEN
     kind: Literal["range"] = "range"
@@ -96,35 +96,35 @@ Constraint = Annotated[Equals | OneOf | Prefix | Range, Field(discriminator="kin
 
 
 def grant_actor(grant_id: str) -> str:
-    """Who an approval by a grant is recorded as: ``grant:<id>``."""
+    """Who an approval by a grant is recorded as: `grant:<id>`."""
     return f"grant:{grant_id}"
 
 
 class Grant(BaseModel):
-    """A standing approval of calls of one tool whose args meet ``where``; frozen and JSON round-trippable.
+    """A standing approval of calls of one tool whose args meet `where`; frozen and JSON round-trippable.
 
-    Fields ``where`` does not name may hold anything: a grant without constraints allows every call
-    of the tool, up to ``max_uses``.
+    Fields `where` does not name may hold anything: a grant without constraints allows every call
+    of the tool, up to `max_uses`.
     """
 
     model_config = _FROZEN
 
     id: str = Field(default_factory=lambda: uuid.uuid4().hex[:12])
-    """The grant's id; its approvals are recorded as ``grant:<id>``."""
+    """The grant's id; its approvals are recorded as `grant:<id>`."""
     tool_name: str
     """The one tool whose calls it approves."""
     where: dict[str, Constraint] = Field(default_factory=dict)
     """Per args field, what its value must be."""
     max_uses: int | None = Field(ge=1)
-    """How many calls it approves at most; ``None``: no limit (say so explicitly)."""
+    """How many calls it approves at most; `None`: no limit (say so explicitly)."""
     expires_at: datetime | None = None
-    """After this (UTC), it approves nothing; ``None``: no expiry."""
+    """After this (UTC), it approves nothing; `None`: no expiry."""
     granted_by: str
     """Who gave it."""
     reason: str
     """Why, for the record."""
     allow_irreversible: bool = False
-    """Whether it may approve ``IRREVERSIBLE`` calls (it never does otherwise)."""
+    """Whether it may approve `IRREVERSIBLE` calls (it never does otherwise)."""
     granted_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @model_validator(mode="after")
@@ -150,11 +150,11 @@ class Grant(BaseModel):
         expires_at: datetime | None = None,
         allow_irreversible: bool = False,
     ) -> Grant:
-        """A grant for ``tool``'s calls, checked against it (``check``).
+        """A grant for `tool`'s calls, checked against it (`check`).
 
         Raises:
             UsageError: a missing tool name, who or why; a constraint on a field the tool's args type
-                lacks; an irreversible tool without ``allow_irreversible=True``.
+                lacks; an irreversible tool without `allow_irreversible=True`.
         """
         try:
             made = cls(
@@ -172,11 +172,11 @@ class Grant(BaseModel):
         return made
 
     def check(self, tool: AnyTool) -> None:
-        """Refuse a grant that could not mean what it says for ``tool``.
+        """Refuse a grant that could not mean what it says for `tool`.
 
         Raises:
-            UsageError: ``tool`` is another tool; ``where`` constrains a field its args type lacks; the
-                tool is irreversible and the grant does not say ``allow_irreversible=True``.
+            UsageError: `tool` is another tool; `where` constrains a field its args type lacks; the
+                tool is irreversible and the grant does not say `allow_irreversible=True`.
         """
         if tool.name != self.tool_name:
             raise UsageError(f"grant {self.id} is for tool {self.tool_name!r}, not {tool.name!r}")
@@ -195,14 +195,14 @@ class Grant(BaseModel):
             )
 
     def live(self, at: datetime, uses: int) -> bool:
-        """Whether it still approves anything: not expired at ``at`` and, after ``uses``, not spent."""
+        """Whether it still approves anything: not expired at `at` and, after `uses`, not spent."""
         expired = self.expires_at is not None and at >= self.expires_at
         return not expired and (self.max_uses is None or uses < self.max_uses)
 
     def matches(self, proposal: ProposedAction[Any]) -> bool:
-        """Whether ``proposal`` is a call this grant covers (its tool, tier and every constrained field).
+        """Whether `proposal` is a call this grant covers (its tool, tier and every constrained field).
 
-        Whether it is still live is ``live``'s question.
+        Whether it is still live is `live`'s question.
         """
         if proposal.tool_name != self.tool_name:
             return False
@@ -229,20 +229,20 @@ class Grants:
             self.add(given)
 
     def add(self, grant: Grant) -> None:
-        """Hold ``grant`` too. Raises ``UsageError`` for a second grant of one id."""
+        """Hold `grant` too. Raises `UsageError` for a second grant of one id."""
         with self._lock:
             if grant.id in self._grants:
                 raise UsageError(f"two grants with id {grant.id!r}; give each its own")
             self._grants[grant.id], self._uses[grant.id] = grant, 0
 
     def revoke(self, id: str) -> None:
-        """Stop ``id`` approving anything. Raises ``UsageError`` for an id it does not hold."""
+        """Stop `id` approving anything. Raises `UsageError` for an id it does not hold."""
         with self._lock:
             if self._grants.pop(id, None) is None:
                 raise UsageError(f"no grant {id!r} to revoke; held: {sorted(self._grants)}")
 
     def uses(self, id: str) -> int:
-        """How many calls ``id`` approved."""
+        """How many calls `id` approved."""
         return self._uses.get(id, 0)
 
     def __iter__(self) -> Iterator[Grant]:
@@ -250,13 +250,13 @@ class Grants:
             return iter(list(self._grants.values()))
 
     def check(self, tools: Mapping[str, AnyTool]) -> None:
-        """Refuse grants that could not mean what they say for the tools of their names (``Grant.check``)."""
+        """Refuse grants that could not mean what they say for the tools of their names (`Grant.check`)."""
         for held in self:
             if held.tool_name in tools:
                 held.check(tools[held.tool_name])
 
     def use(self, proposal: ProposedAction[Any], *, at: datetime | None = None) -> Grant | None:
-        """The first live grant that matches ``proposal``, its use counted; ``None``: the call waits for a human."""
+        """The first live grant that matches `proposal`, its use counted; `None`: the call waits for a human."""
         now = at or datetime.now(UTC)
         with self._lock:
             for held in self._grants.values():

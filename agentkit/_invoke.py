@@ -1,8 +1,8 @@
 """The one place a tool call is admitted and run.
 
-Every path that runs a tool goes through here: the tool loop, program gating (``apply_plan``),
-approval (``execute_approved``), the journal's ``execute`` and the Temporal tool activity. So a
-condition raises the same error whichever path meets it, and a tool's timeout, ``ToolRetry``,
+Every path that runs a tool goes through here: the tool loop, program gating (`apply_plan`),
+approval (`execute_approved`), the journal's `execute` and the Temporal tool activity. So a
+condition raises the same error whichever path meets it, and a tool's timeout, `ToolRetry`,
 batch check and failure are handled once.
 """
 
@@ -62,10 +62,10 @@ def admit(tool: AnyTool, *, name: str | None = None, tier: Tier | None = None) -
         tier: The tier the call was proposed and approved at, when there is one.
 
     Raises:
-        UsageError: ``tool`` is not the tool named ``name``, or its args type leaves a field out of
+        UsageError: `tool` is not the tool named `name`, or its args type leaves a field out of
             its dump (wiring mistakes).
         MissingTierError: the tool declares no tier.
-        TierChanged: the tool's tier is no longer ``tier``.
+        TierChanged: the tool's tier is no longer `tier`.
     """
     actual = getattr(tool, "name", None)
     if name is not None and actual != name:
@@ -91,7 +91,7 @@ def refused(tool_name: str, why: str) -> CallRefused:
 
 
 def describe(raised: BaseException) -> str:
-    """``Type: message`` for an exception, even one whose ``__str__`` itself raises."""
+    """`Type: message` for an exception, even one whose `__str__` itself raises."""
     try:
         text = str(raised)
     except Exception as broken:  # a hostile or buggy __str__ must not take the run down with it
@@ -108,7 +108,7 @@ class Invocation(Generic[R]):
     batch: Sequence[R] = ()
     """The batch exactly as the tool returned it (empty unless it ran and succeeded)."""
     observation: str | None = None
-    """The ``ToolRetry`` message: the tool said the call itself was wrong."""
+    """The `ToolRetry` message: the tool said the call itself was wrong."""
     error: ToolError | None = None
     """The tool raised, returned something other than a batch, or timed out."""
     seconds: float = 0.0
@@ -128,8 +128,8 @@ class Invocation(Generic[R]):
 
 
 class Relayed(Exception):
-    """Raised by a stand-in tool whose call ran elsewhere, through ``invoke`` there (a Temporal tool
-    activity): ``invoke`` returns that call's ``error`` as it is, not as a failure of the stand-in."""
+    """Raised by a stand-in tool whose call ran elsewhere, through `invoke` there (a Temporal tool
+    activity): `invoke` returns that call's `error` as it is, not as a failure of the stand-in."""
 
     def __init__(self, error: ToolError) -> None:
         super().__init__(str(error))
@@ -144,14 +144,14 @@ async def invoke(  # the loop's deadline arithmetic lives with the caller
     limit: float | None = None,
     around: Callable[[Awaitable[Sequence[R]]], Awaitable[Sequence[R]]] | None = None,
 ) -> Invocation[R]:
-    """Run one admitted call within ``limit`` seconds (``None``: no limit).
+    """Run one admitted call within `limit` seconds (`None`: no limit).
 
-    A tool that takes the run's ctx is called with ``ctx`` itself (the very object: it carries the
-    run's clients and caches); callers check first with ``check_ctx`` that there is one.
+    A tool that takes the run's ctx is called with `ctx` itself (the very object: it carries the
+    run's clients and caches); callers check first with `check_ctx` that there is one.
 
-    The tool gets its own deep copy of ``args``: whatever it does to them, the call the model made
+    The tool gets its own deep copy of `args`: whatever it does to them, the call the model made
     (and a human approved) stays as it was in traces, proposals and the repeat guard. Nothing the
-    tool raises escapes, except cancellation. ``around`` wraps the tool's own awaitable (the
+    tool raises escapes, except cancellation. `around` wraps the tool's own awaitable (the
     observers' contexts), so what the tool does runs inside them and its exceptions pass through.
     """
     from agentkit._timing import timeout_scope  # asyncio is loaded on first use, not at import

@@ -1,13 +1,13 @@
 """The one loop body behind every tool loop: fresh, resumed, on a journal or on Temporal.
 
-A run enters ``run_core`` with its state (``RunCheckpoint``: a fresh run's is empty, a resumed
-run's is the one it stopped with) and leaves with the state it reached, in its result. ``_rounds``
-reads in one screen; each step of a round is a method of ``_Run``: ``ask`` the executor, check for
-a ``repeat``, ``gate`` the call by tier, ``dispatch`` it to the tool, and ``finish`` with an
-ending. Each step appends one entry to the state (``_Run.append``) and the views the executor and
+A run enters `run_core` with its state (`RunCheckpoint`: a fresh run's is empty, a resumed
+run's is the one it stopped with) and leaves with the state it reached, in its result. `_rounds`
+reads in one screen; each step of a round is a method of `_Run`: `ask` the executor, check for
+a `repeat`, `gate` the call by tier, `dispatch` it to the tool, and `finish` with an
+ending. Each step appends one entry to the state (`_Run.append`) and the views the executor and
 the observers are shown follow from the same entries: a resumed run rebuilds them from its state
-with ``fold``, so a live run and a resumed one cannot disagree. Model calls and events go through
-the run's ``RunSession``; tools run through ``agentkit._invoke``.
+with `fold`, so a live run and a resumed one cannot disagree. Model calls and events go through
+the run's `RunSession`; tools run through `agentkit._invoke`.
 """
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ if typing.TYPE_CHECKING:
 PROPOSED_NOTE = "proposed for human approval; not executed"
 
 CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, StopReason.DEGENERATION})
-"""Endings of a run with an answer schema that get a closing round (``LoopConfig.closing_round``)."""
+"""Endings of a run with an answer schema that get a closing round (`LoopConfig.closing_round`)."""
 
 RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable["Sequence[Any] | Rejection[Any]"]]
-"""How a resumed run executes an approved call: ``(approval, tool, ctx) -> batch`` (the journal claims it), or
-the ``Rejection`` the call got instead (decided otherwise before it ran): the run settles that."""
+"""How a resumed run executes an approved call: `(approval, tool, ctx) -> batch` (the journal claims it), or
+the `Rejection` the call got instead (decided otherwise before it ran): the run settles that."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -81,13 +81,13 @@ class Bound:
     may_propose: bool
     codec: Codec
     grants: Grants | None = None
-    """Standing grants: a proposal one of them matches is approved by it and runs (``agentkit._grants``)."""
+    """Standing grants: a proposal one of them matches is approved by it and runs (`agentkit._grants`)."""
 
 
 @dataclass(frozen=True, slots=True)
 class Ending:
     outcome: Outcome | None
-    """``None``: decide by whether anything was gathered (APPLIED or SILENT)."""
+    """`None`: decide by whether anything was gathered (APPLIED or SILENT)."""
     reason: StopReason
     error: AgentkitError | None = None
 
@@ -254,7 +254,7 @@ class _Run:
 
     async def begin(self) -> Ending | None:
         """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions
-        (``settle``); then its calls join the views and the items."""
+        (`settle`); then its calls join the views and the items."""
         ending = self.no_tier()
         for proposal, decision in self.decisions if ending is None else ():
             if (ending := await settle(self, proposal, decision)) is not None:
@@ -264,7 +264,7 @@ class _Run:
         return ending
 
     def encoded(self, tool_name: str, batch: Sequence[Any]) -> str | None:
-        """The batch as the state keeps it. Raises ``ToolError`` for a batch that is not of the tool's
+        """The batch as the state keeps it. Raises `ToolError` for a batch that is not of the tool's
         declared item type where the state must give it back (a strict codec)."""
         try:
             return self.codec.encode_batch(tool_name, batch)
@@ -277,7 +277,7 @@ class _Run:
     async def infos(
         self, round: int, *, closing: bool = False
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
-        """The round's info for the executor and for the observers (``Views.infos``); the run's deadline
+        """The round's info for the executor and for the observers (`Views.infos`); the run's deadline
         bounds a summarizer too."""
         infos = await self.views.infos(round, closing=closing, deadline=self.remaining())
         if isinstance(infos, SummaryCutOff):
@@ -536,7 +536,7 @@ class _Run:
 
 
 async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant: Grant) -> Ending | None:
-    """A proposal a standing grant approves: recorded as proposed and approved by ``grant:<id>``, then run
+    """A proposal a standing grant approves: recorded as proposed and approved by `grant:<id>`, then run
     once, as a resumed run settles an approval; the executor sees the call's result, not a proposal."""
     from agentkit._approval import approve
 
@@ -561,7 +561,7 @@ async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant:
 
 async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]) -> Ending | None:
     """A decision a resumed run settles before its first round, appended to its state: an approved call runs
-    once through ``execute_approved`` (or the journal's claim) and its batch is that call's result; a
+    once through `execute_approved` (or the journal's claim) and its batch is that call's result; a
     rejection, with the reviewer's reason, is that call's observation."""
     ending, _ = await settled(run, proposal, decision)
     return ending
@@ -570,7 +570,7 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
 async def settled(
     run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]
 ) -> tuple[Ending | None, Sequence[Any]]:
-    """``settle``, with the approved call's batch (empty for a rejection or a failure)."""
+    """`settle`, with the approved call's batch (empty for a rejection or a failure)."""
     from agentkit._approval import Approval, Rejection, execute_approved
 
     assert proposal.tool is not None
@@ -634,8 +634,8 @@ async def run_core(
 ) -> TieredLoopResult[Any, Any, Any]:
     """Run rounds until the executor stops, a ceiling is reached, or something fails.
 
-    A fresh run starts from an empty state (under ``run_id``, or a new one); a resumed run passes the
-    ``state`` it stopped with (already admitted) and the ``decisions`` on its pending proposals.
+    A fresh run starts from an empty state (under `run_id`, or a new one); a resumed run passes the
+    `state` it stopped with (already admitted) and the `decisions` on its pending proposals.
     """
     role = bound.agent.role()
     config, box = bound.config, bound.box

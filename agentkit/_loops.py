@@ -1,6 +1,6 @@
-"""``run_tool_loop`` and ``run_tool_loop_tiered``: the bounded tool loop, plain and tier-gated.
+"""`run_tool_loop` and `run_tool_loop_tiered`: the bounded tool loop, plain and tier-gated.
 
-Both are a ``ToolLoop`` used once (one loop body, ``agentkit._loop.run_core``); they differ only in
+Both are a `ToolLoop` used once (one loop body, `agentkit._loop.run_core`); they differ only in
 what they accept and in the result they return.
 """
 
@@ -46,27 +46,27 @@ async def run_tool_loop(
 ) -> ToolLoopResult[R, Answer]:
     """Run the bounded tool loop with tools that may all run live.
 
-    Each round the executor renders a prompt and emits one validated ``ToolStep``; the loop stops
-    on ``done``, the round ceiling, a repeated call, a budget, a deadline or an error, and always
-    returns a result whose ``items`` hold every batch gathered.
+    Each round the executor renders a prompt and emits one validated `ToolStep`; the loop stops
+    on `done`, the round ceiling, a repeated call, a budget, a deadline or an error, and always
+    returns a result whose `items` hold every batch gathered.
 
     Args:
-        caller: The structured-call seam (``OpenAICaller``, ``ScriptedCaller``, ...).
+        caller: The structured-call seam (`OpenAICaller`, `ScriptedCaller`, ...).
         agent: The executor.
         tool: One tool, or a sequence of tools (the step then names the tool it calls).
-        ctx: The caller's data for ``agent.render``, and the very object each tool that takes the
+        ctx: The caller's data for `agent.render`, and the very object each tool that takes the
             run's ctx is called with.
-        config: Ceilings and policies; ``LoopConfig()`` when omitted.
+        config: Ceilings and policies; `LoopConfig()` when omitted.
         same: Degeneration comparator; default compares args by value.
         observer: One observer, several, or none.
         answer: The type of the final answer (a pydantic model, say): the done step then
-            carries it, validated, as ``result.answer``. A run whose tools stop at the round
+            carries it, validated, as `result.answer`. A run whose tools stop at the round
             ceiling, the budget or a stalemate gets one closing round that asks for it
-            (``LoopConfig.closing_round``).
+            (`LoopConfig.closing_round`).
 
     Raises:
-        UsageError: a tool that could not run live under ``config.autonomy`` (use
-            ``run_tool_loop_tiered``), bad tool names, or another wiring mistake. Raised before
+        UsageError: a tool that could not run live under `config.autonomy` (use
+            `run_tool_loop_tiered`), bad tool names, or another wiring mistake. Raised before
             any model call.
     """
     loop = ToolLoop._plain(caller, agent, tool, config, same=same, observer=observer, answer=answer)
@@ -126,23 +126,23 @@ async def run_tool_loop_tiered(
 ) -> TieredLoopResult[Any, R, Any]:
     """Run the tool loop with tier gating: calls above the autonomy ceiling become proposals.
 
-    A call runs live only when its tool's tier is at or below ``config.autonomy`` **and**
-    ``max_rung_for(tier)`` is ``AUTO``; external-reversible and irreversible calls never run. A
-    gated call becomes a ``ProposedAction`` and, by default, the run stops (APPLIED, PROPOSED).
-    A tool with no tier is never called: the run ends ERROR, TOOL_DECLARES_NO_TIER. ``answer``
-    works as in ``run_tool_loop``.
+    A call runs live only when its tool's tier is at or below `config.autonomy` **and**
+    `max_rung_for(tier)` is `AUTO`; external-reversible and irreversible calls never run. A
+    gated call becomes a `ProposedAction` and, by default, the run stops (APPLIED, PROPOSED).
+    A tool with no tier is never called: the run ends ERROR, TOOL_DECLARES_NO_TIER. `answer`
+    works as in `run_tool_loop`.
 
-    ``result.checkpoint`` holds the run's state; a run stopped at a proposal continues from it with
-    ``resume_tool_loop``. So where the run may stop at a proposal (``after_proposal`` is ``STOP``
+    `result.checkpoint` holds the run's state; a run stopped at a proposal continues from it with
+    `resume_tool_loop`. So where the run may stop at a proposal (`after_proposal` is `STOP`
     and a tool's tier is above what runs live), every tool's items must round-trip through JSON.
 
-    ``grants`` (an ``agentkit.decisions.Grants``): a proposal a live grant matches is approved by it
-    (recorded as ``grant:<id>``, one use counted) and runs once, in the round that proposed it; the
+    `grants` (an `agentkit.decisions.Grants`): a proposal a live grant matches is approved by it
+    (recorded as `grant:<id>`, one use counted) and runs once, in the round that proposed it; the
     executor sees its result. A call no live grant matches is proposed as usual.
 
     Raises:
         UsageError: bad tool names or another wiring mistake; a grant that constrains a field its
-            tool's args type lacks, or grants an irreversible tool without ``allow_irreversible``;
+            tool's args type lacks, or grants an irreversible tool without `allow_irreversible`;
             where the run may stop at a proposal, a tool whose item type is undeclared or cannot
             round-trip through JSON (naming the tool and the type). Raised before any model call.
     """
@@ -162,7 +162,7 @@ def run_tool_loop_sync(
     observer: ObserverArg = None,
     answer: type[Answer] | None = None,
 ) -> ToolLoopResult[R, Answer]:
-    """``run_tool_loop`` for scripts: runs it to completion in a new event loop."""
+    """`run_tool_loop` for scripts: runs it to completion in a new event loop."""
     import asyncio  # kept off `import agentkit`
 
     return asyncio.run(run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=observer, answer=answer))
@@ -179,7 +179,7 @@ def iter_tool_loop(
     observer: ObserverArg = None,
     answer: type[Answer] | None = None,
 ) -> RunStream[ToolLoopResult[R, Answer]]:
-    """``run_tool_loop`` as a stream of events; takes the same arguments.
+    """`run_tool_loop` as a stream of events; takes the same arguments.
 
     Example:
         >>> async with iter_tool_loop(caller, agent, search, ctx) as run:
@@ -232,7 +232,7 @@ def iter_tool_loop_tiered(
     observer: ObserverArg = None,
     answer: type[Any] | None = None,
 ) -> RunStream[TieredLoopResult[Any, R, Any]]:
-    """``run_tool_loop_tiered`` as a stream of events; takes the same arguments."""
+    """`run_tool_loop_tiered` as a stream of events; takes the same arguments."""
     from agentkit._stream import RunStream  # kept off `import agentkit`: it needs asyncio
 
     observers = observers_of(observer)

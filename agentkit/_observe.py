@@ -1,11 +1,11 @@
 """Observers: hooks called as a run happens. An observer can never change a run's outcome.
 
-``Observer`` is the base class (a no-op hook per moment, plus ``on_event`` for every event);
-``LoggingObserver`` writes one structured log line per event; ``dispatch`` delivers an event to
-a run's observers, isolating their failures. ``observed`` runs a model call or a tool invocation
-inside each observer's ``around`` context, so that tracing observers can make their span current
+`Observer` is the base class (a no-op hook per moment, plus `on_event` for every event);
+`LoggingObserver` writes one structured log line per event; `dispatch` delivers an event to
+a run's observers, isolating their failures. `observed` runs a model call or a tool invocation
+inside each observer's `around` context, so that tracing observers can make their span current
 for the work (and everything the work calls) while it runs. The OpenTelemetry observer lives in
-``agentkit.otel`` (an optional extra) and the event stream in ``agentkit.events``.
+`agentkit.otel` (an optional extra) and the event stream in `agentkit.events`.
 """
 
 from __future__ import annotations
@@ -62,29 +62,29 @@ T = TypeVar("T")
 
 @dataclass(kw_only=True, slots=True, eq=False)
 class ModelCall:
-    """One logical model call of a run (its retries and fallback included), as ``around`` sees it.
+    """One logical model call of a run (its retries and fallback included), as `around` sees it.
 
-    Treat it as read-only; ``result`` is filled in by ``observed`` when the call returns, before
+    Treat it as read-only; `result` is filled in by `observed` when the call returns, before
     the observers' contexts exit.
     """
 
     run_id: str
     round: int
     role: str
-    """The role's ``prompt_type`` (or ``"executor"``, ``"verifier"``)."""
+    """The role's `prompt_type` (or `"executor"`, `"verifier"`)."""
     request: StructuredRequest
     """The request as first sent (re-asks and the fallback model derive from it)."""
     caller: object
-    """The caller asked. It may describe itself with ``provider_name``, ``server_address``,
-    ``server_port`` and ``output_type`` attributes (``OpenAICaller`` does)."""
+    """The caller asked. It may describe itself with `provider_name`, `server_address`,
+    `server_port` and `output_type` attributes (`OpenAICaller` does)."""
     result: object = None
-    """The ``Completion`` the call returned; ``None`` while it runs and when it raised."""
+    """The `Completion` the call returned; `None` while it runs and when it raised."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ApprovedCall:
     """The approval an invocation runs under: a call a person approved, run by a resumed run,
-    ``execute_approved``, a journal (``execute``, a worker) or a Temporal activity."""
+    `execute_approved`, a journal (`execute`, a worker) or a Temporal activity."""
 
     approved_by: str
     digest: str
@@ -95,8 +95,8 @@ class ApprovedCall:
 
 @dataclass(kw_only=True, slots=True, eq=False)
 class ToolInvocation:
-    """One invocation of a tool, as ``around`` sees it (read-only): by a run, or an approved call run
-    outside one (its ``run_id`` and ``round`` are then the proposal's)."""
+    """One invocation of a tool, as `around` sees it (read-only): by a run, or an approved call run
+    outside one (its `run_id` and `round` are then the proposal's)."""
 
     run_id: str
     round: int
@@ -104,9 +104,9 @@ class ToolInvocation:
     args: BaseModel
     """The arguments the tool is called with: the call's own, not a copy; never modify them."""
     result: object = None
-    """What the tool returned; ``None`` while it runs and when it raised."""
+    """What the tool returned; `None` while it runs and when it raised."""
     approval: ApprovedCall | None = None
-    """The approval the call runs under; ``None`` for a call the loop ran live."""
+    """The approval the call runs under; `None` for a call the loop ran live."""
 
     @property
     def call_id(self) -> str:
@@ -120,26 +120,26 @@ class ToolInvocation:
 class Observer:
     """Base class with a no-op hook per moment of a run; override the ones you need.
 
-    For each event, ``on_event`` is called first, then the hook named for the event. New hooks
+    For each event, `on_event` is called first, then the hook named for the event. New hooks
     are added here with a no-op body, so a subclass never breaks when one is added.
 
     Hooks are synchronous, run on the loop's task and should be quick. An exception raised by a
-    hook is logged once through ``logging`` (logger ``agentkit.observe``, level ERROR, with the
+    hook is logged once through `logging` (logger `agentkit.observe`, level ERROR, with the
     traceback) and swallowed: it never changes the run, its items or the other observers.
 
-    ``settle`` is the one coroutine: the run awaits it after its end (or abort) was delivered and
+    `settle` is the one coroutine: the run awaits it after its end (or abort) was delivered and
     before it returns, so an observer that hands events to another thread can wait there for them
     to be done without blocking the event loop.
     """
 
     sees_calls: ClassVar[bool] = True
-    """Whether this observer's ``RoundStarted`` events show the run's calls so far.
+    """Whether this observer's `RoundStarted` events show the run's calls so far.
 
     A run gives its observers their own copy of every call (args and items), kept for
-    ``RoundStarted.info``'s ``prior_calls``, ``prior_results`` and ``proposals``. An observer that
-    reads no more of a round than its number and ceiling (``JournalObserver``) sets this ``False``;
-    when every observer of a run does, the run keeps no such copies and their ``RoundStarted``
-    events show no calls (the round, its ceiling and ``omitted`` are as ever).
+    `RoundStarted.info`'s `prior_calls`, `prior_results` and `proposals`. An observer that
+    reads no more of a round than its number and ceiling (`JournalObserver`) sets this `False`;
+    when every observer of a run does, the run keeps no such copies and their `RoundStarted`
+    events show no calls (the round, its ceiling and `omitted` are as ever).
     """
 
     def on_event(self, event: Event) -> None:
@@ -186,10 +186,10 @@ class Observer:
         """Awaited after the run's end (or abort) was delivered, before the run returns; returns at once here."""
 
     def traceparent(self, run_id: str) -> str | None:
-        """The W3C ``traceparent`` of the run's current round, for its state to keep (``RoundEntry.trace``).
+        """The W3C `traceparent` of the run's current round, for its state to keep (`RoundEntry.trace`).
 
-        A later leg of the run (``resume``), or a fork of it, is told it (``RunStarted.continues``), so a
-        tracing observer can link the two. Only observers that override it are asked; ``None`` here.
+        A later leg of the run (`resume`), or a fork of it, is told it (`RunStarted.continues`), so a
+        tracing observer can link the two. Only observers that override it are asked; `None` here.
         """
         return None
 
@@ -199,22 +199,22 @@ class Observer:
         Only observers that override this hook get it (the journal's stores it, for crash recovery):
         building a checkpoint copies the run's state, so a run whose observers do not want one never
         builds one. A run whose tools' items cannot round-trip through JSON makes none. The final
-        state comes with the run's end, as ``result.checkpoint``.
+        state comes with the run's end, as `result.checkpoint`.
         """
 
 
 def traces(observer: Observer) -> bool:
-    """Whether ``observer`` overrides ``traceparent`` (so the run asks it for each round's)."""
+    """Whether `observer` overrides `traceparent` (so the run asks it for each round's)."""
     return type(observer).traceparent is not Observer.traceparent
 
 
 def wants_checkpoints(observer: Observer) -> bool:
-    """Whether ``observer`` overrides ``on_checkpoint`` (so the run builds a checkpoint per round for it)."""
+    """Whether `observer` overrides `on_checkpoint` (so the run builds a checkpoint per round for it)."""
     return type(observer).on_checkpoint is not Observer.on_checkpoint
 
 
 def deliver_checkpoint(observers: tuple[Observer, ...], run_id: str, checkpoint: RunCheckpoint) -> None:
-    """Hand ``checkpoint`` to each observer's ``on_checkpoint``, isolating failures as ``dispatch`` does."""
+    """Hand `checkpoint` to each observer's `on_checkpoint`, isolating failures as `dispatch` does."""
     for observer in observers:
         try:
             observer.on_checkpoint(run_id, checkpoint)
@@ -225,11 +225,11 @@ def deliver_checkpoint(observers: tuple[Observer, ...], run_id: str, checkpoint:
 
 
 ObserverArg = Observer | Sequence[Observer] | None
-"""What ``observer=`` takes: one observer, several, or none."""
+"""What `observer=` takes: one observer, several, or none."""
 
 
 def observers_of(observer: ObserverArg) -> tuple[Observer, ...]:
-    """Normalise ``observer=`` to a tuple."""
+    """Normalise `observer=` to a tuple."""
     if observer is None:
         return ()
     if isinstance(observer, Observer):
@@ -264,7 +264,7 @@ def _on_hook(observer: Observer, event: Event) -> None:
 
 
 def dispatch(observers: tuple[Observer, ...], event: Event) -> None:
-    """Deliver ``event`` to each observer (``on_event``, then its own hook), isolating failures.
+    """Deliver `event` to each observer (`on_event`, then its own hook), isolating failures.
 
     A hook that raises is logged once and skipped; the next hook and observer still run.
     """
@@ -282,7 +282,7 @@ def dispatch(observers: tuple[Observer, ...], event: Event) -> None:
 
 
 class _Guarded:
-    """An observer's ``around`` context whose failures are logged, never raised, never swallowing."""
+    """An observer's `around` context whose failures are logged, never raised, never swallowing."""
 
     __slots__ = ("call", "context", "observer")
 
@@ -319,10 +319,10 @@ class _Guarded:
 
 
 async def observed(observers: tuple[Observer, ...], call: ModelCall | ToolInvocation, work: Awaitable[T]) -> T:
-    """Await ``work`` inside every observer's ``around(call)`` context; what it returns is returned.
+    """Await `work` inside every observer's `around(call)` context; what it returns is returned.
 
     The one seam through which observers see a model call or tool invocation *while it runs*:
-    each call site wraps its ``await`` in it. Without observers it is a plain ``await``.
+    each call site wraps its `await` in it. Without observers it is a plain `await`.
     """
     if not observers:
         return await work
@@ -342,7 +342,7 @@ async def observed(observers: tuple[Observer, ...], call: ModelCall | ToolInvoca
 def wrapping(
     observers: tuple[Observer, ...], call: ToolInvocation
 ) -> Callable[[Awaitable[Sequence[Any]]], Awaitable[Sequence[Any]]] | None:
-    """``invoke``'s ``around`` for ``call``: the tool's work inside the observers' contexts (``None``: no observers)."""
+    """`invoke`'s `around` for `call`: the tool's work inside the observers' contexts (`None`: no observers)."""
     if not observers:
         return None
 
@@ -353,7 +353,7 @@ def wrapping(
 
 
 async def settle(observers: tuple[Observer, ...], run_id: str) -> None:
-    """Await each observer's ``settle`` once a run ended, isolating failures as ``dispatch`` does."""
+    """Await each observer's `settle` once a run ended, isolating failures as `dispatch` does."""
     for observer in observers:
         try:
             await observer.settle(run_id)
@@ -436,15 +436,15 @@ def _is_failure(event: Event) -> bool:
 
 
 class LoggingObserver(Observer):
-    """Writes one concise, structured log line per event through stdlib ``logging``.
+    """Writes one concise, structured log line per event through stdlib `logging`.
 
-    The message is ``agentkit.<kind> key=value ...`` (logfmt); the same fields travel on the
-    record as ``record.agentkit`` (a dict with ``event`` and the fields) for structured handlers.
+    The message is `agentkit.<kind> key=value ...` (logfmt); the same fields travel on the
+    record as `record.agentkit` (a dict with `event` and the fields) for structured handlers.
     Failures (a failed model attempt or tool call, an ERROR ending, an aborted run) are logged at
-    ``error_level``, everything else at ``level``.
+    `error_level`, everything else at `level`.
 
     Args:
-        logger: Where to log; ``logging.getLogger("agentkit.events")`` by default.
+        logger: Where to log; `logging.getLogger("agentkit.events")` by default.
         level: Level of ordinary events.
         error_level: Level of failures.
         include_args: Log tool-call arguments (turn off when they may hold sensitive data).
@@ -464,7 +464,7 @@ class LoggingObserver(Observer):
         self.include_args = include_args
 
     def on_event(self, event: Event) -> None:
-        """Log ``event`` as one line."""
+        """Log `event` as one line."""
         level = self.error_level if _is_failure(event) else self.level
         if not self.logger.isEnabledFor(level):
             return

@@ -1,7 +1,7 @@
-"""Single-shot runs: ``run_once`` (one typed verdict) and ``run_once_text`` (one prose reply).
+"""Single-shot runs: `run_once` (one typed verdict) and `run_once_text` (one prose reply).
 
-The atom every composition is built from: an ``OnceAgent`` renders one prompt, one call goes
-through ``generate_structured`` (so retry, fallback and the throttle contract are exactly the
+The atom every composition is built from: an `OnceAgent` renders one prompt, one call goes
+through `generate_structured` (so retry, fallback and the throttle contract are exactly the
 tool loop's), and the ending comes back as a result, never as an exception.
 """
 
@@ -57,7 +57,7 @@ class OnceAgent(Protocol[Ctx_contra]):
 class Material(Protocol):
     """A verdict that can say it changes nothing; such a verdict ends a run SILENT, not APPLIED.
 
-    A verdict may instead carry a ``bool`` field named ``is_material``; ``is_material()`` (the
+    A verdict may instead carry a `bool` field named `is_material`; `is_material()` (the
     function) reads either. A verdict with neither is always material.
     """
 
@@ -67,7 +67,7 @@ class Material(Protocol):
 
 
 def is_material(value: object) -> bool:
-    """Whether ``value`` is material: its ``is_material()`` method or field, else ``True``."""
+    """Whether `value` is material: its `is_material()` method or field, else `True`."""
     marker = getattr(value, "is_material", None)
     if callable(marker):
         return bool(marker())
@@ -78,21 +78,21 @@ def is_material(value: object) -> bool:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class OnceResult(RunEnding, Generic[V_co]):
-    """The ending of ``run_once``: always returned, never raised.
+    """The ending of `run_once`: always returned, never raised.
 
-    ``outcome`` is APPLIED for a material verdict, SILENT for a non-material one, ERROR on
-    failure; ``stop_reason`` is ``EXECUTOR_DONE`` on success, ``LLM_ERROR``, ``THROTTLED`` or
-    ``MAX_TOKENS`` on failure (the ``error`` is then set: a ``Throttled`` when throttled, a
-    ``Truncated`` when the reply was cut off by the token limit).
+    `outcome` is APPLIED for a material verdict, SILENT for a non-material one, ERROR on
+    failure; `stop_reason` is `EXECUTOR_DONE` on success, `LLM_ERROR`, `THROTTLED` or
+    `MAX_TOKENS` on failure (the `error` is then set: a `Throttled` when throttled, a
+    `Truncated` when the reply was cut off by the token limit).
     """
 
     value: V_co | None
-    """The validated verdict; ``None`` exactly when ``outcome`` is ``Outcome.ERROR``."""
+    """The validated verdict; `None` exactly when `outcome` is `Outcome.ERROR`."""
     model: str = ""
     """The model that answered (the fallback's name when the fallback did); empty on error."""
 
     def unwrap(self) -> V_co:
-        """The verdict, typed without ``None``; raises ``error`` when the run ended in error."""
+        """The verdict, typed without `None`; raises `error` when the run ended in error."""
         if self.value is None:
             raise no_value(self)
         return self.value
@@ -100,26 +100,26 @@ class OnceResult(RunEnding, Generic[V_co]):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TextResult(RunEnding):
-    """The ending of ``run_once_text``: always returned, never raised.
+    """The ending of `run_once_text`: always returned, never raised.
 
-    ``outcome`` is APPLIED for a reply with text, SILENT for an empty (or blank) reply, ERROR on
-    failure; ``stop_reason`` as for ``OnceResult``.
+    `outcome` is APPLIED for a reply with text, SILENT for an empty (or blank) reply, ERROR on
+    failure; `stop_reason` as for `OnceResult`.
     """
 
     text: str | None
-    """The reply exactly as the model wrote it (an empty reply stays ``""``); ``None`` on error."""
+    """The reply exactly as the model wrote it (an empty reply stays `""`); `None` on error."""
     model: str = ""
     """The model that answered; empty on error."""
 
     def unwrap(self) -> str:
-        """The text, typed without ``None``; raises ``error`` when the run ended in error."""
+        """The text, typed without `None`; raises `error` when the run ended in error."""
         if self.text is None:
             raise no_value(self)
         return self.text
 
 
 def no_value(result: RunEnding) -> AgentkitError:
-    """What ``unwrap`` raises for a result without a value: its error."""
+    """What `unwrap` raises for a result without a value: its error."""
     if result.error is not None:
         return result.error
     return AgentkitError(f"the run ended {result.outcome.name}, {result.stop_reason.name}, without a value")
@@ -141,21 +141,21 @@ async def run_once(
 ) -> OnceResult[V]:
     """Ask for one typed verdict: one rendered prompt, one structured call.
 
-    The agent renders round 1 of 1. A verdict whose ``is_material()`` says ``False`` ends the
-    run SILENT, any other APPLIED (reason ``EXECUTOR_DONE``). A failed call ends it ERROR with
-    the error attached: ``THROTTLED`` for HTTP 429 (never retried), ``MAX_TOKENS`` for a reply cut
-    off by the token limit (``Truncated``), ``LLM_ERROR`` otherwise.
+    The agent renders round 1 of 1. A verdict whose `is_material()` says `False` ends the
+    run SILENT, any other APPLIED (reason `EXECUTOR_DONE`). A failed call ends it ERROR with
+    the error attached: `THROTTLED` for HTTP 429 (never retried), `MAX_TOKENS` for a reply cut
+    off by the token limit (`Truncated`), `LLM_ERROR` otherwise.
 
     Args:
         caller: The structured-call seam.
         agent: Renders the prompt and names the model.
-        ctx: The caller's data for ``agent.render``.
-        schema: The pydantic model of the verdict; the result's ``value`` is one.
+        ctx: The caller's data for `agent.render`.
+        schema: The pydantic model of the verdict; the result's `value` is one.
         observer: One observer, several, or none.
-        retry: Retry and fallback of the call; ``RetryPolicy()`` when omitted.
+        retry: Retry and fallback of the call; `RetryPolicy()` when omitted.
 
     Raises:
-        UsageError: ``schema`` is not a pydantic model, or another wiring mistake.
+        UsageError: `schema` is not a pydantic model, or another wiring mistake.
     """
     return await once_as("executor", caller, agent, ctx, schema=schema, observer=observer, retry=retry)
 
@@ -170,7 +170,7 @@ async def once_as(
     observer: ObserverArg,
     retry: RetryPolicy | None,
 ) -> OnceResult[V]:
-    """``run_once`` whose model calls are reported under ``label`` when the role names no ``prompt_type``."""
+    """`run_once` whose model calls are reported under `label` when the role names no `prompt_type`."""
     check_schema(schema, "run_once")
     role = agent.role()
     async with RunSession(
@@ -184,7 +184,7 @@ async def once_as(
 
 
 class _Common(TypedDict):
-    """The ``RunEnding`` fields of a single shot's result."""
+    """The `RunEnding` fields of a single shot's result."""
 
     outcome: Outcome
     stop_reason: StopReason
@@ -236,14 +236,14 @@ class _Text(BaseModel):
 
 @dataclass(frozen=True, slots=True)
 class _TextAsStructured:
-    """Presents a ``TextCaller`` as a ``StructuredCaller`` so prose gets the same retry contract.
+    """Presents a `TextCaller` as a `StructuredCaller` so prose gets the same retry contract.
 
     The reply is wrapped after the call, never sent through JSON mode: the model writes prose.
     """
 
     caller: TextCaller
     output_type: ClassVar[str] = "text"
-    """What observers report as the requested output (``gen_ai.output.type``)."""
+    """What observers report as the requested output (`gen_ai.output.type`)."""
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         reply = await self.caller.complete_text(request)
@@ -264,19 +264,19 @@ async def run_once_text(
     observer: ObserverArg = None,
     retry: RetryPolicy | None = None,
 ) -> TextResult:
-    """Ask for one prose reply over the ``TextCaller`` seam (no JSON mode, no envelope).
+    """Ask for one prose reply over the `TextCaller` seam (no JSON mode, no envelope).
 
     Retry, fallback, the throttle contract and the truncation rule are those of
-    ``generate_structured``: a reply cut off by the token limit ends ERROR with ``MAX_TOKENS``,
-    as a structured run does. An empty reply is returned as it came (``text == ""``, outcome
+    `generate_structured`: a reply cut off by the token limit ends ERROR with `MAX_TOKENS`,
+    as a structured run does. An empty reply is returned as it came (`text == ""`, outcome
     SILENT), not as an error.
 
     Args:
         caller: The plain-text seam.
         agent: Renders the prompt and names the model.
-        ctx: The caller's data for ``agent.render``.
+        ctx: The caller's data for `agent.render`.
         observer: One observer, several, or none.
-        retry: Retry and fallback of the call; ``RetryPolicy()`` when omitted.
+        retry: Retry and fallback of the call; `RetryPolicy()` when omitted.
     """
     role = agent.role()
     text_caller = _TextAsStructured(caller)

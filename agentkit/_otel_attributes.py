@@ -1,4 +1,4 @@
-"""The attribute values ``OTelObserver`` writes: a caller's self-description, usage, messages in the GenAI
+"""The attribute values `OTelObserver` writes: a caller's self-description, usage, messages in the GenAI
 conventions' JSON shape, and the class of an error. No OpenTelemetry here: plain values."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ SERVER_PORT = "server.port"
 
 
 def described(caller: object, name: str, kind: type[Any]) -> Any:
-    """A caller's self-description (``provider_name``, ...), looked up through a wrapper's ``caller``."""
+    """A caller's self-description (`provider_name`, ...), looked up through a wrapper's `caller`."""
     for candidate in (caller, getattr(caller, "caller", None)):
         value = getattr(candidate, name, None)
         if isinstance(value, kind) and not isinstance(value, bool):
@@ -97,7 +97,7 @@ def json_text(value: object) -> str:
 
 def error_type(error: BaseException) -> str:
     """The class of error an operation ended with: an HTTP status for a server's answer, else the class of
-    what failed (the client's error under a ``ProviderError``, the exception itself otherwise)."""
+    what failed (the client's error under a `ProviderError`, the exception itself otherwise)."""
     if isinstance(error, ProviderError):
         if error.status is not None:
             return str(error.status)

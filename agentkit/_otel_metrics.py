@@ -1,7 +1,7 @@
-"""The GenAI metrics ``OTelObserver`` records, through the OpenTelemetry metrics API (the ``otel`` extra).
+"""The GenAI metrics `OTelObserver` records, through the OpenTelemetry metrics API (the `otel` extra).
 
 The two client metrics of the GenAI semantic conventions, with their attributes and bucket boundaries,
-one data point per logical model call (the ``chat`` span's), plus agentkit's own counters of
+one data point per logical model call (the `chat` span's), plus agentkit's own counters of
 proposals (by tier) and of the decisions resumed runs settle (by kind). Their attributes are names
 (models, tools, tiers, error types), never content.
 """
@@ -33,7 +33,7 @@ PROPOSALS = "agentkit.proposals"
 DECISIONS = "agentkit.decisions"
 
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
-"""The conventions' boundaries for ``gen_ai.client.operation.duration``, in seconds."""
+"""The conventions' boundaries for `gen_ai.client.operation.duration`, in seconds."""
 TOKEN_BUCKETS = (
     1,
     4,
@@ -50,7 +50,7 @@ TOKEN_BUCKETS = (
     16777216,
     67108864,
 )
-"""The conventions' boundaries for ``gen_ai.client.token.usage``."""
+"""The conventions' boundaries for `gen_ai.client.token.usage`."""
 
 _TOKEN_TYPE = "gen_ai.token.type"
 

@@ -1,8 +1,8 @@
 """The executor-verifier pair: draft, review, revise, within a small round ceiling.
 
-``pair`` is built from the single-shot atom: the executor is an ``OnceAgent`` asked once per
-round through ``generate_structured``; between rounds a pluggable ``Verifier`` approves the draft
-or rejects it with feedback, which the executor sees in ``RoundInfo.feedback``. The guarantees:
+`pair` is built from the single-shot atom: the executor is an `OnceAgent` asked once per
+round through `generate_structured`; between rounds a pluggable `Verifier` approves the draft
+or rejects it with feedback, which the executor sees in `RoundInfo.feedback`. The guarantees:
 
 * the run always ends on an executor turn; the result is always an executor draft, and there
   is no field that could carry the verifier's text;
@@ -69,21 +69,21 @@ class Review:
 class Verifier(Protocol[V_contra]):
     """Judges an executor's draft: approve it, or reject it with feedback.
 
-    A verifier that raises fails the run (``VERIFIER_ERROR``; ``THROTTLED`` for a ``Throttled``,
-    ``MAX_TOKENS`` for a ``Truncated``)
-    and the unverified draft is discarded; ``UsageError`` propagates as a wiring mistake.
+    A verifier that raises fails the run (`VERIFIER_ERROR`; `THROTTLED` for a `Throttled`,
+    `MAX_TOKENS` for a `Truncated`)
+    and the unverified draft is discarded; `UsageError` propagates as a wiring mistake.
     """
 
     async def review(self, draft: V_contra) -> Review:
-        """Judge ``draft``."""
+        """Judge `draft`."""
         ...
 
 
 class RulesVerifier(Generic[V]):
-    """A verifier from a plain function ``(draft) -> (ok, feedback)``; no model involved.
+    """A verifier from a plain function `(draft) -> (ok, feedback)`; no model involved.
 
     Example:
-        ``RulesVerifier(lambda a: (a.total == sum(a.parts), "total must equal the sum of parts"))``
+        `RulesVerifier(lambda a: (a.total == sum(a.parts), "total must equal the sum of parts"))`
     """
 
     def __init__(self, check: Callable[[V], tuple[bool, str]]) -> None:
@@ -91,13 +91,13 @@ class RulesVerifier(Generic[V]):
         """The rule; its feedback is ignored when it approves."""
 
     async def review(self, draft: V) -> Review:
-        """Apply the rule to ``draft``."""
+        """Apply the rule to `draft`."""
         ok, feedback = self.check(draft)
         return Review(approved=bool(ok), feedback="" if ok else feedback)
 
 
 class Critique(BaseModel):
-    """What an ``LLMVerifier``'s critic replies."""
+    """What an `LLMVerifier`'s critic replies."""
 
     feedback: str = Field(
         default="", description="What is wrong with the draft and how to fix it; empty when approving."
@@ -106,15 +106,15 @@ class Critique(BaseModel):
 
 
 class LLMVerifier(Generic[V]):
-    """A verifier played by a model: ``run_once`` with a critic agent that renders the draft.
+    """A verifier played by a model: `run_once` with a critic agent that renders the draft.
 
-    The critic is an ``OnceAgent`` whose context is the draft; bind anything else it needs (the
+    The critic is an `OnceAgent` whose context is the draft; bind anything else it needs (the
     task, the sources to check against) when constructing it. Ground it: a critic that sees only
     the draft, played by the executor's own model, can make results worse. Prefer a
-    ``RulesVerifier`` or an execution-based check where one exists.
+    `RulesVerifier` or an execution-based check where one exists.
 
-    Its calls are reported to ``observer`` as runs of their own, their model calls under the role
-    ``"verifier"`` (or the critic's ``prompt_type``).
+    Its calls are reported to `observer` as runs of their own, their model calls under the role
+    `"verifier"` (or the critic's `prompt_type`).
     """
 
     def __init__(
@@ -131,10 +131,10 @@ class LLMVerifier(Generic[V]):
         self.observer = observer
 
     async def review(self, draft: V) -> Review:
-        """Ask the critic about ``draft``.
+        """Ask the critic about `draft`.
 
         Raises:
-            AgentkitError: the critic's call failed; the error's ``usage`` holds what it spent.
+            AgentkitError: the critic's call failed; the error's `usage` holds what it spent.
         """
         result = await once_as(
             "verifier", self.caller, self.critic, draft, schema=Critique, observer=self.observer, retry=self.retry
@@ -147,12 +147,12 @@ class LLMVerifier(Generic[V]):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PairConfig:
-    """The ceiling and retry policy of a ``pair`` run."""
+    """The ceiling and retry policy of a `pair` run."""
 
     max_rounds: int = DEFAULT_PAIR_ROUNDS
     """Executor turns at most (draft plus revisions); at least 2, since one round is a single shot."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
-    """Retry and fallback of each executor call (an ``LLMVerifier`` has its own)."""
+    """Retry and fallback of each executor call (an `LLMVerifier` has its own)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 2:
@@ -164,24 +164,24 @@ class PairConfig:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PairResult(RunEnding, Generic[V_co]):
-    """The ending of ``pair``: always returned, never raised; ``value`` is always an executor draft.
+    """The ending of `pair`: always returned, never raised; `value` is always an executor draft.
 
-    ``outcome`` is APPLIED (or SILENT for a non-material draft), STALEMATE, or ERROR;
-    ``stop_reason`` is ``VERIFIER_APPROVED``, ``ROUND_CEILING`` (the last draft, unreviewed),
-    ``DEGENERATION``, ``LLM_ERROR``, ``VERIFIER_ERROR``, ``THROTTLED`` or ``MAX_TOKENS`` (the
-    executor's or an ``LLMVerifier``'s reply was cut off by the token limit). ``usage`` sums the
-    executor's calls and the verifier's reviews; ``rounds`` counts executor turns.
+    `outcome` is APPLIED (or SILENT for a non-material draft), STALEMATE, or ERROR;
+    `stop_reason` is `VERIFIER_APPROVED`, `ROUND_CEILING` (the last draft, unreviewed),
+    `DEGENERATION`, `LLM_ERROR`, `VERIFIER_ERROR`, `THROTTLED` or `MAX_TOKENS` (the
+    executor's or an `LLMVerifier`'s reply was cut off by the token limit). `usage` sums the
+    executor's calls and the verifier's reviews; `rounds` counts executor turns.
     """
 
     value: V_co | None
-    """The executor's last draft; ``None`` exactly when ``outcome`` is ``Outcome.ERROR``."""
+    """The executor's last draft; `None` exactly when `outcome` is `Outcome.ERROR`."""
     reviews: int = 0
     """Verifier passes made (failed ones included)."""
 
     def unwrap(self) -> V_co:
-        """The last draft, typed without ``None``; raises ``error`` when the run ended in error.
+        """The last draft, typed without `None`; raises `error` when the run ended in error.
 
-        A draft is returned whether or not it was approved: check ``approved`` for that.
+        A draft is returned whether or not it was approved: check `approved` for that.
         """
         if self.value is None:
             raise no_value(self)
@@ -189,7 +189,7 @@ class PairResult(RunEnding, Generic[V_co]):
 
     @property
     def approved(self) -> bool:
-        """The verifier approved ``value`` (a ``ROUND_CEILING`` draft was never reviewed)."""
+        """The verifier approved `value` (a `ROUND_CEILING` draft was never reviewed)."""
         return self.stop_reason is StopReason.VERIFIER_APPROVED
 
 
@@ -214,24 +214,24 @@ async def pair(
 ) -> PairResult[V]:
     """Draft, review, revise: the executor drafts, the verifier gates, the executor revises.
 
-    Each round the executor renders from ``RoundInfo`` (``feedback`` and ``previous`` are set on
-    revisions) and emits a ``schema`` value. A draft before the last round is reviewed: approved,
-    the run ends ``VERIFIER_APPROVED``; rejected, the executor revises. The last round's draft is
-    returned unreviewed (``ROUND_CEILING``). Materiality (``is_material``) picks APPLIED or SILENT.
+    Each round the executor renders from `RoundInfo` (`feedback` and `previous` are set on
+    revisions) and emits a `schema` value. A draft before the last round is reviewed: approved,
+    the run ends `VERIFIER_APPROVED`; rejected, the executor revises. The last round's draft is
+    returned unreviewed (`ROUND_CEILING`). Materiality (`is_material`) picks APPLIED or SILENT.
 
     Args:
         caller: The structured-call seam for the executor.
         executor: Drafts and revises.
         verifier: Approves or rejects each draft but the last.
-        ctx: The caller's data for ``executor.render``.
-        config: Round ceiling (default 2) and retry; ``PairConfig()`` when omitted.
-        schema: The pydantic model of the draft; the result's ``value`` is one.
+        ctx: The caller's data for `executor.render`.
+        config: Round ceiling (default 2) and retry; `PairConfig()` when omitted.
+        schema: The pydantic model of the draft; the result's `value` is one.
         same: Whether two drafts are materially the same (default: equal values); a revision
             materially the same as an earlier draft ends the run STALEMATE.
-        observer: One observer, several, or none (the executor's calls; see ``LLMVerifier``).
+        observer: One observer, several, or none (the executor's calls; see `LLMVerifier`).
 
     Raises:
-        UsageError: ``schema`` is not a pydantic model, or another wiring mistake.
+        UsageError: `schema` is not a pydantic model, or another wiring mistake.
     """
     check_schema(schema, "pair")
     config = config or PairConfig()
@@ -281,7 +281,7 @@ async def _rounds(
 
 
 class _PairRun(Generic[Ctx, V]):
-    """The state of one ``pair`` run: its session, usage and counts."""
+    """The state of one `pair` run: its session, usage and counts."""
 
     def __init__(
         self,

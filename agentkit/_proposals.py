@@ -1,4 +1,4 @@
-"""``ProposedAction``: a call the loop did not run because its tier needs a human."""
+"""`ProposedAction`: a call the loop did not run because its tier needs a human."""
 
 from __future__ import annotations
 
@@ -32,17 +32,17 @@ def canonical_json(args: BaseModel) -> str:
 
 
 _CANONICAL = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-"""``json.dumps`` with ``canonical_json``'s options, made once (a journaled run writes every call's arguments)."""
+"""`json.dumps` with `canonical_json`'s options, made once (a journaled run writes every call's arguments)."""
 
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def validate_args(args_type: type[Args], args_json: str) -> Args:
-    """Validate args from their JSON text (``canonical_json``), lone surrogates included.
+    """Validate args from their JSON text (`canonical_json`), lone surrogates included.
 
-    The JSON parser refuses lone surrogates, which ``canonical_json`` writes as they are; for those
-    (rare) args the data ``json.loads`` gives is validated instead, as a tool call's args are.
+    The JSON parser refuses lone surrogates, which `canonical_json` writes as they are; for those
+    (rare) args the data `json.loads` gives is validated instead, as a tool call's args are.
     """
     if _SURROGATE.search(args_json) is None:
         return args_type.model_validate_json(args_json)
@@ -50,11 +50,11 @@ def validate_args(args_type: type[Args], args_json: str) -> Args:
 
 
 def call_digest(tool_name: str, args: BaseModel) -> str:
-    """SHA-256 of the tool name and the canonical JSON of the arguments (``canonical_json``).
+    """SHA-256 of the tool name and the canonical JSON of the arguments (`canonical_json`).
 
     The same call always has the same digest, and any change to the name or to one argument
-    changes it. Text that is not UTF-8 (lone surrogates, as ``surrogateescape`` makes of bytes)
-    is hashed as its ``surrogatepass`` bytes; UTF-8 text hashes as before.
+    changes it. Text that is not UTF-8 (lone surrogates, as `surrogateescape` makes of bytes)
+    is hashed as its `surrogatepass` bytes; UTF-8 text hashes as before.
     """
     return hashlib.sha256(f"{tool_name}\n{canonical_json(args)}".encode("utf-8", "surrogatepass")).hexdigest()
 
@@ -67,11 +67,11 @@ class CallSeen(BaseModel):
     round: int
     tool_name: str
     digest: str
-    """``call_digest`` of the call: it names the call in the run's state and journal."""
+    """`call_digest` of the call: it names the call in the run's state and journal."""
     ran: bool
     """It ran and returned a batch (else it was proposed, refused, or retried)."""
     item_ids: tuple[str, ...] = ()
-    """The ids of the items it returned (their ``id``, or the item type's ``cite_key`` field), where they have one."""
+    """The ids of the items it returned (their `id`, or the item type's `cite_key` field), where they have one."""
 
 
 class Evidence(BaseModel):
@@ -105,9 +105,9 @@ class ProposedAction(BaseModel, Generic[Args]):
     created_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
     """When it was proposed (UTC)."""
     digest: str
-    """``call_digest(tool_name, args)``: an approval approves exactly this call."""
+    """`call_digest(tool_name, args)`: an approval approves exactly this call."""
     evidence: Evidence | None = None
-    """What the executor had seen when it proposed the call (``None``: not recorded)."""
+    """What the executor had seen when it proposed the call (`None`: not recorded)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -150,22 +150,24 @@ class ProposedAction(BaseModel, Generic[Args]):
         )
 
     def narrow(self, tool: Tool[Narrowed, Any] | ContextTool[Narrowed, Any, Any]) -> ProposedAction[Narrowed] | None:
-        """This proposal typed by ``tool``'s args, if it is a call of ``tool``; else ``None``.
+        """This proposal typed by `tool`'s args, if it is a call of `tool`; else `None`.
 
-        A proposal from a multi-tool loop is a ``ProposedAction[BaseModel]``; ``narrow`` gives the
+        A proposal from a multi-tool loop is a `ProposedAction[BaseModel]`; `narrow` gives the
         type checker (and you) the one tool's args type, so the approval it leads to can only be
-        executed with that tool::
+        executed with that tool:
 
-            for proposal in result.proposed:
-                if (deletion := proposal.narrow(delete_file)) is not None:
-                    deletion.args.path  # typed as the tool's args
+        ```python
+        for proposal in result.proposed:
+            if (deletion := proposal.narrow(delete_file)) is not None:
+                deletion.args.path  # typed as the tool's args
+        ```
 
-        The proposal itself is returned when its args already are of the tool's ``args_type``;
+        The proposal itself is returned when its args already are of the tool's `args_type`;
         args of another model (a proposal reloaded without its type) are validated into a copy
-        that keeps the digest, so ``approve`` still checks it against the call.
+        that keeps the digest, so `approve` still checks it against the call.
 
         Raises:
-            UsageError: the proposal names ``tool`` but its args do not validate as its args type.
+            UsageError: the proposal names `tool` but its args do not validate as its args type.
         """
         if self.tool_name != tool.name:
             return None
@@ -193,17 +195,17 @@ class ProposedAction(BaseModel, Generic[Args]):
     def load(data: str | bytes, tools: AnyTool | Sequence[AnyTool]) -> ProposedAction[Any]:
         """Reload a stored proposal (its JSON) with its args typed by the tool it names.
 
-        ``ProposedAction[YourArgs].model_validate_json`` does this for one args type; a proposal from a
-        multi-tool loop names its tool, and this picks that tool's ``args_type``.
+        `ProposedAction[YourArgs].model_validate_json` does this for one args type; a proposal from a
+        multi-tool loop names its tool, and this picks that tool's `args_type`.
 
         Raises:
-            UsageError: the proposal names a tool that is not among ``tools``.
+            UsageError: the proposal names a tool that is not among `tools`.
             pydantic.ValidationError: the data is not a proposal, or its args do not validate.
         """
         return load_proposal(data, tools)
 
     def digest_matches(self) -> bool:
-        """Whether ``digest`` still matches the tool name and args (they were not altered)."""
+        """Whether `digest` still matches the tool name and args (they were not altered)."""
         return call_digest(self.tool_name, self.args) == self.digest
 
 
@@ -240,11 +242,11 @@ def load_proposal(data: str | bytes, tools: Sequence[AnyTool]) -> ProposedAction
 def load_proposal(data: str | bytes, tools: AnyTool | Sequence[AnyTool]) -> ProposedAction[Any]:
     """Reload a stored proposal with its args typed by the tool it names.
 
-    ``ProposedAction[YourArgs].model_validate_json`` does this for one args type; a proposal from a
-    multi-tool loop names its tool, and this picks that tool's ``args_type``.
+    `ProposedAction[YourArgs].model_validate_json` does this for one args type; a proposal from a
+    multi-tool loop names its tool, and this picks that tool's `args_type`.
 
     Raises:
-        UsageError: the proposal names a tool that is not among ``tools``.
+        UsageError: the proposal names a tool that is not among `tools`.
         pydantic.ValidationError: the data is not a proposal, or its args do not validate.
     """
     candidates = list(tools) if isinstance(tools, Sequence) else [tools]

@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from agentkit.errors import AgentkitError
 
 __all__ = ["RoundRecord", "RunEnding", "TieredLoopResult", "ToolLoopResult", "Usage"]
-"""``Usage`` is defined in ``agentkit._usage`` (the state and the model seam need it without the results)."""
+"""`Usage` is defined in `agentkit._usage` (the state and the model seam need it without the results)."""
 
 R = TypeVar("R")
 Args = TypeVar("Args", bound=BaseModel)
 Answer = DefaultedTypeVar("Answer", default=None)
-"""The type of a run's final answer (``run_tool_loop(..., answer=Schema)``); ``None`` without one."""
+"""The type of a run's final answer (`run_tool_loop(..., answer=Schema)`); `None` without one."""
 
 
 @functools.cache
@@ -60,7 +60,7 @@ class RoundRecord:
     batch_size: int = 0
     """How many items the tool returned."""
     observation: str | None = None
-    """The ``ToolRetry`` message the tool raised, if it did."""
+    """The `ToolRetry` message the tool raised, if it did."""
     error: str | None = None
     """The error that ended the run in this round, if one did."""
     llm_seconds: float = 0.0
@@ -75,7 +75,7 @@ class RoundRecord:
 class RunEnding:
     """What every run's result shares, whatever its shape (tool loop, single shot, pair).
 
-    A handler written against it (``RunFinished.result`` is one) serves every run.
+    A handler written against it (`RunFinished.result` is one) serves every run.
     """
 
     outcome: Outcome
@@ -83,7 +83,7 @@ class RunEnding:
     stop_reason: StopReason
     """Why the run ended."""
     error: AgentkitError | None = None
-    """Set exactly when ``outcome`` is ``Outcome.ERROR``."""
+    """Set exactly when `outcome` is `Outcome.ERROR`."""
     usage: Usage = field(default_factory=Usage)
     """Model usage summed over the run, every attempt (retries and fallback) included."""
     rounds: int = 0
@@ -92,7 +92,7 @@ class RunEnding:
     """A unique id for the run, as carried by its observer events (and stamped on its proposals)."""
 
     def raise_for_error(self) -> Self:
-        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
+        """Raise `error` if the run ended in error; otherwise return the result itself."""
         if self.error is not None:
             raise self.error
         return self
@@ -100,7 +100,7 @@ class RunEnding:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ToolLoopResult(RunEnding, Generic[R, Answer]):
-    """The ending of ``run_tool_loop``: always returned, never raised."""
+    """The ending of `run_tool_loop`: always returned, never raised."""
 
     items: list[R]
     """Every item gathered, batches concatenated in call order; kept whatever the ending. Not deduplicated:
@@ -108,26 +108,26 @@ class ToolLoopResult(RunEnding, Generic[R, Answer]):
     trace: tuple[RoundRecord, ...] = ()
     """One record per round."""
     answer: Answer | None = None
-    """With ``answer=Schema``: the validated answer the executor gave with its done step, or in
-    the closing round; ``None`` when it gave none (and always without ``answer=``)."""
+    """With `answer=Schema`: the validated answer the executor gave with its done step, or in
+    the closing round; `None` when it gave none (and always without `answer=`)."""
     answer_from_closing_round: bool = False
     """The answer came from the closing round: the tools stopped at the round ceiling, the budget
-    or a stalemate (``stop_reason`` says which), and the executor was then asked for the answer."""
+    or a stalemate (`stop_reason` says which), and the executor was then asked for the answer."""
     checkpoint: RunCheckpoint = field(default_factory=_unrecorded)
-    """The run's state, a frozen JSON-native value: ``resume_tool_loop`` (or ``ToolLoop.resume``)
-    continues a run that stopped at a proposal from it, and ``journal.resume`` a run whose process
+    """The run's state, a frozen JSON-native value: `resume_tool_loop` (or `ToolLoop.resume`)
+    continues a run that stopped at a proposal from it, and `journal.resume` a run whose process
     died between rounds from the last one its journal kept. On a result built by hand it records no
     run and cannot be resumed."""
 
     def cited(self) -> list[R]:
-        """The items the answer cites (its ``Cites`` fields), in the order it cites them, each once;
+        """The items the answer cites (its `Cites` fields), in the order it cites them, each once;
         empty without an answer or citations."""
         return resolve_citations(self.answer, self.items)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class TieredLoopResult(ToolLoopResult[R, Answer], Generic[Args, R, Answer]):
-    """The ending of ``run_tool_loop_tiered``: a ``ToolLoopResult`` plus the proposals."""
+    """The ending of `run_tool_loop_tiered`: a `ToolLoopResult` plus the proposals."""
 
     proposed: list[ProposedAction[Args]] = field(default_factory=list)
     """Calls above the autonomy ceiling, in the order the executor made them; none ran."""

@@ -1,10 +1,10 @@
-"""``resume_tool_loop``: continue a tiered run that stopped at a proposal, once a human has decided.
+"""`resume_tool_loop`: continue a tiered run that stopped at a proposal, once a human has decided.
 
-The resumed run is the same loop core (``agentkit._loop``) entered with the run's state: before its
-next round each approved call runs once through ``execute_approved`` and each rejection becomes
+The resumed run is the same loop core (`agentkit._loop`) entered with the run's state: before its
+next round each approved call runs once through `execute_approved` and each rejection becomes
 that call's observation; then the rounds go on under the state's ceilings, budget, deadline and
 degeneration window, counted from where the run stopped. Everything is checked before anything
-runs (``ToolLoop.prepared``): a refused resume makes no model call and runs no tool.
+runs (`ToolLoop.prepared`): a refused resume makes no model call and runs no tool.
 """
 
 from __future__ import annotations
@@ -77,35 +77,35 @@ async def resume_tool_loop(
     summarize: Summarizer | None = None,
     answer: type[Any] | None = None,
 ) -> TieredLoopResult[Any, R, Any]:
-    """Continue the run ``checkpoint`` records, with a decision for each of its pending proposals.
+    """Continue the run `checkpoint` records, with a decision for each of its pending proposals.
 
     Args:
         caller: The structured-call seam.
         agent: The executor (the same one, or one that renders the same way).
         tools: The run's tool set: the same names, in the same order, at the same tiers.
-        ctx: The caller's data for ``agent.render``, and for the tools that take the run's ctx (the approved calls
+        ctx: The caller's data for `agent.render`, and for the tools that take the run's ctx (the approved calls
             included).
-        checkpoint: ``result.checkpoint`` of a run that stopped at a proposal (perhaps reloaded
-            with ``RunCheckpoint.model_validate_json``).
-        decisions: One ``Approval`` or ``Rejection`` per pending proposal.
+        checkpoint: `result.checkpoint` of a run that stopped at a proposal (perhaps reloaded
+            with `RunCheckpoint.model_validate_json`).
+        decisions: One `Approval` or `Rejection` per pending proposal.
         observer: One observer, several, or none.
         same: Degeneration comparator; default compares args by value.
-        summarize: The run's ``ContextWindow.summarize``, given again: a function cannot be stored
+        summarize: The run's `ContextWindow.summarize`, given again: a function cannot be stored
             in the checkpoint (its bounds and its running summary are). Required exactly when the
-            run had one, and of the same ``module.qualname``.
-        answer: The run's answer type, as given to ``run_tool_loop_tiered`` (a type is not part
+            run had one, and of the same `module.qualname`.
+        answer: The run's answer type, as given to `run_tool_loop_tiered` (a type is not part
             of the checkpoint, so it is passed again).
 
     Returns:
-        The continued run's result, under the same run id: ``rounds`` and ``usage`` count the whole
-        run, ``items`` every item gathered (the approved calls' batches included), ``trace`` and
-        ``proposed`` this leg's rounds and proposals, ``checkpoint`` the state to resume from again.
+        The continued run's result, under the same run id: `rounds` and `usage` count the whole
+        run, `items` every item gathered (the approved calls' batches included), `trace` and
+        `proposed` this leg's rounds and proposals, `checkpoint` the state to resume from again.
 
     Raises:
         ResumeRefused: the checkpoint is altered or of another version, or finished; the tool set
             differs from the checkpoint's; a decision is for a proposal the checkpoint does not hold,
             is one of two for the same proposal, or is an approval already spent; or a pending
-            proposal has no decision; ``summarize`` is missing, unexpected, or another function than
+            proposal has no decision; `summarize` is missing, unexpected, or another function than
             the run's. Nothing ran.
         UsageError: a tool whose items cannot round-trip through JSON.
     """

@@ -1,10 +1,10 @@
-"""``ToolLoop``: a tool loop's wiring bound once, with ``run``, ``run_sync``, ``stream`` and ``resume``.
+"""`ToolLoop`: a tool loop's wiring bound once, with `run`, `run_sync`, `stream` and `resume`.
 
 The caller, the executor, the tools, the config, the observers and the answer type are bound
-when the loop is made (its tools validated and its step schema built once); each call of ``run``
-is one run of that wiring, each ``resume`` one run continued from its state. Every loop function
-of the package (``run_tool_loop``, ``run_tool_loop_tiered``, ``resume_tool_loop``, the streams,
-``journal.resume``) is a ``ToolLoop`` used once.
+when the loop is made (its tools validated and its step schema built once); each call of `run`
+is one run of that wiring, each `resume` one run continued from its state. Every loop function
+of the package (`run_tool_loop`, `run_tool_loop_tiered`, `resume_tool_loop`, the streams,
+`journal.resume`) is a `ToolLoop` used once.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ _UNSET: Any = object()
 class ToolLoop(Generic[Ctx, Args, R, Answer]):
     """A tiered tool loop's wiring, bound once: run it, stream it, or resume one of its runs.
 
-    Calls above the autonomy ceiling become proposals (``run_tool_loop_tiered``'s semantics); a run
-    that stopped at one continues with ``resume`` once a human decided, and so does a run whose
+    Calls above the autonomy ceiling become proposals (`run_tool_loop_tiered`'s semantics); a run
+    that stopped at one continues with `resume` once a human decided, and so does a run whose
     process died between rounds, from the state its journal kept.
 
     Example:
@@ -126,7 +126,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
 
     @classmethod
     def _plain(cls, *args: Any, **kwargs: Any) -> ToolLoop[Any, Any, Any, Any]:
-        """``run_tool_loop``'s loop: every tool must run live under the config (checked here)."""
+        """`run_tool_loop`'s loop: every tool must run live under the config (checked here)."""
         loop: ToolLoop[Any, Any, Any, Any] = cls(*args, **kwargs)
         for candidate in loop._bound.box.tools.values():
             verdict, tier = gate(candidate, loop.config)
@@ -147,20 +147,20 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         """One run: rounds until the executor is done, a ceiling, a proposal (by default) or an error.
 
         Args:
-            ctx: The caller's data for ``agent.render``, and the very object each tool that takes
+            ctx: The caller's data for `agent.render`, and the very object each tool that takes
                 the run's ctx is called with.
             run_id: The run's id (a fresh one when omitted).
         """
         return await run_core(self._bound, ctx, run_id=run_id)
 
     def run_sync(self, ctx: Ctx) -> TieredLoopResult[Args, R, Answer]:
-        """``run`` for scripts: runs it to completion in a new event loop."""
+        """`run` for scripts: runs it to completion in a new event loop."""
         import asyncio  # kept off `import agentkit`
 
         return asyncio.run(self.run(ctx))
 
     def stream(self, ctx: Ctx) -> RunStream[TieredLoopResult[Args, R, Answer]]:
-        """``run`` as a stream of its events (see ``iter_tool_loop_tiered``)."""
+        """`run` as a stream of its events (see `iter_tool_loop_tiered`)."""
         from agentkit._stream import RunStream
 
         def start(feed: Observer) -> Coroutine[Any, Any, TieredLoopResult[Args, R, Answer]]:
@@ -177,26 +177,26 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         *,
         summarize: Summarizer | None = _UNSET,
     ) -> TieredLoopResult[Args, R, Answer]:
-        """Continue the run ``checkpoint`` records, with a decision for each proposal it stopped at.
+        """Continue the run `checkpoint` records, with a decision for each proposal it stopped at.
 
         The run goes on under its own id and config (its ceilings, budget, deadline and repeat
         window counted from where it stopped): an approved call runs once before the next round and
         its batch is that call's result; a rejection is that call's observation.
 
         Args:
-            ctx: As for ``run``: the approved calls of tools that take the run's ctx get it too.
-            checkpoint: ``result.checkpoint`` of a run that stopped at a proposal, or the last state
+            ctx: As for `run`: the approved calls of tools that take the run's ctx get it too.
+            checkpoint: `result.checkpoint` of a run that stopped at a proposal, or the last state
                 a journal kept of a run whose process died (perhaps read back with
-                ``RunCheckpoint.model_validate_json``).
-            decisions: One ``Approval`` or ``Rejection`` per proposal the run stopped at.
-            summarize: The run's ``ContextWindow.summarize`` (a function is not part of the state);
+                `RunCheckpoint.model_validate_json`).
+            decisions: One `Approval` or `Rejection` per proposal the run stopped at.
+            summarize: The run's `ContextWindow.summarize` (a function is not part of the state);
                 by default this loop's config's, when the run had one of that name.
 
         Raises:
             ResumeRefused: the state is altered, of another version or finished; the tool set
-                differs from the run's (``ToolSetChanged``); a decision is for a proposal the run
+                differs from the run's (`ToolSetChanged`); a decision is for a proposal the run
                 does not wait on, is one of two for one proposal, or is a spent approval; a proposal
-                the run waits on has no decision; ``summarize`` is missing or another function than
+                the run waits on has no decision; `summarize` is missing or another function than
                 the run's. Nothing ran.
         """
         resume = self.prepared(checkpoint, decisions, summarize=summarize)
@@ -212,11 +212,11 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         run_approved: RunApproved | None = None,
         observers: Sequence[Observer] = (),
     ) -> Callable[[Ctx], Awaitable[TieredLoopResult[Args, R, Answer]]]:
-        """Check everything ``resume`` checks, running nothing; the function that resumes.
+        """Check everything `resume` checks, running nothing; the function that resumes.
 
-        ``run_id``: the run the caller asked for (a state of another run is refused).
-        ``run_approved``: executes an approved call in place of ``execute_approved`` (the journal
-        runs it through its claim). ``observers``: more observers for the resumed run.
+        `run_id`: the run the caller asked for (a state of another run is refused).
+        `run_approved`: executes an approved call in place of `execute_approved` (the journal
+        runs it through its claim). `observers`: more observers for the resumed run.
         """
         admit(checkpoint, self._bound.box.tools, run_id=run_id)
         if summarize is _UNSET:
@@ -274,12 +274,12 @@ def _codec(box: Toolbox, config: LoopConfig, observers: tuple[Observer, ...]) ->
 
 def awaiting(checkpoint: RunCheckpoint) -> tuple[RoundEntry, ...]:
     """The proposals the run stopped at, each needing a decision before it goes on (none for a run
-    that died between rounds: its undecided proposals, under ``AfterProposal.CONTINUE``, stay so)."""
+    that died between rounds: its undecided proposals, under `AfterProposal.CONTINUE`, stay so)."""
     return checkpoint.proposals if checkpoint.stop_reason is StopReason.PROPOSED else ()
 
 
 def pending_proposals(checkpoint: RunCheckpoint, codec: Codec) -> list[tuple[RoundEntry, ProposedAction[Any]]]:
-    """The proposals the run stopped at, each with its ``ProposedAction`` (args typed by ``codec``).
+    """The proposals the run stopped at, each with its `ProposedAction` (args typed by `codec`).
 
     Raises:
         ResumeRefused: a proposal's args no longer validate as its tool's args type.

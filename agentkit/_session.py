@@ -1,7 +1,7 @@
 """One run session, shared by the tool loop, single shots and the pair.
 
 A session owns what every run shape has in common: the run id, the request built from the role,
-the model call (``generate_structured`` with the attempt hook and an optional deadline), the
+the model call (`generate_structured` with the attempt hook and an optional deadline), the
 mapping of a failed call to its stop reason, and the start, finish and abort events. The run
 shapes keep only what is theirs: rounds of tools, one verdict, drafts and reviews.
 """
@@ -55,14 +55,14 @@ def prompt_digest(prompt: Prompt) -> str:
 
 
 def executor_failed(what: str, raised: BaseException) -> ExecutorError:
-    """The error of a run whose executor code (``render``, the ``same=`` comparator) raised."""
+    """The error of a run whose executor code (`render`, the `same=` comparator) raised."""
     error = ExecutorError(f"the executor's {what} raised {describe(raised)}")
     error.__cause__ = raised
     return error
 
 
 def failure_reason(error: AgentkitError) -> StopReason:
-    """The stop reason of a run whose model call failed with ``error``."""
+    """The stop reason of a run whose model call failed with `error`."""
     if isinstance(error, Throttled):
         return StopReason.THROTTLED
     return StopReason.MAX_TOKENS if isinstance(error, Truncated) else StopReason.LLM_ERROR
@@ -78,9 +78,9 @@ class Reply(Generic[M_co]):
     model: str = ""
     error: AgentkitError | None = None
     stop_reason: StopReason | None = None
-    """Why there is no value: ``LLM_ERROR``, ``THROTTLED``, ``MAX_TOKENS``, ``DEADLINE`` or ``EXECUTOR_ERROR``."""
+    """Why there is no value: `LLM_ERROR`, `THROTTLED`, `MAX_TOKENS`, `DEADLINE` or `EXECUTOR_ERROR`."""
     prompt: str | None = None
-    """SHA-256 of the rendered prompt (``prompt_digest``); ``None`` when ``render`` raised."""
+    """SHA-256 of the rendered prompt (`prompt_digest`); `None` when `render` raised."""
 
 
 class _Counted:
@@ -99,8 +99,8 @@ class _Counted:
 
 class RunSession:
     """The parts every run shares. As an async context manager it reports the start, an abort
-    when the run is left by an exception (cancellation, a ``UsageError``) so observers can close
-    what they opened, and awaits every observer's ``settle`` on the way out; ``finish`` reports
+    when the run is left by an exception (cancellation, a `UsageError`) so observers can close
+    what they opened, and awaits every observer's `settle` on the way out; `finish` reports
     the result."""
 
     def __init__(
@@ -120,11 +120,11 @@ class RunSession:
     ) -> None:
         self.observers = observers
         self.tracers = tuple(observer for observer in observers if traces(observer))
-        """The observers that give each round's ``traceparent`` (``Observer.traceparent``)."""
+        """The observers that give each round's `traceparent` (`Observer.traceparent`)."""
         self.role = role
         self.label = role.prompt_type or label
         self.run_id = run_id or uuid.uuid4().hex
-        """A resumed run keeps its run id and the usage it had spent (``usage``)."""
+        """A resumed run keeps its run id and the usage it had spent (`usage`)."""
         self.usage = usage or Usage()
         self._settings: dict[str, Any] = {name: getattr(role, name) for name in _ROLE_FIELDS}
         """The role's part of every request (a request is the role plus the prompt)."""
@@ -157,12 +157,12 @@ class RunSession:
             await settle(self.observers, self.run_id)
 
     def emit(self, event: Event) -> None:
-        """Deliver ``event`` to the observers (a no-op without them)."""
+        """Deliver `event` to the observers (a no-op without them)."""
         if self.observers:
             dispatch(self.observers, event)
 
     def traceparent(self) -> str | None:
-        """The current round's ``traceparent``, from the first tracing observer that gives one."""
+        """The current round's `traceparent`, from the first tracing observer that gives one."""
         for observer in self.tracers:
             try:
                 parent = observer.traceparent(self.run_id)
@@ -176,7 +176,7 @@ class RunSession:
         return None
 
     def finish(self, result: E, *, seen: RunEnding | None = None) -> E:
-        """Report the run's result (observers get ``seen``, a copy, where the result holds mutable parts)."""
+        """Report the run's result (observers get `seen`, a copy, where the result holds mutable parts)."""
         if self.observers:
             self.emit(RunFinished(run_id=self.run_id, result=seen if seen is not None else result))
         return result
@@ -191,11 +191,11 @@ class RunSession:
         round: int,
         deadline: float | None = None,
     ) -> Reply[M]:
-        """Render the prompt, then make one model call through ``generate_structured``, within
-        ``deadline`` seconds when given.
+        """Render the prompt, then make one model call through `generate_structured`, within
+        `deadline` seconds when given.
 
-        Failures become a ``Reply`` without a value: a ``render`` that raises is an
-        ``EXECUTOR_ERROR``; a failed call's usage counts every request sent, one cut off by the
+        Failures become a `Reply` without a value: a `render` that raises is an
+        `EXECUTOR_ERROR`; a failed call's usage counts every request sent, one cut off by the
         deadline included.
 
         Raises:

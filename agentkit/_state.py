@@ -1,21 +1,21 @@
 """A run's state as one frozen value: its header (run id, config, tools) and a log of entries, appended.
 
-A run appends one entry per model round (``RoundEntry``: the step, the call and what came of it,
-usage and time), one per decision on a proposal (``DecisionEntry``) and one at each end of a leg
-(``EndEntry``). Nothing is ever rewritten: a resumed run goes on appending to the state it loaded,
+A run appends one entry per model round (`RoundEntry`: the step, the call and what came of it,
+usage and time), one per decision on a proposal (`DecisionEntry`) and one at each end of a leg
+(`EndEntry`). Nothing is ever rewritten: a resumed run goes on appending to the state it loaded,
 and storage writes only the entries it has not written yet. Everything else a run needs to go on
 (its calls and batches, the pending proposals, the repeat window, usage, rounds, the running
-summary) is folded from the entries by ``fold``, the one function that reads them.
+summary) is folded from the entries by `fold`, the one function that reads them.
 
 Each entry carries a chained digest: the SHA-256 of the previous digest (the header's for the
 first entry) and the entry's canonical JSON. Appending costs the size of the entry, not of the
-run, and ``verify`` proves the whole log unaltered.
+run, and `verify` proves the whole log unaltered.
 
 Every value is JSON-native. Data from the model and the tools (args, batches, answers) is kept as
-canonical JSON *text* (``json_text``: sorted keys, ASCII, non-finite floats as ``NaN`` and
-``Infinity``), so a state survives any JSON round trip losslessly however deep the items nest or
-whatever floats and strings they hold; free text (observations, names, reasons) is ``Text``, which
-writes a lone surrogate or a NUL losslessly in JSON (``agentkit._lossless``).
+canonical JSON *text* (`json_text`: sorted keys, ASCII, non-finite floats as `NaN` and
+`Infinity`), so a state survives any JSON round trip losslessly however deep the items nest or
+whatever floats and strings they hold; free text (observations, names, reasons) is `Text`, which
+writes a lone surrogate or a NUL losslessly in JSON (`agentkit._lossless`).
 """
 
 from __future__ import annotations
@@ -72,16 +72,16 @@ _CANONICAL_CHUNKS: Any = (
         None, _CANONICAL.default, json.encoder.encode_basestring_ascii, None, ":", ",", True, False, True
     )
 )
-"""``_CANONICAL``'s C encoder, made once (``encode`` makes one per call) and without the circular-reference
+"""`_CANONICAL`'s C encoder, made once (`encode` makes one per call) and without the circular-reference
 check, which keeps no state between calls: a JSON value has no cycles (one that had would end in
-``RecursionError``, never loop)."""
+`RecursionError`, never loop)."""
 
 
 def json_text(value: object) -> str:
-    """``value`` (JSON values) as canonical JSON text: sorted keys, no whitespace, ASCII only.
+    """`value` (JSON values) as canonical JSON text: sorted keys, no whitespace, ASCII only.
 
-    Lone surrogates are escaped (``\\udc80``) and non-finite floats written as ``NaN`` and
-    ``Infinity``, which ``json.loads`` reads back as they were: nothing is lost.
+    Lone surrogates are escaped (`\\udc80`) and non-finite floats written as `NaN` and
+    `Infinity`, which `json.loads` reads back as they were: nothing is lost.
     """
     if _CANONICAL_CHUNKS is None or isinstance(value, str):  # a string is written by encode's own path
         return _CANONICAL.encode(value)
@@ -98,16 +98,16 @@ class ToolEntry(BaseModel):
     model_config = _FROZEN
     name: Text
     tier: Tier | None
-    """The declared tier; ``None``: the tool declares none (it never runs)."""
+    """The declared tier; `None`: the tool declares none (it never runs)."""
     args: str
     """SHA-256 of the args type's JSON schema (sorted keys): a change of fields, types or constraints shows."""
 
 
 class CheckpointContext(BaseModel):
-    """The run's ``ContextWindow``: its bounds as data; of a summarizer, only its name.
+    """The run's `ContextWindow`: its bounds as data; of a summarizer, only its name.
 
     A function cannot round-trip through JSON, so a resumed run is given the summarizer again
-    (``resume_tool_loop(..., summarize=...)``); its name is kept to refuse a resume without it, with
+    (`resume_tool_loop(..., summarize=...)`); its name is kept to refuse a resume without it, with
     one where the run had none, or with a function of another name.
     """
 
@@ -117,7 +117,7 @@ class CheckpointContext(BaseModel):
     max_tokens: int | None = None
     chars_per_token: float = 4.0
     summarize: Text | None = None
-    """The summarizer's ``module.qualname``; ``None``: the run had none."""
+    """The summarizer's `module.qualname`; `None`: the run had none."""
 
     @classmethod
     def of(cls, window: ContextWindow) -> CheckpointContext:
@@ -135,7 +135,7 @@ class CheckpointContext(BaseModel):
 
 
 def function_name(function: object) -> str:
-    """A function's ``module.qualname`` (its ``repr`` for a callable object without them)."""
+    """A function's `module.qualname` (its `repr` for a callable object without them)."""
     module = getattr(function, "__module__", None)
     qualname = getattr(function, "__qualname__", None) or getattr(type(function), "__qualname__", None)
     if module is None or qualname is None:
@@ -144,7 +144,7 @@ def function_name(function: object) -> str:
 
 
 class CheckpointConfig(BaseModel):
-    """The fields of the run's ``LoopConfig`` (retry policy included)."""
+    """The fields of the run's `LoopConfig` (retry policy included)."""
 
     model_config = _FROZEN
     max_rounds: int | None
@@ -161,7 +161,7 @@ class CheckpointConfig(BaseModel):
     closing_round: bool = True
     retry: dict[str, float]
     context: CheckpointContext | None = None
-    """The run's ``ContextWindow``; ``None``: the executor was shown every earlier call."""
+    """The run's `ContextWindow`; `None`: the executor was shown every earlier call."""
 
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
@@ -169,7 +169,7 @@ class CheckpointConfig(BaseModel):
         return _config_record(config)
 
     def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
-        """The ``LoopConfig`` again, with ``summarize`` as its context window's summarizer."""
+        """The `LoopConfig` again, with `summarize` as its context window's summarizer."""
         fields = self.model_dump(exclude={"retry", "context"})
         retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
         context = None if self.context is None else self.context.rebuild(summarize)
@@ -194,9 +194,9 @@ class RoundOutcome(enum.StrEnum):
     RAN = "ran"
     """The tool ran and returned a batch."""
     RETRIED = "retried"
-    """The tool raised ``ToolRetry``: its message is the call's observation."""
+    """The tool raised `ToolRetry`: its message is the call's observation."""
     REFUSED = "refused"
-    """The call repeated an earlier one and was not run (``RepeatPolicy.REFUSE``)."""
+    """The call repeated an earlier one and was not run (`RepeatPolicy.REFUSE`)."""
     PROPOSED = "proposed"
     """The call was above the autonomy ceiling: a proposal, not run."""
     ENDED = "ended"
@@ -219,18 +219,18 @@ class RoundEntry(BaseModel):
     tool: Text | None = None
     tier: Tier | None = None
     args: str | None = None
-    """The call's args, as ``json_text``."""
+    """The call's args, as `json_text`."""
     answer: str | None = None
-    """The done step's answer, as ``json_text`` (``None``: none given)."""
+    """The done step's answer, as `json_text` (`None`: none given)."""
     batch: str | None = None
-    """``RAN``: the batch, as ``json_text`` of the items' JSON values."""
+    """`RAN`: the batch, as `json_text` of the items' JSON values."""
     observation: Text | None = None
     repeats: int | None = None
-    """``REFUSED``: the round whose call this one repeats."""
+    """`REFUSED`: the round whose call this one repeats."""
     proposed_at: str | None = None
-    """``PROPOSED``: when (ISO 8601, UTC)."""
+    """`PROPOSED`: when (ISO 8601, UTC)."""
     call_digest: str | None = None
-    """``PROPOSED``: ``call_digest(tool, args)``, what a decision binds to."""
+    """`PROPOSED`: `call_digest(tool, args)`, what a decision binds to."""
     error: Text | None = None
     """The error that ended the run in this round."""
     summary: Text | None = None
@@ -249,8 +249,8 @@ class RoundEntry(BaseModel):
     elapsed: float = 0.0
     """The run's time so far (every leg), at this entry: the deadline goes on from it."""
     trace: str | None = None
-    """The W3C ``traceparent`` of the round's span, from a tracing observer (``Observer.traceparent``), so
-    that a later leg of the run, or a fork of it, links to it. Left out of the digest when ``None``."""
+    """The W3C `traceparent` of the round's span, from a tracing observer (`Observer.traceparent`), so
+    that a later leg of the run, or a fork of it, links to it. Left out of the digest when `None`."""
     digest: str = ""
     """SHA-256 of the previous entry's digest (the header's, first) and this entry's content."""
 
@@ -269,15 +269,15 @@ class DecisionEntry(BaseModel):
     by: Text
     reason: Text = ""
     batch: str | None = None
-    """The approved call ran: its batch, as ``json_text``."""
+    """The approved call ran: its batch, as `json_text`."""
     observation: Text | None = None
     error: Text | None = None
     """The approved call failed: the run ended with this error."""
     tool_seconds: float = 0.0
     elapsed: float = 0.0
     args: str | None = None
-    """The approver amended the call: the args that ran, as ``json_text`` (``None``: the call ran as
-    proposed). Left out of the digest when ``None``."""
+    """The approver amended the call: the args that ran, as `json_text` (`None`: the call ran as
+    proposed). Left out of the digest when `None`."""
     amended: tuple[str, ...] = ()
     """The args fields the approver changed."""
     digest: str = ""
@@ -300,7 +300,7 @@ Entry = Annotated[RoundEntry | DecisionEntry | EndEntry, Field(discriminator="ki
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class CallView:
-    """One call of the run as the state records it (JSON values), for ``ToolRoundInfo.prior_calls``."""
+    """One call of the run as the state records it (JSON values), for `ToolRoundInfo.prior_calls`."""
 
     round: int
     tool: str
@@ -308,7 +308,7 @@ class CallView:
     ran: bool = False
     """The tool ran and returned a batch."""
     batch: str | None = None
-    """The batch, when the call ran (``None`` too when the tool's items could not be kept: see ``Codec``)."""
+    """The batch, when the call ran (`None` too when the tool's items could not be kept: see `Codec`)."""
     observation: str | None = None
     proposed: bool = False
     """An undecided proposal."""
@@ -318,7 +318,7 @@ class CallView:
     entry: int = 0
     """The index of the entry that made the call."""
     amended: tuple[str, ...] = ()
-    """The args fields an approver changed before the call ran (``args`` are then the amended ones)."""
+    """The args fields an approver changed before the call ran (`args` are then the amended ones)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -334,20 +334,20 @@ class Progress:
     largest_round_tokens: int = 0
     elapsed: float = 0.0
     refusals: int = 0
-    """Repeats refused so far (``RepeatPolicy.REFUSE``)."""
+    """Repeats refused so far (`RepeatPolicy.REFUSE`)."""
     summary: str | None = None
     summarized: int = 0
     ended: EndEntry | None = None
     """The last leg's end, when nothing came after it."""
     answer: str | None = None
-    """The answer of the latest done round, as ``json_text``."""
+    """The answer of the latest done round, as `json_text`."""
 
 
 def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
     """The one reading of a state's entries: what they add up to."""
     calls: list[CallView] = []
     pending: dict[tuple[int, str], tuple[int, RoundEntry]] = {}
-    """Each undecided proposal by (round, digest): its index in ``calls``, and its entry."""
+    """Each undecided proposal by (round, digest): its index in `calls`, and its entry."""
     rounds = requests = input_tokens = output_tokens = largest = refusals = summarized = 0
     elapsed, summary, ended, answer = 0.0, None, None, None
     for index, entry in enumerate(entries):
@@ -406,7 +406,7 @@ _CALLS = frozenset({RoundOutcome.RAN, RoundOutcome.RETRIED, RoundOutcome.REFUSED
 
 
 def call_of(entry: RoundEntry, index: int) -> CallView | None:
-    """The call a round entry adds to the run; ``None`` for a round that adds none."""
+    """The call a round entry adds to the run; `None` for a round that adds none."""
     if entry.outcome not in _CALLS:
         return None
     assert entry.tool is not None
@@ -428,11 +428,11 @@ def call_of(entry: RoundEntry, index: int) -> CallView | None:
 class RunCheckpoint(BaseModel):
     """A run's state: everything needed to continue it, as one frozen, JSON-native value.
 
-    Every loop's result carries one (``result.checkpoint``). A run that stopped at a proposal, or
+    Every loop's result carries one (`result.checkpoint`). A run that stopped at a proposal, or
     whose process died between rounds (its journal keeps the state), continues from it; a finished
     run's state records how it went. Build one only through a run, or read one back with
-    ``model_validate_json``: a state whose entries do not reproduce their digests, or of another
-    ``version``, is refused before anything runs.
+    `model_validate_json`: a state whose entries do not reproduce their digests, or of another
+    `version`, is refused before anything runs.
     """
 
     model_config = _FROZEN
@@ -440,9 +440,9 @@ class RunCheckpoint(BaseModel):
     version: int = STATE_VERSION
     """The state schema version."""
     run_id: Text = ""
-    """The run, as stamped on its events and proposals; a resumed run keeps it (``""``: no run recorded)."""
+    """The run, as stamped on its events and proposals; a resumed run keeps it (`""`: no run recorded)."""
     config: CheckpointConfig = Field(default_factory=lambda: CheckpointConfig.of(LoopConfig()))
-    """The run's ``LoopConfig``, field by field; a resumed run goes on under it."""
+    """The run's `LoopConfig`, field by field; a resumed run goes on under it."""
     tools: tuple[ToolEntry, ...] = ()
     """The tool set's names, tiers and args schemas, in order; going on with another set is refused."""
     parent: Text | None = None
@@ -494,27 +494,27 @@ class RunCheckpoint(BaseModel):
         return _sha256(json_text(self.model_dump(mode="json", exclude={"entries", "digest"})))
 
     def appended(self, entry: RoundEntry | DecisionEntry | EndEntry) -> RunCheckpoint:
-        """This state with ``entry`` appended, its digest chained to the last one."""
+        """This state with `entry` appended, its digest chained to the last one."""
         sealed = entry.model_copy(update={"digest": chained(self.digest, entry)})
         return self._with(entries=(*self.entries, sealed), digest=sealed.digest)
 
     def _with(self, **changes: Any) -> RunCheckpoint:
-        """A copy with ``changes`` (values of the fields' types), made afresh: nothing folded from this
-        state (``progress``) carries over, as it would with ``model_copy``."""
+        """A copy with `changes` (values of the fields' types), made afresh: nothing folded from this
+        state (`progress`) carries over, as it would with `model_copy`."""
         copied = self.model_copy(update=changes)
         copied.__dict__.pop("progress", None)  # the cached fold of this state's entries, not of the copy's
         return copied
 
     def forked(self, run_id: str, *, at_round: int, config: LoopConfig | None = None) -> RunCheckpoint:
-        """A new run's state: this run's up to round ``at_round``, under ``run_id``, its parent recorded.
+        """A new run's state: this run's up to round `at_round`, under `run_id`, its parent recorded.
 
-        The fork keeps the rounds up to ``at_round`` and the decisions on their proposals (a call that
+        The fork keeps the rounds up to `at_round` and the decisions on their proposals (a call that
         ran is inherited as done: resuming the fork never runs it again), and leaves out this run's
         ends, so it goes on from there. A proposal of those rounds that this run never had decided
-        stops the fork at it again, for its own decision. ``config`` replaces the run's config.
+        stops the fork at it again, for its own decision. `config` replaces the run's config.
 
         Raises:
-            UsageError: ``at_round`` is not a round this run reached (``0`` forks before round 1).
+            UsageError: `at_round` is not a round this run reached (`0` forks before round 1).
         """
         from agentkit.errors import UsageError
 
@@ -582,7 +582,7 @@ class RunCheckpoint(BaseModel):
 
     @property
     def stop_reason(self) -> StopReason | None:
-        """Why the run's latest leg ended; ``None`` while it runs (or when its process died mid-run)."""
+        """Why the run's latest leg ended; `None` while it runs (or when its process died mid-run)."""
         ended = self.progress.ended
         return None if ended is None else ended.stop_reason
 
@@ -603,13 +603,13 @@ class RunCheckpoint(BaseModel):
 
     @property
     def proposals(self) -> tuple[RoundEntry, ...]:
-        """The proposals awaiting a decision (each a ``PROPOSED`` round entry)."""
+        """The proposals awaiting a decision (each a `PROPOSED` round entry)."""
         return self.progress.pending
 
 
 def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], tools: frozenset[str]) -> str | None:
-    """What does not hold together in a log whose digests check out (one sealed by hand) over the run's ``tools``;
-    ``None``: nothing."""
+    """What does not hold together in a log whose digests check out (one sealed by hand) over the run's `tools`;
+    `None`: nothing."""
     pending: set[tuple[int, str | None]] = set()
     last = 0
     for index, entry in enumerate(entries):
@@ -638,9 +638,9 @@ _UNAMENDED = frozenset({"args", "amended"})
 
 
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
-    """The digest of ``entry`` after the entry (or header) whose digest is ``previous``.
+    """The digest of `entry` after the entry (or header) whose digest is `previous`.
 
-    A round recorded without a tracer is digested without its ``trace``, as rounds were before it existed.
+    A round recorded without a tracer is digested without its `trace`, as rounds were before it existed.
     """
     untraced = isinstance(entry, RoundEntry) and entry.trace is None
     exclude = set(_UNTRACED if untraced else _UNDIGESTED)

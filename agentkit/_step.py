@@ -1,20 +1,22 @@
-"""``ToolStep``, the one structured reply the executor gives each round, and its schema builder.
+"""`ToolStep`, the one structured reply the executor gives each round, and its schema builder.
 
-The JSON schema a model is asked to follow ties ``done`` and ``call`` together, so that a
+The JSON schema a model is asked to follow ties `done` and `call` together, so that a
 constrained decoder (llama.cpp, vLLM, OpenAI's strict mode) cannot write a step that validation
-refuses: after ``rationale`` comes a ``decision``, one of ``{"done": true}`` and
-``{"done": false, "call": {...}}`` (one such variant per tool)::
+refuses: after `rationale` comes a `decision`, one of `{"done": true}` and
+`{"done": false, "call": {...}}` (one such variant per tool):
 
-    {"rationale": "...", "decision": {"done": false, "call": {"query": "tiers"}}}
+```python
+{"rationale": "...", "decision": {"done": false, "call": {"query": "tiers"}}}
+```
 
-The root stays an object, as OpenAI's strict subset requires, and the union is an ``anyOf``. The
-validated value is still a flat ``ToolStep`` (``rationale``, ``done``, ``call``), and the flat
-shape (``{"done": false, "call": {...}}``) is accepted as input too.
+The root stays an object, as OpenAI's strict subset requires, and the union is an `anyOf`. The
+validated value is still a flat `ToolStep` (`rationale`, `done`, `call`), and the flat
+shape (`{"done": false, "call": {...}}`) is accepted as input too.
 
 A model reads the schema, and pays for its bytes, every round, so it says each thing once: the
-``decision``'s description says what each variant is (the variants describe none of their fields,
+`decision`'s description says what each variant is (the variants describe none of their fields,
 which would repeat per tool), no node has a title but the root (the schema's name), the step's
-fields carry no defaults (every one is required) and a ``const`` carries no ``type``.
+fields carry no defaults (every one is required) and a `const` carries no `type`.
 """
 
 from __future__ import annotations
@@ -39,15 +41,15 @@ __all__ = ["ToolCall", "ToolStep", "build_step_model", "schema_name"]
 Args = TypeVar("Args", bound=BaseModel)
 
 VALID_NAME = re.compile(r"\A[a-zA-Z0-9_-]{1,64}\Z")
-"""OpenAI's rule for function and schema names, which tool names follow too. Use ``fullmatch``: with
-``match`` and ``$``, a name with a trailing newline (``"wipe\\n"``) would pass."""
+"""OpenAI's rule for function and schema names, which tool names follow too. Use `fullmatch`: with
+`match` and `$`, a name with a trailing newline (`"wipe\\n"`) would pass."""
 _NAME_BAD_CHARS = re.compile(r"[^a-zA-Z0-9_-]+")
 
 
 def schema_name(raw: str) -> str:
-    """A name valid for OpenAI functions and JSON schemas (``^[a-zA-Z0-9_-]{1,64}$``).
+    """A name valid for OpenAI functions and JSON schemas (`^[a-zA-Z0-9_-]{1,64}$`).
 
-    Characters outside the set become ``_``; a name longer than 64 characters keeps its head and
+    Characters outside the set become `_`; a name longer than 64 characters keeps its head and
     gains a short hash of the whole, so two long names stay distinct.
     """
     if VALID_NAME.fullmatch(raw):
@@ -72,8 +74,8 @@ _DECISION_KEYS = frozenset({"done", "call", "answer"})
 class ToolStep(BaseModel, Generic[Args]):
     """The executor's reply each round: stop, or call a tool.
 
-    ``rationale`` comes first so that constrained decoding makes a small model reason before it
-    decides. ``done=False`` without a ``call`` is invalid and goes back to the model as a
+    `rationale` comes first so that constrained decoding makes a small model reason before it
+    decides. `done=False` without a `call` is invalid and goes back to the model as a
     validation error. The JSON schema is the wire shape (see the module docstring), in which that
     step cannot be written at all.
     """
@@ -81,7 +83,7 @@ class ToolStep(BaseModel, Generic[Args]):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_require_every_field)
 
     _calls_first: ClassVar[bool] = False
-    """A step that cannot be done: the run must call a tool first (``LoopConfig.min_calls``)."""
+    """A step that cannot be done: the run must call a tool first (`LoopConfig.min_calls`)."""
 
     rationale: str = Field(default="", description="Why this step: what is known, what is missing.")
     done: bool = Field(description="true when the gathered results are enough (or nothing is needed).")
@@ -90,7 +92,7 @@ class ToolStep(BaseModel, Generic[Args]):
     @model_validator(mode="before")
     @classmethod
     def _flatten_decision(cls, data: Any) -> Any:
-        """The wire shape ``{"rationale", "decision": {"done", "call"}}`` as the flat fields."""
+        """The wire shape `{"rationale", "decision": {"done", "call"}}` as the flat fields."""
         if not isinstance(data, dict) or "decision" not in data:
             return data
         decision = data["decision"]
@@ -128,7 +130,7 @@ class ToolStep(BaseModel, Generic[Args]):
     ) -> dict[str, Any]:
         """The wire schema (see the module docstring), written for the model that reads it: no titles
         but the root's, which is the schema's name (a title repeats its field's or model's name), and
-        no ``type`` beside a ``const`` (the value says it). A model pays for every byte of the schema,
+        no `type` beside a `const` (the value says it). A model pays for every byte of the schema,
         every round."""
         schema = super().model_json_schema(by_alias, ref_template, schema_generator, mode, union_format=union_format)
         if _wire_model(cls) is None:
@@ -172,10 +174,10 @@ _SCHEMA_ONE = frozenset({"items", "additionalProperties", "not", "contains", "pr
 
 
 def _for_the_model(node: Any, *, root: bool = False) -> Any:
-    """A JSON schema without the keywords that tell a model nothing: every ``title`` (but the root's,
-    the schema's name), and the ``type`` beside a ``const``.
+    """A JSON schema without the keywords that tell a model nothing: every `title` (but the root's,
+    the schema's name), and the `type` beside a `const`.
 
-    Only schema positions are walked, so a property, a default or an enum value named ``title``
+    Only schema positions are walked, so a property, a default or an enum value named `title`
     stays as it is. What the schema admits does not change.
     """
     if not isinstance(node, dict):
@@ -196,7 +198,7 @@ def _for_the_model(node: Any, *, root: bool = False) -> Any:
 
 
 def _members(annotation: Any) -> list[Any]:
-    """The types a field annotation admits, unions and ``Annotated`` unpacked, ``None`` left out."""
+    """The types a field annotation admits, unions and `Annotated` unpacked, `None` left out."""
     origin = typing.get_origin(annotation)
     if origin is Annotated:
         return _members(typing.get_args(annotation)[0])
@@ -206,15 +208,15 @@ def _members(annotation: Any) -> list[Any]:
 
 
 def _union(*members: Any) -> Any:
-    """``A | B | ...`` built with ``|``: ``typing.Union[...]`` would keep each union in typing's own cache
+    """`A | B | ...` built with `|`: `typing.Union[...]` would keep each union in typing's own cache
     (128 of them), and with it the models of the last 128 tool sets made per request."""
     return functools.reduce(operator.or_, members)
 
 
 def _wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
-    """The schema a model is asked to follow for ``step``: a ``decision`` that is done or one tool's call.
+    """The schema a model is asked to follow for `step`: a `decision` that is done or one tool's call.
 
-    ``None`` for a step whose call type is not concrete (``ToolStep`` itself, unparametrised). Built
+    `None` for a step whose call type is not concrete (`ToolStep` itself, unparametrised). Built
     once per step model and kept on it.
     """
     return kept_on(step, "wire", lambda: _build_wire_model(step))
@@ -286,7 +288,7 @@ def _build_call_variant(call: type[BaseModel]) -> type[BaseModel]:
 
 
 class ToolCall(BaseModel):
-    """Base of the wire shape of a call in a multi-tool step: ``{"tool": name, "args": {...}}``."""
+    """Base of the wire shape of a call in a multi-tool step: `{"tool": name, "args": {...}}`."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -306,7 +308,7 @@ def _build_call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCa
 
 
 StepTools = tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel]
-"""What a step model is built for: one tool's args type, or a set of ``(name, args_type)`` pairs."""
+"""What a step model is built for: one tool's args type, or a set of `(name, args_type)` pairs."""
 
 
 def build_step_model(
@@ -317,19 +319,19 @@ def build_step_model(
     closing: bool = False,
     calls_first: bool = False,
 ) -> type[ToolStep[Any]]:
-    """The step model for one tool's args type, or for a set of ``(name, args_type)`` pairs.
+    """The step model for one tool's args type, or for a set of `(name, args_type)` pairs.
 
-    A single args type gives a ``ToolStep`` whose call is the bare args object; a tuple of pairs,
-    even of one, gives a step whose call is ``{"tool": name, "args": {...}}``, discriminated by
-    ``tool``. With ``answer``, a done step carries ``answer``, validated as that type (and
-    required); with ``closing`` too, the step allows no call at all: only done with the answer.
-    With ``calls_first``, the step cannot be done at all: only a call (``LoopConfig.min_calls``).
+    A single args type gives a `ToolStep` whose call is the bare args object; a tuple of pairs,
+    even of one, gives a step whose call is `{"tool": name, "args": {...}}`, discriminated by
+    `tool`. With `answer`, a done step carries `answer`, validated as that type (and
+    required); with `closing` too, the step allows no call at all: only done with the answer.
+    With `calls_first`, the step cannot be done at all: only a call (`LoopConfig.min_calls`).
 
     Built once per distinct input, so a loop never rebuilds schemas per round, and kept on a type
-    it is built from (``agentkit._cache.kept_on``): on ``answer`` when there is one (a citing answer
+    it is built from (`agentkit._cache.kept_on`): on `answer` when there is one (a citing answer
     restricted to this round's ids is a type of its own, and its step models go with it), else on
     the (first) args type, so the step models of tools made per request go with their args types.
-    Each is a concrete subclass of ``ToolStep[Any]``, never a parametrisation of ``ToolStep`` per
+    Each is a concrete subclass of `ToolStep[Any]`, never a parametrisation of `ToolStep` per
     tool set, which pydantic would keep in its own cache.
     """
     owner: object = tools
@@ -388,7 +390,7 @@ def _answer_step(base: type[ToolStep[Any]], answer: type[Any], closing: bool) ->
 
 
 def step_answer(step: ToolStep[Any]) -> Any:
-    """The answer a done step carries (``None`` for a step model without an answer)."""
+    """The answer a done step carries (`None` for a step model without an answer)."""
     return getattr(step, "answer", None)
 
 
@@ -404,8 +406,8 @@ def step_call_parts(call: BaseModel) -> tuple[str | None, BaseModel]:
 
 
 def call_shape(schema: type[BaseModel]) -> Literal["args", "named"] | None:
-    """How a step model's call is written: the bare args (one tool), ``{"tool", "args"}`` (a list of
-    tools); ``None`` for a schema that is not a step, or a step that allows no call."""
+    """How a step model's call is written: the bare args (one tool), `{"tool", "args"}` (a list of
+    tools); `None` for a schema that is not a step, or a step that allows no call."""
     field = schema.model_fields.get("call") if issubclass(schema, ToolStep) else None
     members = _members(field.annotation) if field is not None else []
     if not members:

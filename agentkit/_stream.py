@@ -1,14 +1,16 @@
-"""``RunStream``: a run as a stream of its events, for UIs and streaming APIs (``iter_tool_loop``,
-``iter_tool_loop_tiered`` and ``ToolLoop.stream`` make one).
+"""`RunStream`: a run as a stream of its events, for UIs and streaming APIs (`iter_tool_loop`,
+`iter_tool_loop_tiered` and `ToolLoop.stream` make one).
 
 The run is the ordinary loop running as a task, with one more observer that feeds a queue; the
 stream reads that queue. So the stream sees exactly the events the hooks see, in the same order,
-and there is no second loop body::
+and there is no second loop body:
 
-    async with iter_tool_loop(caller, agent, search, ctx) as run:
-        async for event in run:
-            ...  # match event.kind
-    result = run.result
+```python
+async with iter_tool_loop(caller, agent, search, ctx) as run:
+    async for event in run:
+        ...  # match event.kind
+result = run.result
+```
 """
 
 from __future__ import annotations
@@ -58,9 +60,9 @@ class RunStream(Generic[ResultT]):
     """One run as an async context manager and an async iterator of its events.
 
     Entering starts the run as a task; iterating yields each event as it happens (the last is
-    ``RunFinished``) and then stops; ``result`` holds what the loop returned. Leaving the block
-    before the run has finished (``break``, an exception, cancellation) cancels the run and waits
-    for it to unwind. An exception the run raises (``UsageError``, ``ScriptExhausted``) is raised
+    `RunFinished`) and then stops; `result` holds what the loop returned. Leaving the block
+    before the run has finished (`break`, an exception, cancellation) cancels the run and waits
+    for it to unwind. An exception the run raises (`UsageError`, `ScriptExhausted`) is raised
     to the consumer, after the events that preceded it.
     """
 
@@ -123,7 +125,7 @@ class RunStream(Generic[ResultT]):
         """What the loop returned.
 
         Raises:
-            UsageError: the run has not finished yet (iterate to the end or ``await wait()``
+            UsageError: the run has not finished yet (iterate to the end or `await wait()`
                 first), was cancelled, or raised instead of returning.
         """
         task = self._task

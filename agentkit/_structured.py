@@ -1,15 +1,15 @@
-"""The structured-call seam and ``generate_structured``, the atom every loop is built from.
+"""The structured-call seam and `generate_structured`, the atom every loop is built from.
 
-``generate_structured`` owns retry, fallback and the throttle contract, so no loop does:
+`generate_structured` owns retry, fallback and the throttle contract, so no loop does:
 
-* the primary model is tried ``RetryPolicy.primary_attempts`` times (2), then the fallback
-  model ``RetryPolicy.fallback_attempts`` times (1);
-* only transient ``ProviderError``s and ``StructuredOutputError``s are retried; a schema failure
-  is re-asked with the validation error text (``StructuredRequest.reask``);
-* ``Throttled`` (HTTP 429) is never retried and never failed over: it propagates at once;
-* ``Truncated`` (a reply cut off at ``max_tokens``) is never retried on the same model, since the
+* the primary model is tried `RetryPolicy.primary_attempts` times (2), then the fallback
+  model `RetryPolicy.fallback_attempts` times (1);
+* only transient `ProviderError`s and `StructuredOutputError`s are retried; a schema failure
+  is re-asked with the validation error text (`StructuredRequest.reask`);
+* `Throttled` (HTTP 429) is never retried and never failed over: it propagates at once;
+* `Truncated` (a reply cut off at `max_tokens`) is never retried on the same model, since the
   same request would be cut again: it fails over to the fallback model only when the fallback's
-  limit (``RoleSpec.fallback_max_tokens``) differs, and propagates otherwise.
+  limit (`RoleSpec.fallback_max_tokens`) differs, and propagates otherwise.
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ M_co = TypeVar("M_co", bound=BaseModel, covariant=True)
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class StructuredRequest(RoleSpec):
-    """One structured call: the prompt, and the model settings of the role asking (every ``RoleSpec``
-    field: ``model``, ``fallback_model``, ``temperature``, ``max_tokens`` (a reply cut off by it is
-    an error, never parsed), ``prompt_type``, ``seed``)."""
+    """One structured call: the prompt, and the model settings of the role asking (every `RoleSpec`
+    field: `model`, `fallback_model`, `temperature`, `max_tokens` (a reply cut off by it is
+    an error, never parsed), `prompt_type`, `seed`)."""
 
     system: str
     """Stable instructions (kept byte-identical across rounds so provider prompt caching works)."""
@@ -62,39 +62,39 @@ class Completion(Generic[M_co]):
     value: M_co
     """The reply, validated against the requested schema."""
     usage: Usage
-    """Usage of this call (for ``generate_structured``: of every attempt)."""
+    """Usage of this call (for `generate_structured`: of every attempt)."""
     model: str
     """The model that answered."""
     response_id: str | None = None
-    """The server's id of the reply (``chatcmpl-...``), when it gives one."""
+    """The server's id of the reply (`chatcmpl-...`), when it gives one."""
     finish_reasons: tuple[str, ...] = ()
-    """Why the model stopped, per choice (``("stop",)``), when the server says."""
+    """Why the model stopped, per choice (`("stop",)`), when the server says."""
 
 
 class StructuredCaller(Protocol):
     """The one seam between agentkit and a model.
 
     Implementations make one call (their own re-asks on a schema failure are allowed) and either
-    return a validated ``Completion`` or raise an ``AgentkitError``: ``Throttled`` for HTTP 429,
-    ``ProviderError`` (``transient`` for 5xx, timeouts and lost connections) or
-    ``StructuredOutputError``. Usage of a failed call goes on the error's ``usage`` attribute.
+    return a validated `Completion` or raise an `AgentkitError`: `Throttled` for HTTP 429,
+    `ProviderError` (`transient` for 5xx, timeouts and lost connections) or
+    `StructuredOutputError`. Usage of a failed call goes on the error's `usage` attribute.
     """
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
-        """Ask ``request.model`` for one reply that validates against ``schema``."""
+        """Ask `request.model` for one reply that validates against `schema`."""
         ...
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:
-    """How ``generate_structured`` retries and fails over."""
+    """How `generate_structured` retries and fails over."""
 
     primary_attempts: int = 2
     """Attempts on the primary model."""
     fallback_attempts: int = 1
     """Attempts on the fallback model, when the request names one."""
     wait_initial: float = 0.2
-    """Seconds before the first retry; the wait doubles, with jitter, up to ``wait_max``."""
+    """Seconds before the first retry; the wait doubles, with jitter, up to `wait_max`."""
     wait_max: float = 2.0
     """Longest wait between two attempts."""
 
@@ -111,7 +111,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Attempt:
-    """One attempt of ``generate_structured``, reported to ``on_attempt``."""
+    """One attempt of `generate_structured`, reported to `on_attempt`."""
 
     model: str
     """The model asked."""
@@ -148,12 +148,12 @@ def _as_agentkit_error(error: Exception) -> AgentkitError:
 
 
 def fallback_limit(role: RoleSpec) -> int | None:
-    """The token limit a request to the fallback model carries: ``fallback_max_tokens``, else ``max_tokens``."""
+    """The token limit a request to the fallback model carries: `fallback_max_tokens`, else `max_tokens`."""
     return role.fallback_max_tokens if role.fallback_max_tokens is not None else role.max_tokens
 
 
 class _Attempts(Generic[M]):
-    """The attempts of one ``generate_structured`` call: the running usage, count and last error."""
+    """The attempts of one `generate_structured` call: the running usage, count and last error."""
 
     __slots__ = ("caller", "counter", "current", "last", "on_attempt", "schema", "total")
 
@@ -173,7 +173,7 @@ class _Attempts(Generic[M]):
         self.last: AgentkitError | None = None
 
     async def once(self, model: str, max_tokens: int | None) -> Completion[M]:
-        """One attempt on ``model`` with ``max_tokens``; a failure is raised as an ``AgentkitError`` and remembered."""
+        """One attempt on `model` with `max_tokens`; a failure is raised as an `AgentkitError` and remembered."""
         self.counter += 1
         started = time.perf_counter()
         current = self.current
@@ -216,7 +216,7 @@ async def generate_structured(
     Raises:
         Throttled: at the first HTTP 429, whatever attempt it came on.
         Truncated: a reply was cut off by the token limit and no fallback with another limit was left.
-        AgentkitError: the last attempt's error once every attempt is spent; its ``usage``
+        AgentkitError: the last attempt's error once every attempt is spent; its `usage`
             attribute then holds the usage of all attempts.
     """
     policy = policy or RetryPolicy()

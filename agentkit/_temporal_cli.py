@@ -1,4 +1,4 @@
-"""``agentkit temporal``: start durable runs on Temporal, list and show them, decide their proposals.
+"""`agentkit temporal`: start durable runs on Temporal, list and show them, decide their proposals.
 
     agentkit temporal start AGENT --task-queue Q [--ctx JSON] [--run-id ID] [--agents MODULE:ATTR]
     agentkit temporal list
@@ -7,14 +7,14 @@
     agentkit temporal reject RUN_ID --round N --digest D --by NAME [--reason TEXT]
     agentkit temporal resolve RUN_ID --round N --digest D --by NAME (--ran | --not-ran) [--note TEXT]
 
-Each takes ``--address`` (default ``$TEMPORAL_ADDRESS`` or ``localhost:7233``), ``--namespace``
-(default ``default``) and ``--task-queue`` (default ``agentkit``; only ``start`` uses it). The worker
-is ``agentkit worker --temporal ADDRESS --task-queue Q --agents module:attr``. ``start --agents``
-names the agents (``DurableAgent`` or ``AgentSpec`` values) so that the ctx is validated before the
+Each takes `--address` (default `$TEMPORAL_ADDRESS` or `localhost:7233`), `--namespace`
+(default `default`) and `--task-queue` (default `agentkit`; only `start` uses it). The worker
+is `agentkit worker --temporal ADDRESS --task-queue Q --agents module:attr`. `start --agents`
+names the agents (`DurableAgent` or `AgentSpec` values) so that the ctx is validated before the
 run starts (exit status 2 naming each error, nothing started); without it the workers validate it,
-and a ctx that does not validate fails the run (``show`` says why). A refused decision (wrong digest,
+and a ctx that does not validate fails the run (`show` says why). A refused decision (wrong digest,
 no such pending proposal, already decided) exits with status 1 and changes nothing. The SDK (extra
-``temporal``) is imported only when a command runs.
+`temporal`) is imported only when a command runs.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ __all__ = ["load_agents", "load_specs", "register", "serve_temporal"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``temporal`` command group."""
+    """Add the `temporal` command group."""
     group = subparsers.add_parser(
         "temporal", help="durable runs on Temporal: start, list, show, decide", description=__doc__
     )
@@ -184,7 +184,7 @@ def _resolve(args: argparse.Namespace) -> int:
 
 
 def load_agents(paths: Sequence[str]) -> list[DurableAgent[Any, Any]]:
-    """The durable agents named by ``module:attr`` paths (each one agent or a sequence of them)."""
+    """The durable agents named by `module:attr` paths (each one agent or a sequence of them)."""
     from agentkit.temporal import DurableAgent
 
     agents: list[DurableAgent[Any, Any]] = []
@@ -196,7 +196,7 @@ def load_agents(paths: Sequence[str]) -> list[DurableAgent[Any, Any]]:
 
 
 def load_specs(paths: Sequence[str]) -> list[AgentSpec[Any, Any]]:
-    """The specs named by ``module:attr`` paths: ``AgentSpec`` values, or ``DurableAgent`` values (their spec)."""
+    """The specs named by `module:attr` paths: `AgentSpec` values, or `DurableAgent` values (their spec)."""
     from agentkit.temporal import AgentSpec, DurableAgent
 
     specs: list[AgentSpec[Any, Any]] = []
@@ -211,7 +211,7 @@ def load_specs(paths: Sequence[str]) -> list[AgentSpec[Any, Any]]:
 
 
 def _load(paths: Sequence[str]) -> list[tuple[str, object]]:
-    """What each ``module:attr`` path names (one value, or each of a sequence), with its path."""
+    """What each `module:attr` path names (one value, or each of a sequence), with its path."""
     loaded: list[tuple[str, object]] = []
     for path in paths:
         found = import_object("--agents", path, "myapp.agents:AGENTS")
@@ -221,7 +221,7 @@ def _load(paths: Sequence[str]) -> list[tuple[str, object]]:
 
 
 def serve_temporal(args: argparse.Namespace) -> int:
-    """``agentkit worker --temporal ADDRESS``: serve the agents on the task queue until SIGTERM or Ctrl-C."""
+    """`agentkit worker --temporal ADDRESS`: serve the agents on the task queue until SIGTERM or Ctrl-C."""
     if not args.agents:
         print("agentkit: error: --temporal needs --agents MODULE:ATTR (the durable agents to serve)", file=sys.stderr)
         return 2

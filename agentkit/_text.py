@@ -1,4 +1,4 @@
-"""The plain-text seam: ``TextCaller``, for replies that are prose, not JSON."""
+"""The plain-text seam: `TextCaller`, for replies that are prose, not JSON."""
 
 from __future__ import annotations
 
@@ -28,11 +28,11 @@ class TextCompletion:
 
 
 class TextCaller(Protocol):
-    """A model seam for prose replies; same errors as ``StructuredCaller``.
+    """A model seam for prose replies; same errors as `StructuredCaller`.
 
-    ``request.reask`` is unused here: there is no schema to fail.
+    `request.reask` is unused here: there is no schema to fail.
     """
 
     async def complete_text(self, request: StructuredRequest) -> TextCompletion:
-        """Ask ``request.model`` for a plain-text reply."""
+        """Ask `request.model` for a plain-text reply."""
         ...

@@ -62,12 +62,12 @@ _SEPARATORS = re.compile(r"[\s\-]+")
 def parse_tier(text: str) -> tuple[Tier, TierParseError | None]:
     """Read a tier from text (a config file, a database column), failing closed.
 
-    Accepts the names in any case with ``_``, ``-`` or spaces (``"read-only"``, ``"Tier.IRREVERSIBLE"``)
-    and the integer values. Anything else gives ``Tier.IRREVERSIBLE`` together with an error, so a
+    Accepts the names in any case with `_`, `-` or spaces (`"read-only"`, `"Tier.IRREVERSIBLE"`)
+    and the integer values. Anything else gives `Tier.IRREVERSIBLE` together with an error, so a
     typo can never make a tool auto-run.
 
     Returns:
-        The tier, and ``None`` or the error explaining why the text fell back to irreversible.
+        The tier, and `None` or the error explaining why the text fell back to irreversible.
     """
     key = _SEPARATORS.sub("_", text.strip()).upper().removeprefix("TIER.")
     if key.isascii() and key.isdigit() and int(key) in {t.value for t in Tier}:

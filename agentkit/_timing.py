@@ -1,4 +1,4 @@
-"""Timeouts, with asyncio imported on first use so that ``import agentkit`` does not load it."""
+"""Timeouts, with asyncio imported on first use so that `import agentkit` does not load it."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 
 class _Unbounded:
-    """The scope of no timeout: nothing to arm, nothing that expires (``asyncio.timeout(None)``, for less)."""
+    """The scope of no timeout: nothing to arm, nothing that expires (`asyncio.timeout(None)`, for less)."""
 
     __slots__ = ()
 
@@ -27,7 +27,7 @@ _UNBOUNDED = _Unbounded()
 
 
 def timeout_scope(delay: float | None) -> Any:
-    """``asyncio.timeout(delay)``: ``None`` never expires (and then arms nothing, every round)."""
+    """`asyncio.timeout(delay)`: `None` never expires (and then arms nothing, every round)."""
     if delay is None:
         return _UNBOUNDED
     import asyncio  # see the module docstring

@@ -1,17 +1,17 @@
-"""Threads for blocking user code: tools (``@tool(in_thread=True)``) and sync context summarizers
+"""Threads for blocking user code: tools (`@tool(in_thread=True)`) and sync context summarizers
 under a deadline, each in a bounded set of their own.
 
-A blocking tool runs in one of ``TOOL_THREADS`` daemon threads that belong to agentkit, never in
-the event loop's default executor; a sync ``ContextWindow.summarize`` of a run with a deadline runs
-in one of ``SUMMARY_THREADS`` others. Python cannot stop a thread: a call whose caller gave up (its
-``tool_timeout`` fired, the run's deadline passed, or it was cancelled) keeps its thread until the
+A blocking tool runs in one of `TOOL_THREADS` daemon threads that belong to agentkit, never in
+the event loop's default executor; a sync `ContextWindow.summarize` of a run with a deadline runs
+in one of `SUMMARY_THREADS` others. Python cannot stop a thread: a call whose caller gave up (its
+`tool_timeout` fired, the run's deadline passed, or it was cancelled) keeps its thread until the
 function returns. Kept apart, such threads cannot starve the journal or anything else that uses
-``asyncio.to_thread``, nor each other's set, and ``asyncio.run`` does not wait for them when it
+`asyncio.to_thread`, nor each other's set, and `asyncio.run` does not wait for them when it
 closes its loop.
 
 When every thread of a set is busy, a new call waits for one to free up. When every thread is held
 by a call whose caller gave up, nothing can free one up, so a new call fails at once with an error
-that says so (a ``ToolError`` for tools, an ``ExecutorError`` for summarizers), instead of hanging.
+that says so (a `ToolError` for tools, an `ExecutorError` for summarizers), instead of hanging.
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ class _Call:
 
 
 class ToolThreads:
-    """At most ``size`` blocking calls at once, each in a daemon thread started for it; ``exhausted``
+    """At most `size` blocking calls at once, each in a daemon thread started for it; `exhausted`
     makes the error of a call refused because every thread is held by an abandoned call."""
 
     def __init__(
@@ -75,11 +75,11 @@ class ToolThreads:
         self._waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
 
     async def run(self, fn: Callable[[A], T], arg: A, *, name: str) -> T:
-        """``fn(arg)`` in a thread of the set, waiting for one when all are busy.
+        """`fn(arg)` in a thread of the set, waiting for one when all are busy.
 
         Raises:
             AgentkitError: every thread is held by a call whose caller gave up; nothing ran (a
-                ``ToolError`` from the tools' set, an ``ExecutorError`` from the summarizers').
+                `ToolError` from the tools' set, an `ExecutorError` from the summarizers').
         """
         loop = asyncio.get_running_loop()
         await self._acquire(loop, name)
@@ -197,10 +197,10 @@ _summary_threads = ToolThreads(SUMMARY_THREADS, exhausted=_summaries_exhausted)
 
 
 async def run_in_tool_thread(fn: Callable[[A], T], arg: A, *, name: str) -> T:
-    """``fn(arg)`` in one of the process's ``TOOL_THREADS`` threads for blocking tools (see the module docstring)."""
+    """`fn(arg)` in one of the process's `TOOL_THREADS` threads for blocking tools (see the module docstring)."""
     return await _threads.run(fn, arg, name=name)
 
 
 async def run_in_summary_thread(fn: Callable[[A], T], arg: A, *, name: str) -> T:
-    """``fn(arg)`` in one of the process's ``SUMMARY_THREADS`` threads for sync summarizers."""
+    """`fn(arg)` in one of the process's `SUMMARY_THREADS` threads for sync summarizers."""
     return await _summary_threads.run(fn, arg, name=name)

@@ -1,4 +1,4 @@
-"""``Toolbox``: a run's tools, validated once, with their step models built once; and the gate by tier."""
+"""`Toolbox`: a run's tools, validated once, with their step models built once; and the gate by tier."""
 
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def gate(tool: Tool[Any, Any], config: LoopConfig) -> tuple[Verdict, Tier]:
 
 
 def may_stop_at_a_proposal(tools: dict[str, Tool[Any, Any]], config: LoopConfig) -> bool:
-    """The run may stop at a proposal (and so must be resumable): ``AfterProposal.STOP`` and a tool
+    """The run may stop at a proposal (and so must be resumable): `AfterProposal.STOP` and a tool
     whose tier does not run live."""
     tiers = [declared_tier(candidate) for candidate in tools.values()]
     gated = any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers)
@@ -53,13 +53,13 @@ class Toolbox:
     step_model: type[ToolStep[Any]]
     single: Tool[Any, Any] | None
     closing_model: type[ToolStep[Any]] | None = None
-    """With an answer schema: the closing round's step, which allows no call (``None`` otherwise)."""
+    """With an answer schema: the closing round's step, which allows no call (`None` otherwise)."""
     answer: type[Any] | None = None
     calls_first: type[ToolStep[Any]] | None = None
-    """With ``LoopConfig.min_calls``: the step that cannot be done, asked until enough calls ran."""
+    """With `LoopConfig.min_calls`: the step that cannot be done, asked until enough calls ran."""
     min_calls: int = 0
     citing: tuple[Citing, ...] = ()
-    """The answer's fields that cite retrieved items (``Cites``): restricted each round to their ids."""
+    """The answer's fields that cite retrieved items (`Cites`): restricted each round to their ids."""
     spec: Any = None
     bound: int | None = None
 
@@ -97,7 +97,7 @@ class Toolbox:
 
     def step_for(self, executed: int, items: Sequence[Any], *, closing: bool = False) -> type[ToolStep[Any]] | None:
         """The step to ask for this round, given how many calls ran and the items so far: done is left
-        out until ``min_calls`` calls ran, and a citing answer may name only the items' ids. ``None``:
+        out until `min_calls` calls ran, and a citing answer may name only the items' ids. `None`:
         a closing round that cannot be asked (too few calls, or a required citation with nothing to cite)."""
         plain = self.closing_model if closing else self.step_model
         if plain is None or (executed >= self.min_calls and not self.citing):

@@ -1,6 +1,6 @@
-"""Tools: the ``Tool`` protocol, the ``@tool`` decorator, and validation of a set of tools.
+"""Tools: the `Tool` protocol, the `@tool` decorator, and validation of a set of tools.
 
-A tool may also take the run's ``ctx`` as a second parameter (a ``ContextTool``): per-run
+A tool may also take the run's `ctx` as a second parameter (a `ContextTool`): per-run
 clients, caches and source lists then reach it without a closure. The loops type-check that its
 ctx type fits the run's; a tool without one fits any run.
 """
@@ -46,12 +46,12 @@ RESERVED_NAMES = frozenset({"done", "call", "rationale", "tool", "args"})
 class Tool(Protocol[Args, R_co]):
     """A named operation the loop runs for the executor; one call returns a batch.
 
-    ``tier`` must be a ``Tier``: a tool without one is never called.
+    `tier` must be a `Tier`: a tool without one is never called.
     """
 
     @property
     def name(self) -> str:
-        """The name the model calls the tool by (``^[a-zA-Z0-9_-]{1,64}$``)."""
+        """The name the model calls the tool by (`^[a-zA-Z0-9_-]{1,64}$`)."""
         ...
 
     @property
@@ -70,22 +70,22 @@ class Tool(Protocol[Args, R_co]):
         ...
 
     async def call(self, args: Args) -> Sequence[R_co]:
-        """Run the tool; raise ``ToolRetry`` when the call itself was wrong."""
+        """Run the tool; raise `ToolRetry` when the call itself was wrong."""
         ...
 
 
 class ContextTool(Protocol[Args, R_co, Ctx_contra]):
-    """A ``Tool`` that also gets the run's ``ctx``: the object the loop was given and renders with.
+    """A `Tool` that also gets the run's `ctx`: the object the loop was given and renders with.
 
-    Typed: a loop over ``ctx: C`` takes a ``ContextTool[Args, R, C]`` (or one whose ctx type is a
-    supertype of ``C``, a protocol ``C`` satisfies, say); any other ctx type is a type error. Outside
-    a loop (``execute_approved``, ``apply_plan``, a journal's ``execute`` and ``work``) the ctx is
-    passed as ``ctx=``; without it the call is refused with a ``UsageError`` before anything runs.
+    Typed: a loop over `ctx: C` takes a `ContextTool[Args, R, C]` (or one whose ctx type is a
+    supertype of `C`, a protocol `C` satisfies, say); any other ctx type is a type error. Outside
+    a loop (`execute_approved`, `apply_plan`, a journal's `execute` and `work`) the ctx is
+    passed as `ctx=`; without it the call is refused with a `UsageError` before anything runs.
     """
 
     @property
     def name(self) -> str:
-        """The name the model calls the tool by (``^[a-zA-Z0-9_-]{1,64}$``)."""
+        """The name the model calls the tool by (`^[a-zA-Z0-9_-]{1,64}$`)."""
         ...
 
     @property
@@ -109,21 +109,21 @@ class ContextTool(Protocol[Args, R_co, Ctx_contra]):
         ...
 
     async def call(self, args: Args, ctx: Ctx_contra, /) -> Sequence[R_co]:
-        """Run the tool with the run's ``ctx`` (the very object, not a copy); raise ``ToolRetry`` when
+        """Run the tool with the run's `ctx` (the very object, not a copy); raise `ToolRetry` when
         the call itself was wrong."""
         ...
 
 
 @typing.final
 class NoCtx:
-    """The type of ``NO_CTX``: no ctx was given (``None`` may be a run's ctx, so it cannot mean "none")."""
+    """The type of `NO_CTX`: no ctx was given (`None` may be a run's ctx, so it cannot mean "none")."""
 
     def __repr__(self) -> str:
         return "NO_CTX"
 
 
 NO_CTX: typing.Final = NoCtx()
-"""The default of ``ctx=`` outside a loop; a tool that takes the ctx refuses to run with it."""
+"""The default of `ctx=` outside a loop; a tool that takes the ctx refuses to run with it."""
 
 
 AnyTool: TypeAlias = "Tool[Any, Any] | ContextTool[Any, Any, Any]"
@@ -131,13 +131,13 @@ AnyTool: TypeAlias = "Tool[Any, Any] | ContextTool[Any, Any, Any]"
 
 
 def takes_ctx(candidate: object) -> TypeGuard[ContextTool[Any, Any, Any]]:
-    """Whether ``candidate`` is a tool that is called with the run's ctx (its ``takes_ctx`` is ``True``)."""
+    """Whether `candidate` is a tool that is called with the run's ctx (its `takes_ctx` is `True`)."""
     return getattr(candidate, "takes_ctx", False) is True
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FunctionTool(Generic[Args, R]):
-    """A ``Tool`` made from a typed function by ``@tool``."""
+    """A `Tool` made from a typed function by `@tool`."""
 
     name: str
     description: str
@@ -147,7 +147,7 @@ class FunctionTool(Generic[Args, R]):
     """The decorated function."""
     in_thread: bool = False
     """Run a sync function in one of agentkit's threads for blocking tools (for blocking I/O; at most
-    ``TOOL_THREADS``, 32, at once in a process, see ``docs/concepts.md``)."""
+    `TOOL_THREADS`, 32, at once in a process, see `docs/concepts.md`)."""
 
     def __post_init__(self) -> None:
         if wants_ctx(self.fn):
@@ -157,13 +157,13 @@ class FunctionTool(Generic[Args, R]):
             )
 
     async def call(self, args: Args) -> Sequence[R]:
-        """Run the function with ``args``."""
+        """Run the function with `args`."""
         return typing.cast("Sequence[R]", await _run(self.fn, args, in_thread=self.in_thread, name=self.name))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ContextFunctionTool(Generic[Args, R, Ctx]):
-    """A ``ContextTool`` made by ``@tool`` from a typed function ``(args: Args, ctx: Ctx) -> Sequence[R]``."""
+    """A `ContextTool` made by `@tool` from a typed function `(args: Args, ctx: Ctx) -> Sequence[R]`."""
 
     name: str
     description: str
@@ -172,22 +172,22 @@ class ContextFunctionTool(Generic[Args, R, Ctx]):
     fn: Callable[[Args, Ctx], Sequence[R]] | Callable[[Args, Ctx], Awaitable[Sequence[R]]]
     """The decorated function."""
     in_thread: bool = False
-    """Run a sync function in one of agentkit's threads for blocking tools (see ``FunctionTool``)."""
+    """Run a sync function in one of agentkit's threads for blocking tools (see `FunctionTool`)."""
 
     @property
     def takes_ctx(self) -> Literal[True]:
-        """Always ``True``: the loop calls it with the run's ctx."""
+        """Always `True`: the loop calls it with the run's ctx."""
         return True
 
     async def call(self, args: Args, ctx: Ctx, /) -> Sequence[R]:
-        """Run the function with ``args`` and the run's ``ctx``."""
+        """Run the function with `args` and the run's `ctx`."""
         fn = self.fn
         result = await _run(lambda given: fn(given, ctx), args, in_thread=self.in_thread, name=self.name)
         return typing.cast("Sequence[R]", result)
 
 
 async def _run(fn: Callable[[Any], Any], args: BaseModel, *, in_thread: bool, name: str) -> Any:
-    """``fn(args)``, in a thread for blocking tools when asked, awaited when it returns an awaitable."""
+    """`fn(args)`, in a thread for blocking tools when asked, awaited when it returns an awaitable."""
     if in_thread:
         # Kept off `import agentkit` (asyncio costs more than the rest). Agentkit's own bounded threads,
         # not the default executor: a call that timed out keeps its thread until it returns.
@@ -235,14 +235,14 @@ def tool(
     description: str | None = None,
     in_thread: bool = False,
 ) -> _ToolDecorator:
-    """Turn a typed function ``(args: Args) -> Sequence[R]`` (sync or async) into a ``Tool``.
+    """Turn a typed function `(args: Args) -> Sequence[R]` (sync or async) into a `Tool`.
 
     The name comes from the function, the description from its docstring, the arguments' type
-    from its first parameter's annotation (a pydantic model). ``tier`` is required: there is no
+    from its first parameter's annotation (a pydantic model). `tier` is required: there is no
     default tier.
 
-    A function ``(args: Args, ctx: Ctx) -> Sequence[R]`` (a second parameter without a default)
-    becomes a ``ContextTool``: each call gets the run's ``ctx``, and a loop type-checks that ``Ctx``
+    A function `(args: Args, ctx: Ctx) -> Sequence[R]` (a second parameter without a default)
+    becomes a `ContextTool`: each call gets the run's `ctx`, and a loop type-checks that `Ctx`
     fits its own.
 
     Example:
@@ -301,21 +301,21 @@ def tool_set(
 def tool_set(*tools: AnyTool) -> tuple[AnyTool, ...]:
     """Group tools with different argument types into one typed set.
 
-    A plain list of such tools kept in a variable is inferred by mypy as ``list[object]``; this
-    keeps the result type: ``tool_set(search, delete)`` is a set of tools returning ``Doc``. With
+    A plain list of such tools kept in a variable is inferred by mypy as `list[object]`; this
+    keeps the result type: `tool_set(search, delete)` is a set of tools returning `Doc`. With
     tools that take the run's ctx, the set carries their ctx type too.
     """
     return tools
 
 
 def declared_tier(candidate: object) -> Tier | None:
-    """The tool's tier if it declares a real ``Tier``; ``None`` when it is missing or not a ``Tier``."""
+    """The tool's tier if it declares a real `Tier`; `None` when it is missing or not a `Tier`."""
     tier = getattr(candidate, "tier", None)
     return tier if isinstance(tier, Tier) else None
 
 
 def check_name(name: object, what: str = "tool") -> str:
-    """``name`` if it is a valid tool name (``VALID_NAME``: what the model can call).
+    """`name` if it is a valid tool name (`VALID_NAME`: what the model can call).
 
     Raises:
         UsageError: naming the problem and the fix.
@@ -328,9 +328,9 @@ def check_name(name: object, what: str = "tool") -> str:
 
 
 def lossy_fields(args_type: type[BaseModel], _seen: frozenset[type[BaseModel]] = frozenset()) -> list[str]:
-    """The fields (dotted, nested models included) that a dump of ``args_type`` leaves out.
+    """The fields (dotted, nested models included) that a dump of `args_type` leaves out.
 
-    A proposal's digest covers the args' dump: a field excluded from it (``Field(exclude=True)``)
+    A proposal's digest covers the args' dump: a field excluded from it (`Field(exclude=True)`)
     could differ between the call a human approved and the call that runs.
     """
     found: list[str] = []
@@ -365,7 +365,7 @@ def check_args_type(name: str, args_type: type[BaseModel]) -> None:
 
 
 def validate_tool_names(tools: Sequence[AnyTool]) -> None:
-    """Refuse empty, malformed, reserved or duplicate names, and a missing ``args_type``.
+    """Refuse empty, malformed, reserved or duplicate names, and a missing `args_type`.
 
     Raises:
         UsageError: naming the tool and the fix.

@@ -1,9 +1,9 @@
 """What a caller sent: each request's messages as the server got them, for observers that keep a transcript.
 
-A caller that writes the wire messages itself (``OpenAICaller``: the schema text the JSON modes add to
+A caller that writes the wire messages itself (`OpenAICaller`: the schema text the JSON modes add to
 the system prompt, the re-asks that send a validation error back within one attempt) reports each
-request with ``sent``; an observer's ``around`` context listens with ``listening`` while its model call
-runs. Without a listener, ``sent`` costs one context-variable read, and ``listened`` tells a caller
+request with `sent`; an observer's `around` context listens with `listening` while its model call
+runs. Without a listener, `sent` costs one context-variable read, and `listened` tells a caller
 whether building the report is worth it.
 """
 
@@ -26,9 +26,9 @@ class Sent:
     """One request of a model call, as it went on the wire."""
 
     messages: tuple[Mapping[str, Any], ...]
-    """The messages sent, in order (``role``, ``content``), the system message included."""
+    """The messages sent, in order (`role`, `content`), the system message included."""
     reply: str | None
-    """The reply's text (a forced function call's arguments); ``None`` when no reply came."""
+    """The reply's text (a forced function call's arguments); `None` when no reply came."""
 
 
 _LISTENER: ContextVar[Callable[[Sent], None] | None] = ContextVar("agentkit_transcript", default=None)
@@ -52,7 +52,7 @@ def sent(messages: Sequence[Mapping[str, Any]], reply: str | None) -> None:
 
 @contextlib.contextmanager
 def listening(listener: Callable[[Sent], None]) -> Iterator[None]:
-    """Hand every request reported in this context (this task, and what it awaits) to ``listener``."""
+    """Hand every request reported in this context (this task, and what it awaits) to `listener`."""
     token = _LISTENER.set(listener)
     try:
         yield

@@ -1,4 +1,4 @@
-"""``Usage``: what the model cost, summed over every request made."""
+"""`Usage`: what the model cost, summed over every request made."""
 
 from __future__ import annotations
 

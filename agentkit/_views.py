@@ -35,7 +35,7 @@ def _owned(codec: Codec, tool: str, batch: Sequence[Any], kept: str | None) -> t
     """An audience's own copy of a batch: read back from the state's text of it, as a resumed run reads it.
 
     That is a fresh value of the tool's item type, made in a few microseconds where a deep copy of
-    the same items costs ten times as much. A batch the state does not keep (``kept`` is ``None``: its
+    the same items costs ten times as much. A batch the state does not keep (`kept` is `None`: its
     items are not of a type JSON carries), or whose text does not read back, is deep-copied.
     """
     if kept is not None:
@@ -58,13 +58,13 @@ class View:
     def __init__(self) -> None:
         self.calls: list[PriorCall[Any]] = []
         self.ran: list[bool] = []
-        """Whether each call ran (and so has a batch in ``prior_results``)."""
+        """Whether each call ran (and so has a batch in `prior_results`)."""
         self.proposals: list[ProposedAction[Any]] = []
 
     def add(
         self, call: PriorCall[Any], *, ran: bool, proposal: ProposedAction[Any] | None, batch: tuple[Any, ...]
     ) -> None:
-        """Show ``call``, with ``batch``, this view's own copy of its batch."""
+        """Show `call`, with `batch`, this view's own copy of its batch."""
         self.ran.append(ran)
         self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
         if proposal is not None:
@@ -73,7 +73,7 @@ class View:
     def info(
         self, round: int, max_rounds: int | None, start: int, omitted: Omitted, *, closing: bool = False
     ) -> ToolRoundInfo[Any]:
-        """The round's info, showing the calls from ``start`` on (``LoopConfig.context``)."""
+        """The round's info, showing the calls from `start` on (`LoopConfig.context`)."""
         shown = zip(self.calls[start:], self.ran[start:], strict=True)
         return ToolRoundInfo(
             round=round,
@@ -88,7 +88,7 @@ class View:
 
 
 UNSEEN = View()
-"""The view of observers that do not read the calls (``Observer.sees_calls``): always empty."""
+"""The view of observers that do not read the calls (`Observer.sees_calls`): always empty."""
 
 
 class Views:
@@ -99,21 +99,21 @@ class Views:
         self.codec = codec
         self.items: list[Any] = []
         self.shown = View()
-        """The executor's view: what ``render`` gets."""
+        """The executor's view: what `render` gets."""
         self.watched = View() if watching else None
-        """The observers' view: what ``RoundStarted`` carries (``None``: no observer reads the calls;
-        with observers, their ``RoundStarted`` shows none)."""
+        """The observers' view: what `RoundStarted` carries (`None`: no observer reads the calls;
+        with observers, their `RoundStarted` shows none)."""
         self.observers = observers
         self.window = Window(config.context)
-        """What of the views each round shows (``LoopConfig.context``)."""
+        """What of the views each round shows (`LoopConfig.context`)."""
         self.summarized: tuple[str, int] | None = None
-        """A summary the window made this round, for the round's entry (taken by ``take_summary``)."""
+        """A summary the window made this round, for the round's entry (taken by `take_summary`)."""
         self.recent: list[tuple[str, BaseModel]] = []
         self.recent_rounds: list[int] = []
-        """The round of each entry of ``recent``."""
+        """The round of each entry of `recent`."""
         self.refusals = 0
         self.executed = 0
-        """Calls that ran and returned a batch (``LoopConfig.min_calls`` counts them)."""
+        """Calls that ran and returned a batch (`LoopConfig.min_calls` counts them)."""
 
     def load(self, progress: Progress) -> None:
         """The views, the items, the repeat window and the context window, from what the state's entries add up to."""
@@ -138,7 +138,7 @@ class Views:
                 self.counted(view.tool, args, view.round)
 
     def evidence(self, round: int) -> Evidence:
-        """What the executor had been shown before ``round``: its rounds and calls, by reference."""
+        """What the executor had been shown before `round`: its rounds and calls, by reference."""
         calls = tuple(
             CallSeen(
                 round=call.round,
@@ -161,7 +161,7 @@ class Views:
     ) -> None:
         """A call joins what the executor and the observers are shown (each their own copy), and the items.
 
-        ``kept`` is the state's text of the call's batch, which each audience's copy is read back from.
+        `kept` is the state's text of the call's batch, which each audience's copy is read back from.
         """
         tool, batch = call.tool_name, call.batch
         self.shown.add(call, ran=ran, proposal=proposal, batch=_owned(self.codec, tool, batch, kept) if batch else ())
@@ -186,8 +186,8 @@ class Views:
     async def infos(
         self, round: int, *, closing: bool = False, deadline: float | None = None
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | ExecutorError | SummaryCutOff:
-        """The round's info for the executor and for the observers, bounded by ``LoopConfig.context``; the
-        error of a summarizer that failed, or the ``SummaryCutOff`` of one the run's ``deadline`` left behind."""
+        """The round's info for the executor and for the observers, bounded by `LoopConfig.context`; the
+        error of a summarizer that failed, or the `SummaryCutOff` of one the run's `deadline` left behind."""
         before = self.window.summarized
         try:
             start, omitted = await self.window.cut(self.shown.calls, self.shown.ran, deadline=deadline)
@@ -209,5 +209,5 @@ class Views:
 
 
 def _item_id(item: object) -> str | None:
-    """An item's reference: its ``id``, or the field its type names with ``cite_key``."""
+    """An item's reference: its `id`, or the field its type names with `cite_key`."""
     return item_id(item, getattr(type(item), "cite_key", DEFAULT_KEY))

@@ -1,16 +1,16 @@
-"""``agentkit worker``: run approved calls from a journal until stopped.
+"""`agentkit worker`: run approved calls from a journal until stopped.
 
     agentkit worker --db URL --tools module:attr [--tools module:attr ...] [--concurrency N] ...
 
-``--tools`` names a ``Tool``, or a sequence of tools, by import path (the working directory is on
-the import path, as with ``python -m``). The worker claims the next approved proposal whose tool
+`--tools` names a `Tool`, or a sequence of tools, by import path (the working directory is on
+the import path, as with `python -m`). The worker claims the next approved proposal whose tool
 it has, runs it once and records the outcome, printing one line per call. SIGTERM or Ctrl-C stops
 it cleanly: no new claims, running calls finish and are recorded, exit code 0 (SIGTERM) or 130
-(Ctrl-C). A second signal cancels the running calls: their claims stay ``executing`` and show in
-``agentkit proposals stuck`` once their lease runs out.
+(Ctrl-C). A second signal cancels the running calls: their claims stay `executing` and show in
+`agentkit proposals stuck` once their lease runs out.
 
-The backend is one option of a required group. The other is ``--temporal ADDRESS``: serve the
-durable agents named by ``--agents module:attr`` on ``--task-queue`` (namespace ``--namespace``),
+The backend is one option of a required group. The other is `--temporal ADDRESS`: serve the
+durable agents named by `--agents module:attr` on `--task-queue` (namespace `--namespace`),
 playing their runs and running their model and tool calls, until SIGTERM or Ctrl-C (see
 docs/temporal.md).
 """
@@ -36,7 +36,7 @@ EXIT_INTERRUPTED = 130
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``worker`` command."""
+    """Add the `worker` command."""
     worker = subparsers.add_parser(
         "worker",
         help="run approved calls from a journal, or serve durable agents on Temporal, until stopped",
@@ -92,7 +92,7 @@ def _positive_float(text: str) -> float:
 
 
 def load_tools(paths: Sequence[str]) -> list[Tool[Any, Any]]:
-    """The tools named by ``module:attr`` paths (each a tool or a sequence of tools); ``UsageError`` otherwise,
+    """The tools named by `module:attr` paths (each a tool or a sequence of tools); `UsageError` otherwise,
     or for a tool that takes the run's ctx (the command has none to give it)."""
     tools: list[Tool[Any, Any]] = []
     for path in paths:
@@ -136,7 +136,7 @@ def _handle(args: argparse.Namespace) -> int:
 
 
 async def _serve(args: argparse.Namespace, tools: list[Tool[Any, Any]], out: TextIO) -> bool:
-    """Run the worker; ``True`` when Ctrl-C stopped it."""
+    """Run the worker; `True` when Ctrl-C stopped it."""
     from agentkit.journal import Worked, WorkOutcome, open_journal
 
     stop = asyncio.Event()

@@ -1,18 +1,18 @@
 """Decisions beyond yes and no: an approval that amends the call it approves, and standing grants.
 
-``approve(proposal, approved_by=..., args=...)`` approves the call with the args an approver
-changed; the ``Approval`` then carries an ``Amendment``: the call as it was proposed, who changed
+`approve(proposal, approved_by=..., args=...)` approves the call with the args an approver
+changed; the `Approval` then carries an `Amendment`: the call as it was proposed, who changed
 it and which fields. The amended call has its own digest and runs exactly once, wherever an
 approved call runs; the original never runs.
 
-A ``Grant`` approves, ahead of time, calls of one tool whose args meet its constraints (``Equals``,
-``OneOf``, ``Prefix``, ``Range``), up to ``max_uses`` and until ``expires_at``. ``Grants`` holds
-grants in process (``run_tool_loop_tiered(..., grants=...)``); ``journal.grant`` keeps them in a
+A `Grant` approves, ahead of time, calls of one tool whose args meet its constraints (`Equals`,
+`OneOf`, `Prefix`, `Range`), up to `max_uses` and until `expires_at`. `Grants` holds
+grants in process (`run_tool_loop_tiered(..., grants=...)`); `journal.grant` keeps them in a
 journal, counted in the database.
 
-Each ``ProposedAction`` carries its ``Evidence``: the rounds and calls the executor had seen when
-it proposed the call (``CallSeen``: each call by its digest, with its items' ids), as references
-rather than copies; the journal keeps it and ``agentkit proposals show`` prints it.
+Each `ProposedAction` carries its `Evidence`: the rounds and calls the executor had seen when
+it proposed the call (`CallSeen`: each call by its digest, with its items' ids), as references
+rather than copies; the journal keeps it and `agentkit proposals show` prints it.
 """
 
 from agentkit._approval import Amendment

@@ -1,50 +1,52 @@
 """Every exception agentkit raises or attaches to a result, in one tree.
 
-The tree::
+The tree:
 
-    AgentkitError                   root of every agentkit error; ``usage`` is what the model cost
-    ├── UsageError                  wiring mistake; raised before any model call, with the fix
-    │   ├── ScriptExhausted         a ScriptedCaller ran out of scripted replies (tests)
-    │   ├── ReplayDiverged          a replayed run asked what its recording did not (tests); names the round
-    │   └── ResumeRefused           a run cannot resume from that checkpoint, tools and decisions; nothing ran
-    │       └── ToolSetChanged      the tools brought to a run are not the ones it recorded (tier, args, set)
-    ├── TierParseError              a tier read from text was not recognised (fails closed)
-    ├── Throttled                   HTTP 429: never retried, never failed over
-    ├── ProviderError               the model server failed; ``transient`` ones are retried
-    ├── StructuredOutputError       the reply never validated against the requested schema
-    │   └── Truncated               the reply (structured or prose) was cut off at max_tokens; carries the raw text
-    ├── ToolError                   a tool failed while it ran; carries the tool's name
-    │   └── ToolTimeout             a tool ran past ``LoopConfig.tool_timeout``
-    ├── CallRefused                 a call was not admitted, so its tool never ran; carries the tool's name
-    │   ├── MissingTierError        the tool declares no reversibility tier (also a ToolError)
-    │   ├── TierChanged             the tool's tier is not the tier the call was proposed and approved at
-    │   ├── ApprovalError           the approval is spent, or the call is not exactly what was approved
-    │   └── DigestMismatch          the journal's stored call does not reproduce its digest (also a JournalError)
-    ├── ExecutorError               the executor's render (or the same= comparator) raised; items are kept
-    ├── VerifierError               a pair's verifier failed; the unverified draft is discarded
-    ├── ProgramError                a program of calls was rejected as a whole; nothing ran
-    ├── JournalError                a journal operation failed; a refused change wrote nothing
-    │   ├── JournalUnavailable      no journal there, cannot connect, or a schema this code cannot read
-    │   ├── UnknownId               no proposal (or run) with that id
-    │   ├── TransitionRefused       the proposal's state does not allow the change
-    │   ├── DigestMismatch
-    │   ├── NothingRan              the journal failed before a claim held: the tool was not called
-    │   ├── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
-    │   └── RunClaimed              another live process holds the run (it runs, or resumes it); nothing ran
-    ├── McpServerError              an MCP server failed, hung, or changed a tool after it was wired
-    └── RunEnded                    a durable run ended before the status waited for (``wait_for``)
+```text
+AgentkitError                   root of every agentkit error; `usage` is what the model cost
+├── UsageError                  wiring mistake; raised before any model call, with the fix
+│   ├── ScriptExhausted         a ScriptedCaller ran out of scripted replies (tests)
+│   ├── ReplayDiverged          a replayed run asked what its recording did not (tests); names the round
+│   └── ResumeRefused           a run cannot resume from that checkpoint, tools and decisions; nothing ran
+│       └── ToolSetChanged      the tools brought to a run are not the ones it recorded (tier, args, set)
+├── TierParseError              a tier read from text was not recognised (fails closed)
+├── Throttled                   HTTP 429: never retried, never failed over
+├── ProviderError               the model server failed; `transient` ones are retried
+├── StructuredOutputError       the reply never validated against the requested schema
+│   └── Truncated               the reply (structured or prose) was cut off at max_tokens; carries the raw text
+├── ToolError                   a tool failed while it ran; carries the tool's name
+│   └── ToolTimeout             a tool ran past `LoopConfig.tool_timeout`
+├── CallRefused                 a call was not admitted, so its tool never ran; carries the tool's name
+│   ├── MissingTierError        the tool declares no reversibility tier (also a ToolError)
+│   ├── TierChanged             the tool's tier is not the tier the call was proposed and approved at
+│   ├── ApprovalError           the approval is spent, or the call is not exactly what was approved
+│   └── DigestMismatch          the journal's stored call does not reproduce its digest (also a JournalError)
+├── ExecutorError               the executor's render (or the same= comparator) raised; items are kept
+├── VerifierError               a pair's verifier failed; the unverified draft is discarded
+├── ProgramError                a program of calls was rejected as a whole; nothing ran
+├── JournalError                a journal operation failed; a refused change wrote nothing
+│   ├── JournalUnavailable      no journal there, cannot connect, or a schema this code cannot read
+│   ├── UnknownId               no proposal (or run) with that id
+│   ├── TransitionRefused       the proposal's state does not allow the change
+│   ├── DigestMismatch
+│   ├── NothingRan              the journal failed before a claim held: the tool was not called
+│   ├── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
+│   └── RunClaimed              another live process holds the run (it runs, or resumes it); nothing ran
+├── McpServerError              an MCP server failed, hung, or changed a tool after it was wired
+└── RunEnded                    a durable run ended before the status waited for (`wait_for`)
 
-    ToolRetry                       not an error: a tool's signal that the call was wrong (see below)
+ToolRetry                       not an error: a tool's signal that the call was wrong (see below)
+```
 
-Expected endings of a run come back as results carrying one of these in ``error``; only
-``UsageError`` (and cancellation) is raised out of the loops. ``ToolRetry`` is a control signal a
-tool raises to tell the executor its call was wrong; it derives from ``Exception``, not from
-``AgentkitError``, so a tool's own ``except AgentkitError:`` cannot swallow it.
+Expected endings of a run come back as results carrying one of these in `error`; only
+`UsageError` (and cancellation) is raised out of the loops. `ToolRetry` is a control signal a
+tool raises to tell the executor its call was wrong; it derives from `Exception`, not from
+`AgentkitError`, so a tool's own `except AgentkitError:` cannot swallow it.
 
 Every one is importable from here. The public modules that raise them re-export theirs
-(``agentkit.journal.JournalError``, ``agentkit.program.ProgramError``, ``agentkit.mcp.McpServerError``,
-``agentkit.testing.ScriptExhausted``, ``agentkit.temporal.RunEnded``); they are the same classes. The top
-level has the root, ``UsageError`` and ``ToolRetry``.
+(`agentkit.journal.JournalError`, `agentkit.program.ProgramError`, `agentkit.mcp.McpServerError`,
+`agentkit.testing.ScriptExhausted`, `agentkit.temporal.RunEnded`); they are the same classes. The top
+level has the root, `UsageError` and `ToolRetry`.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ class ScriptExhausted(UsageError):
 
 
 class ReplayDiverged(UsageError):
-    """A replayed run (``agentkit.testing.ReplayCaller``) left its recording: a request's prompt or schema,
+    """A replayed run (`agentkit.testing.ReplayCaller`) left its recording: a request's prompt or schema,
     or a tool call's args, is not the recorded one; or the cassette cannot be replayed."""
 
     def __init__(self, message: str, *, round: int, what: str) -> None:
@@ -132,11 +134,11 @@ class ToolSetChanged(ResumeRefused):
     def __init__(self, message: str, *, problems: Sequence[str] = ()) -> None:
         super().__init__(message)
         self.problems = tuple(problems)
-        """Each difference, in words (``"tool 'send' is missing"``)."""
+        """Each difference, in words (`"tool 'send' is missing"`)."""
 
 
 class TierParseError(AgentkitError, ValueError):
-    """A tier read from text was not one of the four; the caller got ``Tier.IRREVERSIBLE``."""
+    """A tier read from text was not one of the four; the caller got `Tier.IRREVERSIBLE`."""
 
 
 class Throttled(AgentkitError):
@@ -151,13 +153,13 @@ class Throttled(AgentkitError):
     ) -> None:
         super().__init__(message, usage=usage)
         self.retry_after = retry_after
-        """Seconds the server asked to wait (its ``Retry-After`` header), when it sent one."""
+        """Seconds the server asked to wait (its `Retry-After` header), when it sent one."""
 
 
 class ProviderError(AgentkitError):
     """The model server failed.
 
-    Only ``transient=True`` errors (5xx, timeouts, dropped connections) are retried and failed
+    Only `transient=True` errors (5xx, timeouts, dropped connections) are retried and failed
     over; anything else (400, 401, 403, 404) ends the call at once.
     """
 
@@ -185,14 +187,14 @@ class StructuredOutputError(AgentkitError):
 
 
 class Truncated(StructuredOutputError):
-    """The reply stopped at the token limit (``finish_reason == "length"``), structured or prose.
+    """The reply stopped at the token limit (`finish_reason == "length"`), structured or prose.
 
-    Its text may be cut anywhere, so it is never parsed and never returned as an answer; ``raw``
+    Its text may be cut anywhere, so it is never parsed and never returned as an answer; `raw`
     holds it as far as it came. The same request would be cut again, so it is not retried on the same
     model: it fails over to the fallback model only when that model's limit differs
-    (``RoleSpec.fallback_max_tokens``), and a run it ends stops with ``StopReason.MAX_TOKENS``.
-    It is a ``StructuredOutputError`` (the reply is not the one asked for; the server did not
-    fail), with ``schema_name`` empty for a prose reply.
+    (`RoleSpec.fallback_max_tokens`), and a run it ends stops with `StopReason.MAX_TOKENS`.
+    It is a `StructuredOutputError` (the reply is not the one asked for; the server did not
+    fail), with `schema_name` empty for a prose reply.
     """
 
     def __init__(
@@ -206,11 +208,11 @@ class Truncated(StructuredOutputError):
     ) -> None:
         super().__init__(message, schema_name=schema_name, raw=raw, usage=usage)
         self.max_tokens = max_tokens
-        """The limit the request carried (``None``: the server's own)."""
+        """The limit the request carried (`None`: the server's own)."""
 
 
 class ToolError(AgentkitError):
-    """A tool failed while it ran; a loop run ends ``Outcome.ERROR`` with it."""
+    """A tool failed while it ran; a loop run ends `Outcome.ERROR` with it."""
 
     def __init__(self, message: str, *, tool_name: str) -> None:
         # Not super(): MissingTierError is both a CallRefused and a ToolError, and each sets the name.
@@ -226,10 +228,10 @@ class ToolTimeout(ToolError):
 class CallRefused(AgentkitError):
     """A call was not admitted, so its tool never ran: nothing happened.
 
-    Raised (or attached to a result) by every path that runs a tool: the loops, ``apply_plan``,
-    ``execute_approved`` and the journal's ``execute``, for the same conditions with the same type.
-    Passing a path a tool other than the one the call names is a wiring mistake, a ``UsageError``,
-    not a ``CallRefused``.
+    Raised (or attached to a result) by every path that runs a tool: the loops, `apply_plan`,
+    `execute_approved` and the journal's `execute`, for the same conditions with the same type.
+    Passing a path a tool other than the one the call names is a wiring mistake, a `UsageError`,
+    not a `CallRefused`.
     """
 
     def __init__(self, message: str, *, tool_name: str) -> None:
@@ -252,9 +254,9 @@ class ApprovalError(CallRefused):
 
 
 class ExecutorError(AgentkitError):
-    """The executor's own code failed mid-run: its ``render`` raised, or the repeat comparator did.
+    """The executor's own code failed mid-run: its `render` raised, or the repeat comparator did.
 
-    The run ends ``ERROR`` with ``StopReason.EXECUTOR_ERROR``; the exception is the ``__cause__``
+    The run ends `ERROR` with `StopReason.EXECUTOR_ERROR`; the exception is the `__cause__`
     and the items gathered before it are kept.
     """
 
@@ -264,7 +266,7 @@ class VerifierError(AgentkitError):
 
 
 class ProgramError(AgentkitError):
-    """A program was rejected as a whole; ``issues`` lists every problem found."""
+    """A program was rejected as a whole; `issues` lists every problem found."""
 
     def __init__(self, message: str, *, issues: Sequence[ProgramIssue] = ()) -> None:
         super().__init__(message)
@@ -312,23 +314,23 @@ class DigestMismatch(JournalError, CallRefused):
 class NothingRan(JournalError):
     """The journal failed (connection lost, server down) before a claim held: the tool was not called.
 
-    The proposal is still ``approved`` and another attempt may run it. When the failure hit the
+    The proposal is still `approved` and another attempt may run it. When the failure hit the
     claim's commit, the worker hands the claim back if it can; if it cannot reach the database, the
-    claim's lease runs out and ``stuck()`` lists the proposal, whose tool never ran.
+    claim's lease runs out and `stuck()` lists the proposal, whose tool never ran.
     """
 
     def __init__(self, message: str, *, id: str) -> None:
         super().__init__(message)
         self.id = id
-        """The proposal, or ``""`` when the claim of the next approved proposal failed."""
+        """The proposal, or `""` when the claim of the next approved proposal failed."""
 
 
 class OutcomeNotRecorded(JournalError):
     """The tool ran, exactly once, but its outcome could not be written after every retry.
 
-    The proposal stays ``executing``, claimed by this worker; once the heartbeat stops, its lease
-    runs out and ``stuck()`` lists it. Never run it again: a human records what happened with
-    ``resolve``, using ``outcome`` and ``error`` below.
+    The proposal stays `executing`, claimed by this worker; once the heartbeat stops, its lease
+    runs out and `stuck()` lists it. Never run it again: a human records what happened with
+    `resolve`, using `outcome` and `error` below.
     """
 
     def __init__(self, message: str, *, id: str, outcome: str, error: str | None) -> None:
@@ -336,9 +338,9 @@ class OutcomeNotRecorded(JournalError):
         self.id = id
         """The proposal."""
         self.outcome = outcome
-        """What the worker meant to record: ``executed`` or ``failed``."""
+        """What the worker meant to record: `executed` or `failed`."""
         self.error = error
-        """The tool's error when it failed, else ``None``."""
+        """The tool's error when it failed, else `None`."""
 
 
 class McpServerError(AgentkitError):
@@ -356,10 +358,10 @@ class ToolRetry(Exception):
 
     The message becomes that call's observation in the next round and the loop goes on; the
     round still counts toward the ceiling. Any other exception from a tool ends the run. Where no
-    next round follows (an approved call run by ``execute_approved`` or a journal worker), it ends
-    that call as a ``ToolError`` whose message carries the tool's.
+    next round follows (an approved call run by `execute_approved` or a journal worker), it ends
+    that call as a `ToolError` whose message carries the tool's.
 
-    It is not an ``AgentkitError``: a tool catching ``AgentkitError`` around its own calls into
+    It is not an `AgentkitError`: a tool catching `AgentkitError` around its own calls into
     agentkit must not swallow it.
     """
 
@@ -377,17 +379,17 @@ class RunClaimed(JournalError):
         self.id = id
         """The run."""
         self.holder = holder
-        """Who holds it (``host:pid``), as recorded."""
+        """Who holds it (`host:pid`), as recorded."""
 
 
 class RunEnded(AgentkitError):
     """A durable run ended, failed or was refused before it reached the status waited for
-    (``RunHandle.wait_for``): it will not reach it now."""
+    (`RunHandle.wait_for`): it will not reach it now."""
 
     def __init__(self, message: str, *, run_id: str, status: str) -> None:
         super().__init__(message)
         self.run_id = run_id
         """The run (its workflow id)."""
         self.status = status
-        """Where it stands: a ``RunStatus`` value (``finished``, ``failed``, ``refused``), or Temporal's own
-        status of a run closed otherwise (``timed_out``, ``terminated``, ``canceled``)."""
+        """Where it stands: a `RunStatus` value (`finished`, `failed`, `refused`), or Temporal's own
+        status of a run closed otherwise (`timed_out`, `terminated`, `canceled`)."""

@@ -1,11 +1,11 @@
 """What a run reports as it goes: the events, the observers' call descriptors, and runs as streams of events.
 
-The events (``RunStarted`` to ``RunFinished``) are frozen values, matched by class or by ``kind``;
-``Event`` is their union. An ``Observer`` (``agentkit.Observer``) gets them through its hooks;
-``iter_tool_loop`` and ``iter_tool_loop_tiered`` (and ``ToolLoop.stream``) give a run as a
-``RunStream`` to iterate; ``LoggingObserver`` writes them to a logger. ``ModelCall`` and
-``ToolInvocation`` describe the call an ``Observer.around`` context wraps (``ApprovedCall``: the approval
-an invocation runs under); ``RunStarted.continues`` (a ``Continued``, with its ``Decided`` decisions) what
+The events (`RunStarted` to `RunFinished`) are frozen values, matched by class or by `kind`;
+`Event` is their union. An `Observer` (`agentkit.Observer`) gets them through its hooks;
+`iter_tool_loop` and `iter_tool_loop_tiered` (and `ToolLoop.stream`) give a run as a
+`RunStream` to iterate; `LoggingObserver` writes them to a logger. `ModelCall` and
+`ToolInvocation` describe the call an `Observer.around` context wraps (`ApprovedCall`: the approval
+an invocation runs under); `RunStarted.continues` (a `Continued`, with its `Decided` decisions) what
 a resumed leg goes on from.
 """
 

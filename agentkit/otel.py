@@ -1,32 +1,34 @@
-"""``OTelObserver``: OpenTelemetry spans and GenAI metrics for runs, rounds, model calls and tool calls.
+"""`OTelObserver`: OpenTelemetry spans and GenAI metrics for runs, rounds, model calls and tool calls.
 
-Needs the ``otel`` extra (``pip install 'agentkit[otel]'``); ``import agentkit`` never imports
-OpenTelemetry, only ``import agentkit.otel`` does.
+Needs the `otel` extra (`pip install 'agentkit[otel]'`); `import agentkit` never imports
+OpenTelemetry, only `import agentkit.otel` does.
 
-The span tree of one run (a resumed leg, too: it links to the round it continues)::
+The span tree of one run (a resumed leg, too: it links to the round it continues):
 
-    invoke_agent <Agent>              gen_ai.provider.name, gen_ai.conversation.id, agentkit.outcome, agentkit.usage.*
-    ├── execute_tool <tool>           a resumed leg's approved call: agentkit.approved, agentkit.approval.approved_by
-    ├── agentkit.round                agentkit.round; a proposal's tool and tier
-    │   ├── chat <model>              one per logical call; its attempts are agentkit.attempt events
-    │   │   └── (the HTTP client's spans, one per attempt)
-    │   └── execute_tool <tool>       gen_ai.tool.name, gen_ai.tool.call.id, gen_ai.tool.type, agentkit.tier
-    │       └── (spans the tool makes)
-    └── agentkit.round ...
+```text
+invoke_agent <Agent>              gen_ai.provider.name, gen_ai.conversation.id, agentkit.outcome, agentkit.usage.*
+├── execute_tool <tool>           a resumed leg's approved call: agentkit.approved, agentkit.approval.approved_by
+├── agentkit.round                agentkit.round; a proposal's tool and tier
+│   ├── chat <model>              one per logical call; its attempts are agentkit.attempt events
+│   │   └── (the HTTP client's spans, one per attempt)
+│   └── execute_tool <tool>       gen_ai.tool.name, gen_ai.tool.call.id, gen_ai.tool.type, agentkit.tier
+│       └── (spans the tool makes)
+└── agentkit.round ...
+```
 
-An approved call run outside a run (``execute_approved``, ``journal.execute``, a journal worker, a
-Temporal tool activity) and a Temporal model activity get their ``execute_tool`` / ``chat`` span under
-whatever span is current. Spans follow the OpenTelemetry GenAI semantic conventions (``gen_ai.*``);
-what they do not cover is under ``agentkit.*``. Every span is current while its work runs: the run's
-and the round's while the run's own code runs (``render`` included), a model call's and a tool's
-through ``Observer.around``, so the spans other libraries make meanwhile (the HTTP client's, a
+An approved call run outside a run (`execute_approved`, `journal.execute`, a journal worker, a
+Temporal tool activity) and a Temporal model activity get their `execute_tool` / `chat` span under
+whatever span is current. Spans follow the OpenTelemetry GenAI semantic conventions (`gen_ai.*`);
+what they do not cover is under `agentkit.*`. Every span is current while its work runs: the run's
+and the round's while the run's own code runs (`render` included), a model call's and a tool's
+through `Observer.around`, so the spans other libraries make meanwhile (the HTTP client's, a
 database driver's) nest under them.
 
-Metrics (``gen_ai.client.operation.duration``, ``gen_ai.client.token.usage``, ``agentkit.proposals``,
-``agentkit.decisions``) go through the OpenTelemetry metrics API (``agentkit._otel_metrics``).
+Metrics (`gen_ai.client.operation.duration`, `gen_ai.client.token.usage`, `agentkit.proposals`,
+`agentkit.decisions`) go through the OpenTelemetry metrics API (`agentkit._otel_metrics`).
 
 Content (prompts, replies, tool arguments and results, exception messages, proposal digests)
-is recorded only with ``capture_content=True``.
+is recorded only with `capture_content=True`.
 """
 
 from __future__ import annotations
@@ -155,27 +157,27 @@ class OTelObserver(Observer):
     """Makes one span per run, per round, per logical model call and per tool invocation, and records
     the GenAI client metrics.
 
-    An observer may be shared by concurrent runs: spans are kept per ``run_id``. A model call or
+    An observer may be shared by concurrent runs: spans are kept per `run_id`. A model call or
     tool invocation that fails records its exception on its own span; the run span of a run that
-    ends in ``Outcome.ERROR`` (or is aborted), and its round span, get the ERROR status and
-    ``error.type`` only. A tool's ``ToolRetry`` is not a failure: its span says so in an
-    ``agentkit.tool_retry`` event.
+    ends in `Outcome.ERROR` (or is aborted), and its round span, get the ERROR status and
+    `error.type` only. A tool's `ToolRetry` is not a failure: its span says so in an
+    `agentkit.tool_retry` event.
 
     Args:
-        tracer: The tracer to use; ``trace.get_tracer("agentkit")`` (the global provider) when
+        tracer: The tracer to use; `trace.get_tracer("agentkit")` (the global provider) when
             omitted.
         capture_content: Record content, as the semantic conventions' opt-in attributes: the
-            prompts as sent (``gen_ai.system_instructions``, ``gen_ai.input.messages``, with the
+            prompts as sent (`gen_ai.system_instructions`, `gen_ai.input.messages`, with the
             schema text a JSON mode adds and every re-ask, one
-            ``gen_ai.client.inference.operation.details`` event per request), the replies
-            (``gen_ai.output.messages``), tool arguments and results (``gen_ai.tool.call.*``),
+            `gen_ai.client.inference.operation.details` event per request), the replies
+            (`gen_ai.output.messages`), tool arguments and results (`gen_ai.tool.call.*`),
             exception messages and stack traces, and proposals' arguments and digests. Off by
             default: content is likely to hold personal or secret data.
-        provider_name: ``gen_ai.provider.name`` for runs whose caller does not declare one (a
-            caller's ``provider_name`` attribute, as ``OpenAICaller`` has, always wins);
-            ``"_OTHER"`` when omitted.
+        provider_name: `gen_ai.provider.name` for runs whose caller does not declare one (a
+            caller's `provider_name` attribute, as `OpenAICaller` has, always wins);
+            `"_OTHER"` when omitted.
         meter_provider: Where the metrics go; the global meter provider when omitted.
-        metrics: Record metrics at all (``False``: spans only).
+        metrics: Record metrics at all (`False`: spans only).
     """
 
     def __init__(
@@ -241,7 +243,7 @@ class OTelObserver(Observer):
         spans.round_token = otel_context.attach(spans.round_context)
 
     def traceparent(self, run_id: str) -> str | None:
-        """The W3C ``traceparent`` of the run's current round (its run span's before the first), for its state."""
+        """The W3C `traceparent` of the run's current round (its run span's before the first), for its state."""
         spans = self._runs.get(run_id)
         if spans is None:
             return None
@@ -285,7 +287,7 @@ class OTelObserver(Observer):
             span.end()
 
     def on_llm_call(self, event: LLMCallFinished) -> None:
-        """Add the attempt to its model call's span, as an ``agentkit.attempt`` event."""
+        """Add the attempt to its model call's span, as an `agentkit.attempt` event."""
         spans = self._runs.get(event.run_id)
         if spans is None:
             return
@@ -513,12 +515,12 @@ class OTelObserver(Observer):
             span.set_attribute(_TOOL_RESULT, pydantic_core.to_json(list(batch), fallback=repr).decode())
 
     def _retried(self, span: Span, retry: ToolRetry) -> None:
-        """A ``ToolRetry``: the tool told the executor its call was wrong. The span is not an error."""
+        """A `ToolRetry`: the tool told the executor its call was wrong. The span is not an error."""
         attributes = {"exception.message": str(retry)} if self.capture_content else {}
         span.add_event("agentkit.tool_retry", attributes=attributes)
 
     def _fail(self, span: Span, error: BaseException) -> None:
-        """The failing span: status, ``error.type`` and the one exception event (its message only with capture)."""
+        """The failing span: status, `error.type` and the one exception event (its message only with capture)."""
         if self.capture_content:
             span.record_exception(error)
         else:
@@ -526,7 +528,7 @@ class OTelObserver(Observer):
         self._mark(span, error)
 
     def _mark(self, span: Span, error: BaseException | None) -> None:
-        """ERROR status and ``error.type``, no exception event (it is on the span that failed)."""
+        """ERROR status and `error.type`, no exception event (it is on the span that failed)."""
         span.set_attribute(_ERROR_TYPE, error_type(error) if error is not None else _OTHER)
         description = f"{type(error).__name__}: {error}" if error is not None and self.capture_content else None
         span.set_status(Status(StatusCode.ERROR, description))

@@ -1,21 +1,21 @@
 """Program gating: check a whole program of calls from a model before any of it runs.
 
-Some models plan in one go: they emit a list of calls (``[{"tool": ..., "args": {...}}, ...]``)
+Some models plan in one go: they emit a list of calls (`[{"tool": ..., "args": {...}}, ...]`)
 instead of one call per round. Here the calls are made against declared capabilities:
 
-1. ``CapabilitySet.render()`` writes the model-facing list from the declarations (sorted,
+1. `CapabilitySet.render()` writes the model-facing list from the declarations (sorted,
    stable), so no prompt ever describes a capability by hand;
-2. ``gate_program`` verifies the **whole** program first (an unknown capability, invalid args or
+2. `gate_program` verifies the **whole** program first (an unknown capability, invalid args or
    a missing tier rejects all of it, so nothing is half-applied), then splits it by tier into
-   ``plan.apply`` (may run live under the ceiling) and ``plan.propose`` (``ProposedAction``
-   values for a human, the same type the tiered loop returns, approved with ``approve``);
-3. ``apply_plan`` runs ``plan.apply`` only, in order, past failures, and reports every error.
+   `plan.apply` (may run live under the ceiling) and `plan.propose` (`ProposedAction`
+   values for a human, the same type the tiered loop returns, approved with `approve`);
+3. `apply_plan` runs `plan.apply` only, in order, past failures, and reports every error.
 
-Capabilities are tools: a ``Capability`` is a ``Tool`` (usable in every loop), and a
-``CapabilitySet`` takes any ``Tool``, ``@tool`` ones included. A capability that can never run
+Capabilities are tools: a `Capability` is a `Tool` (usable in every loop), and a
+`CapabilitySet` takes any `Tool`, `@tool` ones included. A capability that can never run
 live (external-reversible, irreversible) is propose-only: it is declared without a handler, so no
-code path here can run it. Approved proposals run through ``execute_approved`` with a real
-``Tool``. ``apply_plan`` runs each call through the same admission and invocation as the loop.
+code path here can run it. Approved proposals run through `execute_approved` with a real
+`Tool`. `apply_plan` runs each call through the same admission and invocation as the loop.
 """
 
 from __future__ import annotations
@@ -62,18 +62,18 @@ Handler = Callable[[Args], Sequence[R]] | Callable[[Args], Awaitable[Sequence[R]
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Capability(Generic[Args, R_co]):
-    """One thing a program may ask for: a name, a description, a tier and typed args; a ``Tool``.
+    """One thing a program may ask for: a name, a description, a tier and typed args; a `Tool`.
 
-    ``handler`` applies the call; a capability without one is propose-only. A capability whose
+    `handler` applies the call; a capability without one is propose-only. A capability whose
     tier can never run live (external-reversible, irreversible) must be propose-only.
 
     Raises:
-        UsageError: a missing or non-``Tier`` tier, a bad name, a non-pydantic ``args_type``,
+        UsageError: a missing or non-`Tier` tier, a bad name, a non-pydantic `args_type`,
             or a handler on a capability that can never run live.
     """
 
     name: str
-    """The name the model calls it by (``^[a-zA-Z0-9_-]{1,64}$``)."""
+    """The name the model calls it by (`^[a-zA-Z0-9_-]{1,64}$`)."""
     description: str
     """What it does, for the model."""
     tier: Tier
@@ -81,7 +81,7 @@ class Capability(Generic[Args, R_co]):
     args_type: type[Args]
     """The pydantic model of its arguments."""
     handler: Handler[Args, R_co] | None = None
-    """Applies a call; ``None`` makes the capability propose-only."""
+    """Applies a call; `None` makes the capability propose-only."""
 
     def __post_init__(self) -> None:
         check_name(self.name, "capability")
@@ -106,10 +106,10 @@ class Capability(Generic[Args, R_co]):
         return self.handler is None
 
     async def call(self, args: Args) -> Sequence[R_co]:
-        """Apply the call with the handler (the ``Tool`` method, so a capability runs anywhere a tool does).
+        """Apply the call with the handler (the `Tool` method, so a capability runs anywhere a tool does).
 
         Raises:
-            UsageError: the capability is propose-only; its calls run only through ``execute_approved``
+            UsageError: the capability is propose-only; its calls run only through `execute_approved`
                 with a real tool.
         """
         if self.handler is None:
@@ -123,7 +123,7 @@ class Capability(Generic[Args, R_co]):
 def propose_only(name: str, *, description: str, tier: Tier, args_type: type[Args]) -> Capability[Args, Never]:
     """Declare a capability without a handler: its calls can only ever be proposed.
 
-    Typed as producing no items, so it joins a ``CapabilitySet`` of any result type.
+    Typed as producing no items, so it joins a `CapabilitySet` of any result type.
     """
     return Capability(name=name, description=description, tier=tier, args_type=args_type)
 
@@ -131,10 +131,10 @@ def propose_only(name: str, *, description: str, tier: Tier, args_type: type[Arg
 def capability(
     *, tier: Tier, name: str | None = None, description: str | None = None
 ) -> Callable[[Handler[Args, R]], Capability[Args, R]]:
-    """Turn a typed function ``(args: Args) -> Sequence[R]`` (sync or async) into a ``Capability``.
+    """Turn a typed function `(args: Args) -> Sequence[R]` (sync or async) into a `Capability`.
 
-    Like ``@tool``: the name comes from the function, the description from its docstring, the
-    args type from its first parameter's annotation; ``tier`` is required.
+    Like `@tool`: the name comes from the function, the description from its docstring, the
+    args type from its first parameter's annotation; `tier` is required.
     """
     if not isinstance(tier, Tier):
         raise UsageError(f"@capability(tier=...) needs a Tier, got {tier!r}; choose one of {tier_choices()}")
@@ -155,8 +155,8 @@ def capability(
 class CapabilitySet(Generic[R]):
     """The capabilities a program may use, validated once and rendered for the model.
 
-    A capability is any ``Tool``: a ``Capability``, or a ``@tool`` function (one that takes the
-    run's ctx too; ``apply_plan`` then needs ``ctx=``).
+    A capability is any `Tool`: a `Capability`, or a `@tool` function (one that takes the
+    run's ctx too; `apply_plan` then needs `ctx=`).
 
     Raises:
         UsageError: no capabilities, two with the same name, or something that is not a tool.
@@ -184,7 +184,7 @@ class CapabilitySet(Generic[R]):
         return name in self._by_name
 
     def get(self, name: str) -> Tool[Any, R] | ContextTool[Any, R, Any] | None:
-        """The capability called ``name``, if there is one."""
+        """The capability called `name`, if there is one."""
         return self._by_name.get(name)
 
     @property
@@ -196,7 +196,7 @@ class CapabilitySet(Generic[R]):
         """The model-facing list of capabilities, sorted by name, byte-stable across calls.
 
         Each entry gives the name, the tier, the description and the args' JSON schema (compact,
-        keys sorted). With ``ceiling``, each entry also says whether its calls run at once or
+        keys sorted). With `ceiling`, each entry also says whether its calls run at once or
         wait for approval, so the model can plan for it.
         """
         entries = []
@@ -217,7 +217,7 @@ class CapabilitySet(Generic[R]):
 
 
 def _without_titles(schema: Any) -> Any:
-    """Drop pydantic's ``title`` keywords (noise for the model); keep fields that are named title."""
+    """Drop pydantic's `title` keywords (noise for the model); keep fields that are named title."""
     if isinstance(schema, list):
         return [_without_titles(item) for item in schema]
     if not isinstance(schema, dict):
@@ -234,7 +234,7 @@ def _without_titles(schema: Any) -> Any:
 
 
 class ProgramCall(BaseModel):
-    """One call of a program, as the model emits it: ``{"tool": name, "args": {...}}``."""
+    """One call of a program, as the model emits it: `{"tool": name, "args": {...}}`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -286,7 +286,7 @@ class Plan(Generic[R]):
     run_id: str = ""
     """Stamped on the proposals."""
     capabilities: CapabilitySet[R] = field(repr=False, compare=False)
-    """The set the program was verified against (``apply_plan`` runs its handlers)."""
+    """The set the program was verified against (`apply_plan` runs its handlers)."""
 
     @property
     def rejected(self) -> bool:
@@ -294,14 +294,14 @@ class Plan(Generic[R]):
         return bool(self.issues)
 
     def error(self) -> ProgramError | None:
-        """The rejection as one error listing every issue, or ``None``."""
+        """The rejection as one error listing every issue, or `None`."""
         if not self.issues:
             return None
         lines = "; ".join(f"call {issue.index}: {issue.message}" for issue in self.issues)
         return ProgramError(f"program rejected, nothing applied: {lines}", issues=self.issues)
 
     def raise_for_error(self) -> Plan[R]:
-        """Raise the rejection as a ``ProgramError``; otherwise return the plan itself."""
+        """Raise the rejection as a `ProgramError`; otherwise return the plan itself."""
         error = self.error()
         if error is not None:
             raise error
@@ -319,20 +319,20 @@ def gate_program(
     """Verify a whole program, then split it by tier into calls to apply and calls to propose.
 
     Every call is checked before any is sorted: an unknown capability, args that do not validate
-    or a capability with no tier rejects the **whole** program (``plan.issues`` lists every
-    problem; ``plan.apply`` and ``plan.propose`` are empty). A verified call goes to
-    ``plan.apply`` when its tier is at or below ``ceiling`` and may auto-run at all, otherwise it
-    becomes a ``ProposedAction`` in ``plan.propose``.
+    or a capability with no tier rejects the **whole** program (`plan.issues` lists every
+    problem; `plan.apply` and `plan.propose` are empty). A verified call goes to
+    `plan.apply` when its tier is at or below `ceiling` and may auto-run at all, otherwise it
+    becomes a `ProposedAction` in `plan.propose`.
 
     Args:
-        calls: The program: ``ProgramCall`` values, or mappings of the same shape.
+        calls: The program: `ProgramCall` values, or mappings of the same shape.
         ceiling: The highest tier allowed to run live (external-reversible and irreversible never do).
         capabilities: The declared capabilities.
         run_id: Stamped on the proposals; a fresh id when omitted.
         round: Stamped on the proposals (the model turn that produced the program).
 
     Raises:
-        UsageError: ``ceiling`` is not a ``Tier``.
+        UsageError: `ceiling` is not a `Tier`.
     """
     if not isinstance(ceiling, Tier):
         raise UsageError(f"ceiling must be a Tier, got {ceiling!r}; choose one of {tier_choices()}")
@@ -411,10 +411,10 @@ class CallResult(Generic[R]):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ApplyReport(Generic[R]):
-    """What ``apply_plan`` did: one result per call of ``plan.apply``, and every error."""
+    """What `apply_plan` did: one result per call of `plan.apply`, and every error."""
 
     results: tuple[CallResult[R], ...] = ()
-    """One per call of ``plan.apply``, in order."""
+    """One per call of `plan.apply`, in order."""
     rejection: ProgramError | None = None
     """Set when the plan was rejected (then nothing ran)."""
 
@@ -436,20 +436,20 @@ class ApplyReport(Generic[R]):
 
 
 async def apply_plan(plan: Plan[R], *, ctx: object = NO_CTX) -> ApplyReport[R]:
-    """Run ``plan.apply`` in order with each capability's handler; never ``plan.propose``.
+    """Run `plan.apply` in order with each capability's handler; never `plan.propose`.
 
     A failing call does not stop the rest; each call's outcome is in the report. A call is re-
     checked before it runs, so a hand-made or altered plan cannot run more than its tiers allow:
-    a call that is unknown to the set, no longer runs live under ``plan.ceiling``, has args of
+    a call that is unknown to the set, no longer runs live under `plan.ceiling`, has args of
     the wrong type or has no handler is an error, never run and never skipped silently.
 
     Args:
-        plan: From ``gate_program``.
-        ctx: The run's ctx, for capabilities that take one (``@tool`` functions with a ctx
+        plan: From `gate_program`.
+        ctx: The run's ctx, for capabilities that take one (`@tool` functions with a ctx
             parameter); the others ignore it. Its type is checked at run time only here.
 
     Raises:
-        UsageError: a capability that ``plan.apply`` calls takes the run's ctx and no ``ctx`` was
+        UsageError: a capability that `plan.apply` calls takes the run's ctx and no `ctx` was
             given (a wiring mistake); raised before any call runs.
     """
     rejection = plan.error()

@@ -1,18 +1,20 @@
-"""The reflective prompt: the standard framing of a tool-loop round, so ``render()`` is a few lines.
+"""The reflective prompt: the standard framing of a tool-loop round, so `render()` is a few lines.
 
-``reflective_prompt`` puts everything stable (the doctrine, how a round works, the tools, an
-optional worked example) in ``Prompt.system``, byte-identical across rounds so provider prompt
+`reflective_prompt` puts everything stable (the doctrine, how a round works, the tools, an
+optional worked example) in `Prompt.system`, byte-identical across rounds so provider prompt
 caching works, and everything that changes (the request, where the round sits in the budget, the
 earlier calls with their results, observations and proposals, what to check this round) in
-``Prompt.dynamic``::
+`Prompt.dynamic`:
 
-    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
-        return reflective_prompt(DOCTRINE, ctx, info, render_item=lambda doc: doc.title)
+```python
+def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+    return reflective_prompt(DOCTRINE, ctx, info, render_item=lambda doc: doc.title)
+```
 
 Measured on a 0.5B model: a worked example is followed only when it is laid out exactly as the
 real rounds are, and a round is acted on only when its prompt ends with what to check. So
-``worked_example`` renders its rounds with the code that renders the real ones, and both take
-the same ``check`` line.
+`worked_example` renders its rounds with the code that renders the real ones, and both take
+the same `check` line.
 """
 
 from __future__ import annotations
@@ -81,20 +83,20 @@ def reflective_prompt(
 
     Args:
         doctrine: The agent's stable rules: its job, what counts as enough, what to avoid
-            (``USE_THE_TOOL`` is a ready line for retrieval agents).
+            (`USE_THE_TOOL` is a ready line for retrieval agents).
         request: What this run is asked to do.
-        info: The round, as the loop passes it to ``render``.
+        info: The round, as the loop passes it to `render`.
         render_item: One result item as prompt text; pydantic items default to compact JSON,
-            anything else to ``str``.
-        example: A worked example for the system part (see ``worked_example``; give it the same
-            ``render_item`` layout and ``check``).
+            anything else to `str`.
+        example: A worked example for the system part (see `worked_example`; give it the same
+            `render_item` layout and `check`).
         tools: Tools to list by name and description in the system part.
         check: What to check this round, the last line of every round that has results and is
             not the final one, e.g. "If a passage above states the answer, set done to true;
             otherwise search with new keywords." The default asks to reflect on the results.
 
     Returns:
-        A ``Prompt`` whose ``system`` depends only on ``doctrine``, ``example`` and ``tools``.
+        A `Prompt` whose `system` depends only on `doctrine`, `example` and `tools`.
     """
     system = [doctrine.strip(), _HOW_A_ROUND_WORKS]
     if tools:
@@ -123,11 +125,11 @@ def worked_example(
     done_rationale: str = "The result answers the request; I am done.",
     answer: BaseModel | Mapping[str, Any] | None = None,
 ) -> str:
-    """A two-round demonstration (a call, then done), each round shown as ``reflective_prompt`` shows it.
+    """A two-round demonstration (a call, then done), each round shown as `reflective_prompt` shows it.
 
-    Round 1 shows the request with nothing looked up and replies with ``call``; round 2 shows the
-    request with that call and its ``results``, ends with ``check``, and replies done (or, with
-    ``then``, makes that call: the action the results called for). The rounds are rendered by the
+    Round 1 shows the request with nothing looked up and replies with `call`; round 2 shows the
+    request with that call and its `results`, ends with `check`, and replies done (or, with
+    `then`, makes that call: the action the results called for). The rounds are rendered by the
     code that renders real rounds (only the budget line is left out), so a small model sees the
     example in exactly the layout it must act on.
 
@@ -135,17 +137,17 @@ def worked_example(
         request: The example request (a different one from the real requests, so the model
             cannot copy the answer).
         call: The example call's arguments.
-        results: The example results, rendered as ``render_item`` renders real ones.
+        results: The example results, rendered as `render_item` renders real ones.
         tool: The tool's name when the loop has a set of tools (the call is then
-            ``{"tool": name, "args": {...}}``); omit it for a single tool.
-        tool_name: The name the earlier call is shown under (default: ``tool``, else
-            ``"search"``); give the single tool's real name.
+            `{"tool": name, "args": {...}}`); omit it for a single tool.
+        tool_name: The name the earlier call is shown under (default: `tool`, else
+            `"search"`); give the single tool's real name.
         then: Round 2's call instead of done, e.g. the irreversible action a search was for.
-        then_tool: The tool of ``then`` when the loop has a set of tools.
-        check: The same ``check`` line as given to ``reflective_prompt``.
+        then_tool: The tool of `then` when the loop has a set of tools.
+        check: The same `check` line as given to `reflective_prompt`.
         search_rationale: The rationale of the first step.
-        done_rationale: The rationale of the second step (done, or the ``then`` call).
-        answer: The answer the done step gives, for a loop with ``answer=`` (its done step carries one).
+        done_rationale: The rationale of the second step (done, or the `then` call).
+        answer: The answer the done step gives, for a loop with `answer=` (its done step carries one).
     """
     if answer is not None and then is not None:
         raise UsageError("worked_example: an answer goes with the done step, and `then` replaces it with a call")

@@ -193,23 +193,7 @@ def test_api_page_shows_no_escaped_pipe(browser: WebDriver, base_url: str, page:
     assert "\\|" not in text
 
 
-# The pages whose docstrings still hold reStructuredText literal blocks (`The tree::`).
-_RAW_RST = {"agentkit", "errors", "otel", "prompting"}
-
-
-@pytest.mark.parametrize(
-    "page",
-    [
-        pytest.param(
-            page,
-            id=page.stem,
-            marks=[pytest.mark.xfail(reason="reStructuredText literal blocks in docstrings", strict=True)]
-            if page.stem in _RAW_RST
-            else [],
-        )
-        for page in API_PAGES
-    ],
-)
+@pytest.mark.parametrize("page", API_PAGES, ids=lambda page: page.stem)
 def test_api_page_renders_docstrings_as_markdown(browser: WebDriver, base_url: str, page: Path) -> None:
     """No reStructuredText shows raw: no paragraph ends in `::`, no literal in double backticks."""
     _load(browser, base_url + _url_path(page))

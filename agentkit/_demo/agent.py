@@ -1,10 +1,10 @@
 """The demo's agents: a retrieval executor, an answer writer, and a curator whose delete is proposed.
 
-The executors' prompts are the library's ``reflective_prompt``, tuned for small models as measured
-on a 0.5B model: the step's free-text ``rationale`` comes before ``done`` (constrained decoding
+The executors' prompts are the library's `reflective_prompt`, tuned for small models as measured
+on a 0.5B model: the step's free-text `rationale` comes before `done` (constrained decoding
 emits fields in schema order, so the model reasons before it decides) and is bounded in length,
-the doctrine says "use the tool, do not answer from memory" (``USE_THE_TOOL``), a
-``worked_example`` shows two rounds laid out exactly as the real ones, and every round with
+the doctrine says "use the tool, do not answer from memory" (`USE_THE_TOOL`), a
+`worked_example` shows two rounds laid out exactly as the real ones, and every round with
 results ends with what to check. With a plain prompt the same model answered from memory every
 time.
 """
@@ -62,7 +62,7 @@ PLANNING_TASK = (
 
 DEMO_CONFIG = LoopConfig(max_rounds=4, rationale_max_length=160, min_calls=1, on_repeat=RepeatPolicy.REFUSE)
 """Four rounds; a bounded rationale (a small model runs on to the token limit without one); and the
-retrieval recipe: no done before a search has run (``min_calls=1``), and a repeated search refused
+retrieval recipe: no done before a search has run (`min_calls=1`), and a repeated search refused
 and explained rather than ending the run."""
 
 ANSWER_MAX_LENGTH = 200
@@ -106,7 +106,7 @@ _RESEARCH_ANSWER_EXAMPLE = _research_example(
 
 class GroundedAnswer(BaseModel):
     """The researcher's answer with its done step: the passage it cites (one the run retrieved:
-    ``Cites``), then the answer. The id comes first, so the model picks its source before it writes."""
+    `Cites`), then the answer. The id comes first, so the model picks its source before it writes."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -125,14 +125,14 @@ class Researcher:
     model: str
     """The model to ask."""
     tools: tuple[Tool[Any, Any], ...] = ()
-    """The tools the loop runs, listed in the prompt by name and description (``research`` passes them)."""
+    """The tools the loop runs, listed in the prompt by name and description (`research` passes them)."""
     seed: int = 7
     """Sampling seed; with temperature 0 a run repeats exactly on servers that honour both."""
     max_tokens: int = 200
     """Reply token limit; the step is short JSON."""
     answers: bool = True
-    """The loop asks for a ``GroundedAnswer`` with the done step: the prompt says so, and its example
-    gives one. ``False``: a loop without ``answer=`` (the prompt as before the recipe)."""
+    """The loop asks for a `GroundedAnswer` with the done step: the prompt says so, and its example
+    gives one. `False`: a loop without `answer=` (the prompt as before the recipe)."""
 
     def role(self) -> RoleSpec:
         """Deterministic settings: temperature 0 and a fixed seed."""
@@ -154,7 +154,7 @@ class Researcher:
 
 
 class DeleteArgs(BaseModel):
-    """Arguments of ``delete_passage``."""
+    """Arguments of `delete_passage`."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -163,9 +163,9 @@ class DeleteArgs(BaseModel):
 
 
 def delete_tool(index: BM25Index) -> FunctionTool[DeleteArgs, str]:
-    """``delete_passage`` over ``index``: irreversible, so a loop only ever proposes it.
+    """`delete_passage` over `index`: irreversible, so a loop only ever proposes it.
 
-    Its ``passage_id`` is an enum of the index's ids, so even a small model can only name a
+    Its `passage_id` is an enum of the index's ids, so even a small model can only name a
     passage that exists. Run by its owner after an approval, it removes the passage and returns
     its id.
     """
@@ -232,7 +232,7 @@ class Curator:
 
     model: str
     tools: tuple[Tool[Any, Any], ...] = ()
-    """The tools the loop runs, listed in the prompt (``plan`` passes them)."""
+    """The tools the loop runs, listed in the prompt (`plan` passes them)."""
     seed: int = 7
     max_tokens: int = 240
 

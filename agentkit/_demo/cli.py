@@ -1,8 +1,8 @@
-"""``agentkit demo``: a retrieval agent on a real model, then a tiered planning example.
+"""`agentkit demo`: a retrieval agent on a real model, then a tiered planning example.
 
-By default the model is the embedded one (``agentkit.providers.local.LocalModel``, the ``local`` extra);
-``--base-url``/``--model``/``--api-key`` point the same demo at any OpenAI-compatible server, and
-``--scripted`` replays a script instantly, with no model at all.
+By default the model is the embedded one (`agentkit.providers.local.LocalModel`, the `local` extra);
+`--base-url`/`--model`/`--api-key` point the same demo at any OpenAI-compatible server, and
+`--scripted` replays a script instantly, with no model at all.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ __all__ = ["LiveRounds", "register", "resume_demo", "run_demo", "scripted_caller
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``demo`` command."""
+    """Add the `demo` command."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "demo",
         help="run a retrieval agent on a real model, then a tiered planning example",
@@ -117,7 +117,7 @@ def _question(text: str) -> str:
 
 
 def _base_url(text: str) -> str:
-    """An ``argparse`` type: checked here, so a typo fails at once rather than as a failed first request."""
+    """An `argparse` type: checked here, so a typo fails at once rather than as a failed first request."""
     parts = urlsplit(text.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise argparse.ArgumentTypeError(
@@ -213,7 +213,7 @@ async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
 
 
 def _mode_flags(args: argparse.Namespace) -> str:
-    """The flags that choose this demo's model, for the commands it prints: ``--resume`` must continue the
+    """The flags that choose this demo's model, for the commands it prints: `--resume` must continue the
     run on the same model (a scripted run on the script, a server's run on that server)."""
     if args.scripted:
         return " --scripted"
@@ -223,7 +223,7 @@ def _mode_flags(args: argparse.Namespace) -> str:
 
 
 def _db_flag(db: str) -> str:
-    """The ``--db`` to repeat in the commands the demo prints (none for the commands' own default)."""
+    """The `--db` to repeat in the commands the demo prints (none for the commands' own default)."""
     default = os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB)
     return "" if db == default else f" --db {shlex.quote(db)}"
 
@@ -280,12 +280,12 @@ async def run_demo(
         model: The model name to ask.
         questions: The questions to research.
         out: Where to print.
-        scripted: ``caller`` is ``scripted_caller``'s, which writes answers only for the built-in
+        scripted: `caller` is `scripted_caller`'s, which writes answers only for the built-in
             questions; the others are searched but not answered.
         journal: Where to record the runs and the planning run's proposal; the demo then prints
-            the commands that decide the proposal and continue the run (``resume_demo``).
-        db: The ``--db`` flag those commands need (empty for the default journal).
-        mode: The flags that chose this model (``--scripted``, ``--base-url ... --model ...``), repeated in
+            the commands that decide the proposal and continue the run (`resume_demo`).
+        db: The `--db` flag those commands need (empty for the default journal).
+        mode: The flags that chose this model (`--scripted`, `--base-url ... --model ...`), repeated in
             the command that continues the run.
         verbose: Show the executor's rationales too, not only the answers and what each round did.
 
@@ -342,7 +342,7 @@ async def _decide_next(journal: Journal, run_id: str, out: TextIO, db: str, mode
 
 
 async def _waiting_run(journal: Journal, db: str, mode: str = "") -> RunRecord | None:
-    """The newest planning run ``--resume`` can continue; ``None`` (having said why) when there is none."""
+    """The newest planning run `--resume` can continue; `None` (having said why) when there is none."""
     for record in await journal.runs(limit=200):
         if record.agent != Curator.__name__ or record.status is RunStatus.FINISHED:
             continue
@@ -370,7 +370,7 @@ async def _waiting_run(journal: Journal, db: str, mode: str = "") -> RunRecord |
 async def resume_demo(
     caller: StructuredCaller, model: str, journal: Journal, *, out: TextIO, db: str = "", mode: str = ""
 ) -> int:
-    """Continue the newest planning run in ``journal`` with its recorded decisions, printing each round.
+    """Continue the newest planning run in `journal` with its recorded decisions, printing each round.
 
     An approved delete runs once, before the next round; the model sees its result (or the
     rejection and its reason) and goes on.
@@ -408,7 +408,7 @@ async def resume_demo(
 
 
 def _decided(result: ToolLoopResult[Any, Any], round: int, out: TextIO) -> None:
-    """What the decisions on the proposals of ``round`` (the one this resume settled) did: the approved call
+    """What the decisions on the proposals of `round` (the one this resume settled) did: the approved call
     ran once (and what it returned), or the rejection's reason went to the model."""
     for entry in result.checkpoint.entries:
         if not isinstance(entry, DecisionEntry) or entry.round != round:
@@ -425,7 +425,7 @@ def _decided(result: ToolLoopResult[Any, Any], round: int, out: TextIO) -> None:
 
 
 def _unreachable(error: AgentkitError | None, out: TextIO) -> bool:
-    """Whether ``error`` says the server gave no answer at all; if so, say the demo stops."""
+    """Whether `error` says the server gave no answer at all; if so, say the demo stops."""
     # No HTTP status: the connection failed or timed out, so every later run would fail the same way.
     if isinstance(error, ProviderError) and error.status is None:
         print("  stopped  the model server did not answer, so the demo ends here.", file=out, flush=True)
@@ -496,7 +496,7 @@ class LiveRounds(Observer):
         self.verbose = verbose
         self.closed = False
         """The output's reader went away: nothing more is written."""
-        """Show the executor's rationale on its done line (the summary lists every round's with ``--verbose``)."""
+        """Show the executor's rationale on its done line (the summary lists every round's with `--verbose`)."""
         self._round: _Round | None = None
 
     def on_round_start(self, event: RoundStarted) -> None:
@@ -582,7 +582,7 @@ class LiveRounds(Observer):
         self._round = None
 
     def _write(self, text: str) -> None:
-        """Write and flush; once the reader has gone (``agentkit demo | head``), write nothing more: the
+        """Write and flush; once the reader has gone (`agentkit demo | head`), write nothing more: the
         demo's own next line meets the closed pipe and ends the command quietly."""
         if self.closed:
             return
@@ -622,8 +622,8 @@ def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLAN
     an answer from the best hit for the built-in questions; then the planning example's search and
     delete.
 
-    The searches are derived from ``index``, so ``--question`` works scripted too; but a script
-    cannot read, so another question is searched and not answered (``run_demo(scripted=True)``
+    The searches are derived from `index`, so `--question` works scripted too; but a script
+    cannot read, so another question is searched and not answered (`run_demo(scripted=True)`
     asks for no answer there).
     """
     caller = ScriptedCaller()

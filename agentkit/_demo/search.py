@@ -157,12 +157,12 @@ def _stem(word: str) -> str:
 
 
 def keywords(text: str) -> list[str]:
-    """The content words of ``text``, lower-cased, stop words removed, in order."""
+    """The content words of `text`, lower-cased, stop words removed, in order."""
     return [word for word in _WORD.findall(text.lower()) if word not in _STOP_WORDS]
 
 
 def terms(text: str) -> list[str]:
-    """The index terms of ``text``: its keywords, lightly stemmed."""
+    """The index terms of `text`: its keywords, lightly stemmed."""
     return [_stem(word) for word in keywords(text)]
 
 
@@ -171,7 +171,7 @@ class Passage:
     """One short factual passage of the corpus."""
 
     id: str
-    """Stable identifier, e.g. ``space-01``."""
+    """Stable identifier, e.g. `space-01`."""
     title: str
     """A few words naming the subject."""
     text: str
@@ -222,7 +222,7 @@ class BM25Index:
         self._idf = {term: math.log(1 + (total - n + 0.5) / (n + 0.5)) for term, n in frequency.items()}
 
     def score(self, query: str, index: int) -> float:
-        """The BM25 score of the passage at ``index`` for ``query``."""
+        """The BM25 score of the passage at `index` for `query`."""
         counts, length = self._counts[index], self._lengths[index]
         total = 0.0
         for term in set(terms(query)):
@@ -233,7 +233,7 @@ class BM25Index:
         return total
 
     def search(self, query: str, *, k: int = 3) -> list[Hit]:
-        """The ``k`` best passages for ``query`` with a positive score, best first (ties by id)."""
+        """The `k` best passages for `query` with a positive score, best first (ties by id)."""
         scored = [(self.score(query, i), p) for i, p in enumerate(self.passages)]
         ranked = sorted((s for s in scored if s[0] > 0), key=lambda s: (-s[0], s[1].id))
         return [Hit(passage=p, score=round(s, 3)) for s, p in ranked[:k]]
@@ -271,7 +271,7 @@ class SearchArgs(BaseModel):
 
 
 def search_tool(index: BM25Index, *, k: int = 3) -> FunctionTool[SearchArgs, Hit]:
-    """The read-only ``search_corpus`` tool over ``index``, returning at most ``k`` hits a call."""
+    """The read-only `search_corpus` tool over `index`, returning at most `k` hits a call."""
 
     @tool(tier=Tier.READ_ONLY)
     def search_corpus(args: SearchArgs) -> Sequence[Hit]:

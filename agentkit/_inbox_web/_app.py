@@ -1,13 +1,13 @@
 """The web inbox as an ASGI app (Starlette): pending proposals, their history, and a reviewer's decisions.
 
-Routes (every one needs a reviewer's token: the ``agentkit_inbox`` cookie, which ``/?token=...``
-sets, or an ``Authorization: Bearer`` header):
+Routes (every one needs a reviewer's token: the `agentkit_inbox` cookie, which `/?token=...`
+sets, or an `Authorization: Bearer` header):
 
-- ``GET /``: the page; ``GET /stamp``: a digest of every proposal's state, which the page's
+- `GET /`: the page; `GET /stamp`: a digest of every proposal's state, which the page's
   script polls to reload itself when another reviewer or a worker acted.
-- ``POST /proposals/{id}/{decision}``: one decision (``DECISIONS``: approve, reject with a reason,
+- `POST /proposals/{id}/{decision}`: one decision (`DECISIONS`: approve, reject with a reason,
   or amend the args and approve), under a CSRF token.
-- ``GET /static/inbox.js`` and ``/static/inbox.css``: the only script and style the page runs.
+- `GET /static/inbox.js` and `/static/inbox.css`: the only script and style the page runs.
 """
 
 from __future__ import annotations
@@ -42,13 +42,13 @@ DECIDED_SHOWN = 20
 _STATIC = {"inbox.js": "text/javascript", "inbox.css": "text/css"}
 
 AMEND_PREFIX = "arg."
-"""The amend form's field for an argument NAME is ``arg.NAME``, holding its value as the page shows it."""
+"""The amend form's field for an argument NAME is `arg.NAME`, holding its value as the page shows it."""
 
 Decision = Callable[[Journal, str, str, FormData], Awaitable[ProposalRecord]]
-"""One decision a form posts: ``(journal, proposal id, reviewer, form) -> the proposal after it``.
+"""One decision a form posts: `(journal, proposal id, reviewer, form) -> the proposal after it`.
 
 The reviewer is the one the request's token names, so each decision gives it both as the name and as
-the identity the inbox vouches for (``verified_as``): ``Transition.verified`` is the token's reviewer,
+the identity the inbox vouches for (`verified_as`): `Transition.verified` is the token's reviewer,
 and a journal that requires verified approvers accepts it."""
 
 
@@ -62,7 +62,7 @@ async def _reject(journal: Journal, id: str, reviewer: str, form: FormData) -> P
 
 
 async def _amend(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
-    """Approve with the args the reviewer changed: each ``arg.NAME`` field whose text differs from the proposed."""
+    """Approve with the args the reviewer changed: each `arg.NAME` field whose text differs from the proposed."""
     record = await journal.get(id)
     shown = dict(_args(record))
     changes: dict[str, Any] = {}
@@ -106,7 +106,7 @@ def create_app(
     csrf_max_age: float = 3600.0,
     clock: Callable[[], float] = time.time,
 ) -> Starlette:
-    """The inbox over ``journal`` for ``reviewers``.
+    """The inbox over `journal` for `reviewers`.
 
     Args:
         journal: The journal whose proposals are shown and decided (the caller opens and closes it).

@@ -19,7 +19,7 @@ from agentkit.errors import UsageError
 __all__ = ["MIN_TOKEN_LENGTH", "SECURITY_HEADERS", "Csrf", "Reviewers", "SecurityHeaders", "new_token"]
 
 MIN_TOKEN_LENGTH = 16
-"""The shortest token ``--token`` accepts: a guessable token would open the inbox to anyone who can reach it."""
+"""The shortest token `--token` accepts: a guessable token would open the inbox to anyone who can reach it."""
 
 _NAME = re.compile(r"[^\s=][^=]*")
 
@@ -46,11 +46,11 @@ class Reviewers:
     """Who may use the inbox: each reviewer's name and token; a decision records the name."""
 
     def __init__(self, tokens: Mapping[str, str]) -> None:
-        """``tokens`` maps each reviewer's name to their token.
+        """`tokens` maps each reviewer's name to their token.
 
         Raises:
-            UsageError: no reviewer, a name that is empty or holds ``=``, a token shorter than
-                ``MIN_TOKEN_LENGTH``, or one token given to two reviewers.
+            UsageError: no reviewer, a name that is empty or holds `=`, a token shorter than
+                `MIN_TOKEN_LENGTH`, or one token given to two reviewers.
         """
         if not tokens:
             raise UsageError("the inbox needs at least one reviewer token (NAME=TOKEN)")
@@ -72,7 +72,7 @@ class Reviewers:
         return [name for name, _ in self._tokens]
 
     def named(self, token: str | None) -> str | None:
-        """The reviewer whose token this is, or ``None``; compares with every token in constant time."""
+        """The reviewer whose token this is, or `None`; compares with every token in constant time."""
         if not token:
             return None
         given = token.encode()
@@ -84,10 +84,10 @@ class Reviewers:
 
 
 class Csrf:
-    """CSRF tokens: signed with this server's secret, bound to one reviewer, valid for ``max_age`` seconds.
+    """CSRF tokens: signed with this server's secret, bound to one reviewer, valid for `max_age` seconds.
 
     A form posted with a token from another reviewer, from an earlier start of the server (another
-    secret), or older than ``max_age`` is stale: it is refused and nothing changes.
+    secret), or older than `max_age` is stale: it is refused and nothing changes.
     """
 
     def __init__(self, *, max_age: float, clock: Callable[[], float], secret: bytes | None = None) -> None:
@@ -96,12 +96,12 @@ class Csrf:
         self._secret = secret if secret is not None else secrets.token_bytes(32)
 
     def issue(self, reviewer: str) -> str:
-        """A token for the forms of a page shown to ``reviewer``."""
+        """A token for the forms of a page shown to `reviewer`."""
         issued = str(int(self._clock()))
         return f"{issued}.{self._sign(reviewer, issued)}"
 
     def refusal(self, token: str, reviewer: str) -> str | None:
-        """Why ``token`` does not protect a form posted by ``reviewer``; ``None`` when it does."""
+        """Why `token` does not protect a form posted by `reviewer`; `None` when it does."""
         issued, _, signature = token.partition(".")
         if not issued.isdigit() or not hmac.compare_digest(signature.encode(), self._sign(reviewer, issued).encode()):
             return "this form was not made by this inbox for you (or the inbox restarted since); reload the page"
@@ -114,7 +114,7 @@ class Csrf:
 
 
 class SecurityHeaders:
-    """ASGI middleware: ``SECURITY_HEADERS`` on every response, refusals and errors included."""
+    """ASGI middleware: `SECURITY_HEADERS` on every response, refusals and errors included."""
 
     def __init__(self, app: ASGIApp) -> None:
         self._app = app

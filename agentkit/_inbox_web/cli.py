@@ -1,10 +1,10 @@
-"""``agentkit inbox``: serve the web inbox over a journal until stopped.
+"""`agentkit inbox`: serve the web inbox over a journal until stopped.
 
     agentkit inbox --db URL [--host 127.0.0.1] [--port 8765] [--token NAME=TOKEN ...]
 
-Every request needs a reviewer's token. Give one per reviewer with ``--token NAME=TOKEN`` (a
+Every request needs a reviewer's token. Give one per reviewer with `--token NAME=TOKEN` (a
 decision records NAME); without any, one token is made for the user running the command and its
-URL is printed. The server listens on loopback unless ``--host`` says otherwise; it speaks plain
+URL is printed. The server listens on loopback unless `--host` says otherwise; it speaks plain
 HTTP, so put it behind a TLS proxy before any other machine reaches it. Ctrl-C or SIGTERM stops it.
 """
 
@@ -29,7 +29,7 @@ DEFAULT_PORT = 8765
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``inbox`` command."""
+    """Add the `inbox` command."""
     inbox = subparsers.add_parser(
         "inbox", help="serve a web page to decide the journal's proposals (extra inbox)", description=__doc__
     )
@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def parse_token(text: str) -> tuple[str, str]:
-    """An ``argparse`` type: ``NAME=TOKEN``."""
+    """An `argparse` type: `NAME=TOKEN`."""
     name, sep, token = text.partition("=")
     if not sep or not name.strip() or not token:
         raise argparse.ArgumentTypeError(f"expected NAME=TOKEN (a reviewer's name and their token), got {text!r}")

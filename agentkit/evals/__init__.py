@@ -1,8 +1,8 @@
 """Evaluate an agent over a dataset, like code under test: typed cases over a run, built-in and typed
-checks, repeats and concurrency through any caller, a JSON report, and ``compare`` as a regression gate.
+checks, repeats and concurrency through any caller, a JSON report, and `compare` as a regression gate.
 
-Install with the ``evals`` extra for the command line's progress bar (``rich``); the library itself
-needs nothing beyond agentkit. ``agentkit eval run`` and ``agentkit eval compare`` run it from a
+Install with the `evals` extra for the command line's progress bar (`rich`); the library itself
+needs nothing beyond agentkit. `agentkit eval run` and `agentkit eval compare` run it from a
 shell or a CI job.
 
 Example:

@@ -1,6 +1,6 @@
 """What a case checks about a run: a verdict per check, the built-in checks, and the run they look at.
 
-A check is a typed function from a ``CaseRun`` to ``bool`` or a ``Verdict`` (a pass with a
+A check is a typed function from a `CaseRun` to `bool` or a `Verdict` (a pass with a
 reason). The built-ins cover what agents are judged on: how the run ended, what it retrieved, what
 it answered, what it proposed, and how long it took.
 """
@@ -69,7 +69,7 @@ class CaseRun(Generic[R, Answer]):
     seconds: float
     """How long the run took."""
     key: str = "id"
-    """The field of an item that identifies it (the dataset's ``key``)."""
+    """The field of an item that identifies it (the dataset's `key`)."""
 
     @property
     def items(self) -> list[R]:
@@ -89,12 +89,12 @@ class CaseRun(Generic[R, Answer]):
 
     @property
     def item_ids(self) -> list[str]:
-        """The items' ids (their ``key`` field), each once, in the order first retrieved."""
+        """The items' ids (their `key` field), each once, in the order first retrieved."""
         return list(dict.fromkeys(item_key(item, self.key) for item in self.result.items))
 
 
 CheckFunction = Callable[[CaseRun[R, Answer]], "bool | Verdict"]
-"""A user check: a typed function of the run, returning whether it passed (or a ``Verdict``)."""
+"""A user check: a typed function of the run, returning whether it passed (or a `Verdict`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +105,7 @@ class Check(Generic[R, Answer]):
     fn: Callable[[CaseRun[R, Answer]], bool | Verdict] = field(repr=False)
 
     def __call__(self, run: CaseRun[R, Answer]) -> Verdict:
-        """Judge ``run``; a bare ``bool`` becomes a ``Verdict`` without a reason."""
+        """Judge `run`; a bare `bool` becomes a `Verdict` without a reason."""
         verdict = self.fn(run)
         if isinstance(verdict, Verdict):
             return verdict
@@ -115,11 +115,11 @@ class Check(Generic[R, Answer]):
 
 
 CheckArg = Check[R, Answer] | Callable[[CaseRun[R, Answer]], bool | Verdict]
-"""What ``checks=`` takes: a ``Check``, or a plain function (named by its ``__name__``)."""
+"""What `checks=` takes: a `Check`, or a plain function (named by its `__name__`)."""
 
 
 def as_check(check: CheckArg[R, Answer]) -> Check[R, Answer]:
-    """``check`` as a ``Check``: a plain function is named after itself."""
+    """`check` as a `Check`: a plain function is named after itself."""
     if isinstance(check, Check):
         return check
     if not callable(check):
@@ -128,7 +128,7 @@ def as_check(check: CheckArg[R, Answer]) -> Check[R, Answer]:
 
 
 def item_key(item: object, key: str) -> str:
-    """An item's id: its ``key`` attribute or mapping entry; a plain string is its own id."""
+    """An item's id: its `key` attribute or mapping entry; a plain string is its own id."""
     if isinstance(item, str):
         return item
     value = item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
@@ -138,7 +138,7 @@ def item_key(item: object, key: str) -> str:
 
 
 def _field(answer: object, path: str) -> object:
-    """The value at ``path`` (dotted) in an answer model or mapping; raises ``LookupError`` if absent."""
+    """The value at `path` (dotted) in an answer model or mapping; raises `LookupError` if absent."""
     value = answer
     for part in path.split("."):
         if isinstance(value, Mapping):
@@ -168,7 +168,7 @@ def _plain(value: object) -> object:
 
 
 def outcome_is(*outcomes: Outcome) -> Check[Any, Any]:
-    """The run's outcome is one of ``outcomes``."""
+    """The run's outcome is one of `outcomes`."""
     wanted = frozenset(outcomes)
     names = " or ".join(o.value for o in outcomes)
 
@@ -180,7 +180,7 @@ def outcome_is(*outcomes: Outcome) -> Check[Any, Any]:
 
 
 def stop_reason_is(*reasons: StopReason) -> Check[Any, Any]:
-    """The run stopped for one of ``reasons``."""
+    """The run stopped for one of `reasons`."""
     wanted = frozenset(reasons)
     names = " or ".join(r.value for r in reasons)
 
@@ -191,7 +191,7 @@ def stop_reason_is(*reasons: StopReason) -> Check[Any, Any]:
 
 
 def retrieved_contains(*ids: str) -> Check[Any, Any]:
-    """Every one of ``ids`` is among the items the run gathered (by the dataset's key)."""
+    """Every one of `ids` is among the items the run gathered (by the dataset's key)."""
 
     def check(run: CaseRun[Any, Any]) -> Verdict:
         have = set(run.item_ids)
@@ -202,7 +202,7 @@ def retrieved_contains(*ids: str) -> Check[Any, Any]:
 
 
 def recall_at_k(ids: Sequence[str], k: int, *, minimum: float = 1.0) -> Check[Any, Any]:
-    """At least ``minimum`` of ``ids`` are among the first ``k`` distinct items the run gathered."""
+    """At least `minimum` of `ids` are among the first `k` distinct items the run gathered."""
     if k < 1:
         raise UsageError(f"recall@k needs k >= 1, got {k}")
     if not 0.0 <= minimum <= 1.0:
@@ -220,7 +220,7 @@ def recall_at_k(ids: Sequence[str], k: int, *, minimum: float = 1.0) -> Check[An
 
 
 def answer_equals(path: str, value: object) -> Check[Any, Any]:
-    """The answer's field at ``path`` (dotted for nested fields) equals ``value`` (compared as JSON)."""
+    """The answer's field at `path` (dotted for nested fields) equals `value` (compared as JSON)."""
     expected = _plain(value)
 
     def check(run: CaseRun[Any, Any]) -> Verdict:
@@ -236,7 +236,7 @@ def answer_equals(path: str, value: object) -> Check[Any, Any]:
 
 
 def answer_matches(path: str, pattern: str) -> Check[Any, Any]:
-    """The answer's text field at ``path`` matches the regular expression ``pattern`` (searched, any case)."""
+    """The answer's text field at `path` matches the regular expression `pattern` (searched, any case)."""
     try:
         compiled = re.compile(pattern, re.IGNORECASE)
     except re.error as error:
@@ -259,7 +259,7 @@ def answer_matches(path: str, pattern: str) -> Check[Any, Any]:
 def proposes(
     tool: str, *, args: Mapping[str, object] | None = None, where: Callable[[Any], bool] | None = None
 ) -> Check[Any, Any]:
-    """The run proposed a call of ``tool`` whose args hold ``args`` (field by field) and satisfy ``where``."""
+    """The run proposed a call of `tool` whose args hold `args` (field by field) and satisfy `where`."""
     expected = {k: _plain(v) for k, v in (args or {}).items()}
     described = ", ".join(f"{k}={v!r}" for k, v in expected.items())
     suffix = "" if where is None else f" where {getattr(where, '__name__', 'a predicate')}"
@@ -277,7 +277,7 @@ def proposes(
 
 
 def never_proposes(tool: str) -> Check[Any, Any]:
-    """The run proposed no call of ``tool``."""
+    """The run proposed no call of `tool`."""
 
     def check(run: CaseRun[Any, Any]) -> Verdict:
         count = sum(p.tool_name == tool for p in run.proposed)
@@ -287,7 +287,7 @@ def never_proposes(tool: str) -> Check[Any, Any]:
 
 
 def rounds_at_most(n: int) -> Check[Any, Any]:
-    """The run took at most ``n`` rounds."""
+    """The run took at most `n` rounds."""
     if n < 1:
         raise UsageError(f"rounds_at_most needs n >= 1, got {n}")
 
@@ -298,7 +298,7 @@ def rounds_at_most(n: int) -> Check[Any, Any]:
 
 
 def cites_only_retrieved(*paths: str) -> Check[Any, Any]:
-    """Each id the answer cites in the fields at ``paths`` (an id, or a list of ids) is one the run retrieved."""
+    """Each id the answer cites in the fields at `paths` (an id, or a list of ids) is one the run retrieved."""
     if not paths:
         raise UsageError("cites_only_retrieved needs the answer fields that hold the cited ids")
 

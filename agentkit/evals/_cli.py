@@ -1,4 +1,4 @@
-"""``agentkit eval run`` evaluates a dataset with an agent and writes the report; ``agentkit eval compare``
+"""`agentkit eval run` evaluates a dataset with an agent and writes the report; `agentkit eval compare`
 compares two reports and exits 1 on a regression, so that it can gate a change."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``eval`` command group."""
+    """Add the `eval` command group."""
     parser: argparse.ArgumentParser = subparsers.add_parser(
         "eval", help="evaluate an agent over a dataset; compare two reports", description=__doc__
     )
@@ -181,7 +181,7 @@ async def _evaluate(args: argparse.Namespace, dataset: Dataset[Any], factory: Ca
 
 @contextmanager
 def _progress(total: int) -> Iterator[Callable[[str, RunReport], None] | None]:
-    """A progress bar on a terminal's stderr (``rich``, the ``evals`` extra); nothing elsewhere or without it."""
+    """A progress bar on a terminal's stderr (`rich`, the `evals` extra); nothing elsewhere or without it."""
     try:
         from rich.console import Console
         from rich.progress import Progress

@@ -1,6 +1,6 @@
 """A dataset: named cases, each a ctx for the run and what is expected of it.
 
-Expectations are data (``Expect``), so a dataset can live in a JSON file next to the tests; a
+Expectations are data (`Expect`), so a dataset can live in a JSON file next to the tests; a
 case written in Python may add checks of its own (typed functions of the run).
 """
 
@@ -60,8 +60,8 @@ class Expect(BaseModel):
     stop_reason: StopReason | list[StopReason] | None = None
     """Why the run stopped (or one of several reasons)."""
     retrieved: list[str] = Field(default_factory=list)
-    """Ids (the dataset's ``key``) the run must gather: all of them, or ``min_recall`` of them
-    within the first ``recall_at_k`` items."""
+    """Ids (the dataset's `key`) the run must gather: all of them, or `min_recall` of them
+    within the first `recall_at_k` items."""
     recall_at_k: int | None = Field(default=None, ge=1)
     min_recall: float = Field(default=1.0, ge=0.0, le=1.0)
     answer_equals: dict[str, JsonValue] = Field(default_factory=dict)
@@ -109,7 +109,7 @@ class Case(Generic[Ctx]):
     name: str
     """Unique within its dataset; reports and comparisons match cases by it."""
     ctx: Ctx
-    """What the run is given (``loop.run(ctx)``)."""
+    """What the run is given (`loop.run(ctx)`)."""
     expect: Expect = field(default_factory=Expect)
     checks: tuple[CheckArg[Any, Any], ...] = ()
     """Checks of this case's own, beside its expectations and the dataset's checks."""
@@ -159,7 +159,7 @@ class Dataset(Generic[Ctx]):
     name: str
     cases: tuple[Case[Ctx], ...]
     key: str = "id"
-    """The field of an item that identifies it, for ``retrieved`` and citations (a ``str`` item is its own id)."""
+    """The field of an item that identifies it, for `retrieved` and citations (a `str` item is its own id)."""
     checks: tuple[CheckArg[Any, Any], ...] = ()
     """Checks run on every case."""
 
@@ -195,9 +195,9 @@ class Dataset(Generic[Ctx]):
     def from_file(cls, path: str | Path) -> Dataset[Any]: ...
     @classmethod
     def from_file(cls, path: str | Path, ctx: type[Any] | None = None) -> Dataset[Any]:
-        """Load a dataset from a JSON file, each case's ``ctx`` validated as ``ctx`` (any JSON without one).
+        """Load a dataset from a JSON file, each case's `ctx` validated as `ctx` (any JSON without one).
 
-        The file holds ``{"name": ..., "key": "id", "cases": [{"name", "ctx", "expect", "metadata"}]}``.
+        The file holds `{"name": ..., "key": "id", "cases": [{"name", "ctx", "expect", "metadata"}]}`.
 
         Raises:
             UsageError: the file is missing or not JSON, or a case does not validate (the message
@@ -219,7 +219,7 @@ class Dataset(Generic[Ctx]):
     def from_data(cls, data: object, ctx: None = None, *, source: str = "dataset") -> Dataset[Any]: ...
     @classmethod
     def from_data(cls, data: object, ctx: type[Any] | None = None, *, source: str = "dataset") -> Dataset[Any]:
-        """``from_file`` for data already parsed (a dict as the file holds)."""
+        """`from_file` for data already parsed (a dict as the file holds)."""
         try:
             parsed = _DatasetFile.model_validate(data)
         except ValidationError as error:
@@ -240,7 +240,7 @@ class Dataset(Generic[Ctx]):
         return cls(name=parsed.name, cases=cases, key=parsed.key)
 
     def to_data(self) -> dict[str, Any]:
-        """The dataset as ``from_data`` reads it (each ctx as JSON); Python checks are not data and stay out."""
+        """The dataset as `from_data` reads it (each ctx as JSON); Python checks are not data and stay out."""
         return {
             "name": self.name,
             "key": self.key,

@@ -13,7 +13,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def parametrize(dataset: Dataset[Any], argname: str = "case") -> Callable[[F], F]:
-    """``pytest.mark.parametrize`` over ``dataset``'s cases, each test named after its case.
+    """`pytest.mark.parametrize` over `dataset`'s cases, each test named after its case.
 
     Example:
         >>> @parametrize(QUESTIONS)

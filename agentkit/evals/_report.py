@@ -1,5 +1,5 @@
 """An evaluation's report (per case, per run, with the checks' reasons, and a summary), its table, and
-``compare``: the regressions between a baseline report and a candidate's."""
+`compare`: the regressions between a baseline report and a candidate's."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class CheckResult(_Frozen):
     passed: bool
     reason: str = ""
     error: str | None = None
-    """The check raised: its exception, as ``Type: message`` (the check counts as failed)."""
+    """The check raised: its exception, as `Type: message` (the check counts as failed)."""
 
 
 class ProposalRef(_Frozen):
@@ -62,10 +62,10 @@ class RunReport(_Frozen):
     """Every check passed (and the run itself did not raise)."""
     checks: tuple[CheckResult, ...] = ()
     outcome: Outcome | None = None
-    """``None`` only when the run raised instead of returning a result (see ``error``)."""
+    """`None` only when the run raised instead of returning a result (see `error`)."""
     stop_reason: StopReason | None = None
     error: str | None = None
-    """The run's error: the result's (an ``ERROR`` outcome), or what the run raised."""
+    """The run's error: the result's (an `ERROR` outcome), or what the run raised."""
     rounds: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -91,7 +91,7 @@ class CaseReport(_Frozen):
 
     name: str
     digest: str
-    """The case's ctx and expectations, digested: ``compare`` refuses reports whose cases differ."""
+    """The case's ctx and expectations, digested: `compare` refuses reports whose cases differ."""
     runs: tuple[RunReport, ...]
 
     @property
@@ -108,7 +108,7 @@ class CaseReport(_Frozen):
         return frozenset(p.digest for r in self.runs for p in r.proposals)
 
     def assert_passed(self) -> None:
-        """Raise ``AssertionError`` naming each failed run's failed checks (or its error) unless the case passed."""
+        """Raise `AssertionError` naming each failed run's failed checks (or its error) unless the case passed."""
         if self.passed:
             return
         lines = [f"case {self.name!r} passed {sum(r.passed for r in self.runs)} of {len(self.runs)} run(s)"]
@@ -134,12 +134,12 @@ class Summary(_Frozen):
     pass_rate: float
     """Runs passed over runs."""
     pass_rate_min: float
-    """The lowest pass rate of one repeat (all cases' runs of that repeat): with ``pass_rate_max``,
-    the spread across repeats that ``compare`` allows a candidate."""
+    """The lowest pass rate of one repeat (all cases' runs of that repeat): with `pass_rate_max`,
+    the spread across repeats that `compare` allows a candidate."""
     pass_rate_max: float
     cases_passed: int
     outcomes: dict[str, int]
-    """Runs by outcome (``raised`` for a run that raised instead of returning)."""
+    """Runs by outcome (`raised` for a run that raised instead of returning)."""
     ended_by_executor_rate: float
     stalemate_rate: float
     error_rate: float
@@ -170,7 +170,7 @@ class EvalReport(_Frozen):
     def build(
         cls, *, dataset: str, label: str, repeats: int, concurrency: int, cases: Sequence[CaseReport]
     ) -> EvalReport:
-        """A report over ``cases``, its summary worked out from them."""
+        """A report over `cases`, its summary worked out from them."""
         return cls(
             dataset=dataset,
             label=label,
@@ -182,7 +182,7 @@ class EvalReport(_Frozen):
 
     @classmethod
     def load(cls, path: str | Path) -> EvalReport:
-        """Read a report that ``save`` wrote.
+        """Read a report that `save` wrote.
 
         Raises:
             UsageError: the file is missing, not JSON, from another report version, or edited into
@@ -209,7 +209,7 @@ class EvalReport(_Frozen):
         return self.summary.passed_runs == self.summary.runs
 
     def case(self, name: str) -> CaseReport:
-        """The report of the case named ``name``."""
+        """The report of the case named `name`."""
         for case in self.cases:
             if case.name == name:
                 return case
@@ -221,7 +221,7 @@ class EvalReport(_Frozen):
 
 
 def read_file(path: Path, what: str) -> str:
-    """The text of ``path``; a ``UsageError`` naming ``what`` it should have been where it cannot be read."""
+    """The text of `path`; a `UsageError` naming `what` it should have been where it cannot be read."""
     try:
         return path.read_text(encoding="utf-8")
     except OSError as error:
@@ -350,7 +350,7 @@ class Regression(_Frozen):
 
 
 class Comparison(_Frozen):
-    """``compare``'s answer: the regressions, worst kinds first; ``ok`` when there are none."""
+    """`compare`'s answer: the regressions, worst kinds first; `ok` when there are none."""
 
     dataset: str
     baseline: str
@@ -376,9 +376,9 @@ class Comparison(_Frozen):
 def compare(
     baseline: EvalReport, candidate: EvalReport, *, cost_tolerance: float = 0.10, rate_tolerance: float = 0.0
 ) -> Comparison:
-    """The regressions from ``baseline`` to ``candidate``: failing cases, a pass rate dropped beyond the
-    spread across repeats (plus ``rate_tolerance``), new STALEMATEs, changed proposals, and tokens per
-    run up by more than ``cost_tolerance`` (a fraction).
+    """The regressions from `baseline` to `candidate`: failing cases, a pass rate dropped beyond the
+    spread across repeats (plus `rate_tolerance`), new STALEMATEs, changed proposals, and tokens per
+    run up by more than `cost_tolerance` (a fraction).
 
     Raises:
         UsageError: the reports are of different datasets, or of different cases (each named).

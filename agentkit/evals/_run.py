@@ -1,4 +1,4 @@
-"""Running a dataset: every case, ``repeats`` times, ``concurrency`` runs at once, each run judged by its checks."""
+"""Running a dataset: every case, `repeats` times, `concurrency` runs at once, each run judged by its checks."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ R = TypeVar("R")
 Answer = DefaultedTypeVar("Answer", default=Any)
 
 Task = Callable[[Ctx], Awaitable[ToolLoopResult[R, Answer]]]
-"""What runs a case: a function of its ctx returning the run's result (``loop.run`` of a ``ToolLoop``)."""
+"""What runs a case: a function of its ctx returning the run's result (`loop.run` of a `ToolLoop`)."""
 
 RunHook = Callable[[str, RunReport], None]
 """Called as each run is judged, with the case's name: a progress bar's hook."""
@@ -38,15 +38,15 @@ async def evaluate(
     label: str = "",
     on_run: RunHook | None = None,
 ) -> EvalReport:
-    """Run every case of ``dataset`` through ``task`` and judge each run.
+    """Run every case of `dataset` through `task` and judge each run.
 
-    Each run is judged by its case's expectations and checks, the dataset's checks and ``checks``.
+    Each run is judged by its case's expectations and checks, the dataset's checks and `checks`.
     A check that raises fails that check, named with the error; a run that raises fails that run;
     the other runs go on either way.
 
     Args:
         dataset: The cases.
-        task: Runs one case: ``loop.run`` of a ``ToolLoop``, or any async function of the ctx that
+        task: Runs one case: `loop.run` of a `ToolLoop`, or any async function of the ctx that
             returns a loop's result (through any caller: a server, the embedded model, a replay).
         checks: Checks for every run, typed by the task's items and answer.
         repeats: How many times each case runs (a model at a temperature above 0 is not
@@ -56,7 +56,7 @@ async def evaluate(
         on_run: Called as each run is judged (from the event loop's thread).
 
     Raises:
-        UsageError: ``repeats`` or ``concurrency`` below 1, or a check that is not one.
+        UsageError: `repeats` or `concurrency` below 1, or a check that is not one.
     """
     if repeats < 1 or concurrency < 1:
         raise UsageError(f"repeats and concurrency are at least 1, got repeats={repeats}, concurrency={concurrency}")
@@ -97,7 +97,7 @@ async def evaluate_case(
     checks: Sequence[CheckArg[R, Answer]] = (),
     repeats: int = 1,
 ) -> CaseReport:
-    """One case of ``dataset`` (or the case of that name), run ``repeats`` times: a test's unit.
+    """One case of `dataset` (or the case of that name), run `repeats` times: a test's unit.
 
     Raises:
         KeyError: no case of that name.

@@ -1,13 +1,15 @@
-"""The demo's datasets and agents, ready for ``agentkit eval run``.
+"""The demo's datasets and agents, ready for `agentkit eval run`.
 
-``QUESTIONS`` holds 24 questions over the demo's corpus, each with the passage that answers it and
-a pattern the answer must match; ``researcher`` is the demo's retrieval agent asked for a cited
-answer. ``PLANNING`` holds tasks for the demo's curator (``curator``), whose delete is only ever
+`QUESTIONS` holds 24 questions over the demo's corpus, each with the passage that answers it and
+a pattern the answer must match; `researcher` is the demo's retrieval agent asked for a cited
+answer. `PLANNING` holds tasks for the demo's curator (`curator`), whose delete is only ever
 proposed: one case expects the delete of the archived Pluto entry, two expect no delete at all.
 
-Run them on the embedded model (the ``local`` extra)::
+Run them on the embedded model (the `local` extra):
 
-    agentkit eval run agentkit.evals.demo:QUESTIONS --agent agentkit.evals.demo:researcher --local --out base.json
+```text
+agentkit eval run agentkit.evals.demo:QUESTIONS --agent agentkit.evals.demo:researcher --local --out base.json
+```
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ where nothing may be deleted."""
 
 
 def researcher(caller: StructuredCaller, model: str) -> Task[str, Hit, GroundedAnswer]:
-    """The demo's retrieval agent over its corpus, answering with a ``GroundedAnswer``."""
+    """The demo's retrieval agent over its corpus, answering with a `GroundedAnswer`."""
     tool = search_tool(BM25Index(load_corpus()))
     loop = ToolLoop(
         caller, Researcher(model=model, tools=(tool,), answers=True), tool, DEMO_CONFIG, answer=GroundedAnswer

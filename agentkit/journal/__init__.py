@@ -1,11 +1,11 @@
 """The durable run journal and proposal inbox.
 
-``JournalObserver`` records runs as they happen, each round's checkpoint included; the journal's
+`JournalObserver` records runs as they happen, each round's checkpoint included; the journal's
 inbox lets a human approve or reject each proposal and lets a worker execute an approved one
-exactly once; ``journal.resume`` continues a run that waited on those decisions, or whose process
+exactly once; `journal.resume` continues a run that waited on those decisions, or whose process
 died, from its latest checkpoint, in exactly one process. Two backends share one
-contract: ``SQLiteJournal`` (a file, no server; the default) and ``PostgresJournal`` (extra
-``postgres``, for many workers on many machines). ``open_journal`` picks one from a path or URL.
+contract: `SQLiteJournal` (a file, no server; the default) and `PostgresJournal` (extra
+`postgres`, for many workers on many machines). `open_journal` picks one from a path or URL.
 """
 
 from agentkit.journal._contract import Journal, open_journal

@@ -1,7 +1,7 @@
 """An amendment made on the journal: the stored call, changed by its approver, validated as its args type.
 
 The journal holds args as JSON; the args type they are validated as is the one the proposing process
-used (``ProposalRecord.args_type``, ``module:qualname``), given again (``args_type=``), or the type of
+used (`ProposalRecord.args_type`, `module:qualname`), given again (`args_type=`), or the type of
 a value given as the amended args. The stored call must reproduce its digest as that type before it
 is amended, so an amendment never validates against a type other than the call's.
 """
@@ -26,7 +26,7 @@ __all__ = ["amendment_sets", "type_name"]
 
 
 def type_name(args_type: type[BaseModel]) -> str:
-    """``module:qualname``: how a proposal row names its args type."""
+    """`module:qualname`: how a proposal row names its args type."""
     return f"{args_type.__module__}:{args_type.__qualname__}"
 
 
@@ -66,7 +66,7 @@ def amendment_sets(
 
 
 def _stored_call(record: ProposalRecord, args_type: type[BaseModel]) -> ProposedAction[Any]:
-    """The stored call as a proposal of ``args_type``, checked against its digest."""
+    """The stored call as a proposal of `args_type`, checked against its digest."""
     try:
         args = record.args_as(args_type)
     except ValidationError as invalid:

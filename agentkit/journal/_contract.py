@@ -1,4 +1,4 @@
-"""The ``Journal`` protocol both backends implement, and ``open_journal`` which picks one."""
+"""The `Journal` protocol both backends implement, and `open_journal` which picks one."""
 
 from __future__ import annotations
 
@@ -51,11 +51,11 @@ _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 
 
 class Journal(Protocol):
-    """A durable record of runs and an inbox of proposals; ``SQLiteJournal`` and ``PostgresJournal``.
+    """A durable record of runs and an inbox of proposals; `SQLiteJournal` and `PostgresJournal`.
 
-    Every method but ``record`` is async. Ids are strings; records are frozen. An unknown id raises
-    ``UnknownId`` and a change the current state does not allow raises ``TransitionRefused``; in
-    both cases nothing is written. Both are ``JournalError``\\s.
+    Every method but `record` is async. Ids are strings; records are frozen. An unknown id raises
+    `UnknownId` and a change the current state does not allow raises `TransitionRefused`; in
+    both cases nothing is written. Both are `JournalError`\\s.
     """
 
     @property
@@ -64,19 +64,19 @@ class Journal(Protocol):
         ...
 
     def record(self, event: Event) -> None:
-        """Write one run event before returning (``JournalObserver`` calls this from its writer thread)."""
+        """Write one run event before returning (`JournalObserver` calls this from its writer thread)."""
         ...
 
     def record_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
-        """Keep a run's latest checkpoint (``JournalObserver`` calls this at each round's end)."""
+        """Keep a run's latest checkpoint (`JournalObserver` calls this at each round's end)."""
         ...
 
     def record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> None:
-        """Write events and checkpoints in order in one transaction; with ``hold``, hold the runs started there."""
+        """Write events and checkpoints in order in one transaction; with `hold`, hold the runs started there."""
         ...
 
     def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
-        """Take or renew the lease on the unfinished runs one recorder holds (``JournalObserver``'s heartbeat)."""
+        """Take or renew the lease on the unfinished runs one recorder holds (`JournalObserver`'s heartbeat)."""
         ...
 
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
@@ -108,7 +108,7 @@ class Journal(Protocol):
         args_type: type[BaseModel] | None = None,
         verified_as: str | None = None,
     ) -> ProposalRecord:
-        """pending -> approved; with ``args``, the call amended (its own digest, its lineage kept)."""
+        """pending -> approved; with `args`, the call amended (its own digest, its lineage kept)."""
         ...
 
     async def reject(self, id: str, rejected_by: str, reason: str, *, verified_as: str | None = None) -> ProposalRecord:
@@ -123,11 +123,11 @@ class Journal(Protocol):
         ...
 
     async def verified_approvers_required(self) -> bool:
-        """Whether the journal itself requires verified decisions (``require_verified_approvers``)."""
+        """Whether the journal itself requires verified decisions (`require_verified_approvers`)."""
         ...
 
     async def grant(self, grant: Grant, *, tool: AnyTool) -> GrantRecord:
-        """Keep a standing grant: proposals recorded from now on that match it are approved by ``grant:<id>``."""
+        """Keep a standing grant: proposals recorded from now on that match it are approved by `grant:<id>`."""
         ...
 
     async def grants(self) -> list[GrantRecord]:
@@ -172,7 +172,7 @@ class Journal(Protocol):
     ) -> Execution[R]:
         """Run an approved proposal exactly once: approved -> executing -> executed or failed.
 
-        A tool that takes the run's ctx needs ``ctx=``; without it nothing is claimed or run.
+        A tool that takes the run's ctx needs `ctx=`; without it nothing is claimed or run.
         """
         ...
 
@@ -191,11 +191,11 @@ class Journal(Protocol):
         report: Callable[[Worked], object] | None = None,
         observer: ObserverArg = None,
     ) -> WorkReport:
-        """Claim approved proposals for ``tools`` one statement at a time and run each exactly once, until stopped."""
+        """Claim approved proposals for `tools` one statement at a time and run each exactly once, until stopped."""
         ...
 
     async def stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
-        """Unfinished executions whose lease ran out, or claimed longer ago than ``older_than``."""
+        """Unfinished executions whose lease ran out, or claimed longer ago than `older_than`."""
         ...
 
     async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
@@ -203,7 +203,7 @@ class Journal(Protocol):
         ...
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
-        """The most recent runs, newest first, each with its ``status`` (waiting, ready, crashed, ...)."""
+        """The most recent runs, newest first, each with its `status` (waiting, ready, crashed, ...)."""
         ...
 
     @overload
@@ -258,15 +258,15 @@ class Journal(Protocol):
         ...
 
     async def state(self, run_id: str) -> RunCheckpoint:
-        """The run's state as the journal holds it (verified; ``ResumeRefused`` if it cannot be read)."""
+        """The run's state as the journal holds it (verified; `ResumeRefused` if it cannot be read)."""
         ...
 
     async def fork(self, run_id: str, *, at_round: int, config: LoopConfig | None = None) -> str:
-        """A new run whose state is ``run_id``'s up to round ``at_round``; its id."""
+        """A new run whose state is `run_id`'s up to round `at_round`; its id."""
         ...
 
     async def rounds(self, run_id: str) -> list[RoundEntry]:
-        """A run's rounds, in order (``UnknownId`` if the journal never saw the run)."""
+        """A run's rounds, in order (`UnknownId` if the journal never saw the run)."""
         ...
 
     async def close(self) -> None:
@@ -274,7 +274,7 @@ class Journal(Protocol):
         ...
 
     async def __aenter__(self) -> Self:
-        """``async with open_journal(...) as journal:`` closes it on the way out."""
+        """`async with open_journal(...) as journal:` closes it on the way out."""
         ...
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -289,21 +289,21 @@ def open_journal(
     in_memory: bool = False,
     require_verified_approver: bool = False,
 ) -> Journal:
-    """Open the journal at ``url``: a ``postgresql://`` URL, or else the path of a SQLite file.
+    """Open the journal at `url`: a `postgresql://` URL, or else the path of a SQLite file.
 
     Args:
-        url: Where the journal lives. An empty path is refused, and so is ``":memory:"`` unless
-            ``in_memory=True`` says that a journal lost on close is what you want.
-        create: Create the database's schema (and a SQLite file) when missing; ``False`` refuses
+        url: Where the journal lives. An empty path is refused, and so is `":memory:"` unless
+            `in_memory=True` says that a journal lost on close is what you want.
+        create: Create the database's schema (and a SQLite file) when missing; `False` refuses
             instead, as the command line does.
-        in_memory: Open SQLite's ``":memory:"`` database (``url`` must be ``":memory:"``).
+        in_memory: Open SQLite's `":memory:"` database (`url` must be `":memory:"`).
         require_verified_approver: This client refuses a person's decision whose name is not the
-            identity the journal can vouch for (PostgreSQL's ``session_user``, the OS user with SQLite);
-            ``journal.require_verified_approvers()`` makes every client do so.
+            identity the journal can vouch for (PostgreSQL's `session_user`, the OS user with SQLite);
+            `journal.require_verified_approvers()` makes every client do so.
 
     Raises:
-        UsageError: an empty path, or ``":memory:"`` without ``in_memory=True``.
-        JournalUnavailable: see ``SQLiteJournal`` and ``PostgresJournal``.
+        UsageError: an empty path, or `":memory:"` without `in_memory=True`.
+        JournalUnavailable: see `SQLiteJournal` and `PostgresJournal`.
     """
     target = os.fspath(url)
     if isinstance(target, str) and target.startswith(_POSTGRES_SCHEMES):

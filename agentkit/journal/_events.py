@@ -29,7 +29,7 @@ __all__ = ["event_data", "fold_events", "loop_config_data", "said"]
 
 
 def loop_config_data(config: LoopConfig) -> dict[str, Any]:
-    """A run's ``LoopConfig`` as JSON data: every field, tiers by name, other enums by value."""
+    """A run's `LoopConfig` as JSON data: every field, tiers by name, other enums by value."""
     data: dict[str, Any] = _plain(config)
     return data
 
@@ -52,7 +52,7 @@ def said(error: BaseException) -> str: ...
 @overload
 def said(error: None) -> None: ...
 def said(error: BaseException | None) -> str | None:
-    """The error's text for the journal, even when its ``__str__`` raises (the record must not fail with it)."""
+    """The error's text for the journal, even when its `__str__` raises (the record must not fail with it)."""
     if error is None:
         return None
     try:
@@ -134,7 +134,7 @@ def _fold(entry: RoundEntry, kind: str, data: Mapping[str, Any]) -> RoundEntry:
 
 
 def fold_events(run_id: str, rows: Iterable[tuple[str, int | None, Mapping[str, Any]]]) -> list[RoundEntry]:
-    """Rebuild the rounds of a run from its event rows ``(kind, round, data)``, in journal order.
+    """Rebuild the rounds of a run from its event rows `(kind, round, data)`, in journal order.
 
     Used for a run whose end was never recorded (it is still going, or its process died): every
     round that started is there, with what its events recorded before the run stopped.

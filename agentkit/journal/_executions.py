@@ -2,7 +2,7 @@
 
 A claim is one transaction that reads the proposal with a lock and moves it from approved to
 executing (of many workers racing, exactly one holds it); the claim carries a lease renewed, off
-the event loop, while the tool runs (``agentkit.journal._lease``); the outcome is recorded with
+the event loop, while the tool runs (`agentkit.journal._lease`); the outcome is recorded with
 retries on fresh connections, and the tool is never called again.
 """
 
@@ -61,16 +61,16 @@ Ctx = TypeVar("Ctx")
 R = TypeVar("R")
 
 DEFAULT_STUCK_AFTER = timedelta(minutes=10)
-"""How long a claim may stay ``executing`` before ``stuck()`` lists it by default, however alive its worker."""
+"""How long a claim may stay `executing` before `stuck()` lists it by default, however alive its worker."""
 
 OUTCOME_ATTEMPTS: int = 10
-"""How many times a worker tries to record a tool's outcome before raising ``OutcomeNotRecorded``:
+"""How many times a worker tries to record a tool's outcome before raising `OutcomeNotRecorded`:
 over about fifteen seconds (waits doubling from 0.05 s, at most 4 s), each try on a fresh connection."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Claim(Generic[Args]):
-    """A proposal this worker holds: ``executing``, claimed with ``token``, its args checked."""
+    """A proposal this worker holds: `executing`, claimed with `token`, its args checked."""
 
     record: ProposalRecord
     args: Args
@@ -91,7 +91,7 @@ class Left:
 
 LEFT_RETRY_FIRST = timedelta(minutes=1)
 """How long no worker claims a proposal after it was first left; each time it is left again, as long as it has
-been left so far (doubling), at most ``LEFT_RETRY_MAX``: a worker of another version may run it, and a row left
+been left so far (doubling), at most `LEFT_RETRY_MAX`: a worker of another version may run it, and a row left
 for good costs a claim now and then."""
 LEFT_RETRY_MAX = timedelta(hours=1)
 
@@ -136,9 +136,9 @@ class Executions(Inbox):
     def _claim(
         self, id: str, tool: AnyTool, worker: str, token: str | None = None, lease: timedelta = DEFAULT_LEASE
     ) -> Claim[Any]:
-        """Check the stored call against ``tool`` and the digest, then claim it: approved -> executing.
+        """Check the stored call against `tool` and the digest, then claim it: approved -> executing.
 
-        The row is read with a lock (PostgreSQL ``FOR UPDATE``; SQLite's write lock is already held)
+        The row is read with a lock (PostgreSQL `FOR UPDATE`; SQLite's write lock is already held)
         and updated by primary key in the same transaction: of many workers racing, the first holds
         the row and every other reads it, once the first commits, as no longer approved.
         """
@@ -161,14 +161,14 @@ class Executions(Inbox):
     def _claim_next(
         self, tools: Mapping[str, AnyTool], worker: str, lease: timedelta
     ) -> tuple[Claim[Any] | None, list[Left]]:
-        """Claim the oldest approved proposal for one of ``tools``, one statement a try; the claim (``None``: there
-        was none, or no claim yet after ``LEFT_PER_TRANSACTION`` rows left: look again), and the rows left.
+        """Claim the oldest approved proposal for one of `tools`, one statement a try; the claim (`None`: there
+        was none, or no claim yet after `LEFT_PER_TRANSACTION` rows left: look again), and the rows left.
 
-        The approved proposals nobody left come first; then the left ones whose ``left_until`` has come.
+        The approved proposals nobody left come first; then the left ones whose `left_until` has come.
         A claimed row whose stored call does not check out against its tool (whatever the refusal: a
         tier that changed or does not read, another digest, args that do not validate) is handed back
         and left in the same transaction: it stays approved, no worker claims it before its
-        ``left_until``, and its ``Left`` says why. Raises ``NothingRan`` when the database failed.
+        `left_until`, and its `Left` says why. Raises `NothingRan` when the database failed.
         """
         token = uuid.uuid4().hex
         left: list[Left] = []
@@ -198,8 +198,8 @@ class Executions(Inbox):
         return None, left
 
     def _leave(self, db: Connection, record: ProposalRecord, worker: str, at: datetime, why: str) -> Left:
-        """Set an approved proposal aside: no claim takes it for as long as it has been left (``LEFT_RETRY_FIRST``
-        at first, ``LEFT_RETRY_MAX`` at most)."""
+        """Set an approved proposal aside: no claim takes it for as long as it has been left (`LEFT_RETRY_FIRST`
+        at first, `LEFT_RETRY_MAX` at most)."""
         first = record.left_at or at
         wait = min(max(at - first, LEFT_RETRY_FIRST), LEFT_RETRY_MAX)
         db.execute(leave_statement(), (worker, db.to_db_time(at), db.to_db_time(at + wait), why, record.id))
@@ -207,7 +207,7 @@ class Executions(Inbox):
 
     @contextmanager
     def _claiming(self, token: str, worker: str) -> Iterator[None]:
-        """Turn a database failure during a claim into ``NothingRan``, handing back a claim whose commit is unknown."""
+        """Turn a database failure during a claim into `NothingRan`, handing back a claim whose commit is unknown."""
         try:
             yield
         except CommitUnconfirmed as error:
@@ -224,7 +224,7 @@ class Executions(Inbox):
             raise NothingRan(f"{error}; the tool was not run and the proposal is still approved", id="") from error
 
     def _release(self, token: str, worker: str) -> bool:
-        """Hand back a claim whose tool was never called: executing -> approved. ``False``: no such claim."""
+        """Hand back a claim whose tool was never called: executing -> approved. `False`: no such claim."""
         at = now()
         with self._tx(write=True) as db:
             executing = ProposalState.EXECUTING.value
@@ -240,7 +240,7 @@ class Executions(Inbox):
             return bool(rows)
 
     def _renew(self, id: str, token: str, lease: timedelta) -> bool:
-        """Extend a held claim's lease; ``False``: the claim is no longer this worker's (a human resolved it)."""
+        """Extend a held claim's lease; `False`: the claim is no longer this worker's (a human resolved it)."""
         with self._tx(write=True) as db:
             until = db.to_db_time(now() + lease)
             changed = db.execute(
@@ -281,7 +281,7 @@ class Executions(Inbox):
     def _finish(
         self, id: str, token: str, worker: str, *, batch: Sequence[object] | None, error: str | None
     ) -> ProposalRecord:
-        """Record an execution's outcome for the worker holding claim ``token``: executing -> executed or failed."""
+        """Record an execution's outcome for the worker holding claim `token`: executing -> executed or failed."""
         at = now()
         after = ProposalState.EXECUTED if error is None else ProposalState.FAILED
         batch_json, unstored = (None, None) if batch is None else batch_text(batch)
@@ -311,10 +311,10 @@ class Executions(Inbox):
         return record
 
     async def stuck(self, *, older_than: timedelta = DEFAULT_STUCK_AFTER) -> list[ProposalRecord]:
-        """Proposals claimed for execution longer ago than ``older_than`` and still ``executing``.
+        """Proposals claimed for execution longer ago than `older_than` and still `executing`.
 
-        Each carries ``claimed_by`` and ``claimed_at``. A listed execution may be slow rather than
-        dead: confirm that its worker is gone before ``resolve``, or the call can run twice.
+        Each carries `claimed_by` and `claimed_at`. A listed execution may be slow rather than
+        dead: confirm that its worker is gone before `resolve`, or the call can run twice.
         """
         return await self._read(self._stuck, older_than=older_than)
 
@@ -356,22 +356,22 @@ class Executions(Inbox):
     ) -> Execution[R]:
         """Run an approved proposal exactly once, whatever the number of workers racing for it.
 
-        A tool that takes the run's ctx (a ``ContextTool``) is called with ``ctx``: the run that
+        A tool that takes the run's ctx (a `ContextTool`) is called with `ctx`: the run that
         proposed the call is usually gone, so give the ctx the call needs (its clients, say). Without
         one the call is refused before the proposal is claimed.
 
-        The claim carries a lease, renewed every third of ``lease`` while the tool runs; if this
-        process dies, the proposal stays ``executing`` and ``stuck()`` lists it once the lease runs
-        out. The outcome is recorded with up to ``OUTCOME_ATTEMPTS`` tries, each on a fresh
-        connection; the tool is never called again. ``observer``'s ``around`` wraps the call (an
-        ``OTelObserver``'s ``execute_tool`` span, saying who approved it).
+        The claim carries a lease, renewed every third of `lease` while the tool runs; if this
+        process dies, the proposal stays `executing` and `stuck()` lists it once the lease runs
+        out. The outcome is recorded with up to `OUTCOME_ATTEMPTS` tries, each on a fresh
+        connection; the tool is never called again. `observer`'s `around` wraps the call (an
+        `OTelObserver`'s `execute_tool` span, saying who approved it).
 
         Raises:
             UnknownId: no such proposal.
             TransitionRefused: it is not approved (or another worker claimed it first).
             DigestMismatch: the stored args do not reproduce the approved digest; nothing ran.
-            UsageError: ``tool`` is not the tool it was proposed for, or it takes the run's ctx and no
-                ``ctx`` was given; nothing was claimed or run.
+            UsageError: `tool` is not the tool it was proposed for, or it takes the run's ctx and no
+                `ctx` was given; nothing was claimed or run.
             MissingTierError: the tool declares no tier; nothing ran.
             TierChanged: the tool declares another tier than the one approved; nothing ran.
             JournalError: the database failed.

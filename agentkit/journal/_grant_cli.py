@@ -1,8 +1,8 @@
-"""``agentkit grants add|list|revoke``: standing grants kept in a journal.
+"""`agentkit grants add|list|revoke`: standing grants kept in a journal.
 
-``add`` checks the grant against the tool it names (``--tools MODULE:ATTR``, as ``agentkit worker``
+`add` checks the grant against the tool it names (`--tools MODULE:ATTR`, as `agentkit worker`
 takes them): a constraint on a field the tool's args type lacks, or an irreversible tool without
-``--allow-irreversible``, is refused before anything is stored.
+`--allow-irreversible`, is refused before anything is stored.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ __all__ = ["register"]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``grants`` command group."""
+    """Add the `grants` command group."""
     db = db_parent()
     grants = subparsers.add_parser(
         "grants", help="standing grants: approvals given ahead for calls within limits", description=__doc__

@@ -1,9 +1,9 @@
 """Standing grants kept in the journal: given, listed, revoked, and used as proposals are recorded.
 
-A grant is used in the transaction that records a proposal (``apply_grants``, from
-``insert_proposal``): the first live grant that matches the call counts one use with an update
-that only succeeds below its ``max_uses`` (PostgreSQL re-checks the condition on the row it locks;
-SQLite holds the write lock), and the proposal is recorded approved by ``grant:<id>``. However many
+A grant is used in the transaction that records a proposal (`apply_grants`, from
+`insert_proposal`): the first live grant that matches the call counts one use with an update
+that only succeeds below its `max_uses` (PostgreSQL re-checks the condition on the row it locks;
+SQLite holds the write lock), and the proposal is recorded approved by `grant:<id>`. However many
 processes record matching proposals at once, a grant never approves more calls than its uses.
 """
 
@@ -32,7 +32,7 @@ class GrantState(enum.StrEnum):
 
     LIVE = "live"
     SPENT = "spent"
-    """It approved ``max_uses`` calls."""
+    """It approved `max_uses` calls."""
     EXPIRED = "expired"
     REVOKED = "revoked"
 
@@ -78,8 +78,8 @@ def _record(db: Any, row: Any, at: datetime) -> GrantRecord:
 
 
 def apply_grants(db: Any, proposal_id: str, action: ProposedAction[Any], at: datetime) -> str | None:
-    """Approve the just-recorded pending ``proposal_id`` by the first live grant that matches it; its actor, or
-    ``None`` (no grant: it waits for a human). A grant row that does not read back approves nothing."""
+    """Approve the just-recorded pending `proposal_id` by the first live grant that matches it; its actor, or
+    `None` (no grant: it waits for a human). A grant row that does not read back approves nothing."""
     rows = db.query(
         "SELECT * FROM agentkit_grants WHERE tool_name = ? AND revoked_at IS NULL ORDER BY granted_at, id",
         (action.tool_name,),
@@ -113,14 +113,14 @@ def apply_grants(db: Any, proposal_id: str, action: ProposedAction[Any], at: dat
 
 
 def record_proposal(db: Any, action: ProposedAction[Any], actor: str, at: datetime) -> str:
-    """``insert_proposal``, then, while the entry is pending, the first live grant that matches it approves it."""
+    """`insert_proposal`, then, while the entry is pending, the first live grant that matches it approves it."""
     id = insert_proposal(db, action, actor, at)
     apply_grants(db, id, action, at)
     return id
 
 
 class GrantBook(Storage):
-    """The journal's grants: ``grant``, ``grants``, ``revoke_grant``."""
+    """The journal's grants: `grant`, `grants`, `revoke_grant`."""
 
     require_verified_approver: bool = False
 
@@ -169,15 +169,15 @@ class GrantBook(Storage):
             return _record(db, db.query("SELECT * FROM agentkit_grants WHERE id = ?", (id,))[0], at)
 
     async def grant(self, grant: Grant, *, tool: AnyTool) -> GrantRecord:
-        """Keep a standing grant: proposals recorded from now on that match it are approved by ``grant:<id>``.
+        """Keep a standing grant: proposals recorded from now on that match it are approved by `grant:<id>`.
 
         Args:
             grant: The grant.
-            tool: The tool it is for: the grant is checked against it (``Grant.check``) before it is kept.
+            tool: The tool it is for: the grant is checked against it (`Grant.check`) before it is kept.
 
         Raises:
-            UsageError: the grant does not fit ``tool`` (another tool, a field its args type lacks, an
-                irreversible tool without ``allow_irreversible``); nothing is stored.
+            UsageError: the grant does not fit `tool` (another tool, a field its args type lacks, an
+                irreversible tool without `allow_irreversible`); nothing is stored.
             JournalError: the journal already holds a grant of that id.
         """
         grant.check(tool)

@@ -1,7 +1,7 @@
 """The inbox: proposals put in, decided by people, listed, with the history of every change.
 
-Every change is one transaction that checks the proposal's state first (``_move``): a change the
-state does not allow raises ``TransitionRefused`` and writes nothing.
+Every change is one transaction that checks the proposal's state first (`_move`): a change the
+state does not allow raises `TransitionRefused` and writes nothing.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ HINTS = {
 }
 
 AT = object()
-"""Placeholder in ``_move``'s assignments for "the time of this transition"."""
+"""Placeholder in `_move`'s assignments for "the time of this transition"."""
 
 
 class Inbox(Storage):
@@ -47,7 +47,7 @@ class Inbox(Storage):
 
     require_verified_approver: bool = False
     """Refuse a person's decision (approve, reject, resolve) whose name is not the identity the journal
-    can vouch for (``vouched``, or ``verified_as``); nothing changes."""
+    can vouch for (`vouched`, or `verified_as`); nothing changes."""
 
     def _get(self, id: str) -> ProposalRecord:
         with self._tx(write=False) as db:
@@ -157,8 +157,8 @@ class Inbox(Storage):
 
     async def require_verified_approvers(self, required: bool = True) -> None:
         """Make every client of this journal refuse a person's decision whose name is not the identity the
-        journal can vouch for (``Transition.verified``); kept in the journal, so a client cannot skip it
-        by leaving ``require_verified_approver`` off. ``False`` lifts it."""
+        journal can vouch for (`Transition.verified`); kept in the journal, so a client cannot skip it
+        by leaving `require_verified_approver` off. `False` lifts it."""
         await self._call(self._set_required, required)
 
     def _required(self) -> bool:
@@ -167,12 +167,12 @@ class Inbox(Storage):
 
     async def verified_approvers_required(self) -> bool:
         """Whether the journal itself requires a person's decision to name the identity it can vouch for
-        (``require_verified_approvers``; ``agentkit journal settings`` shows it). A client's own
-        ``require_verified_approver`` is not counted."""
+        (`require_verified_approvers`; `agentkit journal settings` shows it). A client's own
+        `require_verified_approver` is not counted."""
         return await self._call(self._required)
 
     async def propose(self, action: ProposedAction[Any], *, proposed_by: str = "") -> ProposalRecord:
-        """Put a proposal in the inbox as ``pending``.
+        """Put a proposal in the inbox as `pending`.
 
         The same call (run, round, digest) proposed while its entry is still open (pending, approved
         or executing) gives that entry back; after it was rejected, executed or failed it is a new
@@ -181,7 +181,7 @@ class Inbox(Storage):
         return await self._call(self._propose, action, proposed_by=proposed_by)
 
     async def get(self, id: str) -> ProposalRecord:
-        """The proposal with that id; ``UnknownId`` if there is none."""
+        """The proposal with that id; `UnknownId` if there is none."""
         return await self._read(self._get, id)
 
     async def pending(self) -> list[ProposalRecord]:
@@ -205,30 +205,30 @@ class Inbox(Storage):
         args_type: type[BaseModel] | None = None,
         verified_as: str | None = None,
     ) -> ProposalRecord:
-        """pending -> approved; any other state raises ``TransitionRefused`` and changes nothing.
+        """pending -> approved; any other state raises `TransitionRefused` and changes nothing.
 
         Args:
             id: The proposal.
             approved_by: Who approves.
             args: Amended args: a value of the tool's args type, or a mapping of the fields to change
                 (merged over the proposed args). The entry then holds the amended call, with its own
-                digest (the one a worker checks and runs), and its lineage: ``original_args_json``,
-                ``original_digest``, ``amended_by`` and ``amended_fields``. Args equal to the proposed
+                digest (the one a worker checks and runs), and its lineage: `original_args_json`,
+                `original_digest`, `amended_by` and `amended_fields`. Args equal to the proposed
                 ones approve the call as proposed.
             args_type: The tool's args type, to validate a mapping as; by default the type the call was
-                proposed as (``ProposalRecord.args_type``), imported.
+                proposed as (`ProposalRecord.args_type`), imported.
             verified_as: Who an authenticating front end (the web inbox, by its reviewer's token) vouches is
-                deciding; by default the journal's own (``session_user``, or the OS user with SQLite). The
-                transition records it beside ``approved_by`` (``Transition.verified``).
+                deciding; by default the journal's own (`session_user`, or the OS user with SQLite). The
+                transition records it beside `approved_by` (`Transition.verified`).
 
         Raises:
             TransitionRefused: the proposal is not pending (amending a decided proposal included), or the
-                journal requires a verified approver and ``approved_by`` is not the verified identity.
+                journal requires a verified approver and `approved_by` is not the verified identity.
             ApprovalError: the amended args name a field the args type lacks, do not validate as it, or
                 the args type cannot be imported or is not the call's. Nothing changed.
         """
         return await self._call(self._approve, id, approved_by, args, args_type, verified_as)
 
     async def reject(self, id: str, rejected_by: str, reason: str, *, verified_as: str | None = None) -> ProposalRecord:
-        """pending or approved -> rejected (final); ``verified_as`` as for ``approve``."""
+        """pending or approved -> rejected (final); `verified_as` as for `approve`."""
         return await self._call(self._reject, id, rejected_by, reason, verified_as)

@@ -27,12 +27,12 @@ DEFAULT_LEASE = timedelta(seconds=30)
 """How long a hold stays valid unless its holder renews it; the holder renews it every third of that.
 
 A holder that dies (SIGKILL, power loss, a lost network) stops renewing, and its hold runs out:
-a run then shows as crashed and can be resumed, a claim shows in ``stuck()``.
+a run then shows as crashed and can be resumed, a claim shows in `stuck()`.
 """
 
 
 def check_lease(lease: object) -> timedelta:
-    """A lease as a ``timedelta``: a positive ``timedelta``, or a positive number of seconds (as the CLI takes).
+    """A lease as a `timedelta`: a positive `timedelta`, or a positive number of seconds (as the CLI takes).
 
     Raises:
         UsageError: anything else, naming what was given.
@@ -48,9 +48,9 @@ def check_lease(lease: object) -> timedelta:
 
 
 class Renewal:
-    """Renew a hold every third of ``lease`` on a daemon thread, until stopped or the hold is gone.
+    """Renew a hold every third of `lease` on a daemon thread, until stopped or the hold is gone.
 
-    ``renew`` runs on that thread (a blocking database call); it returns ``False`` once the hold is
+    `renew` runs on that thread (a blocking database call); it returns `False` once the hold is
     no longer this holder's, and renewing stops. A failed renewal is logged and tried again at the
     next beat: a lost database shows as an expired lease.
     """
@@ -92,8 +92,8 @@ class Renewal:
 class Holds:
     """The runs one recorder holds, and the renewal thread that keeps their hold (one statement for all).
 
-    A run is held from its start (or from the moment ``journal.resume`` claimed it with this
-    recorder's ``token``) until its end; ``stop`` ends the renewal.
+    A run is held from its start (or from the moment `journal.resume` claimed it with this
+    recorder's `token`) until its end; `stop` ends the renewal.
     """
 
     def __init__(self, journal: Journal, lease: timedelta, *, holder: str, token: str) -> None:
@@ -104,13 +104,13 @@ class Holds:
         self._stopped = False
 
     def hold(self) -> Hold:
-        """What a write that starts a run takes the run's hold with (``Journal.record_all(..., hold=)``)."""
+        """What a write that starts a run takes the run's hold with (`Journal.record_all(..., hold=)`)."""
         from agentkit.journal._records import Hold
 
         return Hold(holder=self.holder, token=self.token, lease=self.lease)
 
     def add(self, run_id: str) -> None:
-        """Hold ``run_id`` from now on (its renewal starts with the first run held)."""
+        """Hold `run_id` from now on (its renewal starts with the first run held)."""
         with self._lock:
             self._runs.add(run_id)
             if self._renewal is None and not self._stopped:

@@ -1,4 +1,4 @@
-"""``PostgresJournal``: the journal in PostgreSQL, for many workers on many machines (extra ``postgres``)."""
+"""`PostgresJournal`: the journal in PostgreSQL, for many workers on many machines (extra `postgres`)."""
 
 from __future__ import annotations
 
@@ -60,24 +60,24 @@ def _describe(dsn: str) -> str:
 
 
 POOL_SIZE: int = 10
-"""Default bound on the connections one ``PostgresJournal`` opens for its transactions (``pool_size``)."""
+"""Default bound on the connections one `PostgresJournal` opens for its transactions (`pool_size`)."""
 
 POOL_TIMEOUT_S = 30.0
-"""How long a transaction waits for a free pooled connection before failing with ``JournalError``."""
+"""How long a transaction waits for a free pooled connection before failing with `JournalError`."""
 
 CONNECT_TIMEOUT_S = 10
-"""Default for how long opening a connection waits for the server to answer (libpq's ``connect_timeout``; libpq
-waits at least 2 s): a server that accepts connections and never answers fails ``JournalUnavailable`` then,
+"""Default for how long opening a connection waits for the server to answer (libpq's `connect_timeout`; libpq
+waits at least 2 s): a server that accepts connections and never answers fails `JournalUnavailable` then,
 instead of hanging the command that opened the journal."""
 
 STATEMENT_TIMEOUT_S = 60.0
-"""Default ``statement_timeout`` of the journal's connections: no statement of the journal takes near this long,
-so one that does is failed by the server (``JournalError``; a worker's claim, ``NothingRan``) rather than waited
+"""Default `statement_timeout` of the journal's connections: no statement of the journal takes near this long,
+so one that does is failed by the server (`JournalError`; a worker's claim, `NothingRan`) rather than waited
 for. A migration, which may build an index over a large table, runs without it."""
 
 LOCK_TIMEOUT_S = 30.0
-"""Default ``lock_timeout`` of the journal's connections: a row, table or migration lock another session holds
-this long (a transaction left open in ``psql``, say) fails the statement waiting for it instead of hanging it."""
+"""Default `lock_timeout` of the journal's connections: a row, table or migration lock another session holds
+this long (a transaction left open in `psql`, say) fails the statement waiting for it instead of hanging it."""
 
 NOTIFY_CHANNEL = "agentkit_approved"
 """The channel a trigger notifies when a proposal becomes approved (the payload is its tool name)."""
@@ -85,7 +85,7 @@ NOTIFY_CHANNEL = "agentkit_approved"
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class _Timeouts:
-    """How long the journal's connections wait (seconds; ``None``: as long as libpq or the server would)."""
+    """How long the journal's connections wait (seconds; `None`: as long as libpq or the server would)."""
 
     connect: float | None = CONNECT_TIMEOUT_S
     statement: float | None = STATEMENT_TIMEOUT_S
@@ -103,8 +103,8 @@ class _Timeouts:
                 raise UsageError(f"{name} must be a positive number of seconds, or None for no limit; got {value!r}")
 
     def applied(self, dsn: str) -> str:
-        """``dsn`` with these timeouts, where it (or libpq's environment) does not set its own: what the URL
-        says wins, so ``?connect_timeout=N`` or ``options=-c lock_timeout=...`` overrides a default."""
+        """`dsn` with these timeouts, where it (or libpq's environment) does not set its own: what the URL
+        says wins, so `?connect_timeout=N` or `options=-c lock_timeout=...` overrides a default."""
         psycopg = _import_psycopg()
         params = psycopg.conninfo.conninfo_to_dict(dsn)
         extra: dict[str, str] = {}
@@ -122,7 +122,7 @@ class _Timeouts:
         return psycopg.conninfo.make_conninfo(dsn, **extra) if extra else dsn
 
     def connect_wait(self, dsn: str) -> str:
-        """How long a connection to ``dsn`` waits for the server, in words (for the message of a timeout)."""
+        """How long a connection to `dsn` waits for the server, in words (for the message of a timeout)."""
         psycopg = _import_psycopg()
         params = psycopg.conninfo.conninfo_to_dict(self.applied(dsn))
         given = params.get("connect_timeout", os.environ.get("PGCONNECT_TIMEOUT"))
@@ -130,10 +130,10 @@ class _Timeouts:
 
 
 class _PostgresConnection:
-    """The journal's ``Connection`` over a bounded pool: each transaction, in its thread, holds one pooled connection.
+    """The journal's `Connection` over a bounded pool: each transaction, in its thread, holds one pooled connection.
 
-    Every connection runs ``READ COMMITTED``, set explicitly: a server or database whose default is
-    ``REPEATABLE READ`` or ``SERIALIZABLE`` would turn a lost claim race into a serialization
+    Every connection runs `READ COMMITTED`, set explicitly: a server or database whose default is
+    `REPEATABLE READ` or `SERIALIZABLE` would turn a lost claim race into a serialization
     failure instead of a row that is no longer approved.
     """
 
@@ -254,17 +254,17 @@ class _PostgresConnection:
         self._pool.close()
 
     async def listen(self) -> psycopg.AsyncConnection[Any]:
-        """A connection of its own, outside the pool, LISTENing on ``NOTIFY_CHANNEL``."""
+        """A connection of its own, outside the pool, LISTENing on `NOTIFY_CHANNEL`."""
         conn: psycopg.AsyncConnection[Any] = await self._psycopg.AsyncConnection.connect(self._dsn, autocommit=True)
         await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
         return conn
 
 
 class _Listening:
-    """PostgreSQL's wake-up for ``work``: a notification on ``NOTIFY_CHANNEL`` for one of the worker's tools.
+    """PostgreSQL's wake-up for `work`: a notification on `NOTIFY_CHANNEL` for one of the worker's tools.
 
     The listening connection is one per worker, outside the pool. When it drops, it is opened again
-    and the worker woken (notifications sent meanwhile are lost, so the worker looks); ``poll``
+    and the worker woken (notifications sent meanwhile are lost, so the worker looks); `poll`
     seconds without a notification wake it too, as a safety net.
     """
 
@@ -321,36 +321,36 @@ class _Listening:
 class PostgresJournal(SQLJournal):
     """The journal in a PostgreSQL database: many workers on many machines share one inbox.
 
-    Tables are created (prefixed ``agentkit_``) in the first schema of the connection's
-    ``search_path`` on first open; concurrent first opens are serialised by an advisory lock.
+    Tables are created (prefixed `agentkit_`) in the first schema of the connection's
+    `search_path` on first open; concurrent first opens are serialised by an advisory lock.
 
-    Each transaction takes a connection from a bounded pool (``psycopg_pool``) of at most
-    ``pool_size`` connections, shared by everything that uses this object: open one journal per
-    process and share it between the observer, the inbox and ``work``'s concurrent calls. A worker
+    Each transaction takes a connection from a bounded pool (`psycopg_pool`) of at most
+    `pool_size` connections, shared by everything that uses this object: open one journal per
+    process and share it between the observer, the inbox and `work`'s concurrent calls. A worker
     also holds one connection outside the pool, to LISTEN for approvals. Every pooled connection
-    runs ``READ COMMITTED``, whatever the server's default. Claims lock their row
-    (``FOR UPDATE``; ``SKIP LOCKED`` when a worker claims the next approved call), so of the
+    runs `READ COMMITTED`, whatever the server's default. Claims lock their row
+    (`FOR UPDATE`; `SKIP LOCKED` when a worker claims the next approved call), so of the
     workers racing for a row one wins and the others move on.
 
-    Nothing waits without end: opening a connection waits ``connect_timeout`` for the server to
-    answer, a statement runs at most ``statement_timeout`` and waits at most ``lock_timeout`` for
-    a lock (defaults ``CONNECT_TIMEOUT_S``, ``STATEMENT_TIMEOUT_S``, ``LOCK_TIMEOUT_S``). What the
-    DSN sets itself wins over these defaults (``?connect_timeout=30``, or ``options=-c
-    lock_timeout=5s``, or libpq's ``PGCONNECT_TIMEOUT``); ``None`` sets none.
+    Nothing waits without end: opening a connection waits `connect_timeout` for the server to
+    answer, a statement runs at most `statement_timeout` and waits at most `lock_timeout` for
+    a lock (defaults `CONNECT_TIMEOUT_S`, `STATEMENT_TIMEOUT_S`, `LOCK_TIMEOUT_S`). What the
+    DSN sets itself wins over these defaults (`?connect_timeout=30`, or ``options=-c
+    lock_timeout=5s`, or libpq's `PGCONNECT_TIMEOUT`); `None`` sets none.
 
     Args:
-        dsn: A ``postgresql://`` URL or a libpq connection string.
+        dsn: A `postgresql://` URL or a libpq connection string.
         create: Create the schema when the database has none.
-        pool_size: The most connections this journal opens for its transactions (default ``POOL_SIZE``).
+        pool_size: The most connections this journal opens for its transactions (default `POOL_SIZE`).
         connect_timeout: Seconds a new connection waits for the server to answer (at least 2, libpq's floor).
-        statement_timeout: Seconds a statement may run before the server cancels it (``JournalError``).
-        lock_timeout: Seconds a statement may wait for a lock before the server cancels it (``JournalError``).
+        statement_timeout: Seconds a statement may run before the server cancels it (`JournalError`).
+        lock_timeout: Seconds a statement may wait for a lock before the server cancels it (`JournalError`).
 
     Raises:
         JournalUnavailable: psycopg is not installed, the server cannot be reached or does not answer
-            within ``connect_timeout``, or the database holds no journal (with ``create=False``) or a
+            within `connect_timeout`, or the database holds no journal (with `create=False`) or a
             newer one.
-        UsageError: a bad ``pool_size`` or timeout.
+        UsageError: a bad `pool_size` or timeout.
     """
 
     def __init__(
@@ -385,5 +385,5 @@ class PostgresJournal(SQLJournal):
         super().__init__(conn, where=where, create=create)
 
     def _wakeups(self, poll: float | None) -> AbstractAsyncContextManager[Wakeups]:
-        """Wake ``work`` on a notification that a proposal was approved."""
+        """Wake `work` on a notification that a proposal was approved."""
         return _Listening(self._pg, 30.0 if poll is None else poll)

@@ -37,7 +37,7 @@ R = TypeVar("R")
 
 
 class ProposalState(enum.StrEnum):
-    """Where a proposal is in its lifecycle (see ``docs/journal.md`` for the diagram)."""
+    """Where a proposal is in its lifecycle (see `docs/journal.md` for the diagram)."""
 
     PENDING = "pending"
     """Waiting for a human."""
@@ -46,7 +46,7 @@ class ProposalState(enum.StrEnum):
     REJECTED = "rejected"
     """A human refused it (final)."""
     EXECUTING = "executing"
-    """A worker claimed it and is running the tool. Left here by a crashed worker: see ``stuck()``."""
+    """A worker claimed it and is running the tool. Left here by a crashed worker: see `stuck()`."""
     EXECUTED = "executed"
     """The tool ran and returned a batch (final)."""
     FAILED = "failed"
@@ -65,19 +65,19 @@ class RunState(enum.StrEnum):
 
 
 class RunStatus(enum.StrEnum):
-    """Where a run stands for resuming (``agentkit journal runs`` shows it; ``journal.resume`` acts on it)."""
+    """Where a run stands for resuming (`agentkit journal runs` shows it; `journal.resume` acts on it)."""
 
     RUNNING = "running"
     """Unfinished, and a live process holds it: its lease is being renewed."""
     WAITING = "waiting"
     """It stopped at a proposal that still waits for a human's decision."""
     READY = "ready"
-    """It stopped at a proposal and every proposal is decided: ``journal.resume`` continues it."""
+    """It stopped at a proposal and every proposal is decided: `journal.resume` continues it."""
     CRASHED = "crashed"
     """Unfinished and nobody holds it (its process died: the lease ran out); it resumes from its last
-    completed round when it has a checkpoint (``resumable``)."""
+    completed round when it has a checkpoint (`resumable`)."""
     ABORTED = "aborted"
-    """It was cancelled or raised; it resumes from its last completed round when ``resumable``."""
+    """It was cancelled or raised; it resumes from its last completed round when `resumable`."""
     FINISHED = "finished"
     """It ended (done, a ceiling, an error, ...); there is nothing to resume."""
 
@@ -89,19 +89,19 @@ class Transition:
     proposal_id: str
     """The proposal."""
     from_state: ProposalState | None
-    """The state before (``None`` when the proposal was recorded)."""
+    """The state before (`None` when the proposal was recorded)."""
     to_state: ProposalState
     """The state after."""
     actor: str
-    """Who made the change: a person, a worker (``host:pid``) or ``run:<run_id>``."""
+    """Who made the change: a person, a worker (`host:pid`) or `run:<run_id>`."""
     at: datetime
     """When (UTC)."""
     note: str = ""
     """The rejection reason, the resolution note, or the error of a failed execution."""
     verified: str | None = None
-    """For a person's decision: who the journal could vouch made it (PostgreSQL's ``session_user``, the
-    operating-system user with SQLite, or the reviewer an authenticating front end names); ``actor``
-    is the name given. ``None`` for the changes of workers, runs and grants."""
+    """For a person's decision: who the journal could vouch made it (PostgreSQL's `session_user`, the
+    operating-system user with SQLite, or the reviewer an authenticating front end names); `actor`
+    is the name given. `None` for the changes of workers, runs and grants."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -119,7 +119,7 @@ class ProposalRecord:
     args_json: str
     """The call's arguments as canonical JSON (what the digest covers)."""
     digest: str
-    """``call_digest(tool_name, args)`` as proposed: execution refuses args that do not reproduce it."""
+    """`call_digest(tool_name, args)` as proposed: execution refuses args that do not reproduce it."""
     rationale: str = ""
     """The executor's stated reason."""
     round: int
@@ -135,14 +135,14 @@ class ProposalRecord:
     reason: str | None = None
     """Why it was rejected."""
     claimed_by: str | None = None
-    """The worker that claimed it for execution (``host:pid`` unless the worker named itself)."""
+    """The worker that claimed it for execution (`host:pid` unless the worker named itself)."""
     claimed_at: datetime | None = None
-    """When that worker claimed it (UTC); with ``claimed_by``, what an operator checks before resolving."""
+    """When that worker claimed it (UTC); with `claimed_by`, what an operator checks before resolving."""
     lease_until: datetime | None = None
     """Until when the claim is known alive (UTC): its worker renews the lease while the tool runs.
 
-    A lease in the past on an ``executing`` proposal means its worker stopped renewing (it died, or
-    lost the database): ``stuck()`` lists it.
+    A lease in the past on an `executing` proposal means its worker stopped renewing (it died, or
+    lost the database): `stuck()` lists it.
     """
     finished_at: datetime | None = None
     """When the execution's outcome was recorded."""
@@ -161,26 +161,26 @@ class ProposalRecord:
     left_at: datetime | None = None
     """When a worker first left it (UTC)."""
     left_until: datetime | None = None
-    """Until when no worker claims it (UTC), while it is left; then one tries it again (``None``: not left)."""
+    """Until when no worker claims it (UTC), while it is left; then one tries it again (`None`: not left)."""
     left_note: str | None = None
     """Why it was last left: the refusal, naming the row."""
     unreadable: str | None = None
     """Set on a row a listing could not read (edited by hand or damaged): why, naming the row. Its
-    unreadable fields hold placeholders (``Tier.IRREVERSIBLE``, the epoch); ``get`` and every change
-    of it raise ``JournalError`` with this message."""
+    unreadable fields hold placeholders (`Tier.IRREVERSIBLE`, the epoch); `get` and every change
+    of it raise `JournalError` with this message."""
     args_type: str | None = None
-    """The args type the call was proposed as, ``module:qualname`` (what an amendment is validated as)."""
+    """The args type the call was proposed as, `module:qualname` (what an amendment is validated as)."""
     original_args_json: str | None = None
-    """Set when the approver amended the call: the args as proposed (``args_json`` holds the amended ones)."""
+    """Set when the approver amended the call: the args as proposed (`args_json` holds the amended ones)."""
     original_digest: str | None = None
-    """Set when amended: the digest as proposed (``digest`` is the amended call's, the one that may run)."""
+    """Set when amended: the digest as proposed (`digest` is the amended call's, the one that may run)."""
     amended_by: str | None = None
     """Who amended the call (the approver)."""
     amended_fields: tuple[str, ...] = ()
     """The args fields the approver changed, sorted."""
     evidence: Evidence | None = None
     """What the executor had seen when it proposed the call: the rounds and calls before it, by reference
-    (``None``: not recorded, as by an earlier agentkit)."""
+    (`None`: not recorded, as by an earlier agentkit)."""
 
     @property
     def args(self) -> dict[str, Any]:
@@ -189,16 +189,16 @@ class ProposalRecord:
         return data
 
     def args_as(self, args_type: type[Args]) -> Args:
-        """The arguments validated as ``args_type`` (the tool's ``args_type``)."""
+        """The arguments validated as `args_type` (the tool's `args_type`)."""
         return validate_args(args_type, self.args_json)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Execution(Generic[R]):
-    """The ending of ``Journal.execute``: the proposal as recorded, and what the tool returned."""
+    """The ending of `Journal.execute`: the proposal as recorded, and what the tool returned."""
 
     proposal: ProposalRecord
-    """The proposal after execution: ``EXECUTED`` or ``FAILED``."""
+    """The proposal after execution: `EXECUTED` or `FAILED`."""
     batch: tuple[R, ...] = ()
     """The tool's batch (empty when it failed)."""
     error: ToolError | None = None
@@ -215,9 +215,9 @@ class RunRecord:
     """A run as the journal holds it."""
 
     id: str
-    """The run's id (``ToolLoopResult.run_id``)."""
+    """The run's id (`ToolLoopResult.run_id`)."""
     state: RunState
-    """``FINISHED`` once the end was recorded."""
+    """`FINISHED` once the end was recorded."""
     agent: str
     """The executor's class name."""
     model: str
@@ -225,11 +225,11 @@ class RunRecord:
     config: dict[str, Any]
     """The tools offered and the round ceiling, as JSON data."""
     loop_config: dict[str, Any] | None = None
-    """The run's whole ``LoopConfig`` as JSON data (autonomy tier by name, budgets, deadline, tool
-    timeout, after-proposal policy, retry policy); ``None`` when the run reported none (it was not
+    """The run's whole `LoopConfig` as JSON data (autonomy tier by name, budgets, deadline, tool
+    timeout, after-proposal policy, retry policy); `None` when the run reported none (it was not
     a tool loop, or it was recorded by an agentkit before schema version 2)."""
     started_at: datetime | None
-    """When it started (``None`` if only its end was recorded)."""
+    """When it started (`None` if only its end was recorded)."""
     ended_at: datetime | None = None
     outcome: Outcome | None = None
     stop_reason: StopReason | None = None
@@ -239,20 +239,20 @@ class RunRecord:
     usage: Usage = field(default_factory=Usage)
     """Model usage (for an unfinished run: summed over the calls recorded so far)."""
     unreadable: str | None = None
-    """Set on a row ``runs()`` could not read (edited by hand or damaged): why, naming the row; its
-    unreadable fields hold placeholders. ``run()`` raises ``JournalError`` with this message."""
+    """Set on a row `runs()` could not read (edited by hand or damaged): why, naming the row; its
+    unreadable fields hold placeholders. `run()` raises `JournalError` with this message."""
     status: RunStatus = RunStatus.FINISHED
     """Where the run stands for resuming: running, waiting on decisions, ready, crashed, aborted, finished."""
     resumable: bool = False
-    """The journal holds a checkpoint ``journal.resume`` can continue from (for ``WAITING`` runs, once decided)."""
+    """The journal holds a checkpoint `journal.resume` can continue from (for `WAITING` runs, once decided)."""
     checkpoint_round: int | None = None
-    """The round of the latest checkpoint (``None``: none stored)."""
+    """The round of the latest checkpoint (`None`: none stored)."""
     claimed_by: str | None = None
-    """The process that holds (or last held) the run: its recorder or resumer, ``host:pid``."""
+    """The process that holds (or last held) the run: its recorder or resumer, `host:pid`."""
     lease_until: datetime | None = None
     """Until when that process's hold is known alive (UTC); past it, another process may resume the run."""
     parent: str | None = None
-    """The run this one was forked from (``journal.fork``)."""
+    """The run this one was forked from (`journal.fork`)."""
     forked_at: int | None = None
     """The parent's round it was forked after."""
 
@@ -281,17 +281,17 @@ class RoundEntry:
     tool_seconds: float = 0.0
     usage: Usage = field(default_factory=Usage)
     from_trace: bool = True
-    """Read from the run's state (or, for a run recorded by an earlier agentkit, its trace); ``False``:
+    """Read from the run's state (or, for a run recorded by an earlier agentkit, its trace); `False`:
     rebuilt from the events of such a run without a result."""
     decision: Literal["approved", "rejected"] | None = None
-    """A proposed round's decision, once a person made it (``executed`` says whether the call then ran)."""
+    """A proposed round's decision, once a person made it (`executed` says whether the call then ran)."""
     decided_by: str | None = None
     """Who decided it."""
 
 
 @dataclass(frozen=True, slots=True)
 class Checkpointed:
-    """A run's checkpoint on its way to the journal, beside the run's events (``Journal.record_all``)."""
+    """A run's checkpoint on its way to the journal, beside the run's events (`Journal.record_all`)."""
 
     run_id: str
     checkpoint: RunCheckpoint
@@ -300,10 +300,10 @@ class Checkpointed:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Hold:
-    """Who holds the runs a recorder starts, and for how long unless renewed (``Journal.hold_runs``)."""
+    """Who holds the runs a recorder starts, and for how long unless renewed (`Journal.hold_runs`)."""
 
     holder: str
-    """``host:pid``."""
+    """`host:pid`."""
     token: str
     """The recorder's own token: only it renews the hold."""
     lease: timedelta

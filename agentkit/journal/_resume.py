@@ -1,9 +1,9 @@
-"""``journal.resume``: continue a recorded run from its latest checkpoint, with the inbox's decisions.
+"""`journal.resume`: continue a recorded run from its latest checkpoint, with the inbox's decisions.
 
 Everything is read and checked before the run is held: a refused resume holds nothing and runs
 nothing. Then the run is held with a lease (renewed while it runs, as a proposal's claim is), so
-of two processes resuming it one wins; approved calls run through ``execute``'s claim, so each
-runs once whoever else tries; and a ``JournalObserver`` of this journal records the continued run.
+of two processes resuming it one wins; approved calls run through `execute`'s claim, so each
+runs once whoever else tries; and a `JournalObserver` of this journal records the continued run.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ async def resume(
     summarize: Summarizer | None = None,
     answer: type[Any] | None = None,
 ) -> TieredLoopResult[Any, Any, Any]:
-    """``SQLJournal.resume``'s body (documented there)."""
+    """`SQLJournal.resume`'s body (documented there)."""
     record, checkpoint, proposals = await journal._read(journal._resume_state, run_id)
     if record.status is RunStatus.RUNNING:
         raise held(run_id, record.claimed_by, record.lease_until)
@@ -136,7 +136,7 @@ def _decisions(
 
 
 def _approval_of(record: ProposalRecord, action: ProposedAction[Any], codec: Codec) -> Approval[Any]:
-    """The inbox's approval of ``action``: of the amended call, with its lineage, when the approver amended it."""
+    """The inbox's approval of `action`: of the amended call, with its lineage, when the approver amended it."""
     by = record.approved_by or ""
     if record.original_digest is None:
         return Approval(proposal=action, approved_by=by, digest=record.digest)

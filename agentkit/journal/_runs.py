@@ -1,6 +1,6 @@
 """Runs: each run's events and state as they happen, the runs listed, and a run resumed by one process.
 
-A run's state (``RunCheckpoint``) is stored as rows appended to ``agentkit_entries``, one per entry
+A run's state (`RunCheckpoint`) is stored as rows appended to `agentkit_entries`, one per entry
 (a round, a decision, an end), beside its header on the run's row: a round's write costs the size
 of the round, not of the run. Reading a run back folds those rows into the state again.
 """
@@ -76,7 +76,7 @@ class Runs(Storage):
     def record(self, event: Event) -> None:
         """Write one run event, in one transaction, before returning (it may wait for the database).
 
-        A run's start inserts its row, a proposal enters the inbox as ``pending``, and the run's
+        A run's start inserts its row, a proposal enters the inbox as `pending`, and the run's
         end records its outcome, usage and every round of its trace. Every event is also appended
         to the event log, so a run whose process dies keeps every round it completed.
         """
@@ -87,10 +87,10 @@ class Runs(Storage):
         self.record_all((Checkpointed(run_id, checkpoint),))
 
     def record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> None:
-        """Write events and checkpoints, in order, in one transaction (``JournalObserver`` writes what
+        """Write events and checkpoints, in order, in one transaction (`JournalObserver` writes what
         queued up meanwhile this way: one commit, so one sync to disk, for all of it).
 
-        With ``hold``, each run started here is held by that recorder until its lease runs out.
+        With `hold`, each run started here is held by that recorder until its lease runs out.
         """
         at = now()
         with self._tx(write=True, synced=False) as db:
@@ -98,12 +98,12 @@ class Runs(Storage):
 
     @property
     def records_at_once(self) -> bool:
-        """Whether ``try_record_all`` writes without waiting (a local database file: ``SQLiteJournal``), so
-        ``JournalObserver`` can write a run's record on the run's own thread; otherwise its writer thread does."""
+        """Whether `try_record_all` writes without waiting (a local database file: `SQLiteJournal`), so
+        `JournalObserver` can write a run's record on the run's own thread; otherwise its writer thread does."""
         return False
 
     def try_record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> bool:
-        """``record_all``, only if it can start at once: ``False``, with nothing written, while this journal's
+        """`record_all`, only if it can start at once: `False`, with nothing written, while this journal's
         connection is in use or another connection (another process) holds the database's write lock."""
         at = now()
         try:
@@ -137,8 +137,8 @@ class Runs(Storage):
     def _write_event(
         self, db: Connection, event: Event, at: datetime, stamp: object, hold: Hold | None = None
     ) -> tuple[object, ...]:
-        """Write what the event changes besides the log (``hold``: see ``record_all``); its row for the log
-        (``append_events``)."""
+        """Write what the event changes besides the log (`hold`: see `record_all`); its row for the log
+        (`append_events`)."""
         round, data = event_data(event)
         match event:
             case RunStarted():
@@ -154,9 +154,9 @@ class Runs(Storage):
         return event_row(event, round, data, stamp)
 
     def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
-        """Take, or renew, the hold on unfinished runs this process records: until ``lease`` from now.
+        """Take, or renew, the hold on unfinished runs this process records: until `lease` from now.
 
-        ``JournalObserver`` calls it as each run starts and every third of its lease after, so a run
+        `JournalObserver` calls it as each run starts and every third of its lease after, so a run
         whose process died shows as crashed once the lease runs out. A run another process holds
         (one resuming it) is left alone.
         """
@@ -211,7 +211,7 @@ class Runs(Storage):
             return record, state_of(db, row), [proposal_of(db, r) for r in rows]
 
     def _claim_run(self, run_id: str, digest: str, worker: str, token: str, lease: timedelta) -> None:
-        """Hold the run to resume it from its state of ``digest``, reopening it (its ending is the resumed run's).
+        """Hold the run to resume it from its state of `digest`, reopening it (its ending is the resumed run's).
 
         Raises:
             RunClaimed: a live process holds the run (it runs, or another process resumes it), or the
@@ -238,7 +238,7 @@ class Runs(Storage):
         raise held(run_id, row.get("claimed_by"), row.get("lease_until"))
 
     def _renew_run(self, run_id: str, token: str, lease: timedelta) -> bool:
-        """Extend a resumer's hold on a run; ``False``: the hold is gone (the run ended, releasing it)."""
+        """Extend a resumer's hold on a run; `False`: the hold is gone (the run ended, releasing it)."""
         with self._tx(write=True) as db:
             until = db.to_db_time(now() + lease)
             return (
@@ -255,11 +255,11 @@ class Runs(Storage):
             )
 
     async def runs(self, *, limit: int = 20) -> list[RunRecord]:
-        """The most recent runs, newest first (``limit`` >= 1, else ``UsageError``)."""
+        """The most recent runs, newest first (`limit` >= 1, else `UsageError`)."""
         return await self._read(self._runs, limit=limit)
 
     async def run(self, run_id: str) -> RunRecord:
-        """One run; ``UnknownId`` if the journal never saw it."""
+        """One run; `UnknownId` if the journal never saw it."""
         return await self._read(self._run, run_id)
 
     def _state(self, run_id: str) -> RunCheckpoint:
@@ -287,24 +287,24 @@ class Runs(Storage):
         return fork_id
 
     async def fork(self, run_id: str, *, at_round: int, config: LoopConfig | None = None) -> str:
-        """A new run whose state is ``run_id``'s up to round ``at_round`` (``0``: before round 1); its id.
+        """A new run whose state is `run_id`'s up to round `at_round` (`0`: before round 1); its id.
 
-        Resume it with ``journal.resume(fork_id, ...)``, with another agent, prompt or model (and, with
-        ``config``, another ``LoopConfig``), but the same tools: the calls that ran before the fork are
+        Resume it with `journal.resume(fork_id, ...)`, with another agent, prompt or model (and, with
+        `config`, another `LoopConfig`), but the same tools: the calls that ran before the fork are
         inherited as done and never run again; a gated call the fork reaches is a new proposal, with its
         own approval; a proposal of those rounds the run never had decided is one again, under the fork.
-        The fork records its parent and round (``RunRecord.parent``, ``forked_at``).
+        The fork records its parent and round (`RunRecord.parent`, `forked_at`).
 
         Raises:
             UnknownId: the journal never saw the run.
             ResumeRefused: the journal holds no state for it, or one that does not verify.
-            UsageError: ``at_round`` is not a round the run reached.
+            UsageError: `at_round` is not a round the run reached.
         """
         return await self._call(self._fork, run_id, at_round, config, uuid.uuid4().hex)
 
     async def state(self, run_id: str) -> RunCheckpoint:
-        """The run's state, folded from the rows the journal holds, and verified (``agentkit journal export``
-        writes it; ``ReplayCaller.from_journal`` replays it).
+        """The run's state, folded from the rows the journal holds, and verified (`agentkit journal export`
+        writes it; `ReplayCaller.from_journal` replays it).
 
         Raises:
             UnknownId: the journal never saw the run.

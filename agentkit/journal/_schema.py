@@ -1,7 +1,7 @@
 """The journal's tables, one DDL text for both databases, and the forward migrations.
 
-Each migration is a list of statements; ``{ts}``, ``{serial}``, ``{bool}`` and ``{real}`` are filled
-per database, and a ``PerDatabase`` statement says a change only one database can make its own way.
+Each migration is a list of statements; `{ts}`, `{serial}`, `{bool}` and `{real}` are filled
+per database, and a `PerDatabase` statement says a change only one database can make its own way.
 The version lives in a one-row table; a journal is migrated forward on open, inside one
 transaction, so a half-applied migration never exists.
 """
@@ -16,7 +16,7 @@ __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "PerDatabase", "rend
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class PerDatabase:
-    """One step written for each database (``None``: that database has nothing to do)."""
+    """One step written for each database (`None`: that database has nothing to do)."""
 
     sqlite: str | None
     postgresql: str | None
@@ -294,14 +294,14 @@ _V9: tuple[Statement, ...] = (
 )
 
 MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
-"""``MIGRATIONS[i]`` takes a journal from version ``i`` to ``i + 1``; append, never edit."""
+"""`MIGRATIONS[i]` takes a journal from version `i` to `i + 1`; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)
 """The version this code writes and reads."""
 
 
 def render(statement: Statement, dialect: str, types: Mapping[str, str]) -> str | None:
-    """The statement for one database (``sqlite`` or ``postgresql``), its column types filled; ``None``: skip it."""
+    """The statement for one database (`sqlite` or `postgresql`), its column types filled; `None`: skip it."""
     if isinstance(statement, PerDatabase):
         chosen: str | None = getattr(statement, dialect)
         return None if chosen is None else chosen.format_map(types)

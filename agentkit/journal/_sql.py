@@ -87,19 +87,19 @@ class Connection(Protocol):
     """What the journal needs from one database connection (used by one thread at a time)."""
 
     dialect: str
-    """``sqlite`` or ``postgresql``: which side of a ``PerDatabase`` migration step applies."""
+    """`sqlite` or `postgresql`: which side of a `PerDatabase` migration step applies."""
     errors: tuple[type[Exception], ...]
-    """The driver's exception classes; the journal turns them into ``JournalError``."""
+    """The driver's exception classes; the journal turns them into `JournalError`."""
     types: Mapping[str, str]
-    """Column types for the schema's ``{ts}``, ``{serial}``, ``{bool}`` and ``{real}``."""
+    """Column types for the schema's `{ts}`, `{serial}`, `{bool}` and `{real}`."""
     serialised: bool
-    """``True``: one connection, so the journal runs one transaction at a time on it (SQLite);
-    ``False``: each transaction takes its own connection from a pool (PostgreSQL)."""
+    """`True`: one connection, so the journal runs one transaction at a time on it (SQLite);
+    `False`: each transaction takes its own connection from a pool (PostgreSQL)."""
 
     def begin(self, *, write: bool, synced: bool = True, at_once: bool = False) -> None:
-        """Start a transaction; ``synced=False``: a run's record, whose commit need not be synced to disk
-        (it must still survive the process dying), where the backend makes that cheaper. ``at_once``:
-        raise ``Busy`` rather than wait for the write lock (a backend that cannot tell waits as usual)."""
+        """Start a transaction; `synced=False`: a run's record, whose commit need not be synced to disk
+        (it must still survive the process dying), where the backend makes that cheaper. `at_once`:
+        raise `Busy` rather than wait for the write lock (a backend that cannot tell waits as usual)."""
         ...
 
     def commit(self) -> None: ...
@@ -115,7 +115,7 @@ class Connection(Protocol):
 
 
 class Lossless:
-    """A ``Connection`` that stores every text parameter with ``to_stored`` and reads it back with ``from_stored``.
+    """A `Connection` that stores every text parameter with `to_stored` and reads it back with `from_stored`.
 
     Every text field of the journal goes through here, on every backend, so none of them can lose a
     character or fail a write (and leave a proposal or a run half-recorded) because of what it holds.
@@ -176,11 +176,11 @@ _REPR_LIMIT = 2000
 
 
 def batch_text(batch: Sequence[object]) -> tuple[str, str | None]:
-    """An executed tool's batch as JSON text, and what could not be stored as it is (``None``: nothing).
+    """An executed tool's batch as JSON text, and what could not be stored as it is (`None`: nothing).
 
     Every item JSON can hold is stored exactly, text with NUL or lone surrogates included. An item
     it cannot hold (bytes that are not UTF-8, an object whose serialisation raises) is stored
-    described, as ``{"unserialisable": <type>, "repr": <repr>}``: the tool ran, so its outcome is
+    described, as `{"unserialisable": <type>, "repr": <repr>}`: the tool ran, so its outcome is
     recorded whatever it returned.
     """
     items = list(batch)
@@ -203,7 +203,7 @@ def batch_text(batch: Sequence[object]) -> tuple[str, str | None]:
 
 
 _ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
-"""``json.dumps`` with these options, made once (the writer thread encodes every event with it)."""
+"""`json.dumps` with these options, made once (the writer thread encodes every event with it)."""
 
 
 def _json(data: object) -> str:
@@ -237,7 +237,7 @@ _CLAIM_SET = "state = 'executing', claimed_by = ?, claimed_at = ?, claim = ?, le
 
 
 def lock_proposal_statement(dialect: str) -> str:
-    """Read one proposal by id for a claim, locking its row on PostgreSQL (SQLite's ``BEGIN IMMEDIATE`` already has).
+    """Read one proposal by id for a claim, locking its row on PostgreSQL (SQLite's `BEGIN IMMEDIATE` already has).
 
     The only predicate is the primary key, so the plan is the primary key's index whatever the
     statistics say about states: a state predicate here let a custom plan drive the claim from the
@@ -248,26 +248,26 @@ def lock_proposal_statement(dialect: str) -> str:
 
 
 def claim_statement() -> str:
-    """Claim the proposal read by ``lock_proposal_statement`` (params: worker, time, token, lease, id)."""
+    """Claim the proposal read by `lock_proposal_statement` (params: worker, time, token, lease, id)."""
     return f"UPDATE agentkit_proposals SET {_CLAIM_SET} WHERE id = ?"
 
 
 def claim_next_statement(dialect: str, *, tools: int) -> str:
-    """Claim the oldest approved proposal for one of ``tools`` tool names that no worker left; one statement.
+    """Claim the oldest approved proposal for one of `tools` tool names that no worker left; one statement.
 
     Params: worker, time, token, lease, then the tool names. It returns the claimed row, or none when
     nothing is approved for these tools. The pick reads the index of approved rows nobody left
-    (``agentkit_proposals_claimable``), so rows left behind (``leave_statement``), however many, cost
+    (`agentkit_proposals_claimable`), so rows left behind (`leave_statement`), however many, cost
     it nothing and its text and parameters never grow with them. On PostgreSQL, ``FOR UPDATE SKIP
     LOCKED`` makes concurrent workers take different rows instead of queueing on the same one, and
     the update finds its row by primary key (the subquery's result), never by a scan. On SQLite the
-    write lock (``BEGIN IMMEDIATE``) makes the claim single-writer, so the oldest row is free.
+    write lock (`BEGIN IMMEDIATE`) makes the claim single-writer, so the oldest row is free.
     """
     return _claim_pick(dialect, tools, "agentkit_proposals_claimable", "left_until IS NULL", "proposed_at, id")
 
 
 def claim_left_statement(dialect: str, *, tools: int) -> str:
-    """``claim_next_statement`` for the left rows whose ``left_until`` has come (params: the same, then the time
+    """`claim_next_statement` for the left rows whose `left_until` has come (params: the same, then the time
     now): tried again, in the order they fell due, when no other row is approved."""
     return _claim_pick(dialect, tools, "agentkit_proposals_left", "left_until <= ?", "left_until, id")
 
@@ -292,7 +292,7 @@ def _claim_pick(dialect: str, tools: int, index: str, which: str, order: str) ->
 
 def leave_statement() -> str:
     """Set an approved proposal aside as left (params: worker, first time, until, why, id): no claim takes it
-    before ``left_until``. ``left_at`` keeps the first time it was left; ``state`` is not written, so nothing
+    before `left_until`. `left_at` keeps the first time it was left; `state` is not written, so nothing
     announces an approval."""
     return (
         "UPDATE agentkit_proposals SET left_by = ?, left_at = COALESCE(left_at, ?), left_until = ?, left_note = ? "
@@ -301,7 +301,7 @@ def leave_statement() -> str:
 
 
 def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | None = None) -> None:
-    """Record a run's start; with ``hold``, held by that recorder until its lease runs out.
+    """Record a run's start; with `hold`, held by that recorder until its lease runs out.
 
     A run already recorded (a resumed run starts again under its id) keeps its row, and is held
     only if no other holder (its resumer) holds it.
@@ -328,12 +328,12 @@ def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | Non
 
 @value_cache(maxsize=64)
 def config_text(config: LoopConfig) -> str:
-    """A ``LoopConfig`` as the journal's JSON; made once per config (a service runs many runs with one)."""
+    """A `LoopConfig` as the journal's JSON; made once per config (a service runs many runs with one)."""
     return _json(loop_config_data(config))
 
 
 def event_row(event: Event, round: int | None, data: Mapping[str, Any], at: object) -> tuple[object, ...]:
-    """An event as the parameters of ``append_events`` (``at`` as ``to_db_time`` gives it)."""
+    """An event as the parameters of `append_events` (`at` as `to_db_time` gives it)."""
     try:
         text = pydantic_core.to_json(data).decode()  # the writer thread encodes every event: the fast encoder
     except (pydantic_core.PydanticSerializationError, UnicodeDecodeError):  # lone surrogates: kept by ``_json``
@@ -342,19 +342,19 @@ def event_row(event: Event, round: int | None, data: Mapping[str, Any], at: obje
 
 
 def append_events(db: Connection, rows: Sequence[tuple[object, ...]]) -> None:
-    """Append events (``event_row``), in order, to their runs' logs (never updated, never deleted)."""
+    """Append events (`event_row`), in order, to their runs' logs (never updated, never deleted)."""
     insert_rows(db, "INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES", rows)
 
 
 _ROWS_PER_STATEMENT = 64
-"""Most rows ``insert_rows`` puts in one statement."""
+"""Most rows `insert_rows` puts in one statement."""
 _PARAMETERS_PER_STATEMENT = 999
-"""Most parameters ``insert_rows`` puts in one statement: SQLite before 3.32 allows 999 (later 32,766;
+"""Most parameters `insert_rows` puts in one statement: SQLite before 3.32 allows 999 (later 32,766;
 PostgreSQL 65,535)."""
 
 
 def insert_rows(db: Connection, insert: str, rows: Sequence[tuple[object, ...]], tail: str = "") -> None:
-    """``insert`` (``INSERT INTO t (columns) VALUES``) of ``rows``, in order, a few dozen per statement.
+    """`insert` (`INSERT INTO t (columns) VALUES`) of `rows`, in order, a few dozen per statement.
 
     One statement of many rows rather than a statement per row: the writer thread records a round's
     events in one step of the database instead of one per event.
@@ -369,7 +369,7 @@ def insert_rows(db: Connection, insert: str, rows: Sequence[tuple[object, ...]],
 
 @functools.lru_cache(maxsize=256)
 def _insert_text(insert: str, columns: int, rows: int, tail: str) -> str:
-    """``insert`` of ``rows`` rows of ``columns`` values each, then ``tail`` (a few texts, used over and over)."""
+    """`insert` of `rows` rows of `columns` values each, then `tail` (a few texts, used over and over)."""
     marks = "(" + ", ".join("?" * columns) + ")"
     return f"{insert} {', '.join([marks] * rows)}{tail}"
 
@@ -407,7 +407,7 @@ OPEN_STATES = (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXEC
 
 
 def insert_fork(db: Connection, row: Mapping[str, Any], fork: RunCheckpoint, config: str | None, at: datetime) -> None:
-    """Record a fork of the run of ``row`` (its state ``fork``): a new run that has not started, its
+    """Record a fork of the run of `row` (its state `fork`): a new run that has not started, its
     parent and round recorded, its proposals still to decide put in the inbox under its own id."""
     assert fork.parent is not None
     db.execute(
@@ -454,7 +454,7 @@ def insert_fork(db: Connection, row: Mapping[str, Any], fork: RunCheckpoint, con
 
 
 def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at: datetime) -> str:
-    """Put ``action`` in the inbox as pending; returns its id.
+    """Put `action` in the inbox as pending; returns its id.
 
     While an entry for the same call (run, round, digest) is still open (pending, approved or
     executing), that entry's id is returned and nothing is written: the observer and the caller
@@ -531,7 +531,7 @@ def log_transition(
 
 
 VERIFIED_APPROVER = "require_verified_approver"
-"""The setting (``agentkit_settings``) that makes every client refuse unverified decisions."""
+"""The setting (`agentkit_settings`) that makes every client refuse unverified decisions."""
 
 
 def verification_required(db: Connection) -> bool:
@@ -540,7 +540,7 @@ def verification_required(db: Connection) -> bool:
 
 
 def vouched(db: Connection) -> str:
-    """Who the database can vouch is deciding: PostgreSQL's ``session_user`` (the role that logged in); for
+    """Who the database can vouch is deciding: PostgreSQL's `session_user` (the role that logged in); for
     SQLite, which has no users, the operating-system user of this process."""
     if db.dialect == "postgresql":
         return str(db.query("SELECT session_user AS who", ())[0]["who"])
@@ -561,7 +561,7 @@ def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
 
 
 def store_state(db: Connection, run_id: str, state: RunCheckpoint) -> None:
-    """Append the entries of ``state`` that the journal does not hold yet, one row each (and, the first
+    """Append the entries of `state` that the journal does not hold yet, one row each (and, the first
     time, the state's header on the run's row): a round's write costs the round, not the run.
 
     A state that does not continue the one stored (another run's, or an older one of this run) is not
@@ -597,7 +597,7 @@ def store_state(db: Connection, run_id: str, state: RunCheckpoint) -> None:
 
 
 def state_of(db: Connection, row: Mapping[str, Any]) -> RunCheckpoint | None:
-    """The run's state, folded from its header and its rows; ``None`` when the journal holds none.
+    """The run's state, folded from its header and its rows; `None` when the journal holds none.
 
     Raises:
         ResumeRefused: the state cannot be read back (a damaged row), or the run was recorded by an
@@ -665,17 +665,17 @@ def rounds_of(state: RunCheckpoint) -> list[RoundEntry]:
 
 
 def canonical_args(args: str) -> str:
-    """A state's args text as the journal shows args: ``canonical_json``'s form (UTF-8, not escaped)."""
+    """A state's args text as the journal shows args: `canonical_json`'s form (UTF-8, not escaped)."""
     return json.dumps(json.loads(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def _repeats(entry: StateRound) -> bool:
-    """An ``ENDED`` round that repeated a recent call (a stalemate): a call, and no error."""
+    """An `ENDED` round that repeated a recent call (a stalemate): a call, and no error."""
     return entry.tool is not None and entry.error is None
 
 
 def _observed(entry: StateRound) -> str | None:
-    """What the round's record shows as the call's observation: a ``ToolRetry`` message or a refusal note."""
+    """What the round's record shows as the call's observation: a `ToolRetry` message or a refusal note."""
     return entry.observation if entry.outcome in (RoundOutcome.RETRIED, RoundOutcome.REFUSED) else None
 
 
@@ -685,7 +685,7 @@ def release_run(db: Connection, run_id: str) -> None:
 
 
 def hold_runs_statement(runs: int) -> str:
-    """Take or renew the hold on ``runs`` unfinished runs for one holder (params: holder, token, lease, the ids, token).
+    """Take or renew the hold on `runs` unfinished runs for one holder (params: holder, token, lease, the ids, token).
 
     A run another holder holds (a resumer's claim) is left alone.
     """
@@ -702,9 +702,9 @@ _EPOCH = datetime.fromtimestamp(0, UTC)
 class _Fields:
     """Reads one row's columns, noting each that does not parse instead of failing at the first.
 
-    A row edited by hand or damaged (a tier no ``Tier`` has, a timestamp that does not parse, a
+    A row edited by hand or damaged (a tier no `Tier` has, a timestamp that does not parse, a
     number where text belongs) must not take a whole listing down: the listing flags it, and
-    anything that would act on it raises a ``JournalError`` naming it.
+    anything that would act on it raises a `JournalError` naming it.
     """
 
     def __init__(self, what: str, row: Mapping[str, Any]) -> None:
@@ -733,7 +733,7 @@ class _Fields:
         return self.get(name, _optional(db.from_db_time), None)
 
     def verdict(self, *, lenient: bool) -> str | None:
-        """``None`` for a sound row; else why it cannot be read (raised as ``JournalError`` unless ``lenient``)."""
+        """`None` for a sound row; else why it cannot be read (raised as `JournalError` unless `lenient`)."""
         if not self.problems:
             return None
         message = (
@@ -770,8 +770,8 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
     """A proposal row as a record.
 
     Raises:
-        JournalError: a column does not parse, naming the row (unless ``lenient``: then the record
-            is flagged in ``unreadable``, its unreadable fields holding placeholders).
+        JournalError: a column does not parse, naming the row (unless `lenient`: then the record
+            is flagged in `unreadable`, its unreadable fields holding placeholders).
     """
     f = _Fields(f"proposal {_row_id(row)!r}", row)
     record = ProposalRecord(
@@ -817,12 +817,12 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
 
 
 def _evidence(value: object) -> Evidence | None:
-    """A stored ``Evidence`` (``NULL``: none recorded)."""
+    """A stored `Evidence` (`NULL`: none recorded)."""
     return None if value is None else Evidence.model_validate_json(_text(value))
 
 
 def _field_names(value: object) -> tuple[str, ...]:
-    """A stored JSON list of field names (``NULL``: none)."""
+    """A stored JSON list of field names (`NULL`: none)."""
     if value is None:
         return ()
     names = json.loads(_text(value))
@@ -851,7 +851,7 @@ def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> 
 
     Raises:
         JournalError: a column (or an event of an unfinished run) does not parse, naming the row
-            (unless ``lenient``: then the record is flagged in ``unreadable``).
+            (unless `lenient`: then the record is flagged in `unreadable`).
     """
     f = _Fields(f"run {_row_id(row)!r}", row)
     outcome = f.get("outcome", _optional(Outcome), None)

@@ -1,4 +1,4 @@
-"""``SQLiteJournal``: the journal in one SQLite file (stdlib ``sqlite3``, WAL mode); the default."""
+"""`SQLiteJournal`: the journal in one SQLite file (stdlib `sqlite3`, WAL mode); the default."""
 
 from __future__ import annotations
 
@@ -82,11 +82,11 @@ class _SQLiteConnection:
     def __init__(self, path: str, *, reader: bool = False, sync_records: bool = True) -> None:
         self._sync_records = sync_records
         self._synchronous = "FULL"
-        """The connection's ``synchronous`` level now: switched only when a transaction needs the other one."""
+        """The connection's `synchronous` level now: switched only when a transaction needs the other one."""
         self._at_once = False
-        """Whether the connection is set for writing at once now (``begin(at_once=True)``): no busy timeout,
-        and no checkpoint of the WAL by its commits; else the busy timeout is ``BUSY_TIMEOUT_S`` and a commit
-        that fills the WAL to ``WAL_AUTOCHECKPOINT_PAGES`` checkpoints it, as SQLite does by default."""
+        """Whether the connection is set for writing at once now (`begin(at_once=True)`): no busy timeout,
+        and no checkpoint of the WAL by its commits; else the busy timeout is `BUSY_TIMEOUT_S` and a commit
+        that fills the WAL to `WAL_AUTOCHECKPOINT_PAGES` checkpoints it, as SQLite does by default."""
         # Transactions are explicit (BEGIN IMMEDIATE for writes), never the module's implicit ones.
         self._db = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False)
         self._db.text_factory = _text
@@ -154,7 +154,7 @@ class _SQLiteConnection:
         return bool(self.query("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)))
 
     def lock_schema(self) -> None:
-        """Nothing to do: ``BEGIN IMMEDIATE`` already serialises migrations."""
+        """Nothing to do: `BEGIN IMMEDIATE` already serialises migrations."""
 
     def to_db_time(self, at: datetime) -> object:
         # One fixed-width UTC format, so comparing the text compares the times.
@@ -168,7 +168,7 @@ class _SQLiteConnection:
         return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
     def checkpoint_wal(self) -> None:
-        """Copy what the WAL holds into the database file, without waiting for readers or writers (``PASSIVE``;
+        """Copy what the WAL holds into the database file, without waiting for readers or writers (`PASSIVE`;
         a read-only connection can too)."""
         self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
 
@@ -180,7 +180,7 @@ class SQLiteJournal(SQLJournal):
     """The journal in one SQLite file: no server, safe across processes on one machine.
 
     The file is created with its schema on first open; processes opening a fresh file at once wait
-    for each other (up to the busy timeout, 30 s) instead of failing. ``create=False`` refuses a
+    for each other (up to the busy timeout, 30 s) instead of failing. `create=False` refuses a
     missing file, or a file that holds no journal, after reading it read-only: such a file is left
     unchanged. Opening a journal whose schema is up to date only reads it.
 
@@ -190,24 +190,24 @@ class SQLiteJournal(SQLJournal):
 
     Durability: every commit is in the file when it returns, so it survives the process dying
     (SIGKILL, OOM). Inbox transitions (a proposal approved, rejected, claimed, executed, resolved)
-    are also synced to disk at each commit (``synchronous=FULL``), so they survive the machine
-    losing power. A run's record (its events, checkpoints and lease, written by ``JournalObserver``)
-    is not synced at each commit (``synchronous=NORMAL``): it is synced with the next synced commit
+    are also synced to disk at each commit (`synchronous=FULL`), so they survive the machine
+    losing power. A run's record (its events, checkpoints and lease, written by `JournalObserver`)
+    is not synced at each commit (`synchronous=NORMAL`): it is synced with the next synced commit
     or WAL checkpoint, so a power loss can undo the record's latest commits (never a part of one:
     the file stays consistent, and a resume then starts from an earlier checkpoint).
-    ``sync_records=True`` syncs those commits too, at the cost of one sync to disk per commit.
+    `sync_records=True` syncs those commits too, at the cost of one sync to disk per commit.
 
     Args:
-        path: The database file. ``":memory:"`` (a journal that lives as long as the object, lost
-            on close) only with ``in_memory=True``.
+        path: The database file. `":memory:"` (a journal that lives as long as the object, lost
+            on close) only with `in_memory=True`.
         create: Create the file and its schema when missing.
         in_memory: Say that a journal in memory is what you want.
         sync_records: Sync each commit of a run's record to disk too, so it survives power loss.
 
     Raises:
-        UsageError: ``path`` is empty, or ``":memory:"`` without ``in_memory=True`` (or
-            ``in_memory=True`` with a path).
-        JournalUnavailable: no file at ``path`` (with ``create=False``), not a journal, or a
+        UsageError: `path` is empty, or `":memory:"` without `in_memory=True` (or
+            `in_memory=True` with a path).
+        JournalUnavailable: no file at `path` (with `create=False`), not a journal, or a
             journal written by a newer agentkit.
     """
 
@@ -237,11 +237,11 @@ class SQLiteJournal(SQLJournal):
     @property
     def records_at_once(self) -> bool:
         """A local file: a run's record is written at once on the run's thread when the write lock is free;
-        not with ``sync_records=True``, whose commits each wait for the disk (the writer thread waits then)."""
+        not with `sync_records=True`, whose commits each wait for the disk (the writer thread waits then)."""
         return not self.sync_records
 
     def try_record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> bool:
-        """``SQLJournal.try_record_all``; every ``CHECKPOINT_EVERY`` writes, the journal's own thread then checkpoints
+        """`SQLJournal.try_record_all`; every `CHECKPOINT_EVERY` writes, the journal's own thread then checkpoints
         the WAL, which a write at once leaves alone (it runs on the caller's thread)."""
         written = super().try_record_all(entries, hold=hold)
         if written:
@@ -285,7 +285,7 @@ def _checked_path(path: str | os.PathLike[str], *, in_memory: bool) -> str:
 
 
 def _check_is_journal(where: str) -> None:
-    """Refuse a path that is not a journal, reading it only: a wrong ``--db`` must not change the file.
+    """Refuse a path that is not a journal, reading it only: a wrong `--db` must not change the file.
 
     Opening for writing switches the file to WAL (and gives an empty file a header) before the
     schema can be read, so the check goes first, over a read-only connection.

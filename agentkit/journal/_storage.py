@@ -1,11 +1,11 @@
 """The journal's storage: connections, transactions, the schema's migration, and the threads that run them.
 
-A backend supplies a ``Connection`` (transactions, queries, column types, time conversion;
-``agentkit.journal._sql``); ``Storage`` runs every operation as one transaction on it. On SQLite's
+A backend supplies a `Connection` (transactions, queries, column types, time conversion;
+`agentkit.journal._sql`); `Storage` runs every operation as one transaction on it. On SQLite's
 connections transactions take turns under a lock (reads on a connection and lock of their own, so a
 read never queues behind a write); on PostgreSQL each takes a connection from the journal's pool.
 Either way a journal may be shared by the observer (in its writer thread), the inbox methods (in
-the journal's own threads) and ``work``'s concurrent executions. The jobs built on it (the inbox,
+the journal's own threads) and `work`'s concurrent executions. The jobs built on it (the inbox,
 its executions, the runs) each import this module and no other of theirs.
 """
 
@@ -118,7 +118,7 @@ class Storage:
 
     @contextmanager
     def _tx(self, *, write: bool, synced: bool = True, at_once: bool = False) -> Iterator[Connection]:
-        """One transaction; ``at_once``: raise ``Busy`` (nothing done) rather than wait for this journal's
+        """One transaction; `at_once`: raise `Busy` (nothing done) rather than wait for this journal's
         connection or the database's write lock."""
         # Reads go to the read connection when there is one, so they never wait for a write's lock;
         # a pooled backend (PostgreSQL) needs no lock at all.
@@ -213,7 +213,7 @@ class Storage:
         return rows[0]
 
     def _close(self) -> None:
-        """Close the connection; later calls raise ``JournalError``."""
+        """Close the connection; later calls raise `JournalError`."""
         with self._lock, self._read_lock:
             if not self._closed:
                 self._closed = True

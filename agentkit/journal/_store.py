@@ -1,9 +1,9 @@
-"""``SQLJournal``: the journal contract over SQL, one implementation shared by SQLite and PostgreSQL.
+"""`SQLJournal`: the journal contract over SQL, one implementation shared by SQLite and PostgreSQL.
 
-It is its jobs put together, each in its own module over the one storage (``_storage``): the inbox
-(``_inbox``: propose and decide), its executions (``_executions``: claim, run once, record), the
-runs (``_runs``: record, list, read back), the workers (``_worker``) and the resumer (``_resume``).
-``SQLiteJournal`` and ``PostgresJournal`` give it a connection.
+It is its jobs put together, each in its own module over the one storage (`_storage`): the inbox
+(`_inbox`: propose and decide), its executions (`_executions`: claim, run once, record), the
+runs (`_runs`: record, list, read back), the workers (`_worker`) and the resumer (`_resume`).
+`SQLiteJournal` and `PostgresJournal` give it a connection.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ R = TypeVar("R")
 
 
 class SQLJournal(Executions, Runs, GrantBook):
-    """The journal contract (``Journal``) over a SQL ``Connection``; ``SQLiteJournal`` and ``PostgresJournal``
+    """The journal contract (`Journal`) over a SQL `Connection`; `SQLiteJournal` and `PostgresJournal`
     build on it."""
 
     async def work(
@@ -61,28 +61,28 @@ class SQLJournal(Executions, Runs, GrantBook):
         report: Callable[[Worked], object] | None = None,
         observer: ObserverArg = None,
     ) -> WorkReport:
-        """Run approved proposals for ``tools`` as they come, each exactly once; see ``docs/journal.md``.
+        """Run approved proposals for `tools` as they come, each exactly once; see `docs/journal.md`.
 
-        Each claim takes the oldest approved proposal whose tool name is in ``tools`` in one
-        statement (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, so workers never queue on one row;
+        Each claim takes the oldest approved proposal whose tool name is in `tools` in one
+        statement (PostgreSQL: `FOR UPDATE SKIP LOCKED`, so workers never queue on one row;
         SQLite: under the write lock). Proposals for other tools are left for other workers. Up to
-        ``concurrency`` calls run at once. With nothing to claim, the worker waits: on PostgreSQL
-        for a notification that a proposal was approved (``LISTEN``; ``poll`` seconds at most, a
-        safety net, default 30), on SQLite for ``poll`` seconds (default 0.5).
+        `concurrency` calls run at once. With nothing to claim, the worker waits: on PostgreSQL
+        for a notification that a proposal was approved (`LISTEN`; `poll` seconds at most, a
+        safety net, default 30), on SQLite for `poll` seconds (default 0.5).
 
         Args:
             tools: The tools this worker runs, matched to proposals by name.
             ctx: What the tools that take the run's ctx are called with (every call gets this one
-                object: the worker's clients, say). Required when one of ``tools`` takes a ctx.
-            limit: Return after this many claims (``None``: no limit).
+                object: the worker's clients, say). Required when one of `tools` takes a ctx.
+            limit: Return after this many claims (`None`: no limit).
             stop: Set it to stop: no new claims; running calls finish and are recorded.
             concurrency: Calls run at once, at least 1.
             until_empty: Return once nothing is approved for these tools and nothing runs.
-            worker: The name recorded as ``claimed_by`` (default ``host:pid``).
-            lease: Each claim's lease (see ``DEFAULT_LEASE``).
+            worker: The name recorded as `claimed_by` (default `host:pid`).
+            lease: Each claim's lease (see `DEFAULT_LEASE`).
             poll: Seconds between looks when no notification comes (see above).
-            report: Called with each ``Worked`` as it happens (progress output).
-            observer: Observers whose ``around`` wraps each call (an ``OTelObserver``'s ``execute_tool``
+            report: Called with each `Worked` as it happens (progress output).
+            observer: Observers whose `around` wraps each call (an `OTelObserver`'s `execute_tool`
                 span, saying who approved it).
 
         Returns:
@@ -90,7 +90,7 @@ class SQLJournal(Executions, Runs, GrantBook):
 
         Raises:
             UsageError: no tools, two tools with one name, a tool with no tier, a tool that takes the
-                run's ctx without ``ctx``, or a bad option. Raised before anything is claimed.
+                run's ctx without `ctx`, or a bad option. Raised before anything is claimed.
         """
         return await work(
             self,
@@ -108,7 +108,7 @@ class SQLJournal(Executions, Runs, GrantBook):
         )
 
     def _wakeups(self, poll: float | None) -> AbstractAsyncContextManager[Wakeups]:
-        """How ``work`` waits for approvals: a short poll here; PostgreSQL listens for notifications."""
+        """How `work` waits for approvals: a short poll here; PostgreSQL listens for notifications."""
         return Polling(0.5 if poll is None else poll)
 
     @overload
@@ -155,27 +155,27 @@ class SQLJournal(Executions, Runs, GrantBook):
         summarize: Summarizer | None = None,
         answer: type[Any] | None = None,
     ) -> TieredLoopResult[Any, R, Any]:
-        """Continue a run from its latest checkpoint, with the decisions recorded in the inbox; see ``docs/journal.md``.
+        """Continue a run from its latest checkpoint, with the decisions recorded in the inbox; see `docs/journal.md`.
 
         A run that stopped at a proposal goes on once each of its proposals is decided (approved,
-        rejected, or already executed by a worker); a run whose process died (``RunStatus.CRASHED``)
+        rejected, or already executed by a worker); a run whose process died (`RunStatus.CRASHED`)
         goes on from its last completed round. The run is held with a lease, renewed every third of
-        ``lease`` while it runs, so exactly one process resumes it. Approved calls run through
-        ``execute``'s claim, so each runs once whoever else tries. The continued run is recorded in
-        this journal under the same run id (do not pass a ``JournalObserver`` of this journal too);
+        `lease` while it runs, so exactly one process resumes it. Approved calls run through
+        `execute`'s claim, so each runs once whoever else tries. The continued run is recorded in
+        this journal under the same run id (do not pass a `JournalObserver` of this journal too);
         its ending replaces the one recorded.
 
         Args:
-            run_id: The run (from ``runs()`` or ``agentkit journal runs``).
+            run_id: The run (from `runs()` or `agentkit journal runs`).
             caller: The structured-call seam.
             agent: The executor.
             tools: The run's tool set: the same names, in the same order, at the same tiers.
-            ctx: The caller's data for ``agent.render``, and for the tools that take the run's ctx.
+            ctx: The caller's data for `agent.render`, and for the tools that take the run's ctx.
             observer: More observers of the continued run.
-            worker: The name the hold and the approved calls' claims record (default ``host:pid``).
+            worker: The name the hold and the approved calls' claims record (default `host:pid`).
             lease: How long the hold stays valid unless renewed.
-            summarize: The run's ``ContextWindow.summarize``, given again (see ``resume_tool_loop``).
-            answer: The run's answer type, given again (see ``resume_tool_loop``).
+            summarize: The run's `ContextWindow.summarize`, given again (see `resume_tool_loop`).
+            answer: The run's answer type, given again (see `resume_tool_loop`).
 
         Raises:
             UnknownId: the journal never saw the run.

@@ -1,8 +1,8 @@
-"""``journal.work``: a worker that claims approved proposals for its tools and runs each exactly once.
+"""`journal.work`: a worker that claims approved proposals for its tools and runs each exactly once.
 
 The loop claims the next approved proposal in one statement, starts its execution as a task, and
-claims again until ``concurrency`` calls run; with nothing to claim it waits for a wake-up (a
-PostgreSQL notification, or the SQLite poll), a finished call, or ``stop``.
+claims again until `concurrency` calls run; with nothing to claim it waits for a wake-up (a
+PostgreSQL notification, or the SQLite poll), a finished call, or `stop`.
 """
 
 from __future__ import annotations
@@ -39,42 +39,42 @@ class WorkOutcome(enum.StrEnum):
     """What happened to one proposal a worker touched."""
 
     EXECUTED = "executed"
-    """The tool ran and returned a batch; recorded ``executed``."""
+    """The tool ran and returned a batch; recorded `executed`."""
     FAILED = "failed"
-    """The tool ran and failed; recorded ``failed`` with its error."""
+    """The tool ran and failed; recorded `failed` with its error."""
     NOT_RECORDED = "not_recorded"
-    """The tool ran but its outcome could not be recorded (``OutcomeNotRecorded``); it stays executing."""
+    """The tool ran but its outcome could not be recorded (`OutcomeNotRecorded`); it stays executing."""
     LEFT = "left"
     """Not run: the stored call does not check out against this worker's tool (digest, tier, args, or a row that
-    does not read); it stays approved, set aside until its ``left_until`` (see ``ProposalRecord.left_until``)."""
+    does not read); it stays approved, set aside until its `left_until` (see `ProposalRecord.left_until`)."""
     NOTHING_RAN = "nothing_ran"
-    """A claim failed in the database (``NothingRan``); the worker tries again after a back-off."""
+    """A claim failed in the database (`NothingRan`); the worker tries again after a back-off."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Worked:
-    """One thing a worker did, passed to ``work(report=...)`` as it happens."""
+    """One thing a worker did, passed to `work(report=...)` as it happens."""
 
     outcome: WorkOutcome
     """What happened."""
     proposal_id: str
-    """The proposal (``""`` for a failed claim, which had not picked one yet)."""
+    """The proposal (`""` for a failed claim, which had not picked one yet)."""
     tool_name: str = ""
     """Its tool."""
     error: str | None = None
     """The tool's error, or why nothing ran or nothing was recorded."""
     execution: Execution[Any] | None = None
-    """The recorded execution (``EXECUTED`` and ``FAILED``)."""
+    """The recorded execution (`EXECUTED` and `FAILED`)."""
 
 
 @dataclass(kw_only=True, slots=True)
 class WorkReport:
-    """What ``work`` did, returned when it stops."""
+    """What `work` did, returned when it stops."""
 
     executed: int = 0
-    """Calls that ran and were recorded ``executed``."""
+    """Calls that ran and were recorded `executed`."""
     failed: int = 0
-    """Calls that ran and were recorded ``failed``."""
+    """Calls that ran and were recorded `failed`."""
     not_recorded: list[str] = field(default_factory=list)
     """Proposals whose tool ran but whose outcome was not recorded: resolve them, never re-run them."""
     left: list[str] = field(default_factory=list)
@@ -85,7 +85,7 @@ class WorkReport:
     empty_claims: int = 0
     """Claim statements that found nothing approved for these tools."""
     claim_failures: int = 0
-    """Claim statements that failed in the database (``NothingRan``)."""
+    """Claim statements that failed in the database (`NothingRan`)."""
 
     @property
     def claimed(self) -> int:
@@ -97,7 +97,7 @@ class Wakeups(Protocol):
     """How a worker waits for something to claim."""
 
     how: str
-    """For progress output: ``LISTEN/NOTIFY`` or the poll interval."""
+    """For progress output: `LISTEN/NOTIFY` or the poll interval."""
 
     def clear(self) -> None:
         """Forget wake-ups so far (called before each claim, so none that comes after it is lost)."""
@@ -107,7 +107,7 @@ class Wakeups(Protocol):
 
 
 class Polling:
-    """SQLite's wake-up: a look every ``interval`` seconds (SQLite has no notifications across processes)."""
+    """SQLite's wake-up: a look every `interval` seconds (SQLite has no notifications across processes)."""
 
     def __init__(self, interval: float) -> None:
         self._interval = interval
@@ -154,7 +154,7 @@ def _check_options(limit: int | None, concurrency: int, lease: timedelta, poll: 
 
 
 async def _first(stop: asyncio.Event, running: set[asyncio.Task[None]], *extra: Awaitable[None]) -> None:
-    """Wait until ``stop`` is set, a running call finishes, or one of ``extra`` returns."""
+    """Wait until `stop` is set, a running call finishes, or one of `extra` returns."""
     helpers = [asyncio.ensure_future(stop.wait()), *(asyncio.ensure_future(e) for e in extra)]
     try:
         await asyncio.wait([*helpers, *running], return_when=asyncio.FIRST_COMPLETED)
@@ -196,7 +196,7 @@ class _Worker:
                 self.on_worked(worked)
 
     async def claim(self) -> Claim[Any] | None:
-        """Claim the next call; ``None`` when there is none. A database failure propagates as ``NothingRan``."""
+        """Claim the next call; `None` when there is none. A database failure propagates as `NothingRan`."""
         self.result.claim_attempts += 1
         while True:
             claim, left = await asyncio.to_thread(self.journal._claim_next, self.tools, self.worker, self.lease)
@@ -277,7 +277,7 @@ class _Worker:
             await asyncio.wait(set(self.running))
 
     async def cancel(self) -> None:
-        """Cancel the running calls: each claim stays ``executing`` and shows in ``stuck()`` once its lease runs out."""
+        """Cancel the running calls: each claim stays `executing` and shows in `stuck()` once its lease runs out."""
         for task in self.running:
             task.cancel()
         if self.running:
@@ -299,7 +299,7 @@ async def work(
     report: Callable[[Worked], object] | None,
     observers: tuple[Observer, ...] = (),
 ) -> WorkReport:
-    """``SQLJournal.work``'s body (documented there)."""
+    """`SQLJournal.work`'s body (documented there)."""
     by_name = _tools_by_name(tools, ctx)
     _check_options(limit, concurrency, lease, poll)
     running = _Worker(journal, by_name, ctx=ctx, worker=worker, lease=lease, report=report, observers=observers)

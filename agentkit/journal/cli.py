@@ -1,11 +1,11 @@
-"""``agentkit journal`` and ``agentkit proposals``: read runs, and decide proposals, from a shell.
+"""`agentkit journal` and `agentkit proposals`: read runs, and decide proposals, from a shell.
 
-``--db`` takes a SQLite path or a ``postgresql://`` URL (default: ``$AGENTKIT_JOURNAL``, else
-``agentkit-journal.db`` in the working directory). The command line never creates a journal:
+`--db` takes a SQLite path or a `postgresql://` URL (default: `$AGENTKIT_JOURNAL`, else
+`agentkit-journal.db` in the working directory). The command line never creates a journal:
 a missing database, an unknown id or a refused transition is reported on stderr with exit code 1,
-and nothing is written. Times are UTC, printed as ISO 8601 with a ``Z``. A row the journal cannot
-read (edited by hand or damaged) is listed as ``unreadable``, with why, below the table; text that
-cannot be printed as it is (NUL, lone surrogates) is shown escaped (``\\x00``, ``\\udcff``).
+and nothing is written. Times are UTC, printed as ISO 8601 with a `Z`. A row the journal cannot
+read (edited by hand or damaged) is listed as `unreadable`, with why, below the table; text that
+cannot be printed as it is (NUL, lone surrogates) is shown escaped (`\\x00`, `\\udcff`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry,
 __all__ = ["DEFAULT_DB", "register"]
 
 DEFAULT_DB = "agentkit-journal.db"
-"""The journal the command line opens when neither ``--db`` nor ``$AGENTKIT_JOURNAL`` says otherwise."""
+"""The journal the command line opens when neither `--db` nor `$AGENTKIT_JOURNAL` says otherwise."""
 
 _CELL = 60
 """Longest cell in a table; longer text is cut with an ellipsis."""
@@ -42,7 +42,7 @@ Command = Callable[[Journal, argparse.Namespace, TextIO], Awaitable[None]]
 
 
 def db_parent() -> argparse.ArgumentParser:
-    """The ``--db`` option every journal command takes."""
+    """The `--db` option every journal command takes."""
     db = argparse.ArgumentParser(add_help=False)
     db.add_argument(
         "--db",
@@ -53,7 +53,7 @@ def db_parent() -> argparse.ArgumentParser:
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add the ``journal`` and ``proposals`` command groups."""
+    """Add the `journal` and `proposals` command groups."""
     db = db_parent()
 
     journal = subparsers.add_parser("journal", help="runs recorded in a journal", description=__doc__)
@@ -449,7 +449,7 @@ async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> N
 
 
 def _amendment(text: str | None, sets: Sequence[str]) -> dict[str, Any] | None:
-    """The fields ``--args`` and ``--set`` change (``None``: neither was given)."""
+    """The fields `--args` and `--set` change (`None`: neither was given)."""
     if text is None and not sets:
         return None
     fields: dict[str, Any] = {}
@@ -498,7 +498,7 @@ def _age(elapsed: timedelta) -> str:
 
 
 def _printable(text: str) -> str:
-    """``text`` with what a terminal cannot show (NUL and other controls, lone surrogates) escaped; lines kept."""
+    """`text` with what a terminal cannot show (NUL and other controls, lone surrogates) escaped; lines kept."""
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() or c == "\n" else ascii(c)[1:-1] for c in text)

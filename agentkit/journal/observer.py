@@ -1,4 +1,4 @@
-"""``JournalObserver``: writes every run, round and proposal to a journal as the run happens."""
+"""`JournalObserver`: writes every run, round and proposal to a journal as the run happens."""
 
 from __future__ import annotations
 
@@ -43,25 +43,25 @@ class JournalObserver(Observer):
     Hooks put the event (a frozen value) on a bounded queue. What queued up is written in one
     transaction (a failed transaction is retried an event at a time, so one bad event fails alone)
     when a round ends (its checkpoint is queued), a run ends or aborts, a proposal is captured, or
-    ``flush`` is called, so a round's events and its checkpoint go in one transaction; anything else
-    waits at most ``linger`` seconds. With a SQLite journal (``records_at_once``) the hook that makes
+    `flush` is called, so a round's events and its checkpoint go in one transaction; anything else
+    waits at most `linger` seconds. With a SQLite journal (`records_at_once`) the hook that makes
     a batch due writes it itself, on the run's thread, when the write lock is free at once, so a
     round's checkpoint is committed before the next round begins; when another process holds the
     lock (approving a proposal, claiming one), or with PostgreSQL, the observer's writer thread writes
     it, so a busy database never stalls the event loop. When a run ends or aborts, the run awaits
-    ``settle``, which waits (at most ``flush_timeout`` seconds, without blocking the event loop) until
+    `settle`, which waits (at most `flush_timeout` seconds, without blocking the event loop) until
     every event queued so far is written, so the run's record is complete when the run returns.
     Called outside an event loop, the end hooks wait the same way, blocking. A crash loses at most
     the events still queued.
 
     A failed write, or an event dropped because the queue is full, never changes the run: it is
-    logged (logger ``agentkit.journal``) and counted in ``failures``. ``close()`` (or leaving a
-    ``with`` block) writes what is queued and stops the thread.
+    logged (logger `agentkit.journal`) and counted in `failures`. `close()` (or leaving a
+    `with` block) writes what is queued and stops the thread.
 
     A tiered run's checkpoint is written at each round's end (one statement on the run's row), so
-    ``journal.resume`` can continue a run whose process died from its last completed round. The
+    `journal.resume` can continue a run whose process died from its last completed round. The
     observer also holds each run it records with a lease, renewed by a thread of its own every third
-    of ``lease`` while the run goes on (never from the event loop: a sync tool that blocks the loop
+    of `lease` while the run goes on (never from the event loop: a sync tool that blocks the loop
     does not lose the hold), so a run whose process died shows as crashed once its lease
     runs out.
 
@@ -70,10 +70,10 @@ class JournalObserver(Observer):
         capacity: Most events waiting to be written; an event beyond it is dropped and counted.
         flush_timeout: Longest wait, in seconds, at a run's end for its events to be written; past
             it the run returns and the rest is written when the database frees up.
-        lease: How long the hold on a run stays valid unless renewed (see ``DEFAULT_LEASE``): a
-            ``timedelta`` or a number of seconds.
+        lease: How long the hold on a run stays valid unless renewed (see `DEFAULT_LEASE`): a
+            `timedelta` or a number of seconds.
         linger: Longest wait, in seconds, of an event for its round's end before it is written.
-        holder: The name the runs' holds record (``claimed_by``; default ``host:pid``).
+        holder: The name the runs' holds record (`claimed_by`; default `host:pid`).
 
     Example:
         >>> with JournalObserver(SQLiteJournal("agentkit-journal.db")) as observer:
@@ -117,11 +117,11 @@ class JournalObserver(Observer):
         self._writing = False
         """A batch taken from the queue is being written (by the writer thread, or at once by a hook)."""
         self._sleepers = 0
-        """Threads waiting for a batch to be written (``flush``; the writer while one is written at once)."""
+        """Threads waiting for a batch to be written (`flush`; the writer while one is written at once)."""
         self._at_once = bool(getattr(journal, "records_at_once", False))
         """Due batches are written by the hook that made them due, when the journal can start at once."""
         self._since = 0.0
-        """When the oldest entry still queued was queued (``time.monotonic``)."""
+        """When the oldest entry still queued was queued (`time.monotonic`)."""
         self._idle = False
         """The writer sleeps until woken: nothing is queued."""
         self._holds = Holds(
@@ -130,11 +130,11 @@ class JournalObserver(Observer):
         """The runs started and not yet ended, held with a lease its own thread renews."""
         self._accepted = 0
         self._settled = 0
-        """Accepted events that were written or failed; ``flush`` waits for it to catch up."""
+        """Accepted events that were written or failed; `flush` waits for it to catch up."""
         self._closed = False
         self._writer: threading.Thread | None = None
         self._waiters: list[tuple[int, asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
-        """Coroutines in ``settle``: the count of settled events each waits for, its loop and its future."""
+        """Coroutines in `settle`: the count of settled events each waits for, its loop and its future."""
 
     sees_calls = False
     """The journal records a round's number and ceiling only, so the run keeps no copies of its calls for it."""
@@ -187,7 +187,7 @@ class JournalObserver(Observer):
         self._failed(event, JournalError(refused))
 
     def on_run_end(self, event: RunFinished) -> None:
-        """Outside an event loop, wait (bounded) until the run's events are written; in one, ``settle`` waits."""
+        """Outside an event loop, wait (bounded) until the run's events are written; in one, `settle` waits."""
         if not _in_event_loop():
             self._flush_run(event.run_id)
 
@@ -197,7 +197,7 @@ class JournalObserver(Observer):
             self._flush_run(event.run_id)
 
     async def settle(self, run_id: str) -> None:
-        """Wait (at most ``flush_timeout``) until the ended run's events are written, without blocking the loop."""
+        """Wait (at most `flush_timeout`) until the ended run's events are written, without blocking the loop."""
         try:
             async with asyncio.timeout(self.flush_timeout):
                 await self.wait_flushed()
@@ -210,7 +210,7 @@ class JournalObserver(Observer):
         """Wait until every event queued so far is written (or has failed).
 
         Args:
-            timeout: Longest wait in seconds; ``None`` waits as long as it takes.
+            timeout: Longest wait in seconds; `None` waits as long as it takes.
 
         Returns:
             Whether everything queued before the call was settled in time.
@@ -226,9 +226,9 @@ class JournalObserver(Observer):
                 self._sleepers -= 1
 
     async def wait_flushed(self) -> None:
-        """``flush`` for coroutines: wait until every event queued so far is written, the event loop free meanwhile.
+        """`flush` for coroutines: wait until every event queued so far is written, the event loop free meanwhile.
 
-        Bound the wait with ``asyncio.timeout``; cancelling it leaves the writer writing.
+        Bound the wait with `asyncio.timeout`; cancelling it leaves the writer writing.
         """
         loop = asyncio.get_running_loop()
         with self._cond:
@@ -250,7 +250,7 @@ class JournalObserver(Observer):
         """Write what is queued, then stop the writer thread; events after this are counted as failures.
 
         Returns:
-            Whether the thread stopped within ``timeout`` (it keeps writing in the background otherwise).
+            Whether the thread stopped within `timeout` (it keeps writing in the background otherwise).
         """
         with self._cond:
             self._closed = True
@@ -273,13 +273,13 @@ class JournalObserver(Observer):
     # -- machinery ------------------------------------------------------------------------------
 
     def _hurry(self) -> None:
-        """Have the writer write what is queued now (the caller holds ``_cond``)."""
+        """Have the writer write what is queued now (the caller holds `_cond`)."""
         if not self._due:
             self._due = True
             self._cond.notify_all()
 
     def _take(self) -> list[Event | Checkpointed]:
-        """Take what is queued (at most ``_BATCH``) to write it; the caller holds ``_cond`` and writes it next."""
+        """Take what is queued (at most `_BATCH`) to write it; the caller holds `_cond` and writes it next."""
         batch = [self._queue.popleft() for _ in range(min(len(self._queue), _BATCH))]
         self._writing = bool(batch)
         self._due = bool(self._queue)
@@ -413,11 +413,11 @@ _DUE = (Checkpointed, ProposalCaptured, RunFinished, RunAborted)
 
 
 def _is_due(entry: Event | Checkpointed) -> bool:
-    """Whether the writer writes ``entry`` at once: a checkpoint holding calls, a proposal, a run's end.
+    """Whether the writer writes `entry` at once: a checkpoint holding calls, a proposal, a run's end.
 
     A checkpoint of a run before any call (its first, taken before round 1) records no work that a
     crash could make run twice, so it waits, like the run's start, for the first round's end or
-    ``linger``, and goes in one transaction with them.
+    `linger`, and goes in one transaction with them.
     """
     if isinstance(entry, Checkpointed):
         return bool(entry.checkpoint.entries)

@@ -1,11 +1,11 @@
-"""Tools from MCP servers, as ordinary agentkit ``Tool`` objects, gated by tiers the caller gives.
+"""Tools from MCP servers, as ordinary agentkit `Tool` objects, gated by tiers the caller gives.
 
-Needs the ``mcp`` extra (``pip install 'agentkit[mcp]'``, the official MCP Python SDK 2.x).
-``connect_stdio`` starts a server as a subprocess; ``connect_http`` reaches one over streamable
-HTTP. ``await server.tools(tiers=...)`` lists its tools and wires each as a ``McpTool``, usable
+Needs the `mcp` extra (`pip install 'agentkit[mcp]'`, the official MCP Python SDK 2.x).
+`connect_stdio` starts a server as a subprocess; `connect_http` reaches one over streamable
+HTTP. `await server.tools(tiers=...)` lists its tools and wires each as a `McpTool`, usable
 in every loop, in program gating, in approvals and in the journal. A tool gets its tier from the
-caller, or from the server's annotations only with ``trust_annotations=True``; a tool without one
-is refused by every loop (``TOOL_DECLARES_NO_TIER``). See docs/mcp.md for the rules and the
+caller, or from the server's annotations only with `trust_annotations=True`; a tool without one
+is refused by every loop (`TOOL_DECLARES_NO_TIER`). See docs/mcp.md for the rules and the
 threat model.
 
 Example:

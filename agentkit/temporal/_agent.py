@@ -1,4 +1,4 @@
-"""``DurableAgent``: what a Temporal worker serves and a client starts, under one name."""
+"""`DurableAgent`: what a Temporal worker serves and a client starts, under one name."""
 
 from __future__ import annotations
 
@@ -33,26 +33,26 @@ class ActivityPolicy:
     """How the workflow schedules its activities.
 
     Model calls are one attempt per local activity, run by the worker that plays the round's workflow
-    task (``generate_structured`` in the workflow retries and fails over, with workflow timers between
-    attempts; ``Throttled`` is never retried). Live tool
+    task (`generate_structured` in the workflow retries and fails over, with workflow timers between
+    attempts; `Throttled` is never retried). Live tool
     calls (tiers the config runs without approval: READ_ONLY, REVERSIBLE) are retried by Temporal
-    up to ``tool_attempts``; approved calls of gated tiers get exactly one attempt, never retried.
+    up to `tool_attempts`; approved calls of gated tiers get exactly one attempt, never retried.
     """
 
     model_timeout: timedelta = timedelta(minutes=2)
-    """``start_to_close_timeout`` of one model attempt (a local activity: the worker keeps the workflow task
+    """`start_to_close_timeout` of one model attempt (a local activity: the worker keeps the workflow task
     alive while it waits)."""
     tool_timeout: timedelta = timedelta(minutes=5)
-    """``start_to_close_timeout`` of one tool attempt. ``LoopConfig.tool_timeout`` is enforced within
-    the attempt, as in-process (``ToolTimeout``); the attempt then has at most that plus 5 s."""
+    """`start_to_close_timeout` of one tool attempt. `LoopConfig.tool_timeout` is enforced within
+    the attempt, as in-process (`ToolTimeout`); the attempt then has at most that plus 5 s."""
     tool_attempts: int = 3
-    """Attempts of a live (READ_ONLY / REVERSIBLE) tool call; a ``ToolRetry`` is never retried."""
+    """Attempts of a live (READ_ONLY / REVERSIBLE) tool call; a `ToolRetry` is never retried."""
     retry_initial: timedelta = timedelta(seconds=1)
     """First backoff between two attempts of a live tool call."""
     heartbeat: timedelta | None = timedelta(seconds=10)
     """Heartbeat timeout of tool activities (the worker heartbeats while the tool runs), so a dead worker's
-    call is noticed in this long rather than at its ``start_to_close_timeout``: a lost live tool call is
-    then retried (on another worker), and a lost approved call is an unknown outcome. ``None``: no
+    call is noticed in this long rather than at its `start_to_close_timeout`: a lost live tool call is
+    then retried (on another worker), and a lost approved call is an unknown outcome. `None`: no
     heartbeat. A model attempt is a local activity, which does not heartbeat: a worker lost mid-call loses
     the workflow task it runs in, and another worker asks again once the task times out (10 s by
     default). The model activities of runs recorded before model calls were local heartbeat on this."""
@@ -60,17 +60,17 @@ class ActivityPolicy:
 
 @dataclass(frozen=True, kw_only=True)
 class DurableAgent(Generic[Ctx, R]):
-    """An agent, its tools and its config, served by Temporal workers under ``name``.
+    """An agent, its tools and its config, served by Temporal workers under `name`.
 
-    The workflow plays the rounds (``agent.render`` runs in workflow code, so it must be
-    deterministic: no clock, no I/O); the model calls go through ``caller`` and the tool calls
+    The workflow plays the rounds (`agent.render` runs in workflow code, so it must be
+    deterministic: no clock, no I/O); the model calls go through `caller` and the tool calls
     through the tools, each as an activity on a worker. Every process that serves the agent builds
-    the same ``DurableAgent`` (import it from one module); a process that only starts runs and reads
-    their results may use its ``spec`` (an ``AgentSpec``) instead.
+    the same `DurableAgent` (import it from one module); a process that only starts runs and reads
+    their results may use its `spec` (an `AgentSpec`) instead.
 
     Raises:
         UsageError: a tool whose items cannot round-trip through JSON (their type travels between
-            processes), a tool that takes the run's ctx, or a ``LoopConfig.deadline`` (use the
+            processes), a tool that takes the run's ctx, or a `LoopConfig.deadline` (use the
             workflow's execution timeout).
     """
 
@@ -83,7 +83,7 @@ class DurableAgent(Generic[Ctx, R]):
     caller: StructuredCaller
     """The model seam the worker's model activity uses (the workflow never touches it)."""
     ctx_type: Any
-    """The type ``ctx`` is validated as when it reaches the workflow (a pydantic model, ``str``...)."""
+    """The type `ctx` is validated as when it reaches the workflow (a pydantic model, `str`...)."""
     config: LoopConfig = field(default_factory=LoopConfig)
     policy: ActivityPolicy = field(default_factory=ActivityPolicy)
 
@@ -110,7 +110,7 @@ class DurableAgent(Generic[Ctx, R]):
 
     @cached_property
     def spec(self) -> AgentSpec[Ctx, R]:
-        """What a client needs of this agent: its name, ctx type and item type (``DurableRuns.start`` takes
+        """What a client needs of this agent: its name, ctx type and item type (`DurableRuns.start` takes
         either; a client process can build the spec alone, without the agent's caller and tools)."""
         return AgentSpec[Ctx, R](name=self.name, ctx_type=self.ctx_type, item_type=self.item_type)
 

@@ -52,14 +52,14 @@ Ctx = TypeVar("Ctx")
 R = TypeVar("R")
 
 WAIT_TIMEOUT = timedelta(minutes=5)
-"""How long ``wait_for`` waits unless told (``timeout=None``: as long as it takes)."""
+"""How long `wait_for` waits unless told (`timeout=None`: as long as it takes)."""
 _POLL = 0.5
-"""Seconds between looks when the run's workers predate the ``wait`` Update (a rolling deploy)."""
+"""Seconds between looks when the run's workers predate the `wait` Update (a rolling deploy)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class DurableResult(Generic[R]):
-    """A finished durable run: the ``TieredLoopResult``'s fields, items typed by the agent's tools."""
+    """A finished durable run: the `TieredLoopResult`'s fields, items typed by the agent's tools."""
 
     run_id: str
     items: list[R]
@@ -67,19 +67,19 @@ class DurableResult(Generic[R]):
     outcome: Outcome
     stop_reason: StopReason
     error: AgentkitError | None
-    """The error the run ended with, as in-process: its ``agentkit.errors`` class (a ``ToolError`` with its
-    ``tool_name``, a ``ProviderError`` with its ``status``...) and its message, rebuilt from the run's
-    result. ``None`` when it ended without one."""
+    """The error the run ended with, as in-process: its `agentkit.errors` class (a `ToolError` with its
+    `tool_name`, a `ProviderError` with its `status`...) and its message, rebuilt from the run's
+    result. `None` when it ended without one."""
     rounds: int
     usage: Usage
     proposed: tuple[PendingProposal, ...]
-    """Proposals the run ended with, undecided (``AfterProposal.CONTINUE``)."""
+    """Proposals the run ended with, undecided (`AfterProposal.CONTINUE`)."""
     decisions: tuple[DecisionRecord, ...]
     """Every decision and resolution the run accepted."""
     checkpoint: RunCheckpoint
 
     def raise_for_error(self) -> Self:
-        """Raise ``error`` if the run ended in error; otherwise return the result itself."""
+        """Raise `error` if the run ended in error; otherwise return the result itself."""
         if self.error is not None:
             raise self.error
         return self
@@ -96,20 +96,20 @@ class DurableRuns:
 
     def __init__(self, client: Client, *, task_queue: str, tracer: Tracer | None = None) -> None:
         self.client = client
-        """The Temporal client (it must use ``temporalio.contrib.pydantic.pydantic_data_converter``)."""
+        """The Temporal client (it must use `temporalio.contrib.pydantic.pydantic_data_converter`)."""
         self.task_queue = task_queue
         self.tracer = tracer
-        """With one, each run is started in an ``invoke_agent <agent>`` span (see ``connect``)."""
+        """With one, each run is started in an `invoke_agent <agent>` span (see `connect`)."""
 
     @classmethod
     async def connect(
         cls, address: str, *, task_queue: str, namespace: str = "default", tracer: Tracer | None = None
     ) -> DurableRuns:
-        """Connect to Temporal at ``address`` with the pydantic data converter.
+        """Connect to Temporal at `address` with the pydantic data converter.
 
-        With a ``tracer``, the client traces through temporalio's OpenTelemetry interceptor, and each run
-        is started in an ``invoke_agent <agent>`` span (CLIENT) that the run's workflow and activity spans,
-        and agentkit's spans in its activities (``build_worker(observer=OTelObserver())``), descend from:
+        With a `tracer`, the client traces through temporalio's OpenTelemetry interceptor, and each run
+        is started in an `invoke_agent <agent>` span (CLIENT) that the run's workflow and activity spans,
+        and agentkit's spans in its activities (`build_worker(observer=OTelObserver())`), descend from:
         one trace per run, across workers and legs.
         """
         return cls(await connect(address, namespace=namespace, tracer=tracer), task_queue=task_queue, tracer=tracer)
@@ -140,14 +140,14 @@ class DurableRuns:
         run_id: str | None = None,
         execution_timeout: timedelta | None = None,
     ) -> RunHandle[Any]:
-        """Start a run of ``agent`` on ``ctx``; ``run_id`` (the workflow id) defaults to a fresh one.
+        """Start a run of `agent` on `ctx`; `run_id` (the workflow id) defaults to a fresh one.
 
-        ``agent`` is the ``DurableAgent``, its ``AgentSpec`` (a client needs no more: no caller, no tools),
-        or its name alone: then ``ctx`` is any JSON value (the workers validate it) and the handle's items
+        `agent` is the `DurableAgent`, its `AgentSpec` (a client needs no more: no caller, no tools),
+        or its name alone: then `ctx` is any JSON value (the workers validate it) and the handle's items
         are JSON values.
 
         Raises:
-            UsageError: ``ctx`` does not validate as the agent's ``ctx_type`` (as the workflow would read it),
+            UsageError: `ctx` does not validate as the agent's `ctx_type` (as the workflow would read it),
                 or is not JSON; the message names the agent and each error. Nothing was started.
         """
         spec = _spec_of(agent)
@@ -158,9 +158,9 @@ class DurableRuns:
     async def start_named(
         self, agent: str, ctx: Any, *, run_id: str | None = None, execution_timeout: timedelta | None = None
     ) -> str:
-        """Start a run of the agent named ``agent`` with ``ctx`` as JSON; its run id (``start(name, ctx)``
-        gives a handle). The workers validate ``ctx``: one that does not validate fails the run
-        (``RunStatus.FAILED``, an ``ApplicationError`` of type ``InvalidCtx`` naming each error)."""
+        """Start a run of the agent named `agent` with `ctx` as JSON; its run id (`start(name, ctx)`
+        gives a handle). The workers validate `ctx`: one that does not validate fails the run
+        (`RunStatus.FAILED`, an `ApplicationError` of type `InvalidCtx` naming each error)."""
         run_id = run_id or f"agentkit-{uuid.uuid4().hex}"
         with started(self.tracer, agent, run_id):
             await self.client.start_workflow(
@@ -177,14 +177,14 @@ class DurableRuns:
     @overload
     def get(self, agent: str, run_id: str) -> RunHandle[JsonValue]: ...
     def get(self, agent: DurableAgent[Any, Any] | AgentSpec[Any, Any] | str, run_id: str) -> RunHandle[Any]:
-        """The handle of an existing run of ``agent`` (the agent, its spec, or its name: items as JSON)."""
+        """The handle of an existing run of `agent` (the agent, its spec, or its name: items as JSON)."""
         return RunHandle(self, _spec_of(agent), run_id)
 
     def _handle(self, run_id: str) -> WorkflowHandle[Any, DurableOutcome]:
         return self.client.get_workflow_handle(run_id, result_type=DurableOutcome)
 
     async def state(self, run_id: str) -> RunState:
-        """The run's state and its pending proposals (the workflow's ``state`` Query)."""
+        """The run's state and its pending proposals (the workflow's `state` Query)."""
         state: RunState = await self._handle(run_id).query("state", result_type=RunState)
         return state
 
@@ -198,15 +198,15 @@ class DurableRuns:
         note: str = "",
         args: BaseModel | Mapping[str, Any] | None = None,
     ) -> RunState:
-        """Approve the proposal of ``round`` whose digest is ``digest``; the state after it.
+        """Approve the proposal of `round` whose digest is `digest`; the state after it.
 
-        ``args`` amends the call as it is approved: a value of the tool's args type, or a mapping of
+        `args` amends the call as it is approved: a value of the tool's args type, or a mapping of
         the fields to change. The workflow validates them as the tool's args type; the amended call
         runs once, with its own digest, and the executor is told which fields changed.
 
         Raises:
             temporalio.client.WorkflowUpdateFailedError: the decision was refused (wrong digest, no
-                such pending proposal, already decided, no ``by``, amended args that do not validate);
+                such pending proposal, already decided, no `by`, amended args that do not validate);
                 nothing changed.
         """
         fields = None if args is None else dict(args.model_dump(mode="json") if isinstance(args, BaseModel) else args)
@@ -214,11 +214,11 @@ class DurableRuns:
         return await self.decide(run_id, decision)
 
     async def reject(self, run_id: str, round: int, digest: str, *, by: str, reason: str = "") -> RunState:
-        """Reject the proposal of ``round``; the executor is shown ``reason``. Refusals as ``approve``."""
+        """Reject the proposal of `round`; the executor is shown `reason`. Refusals as `approve`."""
         return await self.decide(run_id, Decision(round=round, digest=digest, approve=False, by=by, reason=reason))
 
     async def decide(self, run_id: str, decision: Decision) -> RunState:
-        """Send a decision (the workflow's validated ``decide`` Update)."""
+        """Send a decision (the workflow's validated `decide` Update)."""
         state: RunState = await self._handle(run_id).execute_update("decide", decision, result_type=RunState)
         return state
 
@@ -235,17 +235,17 @@ class DurableRuns:
         *statuses: RunStatus,
         timeout: timedelta | None = WAIT_TIMEOUT,  # noqa: ASYNC109  # the workflow's handler is bounded by it too
     ) -> RunState:
-        """The run's state as soon as its status is one of ``statuses`` (``RunStatus.WAITING``,
-        ``RunStatus.OUTCOME_UNKNOWN``...), within ``timeout`` (5 minutes unless told; ``None``: no bound).
+        """The run's state as soon as its status is one of `statuses` (`RunStatus.WAITING`,
+        `RunStatus.OUTCOME_UNKNOWN`...), within `timeout` (5 minutes unless told; `None`: no bound).
 
-        It does not poll: the workflow's ``wait`` Update answers once the status is reached, and a wait that
+        It does not poll: the workflow's `wait` Update answers once the status is reached, and a wait that
         outlives a leg of the run (continued as new at a wait for people) goes on on the next. Where the
         run's workers predate that Update, it looks at the state every half second instead.
 
         Raises:
             RunEnded: the run finished, failed or was refused (or was closed otherwise: timed out,
-                terminated) before it reached one of ``statuses``; the message says where it stands.
-            TimeoutError: ``timeout`` passed first; the message names the status the run was in.
+                terminated) before it reached one of `statuses`; the message says where it stands.
+            TimeoutError: `timeout` passed first; the message names the status the run was in.
         """
         if not statuses:
             raise UsageError("wait_for needs the statuses to wait for, e.g. wait_for(run_id, RunStatus.WAITING)")
@@ -272,7 +272,7 @@ class DurableRuns:
             raise TimeoutError(f"run {run_id!r} did not reach {_names(wanted)} within {timeout}; it is {now}") from None
 
     async def _next_state(self, run_id: str, wanted: frozenset[RunStatus], wait: Wait) -> RunState:
-        """The state the ``wait`` Update answers with; else the state once more, when the leg it reached
+        """The state the `wait` Update answers with; else the state once more, when the leg it reached
         ended before answering, or the run's workers do not know the Update."""
         try:
             state: RunState = await self._handle(run_id).execute_update("wait", wait, result_type=RunState)
@@ -288,7 +288,7 @@ class DurableRuns:
 
     async def _closed(self, run_id: str, wanted: frozenset[RunStatus]) -> RunState:
         """The state of a run closed while it was waited on: its last state when that says it ended (or is
-        what was waited for, or a next leg has begun); else ``RunEnded`` with Temporal's status."""
+        what was waited for, or a next leg has begun); else `RunEnded` with Temporal's status."""
         state = await self.state(run_id)
         if state.status in wanted or state.status in SETTLED:
             return state
@@ -304,7 +304,7 @@ class DurableRuns:
         )
 
     async def outcome(self, run_id: str) -> DurableOutcome:
-        """Wait for the run to end; its result as JSON values (``RunHandle.result`` types the items)."""
+        """Wait for the run to end; its result as JSON values (`RunHandle.result` types the items)."""
         return await self._handle(run_id).result()
 
     async def list(self, *, limit: int = 100) -> list[RunSummary]:
@@ -333,13 +333,13 @@ class RunHandle(Generic[R]):
         *statuses: RunStatus,
         timeout: timedelta | None = WAIT_TIMEOUT,  # noqa: ASYNC109  # as DurableRuns.wait_for
     ) -> RunState:
-        """The run's state once its status is one of ``statuses``; see ``DurableRuns.wait_for``."""
+        """The run's state once its status is one of `statuses`; see `DurableRuns.wait_for`."""
         return await self.runs.wait_for(self.run_id, *statuses, timeout=timeout)
 
     async def approve(
         self, proposal: PendingProposal, *, by: str, note: str = "", args: BaseModel | Mapping[str, Any] | None = None
     ) -> RunState:
-        """Approve this pending proposal (bound to its digest), amended by ``args`` (see ``DurableRuns.approve``)."""
+        """Approve this pending proposal (bound to its digest), amended by `args` (see `DurableRuns.approve`)."""
         return await self.runs.approve(self.run_id, proposal.round, proposal.digest, by=by, note=note, args=args)
 
     async def reject(self, proposal: PendingProposal, *, by: str, reason: str = "") -> RunState:
@@ -351,7 +351,7 @@ class RunHandle(Generic[R]):
 
         Raises:
             temporalio.client.WorkflowFailureError: the run failed (its agent unknown to the workers, its
-                ctx invalid, its tools changed under it); the cause's ``type`` and message say which.
+                ctx invalid, its tools changed under it); the cause's `type` and message say which.
         """
         outcome = await self.runs.outcome(self.run_id)
         items: list[R] = self.spec.items_adapter.validate_python(outcome.items)

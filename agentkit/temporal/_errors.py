@@ -1,7 +1,7 @@
 """Agentkit errors across the Temporal boundary: a type name, the message, the error's own fields as JSON.
 
 A model activity reports its error this way (the workflow rebuilds it, and the loop core treats it as
-in-process), and so does a run's result (``DurableResult.error`` is the error the run ended with, rebuilt
+in-process), and so does a run's result (`DurableResult.error` is the error the run ended with, rebuilt
 on the client). One encoding for both, so an error reads the same wherever it is rebuilt.
 """
 
@@ -22,7 +22,7 @@ _SCALARS = (str, int, float, bool, type(None))
 
 
 def error_kind(error: AgentkitError) -> str:
-    """The name of the nearest class of ``agentkit.errors`` the error is an instance of (a private subclass,
+    """The name of the nearest class of `agentkit.errors` the error is an instance of (a private subclass,
     such as the workflow's lost-outcome error, travels as the public one it derives from)."""
     for kind in type(error).__mro__:
         name: str = kind.__name__
@@ -32,7 +32,7 @@ def error_kind(error: AgentkitError) -> str:
 
 
 def error_fields(error: AgentkitError) -> dict[str, JsonValue]:
-    """The error's own fields (``tool_name``, ``transient``, ``retry_after``, ``problems``...), those JSON can
+    """The error's own fields (`tool_name`, `transient`, `retry_after`, `problems`...), those JSON can
     carry; its usage travels on its own."""
     fields: dict[str, JsonValue] = {}
     for name, value in vars(error).items():
@@ -46,7 +46,7 @@ def error_fields(error: AgentkitError) -> dict[str, JsonValue]:
 
 
 def rebuild_error(kind: str, message: str, fields: Mapping[str, Any], *, usage: Usage | None = None) -> AgentkitError:
-    """The error ``error_kind``/``error_fields`` described: the same class (``AgentkitError`` for a name this
+    """The error `error_kind`/`error_fields` described: the same class (`AgentkitError` for a name this
     agentkit does not know), the same message, the same fields."""
     found = getattr(errors, kind, None)
     cls = found if isinstance(found, type) and issubclass(found, AgentkitError) else AgentkitError

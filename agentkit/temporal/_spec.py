@@ -1,4 +1,4 @@
-"""``AgentSpec``: what a client needs to start and read the runs of a durable agent, and nothing more."""
+"""`AgentSpec`: what a client needs to start and read the runs of a durable agent, and nothing more."""
 
 from __future__ import annotations
 
@@ -18,27 +18,27 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, kw_only=True, init=False)
 class AgentSpec(Generic[Ctx, R]):
-    """A durable agent as a client knows it: its name, the type of its ``ctx`` and the type of its items.
+    """A durable agent as a client knows it: its name, the type of its `ctx` and the type of its items.
 
     A client that only starts runs and reads their results needs no agent, no tools and no caller:
-    ``DurableRuns.start(spec, ctx)`` validates ``ctx`` as the workflow will (a ``UsageError`` before
-    anything starts) and gives a ``RunHandle[R]`` whose result's items are typed. A ``DurableAgent``
-    gives its own (``agent.spec``), so the worker's module and the client's can share one.
+    `DurableRuns.start(spec, ctx)` validates `ctx` as the workflow will (a `UsageError` before
+    anything starts) and gives a `RunHandle[R]` whose result's items are typed. A `DurableAgent`
+    gives its own (`agent.spec`), so the worker's module and the client's can share one.
 
     Example:
         >>> PLANNER = AgentSpec(name="planner", ctx_type=Brief, item_type=Doc)  # doctest: +SKIP
         >>> handle = await runs.start(PLANNER, Brief(topic="refunds"))  # RunHandle[Doc]  # doctest: +SKIP
 
     An item type that is not a class (a union of item types) is given with the parameters written out:
-    ``AgentSpec[Brief, Doc | Note](name=..., ctx_type=Brief, item_type=Doc | Note)``.
+    `AgentSpec[Brief, Doc | Note](name=..., ctx_type=Brief, item_type=Doc | Note)`.
     """
 
     name: str
-    """The name the workers serve the agent under (``DurableAgent.name``)."""
+    """The name the workers serve the agent under (`DurableAgent.name`)."""
     ctx_type: Any
-    """The type a run's ``ctx`` is validated as (the agent's ``ctx_type``)."""
+    """The type a run's `ctx` is validated as (the agent's `ctx_type`)."""
     item_type: Any
-    """The type of one item of the run's result (the agent's ``item_type``)."""
+    """The type of one item of the run's result (the agent's `item_type`)."""
 
     @overload
     def __init__(self, *, name: str, ctx_type: type[Ctx], item_type: type[R]) -> None: ...
@@ -63,10 +63,10 @@ class AgentSpec(Generic[Ctx, R]):
         return TypeAdapter(list[self.item_type])  # type: ignore[name-defined]  # a run-time type
 
     def ctx_json(self, ctx: object) -> JsonValue:
-        """``ctx`` as the JSON a run starts with, checked the way the workflow reads it back.
+        """`ctx` as the JSON a run starts with, checked the way the workflow reads it back.
 
         Raises:
-            UsageError: ``ctx`` is not of the agent's ``ctx_type``, or its JSON does not validate back as it.
+            UsageError: `ctx` is not of the agent's `ctx_type`, or its JSON does not validate back as it.
         """
         try:
             dumped: JsonValue = self.ctx_adapter.dump_python(self.ctx_adapter.validate_python(ctx), mode="json")
@@ -79,7 +79,7 @@ class AgentSpec(Generic[Ctx, R]):
         """The run's ctx from its JSON, as the workflow reads it.
 
         Raises:
-            UsageError: the JSON does not validate as the agent's ``ctx_type``; the message names the agent
+            UsageError: the JSON does not validate as the agent's `ctx_type`; the message names the agent
                 and each validation error.
         """
         try:

@@ -1,7 +1,7 @@
 """Tracing durable runs: temporalio's OpenTelemetry interceptor on the client (and so on its workers), and
-the ``invoke_agent`` span a traced client starts a run in, which every span of the run then descends from.
+the `invoke_agent` span a traced client starts a run in, which every span of the run then descends from.
 
-OpenTelemetry is imported only when a tracer is given: the ``temporal`` extra does not need it.
+OpenTelemetry is imported only when a tracer is given: the `temporal` extra does not need it.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ __all__ = ["interceptors", "started"]
 
 
 def interceptors(tracer: Tracer | None) -> Sequence[Interceptor]:
-    """The client's interceptors: temporalio's ``TracingInterceptor`` over ``tracer``, or none."""
+    """The client's interceptors: temporalio's `TracingInterceptor` over `tracer`, or none."""
     if tracer is None:
         return ()
     from temporalio.contrib.opentelemetry import TracingInterceptor
@@ -28,7 +28,7 @@ def interceptors(tracer: Tracer | None) -> Sequence[Interceptor]:
 
 @contextlib.contextmanager
 def started(tracer: Tracer | None, agent: str, run_id: str) -> Iterator[None]:
-    """The run's ``invoke_agent`` span (CLIENT: the agent runs on the workers), current while the client
+    """The run's `invoke_agent` span (CLIENT: the agent runs on the workers), current while the client
     starts the workflow, so that the workflow's, its activities' and agentkit's spans in them join its trace."""
     if tracer is None:
         yield

@@ -1,5 +1,5 @@
 """The values that cross the Temporal boundary: workflow input and output, activity payloads, the
-Update and Query shapes. All pydantic, so ``temporalio.contrib.pydantic``'s converter carries them."""
+Update and Query shapes. All pydantic, so `temporalio.contrib.pydantic`'s converter carries them."""
 
 from __future__ import annotations
 
@@ -45,13 +45,13 @@ class RunStatus(StrEnum):
     OUTCOME_UNKNOWN = "outcome_unknown"
     """An approved call's activity was lost (its worker died); a human must say whether it ran."""
     FINISHED = "finished"
-    """Ended; ``RunState.outcome`` holds the result."""
+    """Ended; `RunState.outcome` holds the result."""
     FAILED = "failed"
     """Failed before it could play: no agent of its name on the worker, or a ctx that does not validate as
-    the agent's ``ctx_type``; ``RunState.error`` says why (``result()`` raises ``WorkflowFailureError``)."""
+    the agent's `ctx_type`; `RunState.error` says why (`result()` raises `WorkflowFailureError`)."""
     REFUSED = "refused"
     """The worker's tools are not the ones the run recorded (a redeploy changed a tier, added or removed a
-    tool, or changed a tool's args); ``RunState.refused`` says what differs. Nothing runs; the run fails
+    tool, or changed a tool's args); `RunState.refused` says what differs. Nothing runs; the run fails
     as soon as an Update or a signal reaches it on such a worker."""
 
 
@@ -60,18 +60,18 @@ SETTLED = frozenset({RunStatus.FINISHED, RunStatus.FAILED, RunStatus.REFUSED})
 
 
 class RunStart(BaseModel):
-    """The workflow's input: which agent, and its ctx as JSON (validated by the agent's ``ctx_type``);
-    a leg after the first (continued as new at a wait) also carries the run's state (``leg``)."""
+    """The workflow's input: which agent, and its ctx as JSON (validated by the agent's `ctx_type`);
+    a leg after the first (continued as new at a wait) also carries the run's state (`leg`)."""
 
     model_config = _FROZEN
     agent: str
     ctx: JsonValue = None
     leg: Leg | None = None
-    """``None``: the run's first leg. Else what the run goes on from."""
+    """`None`: the run's first leg. Else what the run goes on from."""
 
 
 class PendingProposal(BaseModel):
-    """A proposed call as the Query shows it; decide it by its ``round`` and ``digest``."""
+    """A proposed call as the Query shows it; decide it by its `round` and `digest`."""
 
     model_config = _FROZEN
     round: int
@@ -81,17 +81,17 @@ class PendingProposal(BaseModel):
     args: dict[str, JsonValue]
     rationale: str = ""
     digest: str
-    """``call_digest(tool_name, args)``: a decision must quote it."""
+    """`call_digest(tool_name, args)`: a decision must quote it."""
     proposed_at: datetime
     """Workflow time when the run stopped at it."""
 
 
 class Decision(BaseModel):
-    """The argument of the ``decide`` Update: approve or reject one pending proposal."""
+    """The argument of the `decide` Update: approve or reject one pending proposal."""
 
     model_config = _FROZEN
     round: int
-    """The proposal's round (``PendingProposal.round``)."""
+    """The proposal's round (`PendingProposal.round`)."""
     digest: str
     """The proposal's digest: a decision binds to exactly that call."""
     approve: bool
@@ -105,7 +105,7 @@ class Decision(BaseModel):
 
 
 class Resolution(BaseModel):
-    """The argument of the ``resolve`` Update: a human's account of a call whose outcome was lost."""
+    """The argument of the `resolve` Update: a human's account of a call whose outcome was lost."""
 
     model_config = _FROZEN
     round: int
@@ -124,7 +124,7 @@ class DecisionRecord(BaseModel):
     tool_name: str
     digest: str
     kind: str
-    """``approved``, ``rejected``, ``resolved_ran`` or ``resolved_not_ran``."""
+    """`approved`, `rejected`, `resolved_ran` or `resolved_not_ran`."""
     by: str
     reason: str = ""
     at: datetime
@@ -132,7 +132,7 @@ class DecisionRecord(BaseModel):
 
 
 class DurableOutcome(BaseModel):
-    """The workflow's result: the ``TieredLoopResult`` as JSON (items through the tools' item types)."""
+    """The workflow's result: the `TieredLoopResult` as JSON (items through the tools' item types)."""
 
     model_config = _FROZEN
     run_id: str
@@ -141,16 +141,16 @@ class DurableOutcome(BaseModel):
     error: str | None = None
     """The message of the error the run ended with."""
     error_type: str | None = None
-    """Its class in ``agentkit.errors`` (``ToolError``, ``ProviderError``...): the client rebuilds it."""
+    """Its class in `agentkit.errors` (`ToolError`, `ProviderError`...): the client rebuilds it."""
     error_fields: dict[str, JsonValue] = {}
-    """Its own fields (``tool_name``, ``transient``, ``status``...)."""
+    """Its own fields (`tool_name`, `transient`, `status`...)."""
     rounds: int
     requests: int
     input_tokens: int
     output_tokens: int
     items: list[JsonValue]
     proposals: list[PendingProposal] = []
-    """Proposals the run ended with (``AfterProposal.CONTINUE`` runs end with them, undecided)."""
+    """Proposals the run ended with (`AfterProposal.CONTINUE` runs end with them, undecided)."""
     decisions: list[DecisionRecord] = []
     checkpoint: RunCheckpoint
 
@@ -173,7 +173,7 @@ class Leg(BaseModel):
 
 
 class RunState(BaseModel):
-    """The ``state`` Query's answer."""
+    """The `state` Query's answer."""
 
     model_config = _FROZEN
     run_id: str
@@ -182,29 +182,29 @@ class RunState(BaseModel):
     rounds: int = 0
     requests: int = 0
     pending: list[PendingProposal] = []
-    """Proposals waiting for a decision (status ``WAITING``)."""
+    """Proposals waiting for a decision (status `WAITING`)."""
     unknown: PendingProposal | None = None
-    """The approved call whose outcome was lost (status ``OUTCOME_UNKNOWN``)."""
+    """The approved call whose outcome was lost (status `OUTCOME_UNKNOWN`)."""
     decisions: list[DecisionRecord] = []
     outcome: DurableOutcome | None = None
     refused: str | None = None
-    """Status ``REFUSED``: what differs between the worker's tools and the run's."""
+    """Status `REFUSED`: what differs between the worker's tools and the run's."""
     error: str | None = None
-    """Status ``FAILED``: why the run failed (an unknown agent, a ctx that does not validate)."""
+    """Status `FAILED`: why the run failed (an unknown agent, a ctx that does not validate)."""
 
 
 class RunSummary(BaseModel):
-    """One run as ``DurableRuns.list`` shows it (from Temporal's visibility store)."""
+    """One run as `DurableRuns.list` shows it (from Temporal's visibility store)."""
 
     model_config = _FROZEN
     run_id: str
     status: str
-    """Temporal's execution status (``RUNNING``, ``COMPLETED``, ``FAILED``...)."""
+    """Temporal's execution status (`RUNNING`, `COMPLETED`, `FAILED`...)."""
     started_at: datetime | None = None
 
 
 class ModelCall(BaseModel):
-    """The model activity's input: one attempt of ``generate_structured`` for one agent."""
+    """The model activity's input: one attempt of `generate_structured` for one agent."""
 
     model_config = _FROZEN
     agent: str
@@ -238,17 +238,17 @@ class ToolCallInput(BaseModel):
     """The run and round the call is for, for the worker's observers."""
     round: int = 0
     approved_by: str | None = None
-    """Who approved the call, when it is an approved one (``digest`` is then the approved call's)."""
+    """Who approved the call, when it is an approved one (`digest` is then the approved call's)."""
     digest: str | None = None
 
 
 class ToolReply(BaseModel):
-    """The tool activity's answer: the batch, or the observation of a ``ToolRetry`` (failures are raised)."""
+    """The tool activity's answer: the batch, or the observation of a `ToolRetry` (failures are raised)."""
 
     model_config = _FROZEN
     batch: list[JsonValue]
     observation: str | None = None
-    """The ``ToolRetry`` message: the tool said the call itself was wrong (the batch is then empty)."""
+    """The `ToolRetry` message: the tool said the call itself was wrong (the batch is then empty)."""
 
 
 class ToolSet(BaseModel):
@@ -260,7 +260,7 @@ class ToolSet(BaseModel):
 
 
 class Wait(BaseModel):
-    """The argument of the ``wait`` Update: the statuses waited for, and how long the client waits."""
+    """The argument of the `wait` Update: the statuses waited for, and how long the client waits."""
 
     model_config = _FROZEN
     statuses: tuple[RunStatus, ...]

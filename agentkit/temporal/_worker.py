@@ -26,8 +26,8 @@ __all__ = ["build_worker", "connect", "run_worker"]
 async def connect(address: str, *, namespace: str = "default", tracer: Tracer | None = None) -> Client:
     """A Temporal client with the pydantic data converter, which every agentkit value needs.
 
-    With a ``tracer``, the client traces through temporalio's OpenTelemetry interceptor
-    (``temporalio.contrib.opentelemetry.TracingInterceptor``), and so do the workers built on it: a run's
+    With a `tracer`, the client traces through temporalio's OpenTelemetry interceptor
+    (`temporalio.contrib.opentelemetry.TracingInterceptor`), and so do the workers built on it: a run's
     workflow and activity spans, and the spans of what its activities do, join the trace the run was
     started in, across workers and legs.
     """
@@ -45,19 +45,19 @@ def build_worker(
     graceful_shutdown: timedelta = timedelta(seconds=30),
     observer: ObserverArg = None,
 ) -> Worker:
-    """A worker (not yet running) that plays the runs of ``agents`` and runs their model and tool calls.
+    """A worker (not yet running) that plays the runs of `agents` and runs their model and tool calls.
 
-    Start it with ``async with worker:`` or ``await worker.run()``. ``max_concurrent_activities`` bounds
+    Start it with `async with worker:` or `await worker.run()`. `max_concurrent_activities` bounds
     the tool calls it runs at once and, apart from them, its model calls (local activities, run in the
     workflow tasks it plays). Any number of workers, in any
     number of processes and machines, may serve one task queue: Temporal spreads the runs and
     their activities over them, and a run whose worker dies goes on on another. On shutdown,
-    running activities get ``graceful_shutdown`` to finish before they are cancelled (a cancelled
+    running activities get `graceful_shutdown` to finish before they are cancelled (a cancelled
     approved call is an unknown outcome, never re-run).
 
-    ``observer`` wraps each model attempt and tool call the worker's activities make (``Observer.around``:
-    an ``OTelObserver`` gives each its ``chat`` or ``execute_tool`` span, with the run id, the round and,
-    for an approved call, who approved it). Trace the client with ``connect(..., tracer=...)`` so that
+    `observer` wraps each model attempt and tool call the worker's activities make (`Observer.around`:
+    an `OTelObserver` gives each its `chat` or `execute_tool` span, with the run id, the round and,
+    for an approved call, who approved it). Trace the client with `connect(..., tracer=...)` so that
     those spans nest under the activities' own.
 
     Raises:
@@ -87,9 +87,9 @@ async def run_worker(
     tracer: Tracer | None = None,
     observer: ObserverArg = None,
 ) -> None:
-    """Connect to Temporal at ``address`` and serve ``agents`` on ``task_queue`` until ``stop`` is set
-    (forever without one); running activities then get 30 s to finish. ``tracer`` as for ``connect``,
-    ``observer`` as for ``build_worker``."""
+    """Connect to Temporal at `address` and serve `agents` on `task_queue` until `stop` is set
+    (forever without one); running activities then get 30 s to finish. `tracer` as for `connect`,
+    `observer` as for `build_worker`."""
     client = await connect(address, namespace=namespace, tracer=tracer)
     worker = build_worker(
         client,

@@ -1,7 +1,7 @@
 """The tool loop as a Temporal workflow, over the same loop core.
 
-The workflow runs a ``ToolLoop`` (and its ``resume`` after each decision) with
-two seams swapped for activities: the model caller (each attempt of ``generate_structured`` is a local
+The workflow runs a `ToolLoop` (and its `resume` after each decision) with
+two seams swapped for activities: the model caller (each attempt of `generate_structured` is a local
 activity, run by the worker that plays the workflow task; its waits between attempts are workflow
 timers) and the tools (each call is an activity). A round is then one workflow task: the model's
 reply is recorded with the task that schedules the round's tool call.
@@ -73,7 +73,7 @@ ran, every attempt an activity."""
 
 _log = logging.getLogger("agentkit.temporal")
 _REPORT_GRACE = timedelta(seconds=5)
-"""How much longer than ``LoopConfig.tool_timeout`` a tool attempt has, for the activity to report its timeout."""
+"""How much longer than `LoopConfig.tool_timeout` a tool attempt has, for the activity to report its timeout."""
 
 
 class OutcomeLost(ToolError):
@@ -136,7 +136,7 @@ class _ActivityCaller:
         )
 
     async def attempt(self, call: ModelCall) -> ModelReply:
-        """One attempt: a local activity, or (a run recorded before ``_LOCAL_MODEL``) an activity of its own.
+        """One attempt: a local activity, or (a run recorded before `_LOCAL_MODEL`) an activity of its own.
 
         A local activity runs on the worker playing the workflow task, and its reply is recorded with the
         task's commands (those that schedule the round's tool call), so a round costs one workflow task,
@@ -144,7 +144,7 @@ class _ActivityCaller:
         while the model answers, and a worker lost mid-call loses the task, which Temporal gives to another
         worker once the task's timeout has passed (10 s by default, after up to 5 s on the lost worker's
         sticky queue); that worker replays the run and asks the model again, once. A reply that never
-        comes ends the attempt at ``model_timeout``, as before.
+        comes ends the attempt at `model_timeout`, as before.
         """
         if self.local:
             reply: ModelReply = await workflow.execute_local_activity(
@@ -229,8 +229,8 @@ class _ActivityTool:
         return self.items.validate_python(reply.batch)
 
     def failure(self, failed: ActivityError, gated: bool) -> ToolError:
-        """The error a failed tool activity stands for: the one its ``invoke`` reported (``ToolTimeout``
-        or ``ToolError``, with the in-process message), or the activity's own failure."""
+        """The error a failed tool activity stands for: the one its `invoke` reported (`ToolTimeout`
+        or `ToolError`, with the in-process message), or the activity's own failure."""
         cause = failed.cause
         if isinstance(cause, ApplicationError):
             if cause.type == "ToolTimeout":
@@ -254,7 +254,7 @@ def _refused(message: str) -> ApplicationError:
 
 
 class AgentRun:
-    """The workflow's body; ``workflow_for`` makes the registered class, which knows its agents."""
+    """The workflow's body; `workflow_for` makes the registered class, which knows its agents."""
 
     agents: ClassVar[dict[str, DurableAgent[Any, Any]]] = {}
 
@@ -276,11 +276,11 @@ class AgentRun:
         self.outcome: DurableOutcome | None = None
         self.lost: list[str] = []
         self.tools: tuple[ToolEntry, ...] | None = None
-        """The run's recorded tool set (``None``: a run recorded before tool sets were, replayed as it ran)."""
+        """The run's recorded tool set (`None`: a run recorded before tool sets were, replayed as it ran)."""
         self.refusal: ToolSetChanged | None = None
-        """Why the worker's tools cannot carry on the run (``RunStatus.REFUSED``)."""
+        """Why the worker's tools cannot carry on the run (`RunStatus.REFUSED`)."""
         self.error: str | None = None
-        """Why the run failed before it could play (``RunStatus.FAILED``)."""
+        """Why the run failed before it could play (`RunStatus.FAILED`)."""
         leg, durable = start.leg, self.agents.get(start.agent)
         if leg is None or durable is None:
             return
@@ -330,7 +330,7 @@ class AgentRun:
         return self.outcome
 
     def ctx_of(self, durable: DurableAgent[Any, Any]) -> Any:
-        """The run's ctx, validated as the agent's ``ctx_type`` before anything runs; a ctx that does not
+        """The run's ctx, validated as the agent's `ctx_type` before anything runs; a ctx that does not
         validate fails the run, naming the agent and each error (not a workflow task retried forever)."""
         try:
             return durable.spec.ctx_of(self.start.ctx)
@@ -338,7 +338,7 @@ class AgentRun:
             self.fail(str(wrong), "InvalidCtx")
 
     def fail(self, message: str, kind: str) -> NoReturn:
-        """Fail the run before it plays (``RunStatus.FAILED``, the message in ``RunState.error``)."""
+        """Fail the run before it plays (`RunStatus.FAILED`, the message in `RunState.error`)."""
         self.status, self.error = RunStatus.FAILED, message
         raise ApplicationError(message, type=kind, non_retryable=True)
 
@@ -353,7 +353,7 @@ class AgentRun:
 
     def admit(self, durable: DurableAgent[Any, Any]) -> bool:
         """Admit the worker's tools against the run's recorded ones, before anything runs; on a difference
-        the run is ``REFUSED`` (``refused`` fails it)."""
+        the run is `REFUSED` (`refused` fails it)."""
         assert self.tools is not None
         try:
             admit_tools(self.run_id, self.tools, durable.box.tools)
@@ -369,7 +369,7 @@ class AgentRun:
         Replaying, the run first waits for the live end of its history: a waiting leg has issued no
         command, so nothing is out of step, and the first decision sent to it (an Update, accepted so that
         it is kept in history) fails, with the run, naming the difference; a Query meanwhile shows
-        ``RunStatus.REFUSED``. A leg that had already made calls cannot replay on other tools at all: its
+        `RunStatus.REFUSED`. A leg that had already made calls cannot replay on other tools at all: its
         task fails as a nondeterminism error, running nothing, until a worker with the run's tools takes it.
         """
         await workflow.wait_condition(lambda: not workflow.unsafe.is_replaying())
@@ -377,7 +377,7 @@ class AgentRun:
         raise ApplicationError(str(changed), list(changed.problems), type="ToolSetChanged", non_retryable=True)
 
     def continue_leg(self, checkpoint: RunCheckpoint, unknown: PendingProposal | None = None) -> NoReturn:
-        """Continue the run as new from ``checkpoint``: its next leg starts by waiting for people."""
+        """Continue the run as new from `checkpoint`: its next leg starts by waiting for people."""
         assert self.tools is not None
         leg = Leg(checkpoint=checkpoint, decisions=tuple(self.records), unknown=unknown)
         workflow.continue_as_new(RunStart(agent=self.agent, ctx=self.start.ctx, leg=leg))
@@ -414,7 +414,7 @@ class AgentRun:
         return await self.on_resolution(checkpoint, loop, ctx)
 
     def resolving(self, checkpoint: RunCheckpoint, lost: PendingProposal) -> None:
-        """The approved call ``lost`` ended without an outcome: a human's account of it is awaited."""
+        """The approved call `lost` ended without an outcome: a human's account of it is awaited."""
         self.rounds, self.requests = checkpoint.rounds, checkpoint.usage.requests
         self.unknown, self.resolution, self.status = lost, None, RunStatus.OUTCOME_UNKNOWN
 
@@ -565,8 +565,8 @@ class AgentRun:
 
     @workflow.update(name="wait", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON)
     async def wait(self, wait: Wait) -> RunState:
-        """The state once the run is in one of ``wait.statuses`` or settled (finished, failed, refused), or
-        once ``wait.seconds`` have passed: what ``RunHandle.wait_for`` waits on, without polling. A leg that
+        """The state once the run is in one of `wait.statuses` or settled (finished, failed, refused), or
+        once `wait.seconds` have passed: what `RunHandle.wait_for` waits on, without polling. A leg that
         ends (continued as new at a wait, or finished) abandons it; the client asks the next leg."""
         wanted = set(wait.statuses) | SETTLED
         timeout = timedelta(seconds=wait.seconds) if wait.seconds is not None else None
@@ -577,11 +577,11 @@ class AgentRun:
 
 
 def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:
-    """The workflow class serving ``agents`` (one class per worker; its workflow name is ``agentkit.run``).
+    """The workflow class serving `agents` (one class per worker; its workflow name is `agentkit.run`).
 
     It is not sandboxed: the loop core it runs is replayed deterministically (run id from the
     workflow id, proposals and decisions stamped with workflow time, every model call a local activity
-    and every tool call an activity), and the agents' ``render`` must be deterministic too.
+    and every tool call an activity), and the agents' `render` must be deterministic too.
     """
     served = type("AgentRun", (AgentRun,), {"agents": dict(agents), "__module__": __name__})
     defined: type[AgentRun] = workflow.defn(name=WORKFLOW_NAME, sandboxed=False)(served)

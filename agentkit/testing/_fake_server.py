@@ -1,14 +1,14 @@
-"""``FakeOpenAIServer``: a real OpenAI-compatible HTTP server on loopback, for tests.
+"""`FakeOpenAIServer`: a real OpenAI-compatible HTTP server on loopback, for tests.
 
-It speaks ``POST /v1/chat/completions`` in the wire format of the real API (usage block
+It speaks `POST /v1/chat/completions` in the wire format of the real API (usage block
 included, streaming as server-sent events), validates requests the way a real server does
-(a malformed message, an invalid function or schema name, or a schema marked ``strict`` that
+(a malformed message, an invalid function or schema name, or a schema marked `strict` that
 breaks OpenAI's strict-mode rules is a 400), records every request
 body, and answers from a script or, with nothing scripted, with a minimal instance of whatever
 schema the request carries. Faults are scripted like replies: any HTTP status (with
-``Retry-After``), a delay, a body dripped out one byte at a time, a body that is not JSON, a
+`Retry-After`), a delay, a body dripped out one byte at a time, a body that is not JSON, a
 reply cut off by the token limit, no choices, any usage counts (negative ones included). It is
-standard library only: a ``ThreadingHTTPServer`` in a thread.
+standard library only: a `ThreadingHTTPServer` in a thread.
 """
 
 from __future__ import annotations
@@ -45,34 +45,34 @@ ReplyKind = Literal["text", "value", "tool_call", "error", "malformed", "truncat
 
 
 class ReplyOptions(TypedDict, total=False):
-    """The options every ``FakeReply`` factory takes, so a misspelt one is a type error, not ignored."""
+    """The options every `FakeReply` factory takes, so a misspelt one is a type error, not ignored."""
 
     delay: float
     """Seconds to wait before answering (a slow server, or a client timeout)."""
     drip: float
     """Seconds between bytes: the headers go at once, then the body one byte at a time (not for streams)."""
     prompt_tokens: int | None
-    """``usage.prompt_tokens`` to report; estimated from the request when omitted."""
+    """`usage.prompt_tokens` to report; estimated from the request when omitted."""
     completion_tokens: int | None
-    """``usage.completion_tokens`` to report; estimated from the reply when omitted."""
+    """`usage.completion_tokens` to report; estimated from the reply when omitted."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class FakeReply:
-    """One scripted answer of ``FakeOpenAIServer``; build it with the class methods."""
+    """One scripted answer of `FakeOpenAIServer`; build it with the class methods."""
 
     kind: ReplyKind
     """What the answer is."""
     body: str | None = None
     """The reply text, or the JSON of a value or of a tool call's arguments."""
     tool_name: str | None = None
-    """The function called (``tool_call``); the request's forced tool when omitted."""
+    """The function called (`tool_call`); the request's forced tool when omitted."""
     more_arguments: tuple[str, ...] = ()
-    """The arguments of further calls of the same function in the same reply (``tool_calls``)."""
+    """The arguments of further calls of the same function in the same reply (`tool_calls`)."""
     status: int = 200
-    """The HTTP status of an ``error``."""
+    """The HTTP status of an `error`."""
     retry_after: str | None = None
-    """The ``Retry-After`` header of an ``error``, when set."""
+    """The `Retry-After` header of an `error`, when set."""
     delay: float = 0.0
     """Seconds to wait before answering (a slow server, or a client timeout)."""
     drip: float = 0.0
@@ -81,9 +81,9 @@ class FakeReply:
     Each read then succeeds well within a per-read timeout, so only a bound on the whole request
     ends it."""
     prompt_tokens: int | None = None
-    """``usage.prompt_tokens`` to report; estimated from the request when omitted."""
+    """`usage.prompt_tokens` to report; estimated from the request when omitted."""
     completion_tokens: int | None = None
-    """``usage.completion_tokens`` to report; estimated from the reply when omitted."""
+    """`usage.completion_tokens` to report; estimated from the reply when omitted."""
 
     @classmethod
     def text(cls, content: str, **options: Unpack[ReplyOptions]) -> FakeReply:
@@ -111,9 +111,9 @@ class FakeReply:
         name: str | None = None,
         **options: Unpack[ReplyOptions],
     ) -> FakeReply:
-        """One reply with several calls of the function (``name=``, else the forced tool), in this order.
+        """One reply with several calls of the function (`name=`, else the forced tool), in this order.
 
-        A server that ignores ``parallel_tool_calls: false`` answers this way.
+        A server that ignores `parallel_tool_calls: false` answers this way.
         """
         rest = tuple(arguments if isinstance(arguments, str) else _dump(arguments) for arguments in more)
         return replace(cls.tool_call(first, name=name, **options), more_arguments=rest)
@@ -127,7 +127,7 @@ class FakeReply:
         message: str | None = None,
         **options: Unpack[ReplyOptions],
     ) -> FakeReply:
-        """An HTTP error with an OpenAI-shaped error body and an optional ``Retry-After``."""
+        """An HTTP error with an OpenAI-shaped error body and an optional `Retry-After`."""
         header = None if retry_after is None else str(retry_after)
         return cls(kind="error", status=status, retry_after=header, body=message, **options)
 
@@ -138,17 +138,17 @@ class FakeReply:
 
     @classmethod
     def truncated(cls, content: str | None = None, **options: Unpack[ReplyOptions]) -> FakeReply:
-        """A reply cut off by the token limit (``finish_reason: "length"``): half of the default reply."""
+        """A reply cut off by the token limit (`finish_reason: "length"`): half of the default reply."""
         return cls(kind="truncated", body=content, **options)
 
     @classmethod
     def no_choices(cls, **options: Unpack[ReplyOptions]) -> FakeReply:
-        """A 200 whose ``choices`` list is empty."""
+        """A 200 whose `choices` list is empty."""
         return cls(kind="no_choices", **options)
 
     @classmethod
     def auto(cls, **options: Unpack[ReplyOptions]) -> FakeReply:
-        """The unscripted answer (a minimal schema-valid instance), e.g. with a ``delay``."""
+        """The unscripted answer (a minimal schema-valid instance), e.g. with a `delay`."""
         return cls(kind="auto", **options)
 
 
@@ -168,19 +168,19 @@ def _as_reply(entry: Scripted) -> FakeReply:
 
 
 class FakeOpenAIServer:
-    """An OpenAI-compatible chat-completions server on ``127.0.0.1`` (an ephemeral port).
+    """An OpenAI-compatible chat-completions server on `127.0.0.1` (an ephemeral port).
 
-    Use it as a context manager (``with`` or ``async with``) and point a client at
-    ``base_url``. Script answers with ``add`` (or the constructor): a ``FakeReply``, a string
+    Use it as a context manager (`with` or `async with`) and point a client at
+    `base_url`. Script answers with `add` (or the constructor): a `FakeReply`, a string
     (message content), or a dict or pydantic model (a value, sent as the forced tool's arguments
     or as content). Once the script is used up, each request gets a minimal instance of the
-    schema it carries (booleans true, so a ``ToolStep`` says it is done).
+    schema it carries (booleans true, so a `ToolStep` says it is done).
 
-    To serve several runs at once, answer as a function of the request instead: ``respond`` gets
-    each valid request's body (a dict, as sent) and returns the answer, or ``None`` to take the next
+    To serve several runs at once, answer as a function of the request instead: `respond` gets
+    each valid request's body (a dict, as sent) and returns the answer, or `None` to take the next
     one from the script (then the minimal instance). It is called from the server's handler
     threads, possibly at the same time for concurrent requests; what it raises is recorded in
-    ``errors`` and the client sees the connection dropped.
+    `errors` and the client sees the connection dropped.
 
     Example:
         >>> with FakeOpenAIServer([FakeReply.error(429, retry_after=3)]) as server:
@@ -200,11 +200,11 @@ class FakeOpenAIServer:
         self._httpd: _Httpd | None = None
         self._thread: threading.Thread | None = None
         self.requests: list[dict[str, Any]] = []
-        """Every request body received, in order (rejected ones included; ``{}`` for a non-JSON body)."""
+        """Every request body received, in order (rejected ones included; `{}` for a non-JSON body)."""
         self.request_bytes: list[int] = []
-        """The size in bytes of each request body received, as sent on the wire (same order as ``requests``)."""
+        """The size in bytes of each request body received, as sent on the wire (same order as `requests`)."""
         self.responses: list[dict[str, Any] | None] = []
-        """The body answered to each request (the whole reply for a stream; ``None`` when malformed)."""
+        """The body answered to each request (the whole reply for a stream; `None` when malformed)."""
         self.max_concurrent = 0
         """The most chat-completion requests the server was handling at the same moment."""
         self._handling = 0
@@ -240,7 +240,7 @@ class FakeOpenAIServer:
 
     @property
     def base_url(self) -> str:
-        """The OpenAI base URL of the running server (``http://127.0.0.1:PORT/v1``)."""
+        """The OpenAI base URL of the running server (`http://127.0.0.1:PORT/v1`)."""
         if self._httpd is None:
             raise RuntimeError("the fake server is not running; use it as a context manager or call start()")
         host, port = self._httpd.server_address[:2]

@@ -1,4 +1,4 @@
-"""The wire rules of ``FakeOpenAIServer``: what a real server rejects, and what it answers unscripted."""
+"""The wire rules of `FakeOpenAIServer`: what a real server rejects, and what it answers unscripted."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 _NAME = re.compile(r"\A[a-zA-Z0-9_-]{1,64}\Z")
-"""OpenAI's rule for function and schema names, matched against the whole name (``fullmatch``)."""
+"""OpenAI's rule for function and schema names, matched against the whole name (`fullmatch`)."""
 _ROLES = ("system", "developer", "user", "assistant", "tool")
 _PART_TYPES = ("text", "image_url", "input_audio", "file", "refusal")
 _FORMAT_TYPES = ("text", "json_object", "json_schema")
@@ -50,7 +50,7 @@ class RequestRejected(ValueError):
 
 
 def validate_request(body: object) -> dict[str, Any]:
-    """Check a chat-completions request body; raise ``RequestRejected`` where a real server answers 400."""
+    """Check a chat-completions request body; raise `RequestRejected` where a real server answers 400."""
     if not isinstance(body, dict):
         raise RequestRejected("We could not parse the JSON body of your request: expected a JSON object.")
     model = body.get("model")
@@ -209,12 +209,12 @@ def _strict(spec: Mapping[str, Any], param: str) -> bool:
 
 
 def check_strict_schema(schema: Mapping[str, Any], label: str, param: str) -> None:
-    """Reject, as OpenAI does, a schema marked ``strict`` that breaks the strict-mode rules.
+    """Reject, as OpenAI does, a schema marked `strict` that breaks the strict-mode rules.
 
-    The root is a closed object; every object is closed (``additionalProperties: false``) and lists
-    every property in ``required``; only the strict keywords appear (no ``oneOf``,
-    ``discriminator``, ``allOf``, ``default``, ``minLength``...); every node has a ``type`` unless it
-    is a union, an enum or a ``$ref``, and nothing sits beside a ``$ref``.
+    The root is a closed object; every object is closed (`additionalProperties: false`) and lists
+    every property in `required`; only the strict keywords appear (no `oneOf`,
+    `discriminator`, `allOf`, `default`, `minLength`...); every node has a `type` unless it
+    is a union, an enum or a `$ref`, and nothing sits beside a `$ref`.
     """
     if schema.get("type") != "object" or "anyOf" in schema:
         raise RequestRejected(f"Invalid schema for {label}: the root must be an object, not a union.", param)

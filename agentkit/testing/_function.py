@@ -1,4 +1,4 @@
-"""``FunctionCaller``: the test double whose replies a function of the request computes."""
+"""`FunctionCaller`: the test double whose replies a function of the request computes."""
 
 from __future__ import annotations
 
@@ -19,33 +19,33 @@ __all__ = ["Answer", "AnswerFunction", "FunctionCaller"]
 M = TypeVar("M", bound=BaseModel)
 
 Answer: TypeAlias = BaseModel | Mapping[str, Any] | str | ScriptedReply | TextCompletion
-"""What the function returns for one request: what a ``ScriptedCaller`` script entry may be
+"""What the function returns for one request: what a `ScriptedCaller` script entry may be
 (an exception is raised by the function rather than returned)."""
 
 AnswerFunction: TypeAlias = Callable[[StructuredRequest, "type[BaseModel] | None"], Answer | Awaitable[Answer]]
-"""The function: the request, and the schema asked for (``None`` for a prose request)."""
+"""The function: the request, and the schema asked for (`None` for a prose request)."""
 
 
 class FunctionCaller:
-    """A ``StructuredCaller`` (and ``TextCaller``) that answers each request by calling a function.
+    """A `StructuredCaller` (and `TextCaller`) that answers each request by calling a function.
 
-    Where ``ScriptedCaller`` replays replies in a fixed order, ``FunctionCaller`` computes each
-    from the request: the function gets the ``StructuredRequest`` and the schema asked for
-    (``None`` for ``complete_text``), and returns (or, if it is async, resolves to) a dict, a
-    model instance, raw JSON text, a ``ScriptedReply`` or a ``TextCompletion``. A structured
-    answer is validated against the schema through JSON, exactly as ``ScriptedCaller`` does, so
+    Where `ScriptedCaller` replays replies in a fixed order, `FunctionCaller` computes each
+    from the request: the function gets the `StructuredRequest` and the schema asked for
+    (`None` for `complete_text`), and returns (or, if it is async, resolves to) a dict, a
+    model instance, raw JSON text, a `ScriptedReply` or a `TextCompletion`. A structured
+    answer is validated against the schema through JSON, exactly as `ScriptedCaller` does, so
     an answer only Python-mode validation accepts fails as a real reply would. For a prose request
-    a ``str`` is the text as is.
+    a `str` is the text as is.
 
     An exception the function raises is the model call's failure, as a scripted exception is: an
-    ``AgentkitError`` (``Throttled``, ``Truncated``, ``ProviderError``...) gets the usual retry and
-    fallback treatment; any other exception becomes a ``ProviderError`` whose cause it is, and a
-    ``UsageError`` escapes the run. Every request is recorded in ``requests``, failed ones
-    included, and each call reports ``Usage(requests=1)`` unless a ``ScriptedReply`` says otherwise.
+    `AgentkitError` (`Throttled`, `Truncated`, `ProviderError`...) gets the usual retry and
+    fallback treatment; any other exception becomes a `ProviderError` whose cause it is, and a
+    `UsageError` escapes the run. Every request is recorded in `requests`, failed ones
+    included, and each call reports `Usage(requests=1)` unless a `ScriptedReply` says otherwise.
 
     Raises:
         UsageError: at construction, for a function that cannot be called as ``function(request,
-            schema)`` (one of a single parameter, say); ``*args`` is accepted.
+            schema)` (one of a single parameter, say); `*args`` is accepted.
     """
 
     def __init__(self, function: AnswerFunction) -> None:
@@ -58,7 +58,7 @@ class FunctionCaller:
         """Every request made, in order."""
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
-        """Validate the function's answer for ``request`` against ``schema`` and return it."""
+        """Validate the function's answer for `request` against `schema` and return it."""
         answer = await self._answer(request, schema)
         if isinstance(answer, TextCompletion):
             raise UsageError(
@@ -68,7 +68,7 @@ class FunctionCaller:
         return structured_answer(answer, request, schema)
 
     async def complete_text(self, request: StructuredRequest) -> TextCompletion:
-        """Return the function's answer for ``request`` as a prose reply: a ``str`` is the text as is."""
+        """Return the function's answer for `request` as a prose reply: a `str` is the text as is."""
         answer = await self._answer(request, None)
         at = len(self.requests)
         return text_answer(
@@ -99,7 +99,7 @@ class FunctionCaller:
 
 
 def _check_parameters(function: Callable[..., Any]) -> None:
-    """Refuse a function that cannot be called as ``function(request, schema)`` (``*args`` can).
+    """Refuse a function that cannot be called as `function(request, schema)` (`*args` can).
 
     Raises:
         UsageError: naming the function, its parameters and the fix.

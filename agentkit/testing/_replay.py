@@ -1,12 +1,12 @@
-"""``ReplayCaller``: a recorded run played back, offline, request by request.
+"""`ReplayCaller`: a recorded run played back, offline, request by request.
 
-A run's state (``RunCheckpoint``: ``result.checkpoint``, ``journal.state(run_id)``, or a cassette
-file ``agentkit journal export`` wrote) records each round's validated step, usage and model, and
+A run's state (`RunCheckpoint`: `result.checkpoint`, `journal.state(run_id)`, or a cassette
+file `agentkit journal export` wrote) records each round's validated step, usage and model, and
 digests of the prompt the executor rendered and of the step schema the model was asked to follow.
-``ReplayCaller`` answers each request with the step recorded for it, after checking that the
+`ReplayCaller` answers each request with the step recorded for it, after checking that the
 request is the recorded one: the same prompt, the same schema. A request that differs raises
-``ReplayDiverged`` naming the round and what differs (or, with ``strict=False``, goes to a fallback
-caller, as does every request after it). ``ReplayCaller.tools(...)`` gives stand-ins for the run's
+`ReplayDiverged` naming the round and what differs (or, with `strict=False`, goes to a fallback
+caller, as does every request after it). `ReplayCaller.tools(...)` gives stand-ins for the run's
 tools that return the recorded batches instead of running, so a replay repeats no side effect.
 """
 
@@ -42,20 +42,20 @@ Args = TypeVar("Args", bound=BaseModel)
 R = TypeVar("R")
 
 _CALLS = frozenset({RoundOutcome.RAN, RoundOutcome.RETRIED})
-"""Round outcomes whose tool ran (a batch, or a ``ToolRetry``): what a tool stand-in plays back."""
+"""Round outcomes whose tool ran (a batch, or a `ToolRetry`): what a tool stand-in plays back."""
 
 
 class ReplayCaller:
-    """A ``StructuredCaller`` that answers each request with the step a recorded run took.
+    """A `StructuredCaller` that answers each request with the step a recorded run took.
 
     Args:
         cassette: The recorded run's state. Its digests are checked first: an edited or damaged
             cassette, or one of another version, is refused naming what is wrong.
-        strict: ``True`` (the default): a request whose prompt or schema differs from the
-            recorded one raises ``ReplayDiverged``. ``False``: it, and every request after it, is
-            answered by ``fallback``.
-        fallback: The caller for requests the recording cannot answer (``strict=False``), and for
-            requests after the recording's end; without one, those raise ``ReplayDiverged``.
+        strict: `True` (the default): a request whose prompt or schema differs from the
+            recorded one raises `ReplayDiverged`. `False`: it, and every request after it, is
+            answered by `fallback`.
+        fallback: The caller for requests the recording cannot answer (`strict=False`), and for
+            requests after the recording's end; without one, those raise `ReplayDiverged`.
 
     Example:
         >>> replay = ReplayCaller.from_file("tests/cassettes/refund.json")  # doctest: +SKIP
@@ -78,13 +78,13 @@ class ReplayCaller:
         self.requests: list[StructuredRequest] = []
         """Every request made, in order."""
         self.diverged: ReplayDiverged | None = None
-        """Where the replay left the recording (``strict=False``): every request since went to ``fallback``."""
+        """Where the replay left the recording (`strict=False`): every request since went to `fallback`."""
 
     @classmethod
     def from_json(
         cls, text: str | bytes, *, strict: bool = True, fallback: StructuredCaller | None = None
     ) -> ReplayCaller:
-        """Replay the run a cassette's JSON records (``RunCheckpoint`` JSON, as ``agentkit journal export`` writes)."""
+        """Replay the run a cassette's JSON records (`RunCheckpoint` JSON, as `agentkit journal export` writes)."""
         try:
             cassette = RunCheckpoint.model_validate_json(text)
         except ValidationError as invalid:
@@ -151,10 +151,10 @@ class ReplayCaller:
     @overload
     def tools(self, tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Any]]) -> list[Tool[Any, R]]: ...
     def tools(self, tools: AnyTool | Sequence[AnyTool]) -> Tool[Any, Any] | list[Tool[Any, Any]]:
-        """Stand-ins for ``tools`` (one tool gives one stand-in, a sequence a list) that play back the
+        """Stand-ins for `tools` (one tool gives one stand-in, a sequence a list) that play back the
         recorded calls instead of running: each returns the batch the recorded call of that tool returned
-        (or raises its ``ToolRetry``), in order, after checking the args are the recorded ones
-        (``ReplayDiverged`` if not). An approved call run on resume plays back the batch its decision
+        (or raises its `ToolRetry`), in order, after checking the args are the recorded ones
+        (`ReplayDiverged` if not). An approved call run on resume plays back the batch its decision
         recorded. They take no ctx: they run nothing."""
         played = _executions(self.cassette)
         if not isinstance(tools, Sequence):
@@ -189,7 +189,7 @@ def _index_of(cassette: RunCheckpoint, entry: object) -> int:
 
 
 def _difference(entry: RoundEntry, request: StructuredRequest, schema: type[BaseModel]) -> str | None:
-    """What differs between a request and the recorded one, in words; ``None``: nothing."""
+    """What differs between a request and the recorded one, in words; `None`: nothing."""
     prompt: Prompt = _prompt_of(request)
     if entry.prompt != prompt_digest(prompt):
         return "the prompt differs from the recorded one (the executor rendered another system or dynamic text)"
@@ -241,7 +241,7 @@ def _executions(cassette: RunCheckpoint) -> dict[str, deque[RoundEntry | Decisio
 
 
 class _StandIn:
-    """A tool that plays back its recorded calls (see ``ReplayCaller.tools``)."""
+    """A tool that plays back its recorded calls (see `ReplayCaller.tools`)."""
 
     def __init__(self, tool: AnyTool, played: dict[str, deque[RoundEntry | DecisionEntry]]) -> None:
         self.name: str = tool.name

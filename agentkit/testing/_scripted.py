@@ -1,4 +1,4 @@
-"""``ScriptedCaller``: the test double for the structured-call seam, scripted reply by reply."""
+"""`ScriptedCaller`: the test double for the structured-call seam, scripted reply by reply."""
 
 from __future__ import annotations
 
@@ -41,15 +41,15 @@ Step = BaseModel | Mapping[str, Any] | str | BaseException | ScriptedReply | Tex
 
 
 class ScriptedCaller:
-    """A ``StructuredCaller`` that replays a script, one entry per call.
+    """A `StructuredCaller` that replays a script, one entry per call.
 
     Each entry is a model instance, a dict or raw JSON text (all validated against the requested
     schema exactly as a real reply is, so an invalid entry fails validation), an exception to
-    raise, or a ``ScriptedReply``. Every request is recorded in ``requests``, including those
-    whose entry is an exception. Each call reports ``Usage(requests=1)`` unless scripted otherwise.
+    raise, or a `ScriptedReply`. Every request is recorded in `requests`, including those
+    whose entry is an exception. Each call reports `Usage(requests=1)` unless scripted otherwise.
 
-    It is also a ``TextCaller``: for ``complete_text`` a ``str`` entry is the prose reply as-is
-    (empty included), a ``TextCompletion`` is returned unchanged, and exceptions raise.
+    It is also a `TextCaller`: for `complete_text` a `str` entry is the prose reply as-is
+    (empty included), a `TextCompletion` is returned unchanged, and exceptions raise.
     """
 
     def __init__(self, steps: Iterable[Step] = ()) -> None:
@@ -74,7 +74,7 @@ class ScriptedCaller:
             )
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
-        """Validate the next entry against ``schema`` and return it (or raise it)."""
+        """Validate the next entry against `schema` and return it (or raise it)."""
         self.requests.append(request)
         if not self._script:
             raise ScriptExhausted(
@@ -88,7 +88,7 @@ class ScriptedCaller:
         return structured_answer(entry, request, schema)
 
     async def complete_text(self, request: StructuredRequest) -> TextCompletion:
-        """Return the next entry as a prose reply (``TextCaller``): a ``str`` is the text as-is."""
+        """Return the next entry as a prose reply (`TextCaller`): a `str` is the text as-is."""
         self.requests.append(request)
         if not self._script:
             raise ScriptExhausted(f"the script ran dry at request {len(self.requests)} (text); add more replies")
@@ -115,7 +115,7 @@ def structured_answer(entry: Step, request: StructuredRequest, schema: type[M]) 
 
 
 def text_answer(entry: Step, request: StructuredRequest, refusal: Callable[[str], str]) -> TextCompletion:
-    """A script entry (or a function's answer) as a prose reply; anything but text is a ``UsageError``."""
+    """A script entry (or a function's answer) as a prose reply; anything but text is a `UsageError`."""
     if isinstance(entry, TextCompletion):
         return entry
     reply = entry if isinstance(entry, ScriptedReply) else ScriptedReply(value=entry)
@@ -157,12 +157,12 @@ def call_step(
 def call_step(
     args: BaseModel | Mapping[str, Any], *, tool: AnyTool | str | None = None, rationale: str = ""
 ) -> dict[str, Any]:
-    """A scripted step that calls a tool; name the ``tool`` when the loop has a set of tools.
+    """A scripted step that calls a tool; name the `tool` when the loop has a set of tools.
 
-    Pass the tool object itself (``tool=search``) so that a misspelt name is a ``NameError`` and
-    args of another tool's type a type error; a name (``tool="search"``) is still accepted, for
-    tools made at run time. A step with ``tool=`` scripted for a loop given a single tool (whose
-    step carries the bare args) is a wiring mistake: the run raises a ``UsageError`` that says so.
+    Pass the tool object itself (`tool=search`) so that a misspelt name is a `NameError` and
+    args of another tool's type a type error; a name (`tool="search"`) is still accepted, for
+    tools made at run time. A step with `tool=` scripted for a loop given a single tool (whose
+    step carries the bare args) is a wiring mistake: the run raises a `UsageError` that says so.
     """
     payload = args.model_dump(mode="json") if isinstance(args, BaseModel) else dict(args)
     name = tool if tool is None or isinstance(tool, str) else tool.name
@@ -172,7 +172,7 @@ def call_step(
 
 
 class _NamedCallStep(dict[str, Any]):
-    """A ``call_step(..., tool=name)`` entry: a plain step dict that remembers it named its tool, so that
+    """A `call_step(..., tool=name)` entry: a plain step dict that remembers it named its tool, so that
     one scripted for a loop given a single tool is reported as the wiring mistake it is."""
 
     __slots__ = ("tool",)
@@ -191,7 +191,7 @@ def _single_tool_mistake(tool: str) -> UsageError:
 
 
 def done_step(rationale: str = "", *, answer: BaseModel | Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A scripted step that stops the loop; with ``answer``, it carries the final answer (``answer=`` runs)."""
+    """A scripted step that stops the loop; with `answer`, it carries the final answer (`answer=` runs)."""
     step: dict[str, Any] = {"rationale": rationale, "done": True, "call": None}
     if answer is not None:
         step["answer"] = answer.model_dump(mode="json") if isinstance(answer, BaseModel) else dict(answer)
