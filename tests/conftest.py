@@ -1,4 +1,4 @@
-"""Shared fixtures for the journal tests: one journal per test, on SQLite and on a real PostgreSQL.
+"""Shared fixtures: a fake OpenAI server, and one journal per test, on SQLite and on a real PostgreSQL.
 
 PostgreSQL runs when ``AGENTKIT_TEST_POSTGRES_DSN`` is set (``.ci/postgres.sh start`` starts a
 server and prints it); each test gets a fresh schema there, as it gets a fresh file with SQLite.
@@ -15,11 +15,19 @@ from urllib.parse import quote
 import pytest
 
 from agentkit.journal import Journal, open_journal
+from agentkit.testing import FakeOpenAIServer
 
 POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
 """The test server, or ``None`` when the PostgreSQL half of the journal tests is skipped."""
 REQUIRE_POSTGRES = os.environ.get("AGENTKIT_REQUIRE_POSTGRES") == "1"
 """Set by CI: a missing server is then a failure, never a silent skip."""
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAIServer]:
+    """A ``FakeOpenAIServer`` for the test, unscripted (a test that serves something else overrides it)."""
+    with FakeOpenAIServer() as fake:
+        yield fake
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -301,12 +300,6 @@ def test_reflective_prompt_asks_for_the_answer_in_the_closing_round() -> None:
     dynamic = reflective_prompt("Answer questions.", "q", info, check="If enough, set done to true.").dynamic
     assert dynamic.endswith("taken from the results above only.")
     assert "no more calls" in dynamic
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as fake:
-        yield fake
 
 
 @pytest.mark.parametrize("mode", [StructuredMode.JSON_SCHEMA, StructuredMode.TOOLS])

@@ -50,12 +50,6 @@ class Score(BaseModel):
 
 
 @pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as fake:
-        yield fake
-
-
-@pytest.fixture
 def client(server: FakeOpenAIServer) -> Iterator[openai.OpenAI]:
     with openai.OpenAI(base_url=server.base_url, api_key="k", max_retries=0) as built:
         yield built

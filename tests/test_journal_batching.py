@@ -24,10 +24,7 @@ from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._sql import insert_rows
 from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, call_step, done_step
-
-
-class Query(BaseModel):
-    query: str
+from tests.support import Query
 
 
 class Target(BaseModel):

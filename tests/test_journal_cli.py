@@ -30,12 +30,9 @@ from agentkit._results import Usage
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
 from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
+from tests.support import Query
 
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
-
-
-class Query(BaseModel):
-    query: str
 
 
 class Target(BaseModel):

@@ -44,6 +44,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION, VERSION_TABLE
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import Query
 
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 8
@@ -55,10 +56,6 @@ pytestmark = pytest.mark.slow
 
 class Target(BaseModel):
     path: str
-
-
-class Query(BaseModel):
-    query: str
 
 
 def recording_wipe(log: str, *, hang: bool = False) -> FunctionTool[Target, str]:

@@ -18,20 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import Prompt, RoleSpec, StopReason, Tier, Tool, ToolRoundInfo, run_tool_loop, run_tool_loop_tiered, tool
 from agentkit.journal import Journal, JournalObserver, RunStatus, open_journal
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer
+from tests.support import Query
 
 SPAWN = multiprocessing.get_context("spawn")
 
 pytestmark = pytest.mark.slow
-
-
-class Query(BaseModel):
-    query: str
 
 
 class Reader:

@@ -45,10 +45,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-
-
-class Query(BaseModel):
-    query: str
+from tests.support import Query
 
 
 class Target(BaseModel):

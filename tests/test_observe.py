@@ -47,12 +47,9 @@ from agentkit.events import (
     ToolResultReturned,
 )
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
+from tests.support import Query
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
-
-
-class Query(BaseModel):
-    query: str
 
 
 class Doc(BaseModel):

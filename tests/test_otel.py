@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx2
@@ -46,7 +46,8 @@ from agentkit.otel import (
 )
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.test_observe import NO_WAIT, Doc, Finder, Query, delete, search
+from tests.support import Query
+from tests.test_observe import NO_WAIT, Doc, Finder, delete, search
 
 CONFIG = LoopConfig(retry=NO_WAIT)
 
@@ -71,12 +72,6 @@ def tracer(provider: TracerProvider) -> Tracer:
 @pytest.fixture
 def observer(tracer: Tracer) -> OTelObserver:
     return OTelObserver(tracer)
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as fake:
-        yield fake
 
 
 class TracedTransport(httpx2.AsyncBaseTransport):

@@ -39,7 +39,8 @@ from tests.otel_support import (  # noqa: F401  # the fixtures server and teleme
     span_id,
     telemetry_fixture,
 )
-from tests.test_observe import Doc, Finder, Query, search
+from tests.support import Query
+from tests.test_observe import Doc, Finder, search
 from tests.test_otel import CONFIG, TracedTransport, hanging, planted_run
 
 

@@ -29,7 +29,8 @@ from tests.otel_support import (  # noqa: F401  # the fixtures caller, server an
     span_id,
     telemetry_fixture,
 )
-from tests.test_observe import NO_WAIT, Doc, Finder, Query
+from tests.support import Query
+from tests.test_observe import NO_WAIT, Doc, Finder
 
 CONFIG = LoopConfig(retry=NO_WAIT)
 

@@ -18,7 +18,8 @@ from tests.otel_support import (  # noqa: F401  # the fixtures caller, server an
     server_fixture,
     telemetry_fixture,
 )
-from tests.test_observe import NO_WAIT, Finder, Query, delete, search
+from tests.support import Query
+from tests.test_observe import NO_WAIT, Finder, delete, search
 from tests.test_otel import MARKERS, planted_run
 
 CONFIG = LoopConfig(retry=NO_WAIT)

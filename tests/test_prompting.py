@@ -26,12 +26,9 @@ from agentkit._loops import run_tool_loop, run_tool_loop_tiered
 from agentkit._step import build_step_model
 from agentkit.prompting import USE_THE_TOOL, reflective_prompt, worked_example
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import Query
 
 DOCTRINE = "You find notes for the request."
-
-
-class Query(BaseModel):
-    query: str
 
 
 class Remove(BaseModel):

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentkit import ProposedAction, Tier, UsageError, tool
 from agentkit._proposals import call_digest, load_proposal
+from tests.support import Query
 
 
 class Inner(BaseModel):
@@ -23,10 +24,6 @@ class PathArgs(BaseModel):
     path: str
     recursive: bool = False
     inner: Inner | None = None
-
-
-class Query(BaseModel):
-    query: str
 
 
 @tool(tier=Tier.IRREVERSIBLE)

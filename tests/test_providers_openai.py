@@ -6,7 +6,7 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any, Generic, Literal, TypeVar
 
 import openai
@@ -31,14 +31,11 @@ from agentkit import (
 from agentkit.errors import ProviderError, StructuredOutputError, Throttled, Truncated
 from agentkit.providers.openai import OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step, done_step
+from tests.support import Query
 
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 T = TypeVar("T")
-
-
-class Query(BaseModel):
-    query: str
 
 
 class Verdict(BaseModel):
@@ -74,12 +71,6 @@ class Searcher:
 
 def request(**fields: Any) -> StructuredRequest:
     return StructuredRequest(**{"system": "Rate it.", "dynamic": "the text", "model": "m", **fields})
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as fake:
-        yield fake
 
 
 @pytest.fixture

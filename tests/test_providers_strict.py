@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
 from typing import Any, Literal
 
 import jsonschema
@@ -110,12 +109,6 @@ def sent_schema(body: dict[str, Any]) -> dict[str, Any]:
     function = body["tools"][0]["function"]
     assert function["strict"] is True
     return dict(function["parameters"])
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as fake:
-        yield fake
 
 
 @pytest.mark.parametrize("mode", STRICT_MODES)

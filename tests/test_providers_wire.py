@@ -6,7 +6,6 @@ import asyncio
 import gc
 import json
 import weakref
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -33,16 +32,13 @@ from agentkit.errors import ProviderError
 from agentkit.providers._wire import token_count
 from agentkit.providers.openai import MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step
+from tests.support import Query
 
 NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
 DRIP = 0.2
 """Seconds between the bytes of a dripped reply: each read is far inside any per-read timeout."""
 GUARD = 30.0
 """Seconds after which a test that should have been cut off long before fails instead of hanging."""
-
-
-class Query(BaseModel):
-    query: str
 
 
 class Verdict(BaseModel):
@@ -73,12 +69,6 @@ class Rater:
 
 def request(**fields: Any) -> StructuredRequest:
     return StructuredRequest(**{"system": "Rate it.", "dynamic": "the text", "model": "m", **fields})
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAIServer]:
-    with FakeOpenAIServer() as fake:
-        yield fake
 
 
 # --- a reply dripped one byte at a time ------------------------------------------------------------
