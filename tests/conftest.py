@@ -7,6 +7,7 @@ server and prints it); each test gets a fresh schema there, as it gets a fresh f
 from __future__ import annotations
 
 import os
+import signal
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -16,6 +17,11 @@ import pytest
 
 from agentkit.journal import Journal, open_journal
 from agentkit.testing import FakeOpenAIServer
+
+# A suite started as a background job of a script (`cmd &`) inherits SIGINT ignored, and so would every
+# process it starts: the Ctrl-C tests (in process and in child processes) need it delivered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 POSTGRES_DSN = os.environ.get("AGENTKIT_TEST_POSTGRES_DSN")
 """The test server, or ``None`` when the PostgreSQL half of the journal tests is skipped."""

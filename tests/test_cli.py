@@ -228,7 +228,7 @@ def test_ctrl_c_in_a_real_process_exits_130_with_one_line() -> None:
         finally:
             if demo.poll() is None:
                 demo.kill()
-                demo.wait()
+                demo.communicate()  # and close its pipes
     assert demo.returncode == 130, out + err
     assert err.splitlines() == ["agentkit demo: interrupted"]
 
