@@ -47,7 +47,6 @@ from agentkit import ProposedAction, Tier, tool
 from agentkit._tools import FunctionTool
 from agentkit.journal import Journal, PostgresJournal, ProposalState, open_journal
 from agentkit.journal._sql import insert_proposal, log_transition, now
-from agentkit.journal._store import SQLJournal
 from agentkit.journal._worker import Polling
 
 SPAWN = multiprocessing.get_context("spawn")
@@ -104,7 +103,6 @@ def fill(url: str, count: int) -> None:
 
     async def go() -> None:
         journal = open_journal(url)
-        assert isinstance(journal, SQLJournal)
         at = now()
         with journal._tx(write=True) as db:
             for n in range(count):
@@ -130,7 +128,6 @@ def check_exactly_once(url: str, log: Path, count: int) -> dict[str, Any]:
 
     async def journal_view() -> tuple[int, int]:
         journal = open_journal(url, create=False)
-        assert isinstance(journal, SQLJournal)
         with journal._tx(write=False) as db:
             executed = db.query("SELECT count(*) AS n FROM agentkit_proposals WHERE state = 'executed'")[0]["n"]
             claims = db.query("SELECT count(*) AS n FROM agentkit_transitions WHERE to_state = 'executing'")[0]["n"]

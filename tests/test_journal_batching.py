@@ -22,7 +22,6 @@ from agentkit.events import Event, RunStarted
 from agentkit.journal import Journal, JournalError, JournalObserver, RunState, SQLiteJournal
 from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._sql import insert_rows
-from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Query
 
@@ -92,16 +91,15 @@ def counting(journal: Journal, monkeypatch: pytest.MonkeyPatch) -> list[list[str
         record_all(entries, **kwargs)
 
     monkeypatch.setattr(journal, "record_all", counted)
-    if isinstance(journal, SQLJournal):
-        try_record_all = journal.try_record_all
+    try_record_all = journal.try_record_all
 
-        def tried(entries: Sequence[Event | Checkpointed], **kwargs: Any) -> bool:
-            written = try_record_all(entries, **kwargs)
-            if written:
-                batches.append([e.kind for e in entries])
-            return written
+    def tried(entries: Sequence[Event | Checkpointed], **kwargs: Any) -> bool:
+        written = try_record_all(entries, **kwargs)
+        if written:
+            batches.append([e.kind for e in entries])
+        return written
 
-        monkeypatch.setattr(journal, "try_record_all", tried)
+    monkeypatch.setattr(journal, "try_record_all", tried)
     return batches
 
 
@@ -176,7 +174,6 @@ def test_linger_is_checked(journal: Journal) -> None:
 
 def synchronous(journal: SQLiteJournal) -> int:
     """The writer connection's ``synchronous`` level (1 NORMAL, 2 FULL)."""
-    assert isinstance(journal, SQLJournal)
     [row] = journal._conn.query("PRAGMA synchronous")  # the level is the point
     return int(row["synchronous"])
 
@@ -237,7 +234,6 @@ async def test_an_interrupt_while_writing_at_once_loses_nothing(
             assert observer.failures == 0
         assert interrupts == 1
         [run] = await journal.runs()
-        assert isinstance(journal, SQLJournal)
         with journal._tx(write=False) as db:
             kinds = [row["kind"] for row in db.query("SELECT kind FROM agentkit_events ORDER BY id")]
         assert kinds == [e.kind for e in entries if not isinstance(e, Checkpointed)]
@@ -262,7 +258,6 @@ async def test_of_a_runs_states_in_one_batch_the_latest_is_stored_and_the_run_is
     journal.record_all([kept[1], kept[3]])
     [run] = await journal.runs()
     assert run.checkpoint_round == 3
-    assert isinstance(journal, SQLJournal)
     _, stored, _ = journal._resume_state(run.id)
     assert stored == kept[3].checkpoint
 

@@ -28,7 +28,6 @@ from agentkit import (
 from agentkit._cli import main
 from agentkit._results import Usage
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
-from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.support import Query
 
@@ -453,7 +452,6 @@ def test_stuck_and_resolve_let_a_human_decide_an_abandoned_execution(
     [p] = inbox(db)
     journal = open_journal(db)
     asyncio.run(journal.approve(p.id, "alice"))
-    assert isinstance(journal, SQLJournal)
     journal._claim(p.id, delete, "gone-worker")  # a worker claimed it, then died
     asyncio.run(journal.close())
     code, out, _ = cli(capsys, "proposals", "stuck", "--older-than", "0", "--db", db)

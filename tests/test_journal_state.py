@@ -13,7 +13,6 @@ from pydantic import BaseModel
 from agentkit import Prompt, RoleSpec, StopReason, Tier, Tool, ToolRoundInfo, run_tool_loop_tiered, tool
 from agentkit.errors import ResumeRefused
 from agentkit.journal import Journal, JournalObserver, ProposalState
-from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Query
 
@@ -72,7 +71,6 @@ async def approved_run(journal: Journal) -> tuple[str, str]:
 
 def edit(journal: Journal, *statements: tuple[str, tuple[object, ...]]) -> None:
     """Edit the journal's rows by hand, in one transaction."""
-    assert isinstance(journal, SQLJournal)
     with journal._tx(write=True) as db:
         for sql, params in statements:
             db.execute(sql, params)

@@ -23,7 +23,6 @@ from agentkit.journal import (
     Worked,
     WorkOutcome,
 )
-from agentkit.journal._store import SQLJournal
 
 
 class Wipe(BaseModel):
@@ -142,7 +141,6 @@ async def test_stop_lets_the_running_call_finish_and_claims_nothing_more(journal
 
 async def test_a_tampered_proposal_is_left_approved_and_the_others_run(journal: Journal) -> None:
     """Stored args that no longer match the digest: not run, left approved (reported), the queue goes on."""
-    assert isinstance(journal, SQLJournal)
     bad, good = await approved(journal, "a"), await approved(journal, "b")
     with journal._tx(write=True) as db:
         db.execute("UPDATE agentkit_proposals SET args = ? WHERE id = ?", ('{"target":"prod"}', bad))
@@ -257,7 +255,6 @@ async def test_a_claim_whose_commit_is_unconfirmed_raises_nothing_ran_and_is_han
     journal: Journal, committed: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The claim's commit fails (whether or not the server committed it): NothingRan, the tool not called, approved."""
-    assert isinstance(journal, SQLJournal)
     id = await approved(journal, "x")
     conn = journal._conn
     commit = conn.commit
@@ -287,7 +284,6 @@ async def test_a_claim_whose_commit_is_unconfirmed_raises_nothing_ran_and_is_han
 
 def damage(journal: Journal, id: str, sql: str, *params: object) -> None:
     """Edit one proposal's row by hand (``sql`` is an ``UPDATE`` whose last parameter is the row's id)."""
-    assert isinstance(journal, SQLJournal)
     with journal._tx(write=True) as db:
         db.execute(sql, (*params, id))
 
@@ -343,7 +339,6 @@ class Statements:
     """Every statement a journal's connections run: its text and how many parameters it took."""
 
     def __init__(self, journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
-        assert isinstance(journal, SQLJournal)
         self.seen: list[tuple[str, int]] = []
         for conn in (journal._conn, journal._reader):
             if conn is None:
@@ -367,7 +362,6 @@ class Statements:
 
 def left_rows(journal: Journal, count: int, prefix: str) -> list[str]:
     """``count`` approved wipes, older than anything approved after, whose digest does not match their args."""
-    assert isinstance(journal, SQLJournal)
     ids = [f"{prefix}-{i:05d}" for i in range(count)]
     with journal._tx(write=True) as db:
         at = db.to_db_time(datetime(2020, 1, 1, tzinfo=UTC))

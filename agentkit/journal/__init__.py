@@ -8,8 +8,7 @@ contract: `SQLiteJournal` (a file, no server; the default) and `PostgresJournal`
 `postgres`, for many workers on many machines). `open_journal` picks one from a path or URL.
 """
 
-from agentkit.journal._contract import Journal, open_journal
-from agentkit.journal._errors import (
+from agentkit.errors import (
     DigestMismatch,
     JournalError,
     JournalUnavailable,
@@ -19,6 +18,7 @@ from agentkit.journal._errors import (
     TransitionRefused,
     UnknownId,
 )
+from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._grants import GrantRecord, GrantState
 from agentkit.journal._postgres import PostgresJournal
 from agentkit.journal._records import (

@@ -18,8 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentkit._approval import amended
 from agentkit._proposals import ProposedAction, canonical_json
-from agentkit.errors import ApprovalError
-from agentkit.journal._errors import DigestMismatch
+from agentkit.errors import ApprovalError, DigestMismatch
 from agentkit.journal._records import ProposalRecord
 
 __all__ = ["amendment_sets", "type_name"]

@@ -22,13 +22,14 @@ from agentkit._invoke import admit, check_ctx, invoke
 from agentkit._observe import ApprovedCall, Observer, ObserverArg, ToolInvocation, observers_of, wrapping
 from agentkit._proposals import call_digest, canonical_json
 from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool
-from agentkit.errors import ToolError, UsageError
-from agentkit.journal._errors import (
+from agentkit.errors import (
     DigestMismatch,
     JournalError,
     NothingRan,
     OutcomeNotRecorded,
+    ToolError,
     TransitionRefused,
+    UsageError,
 )
 from agentkit.journal._inbox import AT, HINTS, Inbox
 from agentkit.journal._lease import DEFAULT_LEASE, Renewal, check_lease

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from agentkit._grants import Grant, grant_actor
 from agentkit._proposals import ProposedAction
 from agentkit._tools import AnyTool
-from agentkit.journal._errors import JournalError, TransitionRefused, UnknownId
+from agentkit.errors import JournalError, TransitionRefused, UnknownId
 from agentkit.journal._records import ProposalState
 from agentkit.journal._sql import insert_proposal, log_transition, now, verification_required, vouched
 from agentkit.journal._storage import Storage, named

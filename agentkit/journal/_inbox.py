@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentkit._proposals import ProposedAction
+from agentkit.errors import TransitionRefused
 from agentkit.journal._amend import amendment_sets
-from agentkit.journal._errors import TransitionRefused
 from agentkit.journal._grants import record_proposal
 from agentkit.journal._records import ProposalRecord, ProposalState, Transition
 from agentkit.journal._sql import (

@@ -13,9 +13,8 @@ from datetime import UTC, datetime
 from types import MappingProxyType, TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from agentkit.errors import UsageError
-from agentkit.journal._errors import JournalError, JournalUnavailable
-from agentkit.journal._store import SQLJournal
+from agentkit.errors import JournalError, JournalUnavailable, UsageError
+from agentkit.journal import Journal
 
 if TYPE_CHECKING:
     import psycopg
@@ -318,7 +317,7 @@ class _Listening:
             await asyncio.wait_for(self._woken.wait(), self._poll)
 
 
-class PostgresJournal(SQLJournal):
+class PostgresJournal(Journal):
     """The journal in a PostgreSQL database: many workers on many machines share one inbox.
 
     Tables are created (prefixed `agentkit_`) in the first schema of the connection's

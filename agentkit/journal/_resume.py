@@ -23,8 +23,7 @@ from agentkit._proposals import ProposedAction
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import RoundEntry, RunCheckpoint
 from agentkit._tools import AnyTool, ContextTool, Tool
-from agentkit.errors import ResumeRefused, ToolError
-from agentkit.journal._errors import TransitionRefused
+from agentkit.errors import ResumeRefused, ToolError, TransitionRefused
 from agentkit.journal._records import ProposalRecord, ProposalState, RunStatus
 from agentkit.journal._runs import held
 from agentkit.journal.observer import JournalObserver
@@ -34,13 +33,13 @@ if TYPE_CHECKING:
     from agentkit._context import Summarizer
     from agentkit._results import TieredLoopResult
     from agentkit._structured import StructuredCaller
-    from agentkit.journal._store import SQLJournal
+    from agentkit.journal import Journal
 
 __all__ = ["resume"]
 
 
 async def resume(
-    journal: SQLJournal,
+    journal: Journal,
     run_id: str,
     caller: StructuredCaller,
     agent: ToolAgent[Any, Any, Any],
@@ -53,7 +52,7 @@ async def resume(
     summarize: Summarizer | None = None,
     answer: type[Any] | None = None,
 ) -> TieredLoopResult[Any, Any, Any]:
-    """`SQLJournal.resume`'s body (documented there)."""
+    """`Journal.resume`'s body (documented there)."""
     record, checkpoint, proposals = await journal._read(journal._resume_state, run_id)
     if record.status is RunStatus.RUNNING:
         raise held(run_id, record.claimed_by, record.lease_until)
@@ -161,7 +160,7 @@ def _entry(run_id: str, wanted: RoundEntry, proposals: list[ProposalRecord]) -> 
 
 
 async def _run_approved(
-    journal: SQLJournal,
+    journal: Journal,
     approval: Approval[Any],
     id: str,
     tool: Tool[Any, Any],

@@ -17,8 +17,7 @@ from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit._state import RunCheckpoint
-from agentkit.errors import ResumeRefused
-from agentkit.journal._errors import RunClaimed
+from agentkit.errors import ResumeRefused, RunClaimed
 from agentkit.journal._events import event_data
 from agentkit.journal._grants import record_proposal
 from agentkit.journal._records import Checkpointed, Hold, ProposalRecord, RoundEntry, RunRecord

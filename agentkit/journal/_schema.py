@@ -26,6 +26,56 @@ Statement = str | PerDatabase
 
 VERSION_TABLE = "agentkit_schema"
 
+# The proposals table's columns: version 1 adds UNIQUE (run_id, round, digest); version 2 rebuilds the
+# table without it (below), so both versions' tables are written from the one list.
+_PROPOSAL_COLUMNS = """
+        id TEXT PRIMARY KEY,
+        state TEXT NOT NULL
+            CHECK (state IN ('pending', 'approved', 'rejected', 'executing', 'executed', 'failed')),
+        tool_name TEXT NOT NULL,
+        tier INTEGER NOT NULL,
+        args TEXT NOT NULL,
+        digest TEXT NOT NULL,
+        rationale TEXT NOT NULL,
+        round INTEGER NOT NULL,
+        run_id TEXT NOT NULL,
+        proposed_at {ts} NOT NULL,
+        approved_by TEXT,
+        approved_at {ts},
+        rejected_by TEXT,
+        rejected_at {ts},
+        reason TEXT,
+        claimed_by TEXT,
+        claimed_at {ts},
+        claim TEXT,
+        finished_at {ts},
+        batch TEXT,
+        batch_size INTEGER,
+        error TEXT,
+        resolved_by TEXT,
+        resolved_at {ts},
+        note TEXT"""
+
+
+def _proposals_table(name: str, *, unique: bool) -> str:
+    """The proposals table's DDL (``{ts}`` left for the backend): version 1 with its UNIQUE, version 2 without."""
+    constraint = ",\n        UNIQUE (run_id, round, digest)" if unique else ""
+    return f"CREATE TABLE {name} ({_PROPOSAL_COLUMNS}{constraint}\n    )"
+
+
+def _transitions_table(name: str, proposals: str) -> str:
+    """The transitions table's DDL, referencing the proposals table `proposals`."""
+    return f"""CREATE TABLE {name} (
+        id {{serial}},
+        proposal_id TEXT NOT NULL REFERENCES {proposals} (id),
+        from_state TEXT,
+        to_state TEXT NOT NULL,
+        actor TEXT NOT NULL,
+        at {{ts}} NOT NULL,
+        note TEXT NOT NULL
+    )"""
+
+
 _V1 = (
     f"CREATE TABLE {VERSION_TABLE} (version INTEGER NOT NULL)",
     """CREATE TABLE agentkit_runs (
@@ -74,45 +124,9 @@ _V1 = (
         output_tokens INTEGER NOT NULL,
         PRIMARY KEY (run_id, round)
     )""",
-    """CREATE TABLE agentkit_proposals (
-        id TEXT PRIMARY KEY,
-        state TEXT NOT NULL
-            CHECK (state IN ('pending', 'approved', 'rejected', 'executing', 'executed', 'failed')),
-        tool_name TEXT NOT NULL,
-        tier INTEGER NOT NULL,
-        args TEXT NOT NULL,
-        digest TEXT NOT NULL,
-        rationale TEXT NOT NULL,
-        round INTEGER NOT NULL,
-        run_id TEXT NOT NULL,
-        proposed_at {ts} NOT NULL,
-        approved_by TEXT,
-        approved_at {ts},
-        rejected_by TEXT,
-        rejected_at {ts},
-        reason TEXT,
-        claimed_by TEXT,
-        claimed_at {ts},
-        claim TEXT,
-        finished_at {ts},
-        batch TEXT,
-        batch_size INTEGER,
-        error TEXT,
-        resolved_by TEXT,
-        resolved_at {ts},
-        note TEXT,
-        UNIQUE (run_id, round, digest)
-    )""",
+    _proposals_table("agentkit_proposals", unique=True),
     "CREATE INDEX agentkit_proposals_state ON agentkit_proposals (state, proposed_at)",
-    """CREATE TABLE agentkit_transitions (
-        id {serial},
-        proposal_id TEXT NOT NULL REFERENCES agentkit_proposals (id),
-        from_state TEXT,
-        to_state TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        at {ts} NOT NULL,
-        note TEXT NOT NULL
-    )""",
+    _transitions_table("agentkit_transitions", "agentkit_proposals"),
     "CREATE INDEX agentkit_transitions_proposal ON agentkit_transitions (proposal_id, id)",
 )
 
@@ -122,43 +136,8 @@ _OPEN_STATES = "'pending', 'approved', 'executing'"
 # a rejection or a failure is a new inbox entry; and a run records its whole LoopConfig.
 # SQLite cannot drop a table's UNIQUE constraint, so it rebuilds the proposals table (and the
 # transitions that reference it) without one; PostgreSQL drops the constraint by name.
-_PROPOSALS_V2 = """CREATE TABLE agentkit_proposals_v2 (
-        id TEXT PRIMARY KEY,
-        state TEXT NOT NULL
-            CHECK (state IN ('pending', 'approved', 'rejected', 'executing', 'executed', 'failed')),
-        tool_name TEXT NOT NULL,
-        tier INTEGER NOT NULL,
-        args TEXT NOT NULL,
-        digest TEXT NOT NULL,
-        rationale TEXT NOT NULL,
-        round INTEGER NOT NULL,
-        run_id TEXT NOT NULL,
-        proposed_at {ts} NOT NULL,
-        approved_by TEXT,
-        approved_at {ts},
-        rejected_by TEXT,
-        rejected_at {ts},
-        reason TEXT,
-        claimed_by TEXT,
-        claimed_at {ts},
-        claim TEXT,
-        finished_at {ts},
-        batch TEXT,
-        batch_size INTEGER,
-        error TEXT,
-        resolved_by TEXT,
-        resolved_at {ts},
-        note TEXT
-    )"""
-_TRANSITIONS_V2 = """CREATE TABLE agentkit_transitions_v2 (
-        id {serial},
-        proposal_id TEXT NOT NULL REFERENCES agentkit_proposals_v2 (id),
-        from_state TEXT,
-        to_state TEXT NOT NULL,
-        actor TEXT NOT NULL,
-        at {ts} NOT NULL,
-        note TEXT NOT NULL
-    )"""
+_PROPOSALS_V2 = _proposals_table("agentkit_proposals_v2", unique=False)
+_TRANSITIONS_V2 = _transitions_table("agentkit_transitions_v2", "agentkit_proposals_v2")
 
 
 def _sqlite_only(statement: str) -> PerDatabase:

@@ -25,9 +25,8 @@ from agentkit._results import ToolLoopResult, Usage
 from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
-from agentkit.errors import ResumeRefused
+from agentkit.errors import DigestMismatch, JournalError, ResumeRefused
 from agentkit.journal._amend import type_name
-from agentkit.journal._errors import DigestMismatch, JournalError
 from agentkit.journal._events import fold_events, loop_config_data, said
 from agentkit.journal._records import (
     Hold,

@@ -13,12 +13,11 @@ from types import MappingProxyType
 from typing import Any
 
 from agentkit._events import Event
-from agentkit.errors import UsageError
-from agentkit.journal._errors import JournalUnavailable
+from agentkit.errors import JournalUnavailable, UsageError
+from agentkit.journal import Journal
 from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._schema import VERSION_TABLE
 from agentkit.journal._sql import Busy
-from agentkit.journal._store import SQLJournal
 
 __all__ = ["SQLiteJournal"]
 
@@ -176,7 +175,7 @@ class _SQLiteConnection:
         self._db.close()
 
 
-class SQLiteJournal(SQLJournal):
+class SQLiteJournal(Journal):
     """The journal in one SQLite file: no server, safe across processes on one machine.
 
     The file is created with its schema on first open; processes opening a fresh file at once wait
@@ -241,7 +240,7 @@ class SQLiteJournal(SQLJournal):
         return not self.sync_records
 
     def try_record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> bool:
-        """`SQLJournal.try_record_all`; every `CHECKPOINT_EVERY` writes, the journal's own thread then checkpoints
+        """`Journal.try_record_all`; every `CHECKPOINT_EVERY` writes, the journal's own thread then checkpoints
         the WAL, which a write at once leaves alone (it runs on the caller's thread)."""
         written = super().try_record_all(entries, hold=hold)
         if written:

@@ -22,8 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from typing import Any, ParamSpec, Self, TypeVar
 
-from agentkit.errors import UsageError
-from agentkit.journal._errors import JournalError, JournalUnavailable, UnknownId
+from agentkit.errors import JournalError, JournalUnavailable, UnknownId, UsageError
 from agentkit.journal._records import ProposalRecord
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
 from agentkit.journal._sql import Busy, Connection, Lossless, lock_proposal_statement, proposal_of

@@ -1,4 +1,4 @@
-"""`SQLJournal`: the journal contract over SQL, one implementation shared by SQLite and PostgreSQL.
+"""`Journal`: the journal over SQL, one implementation shared by SQLite and PostgreSQL.
 
 It is its jobs put together, each in its own module over the one storage (`_storage`): the inbox
 (`_inbox`: propose and decide), its executions (`_executions`: claim, run once, record), the
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from agentkit._results import TieredLoopResult
     from agentkit._structured import StructuredCaller
 
-__all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "OUTCOME_ATTEMPTS", "SQLJournal"]
+__all__ = ["DEFAULT_LEASE", "DEFAULT_STUCK_AFTER", "OUTCOME_ATTEMPTS", "Journal"]
 
 Args = TypeVar("Args", bound=BaseModel)
 Ctx = TypeVar("Ctx")
@@ -42,9 +42,16 @@ Answer = DefaultedTypeVar("Answer", default=None)
 R = TypeVar("R")
 
 
-class SQLJournal(Executions, Runs, GrantBook):
-    """The journal contract (`Journal`) over a SQL `Connection`; `SQLiteJournal` and `PostgresJournal`
-    build on it."""
+class Journal(Executions, Runs, GrantBook):
+    """A durable record of runs and an inbox of proposals, over a SQL connection: the base of
+    `SQLiteJournal` and `PostgresJournal`, and the type to annotate a journal with (`open_journal`
+    returns one).
+
+    Every method but the recorder's (`record`, `record_checkpoint`, `record_all`, `hold_runs`) is
+    async. Ids are strings; records are frozen. An unknown id raises `UnknownId` and a change the
+    current state does not allow raises `TransitionRefused`; in both cases nothing is written. Both
+    are `JournalError`\\s.
+    """
 
     async def work(
         self,

@@ -21,13 +21,12 @@ from agentkit._invoke import check_ctx
 from agentkit._observe import Observer
 from agentkit._tiers import tier_choices
 from agentkit._tools import AnyTool, declared_tier
-from agentkit.errors import UsageError
-from agentkit.journal._errors import NothingRan, OutcomeNotRecorded
+from agentkit.errors import NothingRan, OutcomeNotRecorded, UsageError
 from agentkit.journal._executions import Claim
 from agentkit.journal._records import Execution
 
 if TYPE_CHECKING:
-    from agentkit.journal._store import SQLJournal
+    from agentkit.journal import Journal
 
 __all__ = ["Polling", "Wakeups", "WorkOutcome", "WorkReport", "Worked", "work"]
 
@@ -169,7 +168,7 @@ async def _first(stop: asyncio.Event, running: set[asyncio.Task[None]], *extra: 
 class _Worker:
     def __init__(
         self,
-        journal: SQLJournal,
+        journal: Journal,
         tools: Mapping[str, AnyTool],
         *,
         ctx: object,
@@ -285,7 +284,7 @@ class _Worker:
 
 
 async def work(
-    journal: SQLJournal,
+    journal: Journal,
     tools: Sequence[AnyTool],
     *,
     ctx: object,
@@ -299,7 +298,7 @@ async def work(
     report: Callable[[Worked], object] | None,
     observers: tuple[Observer, ...] = (),
 ) -> WorkReport:
-    """`SQLJournal.work`'s body (documented there)."""
+    """`Journal.work`'s body (documented there)."""
     by_name = _tools_by_name(tools, ctx)
     _check_options(limit, concurrency, lease, poll)
     running = _Worker(journal, by_name, ctx=ctx, worker=worker, lease=lease, report=report, observers=observers)

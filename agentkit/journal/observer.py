@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Self
 
 from agentkit._events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit._observe import Observer
-from agentkit.errors import UsageError
-from agentkit.journal._errors import JournalError
+from agentkit.errors import JournalError, UsageError
 from agentkit.journal._lease import DEFAULT_LEASE, Holds, check_lease
 from agentkit.journal._records import Checkpointed
 
@@ -297,7 +296,7 @@ class JournalObserver(Observer):
         """
         written = False
         try:
-            written = self.journal.try_record_all(batch, hold=self._holds.hold())  # type: ignore[attr-defined]  # records_at_once
+            written = self.journal.try_record_all(batch, hold=self._holds.hold())
         except Exception:  # the writer thread writes it again, entry by entry if it must, and reports what fails
             pass
         finally:  # an interrupt too: the batch goes back, so nothing is lost and the writer is not left waiting
