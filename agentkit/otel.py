@@ -41,16 +41,7 @@ from typing import Any
 
 import pydantic_core
 
-from agentkit._events import (
-    Continued,
-    DegenerationDetected,
-    LLMCallFinished,
-    ProposalCaptured,
-    RoundStarted,
-    RunAborted,
-    RunFinished,
-    RunStarted,
-)
+from agentkit import events
 from agentkit._observe import ModelCall, Observer, ToolInvocation
 from agentkit._otel_attributes import (
     described,
@@ -195,7 +186,7 @@ class OTelObserver(Observer):
         self.metrics = Metrics(meter_provider) if metrics else None
         self._runs: dict[str, _RunSpans] = {}
 
-    def on_run_start(self, event: RunStarted) -> None:
+    def on_run_start(self, event: events.RunStarted) -> None:
         """Open the run span (a child of whatever span is current) and make it current."""
         provider = described(event.caller, "provider_name", str) or self.provider_name
         attributes: dict[str, Any] = {
@@ -228,7 +219,7 @@ class OTelObserver(Observer):
             for decision in continues.decisions:
                 self.metrics.decision(decision)
 
-    def on_round_start(self, event: RoundStarted) -> None:
+    def on_round_start(self, event: events.RoundStarted) -> None:
         """Close the previous round's span and open this round's (current until the next)."""
         spans = self._runs.get(event.run_id)
         if spans is None:
@@ -286,7 +277,7 @@ class OTelObserver(Observer):
         finally:
             span.end()
 
-    def on_llm_call(self, event: LLMCallFinished) -> None:
+    def on_llm_call(self, event: events.LLMCallFinished) -> None:
         """Add the attempt to its model call's span, as an `agentkit.attempt` event."""
         spans = self._runs.get(event.run_id)
         if spans is None:
@@ -310,7 +301,7 @@ class OTelObserver(Observer):
                 attributes["exception.message"] = str(event.error)
         chat.span.add_event("agentkit.attempt", attributes=attributes)
 
-    def on_proposal(self, event: ProposalCaptured) -> None:
+    def on_proposal(self, event: events.ProposalCaptured) -> None:
         """Mark the round: its call became a proposal (no tool span: nothing ran); count it."""
         proposal = event.proposal
         if self.metrics is not None:
@@ -326,14 +317,14 @@ class OTelObserver(Observer):
         span.set_attributes(attributes)
         span.add_event("agentkit.proposal", attributes=attributes)
 
-    def on_degeneration(self, event: DegenerationDetected) -> None:
+    def on_degeneration(self, event: events.DegenerationDetected) -> None:
         """Mark the round: the executor repeated a call."""
         spans = self._runs.get(event.run_id)
         span = spans.round if spans is not None else None
         if span is not None:
             span.add_event("agentkit.degeneration", attributes={"agentkit.degeneration.tool_name": event.tool_name})
 
-    def on_run_end(self, event: RunFinished) -> None:
+    def on_run_end(self, event: events.RunFinished) -> None:
         """Close the run's spans with its outcome, stop reason and usage."""
         spans = self._runs.pop(event.run_id, None)
         if spans is None:
@@ -362,7 +353,7 @@ class OTelObserver(Observer):
             self._mark(span, result.error)
         self._end_run(spans)
 
-    def on_run_abort(self, event: RunAborted) -> None:
+    def on_run_abort(self, event: events.RunAborted) -> None:
         """Close the run's spans as errors (the exception itself is on the span it escaped, if any)."""
         spans = self._runs.pop(event.run_id, None)
         if spans is None:
@@ -552,7 +543,7 @@ def _detach(token: object) -> None:
         otel_context.detach(token)  # type: ignore[arg-type]  # the Token attach returned
 
 
-def _link(continues: Continued) -> Link | None:
+def _link(continues: events.Continued) -> Link | None:
     """The link from a leg to the round it continues, when that round's span context was recorded."""
     if not continues.trace:
         return None

@@ -18,21 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, Valid
 
 from agentkit._outcome import Outcome, StopReason
 from agentkit.errors import UsageError
-from agentkit.evals._checks import (
-    Check,
-    CheckArg,
-    answer_equals,
-    answer_matches,
-    as_check,
-    cites_only_retrieved,
-    never_proposes,
-    outcome_is,
-    proposes,
-    recall_at_k,
-    retrieved_contains,
-    rounds_at_most,
-    stop_reason_is,
-)
+from agentkit.evals import _checks as builtin
+from agentkit.evals._checks import Check, CheckArg
 from agentkit.evals._report import read_file
 
 __all__ = ["Case", "Dataset", "Expect", "ExpectedProposal"]
@@ -80,21 +67,21 @@ class Expect(BaseModel):
         """The built-in checks these expectations stand for, in field order."""
         made: list[Check[Any, Any]] = []
         if self.outcome is not None:
-            made.append(outcome_is(*_listed(self.outcome)))
+            made.append(builtin.outcome_is(*_listed(self.outcome)))
         if self.stop_reason is not None:
-            made.append(stop_reason_is(*_listed(self.stop_reason)))
+            made.append(builtin.stop_reason_is(*_listed(self.stop_reason)))
         if self.recall_at_k is not None:
-            made.append(recall_at_k(self.retrieved, self.recall_at_k, minimum=self.min_recall))
+            made.append(builtin.recall_at_k(self.retrieved, self.recall_at_k, minimum=self.min_recall))
         elif self.retrieved:
-            made.append(retrieved_contains(*self.retrieved))
-        made.extend(answer_equals(path, value) for path, value in self.answer_equals.items())
-        made.extend(answer_matches(path, pattern) for path, pattern in self.answer_matches.items())
-        made.extend(proposes(p.tool, args=p.args) for p in self.proposes)
-        made.extend(never_proposes(tool) for tool in self.never_proposes)
+            made.append(builtin.retrieved_contains(*self.retrieved))
+        made.extend(builtin.answer_equals(path, value) for path, value in self.answer_equals.items())
+        made.extend(builtin.answer_matches(path, pattern) for path, pattern in self.answer_matches.items())
+        made.extend(builtin.proposes(p.tool, args=p.args) for p in self.proposes)
+        made.extend(builtin.never_proposes(tool) for tool in self.never_proposes)
         if self.rounds_at_most is not None:
-            made.append(rounds_at_most(self.rounds_at_most))
+            made.append(builtin.rounds_at_most(self.rounds_at_most))
         if self.cites_only_retrieved:
-            made.append(cites_only_retrieved(*self.cites_only_retrieved))
+            made.append(builtin.cites_only_retrieved(*self.cites_only_retrieved))
         return made
 
 
@@ -124,7 +111,7 @@ class Case(Generic[Ctx]):
         except UsageError as error:
             raise UsageError(f"case {self.name!r}: {error}") from None
         for check in self.checks:
-            _ = as_check(check)
+            _ = builtin.as_check(check)
 
 
 class _CaseFile(BaseModel):
@@ -185,7 +172,7 @@ class Dataset(Generic[Ctx]):
         object.__setattr__(self, "key", key)
         object.__setattr__(self, "checks", tuple(checks))
         for check in self.checks:
-            _ = as_check(check)
+            _ = builtin.as_check(check)
 
     @overload
     @classmethod

@@ -7,19 +7,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass, replace
 from typing import Any, assert_never, overload
 
+from agentkit import _events as ev
 from agentkit._config import LoopConfig
-from agentkit._events import (
-    DegenerationDetected,
-    Event,
-    LLMCallFinished,
-    ProposalCaptured,
-    RoundStarted,
-    RunAborted,
-    RunFinished,
-    RunStarted,
-    ToolCallStarted,
-    ToolResultReturned,
-)
 from agentkit._proposals import canonical_json
 from agentkit._tiers import Tier
 from agentkit._usage import Usage
@@ -65,37 +54,37 @@ def _usage(usage: Usage) -> dict[str, int]:
     return {"requests": usage.requests, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
 
 
-def event_data(event: Event) -> tuple[int | None, dict[str, Any]]:
+def event_data(event: ev.Event) -> tuple[int | None, dict[str, Any]]:
     """The round an event belongs to and its JSON payload (only what a reader of the journal needs)."""
     match event:
-        case RunStarted():
+        case ev.RunStarted():
             return None, {"agent": event.agent, "model": event.model, "tools": list(event.tools)}
-        case RoundStarted():
+        case ev.RoundStarted():
             return event.info.round, {"max_rounds": event.info.max_rounds}
-        case LLMCallFinished():
+        case ev.LLMCallFinished():
             data: dict[str, Any] = {"role": event.role, "model": event.model, "attempt": event.attempt}
             data |= {"seconds": event.seconds, "usage": _usage(event.usage)}
             return event.round, data | {"error": said(event.error)}
-        case ToolCallStarted():
+        case ev.ToolCallStarted():
             return event.round, {"tool": event.tool_name, "tier": int(event.tier), "args": canonical_json(event.args)}
-        case ToolResultReturned():
+        case ev.ToolResultReturned():
             data = {"tool": event.tool_name, "batch_size": event.batch_size, "seconds": event.seconds}
             data |= {"observation": event.observation, "error": said(event.error)}
             return event.round, data
-        case ProposalCaptured():
+        case ev.ProposalCaptured():
             p = event.proposal
             data = {"tool": p.tool_name, "tier": int(p.tier), "args": canonical_json(p.args), "digest": p.digest}
             return p.round, data | {"rationale": p.rationale}
-        case DegenerationDetected():
+        case ev.DegenerationDetected():
             return event.round, {"tool": event.tool_name, "args": canonical_json(event.args)}
-        case RunFinished():
+        case ev.RunFinished():
             result = event.result
             data = {"outcome": result.outcome.value, "stop_reason": result.stop_reason.value, "rounds": result.rounds}
             return None, data | {
                 "usage": _usage(result.usage),
                 "error": said(result.error),
             }
-        case RunAborted():
+        case ev.RunAborted():
             return None, {"error": f"{type(event.error).__name__}: {said(event.error)}"}
         case _:
             assert_never(event)

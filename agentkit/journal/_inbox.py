@@ -38,6 +38,9 @@ HINTS = {
     ProposalState.FAILED: "its execution failed, which is final; propose the call again to retry",
 }
 
+Amended = BaseModel | Mapping[str, Any] | None
+"""Amended args for `approve`: a value of the tool's args type, a mapping of the fields to change, or none."""
+
 AT = object()
 """Placeholder in `_move`'s assignments for "the time of this transition"."""
 
@@ -118,12 +121,7 @@ class Inbox(Storage):
             return self._fetch(db, id)
 
     def _approve(
-        self,
-        id: str,
-        approved_by: str,
-        args: BaseModel | Mapping[str, Any] | None = None,
-        args_type: type[BaseModel] | None = None,
-        verified_as: str | None = None,
+        self, id: str, approved_by: str, args: Amended, args_type: type[BaseModel] | None, verified_as: str | None
     ) -> ProposalRecord:
         by = named(approved_by, "approved_by")
         sets: dict[str, object] = {"approved_by": by, "approved_at": AT}
