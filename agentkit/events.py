@@ -9,20 +9,7 @@ an invocation runs under); `RunStarted.continues` (a `Continued`, with its `Deci
 a resumed leg goes on from.
 """
 
-from agentkit._events import (
-    Continued,
-    Decided,
-    DegenerationDetected,
-    Event,
-    LLMCallFinished,
-    ProposalCaptured,
-    RoundStarted,
-    RunAborted,
-    RunFinished,
-    RunStarted,
-    ToolCallStarted,
-    ToolResultReturned,
-)
+from agentkit._events import *  # every event: exactly `agentkit._events.__all__`, listed again below
 from agentkit._loops import iter_tool_loop, iter_tool_loop_tiered
 from agentkit._observe import ApprovedCall, LoggingObserver, ModelCall, ToolInvocation
 from agentkit._stream import RunStream

@@ -262,24 +262,38 @@ class RoundEntry:
     """One round of a run as the journal holds it."""
 
     run_id: str
+    """The run the round belongs to."""
     round: int
+    """The round's number in the run, from 1 (a resumed leg goes on counting)."""
     done: bool = False
     """The executor said it was done."""
     rationale: str = ""
+    """The executor's reason for its step, as the model gave it."""
     tool_name: str | None = None
+    """The tool the step called, if it called one."""
     tier: Tier | None = None
+    """That tool's tier when the round ran."""
     args_json: str | None = None
     """The call's arguments as canonical JSON."""
     executed: bool = False
+    """The call's tool ran: in the round itself, or, for a proposal, once it was approved."""
     proposed: bool = False
+    """The call went above the autonomy ceiling and was put in the inbox."""
     repeated: bool = False
     """The call repeated a recent one (the run ended STALEMATE)."""
     batch_size: int = 0
+    """How many items the executed call returned (the approved call's, for a proposal)."""
     observation: str | None = None
+    """What the executor was told of the call: a `ToolRetry` message, a refusal note, or for a decided
+    proposal what its decision gave (a rejection's reason, the approved call's failure)."""
     error: str | None = None
+    """The error that ended the run in this round, or that the approved call failed with."""
     llm_seconds: float = 0.0
+    """Seconds in the round's model call, retries included."""
     tool_seconds: float = 0.0
+    """Seconds in the tool call (the approved call's included)."""
     usage: Usage = field(default_factory=Usage)
+    """The round's model usage."""
     from_trace: bool = True
     """Read from the run's state (or, for a run recorded by an earlier agentkit, its trace); `False`:
     rebuilt from the events of such a run without a result."""
