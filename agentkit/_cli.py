@@ -98,15 +98,15 @@ def import_object(flag: str, path: str, example: str) -> object:
 
     if os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
+    from agentkit._naming import resolve
+
     module_name, _, attr = path.partition(":")
-    if not module_name or not attr:
-        raise UsageError(f"{flag} {path!r}: give MODULE:ATTR, e.g. {example}")
     try:
-        module = importlib.import_module(module_name)
+        return resolve(path)
+    except ValueError:
+        raise UsageError(f"{flag} {path!r}: give MODULE:ATTR, e.g. {example}") from None
     except ImportError as missing:
         raise UsageError(f"{flag} {path!r}: cannot import {module_name!r}: {missing}") from missing
-    try:
-        return cast("object", getattr(module, attr))
     except AttributeError:
         raise UsageError(f"{flag} {path!r}: module {module_name!r} has no {attr!r}") from None
 

@@ -177,6 +177,34 @@ def test_cli_bad_amendment_exits_1_and_changes_nothing(
     assert sqlite3.connect(url).execute("SELECT * FROM agentkit_proposals").fetchall() == before
 
 
+@pytest.mark.parametrize(
+    ("recorded", "complaint"),
+    [
+        ("no_such_module_here:Transfer", "cannot be imported here"),
+        ("tests.support:NoSuchType", "cannot be imported here"),
+        ("tests.support", "cannot be imported here"),
+        (":Transfer", "cannot be imported here"),
+        ("tests.support:Doc.nope", "cannot be imported here"),
+        ("tests.support:PROPOSED_NOTHING", "cannot be imported here"),
+        ("tests.support:Executor", "is not a pydantic model"),
+    ],
+)
+async def test_an_args_type_the_row_names_badly_refuses_the_amendment(
+    tmp_path: Path, recorded: str, complaint: str
+) -> None:
+    """A row whose args type does not import (edited, or from code not here) refuses amending with ApprovalError."""
+    url = str(tmp_path / "journal.db")
+    async with open_journal(url) as journal:
+        entry = await journal.propose(action())
+        with sqlite3.connect(url) as db:
+            db.execute("UPDATE agentkit_proposals SET args_type = ? WHERE id = ?", (recorded, entry.id))
+        with pytest.raises(ApprovalError, match=complaint):
+            await journal.approve(entry.id, "ops", args={"amount": 40})
+        after = await journal.get(entry.id)
+        assert (after.state, after.args_json, after.digest) == (ProposalState.PENDING, entry.args_json, entry.digest)
+        assert len(await journal.history(entry.id)) == 1
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(amount=st.integers(min_value=0, max_value=10**6), account=st.sampled_from(["acme", "beta"]))
 async def test_racing_executions_run_the_amended_call_once_and_the_original_never(

@@ -8,7 +8,6 @@ is amended, so an amendment never validates against a type other than the call's
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import json
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agentkit._approval import amended
+from agentkit._naming import resolve
 from agentkit._proposals import ProposedAction, canonical_json
 from agentkit.errors import ApprovalError, DigestMismatch
 from agentkit.journal._records import ProposalRecord
@@ -101,12 +101,9 @@ def _imported(record: ProposalRecord) -> type[BaseModel]:
             f"{fix}. Nothing changed",
             tool_name=record.tool_name,
         )
-    module_name, _, qualname = record.args_type.partition(":")
     try:
-        found: object = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as missing:
+        found = resolve(record.args_type)
+    except (ValueError, ImportError, AttributeError) as missing:
         raise ApprovalError(
             f"proposal {record.id!r}: its args type {record.args_type} cannot be imported here ({missing}); "
             f"run where the tool's code is importable, or {fix}. Nothing changed",
