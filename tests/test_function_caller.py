@@ -24,7 +24,7 @@ from agentkit import (
 from agentkit._text import TextCompletion
 from agentkit.errors import ProviderError, StructuredOutputError, Throttled
 from agentkit.testing import FunctionCaller, ScriptedReply, call_step, done_step
-from tests.support import Executor, Query
+from tests.support import Classifier, Executor, Label, Query
 
 FAST = RetryPolicy(wait_initial=0, wait_max=0)
 
@@ -166,7 +166,6 @@ async def test_drives_a_loop_by_reading_the_round_from_the_prompt() -> None:
 
 async def test_failures_get_retry_and_fallback_in_runs() -> None:
     """A function failing on the primary model is retried, then answered by the fallback."""
-    from tests.test_once import Classifier, Label
 
     def answer(request: StructuredRequest, schema: type[BaseModel] | None) -> dict[str, Any]:
         if request.model == "primary":
@@ -183,7 +182,6 @@ async def test_failures_get_retry_and_fallback_in_runs() -> None:
 
 async def test_a_bug_in_the_function_ends_the_run_llm_error_with_it_as_the_cause() -> None:
     """A non-agentkit exception from the function becomes a ProviderError whose cause it is."""
-    from tests.test_once import Classifier, Label
 
     def broken(request: StructuredRequest, schema: type[BaseModel] | None) -> dict[str, Any]:
         raise KeyError("oops")

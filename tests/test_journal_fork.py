@@ -26,14 +26,11 @@ from agentkit import (
 from agentkit.errors import ResumeRefused
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunStatus
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import Target
 
 
 class Query(BaseModel):
     text: str
-
-
-class Target(BaseModel):
-    path: str
 
 
 ran: list[str] = []

@@ -45,11 +45,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Query
-
-
-class Target(BaseModel):
-    path: str
+from tests.support import Query, Target
 
 
 @tool(tier=Tier.READ_ONLY)

@@ -22,7 +22,7 @@ from agentkit import ProposedAction, Tier
 from agentkit._cli import main
 from agentkit.errors import UsageError
 from agentkit.journal import JournalError, JournalUnavailable, PostgresJournal
-from tests.test_journal_worker import Wipe, wipe_tool
+from tests.support import Wipe, wipe_tool
 
 NEVER = 60.0
 """Seconds after which a call that should have given up is taken to hang."""
@@ -108,7 +108,7 @@ def test_agentkit_worker_gives_up_on_a_server_that_never_answers_by_default(sile
             "--db",
             silent_server,
             "--tools",
-            "tests.test_journal_worker:mail",
+            "tests.support:mail",
         ],
         cwd=Path(__file__).parent.parent,
         capture_output=True,

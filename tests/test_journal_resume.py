@@ -40,12 +40,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Query
-
-
-class Target(BaseModel):
-    path: str
-
+from tests.support import Query, Target
 
 calls: list[str] = []
 """Every tool call, in order, as ``tool arg``."""

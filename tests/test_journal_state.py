@@ -15,11 +15,7 @@ from agentkit.errors import ResumeRefused
 from agentkit.journal import Journal, JournalObserver, ProposalState
 from agentkit.journal._store import SQLJournal
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Query
-
-
-class Target(BaseModel):
-    path: str
+from tests.support import Query, Target
 
 
 class Score(BaseModel):

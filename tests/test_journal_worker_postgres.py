@@ -16,7 +16,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, tool
 from agentkit.journal import (
@@ -32,10 +31,7 @@ from agentkit.journal._sql import (
     claim_statement,
     lock_proposal_statement,
 )
-
-
-class Wipe(BaseModel):
-    target: str
+from tests.support import Wipe
 
 
 def tagged(url: str, name: str, *, isolation: str | None = None) -> str:

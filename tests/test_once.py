@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agentkit import Observer, Outcome, Prompt, RetryPolicy, RoleSpec, StopReason, Usage
+from agentkit import Observer, Outcome, RetryPolicy, RoleSpec, StopReason, Usage
 from agentkit._once import Material, RoundInfo, is_material, run_once, run_once_text
 from agentkit._structured import StructuredRequest
 from agentkit._text import TextCompletion
@@ -17,12 +17,9 @@ from agentkit.errors import ProviderError, StructuredOutputError, Throttled, Usa
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, ScriptExhausted
+from tests.support import Classifier, Label, Recorder
 
 FAST = RetryPolicy(wait_initial=0, wait_max=0)
-
-
-class Label(BaseModel):
-    label: str
 
 
 class Change(BaseModel):
@@ -36,29 +33,6 @@ class Change(BaseModel):
 class Flagged(BaseModel):
     is_material: bool
     note: str = ""
-
-
-@dataclass
-class Classifier:
-    """A once-agent that records what it was asked to render."""
-
-    role_spec: RoleSpec = field(default_factory=lambda: RoleSpec(model="primary", fallback_model="backup"))
-    seen: list[tuple[str, RoundInfo]] = field(default_factory=list)
-
-    def role(self) -> RoleSpec:
-        return self.role_spec
-
-    def render(self, ctx: str, info: RoundInfo) -> Prompt:
-        self.seen.append((ctx, info))
-        return Prompt(system="Label the text.", dynamic=f"Text: {ctx}")
-
-
-class Recorder(Observer):
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-
-    def on_event(self, event: Event) -> None:
-        self.events.append(event)
 
 
 async def test_material_verdict_is_applied() -> None:

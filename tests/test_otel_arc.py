@@ -30,8 +30,7 @@ from agentkit import (
 from agentkit.journal import Journal, JournalObserver, ProposalState
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.otel_support import Telemetry, attrs, parent_of, span_id, telemetry_fixture, trace_id  # noqa: F401  # a fixture
-from tests.support import Query
-from tests.test_journal_resume import Target
+from tests.support import Query, Target
 
 TRACERS: list[Tracer] = []
 """The test's tracer, for the tools' own spans."""

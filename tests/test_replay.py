@@ -34,14 +34,11 @@ from agentkit import (
 from agentkit.errors import ReplayDiverged, Throttled
 from agentkit.journal import JournalObserver, SQLiteJournal
 from agentkit.testing import ReplayCaller, ScriptedCaller, call_step, done_step
+from tests.support import Target
 
 
 class Query(BaseModel):
     text: str
-
-
-class Target(BaseModel):
-    path: str
 
 
 class Doc(BaseModel):

@@ -30,7 +30,7 @@ from agentkit._outcome import Outcome
 from agentkit._state import STATE_VERSION, DecisionEntry, EndEntry, RoundEntry, RoundOutcome, json_text, tool_entry
 from agentkit.errors import ResumeRefused
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Executor, rechained
+from tests.support import Executor, Target, rechained
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -64,10 +64,6 @@ def rounds(texts: list[str], floats: list[float]) -> list[RoundEntry | DecisionE
 
 class Query(BaseModel):
     q: str
-
-
-class Target(BaseModel):
-    path: str
 
 
 TOOL_SET = (tool_entry("search", Tier.READ_ONLY, Query), tool_entry("wipe", Tier.IRREVERSIBLE, Target))

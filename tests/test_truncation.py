@@ -28,7 +28,7 @@ from agentkit._pair import LLMVerifier, pair
 from agentkit.errors import ProviderError, StructuredOutputError, Truncated
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller
-from tests.support import Executor, Query
+from tests.support import Answer, Critic, Drafter, Executor, Query, good
 
 FAST = RetryPolicy(wait_initial=0, wait_max=0)
 
@@ -161,7 +161,6 @@ async def test_loop_cut_off_by_the_token_limit_ends_max_tokens_keeping_items() -
 
 async def test_pair_ends_max_tokens_when_a_draft_or_a_review_is_cut_off() -> None:
     """A cut-off draft and a cut-off LLM review each end a pair ERROR, MAX_TOKENS, the draft discarded."""
-    from tests.test_pair import Answer, Critic, Drafter, good
 
     drafted = await pair(
         ScriptedCaller([cut()]), Drafter(), LLMVerifier(ScriptedCaller(), Critic(task="t")), "x", schema=Answer
