@@ -81,6 +81,12 @@ def search(args: Query) -> list[Doc]:
     return [Doc(id=f"{args.query}1"), Doc(id=f"{args.query}2")]
 
 
+@tool(tier=Tier.READ_ONLY, name="search")
+def corpus_search(args: Query) -> list[str]:
+    """Search the corpus."""
+    return [f"doc:{args.query}"]
+
+
 @tool(tier=Tier.IRREVERSIBLE)
 def delete(args: Query) -> list[Doc]:
     """Delete documents (never runs live)."""

@@ -23,7 +23,6 @@ from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
-    RetryPolicy,
     RoleSpec,
     StopReason,
     Tier,
@@ -36,9 +35,9 @@ from agentkit._tools import declared_tier
 from agentkit.errors import MissingTierError, ToolError
 from agentkit.mcp import McpArgs, McpConnection, McpItem, McpServerError, McpTool, connect_http, connect_stdio
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import NO_WAIT
 
 SERVERS = Path(__file__).with_name("mcp_servers.py")
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
 FAST = LoopConfig(retry=NO_WAIT)
 TIERS = {
     "search": Tier.READ_ONLY,

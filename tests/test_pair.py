@@ -9,15 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentkit import Outcome, RetryPolicy, StopReason, Usage
+from agentkit import Outcome, StopReason, Usage
 from agentkit._pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, pair
 from agentkit.errors import AgentkitError, ProviderError, Throttled, UsageError, VerifierError
 from agentkit.events import LLMCallFinished, RoundStarted, RunFinished, RunStarted
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, ScriptedCaller, ScriptedReply, ScriptExhausted
-from tests.support import Answer, Critic, Drafter, Recorder, good
+from tests.support import NO_WAIT, Answer, Critic, Drafter, Recorder, good
 
-FAST = RetryPolicy(wait_initial=0, wait_max=0)
 FEEDBACK = "MARKER-the total is wrong"
 
 
@@ -173,7 +172,7 @@ async def test_verifier_throttle_is_throttled() -> None:
 async def test_executor_failure_is_llm_error_and_drops_drafts() -> None:
     """An executor that fails on a revision ends ERROR, LLM_ERROR, without the rejected draft."""
     caller = ScriptedCaller([bad(), ProviderError("400", status=400)])
-    result = await pair(caller, Drafter(), RulesVerifier(sums), "x", PairConfig(retry=FAST), schema=Answer)
+    result = await pair(caller, Drafter(), RulesVerifier(sums), "x", PairConfig(retry=NO_WAIT), schema=Answer)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
     assert result.value is None
     assert result.rounds == 2
@@ -243,7 +242,7 @@ async def test_llm_verifier_failure_is_verifier_error_with_its_usage() -> None:
     """A critic whose call fails ends the pair VERIFIER_ERROR, and the critic's spend is counted."""
     executor = ScriptedCaller([good()])
     critic = ScriptedCaller([ProviderError("400", status=400)])
-    verifier = LLMVerifier(critic, Critic(task="t"), retry=FAST)
+    verifier = LLMVerifier(critic, Critic(task="t"), retry=NO_WAIT)
     result = await pair(executor, Drafter(), verifier, "x", schema=Answer)
     assert result.stop_reason is StopReason.VERIFIER_ERROR
     assert isinstance(result.error, ProviderError)
@@ -339,7 +338,7 @@ async def test_pair_over_the_wire_revises_and_is_approved() -> None:
         FakeOpenAIServer([bad(), good()]) as server,
         OpenAICaller(base_url=server.base_url, api_key="k") as caller,
     ):
-        result = await pair(caller, Drafter(), RulesVerifier(sums), "1+2", PairConfig(retry=FAST), schema=Answer)
+        result = await pair(caller, Drafter(), RulesVerifier(sums), "1+2", PairConfig(retry=NO_WAIT), schema=Answer)
     assert result.approved is False  # the second draft was the last permitted: returned unreviewed
     assert result.value == Answer.model_validate(good())
     assert FEEDBACK in server.requests[1]["messages"][-1]["content"]
