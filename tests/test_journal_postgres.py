@@ -86,6 +86,7 @@ def test_a_server_that_never_answers_fails_journal_unavailable_naming_it(silent_
     assert "no answer within 2 s" in str(error)
 
 
+@pytest.mark.slow
 def test_journal_runs_gives_up_on_a_server_that_never_answers_by_default(
     silent_server: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -97,6 +98,7 @@ def test_journal_runs_gives_up_on_a_server_that_never_answers_by_default(
     assert "no answer within 10 s" in err
 
 
+@pytest.mark.slow
 def test_agentkit_worker_gives_up_on_a_server_that_never_answers_by_default(silent_server: str) -> None:
     """`agentkit worker --db` on a server that never answers exits 1 after the default wait, naming the server."""
     worker = subprocess.run(

@@ -142,6 +142,7 @@ async def test_the_outcome_is_recorded_once_the_database_is_back(postgres_url: s
     await journal.close()
 
 
+@pytest.mark.slow
 async def test_a_database_gone_longer_than_the_retries_raises_outcome_not_recorded(
     postgres_url: str, app_name: str
 ) -> None:

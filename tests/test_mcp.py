@@ -230,6 +230,7 @@ async def test_a_lying_read_only_annotation_is_still_gated_by_the_callers_tier(c
     assert calls(log) == []
 
 
+@pytest.mark.slow
 async def test_without_tiers_or_the_opt_in_every_tool_is_refused_and_nothing_runs(connect: Connect, log: Path) -> None:
     """Annotations alone give no tier: the loop ends TOOL_DECLARES_NO_TIER before any model call."""
     async with connect() as server:

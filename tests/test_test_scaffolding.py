@@ -5,11 +5,18 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
 
 TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+CHECK = (
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && ruff check . && "
+    "ruff format --check . && mypy && basedpyright && pytest"
+)
+"""The whole check, one command: the README gives it, CONTRIBUTING repeats it and ``.ci/run`` runs it."""
 TEST_MODULE = re.compile(r"^tests(\.typing)?\.test_\w+$")
 """A test module's dotted name (one pytest collects, or a typing check mypy reads)."""
 NAMED_IN_TEXT = re.compile(r"^(tests(?:\.typing)?\.test_\w+)(?::\w+)?$")
@@ -67,3 +74,16 @@ def test_support_modules_and_a_module_naming_itself_are_not_counted() -> None:
     """Support modules, ``conftest`` and a module naming itself (``--tools tests.test_a:TOOLS``) are allowed."""
     source = f"from tests.support import Query\nfrom tests import conftest, otel_support\nSELF = '{OWN}:TOOLS'\n"
     assert other_test_modules(source, OWN) == []
+
+
+def test_the_one_check_command_runs_every_test_slow_ones_included() -> None:
+    """The README, CONTRIBUTING and CI give the same one check command, ending in a bare ``pytest``, and pytest's
+    own options deselect nothing: a ``slow`` mark only lets a person leave those tests out by hand
+    (``pytest -m "not slow"``)."""
+    for name in ("README.md", "CONTRIBUTING.md", ".ci/run"):
+        lines = [line for line in (ROOT / name).read_text(encoding="utf-8").splitlines() if CHECK in line]
+        # Nothing after `pytest` but the quote that closes `bash -c "..."` in .ci/run.
+        assert [line.partition(CHECK)[2] for line in lines] in ([""], ['"']), name
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]["ini_options"]
+    assert options["addopts"].split() == ["-ra", "--strict-markers"]
+    assert any(marker.startswith("slow:") for marker in options["markers"])
