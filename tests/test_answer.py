@@ -14,7 +14,6 @@ from agentkit import (
     Observer,
     Outcome,
     RepeatPolicy,
-    RetryPolicy,
     StopReason,
     StructuredRequest,
     Tier,
@@ -30,7 +29,7 @@ from agentkit.events import Event, RoundStarted
 from agentkit.prompting import reflective_prompt
 from agentkit.providers.openai import OpenAICaller, StructuredMode
 from agentkit.testing import FakeOpenAIServer, FunctionCaller, ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Doc, Executor, Query
+from tests.support import NO_WAIT, Doc, Executor, Query
 
 
 class Verdict(BaseModel):
@@ -38,12 +37,11 @@ class Verdict(BaseModel):
     source: str
 
 
-FAST = RetryPolicy(wait_initial=0, wait_max=0)
 VERDICT = Verdict(text="1977", source="search:1")
 
 
 def config(**fields: Any) -> LoopConfig:
-    return LoopConfig(retry=FAST, **fields)
+    return LoopConfig(retry=NO_WAIT, **fields)
 
 
 @tool(tier=Tier.READ_ONLY)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
@@ -16,41 +15,12 @@ from agentkit._approval import Approval, ApprovalError, Rejection, approve, exec
 from agentkit._proposals import call_digest
 from agentkit.errors import CallRefused, MissingTierError, TierChanged, ToolError
 from agentkit.testing import ScriptedCaller, call_step
-from tests.support import Executor
-
-
-class PathArgs(BaseModel):
-    path: str
+from tests.support import Deleter, Executor, PathArgs, proposed
 
 
 class ForcefulArgs(BaseModel):
     path: str
     force: bool = True
-
-
-class Deleter:
-    """An irreversible tool that records what it deleted; it yields once so runs can interleave."""
-
-    def __init__(self, name: str = "delete", tier: Any = Tier.IRREVERSIBLE, args_type: type[BaseModel] = PathArgs):
-        self.name = name
-        self.description = "delete a path"
-        self.tier = tier
-        self.args_type = args_type
-        self.calls: list[BaseModel] = []
-        self.fail = False
-
-    async def call(self, args: BaseModel) -> Sequence[str]:
-        self.calls.append(args)
-        await asyncio.sleep(0)
-        if self.fail:
-            raise OSError("disk gone")
-        return [f"deleted {getattr(args, 'path', '?')}"]
-
-
-def proposed(path: str = "/tmp/old", tool_name: str = "delete") -> ProposedAction[PathArgs]:
-    return ProposedAction[PathArgs].create(
-        tool_name=tool_name, tier=Tier.IRREVERSIBLE, args=PathArgs(path=path), round=1, run_id="r1"
-    )
 
 
 def test_approve_binds_the_approver_to_the_exact_call() -> None:

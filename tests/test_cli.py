@@ -166,6 +166,7 @@ def answers(address: str) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_the_demo_stops_the_model_server_and_exits_130(
     stand_in: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -209,6 +210,7 @@ def test_first_run_note_appears_only_while_the_model_is_not_joined(
 # --- a remote server, in a real process ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ctrl_c_in_a_real_process_exits_130_with_one_line() -> None:
     """SIGINT to ``python -m agentkit demo`` while a request is in flight: exit code 130, one line on stderr."""
     with socket.create_server(("127.0.0.1", 0)) as listener:

@@ -21,7 +21,6 @@ from agentkit import (
     PriorCall,
     Prompt,
     RepeatPolicy,
-    RetryPolicy,
     RoleSpec,
     RunCheckpoint,
     StopReason,
@@ -40,9 +39,7 @@ from agentkit.errors import ResumeRefused
 from agentkit.events import Event, RoundStarted
 from agentkit.prompting import reflective_prompt
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Executor, PathArgs, Query, Recording
-
-FAST = RetryPolicy(wait_initial=0, wait_max=0)
+from tests.support import NO_WAIT, Executor, PathArgs, Query, Recording
 
 
 @tool(tier=Tier.READ_ONLY)
@@ -56,7 +53,7 @@ def searches(*queries: str) -> list[dict[str, Any]]:
 
 
 def config(context: ContextWindow | None, **kwargs: Any) -> LoopConfig:
-    return LoopConfig(retry=FAST, max_rounds=20, context=context, **kwargs)
+    return LoopConfig(retry=NO_WAIT, max_rounds=20, context=context, **kwargs)
 
 
 async def run(context: ContextWindow | None, queries: Sequence[str], **kwargs: Any) -> tuple[Any, Executor[str]]:

@@ -80,6 +80,7 @@ def write_pages(directory: Path) -> None:
             module.write_text("async def page() -> None:\n" + textwrap.indent(code, "    "), encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_doc_examples_type_check(tmp_path: Path) -> None:
     """Each page's examples, taken together, pass mypy --strict, as a user's code would have to."""
     from mypy import api
@@ -91,6 +92,7 @@ def test_doc_examples_type_check(tmp_path: Path) -> None:
     assert status == 0, out + err
 
 
+@pytest.mark.slow
 def test_doc_examples_pass_pyright_strict(tmp_path: Path) -> None:
     """Each page's examples, taken together, pass pyright in strict mode too (basedpyright)."""
     pages = tmp_path / "pages"

@@ -42,15 +42,11 @@ from agentkit.evals import (
 )
 from agentkit.evals.demo import PLANNING, QUESTIONS, GroundedAnswer, curator, researcher
 from agentkit.testing import FunctionCaller, ScriptedReply
-from tests.support import Doc, Executor
+from tests.support import Doc, Executor, Mail
 
 
 class Query(BaseModel):
     ids: list[str]
-
-
-class Mail(BaseModel):
-    to: str
 
 
 class Found(BaseModel):

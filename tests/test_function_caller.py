@@ -10,7 +10,6 @@ from pydantic import BaseModel, Field
 from agentkit import (
     LoopConfig,
     Outcome,
-    RetryPolicy,
     StopReason,
     StructuredRequest,
     Tier,
@@ -24,9 +23,7 @@ from agentkit import (
 from agentkit._text import TextCompletion
 from agentkit.errors import ProviderError, StructuredOutputError, Throttled
 from agentkit.testing import FunctionCaller, ScriptedReply, call_step, done_step
-from tests.support import Executor, Query
-
-FAST = RetryPolicy(wait_initial=0, wait_max=0)
+from tests.support import NO_WAIT, Classifier, Executor, Label, Query
 
 
 class Verdict(BaseModel):
@@ -159,14 +156,13 @@ async def test_drives_a_loop_by_reading_the_round_from_the_prompt() -> None:
         return call_step(Query(query="otters")) if request.dynamic.endswith("round 1") else done_step("enough")
 
     caller = FunctionCaller(executor)
-    result = await run_tool_loop(caller, Executor[str](), search, "q", LoopConfig(retry=FAST))
+    result = await run_tool_loop(caller, Executor[str](), search, "q", LoopConfig(retry=NO_WAIT))
     assert (result.outcome, result.stop_reason, result.items) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE, ["OTTERS"])
     assert len(caller.requests) == 2
 
 
 async def test_failures_get_retry_and_fallback_in_runs() -> None:
     """A function failing on the primary model is retried, then answered by the fallback."""
-    from tests.test_once import Classifier, Label
 
     def answer(request: StructuredRequest, schema: type[BaseModel] | None) -> dict[str, Any]:
         if request.model == "primary":
@@ -174,7 +170,7 @@ async def test_failures_get_retry_and_fallback_in_runs() -> None:
         return {"label": "spam"}
 
     caller = FunctionCaller(answer)
-    result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+    result = await run_once(caller, Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert result.value == Label(label="spam")
     assert [r.model for r in caller.requests] == ["primary", "primary", "backup"]
     text = await run_once_text(FunctionCaller(lambda request, schema: "fine"), Classifier(), "x")
@@ -183,12 +179,11 @@ async def test_failures_get_retry_and_fallback_in_runs() -> None:
 
 async def test_a_bug_in_the_function_ends_the_run_llm_error_with_it_as_the_cause() -> None:
     """A non-agentkit exception from the function becomes a ProviderError whose cause it is."""
-    from tests.test_once import Classifier, Label
 
     def broken(request: StructuredRequest, schema: type[BaseModel] | None) -> dict[str, Any]:
         raise KeyError("oops")
 
-    result = await run_once(FunctionCaller(broken), Classifier(), "x", schema=Label, retry=FAST)
+    result = await run_once(FunctionCaller(broken), Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
     assert isinstance(result.error, ProviderError)
     assert isinstance(result.error.__cause__, KeyError)

@@ -36,12 +36,9 @@ from agentkit import (
 from agentkit._structured import StructuredRequest
 from agentkit.providers._strict import strict_schema
 from agentkit.testing import FunctionCaller, ReplayCaller, call_step
+from tests.support import Query
 
 NO_WAIT = RetryPolicy(wait_initial=0)
-
-
-class Query(BaseModel):
-    text: str
 
 
 class Doc(BaseModel):
@@ -63,7 +60,7 @@ class Several(BaseModel):
 @tool(tier=Tier.READ_ONLY)
 def search(args: Query) -> list[Doc]:
     """Two documents per query, named after it."""
-    return [Doc(id=f"{args.text}-1", text=f"one about {args.text}"), Doc(id=f"{args.text}-2", text="two")]
+    return [Doc(id=f"{args.query}-1", text=f"one about {args.query}"), Doc(id=f"{args.query}-2", text="two")]
 
 
 class Reader:
@@ -104,7 +101,7 @@ class Model:
 
 
 async def test_until_min_calls_ran_the_step_schema_has_no_done_variant() -> None:
-    model = Model(call_step(Query(text="a")), call_step(Query(text="b")), done())
+    model = Model(call_step(Query(query="a")), call_step(Query(query="b")), done())
     config = LoopConfig(min_calls=2, max_rounds=4)
     result = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", config)
     assert result.stop_reason is StopReason.EXECUTOR_DONE
@@ -113,7 +110,7 @@ async def test_until_min_calls_ran_the_step_schema_has_no_done_variant() -> None
 
 
 async def test_a_done_reply_before_min_calls_is_refused_and_asked_again() -> None:
-    model = Model(done(), call_step(Query(text="a")), done())
+    model = Model(done(), call_step(Query(query="a")), done())
     result = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", LoopConfig(min_calls=1, retry=NO_WAIT))
     assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE)
     assert [r.tool_name for r in result.trace] == ["search", None]
@@ -131,7 +128,7 @@ async def test_a_model_that_insists_on_done_before_its_calls_ends_llm_error_with
 
 async def test_too_few_calls_by_the_ceiling_end_there_without_a_closing_round() -> None:
     """The closing round could only answer from nothing: the run ends at the ceiling, unanswered."""
-    model = Model(call_step(Query(text="a")), call_step(Query(text="a")))
+    model = Model(call_step(Query(query="a")), call_step(Query(query="a")))
     config = LoopConfig(min_calls=2, max_rounds=2, on_repeat=RepeatPolicy.REFUSE)
     result = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", config, answer=Answer)
     assert result.stop_reason is StopReason.ROUND_CEILING
@@ -162,7 +159,7 @@ def test_min_calls_with_unlimited_rounds_is_accepted() -> None:
 
 
 async def test_citations_are_restricted_to_the_ids_retrieved_so_far_in_the_schema_the_model_sees() -> None:
-    model = Model(call_step(Query(text="a")), call_step(Query(text="b")), done({"source": "b-2", "answer": "two"}))
+    model = Model(call_step(Query(query="a")), call_step(Query(query="b")), done({"source": "b-2", "answer": "two"}))
     result = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", LoopConfig(), answer=Answer)
     assert result.answer == Answer(source="b-2", answer="two")
     assert [d["properties"]["answer"] for d in done_variants(model.schemas[0])] == []  # nothing to cite: no done
@@ -173,7 +170,7 @@ async def test_citations_are_restricted_to_the_ids_retrieved_so_far_in_the_schem
 
 async def test_a_citation_of_an_item_never_retrieved_is_refused_and_asked_again() -> None:
     model = Model(
-        call_step(Query(text="a")),
+        call_step(Query(query="a")),
         done({"source": "z-9", "answer": "made up"}),
         done({"source": "a-1", "answer": "one"}),
     )
@@ -184,7 +181,7 @@ async def test_a_citation_of_an_item_never_retrieved_is_refused_and_asked_again(
 
 
 async def test_an_answer_that_cites_nothing_where_a_citation_is_required_ends_llm_error_keeping_the_items() -> None:
-    model = Model(call_step(Query(text="a")), *[done({"answer": "no source"})] * 6)
+    model = Model(call_step(Query(query="a")), *[done({"answer": "no source"})] * 6)
     config = LoopConfig(retry=NO_WAIT, closing_round=False)
     result = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", config, answer=Answer)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
@@ -194,7 +191,7 @@ async def test_an_answer_that_cites_nothing_where_a_citation_is_required_ends_ll
 
 
 async def test_the_answer_is_the_declared_type_and_cited_resolves_to_the_items() -> None:
-    model = Model(call_step(Query(text="a")), done({"sources": ["a-2", "a-1", "a-2"], "maybe": None, "answer": "x"}))
+    model = Model(call_step(Query(query="a")), done({"sources": ["a-2", "a-1", "a-2"], "maybe": None, "answer": "x"}))
     result = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", LoopConfig(), answer=Several)
     assert type(result.answer) is Several
     assert type(result.answer.sources[0]) is str
@@ -252,7 +249,7 @@ def test_an_item_type_names_its_own_key_with_cite_key() -> None:
         def render(self, ctx: str, info: ToolRoundInfo[Note]) -> Prompt:
             return Prompt(system="s", dynamic=str(info.round))
 
-    model = Model(call_step(Query(text="a")), done({"note": "n1"}))
+    model = Model(call_step(Query(query="a")), done({"note": "n1"}))
     result = asyncio.run(
         run_tool_loop(FunctionCaller(model), NoteReader(), notes, "q", LoopConfig(), answer=NoteAnswer)
     )
@@ -277,7 +274,7 @@ def test_cites_inside_another_type_is_refused_when_wired() -> None:
 
 
 async def test_a_replayed_citing_run_asks_the_recorded_schemas_and_ends_the_same() -> None:
-    model = Model(call_step(Query(text="a")), done({"source": "a-2", "answer": "two"}))
+    model = Model(call_step(Query(query="a")), done({"source": "a-2", "answer": "two"}))
     first = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", LoopConfig(min_calls=1), answer=Answer)
     replay = ReplayCaller(first.checkpoint)
     again = await run_tool_loop(replay, Reader(), replay.tools(search), "q", LoopConfig(min_calls=1), answer=Answer)
@@ -292,7 +289,7 @@ async def test_a_replayed_citing_run_asks_the_recorded_schemas_and_ends_the_same
 def test_whatever_the_model_cites_a_given_answer_names_only_retrieved_items(
     queries: list[str], attempts: list[str]
 ) -> None:
-    replies = [call_step(Query(text=q)) for q in queries] + [done({"source": s, "answer": "x"}) for s in attempts]
+    replies = [call_step(Query(query=q)) for q in queries] + [done({"source": s, "answer": "x"}) for s in attempts]
     config = LoopConfig(max_rounds=len(queries) + 1, retry=NO_WAIT, closing_round=False)
     result = asyncio.run(
         run_tool_loop(FunctionCaller(Model(*replies, *[done()] * 8)), Reader(), search, "q", config, answer=Answer)
@@ -311,7 +308,7 @@ async def test_memory_stays_flat_over_two_thousand_citing_runs_with_new_ids_each
     """The citing schema changes every round and every run (new ids); its caches are bounded, so the heap stays put."""
 
     async def one(index: int) -> None:
-        model = Model(call_step(Query(text=f"r{index}")), done({"source": f"r{index}-1", "answer": "x"}))
+        model = Model(call_step(Query(query=f"r{index}")), done({"source": f"r{index}-1", "answer": "x"}))
         await run_tool_loop(FunctionCaller(model), Reader(), search, "q", LoopConfig(), answer=Answer)
 
     for index in range(300):  # fills the bounded caches
@@ -334,7 +331,7 @@ async def test_memory_stays_flat_over_two_thousand_citing_runs_with_new_ids_each
 async def one_request_with_its_own_answer_type() -> weakref.ref[type[BaseModel]]:
     """A run whose citing answer type is made for it alone; a weak reference to that type."""
     made: type[BaseModel] = create_model("Made", source=(Cites[Doc], ...), answer=(str, ...))
-    model = Model(call_step(Query(text="r")), done({"source": "r-1", "answer": "x"}))
+    model = Model(call_step(Query(query="r")), done({"source": "r-1", "answer": "x"}))
     result = await run_tool_loop(FunctionCaller(model), Reader(), search, "q", LoopConfig(), answer=made)
     assert [d.id for d in result.cited()] == ["r-1"]
     return weakref.ref(made)

@@ -12,8 +12,7 @@ from pydantic import BaseModel, Field
 from agentkit import AfterProposal, LoopConfig, ProposedAction, Tier, UsageError, run_tool_loop_tiered
 from agentkit._approval import Approval, ApprovalError, approve, execute_approved
 from agentkit.testing import ScriptedCaller, call_step
-from tests.support import Executor
-from tests.test_approval import Deleter, PathArgs, proposed
+from tests.support import Deleter, Executor, PathArgs, proposed
 
 
 async def test_an_approval_built_by_hand_does_not_execute() -> None:

@@ -14,7 +14,6 @@ from agentkit import (
     Observer,
     Outcome,
     Prompt,
-    RetryPolicy,
     RoleSpec,
     RoundInfo,
     StopReason,
@@ -31,9 +30,7 @@ from agentkit._structured import Completion, StructuredRequest
 from agentkit.errors import ExecutorError, ToolError
 from agentkit.events import Event, RoundStarted, RunFinished
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Doc, Executor, PathArgs, Query, Recording
-
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
+from tests.support import NO_WAIT, Doc, Executor, PathArgs, Query, Recording
 
 
 def config(**kwargs: Any) -> LoopConfig:

@@ -17,6 +17,8 @@ from tests.inbox_support import ALICE, BOB, InboxServer, csrf_of
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 
+pytestmark = pytest.mark.slow
+
 ACTIONS = [
     "approve alice",
     "approve bob",

@@ -23,11 +23,7 @@ from agentkit.journal import Journal, JournalError, JournalObserver, RunState, S
 from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._sql import insert_rows
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Query
-
-
-class Target(BaseModel):
-    path: str
+from tests.support import Query, Target
 
 
 class Doc(BaseModel):

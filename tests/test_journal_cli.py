@@ -12,7 +12,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import (
     AfterProposal,
@@ -29,13 +28,9 @@ from agentkit._cli import main
 from agentkit._results import Usage
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Query
+from tests.support import Query, Target
 
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
-
-
-class Target(BaseModel):
-    path: str
 
 
 @tool(tier=Tier.READ_ONLY)

@@ -19,7 +19,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from pydantic import BaseModel
 
 from agentkit import (
     AfterProposal,
@@ -44,7 +43,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION, VERSION_TABLE
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Query
+from tests.support import Query, Target
 
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 8
@@ -52,10 +51,6 @@ EXECUTED, REFUSED = 0, 3
 """Exit codes of a racing worker."""
 
 pytestmark = pytest.mark.slow
-
-
-class Target(BaseModel):
-    path: str
 
 
 def recording_wipe(log: str, *, hang: bool = False) -> FunctionTool[Target, str]:

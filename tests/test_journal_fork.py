@@ -9,7 +9,6 @@ import io
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import (
     LoopConfig,
@@ -26,15 +25,7 @@ from agentkit import (
 from agentkit.errors import ResumeRefused
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunStatus
 from agentkit.testing import ScriptedCaller, call_step, done_step
-
-
-class Query(BaseModel):
-    text: str
-
-
-class Target(BaseModel):
-    path: str
-
+from tests.support import Query, Target
 
 ran: list[str] = []
 
@@ -42,8 +33,8 @@ ran: list[str] = []
 @tool(tier=Tier.READ_ONLY)
 def search(args: Query) -> list[str]:
     """Search."""
-    ran.append(f"search {args.text}")
-    return [f"doc:{args.text}"]
+    ran.append(f"search {args.query}")
+    return [f"doc:{args.query}"]
 
 
 @tool(tier=Tier.IRREVERSIBLE)
@@ -73,7 +64,7 @@ def _reset() -> None:
 
 
 def find(text: str) -> dict[str, Any]:
-    return call_step(Query(text=text), tool=search)
+    return call_step(Query(query=text), tool=search)
 
 
 def remove(path: str) -> dict[str, Any]:

@@ -10,11 +10,11 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import Prompt, RoleSpec, StopReason, Tier, Tool, ToolRoundInfo, run_tool_loop_tiered, tool
 from agentkit.journal import Journal, JournalObserver, RunClaimed, open_journal
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import PathArgs
 
 pytestmark = pytest.mark.slow
 
@@ -25,12 +25,8 @@ BLOCK = 4.0
 touched: list[str] = []
 
 
-class Path(BaseModel):
-    path: str
-
-
 @tool(tier=Tier.REVERSIBLE)
-def touch(args: Path) -> list[str]:
+def touch(args: PathArgs) -> list[str]:
     """Touch a file (sync, and slow: it holds the event loop)."""
     touched.append(args.path)
     time.sleep(BLOCK)
@@ -38,7 +34,7 @@ def touch(args: Path) -> list[str]:
 
 
 @tool(tier=Tier.IRREVERSIBLE)
-def wipe(args: Path) -> list[str]:
+def wipe(args: PathArgs) -> list[str]:
     """Delete a path."""
     return [f"wiped {args.path}"]
 
@@ -55,7 +51,7 @@ class Planner:
 
 
 def touch_step() -> dict[str, Any]:
-    return call_step(Path(path="/tmp/x"), tool="touch")
+    return call_step(PathArgs(path="/tmp/x"), tool="touch")
 
 
 def second_resume(url: str, run_id: str | None, outcome: list[BaseException | str]) -> None:
@@ -105,7 +101,7 @@ async def test_a_first_leg_blocked_by_a_sync_tool_keeps_its_hold(journal: Journa
 async def test_a_resumed_leg_blocked_by_a_sync_tool_keeps_its_hold(journal: Journal, journal_url: str) -> None:
     """The same load on a resumed leg (lease of one second; ``touch`` blocks four): the second resumer is refused
     with ``RunClaimed``, nothing is taken over, and ``touch`` runs once."""
-    first = ScriptedCaller([call_step(Path(path="/srv/old"), tool="wipe")])
+    first = ScriptedCaller([call_step(PathArgs(path="/srv/old"), tool="wipe")])
     with JournalObserver(journal) as observer:
         proposed = await run_tool_loop_tiered(first, Planner(), TOOLS, "ctx", observer=observer)
     [pending] = await journal.pending()

@@ -44,11 +44,7 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Query
-
-
-class Target(BaseModel):
-    path: str
+from tests.support import Query, Target
 
 
 @tool(tier=Tier.READ_ONLY)

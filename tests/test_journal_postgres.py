@@ -22,7 +22,7 @@ from agentkit import ProposedAction, Tier
 from agentkit._cli import main
 from agentkit.errors import UsageError
 from agentkit.journal import JournalError, JournalUnavailable, PostgresJournal
-from tests.test_journal_worker import Wipe, wipe_tool
+from tests.support import Wipe, wipe_tool
 
 NEVER = 60.0
 """Seconds after which a call that should have given up is taken to hang."""
@@ -86,6 +86,7 @@ def test_a_server_that_never_answers_fails_journal_unavailable_naming_it(silent_
     assert "no answer within 2 s" in str(error)
 
 
+@pytest.mark.slow
 def test_journal_runs_gives_up_on_a_server_that_never_answers_by_default(
     silent_server: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -97,6 +98,7 @@ def test_journal_runs_gives_up_on_a_server_that_never_answers_by_default(
     assert "no answer within 10 s" in err
 
 
+@pytest.mark.slow
 def test_agentkit_worker_gives_up_on_a_server_that_never_answers_by_default(silent_server: str) -> None:
     """`agentkit worker --db` on a server that never answers exits 1 after the default wait, naming the server."""
     worker = subprocess.run(
@@ -108,7 +110,7 @@ def test_agentkit_worker_gives_up_on_a_server_that_never_answers_by_default(sile
             "--db",
             silent_server,
             "--tools",
-            "tests.test_journal_worker:mail",
+            "tests.support:mail",
         ],
         cwd=Path(__file__).parent.parent,
         capture_output=True,

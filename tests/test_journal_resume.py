@@ -39,12 +39,7 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Query
-
-
-class Target(BaseModel):
-    path: str
-
+from tests.support import Query, Target
 
 calls: list[str] = []
 """Every tool call, in order, as ``tool arg``."""

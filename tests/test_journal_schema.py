@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, tool
 from agentkit._proposals import canonical_json
@@ -15,10 +14,7 @@ from agentkit.journal._postgres import _PostgresConnection
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, render
 from agentkit.journal._sql import Connection, now
 from agentkit.journal._sqlite import _SQLiteConnection
-
-
-class Wipe(BaseModel):
-    target: str
+from tests.support import Wipe
 
 
 @tool(tier=Tier.IRREVERSIBLE)

@@ -14,16 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, UsageError
 from agentkit.events import RunStarted
 from agentkit.journal import ProposalState, SQLiteJournal, open_journal
 from agentkit.journal import _sqlite as sqlite_backend
-
-
-class Wipe(BaseModel):
-    target: str
+from tests.support import Wipe
 
 
 def proposal(target: str) -> ProposedAction[Wipe]:

@@ -14,11 +14,7 @@ from agentkit import Prompt, RoleSpec, StopReason, Tier, Tool, ToolRoundInfo, ru
 from agentkit.errors import ResumeRefused
 from agentkit.journal import Journal, JournalObserver, ProposalState
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Query
-
-
-class Target(BaseModel):
-    path: str
+from tests.support import Query, Target
 
 
 class Score(BaseModel):

@@ -14,7 +14,6 @@ import pytest
 from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, UsageError, tool
-from agentkit._tools import FunctionTool
 from agentkit.journal import (
     DEFAULT_STUCK_AFTER,
     Journal,
@@ -23,35 +22,7 @@ from agentkit.journal import (
     Worked,
     WorkOutcome,
 )
-
-
-class Wipe(BaseModel):
-    target: str
-
-
-class Mail(BaseModel):
-    to: str
-
-
-def wipe_tool(
-    ran: list[str], *, gate: asyncio.Event | None = None, started: asyncio.Event | None = None
-) -> FunctionTool[Wipe, str]:
-    @tool(tier=Tier.IRREVERSIBLE, name="wipe")
-    async def wipe(args: Wipe) -> list[str]:
-        ran.append(args.target)
-        if started is not None:
-            started.set()
-        if gate is not None:
-            await gate.wait()
-        return [f"wiped {args.target}"]
-
-    return wipe
-
-
-@tool(tier=Tier.EXTERNAL_REVERSIBLE, name="mail")
-def mail(args: Mail) -> list[str]:
-    """Send a mail."""
-    return [args.to]
+from tests.support import Mail, Wipe, mail, wipe_tool
 
 
 async def approved(journal: Journal, target: str, *, tool_name: str = "wipe") -> str:

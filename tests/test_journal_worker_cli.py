@@ -13,11 +13,11 @@ import time
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier
 from agentkit._cli import main
 from agentkit.journal import ProposalState, open_journal
+from tests.support import Wipe
 
 TOOLS = '''
 import os, pathlib, time
@@ -40,10 +40,6 @@ def wipe(args: Wipe) -> list[str]:
 
 TOOLS = [wipe]
 '''
-
-
-class Wipe(BaseModel):
-    target: str
 
 
 @pytest.fixture

@@ -16,7 +16,6 @@ from typing import Any
 
 import psycopg
 import pytest
-from pydantic import BaseModel
 
 from agentkit import ProposedAction, Tier, tool
 from agentkit.journal import (
@@ -32,10 +31,7 @@ from agentkit.journal._sql import (
     claim_statement,
     lock_proposal_statement,
 )
-
-
-class Wipe(BaseModel):
-    target: str
+from tests.support import Wipe
 
 
 def tagged(url: str, name: str, *, isolation: str | None = None) -> str:
@@ -146,6 +142,7 @@ async def test_the_outcome_is_recorded_once_the_database_is_back(postgres_url: s
     await journal.close()
 
 
+@pytest.mark.slow
 async def test_a_database_gone_longer_than_the_retries_raises_outcome_not_recorded(
     postgres_url: str, app_name: str
 ) -> None:

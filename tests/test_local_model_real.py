@@ -26,6 +26,7 @@ from agentkit.providers.local import LocalModel
 
 pytestmark = [
     pytest.mark.local_model,
+    pytest.mark.slow,
     # Opting in with AGENTKIT_REAL_MODEL=1 (as CI does) makes a missing 'local' extra a failure
     # (LocalModel says which command installs it), never a silent skip.
     pytest.mark.skipif(

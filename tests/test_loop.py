@@ -27,9 +27,7 @@ from agentkit._results import ToolLoopResult, Usage
 from agentkit.errors import ProviderError, Throttled, ToolError, ToolTimeout
 from agentkit.events import RunFinished, ToolCallStarted
 from agentkit.testing import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
-from tests.support import Executor, Query
-
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
+from tests.support import NO_WAIT, Executor, Query
 
 
 class Doc(BaseModel):

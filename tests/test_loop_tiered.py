@@ -15,7 +15,6 @@ from agentkit import (
     Outcome,
     Prompt,
     ProposedAction,
-    RetryPolicy,
     StopReason,
     Tier,
     ToolRoundInfo,
@@ -28,9 +27,8 @@ from agentkit._proposals import call_digest
 from agentkit.errors import MissingTierError, StructuredOutputError
 from agentkit.events import ProposalCaptured, ToolCallStarted
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Doc, Executor, PathArgs, Query, Recording
+from tests.support import NO_WAIT, Doc, Executor, PathArgs, Query, Recording
 
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
 TIER_NAMES = ("Tier.READ_ONLY", "Tier.REVERSIBLE", "Tier.EXTERNAL_REVERSIBLE", "Tier.IRREVERSIBLE")
 
 

@@ -23,7 +23,6 @@ from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
-    RetryPolicy,
     RoleSpec,
     StopReason,
     Tier,
@@ -36,9 +35,9 @@ from agentkit._tools import declared_tier
 from agentkit.errors import MissingTierError, ToolError
 from agentkit.mcp import McpArgs, McpConnection, McpItem, McpServerError, McpTool, connect_http, connect_stdio
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.support import NO_WAIT
 
 SERVERS = Path(__file__).with_name("mcp_servers.py")
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
 FAST = LoopConfig(retry=NO_WAIT)
 TIERS = {
     "search": Tier.READ_ONLY,
@@ -231,6 +230,7 @@ async def test_a_lying_read_only_annotation_is_still_gated_by_the_callers_tier(c
     assert calls(log) == []
 
 
+@pytest.mark.slow
 async def test_without_tiers_or_the_opt_in_every_tool_is_refused_and_nothing_runs(connect: Connect, log: Path) -> None:
     """Annotations alone give no tier: the loop ends TOOL_DECLARES_NO_TIER before any model call."""
     async with connect() as server:

@@ -152,6 +152,7 @@ async def test_an_mcp_proposal_round_trips_through_json_with_the_same_digest(too
 # --- the journal -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_an_mcp_proposal_approved_in_the_journal_executes_exactly_once_against_the_server(
     tmp_path: Path, log: Path
 ) -> None:

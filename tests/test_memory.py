@@ -15,6 +15,8 @@ from agentkit._tools import FunctionTool
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Executor
 
+pytestmark = pytest.mark.slow
+
 RUNS = 10_000
 MARKS = 5
 
@@ -38,7 +40,6 @@ async def one_run(index: int) -> None:
         await run_tool_loop_tiered(ScriptedCaller([*script]), Executor[str](), [search, wipe], "ctx", config)
 
 
-@pytest.mark.slow
 async def test_memory_stays_flat_over_ten_thousand_runs_with_tools_made_per_run() -> None:
     """After warm-up, 10,000 runs that each define new tools leave the traced heap where it was (bounded caches)."""
     for index in range(600):  # fills every bounded cache
@@ -93,7 +94,6 @@ async def served(index: int, made: Made, types: list[weakref.ref[type[BaseModel]
     assert result.items == ["contents"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("made", ["args type", "args type and tool name", "tool name"])
 async def test_tools_made_per_request_leave_under_2_kb_a_run_after_warm_up(made: Made) -> None:
     """After 1,100 runs, 1,000 more that each make their tool leave under 2 KB a run on the traced heap, and

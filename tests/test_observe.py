@@ -11,7 +11,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
 
 from agentkit import (
     AfterProposal,
@@ -19,12 +18,10 @@ from agentkit import (
     Observer,
     Outcome,
     Prompt,
-    RetryPolicy,
     RoleSpec,
     StopReason,
     Tier,
     ToolLoopResult,
-    ToolRetry,
     ToolRoundInfo,
     UsageError,
     run_tool_loop,
@@ -47,29 +44,7 @@ from agentkit.events import (
     ToolResultReturned,
 )
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Query
-
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
-
-
-class Doc(BaseModel):
-    id: str
-
-
-@tool(tier=Tier.READ_ONLY)
-def search(args: Query) -> list[Doc]:
-    """Look up documents."""
-    if args.query == "boom":
-        raise RuntimeError("index offline")
-    if args.query == "retry":
-        raise ToolRetry("no such index; try another query")
-    return [Doc(id=f"{args.query}1"), Doc(id=f"{args.query}2")]
-
-
-@tool(tier=Tier.IRREVERSIBLE)
-def delete(args: Query) -> list[Doc]:
-    """Delete documents (never runs live)."""
-    raise AssertionError("an irreversible tool must not run")
+from tests.support import NO_WAIT, Doc, Finder, Query, Recorder, delete, search
 
 
 @tool(tier=Tier.READ_ONLY)
@@ -89,58 +64,6 @@ class NoTier:
 
     async def call(self, args: Query) -> Sequence[Doc]:
         raise AssertionError("a tool without a tier must not run")
-
-
-class Finder:
-    """A minimal executor."""
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="exec-model", prompt_type="retrieval")
-
-    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
-        return Prompt(system="find documents", dynamic=f"{ctx} round {info.round}")
-
-
-class Recorder(Observer):
-    """Records what each named hook received, and what ``on_event`` received."""
-
-    def __init__(self) -> None:
-        self.hooks: list[tuple[str, Event]] = []
-        self.events: list[Event] = []
-
-    @property
-    def kinds(self) -> list[str]:
-        return [kind for kind, _ in self.hooks]
-
-    def on_event(self, event: Event) -> None:
-        self.events.append(event)
-
-    def on_run_start(self, event: RunStarted) -> None:
-        self.hooks.append(("run_start", event))
-
-    def on_round_start(self, event: RoundStarted) -> None:
-        self.hooks.append(("round_start", event))
-
-    def on_llm_call(self, event: LLMCallFinished) -> None:
-        self.hooks.append(("llm_call", event))
-
-    def on_tool_call(self, event: ToolCallStarted) -> None:
-        self.hooks.append(("tool_call", event))
-
-    def on_tool_result(self, event: ToolResultReturned) -> None:
-        self.hooks.append(("tool_result", event))
-
-    def on_proposal(self, event: ProposalCaptured) -> None:
-        self.hooks.append(("proposal", event))
-
-    def on_degeneration(self, event: DegenerationDetected) -> None:
-        self.hooks.append(("degeneration", event))
-
-    def on_run_end(self, event: RunFinished) -> None:
-        self.hooks.append(("run_end", event))
-
-    def on_run_abort(self, event: RunAborted) -> None:
-        self.hooks.append(("run_abort", event))
 
 
 class Exploding(Observer):

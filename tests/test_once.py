@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agentkit import Observer, Outcome, Prompt, RetryPolicy, RoleSpec, StopReason, Usage
+from agentkit import Observer, Outcome, RoleSpec, StopReason, Usage
 from agentkit._once import Material, RoundInfo, is_material, run_once, run_once_text
 from agentkit._structured import StructuredRequest
 from agentkit._text import TextCompletion
@@ -17,12 +17,7 @@ from agentkit.errors import ProviderError, StructuredOutputError, Throttled, Usa
 from agentkit.events import Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, ScriptExhausted
-
-FAST = RetryPolicy(wait_initial=0, wait_max=0)
-
-
-class Label(BaseModel):
-    label: str
+from tests.support import NO_WAIT, Classifier, Label, Recorder
 
 
 class Change(BaseModel):
@@ -36,29 +31,6 @@ class Change(BaseModel):
 class Flagged(BaseModel):
     is_material: bool
     note: str = ""
-
-
-@dataclass
-class Classifier:
-    """A once-agent that records what it was asked to render."""
-
-    role_spec: RoleSpec = field(default_factory=lambda: RoleSpec(model="primary", fallback_model="backup"))
-    seen: list[tuple[str, RoundInfo]] = field(default_factory=list)
-
-    def role(self) -> RoleSpec:
-        return self.role_spec
-
-    def render(self, ctx: str, info: RoundInfo) -> Prompt:
-        self.seen.append((ctx, info))
-        return Prompt(system="Label the text.", dynamic=f"Text: {ctx}")
-
-
-class Recorder(Observer):
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-
-    def on_event(self, event: Event) -> None:
-        self.events.append(event)
 
 
 async def test_material_verdict_is_applied() -> None:
@@ -132,7 +104,7 @@ async def test_request_carries_prompt_and_role() -> None:
 async def test_throttle_is_error_throttled_and_not_retried() -> None:
     """HTTP 429 ends the run at once: ERROR, THROTTLED, the Throttled attached, one request made."""
     caller = ScriptedCaller([Throttled(retry_after=3.0), {"label": "never used"}])
-    result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+    result = await run_once(caller, Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert result.outcome is Outcome.ERROR
     assert result.stop_reason is StopReason.THROTTLED
     assert isinstance(result.error, Throttled)
@@ -145,7 +117,7 @@ async def test_transient_errors_retry_then_fall_back() -> None:
     caller = ScriptedCaller(
         [ProviderError("503", transient=True), ProviderError("503", transient=True), {"label": "a"}]
     )
-    result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+    result = await run_once(caller, Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert result.outcome is Outcome.APPLIED
     assert [r.model for r in caller.requests] == ["primary", "primary", "backup"]
     assert result.model == "backup"
@@ -155,7 +127,7 @@ async def test_transient_errors_retry_then_fall_back() -> None:
 async def test_schema_failure_is_reasked_with_the_error() -> None:
     """A reply that fails the schema is re-asked with the validation error shown to the model."""
     caller = ScriptedCaller([{"wrong": 1}, {"label": "a"}])
-    result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+    result = await run_once(caller, Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert result.outcome is Outcome.APPLIED
     assert caller.requests[0].reask is None
     assert caller.requests[1].reask is not None
@@ -166,7 +138,7 @@ async def test_exhausted_attempts_end_llm_error_with_usage() -> None:
     """When every attempt fails the run ends ERROR, LLM_ERROR, with the last error and all usage."""
     failures = [ScriptedReply(value=ProviderError("boom", transient=True), usage=Usage(requests=1, input_tokens=5))]
     caller = ScriptedCaller(failures * 3)
-    result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+    result = await run_once(caller, Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert result.outcome is Outcome.ERROR
     assert result.stop_reason is StopReason.LLM_ERROR
     assert isinstance(result.error, ProviderError)
@@ -178,7 +150,7 @@ async def test_exhausted_attempts_end_llm_error_with_usage() -> None:
 async def test_non_transient_error_is_not_retried() -> None:
     """A non-transient provider error (a 400) ends the run after one request."""
     caller = ScriptedCaller([ProviderError("bad request", status=400)])
-    result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+    result = await run_once(caller, Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert result.stop_reason is StopReason.LLM_ERROR
     assert len(caller.requests) == 1
 
@@ -186,7 +158,7 @@ async def test_non_transient_error_is_not_retried() -> None:
 async def test_unexpected_caller_exception_becomes_error_result() -> None:
     """A caller raising a foreign exception still ends in a result (ERROR), not a raise."""
     caller = ScriptedCaller([RuntimeError("socket closed")])
-    result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+    result = await run_once(caller, Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert result.outcome is Outcome.ERROR
     assert isinstance(result.error, ProviderError)
     assert isinstance(result.error.__cause__, RuntimeError)
@@ -217,7 +189,7 @@ async def test_observer_sees_start_round_calls_and_finish() -> None:
     recorder = Recorder()
     role = RoleSpec(model="primary", prompt_type="labeler")
     caller = ScriptedCaller([{"nope": 1}, {"label": "a"}])
-    result = await run_once(caller, Classifier(role_spec=role), "x", schema=Label, observer=recorder, retry=FAST)
+    result = await run_once(caller, Classifier(role_spec=role), "x", schema=Label, observer=recorder, retry=NO_WAIT)
     kinds = [e.kind for e in recorder.events]
     assert kinds == ["run_start", "round_start", "llm_call", "llm_call", "run_end"]
     start, round_start, failed, ok, end = recorder.events
@@ -307,7 +279,7 @@ async def test_text_goes_through_the_text_seam_only() -> None:
 async def test_text_throttle_is_error_throttled_without_fallback() -> None:
     """A 429 on the prose seam ends ERROR, THROTTLED, after one request (no retry, no fallback)."""
     caller = ScriptedCaller([Throttled(), "unused"])
-    result = await run_once_text(caller, Classifier(), "x", retry=FAST)
+    result = await run_once_text(caller, Classifier(), "x", retry=NO_WAIT)
     assert result.stop_reason is StopReason.THROTTLED
     assert isinstance(result.error, Throttled)
     assert result.text is None
@@ -317,7 +289,7 @@ async def test_text_throttle_is_error_throttled_without_fallback() -> None:
 async def test_text_transient_errors_fall_back() -> None:
     """Transient prose-call failures retry on the primary, then fall back, like structured calls."""
     caller = ScriptedCaller([ProviderError("503", transient=True), ProviderError("503", transient=True), "ok"])
-    result = await run_once_text(caller, Classifier(), "x", retry=FAST)
+    result = await run_once_text(caller, Classifier(), "x", retry=NO_WAIT)
     assert result.text == "ok"
     assert [r.model for r in caller.requests] == ["primary", "primary", "backup"]
     assert result.usage.requests == 3
@@ -353,7 +325,7 @@ async def test_run_once_over_the_wire_returns_the_typed_verdict() -> None:
     """Through OpenAICaller and a real HTTP exchange, run_once returns the validated verdict with usage."""
     reply = FakeReply.value({"label": "spam"}, prompt_tokens=11, completion_tokens=3)
     async with FakeOpenAIServer([reply]) as server, OpenAICaller(base_url=server.base_url, api_key="k") as caller:
-        result = await run_once(caller, Classifier(), "buy now", schema=Label, retry=FAST)
+        result = await run_once(caller, Classifier(), "buy now", schema=Label, retry=NO_WAIT)
     assert result.value == Label(label="spam")
     assert result.outcome is Outcome.APPLIED
     assert result.usage == Usage(requests=1, input_tokens=11, output_tokens=3)
@@ -364,7 +336,7 @@ async def test_run_once_text_over_the_wire_uses_no_json_mode() -> None:
     """The prose request carries no response format and no tools, and the text comes back verbatim."""
     prose = "Line one.\n\nLine two, with {braces}."
     async with FakeOpenAIServer([prose]) as server, OpenAICaller(base_url=server.base_url, api_key="k") as caller:
-        result = await run_once_text(caller, Classifier(), "x", retry=FAST)
+        result = await run_once_text(caller, Classifier(), "x", retry=NO_WAIT)
     assert result.text == prose
     body = server.requests[0]
     assert "response_format" not in body
@@ -375,7 +347,7 @@ async def test_run_once_text_over_the_wire_uses_no_json_mode() -> None:
 async def test_empty_text_over_the_wire_is_silent() -> None:
     """An empty completion from a real server comes back as "" (SILENT), not as an error."""
     async with FakeOpenAIServer([FakeReply.text("")]) as server, OpenAICaller(base_url=server.base_url) as caller:
-        result = await run_once_text(caller, Classifier(), "x", retry=FAST)
+        result = await run_once_text(caller, Classifier(), "x", retry=NO_WAIT)
     assert (result.text, result.outcome, result.error) == ("", Outcome.SILENT, None)
 
 
@@ -383,7 +355,7 @@ async def test_http_429_over_the_wire_is_throttled_after_one_request() -> None:
     """A 429 from the server ends run_once THROTTLED with retry_after, after exactly one request."""
     replies = [FakeReply.error(429, retry_after=7), FakeReply.value({"label": "unused"})]
     async with FakeOpenAIServer(replies) as server, OpenAICaller(base_url=server.base_url, api_key="k") as caller:
-        result = await run_once(caller, Classifier(), "x", schema=Label, retry=FAST)
+        result = await run_once(caller, Classifier(), "x", schema=Label, retry=NO_WAIT)
     assert result.stop_reason is StopReason.THROTTLED
     assert isinstance(result.error, Throttled)
     assert result.error.retry_after == 7

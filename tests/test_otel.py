@@ -17,12 +17,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode, Tracer
 
 from agentkit import (
-    LoopConfig,
     Prompt,
     RoleSpec,
     StopReason,
     Tier,
-    ToolRetry,
     Usage,
     run_once,
     run_tool_loop,
@@ -46,10 +44,8 @@ from agentkit.otel import (
 )
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Query
-from tests.test_observe import NO_WAIT, Doc, Finder, delete, search
-
-CONFIG = LoopConfig(retry=NO_WAIT)
+from tests.otel_support import CONFIG, MARKERS, TracedTransport, attrs, parent_of, planted_run, span_id
+from tests.support import Doc, Finder, Query, delete, search
 
 
 @pytest.fixture
@@ -74,23 +70,6 @@ def observer(tracer: Tracer) -> OTelObserver:
     return OTelObserver(tracer)
 
 
-class TracedTransport(httpx2.AsyncBaseTransport):
-    """An instrumented HTTP client, as httpx instrumentation makes one: a CLIENT span per request."""
-
-    def __init__(self, tracer: Tracer) -> None:
-        self.tracer = tracer
-        self.inner = httpx2.AsyncHTTPTransport()
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        with self.tracer.start_as_current_span(f"{request.method} {request.url.path}", kind=SpanKind.CLIENT) as span:
-            response = await self.inner.handle_async_request(request)
-            span.set_attribute("http.response.status_code", response.status_code)
-            return response
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
-
-
 @pytest.fixture
 async def traced_caller(server: FakeOpenAIServer, tracer: Tracer) -> AsyncIterator[OpenAICaller]:
     """An ``OpenAICaller`` on the fake server whose HTTP requests make spans of their own."""
@@ -105,19 +84,6 @@ def reply(value: dict[str, Any], input_tokens: int, output_tokens: int) -> Scrip
 
 def by_name(spans: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSpan]:
     return sorted((s for s in spans if s.name.startswith(prefix)), key=lambda s: s.start_time or 0)
-
-
-def parent_of(span: ReadableSpan) -> int | None:
-    return span.parent.span_id if span.parent is not None else None
-
-
-def span_id(span: ReadableSpan) -> int:
-    assert span.context is not None
-    return int(span.context.span_id)
-
-
-def attrs(span: ReadableSpan) -> dict[str, Any]:
-    return dict(span.attributes or {})
 
 
 def exceptions(span: ReadableSpan) -> list[dict[str, Any]]:
@@ -527,47 +493,7 @@ def test_importing_agentkit_does_not_import_opentelemetry() -> None:
     assert out.stdout.strip() == "[]"
 
 
-@tool(tier=Tier.READ_ONLY)
-async def hanging(args: Query) -> list[Doc]:
-    """Blocks until cancelled."""
-    await asyncio.sleep(60)
-    return []
-
-
 # --- content ---------------------------------------------------------------------------------------
-
-
-@tool(tier=Tier.READ_ONLY)
-def planted(args: Query) -> list[Doc]:
-    """Look up documents (markers planted in its failures and results)."""
-    if args.query == "retry":
-        raise ToolRetry("MARKER-RETRY no such index")
-    if args.query == "boom":
-        raise RuntimeError("MARKER-ERROR index offline")
-    return [Doc(id="MARKER-RESULT")]
-
-
-MARKERS = [
-    "MARKER-PROMPT",
-    "MARKER-BAD-REPLY",
-    "MARKER-REPLY",
-    "MARKER-ARGS",
-    "MARKER-RETRY",
-    "MARKER-RESULT",
-    "MARKER-ERROR",
-]
-
-
-async def planted_run(caller: OpenAICaller, server: FakeOpenAIServer, observer: OTelObserver) -> None:
-    """A run that puts each marker where content lives: prompt, invalid and valid replies, args, results, errors."""
-    server.add(
-        FakeReply.text("MARKER-BAD-REPLY is not JSON"),
-        FakeReply.value(call_step(Query(query="retry"), rationale="MARKER-REPLY")),
-        FakeReply.value(call_step(Query(query="MARKER-ARGS"))),
-        FakeReply.value(call_step(Query(query="boom"))),
-    )
-    result = await run_tool_loop(caller, Finder(), planted, "MARKER-PROMPT", CONFIG, observer=observer)
-    assert result.stop_reason is StopReason.TOOL_ERROR
 
 
 def everything_recorded(spans: tuple[ReadableSpan, ...]) -> str:

@@ -30,8 +30,7 @@ from agentkit import (
 from agentkit.journal import Journal, JournalObserver, ProposalState
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.otel_support import Telemetry, attrs, parent_of, span_id, telemetry_fixture, trace_id  # noqa: F401  # a fixture
-from tests.support import Query
-from tests.test_journal_resume import Target
+from tests.support import Query, Target, corpus_search
 
 TRACERS: list[Tracer] = []
 """The test's tracer, for the tools' own spans."""
@@ -42,12 +41,6 @@ def _tracer(telemetry: Telemetry) -> None:
     TRACERS[:] = [telemetry.tracer]
 
 
-@tool(tier=Tier.READ_ONLY)
-def search(args: Query) -> list[str]:
-    """Find documents."""
-    return [f"doc:{args.query}"]
-
-
 @tool(tier=Tier.IRREVERSIBLE)
 async def wipe(args: Target) -> list[str]:
     """Delete a path for good."""
@@ -55,7 +48,7 @@ async def wipe(args: Target) -> list[str]:
         return [f"wiped {args.path}"]
 
 
-TOOLS: list[Tool[Any, str]] = [search, wipe]
+TOOLS: list[Tool[Any, str]] = [corpus_search, wipe]
 
 
 class Planner:

@@ -13,7 +13,7 @@ import httpx2
 import openai
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import SpanKind, StatusCode, Tracer
+from opentelemetry.trace import StatusCode, Tracer
 
 from agentkit import (
     LoopConfig,
@@ -31,17 +31,23 @@ from agentkit.journal import JournalObserver, open_journal
 from agentkit.otel import OTelObserver
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, call_step, done_step
-from tests.otel_support import (  # noqa: F401  # the fixtures server and telemetry
+from tests.otel_support import (  # noqa: F401  # the fixture telemetry
+    CONFIG,
+    DOCS,
     Telemetry,
+    TracedTransport,
     attrs,
+    docs_section,
+    documented_attributes,
+    hanging,
+    kind_of,
     parent_of,
-    server_fixture,
+    planted_run,
     span_id,
     telemetry_fixture,
+    undocumented,
 )
-from tests.support import Query
-from tests.test_observe import Doc, Finder, search
-from tests.test_otel import CONFIG, TracedTransport, hanging, planted_run
+from tests.support import Doc, Finder, Query, search
 
 
 @pytest.fixture(name="traced_caller")
@@ -50,49 +56,6 @@ async def traced_caller_fixture(server: FakeOpenAIServer, telemetry: Telemetry) 
     async with httpx2.AsyncClient(transport=TracedTransport(telemetry.tracer)) as http:
         client = openai.AsyncOpenAI(base_url=server.base_url, api_key="unused", http_client=http)
         yield OpenAICaller(client, max_reasks=0)
-
-
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "observability.md"
-KINDS = {"invoke_agent ": "run", "agentkit.round": "round", "chat ": "chat", "execute_tool ": "execute_tool"}
-
-
-def kind_of(span: ReadableSpan) -> str | None:
-    """The table's name for a span's kind (a Temporal client's ``invoke_agent`` is a ``durable run``)."""
-    if span.name.startswith("invoke_agent ") and span.kind is SpanKind.CLIENT:
-        return "durable run"
-    return next((kind for prefix, kind in KINDS.items() if span.name.startswith(prefix)), None)
-
-
-def docs_section(name: str) -> str:
-    text = DOCS.read_text(encoding="utf-8")
-    start, end = f"<!-- {name}:start -->\n", f"<!-- {name}:end -->"
-    return text[text.index(start) + len(start) : text.index(end)]
-
-
-def documented_attributes() -> dict[tuple[str, str], str]:
-    """(span kind, attribute) -> when it is recorded, from the table in the docs."""
-    table: dict[tuple[str, str], str] = {}
-    for line in docs_section("span-attributes").splitlines()[2:]:
-        kind, attribute, recorded = (cell.strip() for cell in line.strip("|").split("|"))
-        table[(kind, attribute.strip("`"))] = recorded
-    return table
-
-
-def undocumented(spans: tuple[ReadableSpan, ...], table: dict[tuple[str, str], str]) -> list[str]:
-    """What of ``spans`` the table does not say: an attribute it does not list, or one it says is always there
-    and is missing."""
-    wrong: list[str] = []
-    for span in spans:
-        kind = kind_of(span)
-        if kind is None:
-            continue
-        wrong += [f"{key} on a {kind} span" for key in attrs(span) if (kind, key) not in table]
-        wrong += [
-            f"{key} missing on {span.name}"
-            for (documented, key), recorded in table.items()
-            if documented == kind and recorded.startswith("always") and key not in attrs(span)
-        ]
-    return wrong
 
 
 class Documented(Finder):

@@ -20,19 +20,16 @@ from agentkit._once import RoundInfo
 from agentkit.errors import ProviderError
 from agentkit.providers.openai import OpenAICaller, StructuredMode
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, call_step, done_step
-from tests.otel_support import (  # noqa: F401  # the fixtures caller, server and telemetry
+from tests.otel_support import (  # noqa: F401  # the fixtures caller and telemetry
+    CONFIG,
     Telemetry,
     attrs,
     caller_fixture,
     parent_of,
-    server_fixture,
     span_id,
     telemetry_fixture,
 )
-from tests.support import Query
-from tests.test_observe import NO_WAIT, Doc, Finder
-
-CONFIG = LoopConfig(retry=NO_WAIT)
+from tests.support import NO_WAIT, Doc, Finder, Query
 
 
 class Seen(Sampler):

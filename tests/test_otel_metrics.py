@@ -5,24 +5,22 @@ from __future__ import annotations
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-from agentkit import LoopConfig, StopReason, run_tool_loop, run_tool_loop_tiered
+from agentkit import StopReason, run_tool_loop, run_tool_loop_tiered
 from agentkit._otel_metrics import DURATION_BUCKETS, TOKEN_BUCKETS
 from agentkit.errors import ProviderError
 from agentkit.otel import OTelObserver
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.otel_support import (  # noqa: F401  # the fixtures caller, server and telemetry
+from tests.otel_support import (  # noqa: F401  # the fixtures caller and telemetry
+    CONFIG,
+    MARKERS,
     Telemetry,
     caller_fixture,
     everything_exported,
-    server_fixture,
+    planted_run,
     telemetry_fixture,
 )
-from tests.support import Query
-from tests.test_observe import NO_WAIT, Finder, delete, search
-from tests.test_otel import MARKERS, planted_run
-
-CONFIG = LoopConfig(retry=NO_WAIT)
+from tests.support import Finder, Query, delete, search
 
 
 def used(value: dict[str, object], input_tokens: int, output_tokens: int) -> ScriptedReply:

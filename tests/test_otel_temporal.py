@@ -12,7 +12,17 @@ import pytest
 from agentkit import Outcome, StopReason
 from agentkit.temporal import DurableAgent, DurableRuns, RunStatus, build_worker
 from agentkit.testing import FakeOpenAIServer
-from tests.otel_support import Telemetry, attrs, parent_of, span_id, telemetry_fixture, trace_id  # noqa: F401  # a fixture
+from tests.otel_support import (  # noqa: F401  # the fixture telemetry
+    Telemetry,
+    attrs,
+    documented_attributes,
+    kind_of,
+    parent_of,
+    span_id,
+    telemetry_fixture,
+    trace_id,
+    undocumented,
+)
 from tests.temporal_agents import (  # noqa: F401  # the fixtures fake and agents
     DONE,
     Brief,
@@ -21,7 +31,6 @@ from tests.temporal_agents import (  # noqa: F401  # the fixtures fake and agent
     step,
     until,
 )
-from tests.test_otel_docs import documented_attributes, kind_of, undocumented
 
 pytestmark = pytest.mark.slow
 

@@ -8,30 +8,16 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
 
-from agentkit import Observer, Outcome, Prompt, RetryPolicy, RoleSpec, StopReason, Usage
-from agentkit._once import RoundInfo
+from agentkit import Outcome, StopReason, Usage
 from agentkit._pair import Critique, LLMVerifier, PairConfig, PairResult, Review, RulesVerifier, pair
 from agentkit.errors import AgentkitError, ProviderError, Throttled, UsageError, VerifierError
-from agentkit.events import Event, LLMCallFinished, RoundStarted, RunFinished, RunStarted
+from agentkit.events import LLMCallFinished, RoundStarted, RunFinished, RunStarted
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, ScriptedCaller, ScriptedReply, ScriptExhausted
+from tests.support import NO_WAIT, Answer, Critic, Drafter, Recorder, good
 
-FAST = RetryPolicy(wait_initial=0, wait_max=0)
 FEEDBACK = "MARKER-the total is wrong"
-
-
-class Answer(BaseModel):
-    total: int
-    parts: list[int]
-
-    def is_material(self) -> bool:
-        return bool(self.parts)
-
-
-def good(total: int = 3) -> dict[str, object]:
-    return {"total": total, "parts": [1, total - 1]}
 
 
 def bad(total: int = 9) -> dict[str, object]:
@@ -40,21 +26,6 @@ def bad(total: int = 9) -> dict[str, object]:
 
 def sums(answer: Answer) -> tuple[bool, str]:
     return answer.total == sum(answer.parts), FEEDBACK
-
-
-@dataclass
-class Drafter:
-    """An executor that records every round it renders."""
-
-    seen: list[RoundInfo] = field(default_factory=list)
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="exec", prompt_type="drafter")
-
-    def render(self, ctx: str, info: RoundInfo) -> Prompt:
-        self.seen.append(info)
-        fix = f"\nFix this: {info.feedback}" if info.feedback else ""
-        return Prompt(system="Add the parts.", dynamic=f"{ctx}{fix}")
 
 
 @dataclass
@@ -70,27 +41,6 @@ class Scripted:
         if isinstance(decision, BaseException):
             raise decision
         return Review(approved=decision, feedback="" if decision else FEEDBACK)
-
-
-@dataclass
-class Critic:
-    """The LLM verifier's agent: renders the draft it is asked about."""
-
-    task: str
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="critic")
-
-    def render(self, ctx: Answer, info: RoundInfo) -> Prompt:
-        return Prompt(system="Check the sum.", dynamic=f"{self.task}\nDraft: {ctx.model_dump_json()}")
-
-
-class Recorder(Observer):
-    def __init__(self) -> None:
-        self.events: list[Event] = []
-
-    def on_event(self, event: Event) -> None:
-        self.events.append(event)
 
 
 async def test_approved_draft_is_returned() -> None:
@@ -222,7 +172,7 @@ async def test_verifier_throttle_is_throttled() -> None:
 async def test_executor_failure_is_llm_error_and_drops_drafts() -> None:
     """An executor that fails on a revision ends ERROR, LLM_ERROR, without the rejected draft."""
     caller = ScriptedCaller([bad(), ProviderError("400", status=400)])
-    result = await pair(caller, Drafter(), RulesVerifier(sums), "x", PairConfig(retry=FAST), schema=Answer)
+    result = await pair(caller, Drafter(), RulesVerifier(sums), "x", PairConfig(retry=NO_WAIT), schema=Answer)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
     assert result.value is None
     assert result.rounds == 2
@@ -292,7 +242,7 @@ async def test_llm_verifier_failure_is_verifier_error_with_its_usage() -> None:
     """A critic whose call fails ends the pair VERIFIER_ERROR, and the critic's spend is counted."""
     executor = ScriptedCaller([good()])
     critic = ScriptedCaller([ProviderError("400", status=400)])
-    verifier = LLMVerifier(critic, Critic(task="t"), retry=FAST)
+    verifier = LLMVerifier(critic, Critic(task="t"), retry=NO_WAIT)
     result = await pair(executor, Drafter(), verifier, "x", schema=Answer)
     assert result.stop_reason is StopReason.VERIFIER_ERROR
     assert isinstance(result.error, ProviderError)
@@ -388,7 +338,7 @@ async def test_pair_over_the_wire_revises_and_is_approved() -> None:
         FakeOpenAIServer([bad(), good()]) as server,
         OpenAICaller(base_url=server.base_url, api_key="k") as caller,
     ):
-        result = await pair(caller, Drafter(), RulesVerifier(sums), "1+2", PairConfig(retry=FAST), schema=Answer)
+        result = await pair(caller, Drafter(), RulesVerifier(sums), "1+2", PairConfig(retry=NO_WAIT), schema=Answer)
     assert result.approved is False  # the second draft was the last permitted: returned unreviewed
     assert result.value == Answer.model_validate(good())
     assert FEEDBACK in server.requests[1]["messages"][-1]["content"]

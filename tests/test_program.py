@@ -24,6 +24,7 @@ from agentkit.program import (
     gate_program,
     propose_only,
 )
+from tests.support import PathArgs
 
 TIER_NAMES = ("Tier.READ_ONLY", "Tier.REVERSIBLE", "Tier.EXTERNAL_REVERSIBLE", "Tier.IRREVERSIBLE")
 
@@ -31,10 +32,6 @@ TIER_NAMES = ("Tier.READ_ONLY", "Tier.REVERSIBLE", "Tier.EXTERNAL_REVERSIBLE", "
 class TicketArgs(BaseModel):
     title: str
     priority: int = 3
-
-
-class PathArgs(BaseModel):
-    path: str
 
 
 class Board:

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ValidationError
 
 from agentkit import ProposedAction, Tier, UsageError, tool
 from agentkit._proposals import call_digest, load_proposal
-from tests.support import Query
+from tests.support import search
 
 
 class Inner(BaseModel):
@@ -30,12 +30,6 @@ class PathArgs(BaseModel):
 def delete(args: PathArgs) -> Sequence[str]:
     """Delete a path."""
     return [args.path]
-
-
-@tool(tier=Tier.READ_ONLY)
-def search(args: Query) -> Sequence[str]:
-    """Search."""
-    return [args.query]
 
 
 def proposal() -> ProposedAction[PathArgs]:

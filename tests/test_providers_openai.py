@@ -31,7 +31,7 @@ from agentkit import (
 from agentkit.errors import ProviderError, StructuredOutputError, Throttled, Truncated
 from agentkit.providers.openai import OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step, done_step
-from tests.support import Query
+from tests.support import Query, corpus_search
 
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -44,12 +44,6 @@ class Verdict(BaseModel):
 
 class Box(BaseModel, Generic[T]):
     item: T
-
-
-@tool(tier=Tier.READ_ONLY)
-def search(args: Query) -> list[str]:
-    """Search the corpus."""
-    return [f"doc:{args.query}"]
 
 
 @tool(tier=Tier.READ_ONLY)
@@ -91,7 +85,7 @@ async def test_loop_runs_end_to_end_in_every_mode(server: FakeOpenAIServer, mode
     """A tool call then done, through the wire in each structured mode, gathers the tool's batch."""
     server.add(call_step(Query(query="otters")), done_step("enough"))
     async with OpenAICaller(base_url=server.base_url, mode=mode) as caller:
-        result = await run_tool_loop(caller, Searcher(), search, "find otters", FAST)
+        result = await run_tool_loop(caller, Searcher(), corpus_search, "find otters", FAST)
     assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE)
     assert result.items == ["doc:otters"]
     assert len(server.requests) == 2
@@ -127,7 +121,7 @@ async def test_loop_without_a_script_runs_on_the_default_replies(
     server: FakeOpenAIServer, caller: OpenAICaller
 ) -> None:
     """Unscripted, the fake answers a schema-valid step (done), so a loop ends cleanly."""
-    result = await run_tool_loop(caller, Searcher(), [search, lookup], "anything", FAST)
+    result = await run_tool_loop(caller, Searcher(), [corpus_search, lookup], "anything", FAST)
     assert (result.outcome, result.stop_reason) == (Outcome.SILENT, StopReason.NOTHING_RETRIEVED)
     assert result.error is None
 
@@ -136,7 +130,7 @@ async def test_multi_tool_step_names_the_tool_it_calls(server: FakeOpenAIServer)
     """With a set of tools, the wire step is {"tool", "args"} and the named tool runs."""
     server.add(call_step(Verdict(score=3), tool="lookup"), done_step())
     async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.TOOLS) as caller:
-        result = await run_tool_loop(caller, Searcher(), [search, lookup], "score 3", FAST)
+        result = await run_tool_loop(caller, Searcher(), [corpus_search, lookup], "score 3", FAST)
     assert result.items == ["score:3"]
 
 
@@ -145,7 +139,7 @@ async def test_request_fields_and_a_byte_stable_system_message_reach_the_wire(
 ) -> None:
     """Model, temperature, max_tokens and seed are sent; the system message is first and identical each round."""
     server.add(call_step(Query(query="a")), call_step(Query(query="b")), done_step())
-    await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
     first, second, _ = server.requests
     for body in (first, second):
         assert (body["model"], body["temperature"], body["max_tokens"], body["seed"]) == ("primary-model", 0.2, 300, 7)
@@ -174,7 +168,7 @@ async def test_a_step_has_no_default_token_cap(
     """A role that sets no max_tokens sends no token limit with any step: agentkit has no default cap (docs)."""
     server.add(call_step(Query(query="a")), done_step())
     async with OpenAICaller(base_url=server.base_url, max_tokens_field=field) as caller:
-        result = await run_tool_loop(caller, Uncapped(), search, "ctx", FAST)
+        result = await run_tool_loop(caller, Uncapped(), corpus_search, "ctx", FAST)
     assert result.items == ["doc:a"]
     assert len(server.requests) == 2
     for body in server.requests:
@@ -250,7 +244,7 @@ async def test_a_recursive_answer_type_goes_through_the_wire(
     """A tree model as ``answer=`` works in both modes: the answer comes back whole, the schema's root an object."""
     server.add(call_step(Query(query="trees")), done_step(answer=TREE))
     async with OpenAICaller(base_url=server.base_url, mode=mode, strict=strict) as caller:
-        result = await run_tool_loop(caller, Searcher(), search, "a tree", FAST, answer=Node)
+        result = await run_tool_loop(caller, Searcher(), corpus_search, "a tree", FAST, answer=Node)
     assert (result.stop_reason, result.error) == (StopReason.EXECUTOR_DONE, None)
     assert result.answer == TREE
     schema = sent_schema(server.requests[1], mode)
@@ -271,7 +265,7 @@ def test_the_per_schema_request_plan_is_built_once() -> None:
 async def test_throttle_ends_the_run_after_exactly_one_request(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
     """HTTP 429 ends the run THROTTLED after one request, with Retry-After, never failed over."""
     server.add(FakeReply.error(429, retry_after=7))
-    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.THROTTLED)
     assert isinstance(result.error, Throttled)
     assert result.error.retry_after == 7
@@ -303,7 +297,7 @@ async def test_server_errors_are_retried_then_fail_over_to_the_fallback(
 ) -> None:
     """Two 500s on the primary model, then the fallback model answers and the run goes on."""
     server.add(FakeReply.error(500), FakeReply.error(500), call_step(Query(query="x")), done_step())
-    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
     assert result.outcome is Outcome.APPLIED
     models = [body["model"] for body in server.requests]
     assert models == ["primary-model", "primary-model", "fallback-model", "primary-model"]
@@ -312,7 +306,7 @@ async def test_server_errors_are_retried_then_fail_over_to_the_fallback(
 async def test_bad_request_is_not_retried(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
     """HTTP 400 ends the run LLM_ERROR after one request: no retry, no fallback."""
     server.add(FakeReply.error(400, message="unsupported parameter"))
-    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
     assert isinstance(result.error, ProviderError)
     assert (result.error.transient, result.error.status) == (False, 400)
@@ -402,7 +396,7 @@ async def test_invalid_reply_is_reasked_with_the_validation_error(
 ) -> None:
     """A step that fails validation goes back to the model with the error text; the fixed reply is used."""
     server.add({"done": False}, call_step(Query(query="x")), done_step())
-    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
     assert result.items == ["doc:x"]
     reask = server.requests[1]
     assert "a step with done=false must carry a call" in last_message(reask)
@@ -522,7 +516,7 @@ async def test_usage_totals_equal_the_sum_of_the_server_usage_blocks(
 ) -> None:
     """Every request is counted and every usage block summed, failed attempts and re-asks included."""
     server.add(FakeReply.error(503), {"done": False}, call_step(Query(query="x")), FakeReply.no_choices(), done_step())
-    result = await run_tool_loop(caller, Searcher(), search, "ctx", FAST)
+    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
     assert result.outcome is Outcome.APPLIED
     blocks = [body["usage"] for body in server.responses if body is not None and "usage" in body]
     assert len(blocks) == 4

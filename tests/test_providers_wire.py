@@ -15,26 +15,22 @@ from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
-    RetryPolicy,
     RoleSpec,
     RoundInfo,
     StopReason,
     StructuredRequest,
-    Tier,
     ToolRoundInfo,
     Usage,
     UsageError,
     run_once,
     run_tool_loop,
-    tool,
 )
 from agentkit.errors import ProviderError
 from agentkit.providers._wire import token_count
 from agentkit.providers.openai import MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step
-from tests.support import Query
+from tests.support import NO_WAIT, corpus_search
 
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
 DRIP = 0.2
 """Seconds between the bytes of a dripped reply: each read is far inside any per-read timeout."""
 GUARD = 30.0
@@ -43,12 +39,6 @@ GUARD = 30.0
 
 class Verdict(BaseModel):
     score: int
-
-
-@tool(tier=Tier.READ_ONLY)
-def search(args: Query) -> list[str]:
-    """Search the corpus."""
-    return [f"doc:{args.query}"]
 
 
 class Searcher:
@@ -89,7 +79,7 @@ async def test_dripped_reply_ends_the_loop_with_llm_error(server: FakeOpenAIServ
     server.add(FakeReply.auto(drip=DRIP), FakeReply.auto(drip=DRIP))
     config = LoopConfig(retry=NO_WAIT)
     async with OpenAICaller(base_url=server.base_url, timeout=1) as caller:
-        result = await asyncio.wait_for(run_tool_loop(caller, Searcher(), search, "q", config), GUARD)
+        result = await asyncio.wait_for(run_tool_loop(caller, Searcher(), corpus_search, "q", config), GUARD)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
     assert isinstance(result.error, ProviderError)
     assert result.error.transient
@@ -164,7 +154,7 @@ async def test_negative_token_counts_cannot_defeat_the_token_budget(server: Fake
     server.add(*[FakeReply.value(call_step({"query": "x"}), prompt_tokens=-1_000_000) for _ in range(10)])
     config = LoopConfig(max_rounds=10, token_budget=100, retry=NO_WAIT)
     async with OpenAICaller(base_url=server.base_url) as caller:
-        result = await run_tool_loop(caller, Searcher(), search, "q", config)
+        result = await run_tool_loop(caller, Searcher(), corpus_search, "q", config)
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
     assert result.rounds == 1
     assert len(server.requests) == 1

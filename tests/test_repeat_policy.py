@@ -10,7 +10,6 @@ from agentkit import (
     Outcome,
     PriorCall,
     RepeatPolicy,
-    RetryPolicy,
     StopReason,
     Tier,
     ToolRoundInfo,
@@ -21,9 +20,7 @@ from agentkit import (
 from agentkit.events import DegenerationDetected, Event
 from agentkit.prompting import reflective_prompt
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Executor, Query
-
-FAST = RetryPolicy(wait_initial=0, wait_max=0)
+from tests.support import NO_WAIT, Executor, Query
 
 RAN: list[str] = []
 
@@ -41,14 +38,14 @@ def _clear() -> None:
 
 
 def refusing(repeat_refusals: int = 2) -> LoopConfig:
-    return LoopConfig(retry=FAST, on_repeat=RepeatPolicy.REFUSE, max_rounds=8, repeat_refusals=repeat_refusals)
+    return LoopConfig(retry=NO_WAIT, on_repeat=RepeatPolicy.REFUSE, max_rounds=8, repeat_refusals=repeat_refusals)
 
 
 async def test_stop_is_the_default_and_ends_stalemate() -> None:
     """Without a policy a repeated call ends STALEMATE at once and does not run."""
     assert LoopConfig().on_repeat is RepeatPolicy.STOP
     caller = ScriptedCaller([call_step(Query(query="a")), call_step(Query(query="a"))])
-    result = await run_tool_loop(caller, Executor[str](), search, "q", LoopConfig(retry=FAST))
+    result = await run_tool_loop(caller, Executor[str](), search, "q", LoopConfig(retry=NO_WAIT))
     assert (result.outcome, result.stop_reason) == (Outcome.STALEMATE, StopReason.DEGENERATION)
     assert RAN == ["a"]
 
@@ -84,7 +81,7 @@ async def test_refusals_are_bounded_then_the_run_ends_stalemate() -> None:
 async def test_a_refused_round_counts_toward_the_ceiling() -> None:
     """A refused repeat uses its round: the ceiling still ends the run."""
     steps = [call_step(Query(query="a")), call_step(Query(query="a"))]
-    config = LoopConfig(retry=FAST, on_repeat=RepeatPolicy.REFUSE, max_rounds=2)
+    config = LoopConfig(retry=NO_WAIT, on_repeat=RepeatPolicy.REFUSE, max_rounds=2)
     result = await run_tool_loop(ScriptedCaller(steps), Executor[str](), search, "q", config)
     assert (result.outcome, result.stop_reason, result.rounds) == (Outcome.APPLIED, StopReason.ROUND_CEILING, 2)
 

@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
 
 from agentkit import (
     AfterProposal,
@@ -34,19 +33,7 @@ from agentkit import (
 from agentkit.errors import ReplayDiverged, Throttled
 from agentkit.journal import JournalObserver, SQLiteJournal
 from agentkit.testing import ReplayCaller, ScriptedCaller, call_step, done_step
-
-
-class Query(BaseModel):
-    text: str
-
-
-class Target(BaseModel):
-    path: str
-
-
-class Doc(BaseModel):
-    id: str
-
+from tests.support import Doc, Query, Target
 
 ran: list[str] = []
 """Every real tool call, in order: a replay must add none."""
@@ -55,10 +42,10 @@ ran: list[str] = []
 @tool(tier=Tier.READ_ONLY)
 def search(args: Query) -> list[Doc]:
     """Search the corpus."""
-    ran.append(f"search {args.text}")
-    if args.text == "?":
+    ran.append(f"search {args.query}")
+    if args.query == "?":
         raise ToolRetry("ask for something")
-    return [Doc(id=f"doc:{args.text}"), Doc(id=f"more:{args.text}")]
+    return [Doc(id=f"doc:{args.query}"), Doc(id=f"more:{args.query}")]
 
 
 @tool(tier=Tier.IRREVERSIBLE)
@@ -89,7 +76,7 @@ def _reset() -> None:
 
 
 def searches(*texts: str) -> list[dict[str, Any]]:
-    return [call_step(Query(text=t), tool=search) for t in texts]
+    return [call_step(Query(query=t), tool=search) for t in texts]
 
 
 async def recorded(steps: list[Any], config: LoopConfig | None = None) -> Any:
@@ -99,7 +86,7 @@ async def recorded(steps: list[Any], config: LoopConfig | None = None) -> Any:
 
 
 STEP = st.one_of(
-    st.sampled_from(["a", "b", "c", "?"]).map(lambda t: call_step(Query(text=t), tool=search)),
+    st.sampled_from(["a", "b", "c", "?"]).map(lambda t: call_step(Query(query=t), tool=search)),
     st.sampled_from(["/x", "/y"]).map(lambda p: call_step(Target(path=p), tool=delete)),
     st.just(done_step("enough")),
 )

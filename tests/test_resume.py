@@ -21,7 +21,6 @@ from agentkit import (
     Outcome,
     Rejection,
     RepeatPolicy,
-    RetryPolicy,
     RunCheckpoint,
     StopReason,
     Tier,
@@ -41,9 +40,7 @@ from agentkit.errors import ResumeRefused
 from agentkit.events import Event, RoundStarted, RunFinished, RunStarted
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Doc, Executor, PathArgs, Query, Recording, rechained
-
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
+from tests.support import NO_WAIT, Doc, Executor, PathArgs, Query, Recording, rechained
 
 
 def config(**kwargs: Any) -> LoopConfig:

@@ -23,7 +23,6 @@ from agentkit import (
     LoopConfig,
     Outcome,
     ProposedAction,
-    RetryPolicy,
     StopReason,
     Tier,
     UsageError,
@@ -35,10 +34,9 @@ from agentkit._proposals import call_digest
 from agentkit.errors import CallRefused
 from agentkit.program import Capability, CapabilitySet, apply_plan, gate_program
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Executor
+from tests.support import NO_WAIT, Executor
 
 SETTINGS = settings(max_examples=150, deadline=None)
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
 NOT_A_TIER: list[object] = [None, "read_only", 0, 1, True, 0.0]
 
 

@@ -20,12 +20,7 @@ from agentkit._approval import approve, execute_approved
 from agentkit._pair import PairConfig, RulesVerifier, pair
 from agentkit.errors import AgentkitError, ProviderError, Throttled
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Executor
-from tests.test_once import Classifier, Label
-
-
-class PathArgs(BaseModel):
-    path: str
+from tests.support import Classifier, Executor, Label, PathArgs
 
 
 class FetchArgs(BaseModel):

@@ -30,7 +30,7 @@ from agentkit._outcome import Outcome
 from agentkit._state import STATE_VERSION, DecisionEntry, EndEntry, RoundEntry, RoundOutcome, json_text, tool_entry
 from agentkit.errors import ResumeRefused
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Executor, rechained
+from tests.support import Executor, PathArgs, Query, Target, rechained
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -45,7 +45,12 @@ def rounds(texts: list[str], floats: list[float]) -> list[RoundEntry | DecisionE
     text = "".join(texts)
     return [
         RoundEntry(
-            round=1, outcome=RoundOutcome.RAN, tool="search", args=json_text({"q": text}), batch=batch, rationale=text
+            round=1,
+            outcome=RoundOutcome.RAN,
+            tool="search",
+            args=json_text({"query": text}),
+            batch=batch,
+            rationale=text,
         ),
         RoundEntry(
             round=2,
@@ -60,14 +65,6 @@ def rounds(texts: list[str], floats: list[float]) -> list[RoundEntry | DecisionE
         DecisionEntry(round=2, call_digest="d" * 64, approved=False, by=text, reason=text, observation=text),
         EndEntry(stop_reason=StopReason.EXECUTOR_DONE, outcome=Outcome.SILENT, error=text, elapsed=1.5),
     ]
-
-
-class Query(BaseModel):
-    q: str
-
-
-class Target(BaseModel):
-    path: str
 
 
 TOOL_SET = (tool_entry("search", Tier.READ_ONLY, Query), tool_entry("wipe", Tier.IRREVERSIBLE, Target))
@@ -176,10 +173,6 @@ def test_the_fold_reads_calls_pending_proposals_and_usage_from_the_entries() -> 
     assert (progress.rounds, progress.elapsed) == (2, 1.5)
 
 
-class Path(BaseModel):
-    path: str
-
-
 class Score(BaseModel):
     name: str
     value: float
@@ -197,13 +190,13 @@ def deep(depth: int) -> JsonValue:
 
 
 @tool(tier=Tier.READ_ONLY)
-def score(args: Path) -> list[Score]:
+def score(args: PathArgs) -> list[Score]:
     """Score a path."""
     return [Score(name="nan", value=math.nan), Score(name="inf", value=math.inf), Score(name="-inf", value=-math.inf)]
 
 
 @tool(tier=Tier.READ_ONLY)
-def tree(args: Path) -> list[Nested]:
+def tree(args: PathArgs) -> list[Nested]:
     """A deeply nested item."""
     return [Nested(data=deep(250))]
 
@@ -212,7 +205,7 @@ calls: list[str] = []
 
 
 @tool(tier=Tier.IRREVERSIBLE)
-def remove(args: Path) -> list[Score]:
+def remove(args: PathArgs) -> list[Score]:
     """Remove a path."""
     calls.append(args.path)
     return [Score(name=args.path, value=0.0)]
@@ -230,7 +223,7 @@ class InProcess:
 
 
 async def stopped(first: Any) -> tuple[InProcess, Any]:
-    caller = InProcess([first, call_step(Path(path="b\udcffd"), tool="remove"), done_step()])
+    caller = InProcess([first, call_step(PathArgs(path="b\udcffd"), tool="remove"), done_step()])
     result = await run_tool_loop_tiered(caller, Executor[Any](), [score, tree, remove], "ctx")
     assert result.stop_reason is StopReason.PROPOSED
     return caller, result
@@ -242,7 +235,7 @@ async def test_a_run_that_took_in_hostile_values_resumes_from_its_json(first: st
     nested 250 deep: the run's state survives ``model_dump_json`` / ``model_validate_json``, and the run resumes from
     it with exactly those values; the approved call runs once with its args as proposed."""
     calls.clear()
-    caller, result = await stopped(call_step(Path(path="a"), tool=first))
+    caller, result = await stopped(call_step(PathArgs(path="a"), tool=first))
     again = RunCheckpoint.model_validate_json(result.checkpoint.model_dump_json())
     assert again == result.checkpoint
     approval = approve(result.proposed[0], approved_by="ops")
@@ -260,7 +253,7 @@ async def test_a_run_that_took_in_hostile_values_resumes_from_its_json(first: st
 
 async def test_every_loop_result_carries_its_state() -> None:
     """A plain run's result has its state too: every round recorded, the end, and it verifies."""
-    caller = ScriptedCaller([call_step(Path(path="a")), done_step()])
+    caller = ScriptedCaller([call_step(PathArgs(path="a")), done_step()])
     result = await run_tool_loop(caller, Executor[Any](), score, "ctx")
     result.checkpoint.verify()
     assert [getattr(e, "outcome", None) for e in result.checkpoint.entries] == [

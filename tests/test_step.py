@@ -19,6 +19,7 @@ from agentkit._cites import restricted
 from agentkit._step import ToolCall, build_step_model, schema_name
 from agentkit.providers._strict import strict_schema
 from agentkit.testing._fake_wire import check_strict_schema
+from tests.support import Doc
 
 OPENAI_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
@@ -286,10 +287,6 @@ def test_a_calls_first_step_schema_is_compact_strict_and_cannot_be_done(spec: An
     assert validator.is_valid({"rationale": "", "decision": {"done": False, "call": call}})
     for refused in ({"done": True}, {"done": False}, {"done": False, "call": None}, {"done": True, "call": call}):
         assert not validator.is_valid({"rationale": "", "decision": refused}), refused
-
-
-class Doc(BaseModel):
-    id: str
 
 
 class Cited(BaseModel):

@@ -27,8 +27,7 @@ from agentkit.events import (
     iter_tool_loop_tiered,
 )
 from agentkit.testing import ScriptedCaller, ScriptExhausted, call_step, done_step
-from tests.support import Query
-from tests.test_observe import NO_WAIT, Doc, Finder, Recorder, delete, search
+from tests.support import NO_WAIT, Doc, Finder, Query, Recorder, delete, search
 
 CONFIG = LoopConfig(retry=NO_WAIT)
 

@@ -12,8 +12,7 @@ from agentkit import RetryPolicy, StructuredRequest, Usage, UsageError, generate
 from agentkit._structured import Attempt
 from agentkit.errors import ProviderError, StructuredOutputError, Throttled
 from agentkit.testing import ScriptedCaller, ScriptedReply
-
-NO_WAIT = RetryPolicy(wait_initial=0, wait_max=0)
+from tests.support import NO_WAIT
 
 
 class Verdict(BaseModel):

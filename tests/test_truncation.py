@@ -11,7 +11,6 @@ from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
-    RetryPolicy,
     RoleSpec,
     StopReason,
     StructuredRequest,
@@ -28,9 +27,7 @@ from agentkit._pair import LLMVerifier, pair
 from agentkit.errors import ProviderError, StructuredOutputError, Truncated
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller
-from tests.support import Executor, Query
-
-FAST = RetryPolicy(wait_initial=0, wait_max=0)
+from tests.support import NO_WAIT, Answer, Critic, Drafter, Executor, Query, good
 
 
 class Verdict(BaseModel):
@@ -76,7 +73,7 @@ async def test_truncated_reply_is_not_retried_on_the_same_model() -> None:
     """A cut-off reply is one attempt on the primary; with a fallback of the same limit, nothing more."""
     caller = ScriptedCaller([cut(), {"ok": True}])
     with pytest.raises(Truncated):
-        await generate_structured(caller, request(), Verdict, FAST)
+        await generate_structured(caller, request(), Verdict, NO_WAIT)
     assert [r.model for r in caller.requests] == ["primary"]
     assert caller.remaining == 1
 
@@ -84,7 +81,7 @@ async def test_truncated_reply_is_not_retried_on_the_same_model() -> None:
 async def test_truncated_reply_fails_over_when_the_fallback_limit_differs() -> None:
     """With fallback_max_tokens different from max_tokens, the fallback is asked with its own limit."""
     caller = ScriptedCaller([cut(), {"ok": True}])
-    completion = await generate_structured(caller, request(fallback_max_tokens=500), Verdict, FAST)
+    completion = await generate_structured(caller, request(fallback_max_tokens=500), Verdict, NO_WAIT)
     assert completion.value == Verdict(ok=True)
     assert [(r.model, r.max_tokens) for r in caller.requests] == [("primary", 10), ("backup", 500)]
     assert caller.requests[1].reask is None  # the cut is not a schema failure to show the model
@@ -94,7 +91,7 @@ async def test_fallback_limit_equal_to_the_primary_is_not_a_difference() -> None
     """fallback_max_tokens equal to max_tokens does not fail over a cut-off reply."""
     caller = ScriptedCaller([cut(), {"ok": True}])
     with pytest.raises(Truncated) as raised:
-        await generate_structured(caller, request(fallback_max_tokens=10), Verdict, FAST)
+        await generate_structured(caller, request(fallback_max_tokens=10), Verdict, NO_WAIT)
     assert len(caller.requests) == 1
     assert raised.value.usage == Usage(requests=1)
 
@@ -104,7 +101,7 @@ async def test_truncated_on_the_fallback_is_not_retried_either() -> None:
     last = cut(max_tokens=500)
     caller = ScriptedCaller([cut(), last, {"ok": True}])
     with pytest.raises(Truncated) as raised:
-        await generate_structured(caller, request(fallback_max_tokens=500), Verdict, FAST)
+        await generate_structured(caller, request(fallback_max_tokens=500), Verdict, NO_WAIT)
     assert raised.value is last
     assert len(caller.requests) == 2
 
@@ -112,7 +109,7 @@ async def test_truncated_on_the_fallback_is_not_retried_either() -> None:
 async def test_fallback_after_transient_failures_uses_its_own_limit() -> None:
     """Failing over for any reason sends the fallback's limit."""
     caller = ScriptedCaller([ProviderError("503", transient=True), ProviderError("503", transient=True), {"ok": True}])
-    await generate_structured(caller, request(fallback_max_tokens=64), Verdict, FAST)
+    await generate_structured(caller, request(fallback_max_tokens=64), Verdict, NO_WAIT)
     assert [r.max_tokens for r in caller.requests] == [10, 10, 64]
 
 
@@ -121,8 +118,8 @@ async def test_run_once_and_run_once_text_treat_a_cut_reply_the_same() -> None:
     role = RoleSpec(model="primary", fallback_model="backup", max_tokens=5)
     replies = [FakeReply.truncated("Once upon"), FakeReply.truncated()]
     async with FakeOpenAIServer(replies) as server, OpenAICaller(base_url=server.base_url, api_key="k") as caller:
-        text = await run_once_text(caller, Writer(role), "a story", retry=FAST)
-        verdict = await run_once(caller, Writer(role), "a verdict", schema=Verdict, retry=FAST)
+        text = await run_once_text(caller, Writer(role), "a story", retry=NO_WAIT)
+        verdict = await run_once(caller, Writer(role), "a verdict", schema=Verdict, retry=NO_WAIT)
     for result in (text, verdict):
         assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.MAX_TOKENS)
         assert isinstance(result.error, Truncated)
@@ -138,7 +135,7 @@ async def test_cut_prose_fails_over_to_a_fallback_with_a_larger_limit() -> None:
     role = RoleSpec(model="primary", fallback_model="backup", max_tokens=5, fallback_max_tokens=200)
     replies: list[FakeReply | str] = [FakeReply.truncated("Once upon"), "Once upon a time."]
     async with FakeOpenAIServer(replies) as server, OpenAICaller(base_url=server.base_url, api_key="k") as caller:
-        result = await run_once_text(caller, Writer(role), "a story", retry=FAST)
+        result = await run_once_text(caller, Writer(role), "a story", retry=NO_WAIT)
     assert result.text == "Once upon a time."
     assert [(body["model"], body["max_tokens"]) for body in server.requests] == [("primary", 5), ("backup", 200)]
 
@@ -152,7 +149,7 @@ def search(args: Query) -> list[str]:
 async def test_loop_cut_off_by_the_token_limit_ends_max_tokens_keeping_items() -> None:
     """A loop whose step reply is cut off ends ERROR, MAX_TOKENS, with the items gathered before it."""
     caller = ScriptedCaller([{"rationale": "", "done": False, "call": {"query": "a"}}, cut()])
-    result = await run_tool_loop(caller, Executor[str](), search, "q", LoopConfig(retry=FAST))
+    result = await run_tool_loop(caller, Executor[str](), search, "q", LoopConfig(retry=NO_WAIT))
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.MAX_TOKENS)
     assert isinstance(result.error, Truncated)
     assert result.items == ["a"]
@@ -161,7 +158,6 @@ async def test_loop_cut_off_by_the_token_limit_ends_max_tokens_keeping_items() -
 
 async def test_pair_ends_max_tokens_when_a_draft_or_a_review_is_cut_off() -> None:
     """A cut-off draft and a cut-off LLM review each end a pair ERROR, MAX_TOKENS, the draft discarded."""
-    from tests.test_pair import Answer, Critic, Drafter, good
 
     drafted = await pair(
         ScriptedCaller([cut()]), Drafter(), LLMVerifier(ScriptedCaller(), Critic(task="t")), "x", schema=Answer

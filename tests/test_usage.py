@@ -11,8 +11,7 @@ from agentkit import LoopConfig, Outcome, RetryPolicy, RoleSpec, StopReason, Usa
 from agentkit.errors import ProviderError, Throttled
 from agentkit.events import LLMCallFinished
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Query
-from tests.test_observe import NO_WAIT, Doc, Finder, Recorder, search
+from tests.support import NO_WAIT, Doc, Finder, Query, Recorder, search
 
 
 def used(input_tokens: int, output_tokens: int = 0) -> Usage:

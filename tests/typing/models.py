@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any, assert_type
 
 from pydantic import BaseModel
 
-from agentkit import Prompt, RoleSpec, Tier, ToolRoundInfo, tool
+from agentkit import Prompt, ProposedAction, RoleSpec, Tier, ToolRoundInfo, tool
+from agentkit._once import RoundInfo
 
 
 class SearchArgs(BaseModel):
@@ -56,4 +58,29 @@ class Finder:
         return RoleSpec(model="m")
 
     def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        return Prompt(system="s", dynamic=ctx)
+
+
+class Planner:
+    """A tiered-loop executor that sees the proposals made so far, typed."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        assert_type(info.proposals, tuple[ProposedAction[Any], ...])
+        return Prompt(system="s", dynamic=ctx)
+
+
+class Triage(BaseModel):
+    labels: list[str]
+
+
+class Triager:
+    """A once-agent with a ``str`` context."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: str, info: RoundInfo) -> Prompt:
         return Prompt(system="s", dynamic=ctx)

@@ -20,8 +20,7 @@ from agentkit import (
 from agentkit._context import Omitted, Summarizer, call_chars
 from agentkit._state import CheckpointContext
 from agentkit.testing import ScriptedCaller
-from tests.typing.models import Doc, SearchArgs, search
-from tests.typing.test_tiered import Planner
+from tests.typing.models import Doc, Planner, SearchArgs, search
 
 
 def folding(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:

@@ -9,8 +9,7 @@ from agentkit.decisions import Amendment, CallSeen, Equals, Evidence, Grant, Gra
 from agentkit.journal import GrantRecord, GrantState, Journal, ProposalRecord, open_journal
 from agentkit.temporal import PendingProposal, RunHandle, RunState
 from agentkit.testing import ScriptedCaller
-from tests.typing.models import DeleteArgs, Doc, delete
-from tests.typing.test_tiered import Planner
+from tests.typing.models import DeleteArgs, Doc, Planner, delete
 
 
 def in_memory(proposal: ProposedAction[DeleteArgs]) -> None:

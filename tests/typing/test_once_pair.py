@@ -16,23 +16,11 @@ from agentkit._pair import Critique, LLMVerifier, PairConfig, PairResult, Review
 from agentkit.errors import AgentkitError
 from agentkit.prompting import USE_THE_TOOL, reflective_prompt, worked_example
 from agentkit.testing import ScriptedCaller
-from tests.typing.models import Doc
-
-
-class Triage(BaseModel):
-    labels: list[str]
+from tests.typing.models import Doc, Triage, Triager
 
 
 class Invoice(BaseModel):
     total: int
-
-
-class Triager:
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="m")
-
-    def render(self, ctx: str, info: RoundInfo) -> Prompt:
-        return Prompt(system="s", dynamic=ctx)
 
 
 class InvoiceCritic:

@@ -21,8 +21,7 @@ from agentkit import (
 from agentkit.errors import ResumeRefused
 from agentkit.journal import Journal, JournalError, JournalObserver, RunClaimed, RunStatus, SQLiteJournal
 from agentkit.testing import ScriptedCaller
-from tests.typing.models import DeleteArgs, Doc, delete, search
-from tests.typing.test_tiered import Planner
+from tests.typing.models import DeleteArgs, Doc, Planner, delete, search
 
 
 async def single_tool() -> None:

@@ -16,9 +16,7 @@ from agentkit._approval import Approval, approve, execute_approved
 from agentkit._once import run_once, run_once_text
 from agentkit._pair import RulesVerifier, pair
 from agentkit.testing import ScriptedCaller, call_step
-from tests.typing.models import DeleteArgs, Doc, FetchArgs, SearchArgs, delete, fetch, search
-from tests.typing.test_once_pair import Triage, Triager
-from tests.typing.test_tiered import Planner
+from tests.typing.models import DeleteArgs, Doc, FetchArgs, Planner, SearchArgs, Triage, Triager, delete, fetch, search
 
 
 async def narrowing() -> None:

@@ -16,8 +16,7 @@ from agentkit._structured import Completion
 from agentkit._text import TextCompletion
 from agentkit.journal import Journal
 from agentkit.testing import Answer, AnswerFunction, FunctionCaller, ReplayCaller, ReplayDiverged, done_step
-from tests.typing.models import Doc, Finder, SearchArgs, fetch, search
-from tests.typing.test_once_pair import Triager
+from tests.typing.models import Doc, Finder, SearchArgs, Triager, fetch, search
 
 
 def answer(request: StructuredRequest, schema: type[BaseModel] | None) -> dict[str, Any]:

@@ -8,13 +8,10 @@ from typing import Any, Never, assert_type
 from pydantic import BaseModel
 
 from agentkit import (
-    Prompt,
     ProposedAction,
-    RoleSpec,
     Tier,
     TieredLoopResult,
     Tool,
-    ToolRoundInfo,
     run_tool_loop_tiered,
 )
 from agentkit._approval import Approval, Rejection, approve, execute_approved, reject
@@ -30,16 +27,7 @@ from agentkit.program import (
     propose_only,
 )
 from agentkit.testing import ScriptedCaller
-from tests.typing.models import DeleteArgs, Doc, SearchArgs, delete, fetch, search
-
-
-class Planner:
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="m")
-
-    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
-        assert_type(info.proposals, tuple[ProposedAction[Any], ...])
-        return Prompt(system="s", dynamic=ctx)
+from tests.typing.models import DeleteArgs, Doc, Planner, SearchArgs, delete, fetch, search
 
 
 async def single_tool() -> None:

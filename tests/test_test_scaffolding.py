@@ -1,0 +1,89 @@
+"""The suite's own shape: what test modules share lives in support modules and ``conftest.py``, never in
+another test module."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+CHECK = (
+    "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && ruff check . && "
+    "ruff format --check . && mypy && basedpyright && pytest"
+)
+"""The whole check, one command: the README gives it, CONTRIBUTING repeats it and ``.ci/run`` runs it."""
+TEST_MODULE = re.compile(r"^tests(\.typing)?\.test_\w+$")
+"""A test module's dotted name (one pytest collects, or a typing check mypy reads)."""
+NAMED_IN_TEXT = re.compile(r"^(tests(?:\.typing)?\.test_\w+)(?::\w+)?$")
+"""A test module named in a string, as ``--tools tests.test_x:tools`` names one for a child process."""
+
+
+def module_name(path: Path) -> str:
+    return ".".join(path.relative_to(TESTS.parent).with_suffix("").parts)
+
+
+def other_test_modules(source: str, own: str) -> list[str]:
+    """The test modules other than ``own`` that ``source`` imports, or names in a string (``module:attr``)."""
+    used: list[str] = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            used += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+            used += [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            named = NAMED_IN_TEXT.match(node.value)
+            used += [named.group(1)] if named else []
+    return sorted({name for name in used if TEST_MODULE.match(name) and name != own})
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    """No module of the suite imports a ``tests.test_*`` module (or names one for a child process to import):
+    what test modules share lives in ``tests/support.py``, a ``*_support`` module or ``conftest.py``."""
+    paths = sorted(TESTS.glob("*.py")) + sorted((TESTS / "typing").glob("*.py"))
+    found = {module_name(p): used for p in paths if (used := other_test_modules(p.read_text("utf-8"), module_name(p)))}
+    assert len(paths) > 90
+    assert found == {}
+
+
+# Spelled in parts so that this module names no test module itself.
+OTHER, OWN = "tests." + "test_b", "tests." + "test_a"
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        (f"import {OTHER}\n", OTHER),
+        (f"def f():\n    from {OTHER} import x\n", OTHER),
+        ("from tests import " + "test_b\n", OTHER),
+        (f"TOOLS = ['--tools', '{OTHER}:tools']\n", OTHER),
+        ("from tests.typing." + "test_b import Planner\n", "tests.typing." + "test_b"),
+    ],
+)
+def test_each_way_of_reaching_another_test_module_is_found(source: str, found: str) -> None:
+    """``import``, ``from ... import`` (at any depth), a module taken from the package, a ``module:attr``
+    string and a typing check are each found."""
+    assert other_test_modules(source, OWN) == [found]
+
+
+def test_support_modules_and_a_module_naming_itself_are_not_counted() -> None:
+    """Support modules, ``conftest`` and a module naming itself (``--tools tests.test_a:TOOLS``) are allowed."""
+    source = f"from tests.support import Query\nfrom tests import conftest, otel_support\nSELF = '{OWN}:TOOLS'\n"
+    assert other_test_modules(source, OWN) == []
+
+
+def test_the_one_check_command_runs_every_test_slow_ones_included() -> None:
+    """The README, CONTRIBUTING and CI give the same one check command, ending in a bare ``pytest``, and pytest's
+    own options deselect nothing: a ``slow`` mark only lets a person leave those tests out by hand
+    (``pytest -m "not slow"``)."""
+    for name in ("README.md", "CONTRIBUTING.md", ".ci/run"):
+        lines = [line for line in (ROOT / name).read_text(encoding="utf-8").splitlines() if CHECK in line]
+        # Nothing after `pytest` but the quote that closes `bash -c "..."` in .ci/run.
+        assert [line.partition(CHECK)[2] for line in lines] in ([""], ['"']), name
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]["ini_options"]
+    assert options["addopts"].split() == ["-ra", "--strict-markers"]
+    assert any(marker.startswith("slow:") for marker in options["markers"])
