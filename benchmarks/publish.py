@@ -160,8 +160,8 @@ _SHORT = (
 
 
 def _cells(name: str, figure: Mapping[str, Any], columns: Sequence[tuple[str, int]]) -> list[str]:
-    """A contender's row: its name, then the median of each column's figure."""
-    return [FRIENDLY.get(name, f"`{name}`"), *(_num(_median(figure[key]), digits) for key, digits in columns)]
+    """A contender's row: its name, then the median of each column's figure ("-" where the run had none)."""
+    return [FRIENDLY.get(name, f"`{name}`"), *(_num(_median(figure.get(key)), digits) for key, digits in columns)]
 
 
 def contenders(files: Sequence[str]) -> str:
