@@ -156,6 +156,27 @@ def test_latest_is_the_newest_dated_run_of_the_benchmark() -> None:
         assert (RESULTS / f"{kind}-{other['environment']['date'][:10]}.json").exists()
 
 
+def series(path: str) -> tuple[str, str]:
+    """A dated results file's benchmark (its name up to the date) and the rest of its name (the date on)."""
+    found = re.fullmatch(r"(?P<series>.+?)-(?P<dated>\d{4}-\d\d-\d\d.*)\.json", Path(path).name)
+    assert found is not None, f"{path} is not named after its benchmark and date"
+    return found["series"], found["dated"]
+
+
+@pytest.mark.parametrize("page", [page for page in CHECKED if page.startswith("docs/")])
+def test_the_docs_pages_quote_the_newest_run_of_each_benchmark(page: str) -> None:
+    """A docs page's block quotes the newest results file of its benchmark (benchmarks/README.md keeps the history)."""
+    for block in publish.blocks(page, page_text(page)):
+        if block.kind in LATEST or block.kind == "change":
+            continue
+        for file in block.files:
+            name, dated = series(file)
+            newest = max(
+                series(other.name)[1] for other in RESULTS.glob(f"{name}-*.json") if series(other.name)[0] == name
+            )
+            assert dated == newest, f"{page}: the {block.kind} block quotes {file}, not the newest {name}-{newest}.json"
+
+
 def quoted_files() -> list[str]:
     return sorted({file for page in publish.PAGES for b in publish.blocks(page, page_text(page)) for file in b.files})
 
