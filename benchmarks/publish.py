@@ -9,8 +9,9 @@ results file it names; ``--check`` only reports the blocks that differ (exit 1),
     <!-- end figures -->
 
 Its kind (``contenders`` here) names the renderer, and ``from`` the results file, relative to the
-repository root; ``change`` takes two files (``from BEFORE to AFTER``). What is between the two
-comments is generated: edit the renderer or rerun the benchmark, never the page.
+repository root; ``change`` takes two files (``from BEFORE to AFTER``), ``temporal-rounds`` one or
+more (``from A and B``, a row each). What is between the two comments is generated: edit the
+renderer or rerun the benchmark, never the page.
 """
 
 from __future__ import annotations
@@ -27,8 +28,16 @@ from typing import Any
 from benchmarks import report
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ("README.md", "docs/performance.md")
-"""The pages whose figures are published from results files."""
+
+
+def doc_pages() -> tuple[str, ...]:
+    """Every page of the documentation: the README, ``benchmarks/README.md`` and ``docs/**/*.md``."""
+    docs = sorted(path.relative_to(ROOT).as_posix() for path in (ROOT / "docs").rglob("*.md"))
+    return ("README.md", "benchmarks/README.md", *docs)
+
+
+PAGES = doc_pages()
+"""The pages whose figures blocks ``python -m benchmarks.publish`` writes."""
 BLOCK = re.compile(
     r"(?P<open><!-- figures: (?P<kind>[a-z-]+) from (?P<files>[^>]+?) -->\n)"
     r"(?P<body>.*?)(?P<close><!-- end figures -->)",
@@ -70,7 +79,7 @@ def blocks(page: str, text: str) -> list[Block]:
     """The figures blocks of ``text`` (the page ``page``)."""
     found = []
     for match in BLOCK.finditer(text):
-        files = tuple(part.strip() for part in re.split(r"\s+to\s+", match["files"].strip()))
+        files = tuple(part.strip() for part in re.split(r"\s+(?:to|and)\s+", match["files"].strip()))
         found.append(Block(page=page, kind=match["kind"], files=files, body=match["body"], span=match.span("body")))
     return found
 
@@ -91,6 +100,8 @@ def _num(value: float | None, digits: int = 2) -> str:
 
 def measured(results: Mapping[str, Any], path: str) -> str:
     """The line under a table: when, on what, under what load, how many samples, from which file."""
+    if "environment" not in results:
+        return _measured_flat(results, path)
     env = results["environment"]
     load_before, load_after = env["load_before"][0], env.get("load_after", [None])[0]
     options = results.get("options") or {}
@@ -104,6 +115,25 @@ def measured(results: Mapping[str, Any], path: str) -> str:
         f"(Python {env['python']}, load average "
         f"{_num(load_before)} before and {_num(load_after)} after{samples}); results file `{path}`."
     )
+
+
+def _measured_flat(results: Mapping[str, Any], path: str) -> str:
+    """``measured`` for the results files that keep ``date``, ``machine`` and ``loadavg`` at their top."""
+    samples = ""
+    if "repeats" in results and "runs" in results:
+        samples = f"; {results['repeats']} interleaved repeats of {results['runs']} runs"
+    if "date" not in results:
+        # benchmarks/journal_checkpoint.py records neither when nor where: say so rather than guess.
+        day = re.search(r"\d{4}-\d\d-\d\d", Path(path).name)
+        when = f"on {day.group()} (the date in the file's name)" if day else "on a day the file does not record"
+        return f"Measured {when}; the file records no machine or load{samples}; results file `{path}`."
+    loadavg = results.get("loadavg")
+    load = "" if not loadavg else f", load average {_num(loadavg[0])} at the start"
+    return f"Measured {results['date']} on {results['machine']}{load}{samples}; results file `{path}`."
+
+
+def _row(cells: Sequence[object]) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
 
 
 def _order(figures: Mapping[str, Any]) -> list[str]:
@@ -130,8 +160,8 @@ _SHORT = (
 
 
 def _cells(name: str, figure: Mapping[str, Any], columns: Sequence[tuple[str, int]]) -> list[str]:
-    """A contender's row: its name, then the median of each column's figure."""
-    return [FRIENDLY.get(name, f"`{name}`"), *(_num(_median(figure[key]), digits) for key, digits in columns)]
+    """A contender's row: its name, then the median of each column's figure ("-" where the run had none)."""
+    return [FRIENDLY.get(name, f"`{name}`"), *(_num(_median(figure.get(key)), digits) for key, digits in columns)]
 
 
 def contenders(files: Sequence[str]) -> str:
@@ -271,6 +301,150 @@ def prompt_tokens(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", tokenizer + measured(results, files[0])])
 
 
+JOURNAL_VARIANTS = {
+    "no-journal": "no journal",
+    "journal-events": "journal, events only",
+    "journal-checkpoints": "journal, events and a checkpoint per round (as it ships)",
+}
+"""How a variant of ``benchmarks/journal_checkpoint.py`` is named on the pages."""
+
+
+def _against_baseline(names: Mapping[str, str], variants: Mapping[str, Any], unit: str) -> list[list[str]]:
+    """A row per variant: its name, wall and CPU per round in ``unit`` (``ms`` or ``us``), each with its ratio."""
+    digits, ratio = (3, 2) if unit == "ms" else (1, 3)
+    return [
+        [
+            names.get(name, f"`{name}`"),
+            _num(row[f"wall_{unit}_per_round"], digits),
+            _num(row["wall_x"], ratio),
+            _num(row[f"cpu_{unit}_per_round"], digits),
+            _num(row["cpu_x"], ratio),
+        ]
+        for name, row in variants.items()
+    ]
+
+
+def journal_checkpoint(files: Sequence[str]) -> str:
+    """What recording a run into a SQLite journal costs per round, against no journal."""
+    results = load(files[0])
+    lines = [
+        f"| variant | wall ms/round | {X} no journal | client CPU ms/round | {X} no journal |",
+        "|---|---|---|---|---|",
+        *(_row(cells) for cells in _against_baseline(JOURNAL_VARIANTS, results["variants"], "ms")),
+    ]
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
+OTEL_VARIANTS = {
+    "spans-only": "spans only",
+    "metrics-noop": "metrics, no-op meter provider",
+    "metrics-sdk": "metrics, SDK meter provider",
+}
+"""How a variant of ``benchmarks/otel_metrics.py`` is named on the pages."""
+
+
+def otel_metrics(files: Sequence[str]) -> str:
+    """What ``OTelObserver``'s metrics cost per round, against its spans alone."""
+    results = load(files[0])
+    lines = [
+        f"| setting | variant | wall µs/round | {X} spans only | client CPU µs/round | {X} spans only |",
+        "|---|---|---|---|---|---|",
+    ]
+    for setting, variants in results["settings"].items():
+        lines += [_row([setting, *cells]) for cells in _against_baseline(OTEL_VARIANTS, variants, "us")]
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
+def grounded(files: Sequence[str]) -> str:
+    """The demo's questions on the embedded model: each prompt with and without the retrieval recipe."""
+    results = load(files[0])
+    lines = [
+        "| prompt | recipe | valid steps | the executor ended the run | answer passage retrieved | answered "
+        "| answer correct | citation names a retrieved passage | s per round |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["variants"]:
+        runs, answered = row["runs"], row["answered"]
+        cells = [
+            row["prompt"],
+            "yes" if row["recipe"] else "no",
+            f"{row['valid_steps']:.0%}",
+            f"{row['executor_ended']}/{runs}",
+            f"{row['passage_retrieved']}/{runs}",
+            f"{answered}/{runs}",
+            f"{row['correct']}/{runs}",
+            f"{row['citations_valid']}/{answered}",
+            _num(row["seconds_per_round"]),
+        ]
+        lines.append(_row(cells))
+    model = f"The embedded {results['model']} model, {results['threads']} generation threads. "
+    return "\n".join([*lines, "", model + measured(results, files[0])])
+
+
+def temporal_rounds(files: Sequence[str]) -> str:
+    """A round on Temporal against in process and pydantic-ai's ``TemporalAgent``, and many runs at once:
+    a row per results file of ``benchmarks/temporal_rounds.py``."""
+    lines = [
+        "| results file | server settings | in process ms/round | agentkit.temporal ms/round | pydantic-ai ms/round "
+        f"| {X} pydantic-ai | workflow tasks a run | concurrent runs | runs/s | server CPU ms a run | errors |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for path in files:
+        results = load(path)
+        settings = ", ".join(f"`{key}={value}`" for key, value in (results.get("dynamic_config") or {}).items())
+        conc = results.get("concurrent") or {}
+        cells = [
+            f"`{Path(path).name}`",
+            settings or "stock",
+            _num(results.get("in_process_ms_per_round"), 1),
+            _num(results.get("temporal_ms_per_round"), 1),
+            _num(results.get("pydantic_ai_temporal_ms_per_round"), 1),
+            _num(results.get("temporal_x_pydantic_ai")),
+            (results.get("temporal_history") or {}).get("workflow_tasks", "-"),
+            f"{conc['runs']:,} through {conc['workers']} workers" if conc else "-",
+            _num(conc.get("runs_per_s")),
+            _num(conc.get("server_cpu_ms_per_run"), 1),
+            conc.get("errors", "-"),
+        ]
+        lines.append(_row(cells))
+        notes.append(f"{results['rounds']} rounds a run, median of {results['repeats']}. " + measured(results, path))
+    return "\n".join([*lines, "", *(f"- {note}" for note in notes)])
+
+
+def journal_workers(files: Sequence[str]) -> str:
+    """``journal.work`` on SQLite and PostgreSQL: throughput by worker count, wake-up latency, a SIGKILL."""
+    results = load(files[0])
+    lines = [
+        "| backend | workers | calls/s | refusals | worker CPU ms/call | server CPU ms/call | exactly once |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in results["scale"]:
+        cells = [
+            row["backend"],
+            row["workers"],
+            _num(row["per_s"], 1),
+            f"{_num(row['refusal_pct'], 1)}%",
+            _num(row["worker_cpu_ms_per_call"]),
+            _num(row["server_cpu_ms_per_call"]),
+            "yes" if row["exactly_once"] else "**no**",
+        ]
+        lines.append(_row(cells))
+    lines += ["", "| backend | wake-up | approval to call, median ms | p95 ms | max ms |", "|---|---|---|---|---|"]
+    for row in results["latency"]:
+        lines.append(_row([row["backend"], row["wake"], row["median_ms"], row["p95_ms"], row["max_ms"]]))
+    lines += [
+        "",
+        "| backend, one of four workers SIGKILLed in a call | calls run twice | executed | orphans "
+        "| `stuck()` lists the orphan after, s | lease, s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in results["kill"]:
+        cells = [row["backend"], row["twice"], row["executed"], row["orphans"]]
+        lines.append(_row([*cells, row["stuck_listed_after_kill_s"], row["lease_s"]]))
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
 RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "contenders": contenders,
     "contenders-short": contenders_short,
@@ -280,6 +454,11 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "imports": imports,
     "fake-server": fake_server,
     "prompt-tokens": prompt_tokens,
+    "journal-checkpoint": journal_checkpoint,
+    "otel-metrics": otel_metrics,
+    "grounded": grounded,
+    "temporal-rounds": temporal_rounds,
+    "journal-workers": journal_workers,
 }
 
 
