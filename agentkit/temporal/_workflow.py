@@ -3,8 +3,10 @@
 The workflow runs a `ToolLoop` (and its `resume` after each decision) with
 two seams swapped for activities: the model caller (each attempt of `generate_structured` is a local
 activity, run by the worker that plays the workflow task; its waits between attempts are workflow
-timers) and the tools (each call is an activity). A round is then one workflow task: the model's
-reply is recorded with the task that schedules the round's tool call.
+timers) and the tools (a live READ_ONLY call is a local activity too, since it may run again; any
+other call, an approved one included, is an activity of its own). A round of READ_ONLY calls then
+takes no workflow task of its own: its model reply and its tool batch are markers of the task that
+plays it, and a run's rounds share tasks until one calls anything else or waits.
 Everything else (rendering, the step schema, gating by tier, the repeat guard, proposals,
 checkpoints) is the in-process code, replayed deterministically from the activities' recorded
 results: the run id is the workflow id, and the workflow's own clock stamps what it records.
@@ -70,6 +72,10 @@ _LOCAL_MODEL = "agentkit-local-model"
 """The patch that makes each model attempt a local activity (a marker in the workflow task that asked for
 it) rather than an activity of its own with its own workflow task; runs recorded before it replay as they
 ran, every attempt an activity."""
+
+_LOCAL_READS = "agentkit-local-reads"
+"""The patch that makes each live READ_ONLY tool call a local activity (a marker in the workflow task that
+asked for it); runs recorded before it replay as they ran, every tool call an activity."""
 
 _log = logging.getLogger("agentkit.temporal")
 _REPORT_GRACE = timedelta(seconds=5)
@@ -168,13 +174,21 @@ class _ActivityCaller:
 
 class _ActivityTool:
     """A tool in workflow code: its name, description, args type, tier and item type are the real
-    tool's; its call is an activity (retried per policy when it runs live, once when approved)."""
+    tool's; its call is an activity (retried per policy when it runs live, once when approved), or a
+    local activity when it runs live and is READ_ONLY (`attempt`)."""
 
     def __init__(
-        self, agent: str, durable: DurableAgent[Any, Any], name: str, lost: list[str], in_flight: _InFlight
+        self,
+        agent: str,
+        durable: DurableAgent[Any, Any],
+        name: str,
+        lost: list[str],
+        in_flight: _InFlight,
+        *,
+        local: bool,
     ) -> None:
         real = durable.box.tools[name]
-        self.agent, self.durable, self.lost, self.in_flight = agent, durable, lost, in_flight
+        self.agent, self.durable, self.lost, self.in_flight, self.local = agent, durable, lost, in_flight, local
         self.name: str = real.name
         self.description: str = real.description
         self.args_type: type[BaseModel] = real.args_type
@@ -183,7 +197,47 @@ class _ActivityTool:
         self.items: TypeAdapter[list[Any]] = TypeAdapter(list[self.result_type])  # type: ignore[name-defined]  # a run-time type
 
     async def call(self, args: BaseModel) -> Sequence[Any]:
-        policy, gated = self.durable.policy, self.durable.gated(self.name)
+        invoked = self.in_flight.call
+        approval = invoked.approval if isinstance(invoked, ToolInvocation) else None
+        call = ToolCallInput(
+            agent=self.agent,
+            tool_name=self.name,
+            args=args.model_dump(mode="json"),
+            run_id=workflow.info().workflow_id,
+            round=invoked.round if isinstance(invoked, ToolInvocation) else 0,
+            approved_by=approval.approved_by if approval is not None else None,
+            digest=approval.digest if approval is not None else None,
+        )
+        gated = self.durable.gated(self.name)
+        local = runs_local(self.durable, self.name, approved=approval is not None, patched=self.local)
+        try:
+            reply = await self.attempt(call, gated=gated, local=local)
+        except FailureError as failed:
+            # As for a model call: an activity's failure is the cause of its ActivityError.
+            cause = failed.cause if isinstance(failed, ActivityError) else failed
+            if isinstance(cause, ApplicationError) and cause.type == "ToolRetry":
+                # A tool activity of an earlier agentkit reported a ToolRetry as its failure (histories
+                # recorded then replay the same way): the call's observation, as it is now.
+                raise ToolRetry(cause.message) from None
+            # The call's error as it is (the activity's invoke worded it), not as the stand-in's failure.
+            raise Relayed(self.failure(cause or failed, gated)) from None
+        if reply.observation is not None:
+            raise ToolRetry(reply.observation)
+        return self.items.validate_python(reply.batch)
+
+    async def attempt(self, call: ToolCallInput, *, gated: bool, local: bool) -> ToolReply:
+        """The call's activity: once when it is gated (approved), else retried per the policy; a local
+        activity when it may run again (`DurableAgent.rerunnable`: live and READ_ONLY, not approved).
+
+        A local activity runs on the worker playing the workflow task, and its batch is recorded with the
+        task's commands, beside the model reply that asked for it. It does not heartbeat: each attempt is
+        bounded by its `start_to_close_timeout` (`ActivityPolicy.tool_timeout`, or `LoopConfig.tool_timeout`
+        plus 5 s), and the attempts by `ActivityPolicy.tool_attempts` (no `schedule_to_close_timeout`), while
+        the worker keeps the workflow task alive. A worker lost mid-call loses the task: once its timeout
+        has passed (10 s by default), another worker replays the run from its last completed task and makes
+        that task's model calls and reads again, which READ_ONLY allows.
+        """
+        policy = self.durable.policy
         timeout = policy.tool_timeout
         if self.durable.config.tool_timeout is not None:
             # The activity's own invoke enforces the tool timeout (ToolTimeout, as in-process); Temporal's
@@ -196,18 +250,11 @@ class _ActivityTool:
                 initial_interval=policy.retry_initial,
                 non_retryable_error_types=["ToolResultInvalid"],
             )
-        invoked = self.in_flight.call
-        approval = invoked.approval if isinstance(invoked, ToolInvocation) else None
-        call = ToolCallInput(
-            agent=self.agent,
-            tool_name=self.name,
-            args=args.model_dump(mode="json"),
-            run_id=workflow.info().workflow_id,
-            round=invoked.round if isinstance(invoked, ToolInvocation) else 0,
-            approved_by=approval.approved_by if approval is not None else None,
-            digest=approval.digest if approval is not None else None,
-        )
-        try:
+        if local:
+            reply: ToolReply = await workflow.execute_local_activity(
+                TOOL_ACTIVITY, call, result_type=ToolReply, start_to_close_timeout=timeout, retry_policy=retry
+            )
+        else:
             reply = await workflow.execute_activity(
                 TOOL_ACTIVITY,
                 call,
@@ -216,22 +263,11 @@ class _ActivityTool:
                 heartbeat_timeout=policy.heartbeat,
                 retry_policy=retry,
             )
-        except ActivityError as failed:
-            cause = failed.cause
-            if isinstance(cause, ApplicationError) and cause.type == "ToolRetry":
-                # A tool activity of an earlier agentkit reported a ToolRetry as its failure (histories
-                # recorded then replay the same way): the call's observation, as it is now.
-                raise ToolRetry(cause.message) from None
-            # The call's error as it is (the activity's invoke worded it), not as the stand-in's failure.
-            raise Relayed(self.failure(failed, gated)) from None
-        if reply.observation is not None:
-            raise ToolRetry(reply.observation)
-        return self.items.validate_python(reply.batch)
+        return reply
 
-    def failure(self, failed: ActivityError, gated: bool) -> ToolError:
+    def failure(self, cause: BaseException, gated: bool) -> ToolError:
         """The error a failed tool activity stands for: the one its `invoke` reported (`ToolTimeout`
         or `ToolError`, with the in-process message), or the activity's own failure."""
-        cause = failed.cause
         if isinstance(cause, ApplicationError):
             if cause.type == "ToolTimeout":
                 return ToolTimeout(cause.message, tool_name=self.name)
@@ -243,10 +279,17 @@ class _ActivityTool:
             self.lost.append(self.name)
             return OutcomeLost(
                 f"the outcome of the approved call to {self.name!r} is unknown: its activity ended without one "
-                f"({cause or failed}); it is not re-run",
+                f"({cause}); it is not re-run",
                 tool_name=self.name,
             )
-        return ToolError(f"tool {self.name!r} activity failed: {cause or failed}", tool_name=self.name)
+        return ToolError(f"tool {self.name!r} activity failed: {cause}", tool_name=self.name)
+
+
+def runs_local(durable: DurableAgent[Any, Any], tool_name: str, *, approved: bool, patched: bool) -> bool:
+    """Whether a call of `tool_name` is a local activity: in a run recorded with the local-reads patch, a
+    call that runs live (never an approved one) of a READ_ONLY tool (`DurableAgent.rerunnable`), which a
+    lost worker may make again. Every other call is an activity of its own."""
+    return patched and not approved and durable.rerunnable(tool_name)
 
 
 def _refused(message: str) -> ApplicationError:
@@ -302,6 +345,7 @@ class AgentRun:
         leg = start.leg
         # First of the leg's commands: a patch marker may not follow a local activity's marker in one task.
         local = workflow.patched(_LOCAL_MODEL)
+        local_reads = local and workflow.patched(_LOCAL_READS)
         # A first leg recorded before legs existed replays as it ran then: no recorded tools, decided in place.
         if leg is None and workflow.patched(_LEGS):
             self.tools = await self.recorded_tools(durable)
@@ -310,7 +354,10 @@ class AgentRun:
             await self.refused(self.refusal)
         in_flight = _InFlight()
         caller = _ActivityCaller(start.agent, durable, in_flight, local=local)
-        proxies = [_ActivityTool(start.agent, durable, name, self.lost, in_flight) for name in durable.box.tools]
+        proxies = [
+            _ActivityTool(start.agent, durable, name, self.lost, in_flight, local=local_reads)
+            for name in durable.box.tools
+        ]
         proxied: Any = proxies if durable.box.single is None else proxies[0]
         loop = ToolLoop(caller, durable.agent, proxied, durable.workflow_config(), observer=in_flight)
         if leg is None:
@@ -580,8 +627,9 @@ def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:
     """The workflow class serving `agents` (one class per worker; its workflow name is `agentkit.run`).
 
     It is not sandboxed: the loop core it runs is replayed deterministically (run id from the
-    workflow id, proposals and decisions stamped with workflow time, every model call a local activity
-    and every tool call an activity), and the agents' `render` must be deterministic too.
+    workflow id, proposals and decisions stamped with workflow time, every model call and every live
+    READ_ONLY tool call a local activity, every other tool call an activity), and the agents' `render`
+    must be deterministic too.
     """
     served = type("AgentRun", (AgentRun,), {"agents": dict(agents), "__module__": __name__})
     defined: type[AgentRun] = workflow.defn(name=WORKFLOW_NAME, sandboxed=False)(served)
