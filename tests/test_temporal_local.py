@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from agentkit import LoopConfig, Tier, tool
 from agentkit._tiers import runs_live
 from agentkit.temporal import DurableAgent
-from agentkit.temporal._workflow import runs_local
+from agentkit.temporal._seams import runs_local
 from agentkit.testing import ScriptedCaller
 from tests.temporal_agents import Brief, Doc, Researcher, Search
 
