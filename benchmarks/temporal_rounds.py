@@ -17,6 +17,13 @@ seconds, runs per second, and the CPU of the server and of the workers per run.
     python -m benchmarks.temporal_rounds [--rounds 8] [--repeats 5] [--pydantic-ai-python PATH]
         [--concurrent 1000] [--workers 2] [--dynamic-config KEY=VALUE ...] [--label NAME] [--out DIR]
 
+    python -m benchmarks.temporal_rounds --compare BEFORE.json AFTER.json [--label NAME] [--out DIR]
+
+``--compare`` reads two results files of this benchmark, run back to back on one machine (the code before a
+change, then after it), and writes the ratios after/before of their figures as
+``temporal-rounds-change[-LABEL]-<date>.json`` and ``.md``: the figures that compare the two, which
+neither file holds alone.
+
 ``--pydantic-ai-python`` names a Python with ``pydantic-ai-slim[openai,temporal]`` installed; it runs
 ``benchmarks/contenders/pydantic_ai_temporal.py`` against the same servers. ``--dynamic-config`` passes
 a server setting to the dev server (``history.transferProcessorMaxPollRPS=1000``). ``--out`` writes
@@ -307,6 +314,48 @@ def markdown(table: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+COMPARED = (
+    ("temporal_ms_per_round", "ms per round on Temporal"),
+    ("in_process_ms_per_round", "ms per round in-process"),
+    ("concurrent.runs_per_s", "1,000 concurrent runs: runs/s"),
+    ("concurrent.server_cpu_ms_per_run", "server CPU ms a run"),
+    ("concurrent.workers_cpu_ms_per_run", "workers CPU ms a run"),
+    ("temporal_history.workflow_tasks", "workflow tasks a run"),
+    ("temporal_history.activity_tasks", "activity tasks a run"),
+)
+"""The figures ``--compare`` sets side by side (a dotted key reaches into a section)."""
+
+
+def _figure(table: dict[str, Any], key: str) -> Any:
+    value: Any = table
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return value
+
+
+def compare(before: Path, after: Path) -> dict[str, Any]:
+    """The ratio after/before of each figure of ``COMPARED`` both results files hold."""
+    old, new = (json.loads(path.read_text()) for path in (before, after))
+    rows = []
+    for key, label in COMPARED:
+        was, now = _figure(old, key), _figure(new, key)
+        if isinstance(was, int | float) and isinstance(now, int | float) and was:
+            rows.append({"figure": key, "label": label, "before": was, "after": now, "ratio": round(now / was, 2)})
+    return {"before": str(before), "after": str(after), "figures": rows}
+
+
+def change_markdown(table: dict[str, Any]) -> str:
+    lines = [
+        f"After against before: `{table['after']}` against `{table['before']}` (each file says when, where and "
+        f"under what load it ran); compared {table['date']}.",
+        "",
+        "| figure | before | after | after / before |",
+        "|---|---:|---:|---:|",
+    ]
+    lines += [f"| {r['label']} | {r['before']} | {r['after']} | {r['ratio']:.2f} |" for r in table["figures"]]
+    return "\n".join(lines) + "\n"
+
+
 def _binary() -> str:
     found = TemporalDevServer.find(Path("unused"))
     if found is None:
@@ -331,7 +380,18 @@ if __name__ == "__main__":
     parser.add_argument("--dynamic-config", type=_setting, action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--label", default="", help="added to the results files' name")
     parser.add_argument("--out", type=Path, help="write temporal-rounds[-LABEL]-<date>.json and .md here")
+    parser.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"), help="compare two results files")
     options = parser.parse_args()
+    if options.compare:
+        change = compare(*options.compare)
+        harness.publish(
+            change,
+            options.out,
+            "temporal-rounds-change" + (f"-{options.label}" if options.label else ""),
+            change_markdown,
+        )
+        print(change_markdown(change))
+        raise SystemExit(0)
     report = asyncio.run(
         main(
             options.rounds,

@@ -1,6 +1,7 @@
-"""Durable agents for the Temporal tests: a read-only search and an irreversible send, both counting
-their completed calls in a file (tool-side, across processes), over a model at a given URL; and the
-tests' shared scaffolding (the model's steps, the fixtures ``fake``, ``runs`` and ``agents``).
+"""Durable agents for the Temporal tests: a read-only search, a reversible note and an irreversible send,
+each counting its completed calls in a file (tool-side, across processes), over a model at a given URL;
+the model's steps; and the fixtures ``fake``, ``runs`` and ``agents`` (the Temporal test modules use
+``tests.temporal_support``'s ``temporal`` instead).
 
 Worker processes import ``AGENTS``, built from ``AGENTKIT_TEST_MODEL_URL`` and ``AGENTKIT_TEST_TOOL_LOG``;
 a client process may import ``SPECS`` instead.
@@ -127,7 +128,7 @@ def _log(path: Path, line: str) -> None:
 def make_agents(
     model_url: str, log: Path, *, heartbeat: float = 1.0, redeploy: str | None = None
 ) -> list[DurableAgent[Any, Any]]:
-    """The agents: ``research`` (search, send) and ``lookup`` (search only).
+    """The agents: ``research`` (search, send), ``lookup`` (search only) and ``editor`` (search, note, send).
 
     ``redeploy`` builds ``research`` as a later deploy might: ``"retiered"`` declares ``send``
     READ_ONLY, ``"added"`` adds a tool, ``"removed"`` drops ``send``.
@@ -136,16 +137,7 @@ def make_agents(
     @tool(tier=Tier.READ_ONLY)
     async def search(args: Search) -> list[Doc]:
         """Search the corpus."""
-        # A query naming a file waits for it to exist: a test kills the worker at that point.
-        if args.query.startswith("/") and not _exists(args.query):
-            _log(log, f"blocked search {args.query}")
-            while not _exists(args.query):  # noqa: ASYNC110  # another process creates the file
-                await asyncio.sleep(0.05)
-        if args.query.startswith("barrier:"):
-            # Held until two calls are held at once: with one activity per worker, two workers hold them.
-            _log(log, f"held search {args.query} {os.getpid()}")
-            while sum(line.startswith("held") for line in _lines(log)) < 2:  # noqa: ASYNC110  # other processes write it
-                await asyncio.sleep(0.05)
+        await _held(log, f"search {args.query}")
         _log(log, f"search {args.query}")
         return [Doc(id=f"doc:{args.query}")]
 
@@ -157,6 +149,13 @@ def make_agents(
             await asyncio.sleep(3600)
         _log(log, f"send {args.to} {args.text}")
         return [Doc(id=f"sent:{args.to}")]
+
+    @tool(tier=Tier.REVERSIBLE)
+    async def note(args: Send) -> list[Doc]:
+        """Keep a note (deleting it undoes it)."""
+        await _held(log, f"note {args.to}")
+        _log(log, f"note {args.to} {args.text}")
+        return [Doc(id=f"note:{args.to}")]
 
     @tool(tier=Tier.READ_ONLY)
     async def count(args: Search) -> list[Doc]:
@@ -186,7 +185,31 @@ def make_agents(
             policy=policy,
         ),
         DurableAgent(name="lookup", agent=Researcher(), tools=search, caller=caller, ctx_type=Brief, policy=policy),
+        DurableAgent(
+            name="editor",
+            agent=Researcher(),
+            tools=[search, note, send],
+            caller=caller,
+            ctx_type=Brief,
+            config=LoopConfig(max_rounds=6),
+            policy=policy,
+        ),
     ]
+
+
+async def _held(log: Path, call: str) -> None:
+    """Hold a call (``search QUERY``, ``note TO``) as its argument says: one naming a file waits for it to
+    exist (a test kills the worker at that point); ``barrier:...`` waits until two calls are held at once
+    (with one activity per worker, two workers hold them)."""
+    key = call.split(" ", 1)[1]
+    if key.startswith("/") and not _exists(key):
+        _log(log, f"blocked {call}")
+        while not _exists(key):  # noqa: ASYNC110  # another process creates the file
+            await asyncio.sleep(0.05)
+    if key.startswith("barrier:"):
+        _log(log, f"held {call} {os.getpid()}")
+        while sum(line.startswith("held") for line in _lines(log)) < 2:  # noqa: ASYNC110  # other processes write it
+            await asyncio.sleep(0.05)
 
 
 def _seconds(value: float) -> Any:
@@ -198,6 +221,7 @@ def _seconds(value: float) -> Any:
 SPECS = [
     AgentSpec(name="research", ctx_type=Brief, item_type=Doc),
     AgentSpec(name="lookup", ctx_type=Brief, item_type=Doc),
+    AgentSpec(name="editor", ctx_type=Brief, item_type=Doc),
 ]
 """What a client knows of ``AGENTS``: names, ctx type, item type (no caller, no tools)."""
 

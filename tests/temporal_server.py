@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 
 def free_port() -> int:
@@ -17,6 +18,16 @@ def free_port() -> int:
         probe.bind(("127.0.0.1", 0))
         port: int = probe.getsockname()[1]
         return port
+
+
+def stop(process: subprocess.Popen[Any], *, grace: float) -> None:
+    """SIGTERM ``process``, and SIGKILL it if it has not exited within ``grace`` seconds."""
+    process.terminate()
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 class TemporalDevServer:
@@ -74,10 +85,5 @@ class TemporalDevServer:
         process, self.process = self.process, None
         if process is None:
             return
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process, grace=15)
         self.log.close()

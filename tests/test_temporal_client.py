@@ -6,68 +6,33 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from datetime import timedelta
-from pathlib import Path
-from typing import Any
 
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from agentkit import Outcome, StopReason, UsageError, run_tool_loop_tiered
 from agentkit.errors import ProviderError
 from agentkit.providers.openai import OpenAICaller
-from agentkit.temporal import (
-    WORKFLOW_NAME,
-    AgentSpec,
-    DurableAgent,
-    DurableRuns,
-    RunEnded,
-    RunState,
-    RunStatus,
-    build_worker,
-    workflow_for,
-)
+from agentkit.temporal import WORKFLOW_NAME, AgentSpec, DurableRuns, RunEnded, RunState, RunStatus
 from agentkit.temporal._values import RunStart
-from agentkit.testing import FakeOpenAIServer, FakeReply
-from tests.temporal_agents import (  # noqa: F401  # the fixtures fake, runs and agents
-    DONE,
-    Brief,
-    Doc,
-    agents_fixture,
-    bare,
-    fake_fixture,
-    runs_fixture,
-    step,
-    tool_log,
-)
+from agentkit.testing import FakeReply
+from tests.temporal_agents import DONE, Brief, Doc, bare, step
+from tests.temporal_support import BOUND, TemporalTest, temporal_fixture  # noqa: F401  # the fixture temporal
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 BAD_CTX = {"topik": "x"}
 NAMED = "the ctx of durable agent 'research' does not validate as Brief: topic: Field required"
-BOUND = 60
-"""Seconds within which a run with a bad ctx must have failed (before the fix it never ended)."""
-
-
-async def cli(address: str, *args: str) -> subprocess.CompletedProcess[str]:
-    """``agentkit temporal ...`` in another process (in a thread: the in-process worker keeps serving)."""
-    command = [sys.executable, "-m", "agentkit", "temporal", *args, "--address", address]
-    return await asyncio.to_thread(
-        subprocess.run, command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=120
-    )
 
 
 async def failure_of(runs: DurableRuns, run_id: str) -> ApplicationError:
-    """The ApplicationError a run failed with, within ``BOUND`` seconds."""
+    """The ApplicationError a run failed with, within ``BOUND`` seconds (before the fix it never ended)."""
     with pytest.raises(WorkflowFailureError) as failed:
         await asyncio.wait_for(runs.get("research", run_id).result(), BOUND)
     cause = failed.value.cause
@@ -76,90 +41,82 @@ async def failure_of(runs: DurableRuns, run_id: str) -> ApplicationError:
 
 
 async def test_a_ctx_that_does_not_validate_fails_the_run_naming_the_agent_and_the_errors(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, tmp_path: Path
+    temporal: TemporalTest,
 ) -> None:
     """Started by name (no client-side type to check it against), a ctx that is not a Brief fails the run at
     once, not retried: an InvalidCtx error naming the agent and each validation error; the state shows
     FAILED with it, and neither the model nor a tool was called."""
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        run_id = await runs.start_named("research", BAD_CTX)
-        cause = await failure_of(runs, run_id)
-        state = await runs.state(run_id)
+    async with temporal.worker():
+        run_id = await temporal.runs.start_named("research", BAD_CTX)
+        cause = await failure_of(temporal.runs, run_id)
+        state = await temporal.runs.state(run_id)
     assert (cause.type, cause.non_retryable) == ("InvalidCtx", True)
     assert NAMED in cause.message
     assert (state.status, state.error) == (RunStatus.FAILED, cause.message)
-    assert fake.requests == []
-    assert tool_log(tmp_path) == []
+    assert temporal.fake.requests == []
+    assert temporal.tool_log() == []
 
 
-async def test_the_client_refuses_a_ctx_that_does_not_validate_before_starting(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]]
-) -> None:
+async def test_the_client_refuses_a_ctx_that_does_not_validate_before_starting(temporal: TemporalTest) -> None:
     """Given the agent or its spec, ``start`` validates the ctx as the workflow will and raises a UsageError
     naming the agent and the errors; no run was started."""
     spec = AgentSpec(name="research", ctx_type=Brief, item_type=Doc)
-    for agent in (spec, agents[0]):
+    for agent in (spec, temporal.research):
         run_id = f"refused-{type(agent).__name__}"
         with pytest.raises(UsageError, match=NAMED):
-            await runs.start(agent, BAD_CTX, run_id=run_id)
+            await temporal.runs.start(agent, BAD_CTX, run_id=run_id)
         with pytest.raises(RPCError) as missing:
-            await runs.client.get_workflow_handle(run_id).describe()
+            await temporal.runs.client.get_workflow_handle(run_id).describe()
         assert missing.value.status is RPCStatusCode.NOT_FOUND
 
 
 async def test_the_cli_starts_a_bad_ctx_into_a_failed_run_or_refuses_it_given_the_agents(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, temporal_address: str
+    temporal: TemporalTest,
 ) -> None:
     """`agentkit temporal start` with a ctx that does not validate: without --agents it starts the run, which
     fails naming the errors (`show` prints status failed and why); with --agents naming the specs it exits 2
     naming them, and starts nothing."""
-    start = ["start", "research", "--task-queue", runs.task_queue, "--ctx", json.dumps(BAD_CTX)]
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        started = await cli(temporal_address, *start)
+    start = ["start", "research", "--task-queue", temporal.runs.task_queue, "--ctx", json.dumps(BAD_CTX)]
+    async with temporal.worker():
+        started = await temporal.cli(*start)
         assert started.returncode == 0, started.stderr
         run_id = started.stdout.strip()
-        cause = await failure_of(runs, run_id)
-        shown = await cli(temporal_address, "show", run_id)
-        refused = await cli(
-            temporal_address, *start, "--run-id", "refused-by-cli", "--agents", "tests.temporal_agents:SPECS"
-        )
+        cause = await failure_of(temporal.runs, run_id)
+        shown = await temporal.cli("show", run_id)
+        refused = await temporal.cli(*start, "--run-id", "refused-by-cli", "--agents", "tests.temporal_agents:SPECS")
     assert NAMED in cause.message
     assert shown.returncode == 0, shown.stderr
     assert (json.loads(shown.stdout)["status"], json.loads(shown.stdout)["error"]) == ("failed", cause.message)
     assert refused.returncode == 2
     assert NAMED in refused.stderr
     with pytest.raises(RPCError) as missing:
-        await runs.client.get_workflow_handle("refused-by-cli").describe()
+        await temporal.runs.client.get_workflow_handle("refused-by-cli").describe()
     assert missing.value.status is RPCStatusCode.NOT_FOUND
-    assert fake.requests == []
+    assert temporal.fake.requests == []
 
 
-async def test_a_spec_or_a_name_starts_a_run_without_the_agent(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
-) -> None:
+async def test_a_spec_or_a_name_starts_a_run_without_the_agent(temporal: TemporalTest) -> None:
     """A client with only the agent's spec gets typed items; one with only its name gets them as JSON."""
-    fake.add(bare(query="a"), DONE, bare(query="b"), DONE)
+    temporal.fake.add(bare(query="a"), DONE, bare(query="b"), DONE)
     spec = AgentSpec(name="lookup", ctx_type=Brief, item_type=Doc)
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        typed = await (await runs.start(spec, Brief(topic="t"))).result()
-        untyped = await (await runs.start("lookup", {"topic": "t"})).result()
+    async with temporal.worker():
+        typed = await (await temporal.runs.start(spec, Brief(topic="t"))).result()
+        untyped = await (await temporal.runs.start("lookup", {"topic": "t"})).result()
     assert typed.items == [Doc(id="doc:a")]
     assert untyped.items == [{"id": "doc:b"}]
     assert (typed.stop_reason, untyped.stop_reason) == (StopReason.EXECUTOR_DONE, StopReason.EXECUTOR_DONE)
 
 
-async def test_the_result_error_is_the_agentkit_error_the_run_ended_with(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
-) -> None:
+async def test_the_result_error_is_the_agentkit_error_the_run_ended_with(temporal: TemporalTest) -> None:
     """A model that answers 400 ends the run with a ProviderError; the durable result carries that error (class,
     message, status, transient) as the in-process result does, and raise_for_error raises it."""
-    lookup = agents[1]
-    fake.add(FakeReply.error(400))
-    async with OpenAICaller(base_url=fake.base_url, api_key="k") as caller:
+    lookup = temporal.lookup
+    temporal.fake.add(FakeReply.error(400))
+    async with OpenAICaller(base_url=temporal.fake.base_url, api_key="k") as caller:
         local = await run_tool_loop_tiered(caller, lookup.agent, lookup.tools, Brief(topic="t"), lookup.config)
-    fake.add(FakeReply.error(400))
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        durable = await (await runs.start(lookup, Brief(topic="t"))).result()
+    temporal.fake.add(FakeReply.error(400))
+    async with temporal.worker():
+        durable = await (await temporal.runs.start(lookup, Brief(topic="t"))).result()
     assert isinstance(local.error, ProviderError)
     assert isinstance(durable.error, ProviderError)
     assert (str(durable.error), durable.error.status, durable.error.transient) == (str(local.error), 400, False)
@@ -169,20 +126,18 @@ async def test_the_result_error_is_the_agentkit_error_the_run_ended_with(
     assert raised.value is durable.error
 
 
-async def test_wait_for_answers_once_the_run_waits_across_its_legs(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, tmp_path: Path
-) -> None:
+async def test_wait_for_answers_once_the_run_waits_across_its_legs(temporal: TemporalTest) -> None:
     """Asked while a tool call is in flight, wait_for(WAITING) is the workflow's wait Update (kept in the first
     leg's history, which replays), outlives that leg (the run continues as new at the wait) and answers from
     the next with the pending proposal; once the run is decided and done, wait_for(FINISHED) gives the
     outcome."""
-    gate = tmp_path / "gate"
-    fake.add(step("search", query=str(gate)), step("send", to="bob", text="hi"), DONE)
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        handle = await runs.start(agents[0], Brief(topic="t"))
-        await _logged(tmp_path, f"blocked search {gate}")
+    gate = temporal.log.with_name("gate")
+    temporal.fake.add(step("search", query=str(gate)), step("send", to="bob", text="hi"), DONE)
+    async with temporal.worker():
+        handle = await temporal.runs.start(temporal.research, Brief(topic="t"))
+        await temporal.logged(f"blocked search {gate}")
         waiting_for = asyncio.ensure_future(handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND)))
-        await _accepted(runs, handle.run_id)
+        await temporal.accepted(handle.run_id)
         gate.touch()
         waiting = await waiting_for
         [proposal] = waiting.pending
@@ -191,47 +146,24 @@ async def test_wait_for_answers_once_the_run_waits_across_its_legs(
     assert proposal.tool_name == "send"
     assert finished.outcome is not None
     assert finished.outcome.stop_reason is StopReason.EXECUTOR_DONE
-    described = await runs.client.get_workflow_handle(handle.run_id).describe()
-    first_leg = described.raw_description.workflow_execution_info.first_run_id
-    history = await runs.client.get_workflow_handle(handle.run_id, run_id=first_leg).fetch_history()
-    kinds = [event.event_type for event in history.events]
+    first_leg = (await temporal.legs(handle.run_id))[0]
+    kinds = [event.event_type for event in first_leg.events]
     assert EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED in kinds, "wait_for polled instead of waiting"
-    replayer = Replayer(workflows=[workflow_for({a.name: a for a in agents})], data_converter=pydantic_data_converter)
-    await replayer.replay_workflow(history)
+    await temporal.replay(first_leg)
 
 
-async def _logged(tmp_path: Path, line: str) -> None:
-    for _ in range(int(BOUND / 0.05)):
-        if line in tool_log(tmp_path):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{line!r} never logged; log: {tool_log(tmp_path)}")
-
-
-async def _accepted(runs: DurableRuns, run_id: str) -> None:
-    """Once the run's history holds an accepted Update."""
-    for _ in range(int(BOUND / 0.05)):
-        history = await runs.client.get_workflow_handle(run_id).fetch_history()
-        if any(e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED for e in history.events):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the wait Update was never accepted")
-
-
-async def test_wait_for_a_status_the_run_will_not_reach_raises_run_ended(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
-) -> None:
+async def test_wait_for_a_status_the_run_will_not_reach_raises_run_ended(temporal: TemporalTest) -> None:
     """A run that finishes while wait_for(WAITING) waits on it, one already finished, and one that failed on
     its ctx each raise RunEnded saying where the run stands, at once rather than at the timeout."""
-    fake.add(FakeReply.value(bare(query="a"), delay=1), DONE)
+    temporal.fake.add(FakeReply.value(bare(query="a"), delay=1), DONE)
     timeout = timedelta(seconds=BOUND)
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        handle = await runs.start(agents[1], Brief(topic="t"))
+    async with temporal.worker():
+        handle = await temporal.runs.start(temporal.lookup, Brief(topic="t"))
         with pytest.raises(RunEnded) as meanwhile:
             await handle.wait_for(RunStatus.WAITING, timeout=timeout)
         with pytest.raises(RunEnded) as already:
             await handle.wait_for(RunStatus.WAITING, RunStatus.OUTCOME_UNKNOWN, timeout=timeout)
-        failed = await runs.start("research", BAD_CTX)
+        failed = await temporal.runs.start("research", BAD_CTX)
         with pytest.raises(RunEnded) as invalid:
             await failed.wait_for(RunStatus.WAITING, timeout=timeout)
     for ended in (meanwhile.value, already.value):
@@ -242,30 +174,26 @@ async def test_wait_for_a_status_the_run_will_not_reach_raises_run_ended(
     assert (invalid.value.status, NAMED in str(invalid.value)) == ("failed", True)
 
 
-async def test_wait_for_a_run_closed_meanwhile_raises_run_ended(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
-) -> None:
+async def test_wait_for_a_run_closed_meanwhile_raises_run_ended(temporal: TemporalTest) -> None:
     """A waiting run terminated while wait_for(FINISHED) waits on it: RunEnded with Temporal's status."""
-    fake.add(step("send", to="bob", text="hi"))
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        handle = await runs.start(agents[0], Brief(topic="t"))
+    temporal.fake.add(step("send", to="bob", text="hi"))
+    async with temporal.worker():
+        handle = await temporal.runs.start(temporal.research, Brief(topic="t"))
         await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
         waiter = asyncio.ensure_future(handle.wait_for(RunStatus.FINISHED, timeout=timedelta(seconds=BOUND)))
         await asyncio.sleep(1)
-        await runs.client.get_workflow_handle(handle.run_id).terminate("ops")
+        await temporal.runs.client.get_workflow_handle(handle.run_id).terminate("ops")
         with pytest.raises(RunEnded) as ended:
             await waiter
     assert (ended.value.status, "terminated while waiting" in str(ended.value)) == ("terminated", True)
 
 
-async def test_wait_for_times_out_naming_the_status_the_run_is_in(
-    runs: DurableRuns, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer
-) -> None:
+async def test_wait_for_times_out_naming_the_status_the_run_is_in(temporal: TemporalTest) -> None:
     """A run waiting for a decision does not finish: wait_for(FINISHED) ends at its timeout with a TimeoutError
     naming the status; the run is unchanged and still takes its decision. No statuses is a UsageError."""
-    fake.add(step("send", to="bob", text="hi"), DONE)
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        handle = await runs.start(agents[0], Brief(topic="t"))
+    temporal.fake.add(step("send", to="bob", text="hi"), DONE)
+    async with temporal.worker():
+        handle = await temporal.runs.start(temporal.research, Brief(topic="t"))
         before = await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
         with pytest.raises(TimeoutError, match=r"did not reach finished within 0:00:01; it is waiting"):
             await handle.wait_for(RunStatus.FINISHED, timeout=timedelta(seconds=1))
@@ -297,11 +225,11 @@ class EarlierRun:
         return RunState(run_id=workflow.info().workflow_id, agent=self.start.agent, status=self.status)
 
 
-async def test_wait_for_looks_again_where_the_workers_predate_the_wait_update(runs: DurableRuns) -> None:
+async def test_wait_for_looks_again_where_the_workers_predate_the_wait_update(temporal: TemporalTest) -> None:
     """Workers without the wait Update (a client upgraded before them) refuse it; wait_for then looks at the
     state until the status is reached, and answers it, rather than failing."""
-    async with Worker(runs.client, task_queue=runs.task_queue, workflows=[EarlierRun]):
-        handle = await runs.start("research", {"topic": "t"})
+    async with Worker(temporal.runs.client, task_queue=temporal.runs.task_queue, workflows=[EarlierRun]):
+        handle = await temporal.runs.start("research", {"topic": "t"})
         state = await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
-        await runs.client.get_workflow_handle(handle.run_id).terminate("done")
+        await temporal.runs.client.get_workflow_handle(handle.run_id).terminate("done")
     assert state.status is RunStatus.WAITING

@@ -1,5 +1,5 @@
-"""The activities: one model attempt (a local activity), one tool call. They run on workers, outside the
-workflow.
+"""The activities: one model attempt (a local activity), one tool call (a local activity when it is a live
+READ_ONLY call). They run on workers, outside the workflow.
 
 Errors cross back as `ApplicationError` values whose `type` names the agentkit error and whose
 details carry its fields, so the workflow rebuilds the same error (`decode_error`) and the loop core
@@ -125,7 +125,8 @@ class Activities:
     @activity.defn(name=TOOL_ACTIVITY)
     async def tool_call(self, call: ToolCallInput) -> ToolReply:
         """One call of a real tool, through `invoke` as in-process (its own copy of the args, the
-        config's tool timeout, `ToolRetry` as the observation), with heartbeats while it runs.
+        config's tool timeout, `ToolRetry` as the observation), with heartbeats while it runs as an
+        activity of its own (as a local activity it has no heartbeat timeout: its workflow task stands in).
 
         The tool's failure is raised as a retryable `ApplicationError` (Temporal retries a live
         call per the policy) whose `type` names the error and whose message is the in-process one;

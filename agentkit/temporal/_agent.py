@@ -16,7 +16,7 @@ from agentkit._agent import ToolAgent
 from agentkit._codec import Codec, item_type_of
 from agentkit._config import LoopConfig
 from agentkit._structured import StructuredCaller
-from agentkit._tiers import runs_live
+from agentkit._tiers import Tier, runs_live
 from agentkit._toolbox import Toolbox
 from agentkit._tools import Tool, declared_tier, takes_ctx
 from agentkit.errors import UsageError
@@ -36,7 +36,8 @@ class ActivityPolicy:
     task (`generate_structured` in the workflow retries and fails over, with workflow timers between
     attempts; `Throttled` is never retried). Live tool
     calls (tiers the config runs without approval: READ_ONLY, REVERSIBLE) are retried by Temporal
-    up to `tool_attempts`; approved calls of gated tiers get exactly one attempt, never retried.
+    up to `tool_attempts`; approved calls of gated tiers get exactly one attempt, never retried. A live
+    READ_ONLY call is a local activity, like a model attempt; any other call is an activity of its own.
     """
 
     model_timeout: timedelta = timedelta(minutes=2)
@@ -44,7 +45,9 @@ class ActivityPolicy:
     alive while it waits)."""
     tool_timeout: timedelta = timedelta(minutes=5)
     """`start_to_close_timeout` of one tool attempt. `LoopConfig.tool_timeout` is enforced within
-    the attempt, as in-process (`ToolTimeout`); the attempt then has at most that plus 5 s."""
+    the attempt, as in-process (`ToolTimeout`); the attempt then has at most that plus 5 s. It is what
+    bounds a READ_ONLY call's attempt, a local activity that does not heartbeat (no
+    `schedule_to_close_timeout`: the attempts bound the rest)."""
     tool_attempts: int = 3
     """Attempts of a live (READ_ONLY / REVERSIBLE) tool call; a `ToolRetry` is never retried."""
     retry_initial: timedelta = timedelta(seconds=1)
@@ -53,9 +56,9 @@ class ActivityPolicy:
     """Heartbeat timeout of tool activities (the worker heartbeats while the tool runs), so a dead worker's
     call is noticed in this long rather than at its `start_to_close_timeout`: a lost live tool call is
     then retried (on another worker), and a lost approved call is an unknown outcome. `None`: no
-    heartbeat. A model attempt is a local activity, which does not heartbeat: a worker lost mid-call loses
-    the workflow task it runs in, and another worker asks again once the task times out (10 s by
-    default). The model activities of runs recorded before model calls were local heartbeat on this."""
+    heartbeat. A model attempt and a live READ_ONLY call are local activities, which do not heartbeat: a
+    worker lost mid-call loses the workflow task it runs in, and another worker asks again once the task
+    times out (10 s by default). The activities of runs recorded before they were local heartbeat on this."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -133,6 +136,12 @@ class DurableAgent(Generic[Ctx, R]):
         """Whether calls of this tool run only once approved (so run once, never retried)."""
         tier = declared_tier(self.box.tools[tool_name])
         return tier is None or not runs_live(tier, self.config.autonomy)
+
+    def rerunnable(self, tool_name: str) -> bool:
+        """Whether a live call of this tool may run again unasked: it is READ_ONLY and runs live, so the
+        workflow makes it a local activity (a worker lost before the workflow task completes makes it again).
+        An approved call never is one, whatever its tool's tier."""
+        return declared_tier(self.box.tools[tool_name]) is Tier.READ_ONLY and not self.gated(tool_name)
 
 
 def agents_by_name(

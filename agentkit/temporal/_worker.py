@@ -48,8 +48,8 @@ def build_worker(
     """A worker (not yet running) that plays the runs of `agents` and runs their model and tool calls.
 
     Start it with `async with worker:` or `await worker.run()`. `max_concurrent_activities` bounds
-    the tool calls it runs at once and, apart from them, its model calls (local activities, run in the
-    workflow tasks it plays). Any number of workers, in any
+    the tool calls it runs as activities at once and, apart from them, its local activities (model calls
+    and live READ_ONLY tool calls, run in the workflow tasks it plays). Any number of workers, in any
     number of processes and machines, may serve one task queue: Temporal spreads the runs and
     their activities over them, and a run whose worker dies goes on on another. On shutdown,
     running activities get `graceful_shutdown` to finish before they are cancelled (a cancelled

@@ -3,8 +3,10 @@
 The workflow runs a `ToolLoop` (and its `resume` after each decision) with
 two seams swapped for activities: the model caller (each attempt of `generate_structured` is a local
 activity, run by the worker that plays the workflow task; its waits between attempts are workflow
-timers) and the tools (each call is an activity). A round is then one workflow task: the model's
-reply is recorded with the task that schedules the round's tool call.
+timers) and the tools (a live READ_ONLY call is a local activity too, since it may run again; any
+other call, an approved one included, is an activity of its own). A round of READ_ONLY calls then
+takes no workflow task of its own: its model reply and its tool batch are markers of the task that
+plays it, and a run's rounds share tasks until one calls anything else or waits.
 Everything else (rendering, the step schema, gating by tier, the repeat guard, proposals,
 checkpoints) is the in-process code, replayed deterministically from the activities' recorded
 results: the run id is the workflow id, and the workflow's own clock stamps what it records.
@@ -15,53 +17,42 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
-from pydantic import BaseModel, TypeAdapter
+from pydantic import TypeAdapter
 from temporalio import workflow
-from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ApplicationError
 
 from agentkit._admission import admit_tools, tool_entries
 from agentkit._approval import Approval, Rejection, amended, approve, reject
-from agentkit._codec import Codec, item_type_of
-from agentkit._invoke import Relayed
-from agentkit._observe import ModelCall as Asked
-from agentkit._observe import Observer, ToolInvocation
+from agentkit._codec import Codec
 from agentkit._proposals import ProposedAction, validate_args
-from agentkit._results import TieredLoopResult, Usage
+from agentkit._results import TieredLoopResult
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
-from agentkit._structured import Completion, StructuredRequest
-from agentkit._tiers import Tier
-from agentkit.errors import ApprovalError, ProviderError, ToolError, ToolRetry, ToolSetChanged, ToolTimeout, UsageError
-from agentkit.temporal._activities import MODEL_ACTIVITY, RECORD_TOOLS, REQUEST, TOOL_ACTIVITY, decode_error
+from agentkit.errors import ApprovalError, ToolSetChanged, UsageError
+from agentkit.temporal._activities import RECORD_TOOLS
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import error_fields, error_kind
+from agentkit.temporal._seams import ONCE, ActivityCaller, ActivityTool, InFlight
 from agentkit.temporal._values import (
     SETTLED,
     Decision,
     DecisionRecord,
     DurableOutcome,
     Leg,
-    ModelCall,
-    ModelReply,
     PendingProposal,
     Resolution,
     RunStart,
     RunState,
     RunStatus,
-    ToolCallInput,
-    ToolReply,
     ToolSet,
     Wait,
 )
 
 WORKFLOW_NAME = "agentkit.run"
 
-_ONCE = RetryPolicy(maximum_attempts=1)
 _LEGS = "agentkit-legs"
 """The patch that records a run's tool set in its history and continues the run as new at each wait for
 people (runs started before it replay as they ran: no recorded tools, decisions taken in place)."""
@@ -71,182 +62,11 @@ _LOCAL_MODEL = "agentkit-local-model"
 it) rather than an activity of its own with its own workflow task; runs recorded before it replay as they
 ran, every attempt an activity."""
 
+_LOCAL_READS = "agentkit-local-reads"
+"""The patch that makes each live READ_ONLY tool call a local activity (a marker in the workflow task that
+asked for it); runs recorded before it replay as they ran, every tool call an activity."""
+
 _log = logging.getLogger("agentkit.temporal")
-_REPORT_GRACE = timedelta(seconds=5)
-"""How much longer than `LoopConfig.tool_timeout` a tool attempt has, for the activity to report its timeout."""
-
-
-class OutcomeLost(ToolError):
-    """An approved call's activity ended without an outcome (its worker was lost); never re-run."""
-
-
-class _InFlight(Observer):
-    """The call the run makes now, as the loop core shows it to its observers (run id, round, approval):
-    what the activities are told of it, for the worker's observers. Deterministic like the rest of the
-    workflow: it records, it never acts."""
-
-    sees_calls = False
-
-    def __init__(self) -> None:
-        self.call: Asked | ToolInvocation | None = None
-
-    @contextlib.contextmanager
-    def around(self, call: Asked | ToolInvocation) -> Iterator[None]:
-        self.call = call
-        try:
-            yield
-        finally:
-            self.call = None
-
-
-class _ActivityCaller:
-    """The model seam in workflow code: one activity per attempt."""
-
-    def __init__(self, agent: str, durable: DurableAgent[Any, Any], in_flight: _InFlight, *, local: bool) -> None:
-        self.agent, self.policy, self.in_flight, self.local = agent, durable.policy, in_flight, local
-
-    async def complete(self, request: StructuredRequest, schema: type[Any]) -> Completion[Any]:
-        asked = self.in_flight.call
-        call = ModelCall(
-            agent=self.agent,
-            schema_name=schema.__name__,
-            request=REQUEST.dump_python(request, mode="json"),
-            run_id=workflow.info().workflow_id,
-            round=asked.round if isinstance(asked, Asked) else 0,
-            role=asked.role if isinstance(asked, Asked) else "executor",
-        )
-        try:
-            reply = await self.attempt(call)
-        except FailureError as failed:
-            # An activity's failure comes as an ActivityError whose cause is the activity's own; a local
-            # activity's as that failure itself.
-            cause = failed.cause if isinstance(failed, ActivityError) else failed
-            if isinstance(cause, ApplicationError):
-                raise decode_error(cause) from None
-            # The attempt timed out (or, as an activity of its own, its worker died and stopped heartbeating):
-            # a transient failure, which generate_structured retries (on any worker) and fails over like any other.
-            raise ProviderError(f"model call lost: {cause or failed}", transient=True) from None
-        usage = Usage(requests=reply.requests, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
-        return Completion(
-            value=schema.model_validate(reply.value),
-            usage=usage,
-            model=reply.model,
-            response_id=reply.response_id,
-            finish_reasons=reply.finish_reasons,
-        )
-
-    async def attempt(self, call: ModelCall) -> ModelReply:
-        """One attempt: a local activity, or (a run recorded before `_LOCAL_MODEL`) an activity of its own.
-
-        A local activity runs on the worker playing the workflow task, and its reply is recorded with the
-        task's commands (those that schedule the round's tool call), so a round costs one workflow task,
-        not two. It does not heartbeat; the workflow task stands in for it: the worker keeps the task alive
-        while the model answers, and a worker lost mid-call loses the task, which Temporal gives to another
-        worker once the task's timeout has passed (10 s by default, after up to 5 s on the lost worker's
-        sticky queue); that worker replays the run and asks the model again, once. A reply that never
-        comes ends the attempt at `model_timeout`, as before.
-        """
-        if self.local:
-            reply: ModelReply = await workflow.execute_local_activity(
-                MODEL_ACTIVITY,
-                call,
-                result_type=ModelReply,
-                start_to_close_timeout=self.policy.model_timeout,
-                retry_policy=_ONCE,
-            )
-        else:
-            reply = await workflow.execute_activity(
-                MODEL_ACTIVITY,
-                call,
-                result_type=ModelReply,
-                start_to_close_timeout=self.policy.model_timeout,
-                heartbeat_timeout=self.policy.heartbeat,
-                retry_policy=_ONCE,
-            )
-        return reply
-
-
-class _ActivityTool:
-    """A tool in workflow code: its name, description, args type, tier and item type are the real
-    tool's; its call is an activity (retried per policy when it runs live, once when approved)."""
-
-    def __init__(
-        self, agent: str, durable: DurableAgent[Any, Any], name: str, lost: list[str], in_flight: _InFlight
-    ) -> None:
-        real = durable.box.tools[name]
-        self.agent, self.durable, self.lost, self.in_flight = agent, durable, lost, in_flight
-        self.name: str = real.name
-        self.description: str = real.description
-        self.args_type: type[BaseModel] = real.args_type
-        self.tier: Tier = real.tier
-        self.result_type = item_type_of(real)
-        self.items: TypeAdapter[list[Any]] = TypeAdapter(list[self.result_type])  # type: ignore[name-defined]  # a run-time type
-
-    async def call(self, args: BaseModel) -> Sequence[Any]:
-        policy, gated = self.durable.policy, self.durable.gated(self.name)
-        timeout = policy.tool_timeout
-        if self.durable.config.tool_timeout is not None:
-            # The activity's own invoke enforces the tool timeout (ToolTimeout, as in-process); Temporal's
-            # gives it a little longer, so that its report arrives.
-            timeout = min(timeout, timedelta(seconds=self.durable.config.tool_timeout) + _REPORT_GRACE)
-        retry = _ONCE
-        if not gated:
-            retry = RetryPolicy(
-                maximum_attempts=policy.tool_attempts,
-                initial_interval=policy.retry_initial,
-                non_retryable_error_types=["ToolResultInvalid"],
-            )
-        invoked = self.in_flight.call
-        approval = invoked.approval if isinstance(invoked, ToolInvocation) else None
-        call = ToolCallInput(
-            agent=self.agent,
-            tool_name=self.name,
-            args=args.model_dump(mode="json"),
-            run_id=workflow.info().workflow_id,
-            round=invoked.round if isinstance(invoked, ToolInvocation) else 0,
-            approved_by=approval.approved_by if approval is not None else None,
-            digest=approval.digest if approval is not None else None,
-        )
-        try:
-            reply = await workflow.execute_activity(
-                TOOL_ACTIVITY,
-                call,
-                result_type=ToolReply,
-                start_to_close_timeout=timeout,
-                heartbeat_timeout=policy.heartbeat,
-                retry_policy=retry,
-            )
-        except ActivityError as failed:
-            cause = failed.cause
-            if isinstance(cause, ApplicationError) and cause.type == "ToolRetry":
-                # A tool activity of an earlier agentkit reported a ToolRetry as its failure (histories
-                # recorded then replay the same way): the call's observation, as it is now.
-                raise ToolRetry(cause.message) from None
-            # The call's error as it is (the activity's invoke worded it), not as the stand-in's failure.
-            raise Relayed(self.failure(failed, gated)) from None
-        if reply.observation is not None:
-            raise ToolRetry(reply.observation)
-        return self.items.validate_python(reply.batch)
-
-    def failure(self, failed: ActivityError, gated: bool) -> ToolError:
-        """The error a failed tool activity stands for: the one its `invoke` reported (`ToolTimeout`
-        or `ToolError`, with the in-process message), or the activity's own failure."""
-        cause = failed.cause
-        if isinstance(cause, ApplicationError):
-            if cause.type == "ToolTimeout":
-                return ToolTimeout(cause.message, tool_name=self.name)
-            if cause.type in ("ToolError", "ToolResultInvalid"):
-                return ToolError(cause.message, tool_name=self.name)
-            return ToolError(f"tool {self.name!r} activity failed: {cause.type}: {cause.message}", tool_name=self.name)
-        if gated:
-            # At most once: the call may or may not have taken effect, and it is never re-run.
-            self.lost.append(self.name)
-            return OutcomeLost(
-                f"the outcome of the approved call to {self.name!r} is unknown: its activity ended without one "
-                f"({cause or failed}); it is not re-run",
-                tool_name=self.name,
-            )
-        return ToolError(f"tool {self.name!r} activity failed: {cause or failed}", tool_name=self.name)
 
 
 def _refused(message: str) -> ApplicationError:
@@ -302,15 +122,19 @@ class AgentRun:
         leg = start.leg
         # First of the leg's commands: a patch marker may not follow a local activity's marker in one task.
         local = workflow.patched(_LOCAL_MODEL)
+        local_reads = local and workflow.patched(_LOCAL_READS)
         # A first leg recorded before legs existed replays as it ran then: no recorded tools, decided in place.
         if leg is None and workflow.patched(_LEGS):
             self.tools = await self.recorded_tools(durable)
             self.admit(durable)
         if self.refusal is not None:
             await self.refused(self.refusal)
-        in_flight = _InFlight()
-        caller = _ActivityCaller(start.agent, durable, in_flight, local=local)
-        proxies = [_ActivityTool(start.agent, durable, name, self.lost, in_flight) for name in durable.box.tools]
+        in_flight = InFlight()
+        caller = ActivityCaller(start.agent, durable, in_flight, local=local)
+        proxies = [
+            ActivityTool(start.agent, durable, name, self.lost, in_flight, local=local_reads)
+            for name in durable.box.tools
+        ]
         proxied: Any = proxies if durable.box.single is None else proxies[0]
         loop = ToolLoop(caller, durable.agent, proxied, durable.workflow_config(), observer=in_flight)
         if leg is None:
@@ -347,7 +171,7 @@ class AgentRun:
         result): a replay reads it back, not the replaying worker's."""
         given = ToolSet(agent=self.agent, tools=tool_entries(durable.box.tools))
         recorded: ToolSet = await workflow.execute_local_activity(
-            RECORD_TOOLS, given, result_type=ToolSet, start_to_close_timeout=timedelta(seconds=10), retry_policy=_ONCE
+            RECORD_TOOLS, given, result_type=ToolSet, start_to_close_timeout=timedelta(seconds=10), retry_policy=ONCE
         )
         return recorded.tools
 
@@ -580,8 +404,9 @@ def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:
     """The workflow class serving `agents` (one class per worker; its workflow name is `agentkit.run`).
 
     It is not sandboxed: the loop core it runs is replayed deterministically (run id from the
-    workflow id, proposals and decisions stamped with workflow time, every model call a local activity
-    and every tool call an activity), and the agents' `render` must be deterministic too.
+    workflow id, proposals and decisions stamped with workflow time, every model call and every live
+    READ_ONLY tool call a local activity, every other tool call an activity), and the agents' `render`
+    must be deterministic too.
     """
     served = type("AgentRun", (AgentRun,), {"agents": dict(agents), "__module__": __name__})
     defined: type[AgentRun] = workflow.defn(name=WORKFLOW_NAME, sandboxed=False)(served)

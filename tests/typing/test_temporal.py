@@ -43,6 +43,7 @@ async def durable_types(
 ) -> None:
     durable = DurableAgent(name="research", agent=agent, tools=search, caller=caller, ctx_type=Brief)
     assert_type(durable, DurableAgent[Brief, Doc])
+    assert_type(durable.rerunnable("search"), bool)
     handle = await runs.start(durable, Brief(topic="t"))
     assert_type(handle, RunHandle[Doc])
     assert_type(runs.get(durable, "run-1"), RunHandle[Doc])

@@ -1,0 +1,242 @@
+"""The workflow's two seams, in workflow code: the model caller (each attempt a local activity, or an
+activity of its own in a run recorded before model calls were local) and the tools (a live READ_ONLY
+call a local activity, since it may run again; any other call, an approved one included, an activity of
+its own). Deterministic: they schedule activities and read their recorded results, nothing else."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+
+from agentkit._codec import item_type_of
+from agentkit._invoke import Relayed
+from agentkit._observe import ModelCall as Asked
+from agentkit._observe import Observer, ToolInvocation
+from agentkit._results import Usage
+from agentkit._structured import Completion, StructuredRequest
+from agentkit._tiers import Tier
+from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolTimeout
+from agentkit.temporal._activities import MODEL_ACTIVITY, REQUEST, TOOL_ACTIVITY, decode_error
+from agentkit.temporal._agent import DurableAgent
+from agentkit.temporal._values import ModelCall, ModelReply, ToolCallInput, ToolReply
+
+ONCE = RetryPolicy(maximum_attempts=1)
+_REPORT_GRACE = timedelta(seconds=5)
+"""How much longer than `LoopConfig.tool_timeout` a tool attempt has, for the activity to report its timeout."""
+
+
+class OutcomeLost(ToolError):
+    """An approved call's activity ended without an outcome (its worker was lost); never re-run."""
+
+
+class InFlight(Observer):
+    """The call the run makes now, as the loop core shows it to its observers (run id, round, approval):
+    what the activities are told of it, for the worker's observers. Deterministic like the rest of the
+    workflow: it records, it never acts."""
+
+    sees_calls = False
+
+    def __init__(self) -> None:
+        self.call: Asked | ToolInvocation | None = None
+
+    @contextlib.contextmanager
+    def around(self, call: Asked | ToolInvocation) -> Iterator[None]:
+        self.call = call
+        try:
+            yield
+        finally:
+            self.call = None
+
+
+class ActivityCaller:
+    """The model seam in workflow code: one activity per attempt."""
+
+    def __init__(self, agent: str, durable: DurableAgent[Any, Any], in_flight: InFlight, *, local: bool) -> None:
+        self.agent, self.policy, self.in_flight, self.local = agent, durable.policy, in_flight, local
+
+    async def complete(self, request: StructuredRequest, schema: type[Any]) -> Completion[Any]:
+        asked = self.in_flight.call
+        call = ModelCall(
+            agent=self.agent,
+            schema_name=schema.__name__,
+            request=REQUEST.dump_python(request, mode="json"),
+            run_id=workflow.info().workflow_id,
+            round=asked.round if isinstance(asked, Asked) else 0,
+            role=asked.role if isinstance(asked, Asked) else "executor",
+        )
+        try:
+            reply = await self.attempt(call)
+        except FailureError as failed:
+            # An activity's failure comes as an ActivityError whose cause is the activity's own; a local
+            # activity's as that failure itself.
+            cause = failed.cause if isinstance(failed, ActivityError) else failed
+            if isinstance(cause, ApplicationError):
+                raise decode_error(cause) from None
+            # The attempt timed out (or, as an activity of its own, its worker died and stopped heartbeating):
+            # a transient failure, which generate_structured retries (on any worker) and fails over like any other.
+            raise ProviderError(f"model call lost: {cause or failed}", transient=True) from None
+        usage = Usage(requests=reply.requests, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
+        return Completion(
+            value=schema.model_validate(reply.value),
+            usage=usage,
+            model=reply.model,
+            response_id=reply.response_id,
+            finish_reasons=reply.finish_reasons,
+        )
+
+    async def attempt(self, call: ModelCall) -> ModelReply:
+        """One attempt: a local activity, or (a run recorded before `_LOCAL_MODEL`) an activity of its own.
+
+        A local activity runs on the worker playing the workflow task, and its reply is recorded with the
+        task's commands (those that schedule the round's tool call), so a round costs one workflow task,
+        not two. It does not heartbeat; the workflow task stands in for it: the worker keeps the task alive
+        while the model answers, and a worker lost mid-call loses the task, which Temporal gives to another
+        worker once the task's timeout has passed (10 s by default, after up to 5 s on the lost worker's
+        sticky queue); that worker replays the run and asks the model again, once. A reply that never
+        comes ends the attempt at `model_timeout`, as before.
+        """
+        if self.local:
+            reply: ModelReply = await workflow.execute_local_activity(
+                MODEL_ACTIVITY,
+                call,
+                result_type=ModelReply,
+                start_to_close_timeout=self.policy.model_timeout,
+                retry_policy=ONCE,
+            )
+        else:
+            reply = await workflow.execute_activity(
+                MODEL_ACTIVITY,
+                call,
+                result_type=ModelReply,
+                start_to_close_timeout=self.policy.model_timeout,
+                heartbeat_timeout=self.policy.heartbeat,
+                retry_policy=ONCE,
+            )
+        return reply
+
+
+class ActivityTool:
+    """A tool in workflow code: its name, description, args type, tier and item type are the real
+    tool's; its call is an activity (retried per policy when it runs live, once when approved), or a
+    local activity when it runs live and is READ_ONLY (`attempt`)."""
+
+    def __init__(
+        self,
+        agent: str,
+        durable: DurableAgent[Any, Any],
+        name: str,
+        lost: list[str],
+        in_flight: InFlight,
+        *,
+        local: bool,
+    ) -> None:
+        real = durable.box.tools[name]
+        self.agent, self.durable, self.lost, self.in_flight, self.local = agent, durable, lost, in_flight, local
+        self.name: str = real.name
+        self.description: str = real.description
+        self.args_type: type[BaseModel] = real.args_type
+        self.tier: Tier = real.tier
+        self.result_type = item_type_of(real)
+        self.items: TypeAdapter[list[Any]] = TypeAdapter(list[self.result_type])  # type: ignore[name-defined]  # a run-time type
+
+    async def call(self, args: BaseModel) -> Sequence[Any]:
+        invoked = self.in_flight.call
+        approval = invoked.approval if isinstance(invoked, ToolInvocation) else None
+        call = ToolCallInput(
+            agent=self.agent,
+            tool_name=self.name,
+            args=args.model_dump(mode="json"),
+            run_id=workflow.info().workflow_id,
+            round=invoked.round if isinstance(invoked, ToolInvocation) else 0,
+            approved_by=approval.approved_by if approval is not None else None,
+            digest=approval.digest if approval is not None else None,
+        )
+        gated = self.durable.gated(self.name)
+        local = runs_local(self.durable, self.name, approved=approval is not None, patched=self.local)
+        try:
+            reply = await self.attempt(call, gated=gated, local=local)
+        except FailureError as failed:
+            # As for a model call: an activity's failure is the cause of its ActivityError.
+            cause = failed.cause if isinstance(failed, ActivityError) else failed
+            if isinstance(cause, ApplicationError) and cause.type == "ToolRetry":
+                # A tool activity of an earlier agentkit reported a ToolRetry as its failure (histories
+                # recorded then replay the same way): the call's observation, as it is now.
+                raise ToolRetry(cause.message) from None
+            # The call's error as it is (the activity's invoke worded it), not as the stand-in's failure.
+            raise Relayed(self.failure(cause or failed, gated)) from None
+        if reply.observation is not None:
+            raise ToolRetry(reply.observation)
+        return self.items.validate_python(reply.batch)
+
+    async def attempt(self, call: ToolCallInput, *, gated: bool, local: bool) -> ToolReply:
+        """The call's activity: once when it is gated (approved), else retried per the policy; a local
+        activity when it may run again (`DurableAgent.rerunnable`: live and READ_ONLY, not approved).
+
+        A local activity runs on the worker playing the workflow task, and its batch is recorded with the
+        task's commands, beside the model reply that asked for it. It does not heartbeat: each attempt is
+        bounded by its `start_to_close_timeout` (`ActivityPolicy.tool_timeout`, or `LoopConfig.tool_timeout`
+        plus 5 s), and the attempts by `ActivityPolicy.tool_attempts` (no `schedule_to_close_timeout`), while
+        the worker keeps the workflow task alive. A worker lost mid-call loses the task: once its timeout
+        has passed (10 s by default), another worker replays the run from its last completed task and makes
+        that task's model calls and reads again, which READ_ONLY allows.
+        """
+        policy = self.durable.policy
+        timeout = policy.tool_timeout
+        if self.durable.config.tool_timeout is not None:
+            # The activity's own invoke enforces the tool timeout (ToolTimeout, as in-process); Temporal's
+            # gives it a little longer, so that its report arrives.
+            timeout = min(timeout, timedelta(seconds=self.durable.config.tool_timeout) + _REPORT_GRACE)
+        retry = ONCE
+        if not gated:
+            retry = RetryPolicy(
+                maximum_attempts=policy.tool_attempts,
+                initial_interval=policy.retry_initial,
+                non_retryable_error_types=["ToolResultInvalid"],
+            )
+        if local:
+            reply: ToolReply = await workflow.execute_local_activity(
+                TOOL_ACTIVITY, call, result_type=ToolReply, start_to_close_timeout=timeout, retry_policy=retry
+            )
+        else:
+            reply = await workflow.execute_activity(
+                TOOL_ACTIVITY,
+                call,
+                result_type=ToolReply,
+                start_to_close_timeout=timeout,
+                heartbeat_timeout=policy.heartbeat,
+                retry_policy=retry,
+            )
+        return reply
+
+    def failure(self, cause: BaseException, gated: bool) -> ToolError:
+        """The error a failed tool activity stands for: the one its `invoke` reported (`ToolTimeout`
+        or `ToolError`, with the in-process message), or the activity's own failure."""
+        if isinstance(cause, ApplicationError):
+            if cause.type == "ToolTimeout":
+                return ToolTimeout(cause.message, tool_name=self.name)
+            if cause.type in ("ToolError", "ToolResultInvalid"):
+                return ToolError(cause.message, tool_name=self.name)
+            return ToolError(f"tool {self.name!r} activity failed: {cause.type}: {cause.message}", tool_name=self.name)
+        if gated:
+            # At most once: the call may or may not have taken effect, and it is never re-run.
+            self.lost.append(self.name)
+            return OutcomeLost(
+                f"the outcome of the approved call to {self.name!r} is unknown: its activity ended without one "
+                f"({cause}); it is not re-run",
+                tool_name=self.name,
+            )
+        return ToolError(f"tool {self.name!r} activity failed: {cause}", tool_name=self.name)
+
+
+def runs_local(durable: DurableAgent[Any, Any], tool_name: str, *, approved: bool, patched: bool) -> bool:
+    """Whether a call of `tool_name` is a local activity: in a run recorded with the local-reads patch, a
+    call that runs live (never an approved one) of a READ_ONLY tool (`DurableAgent.rerunnable`), which a
+    lost worker may make again. Every other call is an activity of its own."""
+    return patched and not approved and durable.rerunnable(tool_name)
