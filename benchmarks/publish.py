@@ -412,6 +412,33 @@ def temporal_rounds(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", *(f"- {note}" for note in notes)])
 
 
+def temporal_change(files: Sequence[str]) -> str:
+    """Pairs of Temporal runs, before and after a change: a row per ``benchmarks.temporal_rounds --compare``
+    file, each figure as before, after and after / before."""
+    shown = (
+        ("temporal_ms_per_round", "ms per round"),
+        ("temporal_history.workflow_tasks", "workflow tasks a run"),
+        ("temporal_history.activity_tasks", "activity tasks a run"),
+        ("concurrent.runs_per_s", "concurrent runs: runs/s"),
+        ("concurrent.server_cpu_ms_per_run", "server CPU ms a run"),
+    )
+    lines = [
+        "| pair (ratios file) | " + " | ".join(f"{label}: before, after, {X}" for _, label in shown) + " |",
+        "|---|" + "---|" * len(shown),
+    ]
+    notes = []
+    for path in files:
+        results = load(path)
+        figures = {row["figure"]: row for row in results["figures"]}
+        cells = [f"`{Path(path).name}`"]
+        for key, _ in shown:
+            row = figures.get(key)
+            cells.append("-" if row is None else f"{row['before']}, {row['after']}, **{row['ratio']}**")
+        lines.append(_row(cells))
+        notes.append(f"`{Path(path).name}`: before `{results['before']}`, after `{results['after']}`.")
+    return "\n".join([*lines, "", *(f"- {note}" for note in notes)])
+
+
 def journal_workers(files: Sequence[str]) -> str:
     """``journal.work`` on SQLite and PostgreSQL: throughput by worker count, wake-up latency, a SIGKILL."""
     results = load(files[0])
@@ -458,6 +485,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "otel-metrics": otel_metrics,
     "grounded": grounded,
     "temporal-rounds": temporal_rounds,
+    "temporal-change": temporal_change,
     "journal-workers": journal_workers,
 }
 
