@@ -339,7 +339,7 @@ class _Run:
                 told: PriorCall[Any] = PriorCall(
                     round=this.round, tool_name=tool.name, args=args, observation=note, repeats=earlier
                 )
-                self.record(
+                entry = self.record(
                     this,
                     RoundOutcome.REFUSED,
                     tool=tool.name,
@@ -348,7 +348,7 @@ class _Run:
                     observation=note,
                     repeats=earlier,
                 )
-                self.views.called(told, ran=False)
+                self.views.called(told, ran=False, args=entry.args)
                 return "refused"
             self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
             return Ending(Outcome.STALEMATE, StopReason.DEGENERATION)
@@ -427,7 +427,7 @@ class _Run:
         batch = tuple(outcome.batch)
         kind = RoundOutcome.ENDED if ending is not None else RoundOutcome.RAN if outcome.ran else RoundOutcome.RETRIED
         error = str(ending.error) if ending and ending.error else None
-        self.record(
+        entry = self.record(
             this,
             kind,
             tool=tool.name,
@@ -443,7 +443,7 @@ class _Run:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.views.called(prior, ran=outcome.ran, kept=encoded)
+            self.views.called(prior, ran=outcome.ran, kept=encoded, args=entry.args)
         if self.session.observers:
             self.session.emit(
                 ToolResultReturned(
@@ -555,7 +555,7 @@ async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant:
     call: PriorCall[Any] = PriorCall(
         round=this.round, tool_name=proposal.tool_name, args=proposal.args, batch=tuple(batch)
     )
-    run.views.called(call, ran=ending is None)
+    run.views.called(call, ran=ending is None, args=entry.args)
     return ending
 
 
