@@ -46,7 +46,7 @@ from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._results import RoundRecord, TieredLoopResult
 from agentkit._session import Reply, RunSession, executor_failed
-from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint, json_text
+from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint, json_text, made
 from agentkit._step import ToolStep, step_answer
 from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
@@ -213,7 +213,8 @@ class _Run:
         """Append the round's entry, and its record to the trace."""
         reply, summarized = this.reply, self.views.take_summary()
         usage = reply.usage
-        entry = RoundEntry.model_construct(
+        entry = made(
+            RoundEntry,
             round=this.round,
             outcome=outcome,
             closing=this.closing,
@@ -506,7 +507,7 @@ class _Run:
         if reason is StopReason.EXECUTOR_DONE and outcome is Outcome.SILENT:
             reason = StopReason.NOTHING_RETRIEVED
         error = None if ending.error is None else str(ending.error)
-        self.append(EndEntry.model_construct(stop_reason=reason, outcome=outcome, error=error, elapsed=self.elapsed()))
+        self.append(made(EndEntry, stop_reason=reason, outcome=outcome, error=error, elapsed=self.elapsed()))
         result: TieredLoopResult[Any, Any, Any] = TieredLoopResult(
             items=self.views.items,
             rounds=self.rounds,
@@ -578,7 +579,8 @@ async def settled(
     if not isinstance(decision, Approval):
         reason = f": {decision.reason}" if decision.reason else ""
         run.append(
-            DecisionEntry.model_construct(
+            made(
+                DecisionEntry,
                 round=proposal.round,
                 call_digest=proposal.call_digest,
                 approved=False,
@@ -606,7 +608,8 @@ async def settled(
         failed = error
     amendment = decision.amendment
     run.append(
-        DecisionEntry.model_construct(
+        made(
+            DecisionEntry,
             round=proposal.round,
             call_digest=proposal.call_digest,
             approved=True,
