@@ -27,7 +27,7 @@ import hashlib
 import json
 import json.encoder
 import typing
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -617,7 +617,12 @@ def made(cls: type[_Made], **values: Any) -> _Made:
     value (its fields in their declared order, the defaults of those not given), made without
     `model_construct`'s pass over every field's alias, default and validation settings, which costs more
     than the rest of recording a round. For the state's own models: no private attributes, no extras."""
-    return _made(cls, {**_template(cls), **values}, set(values))
+    template, factories = _template(cls)
+    fields = {**template, **values}
+    for name, factory in factories:
+        if name not in values:
+            fields[name] = factory()
+    return _made(cls, fields, set(values))
 
 
 def _copied(value: _Made, changes: Mapping[str, Any], *, drop: str | None = None) -> _Made:
@@ -638,11 +643,15 @@ def _made(cls: type[_Made], fields: dict[str, Any], fields_set: set[str]) -> _Ma
 
 
 @functools.cache
-def _template(cls: type[BaseModel]) -> dict[str, Any]:
-    """Each field of `cls` in order, with its default (`None` for a required one, which `made` is given)."""
+def _template(cls: type[BaseModel]) -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    """Each field of `cls` in order, with its default (`None` for a required one, which `made` is given, and
+    for one with a default factory, which `made` calls when it is not given), and those factories."""
     if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":  # pragma: no cover - a wiring mistake
         raise TypeError(f"{cls.__name__} has private attributes or extras; build it with model_construct")
-    return {name: None if field.is_required() else field.get_default() for name, field in cls.model_fields.items()}
+    fields = cls.model_fields
+    template = {name: None if f.is_required() or f.default_factory else f.get_default() for name, f in fields.items()}
+    factories = tuple((name, f.default_factory) for name, f in fields.items() if f.default_factory is not None)
+    return template, typing.cast("tuple[tuple[str, Callable[[], Any]], ...]", factories)
 
 
 def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], tools: frozenset[str]) -> str | None:

@@ -105,3 +105,8 @@ def test_an_appended_state_is_the_one_model_copy_makes(fields: list[dict[str, An
         digest = chained(digest, sealed_entry)
         assert sealed_entry.digest == digest
     assert RunCheckpoint.model_validate_json(state.model_dump_json()) == state
+
+
+def test_a_state_made_without_its_config_gets_the_default_one() -> None:
+    """A field with a default factory that `made` is not given gets a fresh default, as with model_construct."""
+    same_value(made(RunCheckpoint, run_id="r"), RunCheckpoint.model_construct(run_id="r"))
