@@ -46,7 +46,7 @@ from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._results import RoundRecord, TieredLoopResult
 from agentkit._session import Reply, RunSession, executor_failed
-from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint, json_text
+from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint, json_text, made
 from agentkit._step import ToolStep, step_answer
 from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
@@ -213,7 +213,8 @@ class _Run:
         """Append the round's entry, and its record to the trace."""
         reply, summarized = this.reply, self.views.take_summary()
         usage = reply.usage
-        entry = RoundEntry.model_construct(
+        entry = made(
+            RoundEntry,
             round=this.round,
             outcome=outcome,
             closing=this.closing,
@@ -339,7 +340,7 @@ class _Run:
                 told: PriorCall[Any] = PriorCall(
                     round=this.round, tool_name=tool.name, args=args, observation=note, repeats=earlier
                 )
-                self.record(
+                entry = self.record(
                     this,
                     RoundOutcome.REFUSED,
                     tool=tool.name,
@@ -348,7 +349,7 @@ class _Run:
                     observation=note,
                     repeats=earlier,
                 )
-                self.views.called(told, ran=False)
+                self.views.called(told, ran=False, args=entry.args)
                 return "refused"
             self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
             return Ending(Outcome.STALEMATE, StopReason.DEGENERATION)
@@ -427,7 +428,7 @@ class _Run:
         batch = tuple(outcome.batch)
         kind = RoundOutcome.ENDED if ending is not None else RoundOutcome.RAN if outcome.ran else RoundOutcome.RETRIED
         error = str(ending.error) if ending and ending.error else None
-        self.record(
+        entry = self.record(
             this,
             kind,
             tool=tool.name,
@@ -443,7 +444,7 @@ class _Run:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.views.called(prior, ran=outcome.ran, kept=encoded)
+            self.views.called(prior, ran=outcome.ran, kept=encoded, args=entry.args)
         if self.session.observers:
             self.session.emit(
                 ToolResultReturned(
@@ -506,7 +507,7 @@ class _Run:
         if reason is StopReason.EXECUTOR_DONE and outcome is Outcome.SILENT:
             reason = StopReason.NOTHING_RETRIEVED
         error = None if ending.error is None else str(ending.error)
-        self.append(EndEntry.model_construct(stop_reason=reason, outcome=outcome, error=error, elapsed=self.elapsed()))
+        self.append(made(EndEntry, stop_reason=reason, outcome=outcome, error=error, elapsed=self.elapsed()))
         result: TieredLoopResult[Any, Any, Any] = TieredLoopResult(
             items=self.views.items,
             rounds=self.rounds,
@@ -555,7 +556,7 @@ async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant:
     call: PriorCall[Any] = PriorCall(
         round=this.round, tool_name=proposal.tool_name, args=proposal.args, batch=tuple(batch)
     )
-    run.views.called(call, ran=ending is None)
+    run.views.called(call, ran=ending is None, args=entry.args)
     return ending
 
 
@@ -578,7 +579,8 @@ async def settled(
     if not isinstance(decision, Approval):
         reason = f": {decision.reason}" if decision.reason else ""
         run.append(
-            DecisionEntry.model_construct(
+            made(
+                DecisionEntry,
                 round=proposal.round,
                 call_digest=proposal.call_digest,
                 approved=False,
@@ -606,7 +608,8 @@ async def settled(
         failed = error
     amendment = decision.amendment
     run.append(
-        DecisionEntry.model_construct(
+        made(
+            DecisionEntry,
             round=proposal.round,
             call_digest=proposal.call_digest,
             approved=True,

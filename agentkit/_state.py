@@ -26,7 +26,8 @@ import functools
 import hashlib
 import json
 import json.encoder
-from collections.abc import Iterable, Mapping, Sequence
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -477,7 +478,8 @@ class RunCheckpoint(BaseModel):
     ) -> RunCheckpoint:
         """The state of a run that has done nothing yet."""
         record = config if isinstance(config, CheckpointConfig) else CheckpointConfig.of(config)
-        header = cls.model_construct(
+        header = made(
+            cls,
             version=STATE_VERSION,
             run_id=run_id,
             config=record,
@@ -495,15 +497,14 @@ class RunCheckpoint(BaseModel):
 
     def appended(self, entry: RoundEntry | DecisionEntry | EndEntry) -> RunCheckpoint:
         """This state with `entry` appended, its digest chained to the last one."""
-        sealed = entry.model_copy(update={"digest": chained(self.digest, entry)})
-        return self._with(entries=(*self.entries, sealed), digest=sealed.digest)
+        digest = chained(self.digest, entry)
+        sealed = _copied(entry, {"digest": digest})
+        return self._with(entries=(*self.entries, sealed), digest=digest)
 
     def _with(self, **changes: Any) -> RunCheckpoint:
         """A copy with `changes` (values of the fields' types), made afresh: nothing folded from this
         state (`progress`) carries over, as it would with `model_copy`."""
-        copied = self.model_copy(update=changes)
-        copied.__dict__.pop("progress", None)  # the cached fold of this state's entries, not of the copy's
-        return copied
+        return _copied(self, changes, drop="progress")  # the cached fold of this state's entries, not of the copy's
 
     def forked(self, run_id: str, *, at_round: int, config: LoopConfig | None = None) -> RunCheckpoint:
         """A new run's state: this run's up to round `at_round`, under `run_id`, its parent recorded.
@@ -605,6 +606,52 @@ class RunCheckpoint(BaseModel):
     def proposals(self) -> tuple[RoundEntry, ...]:
         """The proposals awaiting a decision (each a `PROPOSED` round entry)."""
         return self.progress.pending
+
+
+_Made = typing.TypeVar("_Made", bound=BaseModel)
+_set = object.__setattr__
+
+
+def made(cls: type[_Made], **values: Any) -> _Made:
+    """`cls.model_construct(**values)` for values the run made itself, each of its field's type: the same
+    value (its fields in their declared order, the defaults of those not given), made without
+    `model_construct`'s pass over every field's alias, default and validation settings, which costs more
+    than the rest of recording a round. For the state's own models: no private attributes, no extras."""
+    template, factories = _template(cls)
+    fields = {**template, **values}
+    for name, factory in factories:
+        if name not in values:
+            fields[name] = factory()
+    return _made(cls, fields, set(values))
+
+
+def _copied(value: _Made, changes: Mapping[str, Any], *, drop: str | None = None) -> _Made:
+    """`value.model_copy(update=changes)` (a shallow copy), without `drop` (a cached property's value)."""
+    fields = {**value.__dict__, **changes}
+    if drop is not None:
+        fields.pop(drop, None)
+    return _made(type(value), fields, value.__pydantic_fields_set__ | changes.keys())
+
+
+def _made(cls: type[_Made], fields: dict[str, Any], fields_set: set[str]) -> _Made:
+    value = cls.__new__(cls)
+    _set(value, "__dict__", fields)
+    _set(value, "__pydantic_fields_set__", fields_set)
+    _set(value, "__pydantic_extra__", None)
+    _set(value, "__pydantic_private__", None)
+    return value
+
+
+@functools.cache
+def _template(cls: type[BaseModel]) -> tuple[dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    """Each field of `cls` in order, with its default (`None` for a required one, which `made` is given, and
+    for one with a default factory, which `made` calls when it is not given), and those factories."""
+    if cls.__private_attributes__ or cls.model_config.get("extra") == "allow":  # pragma: no cover - a wiring mistake
+        raise TypeError(f"{cls.__name__} has private attributes or extras; build it with model_construct")
+    fields = cls.model_fields
+    template = {name: None if f.is_required() or f.default_factory else f.get_default() for name, f in fields.items()}
+    factories = tuple((name, f.default_factory) for name, f in fields.items() if f.default_factory is not None)
+    return template, typing.cast("tuple[tuple[str, Callable[[], Any]], ...]", factories)
 
 
 def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], tools: frozenset[str]) -> str | None:

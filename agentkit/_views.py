@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -50,15 +51,21 @@ class View:
     """What one audience (the executor; the observers) is shown of the run so far.
 
     Its own copies, made once per entry: nothing it does to what it is shown can reach the run
-    (the items, the repeat guard, the proposals) or the other audience.
+    (the items, the repeat guard, the proposals) or the other audience. What a round's info is made
+    of is kept as it grows (the batches of the calls that ran, and where each call's are), so a
+    round costs the same however many calls came before it.
     """
 
-    __slots__ = ("calls", "proposals", "ran")
+    __slots__ = ("calls", "proposals", "ran", "results", "results_before")
 
     def __init__(self) -> None:
         self.calls: list[PriorCall[Any]] = []
         self.ran: list[bool] = []
         """Whether each call ran (and so has a batch in `prior_results`)."""
+        self.results: list[tuple[Any, ...]] = []
+        """The batch of each call that ran, in order (`prior_results`)."""
+        self.results_before: list[int] = []
+        """For each call, how many entries of `results` the calls before it made."""
         self.proposals: list[ProposedAction[Any]] = []
 
     def add(
@@ -66,6 +73,9 @@ class View:
     ) -> None:
         """Show `call`, with `batch`, this view's own copy of its batch."""
         self.ran.append(ran)
+        self.results_before.append(len(self.results))
+        if ran:
+            self.results.append(batch)
         self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
         if proposal is not None:
             self.proposals.append(proposal.model_copy(deep=True))
@@ -74,13 +84,13 @@ class View:
         self, round: int, max_rounds: int | None, start: int, omitted: Omitted, *, closing: bool = False
     ) -> ToolRoundInfo[Any]:
         """The round's info, showing the calls from `start` on (`LoopConfig.context`)."""
-        shown = zip(self.calls[start:], self.ran[start:], strict=True)
+        first = self.results_before[start] if start < len(self.calls) else len(self.results)
         return ToolRoundInfo(
             round=round,
             max_rounds=max_rounds,
             is_final_round=closing or round == max_rounds,
             closing_round=closing,
-            prior_results=tuple(call.batch for call, ran in shown if ran),
+            prior_results=tuple(self.results[first:]),
             prior_calls=tuple(self.calls[start:]),
             proposals=tuple(self.proposals),
             omitted=omitted,
@@ -114,6 +124,10 @@ class Views:
         self.refusals = 0
         self.executed = 0
         """Calls that ran and returned a batch (`LoopConfig.min_calls` counts them)."""
+        self.digests: list[str] = []
+        """`call_digest` of each call the executor is shown, taken when it joins the view."""
+        self.seen: list[CallSeen] = []
+        """The calls of `evidence` so far (each made once, by the first proposal after it)."""
 
     def load(self, progress: Progress) -> None:
         """The views, the items, the repeat window and the context window, from what the state's entries add up to."""
@@ -133,23 +147,25 @@ class Views:
                 repeats=view.repeats,
                 amended=view.amended,
             )
-            self.called(call, ran=view.ran, kept=view.batch)
+            self.called(call, ran=view.ran, kept=view.batch, args=view.args)
             if view.counted:
                 self.counted(view.tool, args, view.round)
 
     def evidence(self, round: int) -> Evidence:
         """What the executor had been shown before `round`: its rounds and calls, by reference."""
-        calls = tuple(
-            CallSeen(
+        shown = self.shown
+        for index in range(len(self.seen), len(shown.calls)):
+            call = shown.calls[index]
+            item_ids = tuple(i for i in (_item_id(item) for item in call.batch) if i is not None)
+            seen = CallSeen(
                 round=call.round,
                 tool_name=call.tool_name,
-                digest=call_digest(call.tool_name, call.args),
-                ran=ran,
-                item_ids=tuple(i for i in (_item_id(item) for item in call.batch) if i is not None),
+                digest=self.digests[index],
+                ran=shown.ran[index],
+                item_ids=item_ids,
             )
-            for call, ran in zip(self.shown.calls, self.shown.ran, strict=True)
-        )
-        return Evidence(rounds=tuple(range(1, round)), calls=calls)
+            self.seen.append(seen)
+        return Evidence(rounds=tuple(range(1, round)), calls=tuple(self.seen))
 
     def called(
         self,
@@ -158,12 +174,15 @@ class Views:
         ran: bool,
         proposal: ProposedAction[Any] | None = None,
         kept: str | None = None,
+        args: str | None = None,
     ) -> None:
         """A call joins what the executor and the observers are shown (each their own copy), and the items.
 
-        `kept` is the state's text of the call's batch, which each audience's copy is read back from.
+        `kept` is the state's text of the call's batch, which each audience's copy is read back from;
+        `args` the state's text of its args, which its digest is taken from where it can be.
         """
         tool, batch = call.tool_name, call.batch
+        self.digests.append(proposal.digest if proposal is not None else _digest(tool, call.args, args))
         self.shown.add(call, ran=ran, proposal=proposal, batch=_owned(self.codec, tool, batch, kept) if batch else ())
         self.window.add(call)
         if self.watched is not None:
@@ -206,6 +225,14 @@ class Views:
         elif self.observers:
             watched = UNSEEN.info(round, ceiling, 0, omitted, closing=closing)
         return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
+
+
+def _digest(tool: str, args: BaseModel, text: str | None) -> str:
+    """`call_digest(tool, args)`, from `text`, the state's `json_text` of the args, where that is the digest's
+    own canonical JSON: it differs only in escaping what is not ASCII, so text without a `\\u` escape is both."""
+    if text is None or "\\u" in text:
+        return call_digest(tool, args)
+    return hashlib.sha256(f"{tool}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _item_id(item: object) -> str | None:

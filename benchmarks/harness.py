@@ -78,6 +78,9 @@ class Options:
     seed: int = 0
     command: str = ""
     profile: bool = False
+    label: str = ""
+    """Names the results ``<date>-<label>.json`` and ``.md``, and leaves ``latest`` as it is (a before or after
+    side of a change, measured with fewer contenders than the published figures)."""
 
 
 @dataclass(kw_only=True)
@@ -334,13 +337,16 @@ def collect(options: Options) -> tuple[Collected, dict[str, Any]]:
     return collected, env
 
 
-def write(summary: dict[str, Any], out: Path) -> list[Path]:
-    """Write the JSON and the markdown table, dated and as ``latest``."""
+def write(summary: dict[str, Any], out: Path, label: str = "") -> list[Path]:
+    """Write the JSON and the markdown table, dated and as ``latest`` (with a ``label``: dated and labelled only)."""
     out.mkdir(parents=True, exist_ok=True)
     stamp = summary["environment"]["date"][:10]
     text = json.dumps(summary, indent=2, default=str)
     table = report.markdown(summary)
-    paths = [out / f"{stamp}.json", out / f"{stamp}.md", out / "latest.json", out / "latest.md"]
+    if label:
+        paths = [out / f"{stamp}-{label}.json", out / f"{stamp}-{label}.md"]
+    else:
+        paths = [out / f"{stamp}.json", out / f"{stamp}.md", out / "latest.json", out / "latest.md"]
     for path in paths:
         path.write_text(text if path.suffix == ".json" else table, encoding="utf-8")
     return paths
@@ -357,6 +363,9 @@ def parse(argv: Sequence[str] | None) -> Options:
     parser.add_argument("--micro-repeats", type=int, default=5, help="microbenchmark samples (0 to skip)")
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--label", default="", help="write <date>-LABEL.json/.md only, leaving latest.* as they are (a before or after)"
+    )
     parser.add_argument("--profile", metavar="CONTENDER", help="only profile CONTENDER (cProfile, 300 runs) and exit")
     ns = parser.parse_args(argv)
     if ns.profile:
@@ -385,6 +394,7 @@ def parse(argv: Sequence[str] | None) -> Options:
         micro_repeats=max(ns.micro_repeats, 1),
         out=ns.out,
         seed=ns.seed,
+        label=ns.label,
         command=" ".join(["python -m benchmarks", *(argv if argv is not None else sys.argv[1:])]),
     )
 
@@ -413,7 +423,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary["import_profile"] = collected.import_profile
     summary["failures"] = collected.failures
     summary["targets"] = report.targets(summary)
-    for path in write(summary, options.out):
+    for path in write(summary, options.out, options.label):
         log(f"wrote {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
     print(report.markdown(summary))
     return 1 if collected.failures else 0

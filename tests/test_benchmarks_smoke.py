@@ -95,6 +95,19 @@ def test_benchmark_runs_for_a_few_iterations_and_writes_the_table(tmp_path: Path
     assert all(f"| `{name}` |" in table for name in names)
 
 
+def test_a_labelled_benchmark_run_leaves_latest_as_it_is(tmp_path: Path) -> None:
+    """With `--label`, the results are written as `<date>-<label>` only: the published `latest` stays."""
+    argv = ["--contenders", "raw-httpx,agentkit-json_schema", "--repeats", "1", "--runs", "2", "--warmup", "1"]
+    argv += ["--concurrent", "0", "--import-repeats", "0", "--micro-repeats", "0", "--out", str(tmp_path)]
+    assert harness.main([*argv, "--label", "before"]) == 0
+    [written] = tmp_path.glob("*-before.json")
+    assert sorted(path.name for path in tmp_path.iterdir()) == [written.name, written.with_suffix(".md").name]
+    summary = json.loads(written.read_text(encoding="utf-8"))
+    assert summary["failures"] == []
+    assert summary["options"]["label"] == "before"
+    assert summary["contenders"]["agentkit-json_schema"]["correct_samples"] == 1
+
+
 async def test_context_growth_benchmark_bounds_the_request_under_a_window() -> None:
     """The context benchmark runs; with last=1 the request stops growing while the unbounded one grows."""
     from agentkit import ContextWindow
