@@ -9,19 +9,24 @@ import itertools
 import sqlite3
 import threading
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, JsonValue
 
 from agentkit import (
     LoopConfig,
+    Outcome,
     Prompt,
     RoleSpec,
     RunCheckpoint,
+    StopReason,
     Tier,
     ToolRoundInfo,
     UsageError,
@@ -29,6 +34,7 @@ from agentkit import (
     tool,
 )
 from agentkit._observe import Observer
+from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, ToolEntry
 from agentkit.events import Event, RunStarted
 from agentkit.journal import Journal, JournalError, JournalObserver, RunState, SQLiteJournal
 from agentkit.journal._records import Checkpointed, Hold
@@ -414,3 +420,55 @@ async def test_an_event_after_a_round_written_at_once_still_waits_at_most_linger
                 await asyncio.sleep(0.01)
     finally:
         await journal.close()
+
+
+_ENTRY = st.sampled_from(["ran", "ran-unkept", "retried", "proposed", "decided", "proposal-end", "done-end"])
+
+
+def _state_of(run_id: str, kinds: Sequence[str]) -> list[RunCheckpoint]:
+    """A run's states, one a step: each entry that `kinds` names appended in turn (rounds counting up)."""
+    state = RunCheckpoint.start(run_id, LoopConfig(), [ToolEntry(name="search", tier=Tier.READ_ONLY, args="s")])
+    states, round, proposed = [state], 0, None
+    for kind in kinds:
+        entry: RoundEntry | DecisionEntry | EndEntry
+        if kind in ("ran", "ran-unkept", "retried", "proposed"):
+            round += 1
+            outcome = {"proposed": RoundOutcome.PROPOSED, "retried": RoundOutcome.RETRIED}.get(kind, RoundOutcome.RAN)
+            batch = "[]" if kind == "ran" else None
+            digest = f"call-{round}" if kind == "proposed" else None
+            tier = Tier.IRREVERSIBLE if kind == "proposed" else Tier.READ_ONLY
+            entry = RoundEntry(round=round, outcome=outcome, tool="search", tier=tier, args="{}", batch=batch)
+            entry = entry.model_copy(update={"call_digest": digest})
+            proposed = digest or proposed
+        elif kind == "decided":
+            if proposed is None:
+                continue
+            entry = DecisionEntry(round=round, call_digest=proposed, approved=True, by="ops", batch="[]")
+            proposed = None
+        else:
+            reason = StopReason.PROPOSED if kind == "proposal-end" else StopReason.EXECUTOR_DONE
+            entry = EndEntry(stop_reason=reason, outcome=Outcome.APPLIED)
+        state = state.appended(entry)
+        states.append(state)
+    return states
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(_ENTRY, max_size=12), steps=st.lists(st.integers(1, 4), min_size=1, max_size=12))
+def test_a_runs_row_says_its_round_and_resumability_as_its_whole_state_does(
+    journal: Journal, kinds: list[str], steps: list[int]
+) -> None:
+    """However a run's states are written (a few entries a write, or many), its row's round and whether it
+    can be resumed are what the whole state says, though each write reads only its new entries."""
+    run_id = uuid.uuid4().hex
+    states = _state_of(run_id, kinds)
+    journal.record_all([RunStarted(run_id=run_id, agent="a", model="m", tools=("search",), max_rounds=30)])
+    at = 0
+    for step in itertools.cycle(steps):
+        at = min(at + step, len(states) - 1)
+        state = states[at]
+        journal.record_all([Checkpointed(run_id, state)])
+        run = asyncio.run(journal.run(run_id))
+        assert (run.checkpoint_round, run.resumable) == (state.rounds, not state.finished and state.resumable)
+        if at == len(states) - 1:
+            break
