@@ -88,6 +88,8 @@ async def measure(repeats: int, runs: int) -> dict[str, Any]:
             "wall_x": round(statistics.median(m / b for m, b in zip(mine["wall"], base["wall"], strict=True)), 3),
             "cpu_x": round(statistics.median(m / b for m, b in zip(mine["cpu"], base["cpu"], strict=True)), 3),
         }
+    report |= {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cores"}
+    report["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     return report
 
 
@@ -114,8 +116,6 @@ def main() -> None:
     )
     args = parser.parse_args()
     report = asyncio.run(measure(args.repeats, args.runs))
-    report |= {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cores"}
-    report["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
