@@ -320,9 +320,9 @@ class JournalObserver(Observer):
                     self._holds.discard(entry.run_id)
             self._writing = False
             self._settled += len(batch)
-            if self._sleepers or self._due or (self._queue and not self.linger):
-                # A `flush` waits, or the writer has something to write now. Otherwise it is left asleep (a batch a
-                # round is written at once): it looks again within linger by itself.
+            if self._sleepers or self._due or not self.linger:
+                # A `flush` waits, or the writer has something to write now (with linger 0, whatever comes next).
+                # Otherwise it is left asleep (a batch a round is written at once): it looks again within linger.
                 self._cond.notify_all()
             due = [w for w in self._waiters if w[0] <= self._settled]
             self._waiters = [w for w in self._waiters if w[0] > self._settled]
