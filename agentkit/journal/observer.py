@@ -320,8 +320,8 @@ class JournalObserver(Observer):
                     self._holds.discard(entry.run_id)
             self._writing = False
             self._settled += len(batch)
-            if self._sleepers or self._due or not self.linger:
-                # A `flush` waits, or the writer has something to write now (with linger 0, whatever comes next).
+            if self._sleepers or self._due or self._closed or not self.linger:
+                # A `flush` waits, or the writer has something to do now (with linger 0, whatever comes next).
                 # Otherwise it is left asleep (a batch a round is written at once): it looks again within linger.
                 self._cond.notify_all()
             due = [w for w in self._waiters if w[0] <= self._settled]
@@ -347,9 +347,10 @@ class JournalObserver(Observer):
                         continue
                     if self._due or self._closed:
                         break
+                    wait: float | None
                     if self._queue:
-                        wait: float | None = self._since + self.linger - time.monotonic()
-                        if wait is not None and wait <= 0:
+                        wait = self._since + self.linger - time.monotonic()
+                        if wait <= 0:
                             break
                     elif self.linger and time.monotonic() - self._since < self.linger:
                         # Entries came lately (rounds whose records their hooks write at once, as a run goes on):
