@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import random
 import statistics
 import tempfile
@@ -86,13 +88,16 @@ async def measure(repeats: int, runs: int) -> dict[str, Any]:
             "wall_x": round(statistics.median(m / b for m, b in zip(mine["wall"], base["wall"], strict=True)), 3),
             "cpu_x": round(statistics.median(m / b for m, b in zip(mine["cpu"], base["cpu"], strict=True)), 3),
         }
+    report |= {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cores"}
+    report["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     return report
 
 
 def markdown(report: dict[str, Any]) -> str:
     lines = [
         f"Journal checkpoint cost: {report['repeats']} repeats x {report['runs']} runs of "
-        f"{report['rounds_per_run']} rounds, SQLite journal, model over loopback HTTP (benchmarks/server.py).",
+        f"{report['rounds_per_run']} rounds, SQLite journal, model over loopback HTTP (benchmarks/server.py); "
+        f"{report['date']}, {report['machine']}, load average {report['loadavg']} at the end.",
         "",
         "| variant | wall ms/round | x no journal | client CPU ms/round | x no journal |",
         "|---|---|---|---|---|",
@@ -106,15 +111,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--runs", type=int, default=20, help="timed runs per sample")
-    parser.add_argument("--out", type=Path, help="also write journal-checkpoint-<date>.json and .md here")
+    parser.add_argument(
+        "--out", type=Path, help="also write journal-checkpoint-<date>.json and .md here (-b, -c, ... once taken)"
+    )
     args = parser.parse_args()
     report = asyncio.run(measure(args.repeats, args.runs))
     print(json.dumps(report))
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
-        stem = args.out / f"journal-checkpoint-{time.strftime('%Y-%m-%d')}"
+        stem = free_stem(args.out, f"journal-checkpoint-{report['date']}")
         stem.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
         stem.with_suffix(".md").write_text(markdown(report))
+
+
+def free_stem(directory: Path, name: str) -> Path:
+    """`directory / name`, or with the first of `-b`, `-c`, ... that no result of the day has taken yet."""
+    for suffix in ("", *(f"-{letter}" for letter in "bcdefghijklmnopqrstuvwxyz")):
+        stem = directory / f"{name}{suffix}"
+        if not stem.with_suffix(".json").exists() and not stem.with_suffix(".md").exists():
+            return stem
+    raise SystemExit(f"every name from {name} to {name}-z is taken in {directory}; pass another --out")
 
 
 if __name__ == "__main__":

@@ -128,7 +128,7 @@ def _measured_flat(results: Mapping[str, Any], path: str) -> str:
         when = f"on {day.group()} (the date in the file's name)" if day else "on a day the file does not record"
         return f"Measured {when}; the file records no machine or load{samples}; results file `{path}`."
     loadavg = results.get("loadavg")
-    load = "" if not loadavg else f", load average {_num(loadavg[0])} at the start"
+    load = "" if not loadavg else f", load average {_num(loadavg[0])}"
     return f"Measured {results['date']} on {results['machine']}{load}{samples}; results file `{path}`."
 
 
@@ -335,6 +335,23 @@ def journal_checkpoint(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", measured(results, files[0])])
 
 
+def long_run(files: Sequence[str]) -> str:
+    """One long tiered run recorded into a journal or not: rounds 11-60 against the last 50, and the files."""
+    lines = [
+        f"| results file | variant | rounds 11-60 ms/round | last 50 ms/round | last 50 {X} rounds 11-60 "
+        "| journal files MiB | busy processes meanwhile |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    notes = []
+    for path in files:
+        results = load(path)
+        for name, v in results["variants"].items():
+            cells = [f"`{Path(path).name}`", name, v["rounds_11_60_ms"], v["last_50_ms"], v["growth_x"], v["files_mib"]]
+            lines.append(_row([*cells, results.get("load", 0)]))
+        notes.append(f"{results['rounds']} rounds. " + measured(results, path))
+    return "\n".join([*lines, "", *(f"- {note}" for note in notes)])
+
+
 OTEL_VARIANTS = {
     "spans-only": "spans only",
     "metrics-noop": "metrics, no-op meter provider",
@@ -482,6 +499,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "fake-server": fake_server,
     "prompt-tokens": prompt_tokens,
     "journal-checkpoint": journal_checkpoint,
+    "long-run": long_run,
     "otel-metrics": otel_metrics,
     "grounded": grounded,
     "temporal-rounds": temporal_rounds,

@@ -7,17 +7,34 @@ from __future__ import annotations
 import asyncio
 import itertools
 import sqlite3
+import threading
 import time
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel, JsonValue
 
-from agentkit import Prompt, RoleSpec, RunCheckpoint, Tier, ToolRoundInfo, UsageError, run_tool_loop_tiered, tool
+from agentkit import (
+    LoopConfig,
+    Outcome,
+    Prompt,
+    RoleSpec,
+    RunCheckpoint,
+    StopReason,
+    Tier,
+    ToolRoundInfo,
+    UsageError,
+    run_tool_loop_tiered,
+    tool,
+)
 from agentkit._observe import Observer
+from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, ToolEntry
 from agentkit.events import Event, RunStarted
 from agentkit.journal import Journal, JournalError, JournalObserver, RunState, SQLiteJournal
 from agentkit.journal._records import Checkpointed, Hold
@@ -153,7 +170,7 @@ async def test_a_flush_writes_what_waits_for_its_round(journal: Journal, monkeyp
 async def test_an_event_waits_at_most_linger(journal: Journal) -> None:
     """Without a round's end or a flush, an event is still written once it waited ``linger``."""
     entries = (await captured_run()).entries
-    with JournalObserver(journal, linger=0.05) as observer:
+    with JournalObserver(journal, linger=0.1) as observer:
         observer.on_event(next(e for e in entries if not isinstance(e, Checkpointed)))
         deadline = time.monotonic() + 30
         while not await journal.runs():
@@ -326,3 +343,123 @@ def test_rows_are_inserted_within_sqlite_s_oldest_parameter_limit(tmp_path: Path
 
     insert_rows(Plain(), f"INSERT INTO wide ({', '.join(columns)}) VALUES", rows)  # type: ignore[arg-type]  # only execute is used
     assert db.execute("SELECT * FROM wide ORDER BY rowid").fetchall() == rows
+
+
+class CountingCondition(threading.Condition):
+    """A condition that counts its `notify_all` calls: each one wakes the observer's writer thread."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.wakes = 0
+
+    def notify_all(self) -> None:
+        self.wakes += 1
+        super().notify_all()
+
+
+async def test_rounds_written_at_once_never_wake_the_writer_thread(tmp_path: Path) -> None:
+    """SQLite, lock free: each round's hook writes its record itself, and wakes the writer thread neither when
+    its first event is queued nor when its record is written (a switch of threads a round, for nothing)."""
+
+    @tool(tier=Tier.READ_ONLY)
+    def slow(args: Query) -> list[Doc]:
+        """Search slowly: the writer thread has time to run, as it has while a round waits for its model."""
+        time.sleep(0.001)
+        return [Doc(id=args.query, score=1.0, tags={})]
+
+    journal = SQLiteJournal(tmp_path / "journal.db")
+    steps = [call_step(Query(query=f"q{n}"), tool="slow", rationale="look") for n in range(150)]
+    try:
+        # Rounds come far faster than linger, which the writer thread still waits at most for a next round's events.
+        with JournalObserver(journal, linger=0.1) as observer:
+            counting = CountingCondition()
+            observer._cond = counting  # pyright: ignore[reportPrivateUsage]  # every wake of the writer goes through it
+            result = await run_tool_loop_tiered(
+                ScriptedCaller([*steps, done_step("enough")]),
+                Planner(),
+                [slow],
+                None,
+                LoopConfig(max_rounds=151),
+                observer=observer,
+            )
+            assert counting.wakes <= 1  # at most for the run's start, which may find the writer asleep
+            assert observer.failures == 0
+        assert (await journal.run(result.run_id)).checkpoint_round == 151
+    finally:
+        await journal.close()
+
+
+def written(path: Path) -> list[str]:
+    """The kinds of the events a SQLite journal holds, in order, read over a connection of its own."""
+    with sqlite3.connect(path) as other:
+        return [kind for (kind,) in other.execute("SELECT kind FROM agentkit_events ORDER BY id")]
+
+
+async def test_an_event_after_a_round_written_at_once_still_waits_at_most_linger(tmp_path: Path) -> None:
+    """After a round's record was written at once, the writer thread is not woken for the next event, yet
+    writes it once it waited ``linger``."""
+    entries = (await captured_run()).entries
+    ends = [i for i, e in enumerate(entries) if isinstance(e, Checkpointed)]
+    journal = SQLiteJournal(tmp_path / "journal.db")
+    try:
+        with JournalObserver(journal, linger=0.1) as observer:
+            queue(observer, entries[: ends[1] + 1])  # round 1's end: written at once
+            queue(observer, [entries[ends[1] + 1]])  # round 2's start, nothing due after it
+            deadline = time.monotonic() + 30
+            while written(tmp_path / "journal.db")[-1:] != ["round_start"]:
+                assert time.monotonic() < deadline, "round 2's start was never written"
+                await asyncio.sleep(0.01)
+    finally:
+        await journal.close()
+
+
+_ENTRY = st.sampled_from(["ran", "ran-unkept", "retried", "proposed", "decided", "proposal-end", "done-end"])
+
+
+def _state_of(run_id: str, kinds: Sequence[str]) -> list[RunCheckpoint]:
+    """A run's states, one a step: each entry that `kinds` names appended in turn (rounds counting up)."""
+    state = RunCheckpoint.start(run_id, LoopConfig(), [ToolEntry(name="search", tier=Tier.READ_ONLY, args="s")])
+    states, round, proposed = [state], 0, None
+    for kind in kinds:
+        entry: RoundEntry | DecisionEntry | EndEntry
+        if kind in ("ran", "ran-unkept", "retried", "proposed"):
+            round += 1
+            outcome = {"proposed": RoundOutcome.PROPOSED, "retried": RoundOutcome.RETRIED}.get(kind, RoundOutcome.RAN)
+            batch = "[]" if kind == "ran" else None
+            digest = f"call-{round}" if kind == "proposed" else None
+            tier = Tier.IRREVERSIBLE if kind == "proposed" else Tier.READ_ONLY
+            entry = RoundEntry(round=round, outcome=outcome, tool="search", tier=tier, args="{}", batch=batch)
+            entry = entry.model_copy(update={"call_digest": digest})
+            proposed = digest or proposed
+        elif kind == "decided":
+            if proposed is None:
+                continue
+            entry = DecisionEntry(round=round, call_digest=proposed, approved=True, by="ops", batch="[]")
+            proposed = None
+        else:
+            reason = StopReason.PROPOSED if kind == "proposal-end" else StopReason.EXECUTOR_DONE
+            entry = EndEntry(stop_reason=reason, outcome=Outcome.APPLIED)
+        state = state.appended(entry)
+        states.append(state)
+    return states
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kinds=st.lists(_ENTRY, max_size=12), steps=st.lists(st.integers(1, 4), min_size=1, max_size=12))
+def test_a_runs_row_says_its_round_and_resumability_as_its_whole_state_does(
+    journal: Journal, kinds: list[str], steps: list[int]
+) -> None:
+    """However a run's states are written (a few entries a write, or many), its row's round and whether it
+    can be resumed are what the whole state says, though each write reads only its new entries."""
+    run_id = uuid.uuid4().hex
+    states = _state_of(run_id, kinds)
+    journal.record_all([RunStarted(run_id=run_id, agent="a", model="m", tools=("search",), max_rounds=30)])
+    at = 0
+    for step in itertools.cycle(steps):
+        at = min(at + step, len(states) - 1)
+        state = states[at]
+        journal.record_all([Checkpointed(run_id, state)])
+        run = asyncio.run(journal.run(run_id))
+        assert (run.checkpoint_round, run.resumable) == (state.rounds, not state.finished and state.resumable)
+        if at == len(states) - 1:
+            break

@@ -97,7 +97,10 @@ class Holds:
     """
 
     def __init__(self, journal: Journal, lease: timedelta, *, holder: str, token: str) -> None:
+        from agentkit.journal._records import Hold
+
         self.journal, self.lease, self.holder, self.token = journal, lease, holder, token
+        self._hold = Hold(holder=holder, token=token, lease=lease)
         self._runs: set[str] = set()
         self._lock = threading.Lock()
         self._renewal: Renewal | None = None
@@ -105,9 +108,7 @@ class Holds:
 
     def hold(self) -> Hold:
         """What a write that starts a run takes the run's hold with (`Journal.record_all(..., hold=)`)."""
-        from agentkit.journal._records import Hold
-
-        return Hold(holder=self.holder, token=self.token, lease=self.lease)
+        return self._hold
 
     def add(self, run_id: str) -> None:
         """Hold `run_id` from now on (its renewal starts with the first run held)."""

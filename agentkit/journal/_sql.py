@@ -22,7 +22,7 @@ from agentkit._lossless import from_stored, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import Evidence, ProposedAction, canonical_json
 from agentkit._results import ToolLoopResult, Usage
-from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
+from agentkit._state import DecisionEntry, EndEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
 from agentkit.errors import DigestMismatch, JournalError, ResumeRefused
@@ -563,36 +563,74 @@ def store_state(db: Connection, run_id: str, state: RunCheckpoint) -> None:
     """Append the entries of `state` that the journal does not hold yet, one row each (and, the first
     time, the state's header on the run's row): a round's write costs the round, not the run.
 
+    The run's row says how far the stored state goes, its round and whether it can be resumed; they
+    are brought forward from what the row says and the new entries alone, so that no write reads
+    the whole state.
+
     A state that does not continue the one stored (another run's, or an older one of this run) is not
     written.
 
     Raises:
         JournalError: the state does not continue the one stored.
     """
-    rows = db.query("SELECT head, state_entries, state_digest FROM agentkit_runs WHERE id = ?", (run_id,))
+    rows = db.query(
+        "SELECT head IS NULL AS headless, state_entries, state_digest, checkpoint_round, resumable "
+        "FROM agentkit_runs WHERE id = ?",
+        (run_id,),
+    )
     if not rows:
         return  # the run's start was never recorded: nothing to add to
-    stored = int(rows[0]["state_entries"] or 0)
-    if stored >= len(state.entries) and rows[0]["head"] is not None:
+    row = rows[0]
+    headless = bool(row["headless"])
+    stored = 0 if headless else int(row["state_entries"] or 0)
+    if stored >= len(state.entries) and not headless:
         return  # an older state than the one stored (or the same): it holds nothing new
-    if stored and state.entries[stored - 1].digest != rows[0]["state_digest"]:
+    if stored and state.entries[stored - 1].digest != row["state_digest"]:
         raise JournalError(
             f"the state of run {run_id!r} given to the journal does not continue the one it holds (digest "
-            f"{str(rows[0]['state_digest'])[:12]} at entry {stored - 1}); it was not written"
+            f"{str(row['state_digest'])[:12]} at entry {stored - 1}); it was not written"
         )
-    head = rows[0]["head"]
-    if head is None:
-        head = state.model_dump_json(exclude={"entries", "digest"})
+    new = state.entries[stored:]
+    rounds = max([int(row["checkpoint_round"] or 0) if stored else 0, *(e.round for e in new if e.kind == "round")])
     insert_rows(
         db,
         "INSERT INTO agentkit_entries (run_id, seq, body) VALUES",
-        [(run_id, seq, entry.model_dump_json()) for seq, entry in enumerate(state.entries[stored:], start=stored)],
+        [(run_id, seq, entry.model_dump_json()) for seq, entry in enumerate(new, start=stored)],
     )
     db.execute(
-        "UPDATE agentkit_runs SET head = ?, state_entries = ?, state_digest = ?, checkpoint_round = ?, resumable = ? "
-        "WHERE id = ?",
-        (head, len(state.entries), state.digest, state.rounds, not state.finished and state.resumable, run_id),
+        "UPDATE agentkit_runs SET head = COALESCE(head, ?), state_entries = ?, state_digest = ?, checkpoint_round = ?, "
+        "resumable = ? WHERE id = ?",
+        (
+            state.model_dump_json(exclude={"entries", "digest"}) if headless else None,
+            len(state.entries),
+            state.digest,
+            rounds,
+            _resumable(state, stored, bool(row["resumable"])),
+            run_id,
+        ),
     )
+
+
+def _resumable(state: RunCheckpoint, stored: int, was: bool) -> bool:
+    """`not state.finished and state.resumable`, from the entries after the first `stored` (whose value the
+    run's row holds, `was`) wherever that tells: a write then reads the round, not the run."""
+    if _finished(state, len(state.entries)):
+        return False
+    if stored and not was and _finished(state, stored):
+        return state.resumable  # entries after an end: what the row says of the earlier ones is not enough
+    if stored and not was:
+        return False  # a call ran whose batch could not be kept
+    return all(
+        e.batch is not None for e in state.entries[stored:] if e.kind == "round" and e.outcome is RoundOutcome.RAN
+    )
+
+
+def _finished(state: RunCheckpoint, upto: int) -> bool:
+    """`state.finished` of its first `upto` entries: no run, or they end with an end that is not a proposal's."""
+    if not state.run_id:
+        return True
+    last = state.entries[upto - 1] if upto else None
+    return isinstance(last, EndEntry) and last.stop_reason is not StopReason.PROPOSED
 
 
 def state_of(db: Connection, row: Mapping[str, Any]) -> RunCheckpoint | None:

@@ -116,13 +116,13 @@ class JournalObserver(Observer):
         self._writing = False
         """A batch taken from the queue is being written (by the writer thread, or at once by a hook)."""
         self._sleepers = 0
-        """Threads waiting for a batch to be written (`flush`; the writer while one is written at once)."""
+        """Threads in `flush`, waiting for a batch to be written."""
         self._at_once = bool(getattr(journal, "records_at_once", False))
         """Due batches are written by the hook that made them due, when the journal can start at once."""
         self._since = 0.0
         """When the oldest entry still queued was queued (`time.monotonic`)."""
         self._idle = False
-        """The writer sleeps until woken: nothing is queued."""
+        """The writer sleeps until woken: nothing was queued for `linger` (or `linger` is 0)."""
         self._holds = Holds(
             journal, self.lease, holder=holder or f"{socket.gethostname()}:{os.getpid()}", token=uuid.uuid4().hex
         )
@@ -319,7 +319,9 @@ class JournalObserver(Observer):
                     self._holds.discard(entry.run_id)
             self._writing = False
             self._settled += len(batch)
-            if self._sleepers:  # not the writer thread asleep till its next beat: a batch a round is written at once
+            if self._sleepers or self._due or self._closed or not self.linger:
+                # A `flush` waits, or the writer has something to do now (with linger 0, whatever comes next).
+                # Otherwise it is left asleep (a batch a round is written at once): it looks again within linger.
                 self._cond.notify_all()
             due = [w for w in self._waiters if w[0] <= self._settled]
             self._waiters = [w for w in self._waiters if w[0] > self._settled]
@@ -339,18 +341,26 @@ class JournalObserver(Observer):
         while True:
             with self._cond:
                 while True:
-                    if self._writing:  # a batch is being written at once; its end wakes this thread
-                        self._sleepers += 1
-                        self._cond.wait()
-                        self._sleepers -= 1
+                    if self._writing:  # a batch is being written at once; its end wakes this thread if it must
+                        self._cond.wait(self.linger or None)
                         continue
                     if self._due or self._closed:
                         break
-                    left = self._since + self.linger - time.monotonic() if self._queue else None
-                    if left is not None and left <= 0:
-                        break
-                    self._idle = not self._queue
-                    self._cond.wait(left)
+                    wait: float | None
+                    if self._queue:
+                        wait = self._since + self.linger - time.monotonic()
+                        if wait <= 0:
+                            break
+                    elif self.linger and time.monotonic() - self._since < self.linger:
+                        # Entries came lately (rounds whose records their hooks write at once, as a run goes on):
+                        # look again within linger by itself, so that the next entry waits no longer without its
+                        # hook waking this thread (a switch of threads every round). Once nothing came for
+                        # linger, it sleeps until the next entry wakes it.
+                        wait = self.linger
+                    else:
+                        wait = None
+                    self._idle = wait is None
+                    self._cond.wait(wait)
                 self._idle = False
                 if not self._queue and self._closed:
                     return
