@@ -530,11 +530,17 @@ async def test_a_locked_journal_does_not_hold_up_the_run_and_its_record_follows_
                 "SELECT kind, round FROM agentkit_events WHERE run_id = ? ORDER BY id", (result.run_id,)
             ).fetchall()
         kinds = [kind for kind, _ in logged]
-        assert (kinds[0], kinds[-1], kinds.count("round_start")) == ("run_start", "run_end", result.rounds)
+        # The log holds the start, the proposal and the end, in order, and the events of any round whose batch
+        # held no state that holds it (how the writer split the queue decides which): the rounds are the state's.
+        assert [k for k in kinds if k in ("run_start", "proposal", "run_end")] == ["run_start", "proposal", "run_end"]
+        assert (kinds[0], kinds[-1]) == ("run_start", "run_end")
         rounds = [round for _, round in logged if round is not None]
         assert rounds == sorted(rounds)
         [run] = await journal.runs()
         assert run.checkpoint_round == result.rounds
+        recorded = await journal.rounds(result.run_id)
+        assert [r.round for r in recorded] == list(range(1, result.rounds + 1))
+        assert [r.tool_name for r in recorded] == [r.tool_name for r in result.trace]
     finally:
         lock.release("test")
         await journal.close()

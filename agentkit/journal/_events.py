@@ -90,6 +90,18 @@ def event_data(event: ev.Event) -> tuple[int | None, dict[str, Any]]:
             assert_never(event)
 
 
+def round_of_event(event: ev.Event) -> int | None:
+    """The round of one of a round's own events (its start, a model call, its tool call and result, a repeat);
+    `None` for the others (a run's start and end, a proposal), which the journal records besides the log."""
+    match event:
+        case ev.RoundStarted():
+            return event.info.round
+        case ev.LLMCallFinished() | ev.ToolCallStarted() | ev.ToolResultReturned() | ev.DegenerationDetected():
+            return event.round
+        case _:
+            return None
+
+
 def _fold(entry: RoundEntry, kind: str, data: Mapping[str, Any]) -> RoundEntry:
     match kind:
         case "llm_call":

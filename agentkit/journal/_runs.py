@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, TypeVar
 
@@ -18,25 +19,28 @@ from typing_extensions import TypeVar as DefaultedTypeVar
 from agentkit._events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
 from agentkit._state import RunCheckpoint
 from agentkit.errors import ResumeRefused, RunClaimed
-from agentkit.journal._events import event_data
+from agentkit.journal._events import event_data, round_of_event
 from agentkit.journal._grants import record_proposal
 from agentkit.journal._records import Checkpointed, Hold, ProposalRecord, RoundEntry, RunRecord
 from agentkit.journal._sql import (
     Busy,
     Connection,
+    Stored,
     abort_run,
     append_events,
     config_text,
     event_row,
+    final_state,
     finish_run,
     folded,
     hold_runs_statement,
     insert_fork,
     insert_run,
+    last_round,
     now,
     proposal_of,
+    recorded_rounds,
     round_of,
-    rounds_of,
     run_of,
     state_of,
     store_state,
@@ -67,6 +71,18 @@ def held(run_id: str, holder: object, until: object) -> RunClaimed:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _RoundEvent:
+    """One of a round's own events, waiting to be logged unless a state written with it holds its round."""
+
+    event: Event
+    round: int
+
+
+_REMEMBERED = 10_000
+"""Most runs whose stored state a journal object keeps track of (one entry per run in progress)."""
+
+
 class Runs(Storage):
     """The runs a journal records, and the resuming of one."""
 
@@ -76,8 +92,9 @@ class Runs(Storage):
         """Write one run event, in one transaction, before returning (it may wait for the database).
 
         A run's start inserts its row, a proposal enters the inbox as `pending`, and the run's
-        end records its outcome, usage and every round of its trace. Every event is also appended
-        to the event log, so a run whose process dies keeps every round it completed.
+        end records its outcome, usage and every round of its trace. The event is also appended
+        to the event log (a round's event unless a state written with it holds the round), so a
+        run whose process dies keeps every round it began.
         """
         self.record_all((event,))
 
@@ -93,7 +110,8 @@ class Runs(Storage):
         """
         at = now()
         with self._tx(write=True, synced=False) as db:
-            self._record(db, entries, hold, at)
+            marks = self._record(db, entries, hold, at)
+        self._remember(marks)
 
     @property
     def records_at_once(self) -> bool:
@@ -107,12 +125,28 @@ class Runs(Storage):
         at = now()
         try:
             with self._tx(write=True, synced=False, at_once=True) as db:
-                self._record(db, entries, hold, at)
+                marks = self._record(db, entries, hold, at)
         except Busy:
             return False
+        self._remember(marks)
         return True
 
-    def _record(self, db: Connection, entries: Sequence[Event | Checkpointed], hold: Hold | None, at: datetime) -> None:
+    def _remember(self, marks: dict[str, Stored | None]) -> None:
+        """Keep how far each run's stored state goes after a committed write (`None`: the run ended)."""
+        stored = self._stored
+        for run_id, mark in marks.items():
+            if mark is None:
+                stored.pop(run_id, None)
+            else:
+                if len(stored) >= _REMEMBERED and run_id not in stored:
+                    stored.clear()  # runs whose end this journal never wrote (recorded elsewhere, or lost)
+                stored[run_id] = mark
+
+    def _record(
+        self, db: Connection, entries: Sequence[Event | Checkpointed], hold: Hold | None, at: datetime
+    ) -> dict[str, Stored | None]:
+        """Write `entries` in `db`'s transaction; how far each run's stored state goes once it commits
+        (`None`: the run ended), for `_remember`."""
         stamp = db.to_db_time(at)
         # Of a run's states in one batch only the latest (the one with the most entries) is written: it holds
         # every entry the others do, and only its entries the journal does not have yet are appended.
@@ -123,15 +157,39 @@ class Runs(Storage):
                 if kept is None or len(kept.checkpoint.entries) <= len(entry.checkpoint.entries):
                     latest[entry.run_id] = entry
         # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
-        rows: list[tuple[object, ...]] = []
+        # A round's own events (its start, model calls, tool call and result) wait there until the states are
+        # written: those of a round that a state written in this transaction holds are not logged again.
+        log: list[tuple[object, ...] | _RoundEvent] = []
+        """Rows for the log, and the round events that may join them."""
+        held: dict[str, int] = {}
+        """Per run, the last round that a state written here holds."""
+        marks: dict[str, Stored | None] = {}
         for entry in entries:
             if isinstance(entry, Checkpointed):
                 if latest[entry.run_id] is entry:
-                    store_state(db, entry.run_id, entry.checkpoint)
+                    mark = store_state(db, entry.run_id, entry.checkpoint, self._stored.get(entry.run_id))
+                    if mark is not None:
+                        held[entry.run_id] = last_round(entry.checkpoint)
+                        marks[entry.run_id] = mark
                 continue
-            rows.append(self._write_event(db, entry, at, stamp, hold))
+            round = round_of_event(entry)
+            if round is not None:
+                log.append(_RoundEvent(entry, round))
+                continue
+            log.append(self._write_event(db, entry, at, stamp, hold))
+            if isinstance(entry, RunFinished | RunAborted):
+                marks[entry.run_id] = None
+            final = final_state(entry) if isinstance(entry, RunFinished) else None
+            if final is not None:  # its end wrote it
+                held[entry.run_id] = max(held.get(entry.run_id, 0), last_round(final))
+        rows = [
+            event_row(row.event, *event_data(row.event), stamp) if isinstance(row, _RoundEvent) else row
+            for row in log
+            if not isinstance(row, _RoundEvent) or row.round > held.get(row.event.run_id, 0)
+        ]
         if rows:
             append_events(db, rows)
+        return marks
 
     def _write_event(
         self, db: Connection, event: Event, at: datetime, stamp: object, hold: Hold | None = None
@@ -180,13 +238,8 @@ class Runs(Storage):
     def _rounds(self, run_id: str) -> list[RoundEntry]:
         with self._tx(write=False) as db:
             row = self._run_row(db, run_id)
-            state = state_of(db, row)
-            if state is not None:
-                # The rounds of the state, then a round in flight when the run's process died (its events say
-                # what it had begun: a call it made, say).
-                recorded = rounds_of(state)
-                last = max((r.round for r in recorded), default=0)
-                return recorded + [e for e in folded(db, run_id) if e.round > last]
+            if row.get("head") is not None:
+                return recorded_rounds(db, row)
             # A run recorded before its state was (an earlier agentkit), or not a tool loop: its trace, and the
             # rounds no trace recorded rebuilt from the event log.
             rows = db.query("SELECT * FROM agentkit_rounds WHERE run_id = ? ORDER BY round", (run_id,))

@@ -8,7 +8,7 @@ import json
 import os
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -44,6 +44,7 @@ __all__ = [
     "OPEN_STATES",
     "Connection",
     "Lossless",
+    "Stored",
     "abort_run",
     "append_events",
     "batch_text",
@@ -51,6 +52,7 @@ __all__ = [
     "claim_next_statement",
     "claim_statement",
     "event_row",
+    "final_state",
     "finish_run",
     "folded",
     "from_stored",
@@ -61,11 +63,13 @@ __all__ = [
     "verification_required",
     "vouched",
     "insert_run",
+    "last_round",
     "leave_statement",
     "lock_proposal_statement",
     "log_transition",
     "now",
     "proposal_of",
+    "recorded_rounds",
     "release_run",
     "round_of",
     "rounds_of",
@@ -396,9 +400,18 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
             usage.output_tokens,
         ),
     )
-    if isinstance(result, ToolLoopResult) and result.checkpoint.run_id == event.run_id:
-        store_state(db, event.run_id, result.checkpoint)
+    state = final_state(event)
+    if state is not None:
+        store_state(db, event.run_id, state)
     release_run(db, event.run_id)
+
+
+def final_state(event: RunFinished) -> RunCheckpoint | None:
+    """The state the run's end holds (a tool loop's), which `finish_run` writes."""
+    result = event.result
+    if isinstance(result, ToolLoopResult) and result.checkpoint.run_id == event.run_id:
+        return result.checkpoint
+    return None
 
 
 OPEN_STATES = (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING)
@@ -559,56 +572,111 @@ def abort_run(db: Connection, event: RunAborted, at: datetime) -> None:
     release_run(db, event.run_id)
 
 
-def store_state(db: Connection, run_id: str, state: RunCheckpoint) -> None:
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """How far a run's stored state goes, as its row says (written by `store_state`)."""
+
+    entries: int
+    """The entries stored."""
+    digest: str
+    """The state's digest with them (its last entry's)."""
+    round: int
+    """The last round they record."""
+    resumable: bool
+    """Whether the run can be resumed from them."""
+
+
+def store_state(db: Connection, run_id: str, state: RunCheckpoint, known: Stored | None = None) -> Stored | None:
     """Append the entries of `state` that the journal does not hold yet, one row each (and, the first
     time, the state's header on the run's row): a round's write costs the round, not the run.
 
     The run's row says how far the stored state goes, its round and whether it can be resumed; they
     are brought forward from what the row says and the new entries alone, so that no write reads
-    the whole state.
+    the whole state. With `known` (what this journal last stored of the run) the row is not read
+    first: the update of the row only applies while the row still says `known`, and the row is read
+    (as without it) when it does not.
 
     A state that does not continue the one stored (another run's, or an older one of this run) is not
     written.
 
+    Returns:
+        How far the stored state goes now; `None` when the run's start was never recorded (there is
+        nothing to add the entries to).
+
     Raises:
         JournalError: the state does not continue the one stored.
     """
+    if known is not None and _continues(state, known):
+        mark = _advanced(state, known)
+        updated = db.execute(
+            "UPDATE agentkit_runs SET state_entries = ?, state_digest = ?, checkpoint_round = ?, resumable = ? "
+            "WHERE id = ? AND head IS NOT NULL AND state_entries = ? AND state_digest = ?",
+            (mark.entries, mark.digest, mark.round, mark.resumable, run_id, known.entries, known.digest),
+        )
+        if updated == 1:
+            _append_entries(db, run_id, state, known.entries)
+            return mark
     rows = db.query(
         "SELECT head IS NULL AS headless, state_entries, state_digest, checkpoint_round, resumable "
         "FROM agentkit_runs WHERE id = ?",
         (run_id,),
     )
     if not rows:
-        return  # the run's start was never recorded: nothing to add to
+        return None  # the run's start was never recorded: nothing to add to
     row = rows[0]
     headless = bool(row["headless"])
     stored = 0 if headless else int(row["state_entries"] or 0)
+    was = Stored(stored, str(row["state_digest"] or ""), int(row["checkpoint_round"] or 0), bool(row["resumable"]))
     if stored >= len(state.entries) and not headless:
-        return  # an older state than the one stored (or the same): it holds nothing new
+        return was  # an older state than the one stored (or the same): it holds nothing new
     if stored and state.entries[stored - 1].digest != row["state_digest"]:
         raise JournalError(
             f"the state of run {run_id!r} given to the journal does not continue the one it holds (digest "
             f"{str(row['state_digest'])[:12]} at entry {stored - 1}); it was not written"
         )
-    new = state.entries[stored:]
-    rounds = max([int(row["checkpoint_round"] or 0) if stored else 0, *(e.round for e in new if e.kind == "round")])
-    insert_rows(
-        db,
-        "INSERT INTO agentkit_entries (run_id, seq, body) VALUES",
-        [(run_id, seq, entry.model_dump_json()) for seq, entry in enumerate(new, start=stored)],
-    )
+    mark = _advanced(state, was)
+    _append_entries(db, run_id, state, stored)
     db.execute(
         "UPDATE agentkit_runs SET head = COALESCE(head, ?), state_entries = ?, state_digest = ?, checkpoint_round = ?, "
         "resumable = ? WHERE id = ?",
         (
             state.model_dump_json(exclude={"entries", "digest"}) if headless else None,
-            len(state.entries),
-            state.digest,
-            rounds,
-            _resumable(state, stored, bool(row["resumable"])),
+            mark.entries,
+            mark.digest,
+            mark.round,
+            mark.resumable,
             run_id,
         ),
     )
+    return mark
+
+
+def _continues(state: RunCheckpoint, stored: Stored) -> bool:
+    """Whether `state` adds entries to the `stored` ones (the last stored one is its entry there)."""
+    if stored.entries >= len(state.entries):
+        return False
+    return not stored.entries or state.entries[stored.entries - 1].digest == stored.digest
+
+
+def _append_entries(db: Connection, run_id: str, state: RunCheckpoint, stored: int) -> None:
+    """Append the entries of `state` after its first `stored`, one row each."""
+    insert_rows(
+        db,
+        "INSERT INTO agentkit_entries (run_id, seq, body) VALUES",
+        [(run_id, seq, entry.model_dump_json()) for seq, entry in enumerate(state.entries[stored:], start=stored)],
+    )
+
+
+def _advanced(state: RunCheckpoint, was: Stored) -> Stored:
+    """What the run's row says once the entries of `state` after the `was.entries` stored are added."""
+    new = state.entries[was.entries :]
+    rounds = max([was.round if was.entries else 0, *(e.round for e in new if e.kind == "round")])
+    return Stored(len(state.entries), state.digest, rounds, _resumable(state, was.entries, was.resumable))
+
+
+def last_round(state: RunCheckpoint) -> int:
+    """The number of the last round `state` records (`0`: none yet)."""
+    return next((e.round for e in reversed(state.entries) if isinstance(e, StateRound)), 0)
 
 
 def _resumable(state: RunCheckpoint, stored: int, was: bool) -> bool:
@@ -699,6 +767,23 @@ def rounds_of(state: RunCheckpoint) -> list[RoundEntry]:
             )
         )
     return rounds
+
+
+def recorded_rounds(db: Connection, row: Mapping[str, Any]) -> list[RoundEntry]:
+    """The rounds the journal holds for the run of `row`: those of its state, then a round in flight when
+    the run stopped (what its events say it began: a call it made, say); a run without a state (recorded
+    by an earlier agentkit) has its rounds rebuilt from its events alone.
+
+    Raises:
+        ResumeRefused: the state cannot be read back (`state_of`).
+        JournalError: an event row does not parse.
+    """
+    state = state_of(db, row) if row.get("head") is not None else None
+    if state is None:
+        return folded(db, _row_id(row))
+    recorded = rounds_of(state)
+    last = max((r.round for r in recorded), default=0)
+    return recorded + [e for e in folded(db, _row_id(row)) if e.round > last]
 
 
 def canonical_args(args: str) -> str:
@@ -884,7 +969,7 @@ def transition_of(db: Connection, row: Mapping[str, Any]) -> Transition:
 
 
 def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> RunRecord:
-    """A run row as a record; the rounds and usage of a run without a result come from its events.
+    """A run row as a record; the rounds and usage of a run without a result come from its state and events.
 
     Raises:
         JournalError: a column (or an event of an unfinished run) does not parse, naming the row
@@ -903,9 +988,9 @@ def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> 
     )
     if not finished:
         try:
-            entries = folded(db, _row_id(row))
-        except JournalError as error:
-            f.problems.append(f"its event log ({error})")
+            entries = recorded_rounds(db, row)
+        except (JournalError, ResumeRefused) as error:
+            f.problems.append(f"its rounds ({error})")
             entries = []
         rounds = max((e.round for e in entries), default=0)
         usage = sum((e.usage for e in entries), Usage())

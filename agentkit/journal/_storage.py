@@ -25,7 +25,7 @@ from typing import Any, ParamSpec, Self, TypeVar
 from agentkit.errors import JournalError, JournalUnavailable, UnknownId, UsageError
 from agentkit.journal._records import ProposalRecord
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
-from agentkit.journal._sql import Busy, Connection, Lossless, lock_proposal_statement, proposal_of
+from agentkit.journal._sql import Busy, Connection, Lossless, Stored, lock_proposal_statement, proposal_of
 
 __all__ = ["JOURNAL_THREADS", "Storage"]
 
@@ -80,6 +80,9 @@ class Storage:
         self._lock = threading.Lock()
         self._read_lock = threading.Lock()
         self._closed = False
+        self._stored: dict[str, Stored] = {}
+        """How far each run's stored state goes, as this object last wrote it (checked against the run's
+        row by the next write, which then need not read it first)."""
         self._threads = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="agentkit-journal")
         self._read_threads = ThreadPoolExecutor(JOURNAL_THREADS, thread_name_prefix="agentkit-journal-read")
         try:
