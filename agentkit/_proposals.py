@@ -16,7 +16,16 @@ from agentkit._tiers import Tier
 from agentkit._tools import AnyTool, ContextTool, Tool
 from agentkit.errors import UsageError
 
-__all__ = ["CallSeen", "Evidence", "ProposedAction", "call_digest", "canonical_json", "load_proposal", "validate_args"]
+__all__ = [
+    "CallSeen",
+    "Evidence",
+    "ProposedAction",
+    "call_digest",
+    "canonical_json",
+    "load_proposal",
+    "text_digest",
+    "validate_args",
+]
 
 Args = TypeVar("Args", bound=BaseModel)
 Narrowed = TypeVar("Narrowed", bound=BaseModel)
@@ -56,7 +65,12 @@ def call_digest(tool_name: str, args: BaseModel) -> str:
     changes it. Text that is not UTF-8 (lone surrogates, as `surrogateescape` makes of bytes)
     is hashed as its `surrogatepass` bytes; UTF-8 text hashes as before.
     """
-    return hashlib.sha256(f"{tool_name}\n{canonical_json(args)}".encode("utf-8", "surrogatepass")).hexdigest()
+    return text_digest(tool_name, canonical_json(args))
+
+
+def text_digest(tool_name: str, canonical: str) -> str:
+    """`call_digest` of a call whose arguments' `canonical_json` is `canonical` (text the run already has)."""
+    return hashlib.sha256(f"{tool_name}\n{canonical}".encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class CallSeen(BaseModel):

@@ -576,10 +576,25 @@ class RunCheckpoint(BaseModel):
     @property
     def finished(self) -> bool:
         """The run ended for a reason other than a proposal (or records no run): there is nothing to resume."""
-        ended = self.progress.ended
-        if not self.run_id:
-            return True
-        return ended is not None and ended.stop_reason is not StopReason.PROPOSED
+        return self._finished(len(self.entries))
+
+    def _finished(self, upto: int) -> bool:
+        """`finished` of the state's first `upto` entries."""
+        last = self.entries[upto - 1] if upto else None
+        return not self.run_id or (isinstance(last, EndEntry) and last.stop_reason is not StopReason.PROPOSED)
+
+    def resumable_after(self, stored: int, was: bool) -> bool:
+        """`not finished and resumable`, given `was`, its value for the first `stored` entries: from the
+        entries after them wherever that tells, so that a journal's write reads the round, not the run."""
+        if self.finished:
+            return False
+        if stored and not was:
+            # The earlier entries ended (entries after an end: what they were is not enough), or a call among
+            # them ran whose batch could not be kept.
+            return self.resumable if self._finished(stored) else False
+        return all(
+            e.batch is not None for e in self.entries[stored:] if e.kind == "round" and e.outcome is RoundOutcome.RAN
+        )
 
     @property
     def stop_reason(self) -> StopReason | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +15,7 @@ from agentkit._cites import DEFAULT_KEY, item_id
 from agentkit._codec import Codec, decoded_args, decoded_batch
 from agentkit._config import LoopConfig
 from agentkit._context import Omitted, SummaryCutOff, Window
-from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest
+from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest, text_digest
 from agentkit._session import executor_failed
 from agentkit._state import Progress
 from agentkit.errors import ExecutorError
@@ -124,8 +123,9 @@ class Views:
         self.refusals = 0
         self.executed = 0
         """Calls that ran and returned a batch (`LoopConfig.min_calls` counts them)."""
-        self.digests: list[str] = []
-        """`call_digest` of each call the executor is shown, taken when it joins the view."""
+        self.named: list[tuple[str | None, str | None]] = []
+        """For each call the executor is shown, its proposal's digest (`None`: not a proposal) and the state's
+        text of its args, from which `evidence` takes its `call_digest` (only a proposal's evidence reads it)."""
         self.seen: list[CallSeen] = []
         """The calls of `evidence` so far (each made once, by the first proposal after it)."""
 
@@ -160,7 +160,7 @@ class Views:
             seen = CallSeen(
                 round=call.round,
                 tool_name=call.tool_name,
-                digest=self.digests[index],
+                digest=_digest(call.tool_name, call.args, *self.named[index]),
                 ran=shown.ran[index],
                 item_ids=item_ids,
             )
@@ -182,7 +182,7 @@ class Views:
         `args` the state's text of its args, which its digest is taken from where it can be.
         """
         tool, batch = call.tool_name, call.batch
-        self.digests.append(proposal.digest if proposal is not None else _digest(tool, call.args, args))
+        self.named.append((None if proposal is None else proposal.digest, args))
         self.shown.add(call, ran=ran, proposal=proposal, batch=_owned(self.codec, tool, batch, kept) if batch else ())
         self.window.add(call)
         if self.watched is not None:
@@ -227,12 +227,15 @@ class Views:
         return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
 
 
-def _digest(tool: str, args: BaseModel, text: str | None) -> str:
-    """`call_digest(tool, args)`, from `text`, the state's `json_text` of the args, where that is the digest's
-    own canonical JSON: it differs only in escaping what is not ASCII, so text without a `\\u` escape is both."""
+def _digest(tool: str, args: BaseModel, digest: str | None, text: str | None) -> str:
+    """`call_digest(tool, args)`: `digest` where the call's proposal has it, else from `text`, the state's
+    `json_text` of the args, where that is the digest's own canonical JSON (it differs only in escaping what is
+    not ASCII, so text without a `\\u` escape is both)."""
+    if digest is not None:
+        return digest
     if text is None or "\\u" in text:
         return call_digest(tool, args)
-    return hashlib.sha256(f"{tool}\n{text}".encode("utf-8", "surrogatepass")).hexdigest()
+    return text_digest(tool, text)
 
 
 def _item_id(item: object) -> str | None:

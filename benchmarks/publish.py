@@ -335,21 +335,37 @@ def journal_checkpoint(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", measured(results, files[0])])
 
 
+def per_file(
+    files: Sequence[str],
+    header: Sequence[str],
+    figures: Callable[[str, dict[str, Any]], tuple[list[list[object]], str]],
+) -> str:
+    """A table of rows from each results file, then a note on each: `figures(path, results)` gives both."""
+    lines, notes = list(header), []
+    for path in files:
+        rows, note = figures(path, load(path))
+        lines += [_row(cells) for cells in rows]
+        notes.append(note)
+    return "\n".join([*lines, "", *(f"- {note}" for note in notes)])
+
+
 def long_run(files: Sequence[str]) -> str:
     """One long tiered run recorded into a journal or not: rounds 11-60 against the last 50, and the files."""
-    lines = [
+    header = (
         f"| results file | variant | rounds 11-60 ms/round | last 50 ms/round | last 50 {X} rounds 11-60 "
         "| journal files MiB | busy processes meanwhile |",
         "|---|---|---|---|---|---|---|",
-    ]
-    notes = []
-    for path in files:
-        results = load(path)
-        for name, v in results["variants"].items():
-            cells = [f"`{Path(path).name}`", name, v["rounds_11_60_ms"], v["last_50_ms"], v["growth_x"], v["files_mib"]]
-            lines.append(_row([*cells, results.get("load", 0)]))
-        notes.append(f"{results['rounds']} rounds. " + measured(results, path))
-    return "\n".join([*lines, "", *(f"- {note}" for note in notes)])
+    )
+
+    def figures(path: str, results: dict[str, Any]) -> tuple[list[list[object]], str]:
+        busy = results.get("load", 0)
+        rows: list[list[object]] = [
+            [f"`{Path(path).name}`", name, v["rounds_11_60_ms"], v["last_50_ms"], v["growth_x"], v["files_mib"], busy]
+            for name, v in results["variants"].items()
+        ]
+        return rows, f"{results['rounds']} rounds. " + measured(results, path)
+
+    return per_file(files, header, figures)
 
 
 OTEL_VARIANTS = {
@@ -401,17 +417,16 @@ def grounded(files: Sequence[str]) -> str:
 def temporal_rounds(files: Sequence[str]) -> str:
     """A round on Temporal against in process and pydantic-ai's ``TemporalAgent``, and many runs at once:
     a row per results file of ``benchmarks/temporal_rounds.py``."""
-    lines = [
+    header = (
         "| results file | server settings | in process ms/round | agentkit.temporal ms/round | pydantic-ai ms/round "
         f"| {X} pydantic-ai | workflow tasks a run | concurrent runs | runs/s | server CPU ms a run | errors |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    notes = []
-    for path in files:
-        results = load(path)
+    )
+
+    def figures(path: str, results: dict[str, Any]) -> tuple[list[list[object]], str]:
         settings = ", ".join(f"`{key}={value}`" for key, value in (results.get("dynamic_config") or {}).items())
         conc = results.get("concurrent") or {}
-        cells = [
+        cells: list[object] = [
             f"`{Path(path).name}`",
             settings or "stock",
             _num(results.get("in_process_ms_per_round"), 1),
@@ -424,9 +439,9 @@ def temporal_rounds(files: Sequence[str]) -> str:
             _num(conc.get("server_cpu_ms_per_run"), 1),
             conc.get("errors", "-"),
         ]
-        lines.append(_row(cells))
-        notes.append(f"{results['rounds']} rounds a run, median of {results['repeats']}. " + measured(results, path))
-    return "\n".join([*lines, "", *(f"- {note}" for note in notes)])
+        return [cells], f"{results['rounds']} rounds a run, median of {results['repeats']}. " + measured(results, path)
+
+    return per_file(files, header, figures)
 
 
 def temporal_change(files: Sequence[str]) -> str:
@@ -439,21 +454,20 @@ def temporal_change(files: Sequence[str]) -> str:
         ("concurrent.runs_per_s", "concurrent runs: runs/s"),
         ("concurrent.server_cpu_ms_per_run", "server CPU ms a run"),
     )
-    lines = [
+    header = (
         "| pair (ratios file) | " + " | ".join(f"{label}: before, after, {X}" for _, label in shown) + " |",
         "|---|" + "---|" * len(shown),
-    ]
-    notes = []
-    for path in files:
-        results = load(path)
-        figures = {row["figure"]: row for row in results["figures"]}
-        cells = [f"`{Path(path).name}`"]
+    )
+
+    def figures(path: str, results: dict[str, Any]) -> tuple[list[list[object]], str]:
+        pairs = {row["figure"]: row for row in results["figures"]}
+        cells: list[object] = [f"`{Path(path).name}`"]
         for key, _ in shown:
-            row = figures.get(key)
+            row = pairs.get(key)
             cells.append("-" if row is None else f"{row['before']}, {row['after']}, **{row['ratio']}**")
-        lines.append(_row(cells))
-        notes.append(f"`{Path(path).name}`: before `{results['before']}`, after `{results['after']}`.")
-    return "\n".join([*lines, "", *(f"- {note}" for note in notes)])
+        return [cells], f"`{Path(path).name}`: before `{results['before']}`, after `{results['after']}`."
+
+    return per_file(files, header, figures)
 
 
 def journal_workers(files: Sequence[str]) -> str:

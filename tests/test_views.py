@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from agentkit import AfterProposal, LoopConfig, RetryPolicy, StopReason, Tier, run_tool_loop_tiered
 from agentkit import _views as views
-from agentkit._proposals import call_digest
+from agentkit._proposals import call_digest, text_digest
 from agentkit._state import json_text
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Doc, Executor, PathArgs, Query, Recording
@@ -38,7 +38,28 @@ any_text = st.text(alphabet=st.characters(exclude_categories=()))
 )
 def test_a_digest_taken_from_the_states_text_is_the_calls_digest(tool: str, args: Mixed) -> None:
     """The digest a call joins the view with, from the state's text of its args, is `call_digest` for any args."""
-    assert views._digest(tool, args, json_text(args.model_dump(mode="json"))) == call_digest(tool, args)
+    assert views._digest(tool, args, None, json_text(args.model_dump(mode="json"))) == call_digest(tool, args)
+
+
+async def test_a_run_without_proposals_takes_no_calls_digest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a proposal's evidence reads the digests of earlier calls: rounds that propose nothing take none."""
+    taken: list[str] = []
+
+    def counting(tool: str, args: BaseModel) -> str:
+        taken.append(tool)
+        return call_digest(tool, args)
+
+    def from_text(tool: str, text: str) -> str:
+        taken.append(tool)
+        return text_digest(tool, text)
+
+    monkeypatch.setattr(views, "call_digest", counting)
+    monkeypatch.setattr(views, "text_digest", from_text)
+    script = [call_step(Query(query=q), tool="search") for q in ("café", "plain", "thé")]
+    result = await run_tool_loop_tiered(
+        ScriptedCaller([*script, done_step()]), Executor[Doc](), [Recording("search", Tier.READ_ONLY)], "ctx"
+    )
+    assert (result.stop_reason, result.rounds, taken) == (StopReason.EXECUTOR_DONE, 4, [])
 
 
 async def test_each_calls_digest_is_taken_once_however_many_proposals_follow(monkeypatch: pytest.MonkeyPatch) -> None:

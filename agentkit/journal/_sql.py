@@ -22,7 +22,7 @@ from agentkit._lossless import from_stored, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import Evidence, ProposedAction, canonical_json
 from agentkit._results import ToolLoopResult, Usage
-from agentkit._state import DecisionEntry, EndEntry, RoundOutcome, RunCheckpoint
+from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
 from agentkit.errors import DigestMismatch, JournalError, ResumeRefused
@@ -671,34 +671,12 @@ def _advanced(state: RunCheckpoint, was: Stored) -> Stored:
     """What the run's row says once the entries of `state` after the `was.entries` stored are added."""
     new = state.entries[was.entries :]
     rounds = max([was.round if was.entries else 0, *(e.round for e in new if e.kind == "round")])
-    return Stored(len(state.entries), state.digest, rounds, _resumable(state, was.entries, was.resumable))
+    return Stored(len(state.entries), state.digest, rounds, state.resumable_after(was.entries, was.resumable))
 
 
 def last_round(state: RunCheckpoint) -> int:
     """The number of the last round `state` records (`0`: none yet)."""
     return next((e.round for e in reversed(state.entries) if isinstance(e, StateRound)), 0)
-
-
-def _resumable(state: RunCheckpoint, stored: int, was: bool) -> bool:
-    """`not state.finished and state.resumable`, from the entries after the first `stored` (whose value the
-    run's row holds, `was`) wherever that tells: a write then reads the round, not the run."""
-    if _finished(state, len(state.entries)):
-        return False
-    if stored and not was and _finished(state, stored):
-        return state.resumable  # entries after an end: what the row says of the earlier ones is not enough
-    if stored and not was:
-        return False  # a call ran whose batch could not be kept
-    return all(
-        e.batch is not None for e in state.entries[stored:] if e.kind == "round" and e.outcome is RoundOutcome.RAN
-    )
-
-
-def _finished(state: RunCheckpoint, upto: int) -> bool:
-    """`state.finished` of its first `upto` entries: no run, or they end with an end that is not a proposal's."""
-    if not state.run_id:
-        return True
-    last = state.entries[upto - 1] if upto else None
-    return isinstance(last, EndEntry) and last.stop_reason is not StopReason.PROPOSED
 
 
 def state_of(db: Connection, row: Mapping[str, Any]) -> RunCheckpoint | None:
