@@ -16,6 +16,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit._copy import owned
 from agentkit._tiers import Tier, tier_choices
 from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool, check_args_type, declared_tier, takes_ctx
 from agentkit.errors import (
@@ -166,7 +167,7 @@ async def invoke(  # the loop's deadline arithmetic lives with the caller
         # error: a ToolTimeout, not the cancellation the timer uses to stop the tool.
         try:
             async with timeout_scope(limit) as scope:
-                own = args.model_copy(deep=True)
+                own = owned(args)
                 result = await (tool.call(own, ctx) if takes_ctx(tool) else typing.cast("Tool[Any, R]", tool).call(own))
         except TimeoutError:
             if not scope.expired():

@@ -29,6 +29,7 @@ from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import SummaryCutOff
+from agentkit._copy import owned
 from agentkit._degeneration import SameFunc, repeat_of
 from agentkit._events import (
     Continued,
@@ -327,7 +328,7 @@ class _Run:
         if index is not None:
             refuse = self.config.on_repeat is RepeatPolicy.REFUSE and self.views.refusals < self.config.repeat_refusals
             if self.session.observers:
-                copied = args.model_copy(deep=True)
+                copied = owned(args)
                 event = DegenerationDetected(
                     run_id=self.session.run_id, round=this.round, tool_name=tool.name, args=copied, refused=refuse
                 )
@@ -375,7 +376,7 @@ class _Run:
         proposal = ProposedAction[Any].create(
             tool_name=tool.name,
             tier=tier,
-            args=args.model_copy(deep=True),
+            args=owned(args),
             rationale=this.rationale,
             round=this.round,
             run_id=self.session.run_id,
@@ -410,7 +411,7 @@ class _Run:
         around = None
         if self.session.observers:
             # Observers get their own copy: nothing they do can change the call that runs.
-            event_args = args.model_copy(deep=True)
+            event_args = owned(args)
             self.session.emit(
                 ToolCallStarted(run_id=run_id, round=this.round, tool_name=tool.name, tier=tier, args=event_args)
             )

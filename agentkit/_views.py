@@ -15,6 +15,7 @@ from agentkit._cites import DEFAULT_KEY, item_id
 from agentkit._codec import Codec, decoded_args, decoded_batch
 from agentkit._config import LoopConfig
 from agentkit._context import Omitted, SummaryCutOff, Window
+from agentkit._copy import owned
 from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest, text_digest
 from agentkit._session import executor_failed
 from agentkit._state import Progress
@@ -75,7 +76,7 @@ class View:
         self.results_before.append(len(self.results))
         if ran:
             self.results.append(batch)
-        self.calls.append(dataclasses.replace(call, args=call.args.model_copy(deep=True), batch=batch))
+        self.calls.append(dataclasses.replace(call, args=owned(call.args), batch=batch))
         if proposal is not None:
             self.proposals.append(proposal.model_copy(deep=True))
 
