@@ -35,6 +35,7 @@ from agentkit import (
 )
 from agentkit._observe import Observer
 from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, ToolEntry
+from agentkit.errors import ResumeRefused
 from agentkit.events import Event, RunStarted
 from agentkit.journal import Journal, JournalError, JournalObserver, RunState, SQLiteJournal
 from agentkit.journal._records import Checkpointed, Hold
@@ -364,6 +365,23 @@ async def test_a_rounds_events_are_logged_only_until_a_state_written_with_them_h
         4,
         [1, 2, 3, 4],
     )
+
+
+async def test_a_run_recorded_with_a_whole_checkpoint_refuses_its_rounds_but_lists_from_its_events(
+    journal: Journal,
+) -> None:
+    """A run whose row holds an earlier agentkit's whole checkpoint (journal schema 4) and no state: asking
+    for its rounds is refused, naming why; the run itself still reads, its rounds counted from its events."""
+    run = [e for e in (await captured_run()).entries if not isinstance(e, Checkpointed)]
+    run_id = run[0].run_id
+    in_flight = [e for e in run if e.kind != "run_end"]
+    journal.record_all(in_flight)
+    with journal._tx(write=True) as db:
+        db.execute("UPDATE agentkit_runs SET checkpoint = ? WHERE id = ?", ('{"version": 1}', run_id))
+    with pytest.raises(ResumeRefused, match="earlier agentkit"):
+        await journal.rounds(run_id)
+    record = await journal.run(run_id)
+    assert (record.state, record.rounds, record.unreadable) == (RunState.UNFINISHED, 4, None)
 
 
 async def test_a_write_checks_the_runs_row_though_this_journal_wrote_its_last_round(tmp_path: Path) -> None:

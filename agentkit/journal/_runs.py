@@ -36,7 +36,6 @@ from agentkit.journal._sql import (
     hold_runs_statement,
     insert_fork,
     insert_run,
-    last_round,
     now,
     proposal_of,
     recorded_rounds,
@@ -169,7 +168,7 @@ class Runs(Storage):
                 if latest[entry.run_id] is entry:
                     mark = store_state(db, entry.run_id, entry.checkpoint, self._stored.get(entry.run_id))
                     if mark is not None:
-                        held[entry.run_id] = last_round(entry.checkpoint)
+                        held[entry.run_id] = mark.round
                         marks[entry.run_id] = mark
                 continue
             round = round_of_event(entry)
@@ -181,7 +180,7 @@ class Runs(Storage):
                 marks[entry.run_id] = None
             final = final_state(entry) if isinstance(entry, RunFinished) else None
             if final is not None:  # its end wrote it
-                held[entry.run_id] = max(held.get(entry.run_id, 0), last_round(final))
+                held[entry.run_id] = max(held.get(entry.run_id, 0), final.rounds)
         rows = [
             event_row(row.event, *event_data(row.event), stamp) if isinstance(row, _RoundEvent) else row
             for row in log
@@ -238,8 +237,9 @@ class Runs(Storage):
     def _rounds(self, run_id: str) -> list[RoundEntry]:
         with self._tx(write=False) as db:
             row = self._run_row(db, run_id)
-            if row.get("head") is not None:
-                return recorded_rounds(db, row)
+            state = state_of(db, row)
+            if state is not None:
+                return recorded_rounds(db, run_id, state)
             # A run recorded before its state was (an earlier agentkit), or not a tool loop: its trace, and the
             # rounds no trace recorded rebuilt from the event log.
             rows = db.query("SELECT * FROM agentkit_rounds WHERE run_id = ? ORDER BY round", (run_id,))

@@ -63,7 +63,6 @@ __all__ = [
     "verification_required",
     "vouched",
     "insert_run",
-    "last_round",
     "leave_statement",
     "lock_proposal_statement",
     "log_transition",
@@ -674,11 +673,6 @@ def _advanced(state: RunCheckpoint, was: Stored) -> Stored:
     return Stored(len(state.entries), state.digest, rounds, state.resumable_after(was.entries, was.resumable))
 
 
-def last_round(state: RunCheckpoint) -> int:
-    """The number of the last round `state` records (`0`: none yet)."""
-    return next((e.round for e in reversed(state.entries) if isinstance(e, StateRound)), 0)
-
-
 def state_of(db: Connection, row: Mapping[str, Any]) -> RunCheckpoint | None:
     """The run's state, folded from its header and its rows; `None` when the journal holds none.
 
@@ -747,21 +741,19 @@ def rounds_of(state: RunCheckpoint) -> list[RoundEntry]:
     return rounds
 
 
-def recorded_rounds(db: Connection, row: Mapping[str, Any]) -> list[RoundEntry]:
-    """The rounds the journal holds for the run of `row`: those of its state, then a round in flight when
-    the run stopped (what its events say it began: a call it made, say); a run without a state (recorded
-    by an earlier agentkit) has its rounds rebuilt from its events alone.
+def recorded_rounds(db: Connection, run_id: str, state: RunCheckpoint | None) -> list[RoundEntry]:
+    """The rounds the journal holds for a run whose stored state is `state`: those of the state, then a
+    round in flight when the run stopped (what its events say it began: a call it made, say); without a
+    state (a run recorded by an earlier agentkit), its rounds rebuilt from its events alone.
 
     Raises:
-        ResumeRefused: the state cannot be read back (`state_of`).
         JournalError: an event row does not parse.
     """
-    state = state_of(db, row) if row.get("head") is not None else None
     if state is None:
-        return folded(db, _row_id(row))
+        return folded(db, run_id)
     recorded = rounds_of(state)
     last = max((r.round for r in recorded), default=0)
-    return recorded + [e for e in folded(db, _row_id(row)) if e.round > last]
+    return recorded + [e for e in folded(db, run_id) if e.round > last]
 
 
 def canonical_args(args: str) -> str:
@@ -966,7 +958,8 @@ def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> 
     )
     if not finished:
         try:
-            entries = recorded_rounds(db, row)
+            # A run whose row holds no state header (an earlier agentkit's) is read from its events, never refused.
+            entries = recorded_rounds(db, _row_id(row), state_of(db, row) if row.get("head") is not None else None)
         except (JournalError, ResumeRefused) as error:
             f.problems.append(f"its rounds ({error})")
             entries = []
