@@ -28,6 +28,7 @@ from agentkit import (
     RunCheckpoint,
     StopReason,
     Tier,
+    ToolLoopResult,
     ToolRoundInfo,
     UsageError,
     run_tool_loop_tiered,
@@ -36,7 +37,7 @@ from agentkit import (
 from agentkit._observe import Observer
 from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, ToolEntry
 from agentkit.errors import ResumeRefused
-from agentkit.events import Event, RunStarted
+from agentkit.events import Event, RunFinished, RunStarted
 from agentkit.journal import Journal, JournalError, JournalObserver, RunState, SQLiteJournal
 from agentkit.journal._records import Checkpointed, Hold
 from agentkit.journal._sql import insert_rows
@@ -410,6 +411,45 @@ async def test_a_write_checks_the_runs_row_though_this_journal_wrote_its_last_ro
     finally:
         await mine.close()
         await other.close()
+
+
+async def test_a_runs_end_checks_the_runs_row_though_this_journal_wrote_its_last_round(tmp_path: Path) -> None:
+    """The run's end writes its final state as a round does: without reading the run's row first when this
+    journal wrote the last round, but only while the row still says so. An end another process wrote
+    meanwhile is not written twice, and a row that no longer matches is refused, nothing written."""
+    run = (await captured_run()).entries
+    run_id = run[0].run_id
+    last = max(i for i, e in enumerate(run) if isinstance(e, Checkpointed))
+    end = run[last + 1 :]
+    assert [e.kind for e in end if isinstance(e, RunFinished)] == ["run_end"]
+    final = next(e for e in end if isinstance(e, RunFinished)).result
+    assert isinstance(final, ToolLoopResult)
+    path = tmp_path / "journal.db"
+    mine, other = SQLiteJournal(path), SQLiteJournal(path)
+    try:
+        mine.record_all(run[: last + 1])
+        other.record_all(end)  # the end, written elsewhere
+        mine.record_all(end)  # and again here: the row already holds it
+        assert len((await mine.state(run_id)).entries) == len(final.checkpoint.entries)
+        assert (await mine.run(run_id)).state is RunState.FINISHED
+    finally:
+        await mine.close()
+        await other.close()
+    path = tmp_path / "edited.db"
+    journal = SQLiteJournal(path)
+    try:
+        journal.record_all(run[: last + 1])
+        stored = len((await journal.state(run_id)).entries)
+        with sqlite3.connect(path) as db:
+            db.execute("UPDATE agentkit_runs SET state_digest = 'edited' WHERE id = ?", (run_id,))
+        with pytest.raises(JournalError, match="does not continue"):
+            journal.record_all(end)
+        with sqlite3.connect(path) as db:
+            (entries,) = db.execute("SELECT COUNT(*) FROM agentkit_entries WHERE run_id = ?", (run_id,)).fetchone()
+        assert entries == stored < len(final.checkpoint.entries)
+        assert (await journal.run(run_id)).state is RunState.UNFINISHED
+    finally:
+        await journal.close()
 
 
 def test_sync_records_writes_from_the_writer_thread(tmp_path: Path) -> None:

@@ -175,7 +175,9 @@ class Runs(Storage):
             if round is not None:
                 log.append(_RoundEvent(entry, round))
                 continue
-            log.append(self._write_event(db, entry, at, stamp, hold))
+            # A state this transaction wrote for the run is the one its end's state continues.
+            known = marks.get(entry.run_id) or self._stored.get(entry.run_id)
+            log.append(self._write_event(db, entry, at, stamp, hold, known))
             if isinstance(entry, RunFinished | RunAborted):
                 marks[entry.run_id] = None
             final = final_state(entry) if isinstance(entry, RunFinished) else None
@@ -191,10 +193,16 @@ class Runs(Storage):
         return marks
 
     def _write_event(
-        self, db: Connection, event: Event, at: datetime, stamp: object, hold: Hold | None = None
+        self,
+        db: Connection,
+        event: Event,
+        at: datetime,
+        stamp: object,
+        hold: Hold | None = None,
+        known: Stored | None = None,
     ) -> tuple[object, ...]:
-        """Write what the event changes besides the log (`hold`: see `record_all`); its row for the log
-        (`append_events`)."""
+        """Write what the event changes besides the log (`hold`: see `record_all`; `known`: what the journal
+        last stored of the run's state, see `store_state`); its row for the log (`append_events`)."""
         round, data = event_data(event)
         match event:
             case RunStarted():
@@ -202,7 +210,7 @@ class Runs(Storage):
             case ProposalCaptured():
                 data["proposal_id"] = record_proposal(db, event.proposal, f"run:{event.run_id}", at)
             case RunFinished():
-                finish_run(db, event, at)
+                finish_run(db, event, at, known)
             case RunAborted():
                 abort_run(db, event, at)
             case _:

@@ -376,8 +376,9 @@ def _insert_text(insert: str, columns: int, rows: int, tail: str) -> str:
     return f"{insert} {', '.join([marks] * rows)}{tail}"
 
 
-def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
-    """Record a run's ending and the rest of its state; the first ending recorded wins."""
+def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored | None = None) -> None:
+    """Record a run's ending and the rest of its state; the first ending recorded wins. `known`: what the
+    journal last stored of the run's state, as `store_state` takes it (the row is then not read first)."""
     result = event.result
     usage = result.usage
     db.execute(
@@ -401,7 +402,7 @@ def finish_run(db: Connection, event: RunFinished, at: datetime) -> None:
     )
     state = final_state(event)
     if state is not None:
-        store_state(db, event.run_id, state)
+        store_state(db, event.run_id, state, known)
     release_run(db, event.run_id)
 
 
