@@ -187,14 +187,19 @@ async def test_a_live_reversible_call_and_an_approved_call_stay_activities_run_o
 
 
 async def test_a_new_run_records_the_local_reads_patch(temporal: TemporalTest) -> None:
-    """A run started on this code records the patch that makes its READ_ONLY calls local activities, so that
-    a later replay plays them as it ran them."""
+    """A run started on this code records the patch that makes its READ_ONLY calls local activities, and the
+    one that checks its batches against the payload limit, so that a later replay plays them as it ran them."""
     temporal.fake.add(bare(query="a"), DONE)
     async with temporal.worker():
         handle = await temporal.runs.start(temporal.lookup, Brief(topic="t"))
         await handle.result()
     history = await temporal.history(handle.run_id)
-    assert patches(history) == ["agentkit-local-model", "agentkit-local-reads", "agentkit-legs"]
+    assert patches(history) == [
+        "agentkit-local-model",
+        "agentkit-local-reads",
+        "agentkit-payload-budget",
+        "agentkit-legs",
+    ]
 
 
 async def test_a_run_recorded_with_model_calls_as_activities_replays(temporal: TemporalTest) -> None:

@@ -34,6 +34,9 @@ RECORD_TOOLS = "agentkit.record_tools"
 
 REQUEST = TypeAdapter(StructuredRequest)
 
+_ENVELOPE = 16 * 1024
+"""Bytes of a payload kept for what surrounds a tool's batch (the reply's fields, a local activity's marker)."""
+
 
 _MODEL_ERRORS = frozenset({"Throttled", "Truncated", "StructuredOutputError", "ProviderError"})
 """The errors a model attempt reports as themselves; any other is the attempt's `ProviderError`."""
@@ -160,6 +163,19 @@ class Activities:
             )
             raise ApplicationError(str(error), type="ToolResultInvalid", non_retryable=True) from wrong
         assert encoded is not None  # a durable agent's codec is strict: every tool's items round-trip
+        limit = agent.policy.payload_limit - _ENVELOPE
+        size = len(encoded.encode("utf-8", "surrogatepass"))
+        if size > limit:
+            # Its reply could not be recorded: a workflow task (or an activity) that Temporal would retry forever.
+            error = ToolError(
+                f"tool {call.tool_name!r} returned a batch of {size:,} bytes as JSON, more than one Temporal payload "
+                f"holds ({limit:,}: ActivityPolicy.payload_limit {agent.policy.payload_limit:,}, less {_ENVELOPE:,} "
+                "for the reply around it). The call ran; its batch is not kept. Return fewer or smaller items (a "
+                "reference to where the data is), or raise the server's limit.blobSize.error and payload_limit "
+                "together",
+                tool_name=call.tool_name,
+            )
+            raise ApplicationError(str(error), type="ToolResultTooLarge", non_retryable=True)
         return ToolReply(batch=json.loads(encoded), observation=outcome.observation)
 
 

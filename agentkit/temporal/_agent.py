@@ -27,6 +27,9 @@ __all__ = ["ActivityPolicy", "DurableAgent"]
 Ctx = TypeVar("Ctx")
 R = TypeVar("R")
 
+_LEAST_PAYLOAD = 64 * 1024
+"""The smallest `ActivityPolicy.payload_limit`: room for a run's state and outcome besides its items."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class ActivityPolicy:
@@ -59,6 +62,20 @@ class ActivityPolicy:
     heartbeat. A model attempt and a live READ_ONLY call are local activities, which do not heartbeat: a
     worker lost mid-call loses the workflow task it runs in, and another worker asks again once the task
     times out (10 s by default). The activities of runs recorded before they were local heartbeat on this."""
+    payload_limit: int = 2 * 1024 * 1024
+    """The most bytes one Temporal payload may hold: the server's `limit.blobSize.error` (2 MiB by default;
+    raise both together). A run carries its items in payloads (a tool's batch, the state of a leg that
+    waits, the run's outcome, which holds its items and its state), so a tool batch that would take a run
+    past it ends the run with a `ToolError` naming the sizes, the items taken in before kept, instead of a
+    workflow task that Temporal retries forever. See `docs/temporal.md` ("How much a run can carry")."""
+
+    def __post_init__(self) -> None:
+        limit = self.payload_limit
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < _LEAST_PAYLOAD:
+            raise UsageError(
+                f"payload_limit must be an integer of at least {_LEAST_PAYLOAD} bytes (Temporal's is 2 MiB); "
+                f"got {limit!r}"
+            )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,6 +6,7 @@ its own). Deterministic: they schedule activities and read their recorded result
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any
@@ -20,6 +21,7 @@ from agentkit._invoke import Relayed
 from agentkit._observe import ModelCall as Asked
 from agentkit._observe import Observer, ToolInvocation
 from agentkit._results import Usage
+from agentkit._state import RunCheckpoint, json_text
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._tiers import Tier
 from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolTimeout
@@ -53,6 +55,50 @@ class InFlight(Observer):
             yield
         finally:
             self.call = None
+
+
+class Carried:
+    """How many bytes of Temporal's payload limit a run's items take, as the run takes them in.
+
+    A durable run's outcome holds its items twice (as items, and in its state as each batch's JSON
+    text), and a leg that waits for people carries its state into the next; one payload must hold
+    each (`ActivityPolicy.payload_limit`). A batch that would take the items past the limit, less
+    an eighth kept for the rest of the state, is refused as it comes in: the run ends with a
+    `ToolError` naming the sizes, with every item taken in before, and can still finish (a workflow
+    task whose payload is too large is retried by Temporal forever, running its model calls and
+    reads again each time). Deterministic: sizes of recorded values.
+    """
+
+    def __init__(self, limit: int, checkpoint: RunCheckpoint | None, *, enforced: bool) -> None:
+        self.limit, self.enforced = limit, enforced
+        self.room = limit - limit // 8
+        """Bytes the run's items may take in all."""
+        self.taken = 0
+        if checkpoint is not None:
+            for entry in checkpoint.entries:
+                batch = getattr(entry, "batch", None)
+                if batch is not None:
+                    self.taken += _cost(batch)
+
+    def take(self, tool_name: str, batch: Sequence[Any]) -> None:
+        """Count `batch` (the tool activity's reply, JSON values) in, or refuse it (`ToolError`)."""
+        cost = _cost(json_text(list(batch)))
+        if self.enforced and self.taken + cost > self.room:
+            raise ToolError(
+                f"tool {tool_name!r} returned a batch that takes {cost:,} bytes of the run's Temporal payloads; with "
+                f"the {self.taken:,} its items take already, the run could no longer wait or finish within "
+                f"{self.room:,} bytes (ActivityPolicy.payload_limit {self.limit:,}, less an eighth for the rest of its "
+                "state). The call ran; its batch is not kept. Return fewer or smaller items (a reference to where the "
+                "data is), or raise the server's limit.blobSize.error and payload_limit together",
+                tool_name=tool_name,
+            )
+        self.taken += cost
+
+
+def _cost(batch_text: str) -> int:
+    """What a batch, as its state's JSON text (ASCII), adds to a run's outcome: the items, at most as long
+    as the text, and the text itself quoted in the state."""
+    return len(batch_text) + len(json.dumps(batch_text))
 
 
 class ActivityCaller:
@@ -134,11 +180,13 @@ class ActivityTool:
         name: str,
         lost: list[str],
         in_flight: InFlight,
+        carried: Carried,
         *,
         local: bool,
     ) -> None:
         real = durable.box.tools[name]
         self.agent, self.durable, self.lost, self.in_flight, self.local = agent, durable, lost, in_flight, local
+        self.carried = carried
         self.name: str = real.name
         self.description: str = real.description
         self.args_type: type[BaseModel] = real.args_type
@@ -173,6 +221,10 @@ class ActivityTool:
             raise Relayed(self.failure(cause or failed, gated)) from None
         if reply.observation is not None:
             raise ToolRetry(reply.observation)
+        try:
+            self.carried.take(self.name, reply.batch)
+        except ToolError as refused:
+            raise Relayed(refused) from None
         return self.items.validate_python(reply.batch)
 
     async def attempt(self, call: ToolCallInput, *, gated: bool, local: bool) -> ToolReply:
@@ -221,7 +273,7 @@ class ActivityTool:
         if isinstance(cause, ApplicationError):
             if cause.type == "ToolTimeout":
                 return ToolTimeout(cause.message, tool_name=self.name)
-            if cause.type in ("ToolError", "ToolResultInvalid"):
+            if cause.type in ("ToolError", "ToolResultInvalid", "ToolResultTooLarge"):
                 return ToolError(cause.message, tool_name=self.name)
             return ToolError(f"tool {self.name!r} activity failed: {cause.type}: {cause.message}", tool_name=self.name)
         if gated:

@@ -35,7 +35,7 @@ from agentkit.errors import ApprovalError, ToolSetChanged, UsageError
 from agentkit.temporal._activities import RECORD_TOOLS
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import error_fields, error_kind
-from agentkit.temporal._seams import ONCE, ActivityCaller, ActivityTool, InFlight
+from agentkit.temporal._seams import ONCE, ActivityCaller, ActivityTool, Carried, InFlight
 from agentkit.temporal._values import (
     SETTLED,
     Decision,
@@ -65,6 +65,10 @@ ran, every attempt an activity."""
 _LOCAL_READS = "agentkit-local-reads"
 """The patch that makes each live READ_ONLY tool call a local activity (a marker in the workflow task that
 asked for it); runs recorded before it replay as they ran, every tool call an activity."""
+
+_PAYLOADS = "agentkit-payload-budget"
+"""The patch that refuses a tool batch that would take a run's items past its payload limit (`Carried`); runs
+recorded before it replay as they ran."""
 
 _log = logging.getLogger("agentkit.temporal")
 
@@ -123,6 +127,7 @@ class AgentRun:
         # First of the leg's commands: a patch marker may not follow a local activity's marker in one task.
         local = workflow.patched(_LOCAL_MODEL)
         local_reads = local and workflow.patched(_LOCAL_READS)
+        budget = local_reads and workflow.patched(_PAYLOADS)
         # A first leg recorded before legs existed replays as it ran then: no recorded tools, decided in place.
         if leg is None and workflow.patched(_LEGS):
             self.tools = await self.recorded_tools(durable)
@@ -131,8 +136,9 @@ class AgentRun:
             await self.refused(self.refusal)
         in_flight = InFlight()
         caller = ActivityCaller(start.agent, durable, in_flight, local=local)
+        carried = Carried(durable.policy.payload_limit, leg.checkpoint if leg else None, enforced=budget)
         proxies = [
-            ActivityTool(start.agent, durable, name, self.lost, in_flight, local=local_reads)
+            ActivityTool(start.agent, durable, name, self.lost, in_flight, carried, local=local_reads)
             for name in durable.box.tools
         ]
         proxied: Any = proxies if durable.box.single is None else proxies[0]
@@ -149,9 +155,25 @@ class AgentRun:
                 self.continue_leg(result.checkpoint)
             self.waiting(result.checkpoint)
             result = await self.on_decisions(result.checkpoint, loop, durable, ctx)
-        self.outcome = self.finished(durable, result)
+        outcome = self.finished(durable, result)
+        self.fits(outcome, durable, "outcome")
+        self.outcome = outcome
         self.status = RunStatus.FINISHED
         return self.outcome
+
+    def fits(self, value: DurableOutcome | RunStart, durable: DurableAgent[Any, Any], what: str) -> None:
+        """Fail the run, saying why, when `value` (its outcome, or the next leg's input) is larger than one
+        payload may be: Temporal would otherwise retry the workflow task that carries it forever."""
+        limit = durable.policy.payload_limit
+        [payload] = workflow.payload_converter().to_payloads([value])
+        size = payload.ByteSize()
+        if size > limit:
+            self.fail(
+                f"run {self.run_id!r} cannot carry its {what}: it takes {size:,} bytes, more than one Temporal payload "
+                f"holds ({limit:,}, ActivityPolicy.payload_limit); its state is too large (its rounds' text and "
+                "items). Return smaller batches, or raise the server's limit.blobSize.error and payload_limit together",
+                "PayloadTooLarge",
+            )
 
     def ctx_of(self, durable: DurableAgent[Any, Any]) -> Any:
         """The run's ctx, validated as the agent's `ctx_type` before anything runs; a ctx that does not
@@ -204,7 +226,9 @@ class AgentRun:
         """Continue the run as new from `checkpoint`: its next leg starts by waiting for people."""
         assert self.tools is not None
         leg = Leg(checkpoint=checkpoint, decisions=tuple(self.records), unknown=unknown)
-        workflow.continue_as_new(RunStart(agent=self.agent, ctx=self.start.ctx, leg=leg))
+        start = RunStart(agent=self.agent, ctx=self.start.ctx, leg=leg)
+        self.fits(start, self.agents[self.agent], "state into its next leg")
+        workflow.continue_as_new(start)
 
     def waiting(self, checkpoint: RunCheckpoint) -> None:
         """The run stopped at the checkpoint's proposals: they wait for decisions."""

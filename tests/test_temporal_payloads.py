@@ -1,0 +1,192 @@
+"""What a durable run can carry in Temporal's payloads, on a real dev server: a tool batch larger than one
+payload, batches that together would outgrow the run's outcome, and a state too large to finish or wait in.
+Each ends the run at once, saying why, with nothing run again (before, a workflow task whose payload was too
+large was retried forever, asking the model and running the read again each time)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+
+from agentkit import LoopConfig, Outcome, Prompt, RoleSpec, StopReason, Tier, ToolRoundInfo, tool
+from agentkit.errors import ToolError, UsageError
+from agentkit.providers.openai import OpenAICaller
+from agentkit.temporal import ActivityPolicy, DurableAgent, RunStatus
+from tests.temporal_agents import DONE, Brief, until
+from tests.temporal_support import BOUND, TemporalTest, temporal_fixture  # noqa: F401  # the fixture temporal
+
+pytestmark = pytest.mark.slow
+
+SMALL = 64 * 1024
+"""The smallest payload limit a policy takes: small batches then show the limits without megabytes."""
+
+
+class Fetch(BaseModel):
+    kib: int
+    """How many KiB of text the page holds."""
+
+
+class Page(BaseModel):
+    id: str
+    text: str
+
+
+class Reader:
+    """Renders the round and the ids fetched so far (never the text, so the prompt stays small)."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="m")
+
+    def render(self, ctx: Brief, info: ToolRoundInfo[Page]) -> Prompt:
+        fetched = [page.id for call in info.prior_calls for page in call.batch]
+        return Prompt(system="read", dynamic=f"{ctx.topic} round {info.round}: {fetched}")
+
+
+Reader_ = Callable[..., DurableAgent[Brief, Page]]
+
+
+@pytest.fixture(name="reader")
+async def reader_fixture(temporal: TemporalTest) -> AsyncIterator[Reader_]:
+    """Makes durable agents whose one tool returns a page of `kib` KiB, counting its calls in `fetched`."""
+    callers: list[OpenAICaller] = []
+
+    def make(fetched: list[int], *, limit: int | None = None, tier: Tier = Tier.READ_ONLY) -> DurableAgent[Brief, Page]:
+        @tool(tier=tier)
+        async def fetch(args: Fetch) -> list[Page]:
+            """Fetch a page."""
+            fetched.append(args.kib)
+            return [Page(id=f"page-{len(fetched)}", text="x" * (args.kib * 1024))]
+
+        policy = ActivityPolicy() if limit is None else ActivityPolicy(payload_limit=limit)
+        callers.append(OpenAICaller(base_url=temporal.fake.base_url, api_key="k"))
+        return DurableAgent(
+            name="reader",
+            agent=Reader(),
+            tools=fetch,
+            caller=callers[-1],
+            ctx_type=Brief,
+            config=LoopConfig(max_rounds=6),
+            policy=policy,
+        )
+
+    yield make
+    for caller in callers:
+        await caller.aclose()
+
+
+def read(kib: int, **more: Any) -> dict[str, Any]:
+    """The model's step fetching a page of `kib` KiB."""
+    return {"done": False, "call": {"kib": kib}, "rationale": "fetch", **more}
+
+
+async def failure_of(temporal: TemporalTest, run_id: str) -> ApplicationError:
+    with pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(temporal.runs.get("reader", run_id).result(), BOUND)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    return cause
+
+
+async def test_a_batch_larger_than_a_payload_ends_the_run_once_keeping_the_items_before(
+    temporal: TemporalTest, reader: Reader_
+) -> None:
+    """Under the server's own 2 MiB limit: a READ_ONLY read (a local activity) returns 3 MiB. The run ends at
+    once with a ToolError naming the size and the limit, the items of the round before kept; the read ran
+    once and the model was asked twice (before, the workflow task failed and was retried forever)."""
+    fetched: list[int] = []
+    durable = reader(fetched)
+    temporal.fake.add(read(1), read(3 * 1024), DONE)
+    async with temporal.worker(durable):
+        result = await asyncio.wait_for((await temporal.runs.start(durable, Brief(topic="t"))).result(), BOUND)
+    assert (result.outcome, result.stop_reason, result.rounds) == (Outcome.ERROR, StopReason.TOOL_ERROR, 2)
+    assert isinstance(result.error, ToolError)
+    assert "returned a batch of 3,145,7" in str(result.error)
+    assert "ActivityPolicy.payload_limit 2,097,152" in str(result.error)
+    assert [page.id for page in result.items] == ["page-1"]
+    assert fetched == [1, 3 * 1024]
+    assert len(temporal.fake.requests) == 2
+
+
+async def test_an_approved_call_whose_batch_is_too_large_ran_once_and_is_not_run_again(
+    temporal: TemporalTest, reader: Reader_
+) -> None:
+    """An IRREVERSIBLE call, approved, returns more than a payload holds (an activity of its own, one
+    attempt). The run ends with the ToolError saying that the call ran; it is not run again."""
+    fetched: list[int] = []
+    durable = reader(fetched, limit=SMALL, tier=Tier.IRREVERSIBLE)
+    temporal.fake.add(read(80), DONE)
+    async with temporal.worker(durable):
+        handle = await temporal.runs.start(durable, Brief(topic="t"))
+        [proposal] = (await until(handle, RunStatus.WAITING)).pending
+        await handle.approve(proposal, by="alice")
+        result = await asyncio.wait_for(handle.result(), BOUND)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.TOOL_ERROR)
+    assert "The call ran; its batch is not kept" in str(result.error)
+    assert result.items == []
+    assert fetched == [80]
+
+
+async def test_batches_that_together_would_outgrow_the_outcome_end_the_run_keeping_the_first(
+    temporal: TemporalTest, reader: Reader_
+) -> None:
+    """Each batch fits a payload, but the outcome holds the items twice (as items and in the state): the
+    batch that would take them past the limit is refused as it comes in, and the run finishes with the
+    items before it and an error naming both sizes. Its history replays without a determinism error."""
+    fetched: list[int] = []
+    durable = reader(fetched, limit=SMALL)
+    temporal.fake.add(read(20), read(21), DONE)
+    async with temporal.worker(durable):
+        handle = await temporal.runs.start(durable, Brief(topic="t"))
+        result = await asyncio.wait_for(handle.result(), BOUND)
+    await temporal.replay(await temporal.history(handle.run_id), agents=[durable])  # the refusal replays as it ran
+    assert (result.outcome, result.stop_reason, result.rounds) == (Outcome.ERROR, StopReason.TOOL_ERROR, 2)
+    assert "with the 4" in str(result.error)
+    assert "the run could no longer wait or finish" in str(result.error)
+    assert [page.id for page in result.items] == ["page-1"]
+    assert fetched == [20, 21]
+
+
+async def test_an_outcome_too_large_for_a_payload_fails_the_run_saying_so(
+    temporal: TemporalTest, reader: Reader_
+) -> None:
+    """A state that outgrows a payload by its rounds' text (a model's long rationales, not items): the run
+    cannot return its outcome, and fails at once with PayloadTooLarge naming the size, not retried."""
+    fetched: list[int] = []
+    durable = reader(fetched, limit=SMALL)
+    long = {**DONE, "rationale": "r" * (SMALL + 1024)}
+    temporal.fake.add(long)
+    async with temporal.worker(durable):
+        run_id = (await temporal.runs.start(durable, Brief(topic="t"))).run_id
+        cause = await failure_of(temporal, run_id)
+        state = await temporal.runs.state(run_id)
+    assert (cause.type, cause.non_retryable) == ("PayloadTooLarge", True)
+    assert "cannot carry its outcome" in cause.message
+    assert "ActivityPolicy.payload_limit" in cause.message
+    assert state.status is RunStatus.FAILED
+    assert len(temporal.fake.requests) == 1
+
+
+async def test_a_state_too_large_to_wait_in_fails_the_run_saying_so(temporal: TemporalTest, reader: Reader_) -> None:
+    """The same for a run that stops at a proposal: its state, carried into the leg that waits, outgrows a
+    payload; the run fails naming it instead of retrying the task forever."""
+    fetched: list[int] = []
+    durable = reader(fetched, limit=SMALL, tier=Tier.IRREVERSIBLE)
+    temporal.fake.add(read(1, rationale="r" * (SMALL + 1024)))
+    async with temporal.worker(durable):
+        run_id = (await temporal.runs.start(durable, Brief(topic="t"))).run_id
+        cause = await failure_of(temporal, run_id)
+    assert cause.type == "PayloadTooLarge"
+    assert "cannot carry its state into its next leg" in cause.message
+    assert fetched == []
+
+
+@pytest.mark.parametrize("limit", [SMALL - 1, 0, True, 2.5])
+def test_a_payload_limit_below_the_least_is_refused(limit: Any) -> None:
+    with pytest.raises(UsageError, match="payload_limit must be an integer of at least 65536 bytes"):
+        ActivityPolicy(payload_limit=limit)
