@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentkit._inbox_web._app import DECIDED_SHOWN
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import Journal, ProposalState, TransitionRefused
 from tests.inbox_support import ALICE, BOB, InboxServer, csrf_of
@@ -227,6 +228,48 @@ def test_the_stamp_changes_when_a_worker_or_another_reviewer_acts(server: InboxS
         approved = http.get("/stamp").text
         assert http.get("/stamp").text == approved
     assert len({empty, proposed, approved}) == 3
+
+
+def test_the_page_shows_every_pending_proposal_and_the_newest_decided_ones(server: InboxServer) -> None:
+    """With more decided proposals than the page shows (``DECIDED_SHOWN``), the page holds every pending one and
+    the decided ones proposed last, newest first; the oldest decided one is left out."""
+    ids = [server.propose(f"user{n}@example.com") for n in range(DECIDED_SHOWN + 2)]
+
+    async def decide(journal: Journal) -> None:
+        for id in ids[:-1]:
+            await journal.reject(id, "carol", reason="not now")
+
+    server.run(decide)
+    with server.client() as http:
+        page = http.get("/").text
+    shown = re.findall(r'<section class="proposal [a-z]+" id="p-([^"]+)"', page)
+    assert shown == [ids[-1], *reversed(ids[1:-1])]
+
+
+def test_the_stamp_counts_changes_without_listing_the_proposals(server: InboxServer) -> None:
+    """``/stamp``, which every open page asks for every ``poll`` seconds, does not read the proposals (their
+    number only grows): it stays the same while nothing changes, and changes with each proposal and decision."""
+
+    async def unlisted(journal: Journal) -> None:
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the stamp listed the proposals")
+
+        vars(journal)["_proposals"] = refuse  # the stamp must not call it
+
+    server.run(unlisted)
+    seen = []
+    with server.client() as http:
+        for n in range(3):
+            seen.append(http.get("/stamp").text)
+            assert http.get("/stamp").text == seen[-1]
+            id = server.propose(f"user{n}@example.com")
+            seen.append(http.get("/stamp").text)
+
+            async def approve(journal: Journal, id: str = id) -> None:
+                await journal.approve(id, "carol")
+
+            server.run(approve)
+    assert len(set(seen)) == len(seen)
 
 
 def test_amend_approves_the_changed_args_with_their_lineage(server: InboxServer) -> None:

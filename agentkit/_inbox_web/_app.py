@@ -12,7 +12,6 @@ sets, or an `Authorization: Bearer` header):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -173,7 +172,7 @@ class _Inbox:
             self._reviewer(request)
         except _Unauthorised:
             return _refused()
-        return PlainTextResponse(_stamp(await self._journal.proposals()))
+        return PlainTextResponse(await self._journal._read(self._journal._inbox_stamp))
 
     async def static(self, request: Request) -> Response:
         try:
@@ -206,9 +205,10 @@ class _Inbox:
         return RedirectResponse("/", status_code=303)
 
     async def _render(self, reviewer: str, *, error: str | None, status: int) -> Response:
-        found = await self._journal.proposals()
-        pending = [p for p in found if p.state is ProposalState.PENDING]
-        decided = [p for p in reversed(found) if p.state is not ProposalState.PENDING][:DECIDED_SHOWN]
+        # The stamp first: a change made while the page is read shows, and the next look reloads it once more.
+        stamp = await self._journal._read(self._journal._inbox_stamp)
+        pending = await self._journal.proposals(state=ProposalState.PENDING)
+        decided = await self._journal._read(self._journal._decided, DECIDED_SHOWN)
         context: dict[str, Any] = {
             "reviewer": reviewer,
             "csrf": self._csrf.issue(reviewer),
@@ -216,7 +216,7 @@ class _Inbox:
             "pending": [await self._card(p) for p in pending],
             "decided": [await self._card(p) for p in decided],
             "error": error,
-            "stamp": _stamp(found),
+            "stamp": stamp,
             "poll_ms": self._poll_ms,
         }
         html = self._templates.get_template("inbox.html").render(context)
@@ -252,8 +252,3 @@ def _args(record: ProposalRecord) -> list[tuple[str, str]]:
         (name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True))
         for name, value in sorted(data.items())
     ]
-
-
-def _stamp(found: list[ProposalRecord]) -> str:
-    text = "\n".join(f"{p.id} {p.state.value}" for p in found)
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]

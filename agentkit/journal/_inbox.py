@@ -71,6 +71,24 @@ class Inbox(Storage):
         with self._tx(write=False) as db:
             return [proposal_of(db, row, lenient=True) for row in db.query(sql, params)]
 
+    def _inbox_stamp(self) -> str:
+        """Text that changes whenever a proposal is put in or changes state, however many the journal holds:
+        the count of transitions (each change logs one, none is ever deleted; a count, not the newest id,
+        which PostgreSQL may commit out of order)."""
+        with self._tx(write=False) as db:
+            [row] = db.query("SELECT COUNT(*) AS changes FROM agentkit_transitions")
+        return str(row["changes"])
+
+    def _decided(self, limit: int) -> list[ProposalRecord]:
+        """The `limit` proposals no longer pending that were proposed last, newest first."""
+        check_limit(limit)
+        with self._tx(write=False) as db:
+            rows = db.query(
+                "SELECT * FROM agentkit_proposals WHERE state <> ? ORDER BY proposed_at DESC, id DESC LIMIT ?",
+                (ProposalState.PENDING.value, limit),
+            )
+            return [proposal_of(db, row, lenient=True) for row in rows]
+
     def _history(self, id: str) -> list[Transition]:
         with self._tx(write=False) as db:
             self._fetch(db, id)
