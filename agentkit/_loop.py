@@ -553,7 +553,7 @@ async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant:
         call_digest=proposal.digest,
     )
     approval = approve(proposal, approved_by=grant_actor(grant.id), note=grant.reason)
-    ending, batch = await settled(run, entry, approval)
+    ending, batch = await settled(run, entry, approval, granted=True)
     call: PriorCall[Any] = PriorCall(
         round=this.round, tool_name=proposal.tool_name, args=proposal.args, batch=tuple(batch)
     )
@@ -570,9 +570,11 @@ async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Reje
 
 
 async def settled(
-    run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]
+    run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any], *, granted: bool = False
 ) -> tuple[Ending | None, Sequence[Any]]:
-    """`settle`, with the approved call's batch (empty for a rejection or a failure)."""
+    """`settle`, with the approved call's batch (empty for a rejection or a failure). `granted`: a standing
+    grant's approval, made in this run: it runs here, not through `run_approved` (the journal's claim of a
+    call people decided, which has no inbox entry for it)."""
     from agentkit._approval import Approval, Rejection, execute_approved
 
     assert proposal.tool is not None
@@ -597,7 +599,7 @@ async def settled(
     batch: Sequence[Any] = ()
     try:
         tool = run.box.tools[proposal.tool]
-        if run.run_approved is not None:
+        if run.run_approved is not None and not granted:
             ran = await run.run_approved(decision, tool, run.ctx)
             if isinstance(ran, Rejection):  # rejected before it ran: the run goes on with that decision
                 return await settled(run, proposal, ran)

@@ -27,7 +27,8 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit.errors import ResumeRefused
+from agentkit.decisions import Grant, Grants, Prefix
+from agentkit.errors import ResumeRefused, UsageError
 from agentkit.journal import (
     Journal,
     JournalError,
@@ -132,6 +133,44 @@ async def test_a_run_stopped_at_a_proposal_waits_then_resumes_once_decided(journ
         3,
     )
     assert run.lease_until is None  # nobody holds it (claimed_by names the last holder)
+
+
+async def test_a_resumed_run_uses_the_standing_grants_it_is_given(journal: Journal) -> None:
+    """journal.resume takes grants as run_tool_loop_tiered does: in the continued run, a later wipe that a live
+    grant allows is approved by it and runs in its round (one use counted); nothing waits in the inbox."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops@example.com")
+    scratch = Grant(
+        tool_name="wipe",
+        where={"path": Prefix(prefix="/srv/tmp/")},
+        max_uses=1,
+        granted_by="ops",
+        reason="scratch space",
+        allow_irreversible=True,
+    )
+    grants = Grants([scratch])
+    script = ScriptedCaller([call_step(Target(path="/srv/tmp/a"), tool="wipe"), done_step("freed")])
+    result = await journal.resume(run_id, script, Planner(), TOOLS, "clean", grants=grants)
+    assert calls == ["search old", "wipe /srv/old", "wipe /srv/tmp/a"]
+    assert (result.stop_reason, result.proposed, result.rounds) == (StopReason.EXECUTOR_DONE, [], 4)
+    assert grants.uses(scratch.id) == 1
+    assert await journal.pending() == []
+
+
+async def test_grants_that_do_not_fit_the_tools_are_refused_before_anything_runs(journal: Journal) -> None:
+    """A grant constraining a field the tool's args lack is a UsageError at once: no model call, no tool run, the
+    run still waiting for its resumer."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops@example.com")
+    wrong = Grant(tool_name="wipe", where={"colour": Prefix(prefix="r")}, max_uses=1, granted_by="ops", reason="r")
+    script = ScriptedCaller([done_step("freed")])
+    with pytest.raises(UsageError, match="colour"):
+        await journal.resume(run_id, script, Planner(), TOOLS, "clean", grants=Grants([wrong]))
+    assert calls == ["search old"]
+    assert script.remaining == 1
+    assert (await journal.run(run_id)).status is RunStatus.READY
 
 
 async def test_a_rejection_in_the_inbox_is_the_calls_observation(journal: Journal) -> None:

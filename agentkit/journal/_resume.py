@@ -31,6 +31,7 @@ from agentkit.journal.observer import JournalObserver
 if TYPE_CHECKING:
     from agentkit._agent import ToolAgent
     from agentkit._context import Summarizer
+    from agentkit._grants import Grants
     from agentkit._results import TieredLoopResult
     from agentkit._structured import StructuredCaller
     from agentkit.journal import Journal
@@ -51,6 +52,7 @@ async def resume(
     lease: timedelta,
     summarize: Summarizer | None = None,
     answer: type[Any] | None = None,
+    grants: Grants | None = None,
 ) -> TieredLoopResult[Any, Any, Any]:
     """`Journal.resume`'s body (documented there)."""
     record, checkpoint, proposals = await journal._read(journal._resume_state, run_id)
@@ -69,7 +71,7 @@ async def resume(
         id = ids[approval.id]
         return await _run_approved(journal, approval, id, tool, ctx, worker=worker, lease=lease, observer=observer)
 
-    loop = ToolLoop(caller, agent, tools, observer=observer, answer=answer)
+    loop = ToolLoop(caller, agent, tools, observer=observer, answer=answer, grants=grants)
     prepared = loop.prepared(
         checkpoint, decisions, summarize=summarize, run_id=run_id, run_approved=run_approved, observers=(recorder,)
     )

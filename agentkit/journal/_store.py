@@ -30,6 +30,7 @@ from agentkit.journal._worker import Polling, Wakeups, Worked, WorkReport, work
 if TYPE_CHECKING:
     from agentkit._agent import ToolAgent
     from agentkit._context import Summarizer
+    from agentkit._grants import Grants
     from agentkit._observe import ObserverArg
     from agentkit._results import TieredLoopResult
     from agentkit._structured import StructuredCaller
@@ -132,6 +133,7 @@ class Journal(Executions, Runs, GrantBook):
         lease: timedelta | float = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
         answer: type[Answer] | None = None,
+        grants: Grants | None = None,
     ) -> TieredLoopResult[Args, R, Answer]: ...
     @overload
     async def resume(
@@ -147,6 +149,7 @@ class Journal(Executions, Runs, GrantBook):
         lease: timedelta | float = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
         answer: type[Answer] | None = None,
+        grants: Grants | None = None,
     ) -> TieredLoopResult[BaseModel, R, Answer]: ...
     async def resume(
         self,
@@ -161,6 +164,7 @@ class Journal(Executions, Runs, GrantBook):
         lease: timedelta | float = DEFAULT_LEASE,
         summarize: Summarizer | None = None,
         answer: type[Any] | None = None,
+        grants: Grants | None = None,
     ) -> TieredLoopResult[Any, R, Any]:
         """Continue a run from its latest checkpoint, with the decisions recorded in the inbox; see `docs/journal.md`.
 
@@ -183,6 +187,9 @@ class Journal(Executions, Runs, GrantBook):
             lease: How long the hold stays valid unless renewed.
             summarize: The run's `ContextWindow.summarize`, given again (see `resume_tool_loop`).
             answer: The run's answer type, given again (see `resume_tool_loop`).
+            grants: Standing grants in process for the continued run, as `run_tool_loop_tiered` takes
+                them: a later proposal a live grant matches is approved by it and runs in its round,
+                its use counted by the `Grants` object. The journal's own grants (`grant`) apply either way.
 
         Raises:
             UnknownId: the journal never saw the run.
@@ -203,4 +210,5 @@ class Journal(Executions, Runs, GrantBook):
             lease=check_lease(lease),
             summarize=summarize,
             answer=answer,
+            grants=grants,
         )
