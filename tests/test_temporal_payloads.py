@@ -15,7 +15,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from agentkit import LoopConfig, Outcome, Prompt, RoleSpec, StopReason, Tier, ToolRoundInfo, tool
-from agentkit.errors import ToolError, UsageError
+from agentkit.errors import ProviderError, ToolError, UsageError
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import ActivityPolicy, DurableAgent, RunStatus
 from tests.temporal_agents import DONE, Brief, until
@@ -50,25 +50,36 @@ class Reader:
 
 Reader_ = Callable[..., DurableAgent[Brief, Page]]
 
+LONG = "r" * (30 * 1024)
+"""A rationale a model reply carries (well under the payload limit), three of which outgrow `SMALL`."""
+
 
 @pytest.fixture(name="reader")
 async def reader_fixture(temporal: TemporalTest) -> AsyncIterator[Reader_]:
     """Makes durable agents whose one tool returns a page of `kib` KiB, counting its calls in `fetched`."""
     callers: list[OpenAICaller] = []
 
-    def make(fetched: list[int], *, limit: int | None = None, tier: Tier = Tier.READ_ONLY) -> DurableAgent[Brief, Page]:
+    def make(
+        fetched: list[int], *, limit: int | None = None, tier: Tier = Tier.READ_ONLY, publish: bool = False
+    ) -> DurableAgent[Brief, Page]:
         @tool(tier=tier)
         async def fetch(args: Fetch) -> list[Page]:
             """Fetch a page."""
             fetched.append(args.kib)
             return [Page(id=f"page-{len(fetched)}", text="x" * (args.kib * 1024))]
 
+        @tool(tier=Tier.IRREVERSIBLE, name="publish")
+        async def publish_(args: Fetch) -> list[Page]:
+            """Publish a page."""
+            fetched.append(-args.kib)
+            return []
+
         policy = ActivityPolicy() if limit is None else ActivityPolicy(payload_limit=limit)
         callers.append(OpenAICaller(base_url=temporal.fake.base_url, api_key="k"))
         return DurableAgent(
             name="reader",
             agent=Reader(),
-            tools=fetch,
+            tools=[fetch, publish_] if publish else fetch,
             caller=callers[-1],
             ctx_type=Brief,
             config=LoopConfig(max_rounds=6),
@@ -80,9 +91,10 @@ async def reader_fixture(temporal: TemporalTest) -> AsyncIterator[Reader_]:
         await caller.aclose()
 
 
-def read(kib: int, **more: Any) -> dict[str, Any]:
-    """The model's step fetching a page of `kib` KiB."""
-    return {"done": False, "call": {"kib": kib}, "rationale": "fetch", **more}
+def read(kib: int, *, tool: str | None = None, **more: Any) -> dict[str, Any]:
+    """The model's step fetching a page of `kib` KiB (calling `tool` by name, for an agent of several)."""
+    call: dict[str, Any] = {"kib": kib} if tool is None else {"tool": tool, "args": {"kib": kib}}
+    return {"done": False, "call": call, "rationale": "fetch", **more}
 
 
 async def failure_of(temporal: TemporalTest, run_id: str) -> ApplicationError:
@@ -155,12 +167,12 @@ async def test_batches_that_together_would_outgrow_the_outcome_end_the_run_keepi
 async def test_an_outcome_too_large_for_a_payload_fails_the_run_saying_so(
     temporal: TemporalTest, reader: Reader_
 ) -> None:
-    """A state that outgrows a payload by its rounds' text (a model's long rationales, not items): the run
-    cannot return its outcome, and fails at once with PayloadTooLarge naming the size, not retried."""
+    """A state that outgrows a payload by its rounds' text (three long rationales, each reply well within a
+    payload; not items): the run cannot return its outcome, and fails at once with PayloadTooLarge naming the
+    size, not retried."""
     fetched: list[int] = []
     durable = reader(fetched, limit=SMALL)
-    long = {**DONE, "rationale": "r" * (SMALL + 1024)}
-    temporal.fake.add(long)
+    temporal.fake.add(read(1, rationale=LONG), read(2, rationale=LONG), {**DONE, "rationale": LONG})
     async with temporal.worker(durable):
         run_id = (await temporal.runs.start(durable, Brief(topic="t"))).run_id
         cause = await failure_of(temporal, run_id)
@@ -169,20 +181,43 @@ async def test_an_outcome_too_large_for_a_payload_fails_the_run_saying_so(
     assert "cannot carry its outcome" in cause.message
     assert "ActivityPolicy.payload_limit" in cause.message
     assert state.status is RunStatus.FAILED
-    assert len(temporal.fake.requests) == 1
+    assert len(temporal.fake.requests) == 3
+    assert fetched == [1, 2]
 
 
 async def test_a_state_too_large_to_wait_in_fails_the_run_saying_so(temporal: TemporalTest, reader: Reader_) -> None:
     """The same for a run that stops at a proposal: its state, carried into the leg that waits, outgrows a
-    payload; the run fails naming it instead of retrying the task forever."""
+    payload; the run fails naming it instead of retrying the task forever. The proposed call never ran."""
     fetched: list[int] = []
-    durable = reader(fetched, limit=SMALL, tier=Tier.IRREVERSIBLE)
-    temporal.fake.add(read(1, rationale="r" * (SMALL + 1024)))
+    durable = reader(fetched, limit=SMALL, publish=True)
+    temporal.fake.add(
+        read(1, tool="fetch", rationale=LONG),
+        read(2, tool="fetch", rationale=LONG),
+        read(3, tool="publish", rationale=LONG),
+    )
     async with temporal.worker(durable):
         run_id = (await temporal.runs.start(durable, Brief(topic="t"))).run_id
         cause = await failure_of(temporal, run_id)
     assert cause.type == "PayloadTooLarge"
     assert "cannot carry its state into its next leg" in cause.message
+    assert fetched == [1, 2]
+
+
+async def test_a_model_reply_larger_than_a_payload_ends_the_run_asking_once(
+    temporal: TemporalTest, reader: Reader_
+) -> None:
+    """A reply the model made too large to record (a rationale of 3 MiB, against the server's own limit) ends
+    the run with a ProviderError naming the size, LLM_ERROR, the model asked once (before, the workflow task
+    failed and was retried forever, asking the model again each time)."""
+    fetched: list[int] = []
+    durable = reader(fetched)
+    temporal.fake.add({**DONE, "rationale": "r" * (3 * 1024 * 1024)})
+    async with temporal.worker(durable):
+        result = await asyncio.wait_for((await temporal.runs.start(durable, Brief(topic="t"))).result(), BOUND)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
+    assert isinstance(result.error, ProviderError)
+    assert "the model's reply takes 3,145,7" in str(result.error)
+    assert len(temporal.fake.requests) == 1
     assert fetched == []
 
 

@@ -115,8 +115,22 @@ class Activities:
         finally:
             beating.cancel()
         value: BaseModel = completion.value
+        dumped = value.model_dump(mode="json")
+        limit = agent.policy.payload_limit - _ENVELOPE
+        size = len(json.dumps(dumped, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        if size > limit:
+            # Its reply could not be recorded: a workflow task that Temporal would retry forever, asking again.
+            raise encode_error(
+                ProviderError(
+                    f"the model's reply takes {size:,} bytes as JSON, more than one Temporal payload holds "
+                    f"({limit:,}: ActivityPolicy.payload_limit {agent.policy.payload_limit:,}, less {_ENVELOPE:,} for "
+                    "what surrounds it); it is not kept. Bound the reply (the role's max_tokens), or raise the "
+                    "server's limit.blobSize.error and payload_limit together",
+                    usage=completion.usage,
+                )
+            )
         return ModelReply(
-            value=value.model_dump(mode="json"),
+            value=dumped,
             requests=completion.usage.requests,
             input_tokens=completion.usage.input_tokens,
             output_tokens=completion.usage.output_tokens,
