@@ -1,13 +1,14 @@
-"""What a durable run can carry in Temporal's payloads, on a real dev server: a tool batch larger than one
-payload, batches that together would outgrow the run's outcome, and a state too large to finish or wait in.
-Each ends the run at once, saying why, with nothing run again (before, a workflow task whose payload was too
-large was retried forever, asking the model and running the read again each time)."""
+"""What a durable run can carry in Temporal's payloads, on a real dev server: a tool batch or a model reply
+larger than one payload, batches that together would outgrow the run's outcome, a state too large to finish
+or wait in, and values a payload cannot carry exactly (a NaN, a lone surrogate). Each ends the run at once,
+saying why, with nothing run again (before, a workflow task whose payload was too large was retried forever,
+asking the model and running the read again each time)."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from pydantic import BaseModel
@@ -15,6 +16,8 @@ from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
 from agentkit import LoopConfig, Outcome, Prompt, RoleSpec, StopReason, Tier, ToolRoundInfo, tool
+from agentkit._structured import Completion, StructuredCaller, StructuredRequest
+from agentkit._usage import Usage
 from agentkit.errors import ProviderError, ToolError, UsageError
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import ActivityPolicy, DurableAgent, RunStatus
@@ -23,6 +26,8 @@ from tests.temporal_support import BOUND, TemporalTest, temporal_fixture  # noqa
 
 pytestmark = pytest.mark.slow
 
+M = TypeVar("M", bound=BaseModel)
+
 SMALL = 64 * 1024
 """The smallest payload limit a policy takes: small batches then show the limits without megabytes."""
 
@@ -30,11 +35,14 @@ SMALL = 64 * 1024
 class Fetch(BaseModel):
     kib: int
     """How many KiB of text the page holds."""
+    odd: str = ""
+    """What the page holds that a payload cannot carry exactly: "nan" (its score), "surrogate" (in its text)."""
 
 
 class Page(BaseModel):
     id: str
     text: str
+    score: float = 1.0
 
 
 class Reader:
@@ -46,6 +54,18 @@ class Reader:
     def render(self, ctx: Brief, info: ToolRoundInfo[Page]) -> Prompt:
         fetched = [page.id for call in info.prior_calls for page in call.batch]
         return Prompt(system="read", dynamic=f"{ctx.topic} round {info.round}: {fetched}")
+
+
+class Surrogate:
+    """A caller whose step holds a lone surrogate in its rationale, made as a value (no JSON on the way)."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
+        self.asked += 1
+        step = schema.model_validate({**DONE, "rationale": "half \udc80 a pair"})
+        return Completion(value=step, usage=Usage(requests=1), model="m")
 
 
 Reader_ = Callable[..., DurableAgent[Brief, Page]]
@@ -60,13 +80,19 @@ async def reader_fixture(temporal: TemporalTest) -> AsyncIterator[Reader_]:
     callers: list[OpenAICaller] = []
 
     def make(
-        fetched: list[int], *, limit: int | None = None, tier: Tier = Tier.READ_ONLY, publish: bool = False
+        fetched: list[int],
+        *,
+        limit: int | None = None,
+        tier: Tier = Tier.READ_ONLY,
+        publish: bool = False,
+        caller: StructuredCaller | None = None,
     ) -> DurableAgent[Brief, Page]:
         @tool(tier=tier)
         async def fetch(args: Fetch) -> list[Page]:
             """Fetch a page."""
             fetched.append(args.kib)
-            return [Page(id=f"page-{len(fetched)}", text="x" * (args.kib * 1024))]
+            text = "x" * (args.kib * 1024) + ("\udc80" if args.odd == "surrogate" else "")
+            return [Page(id=f"page-{len(fetched)}", text=text, score=float("nan") if args.odd == "nan" else 1.0)]
 
         @tool(tier=Tier.IRREVERSIBLE, name="publish")
         async def publish_(args: Fetch) -> list[Page]:
@@ -75,12 +101,13 @@ async def reader_fixture(temporal: TemporalTest) -> AsyncIterator[Reader_]:
             return []
 
         policy = ActivityPolicy() if limit is None else ActivityPolicy(payload_limit=limit)
-        callers.append(OpenAICaller(base_url=temporal.fake.base_url, api_key="k"))
+        if caller is None:
+            callers.append(OpenAICaller(base_url=temporal.fake.base_url, api_key="k"))
         return DurableAgent(
             name="reader",
             agent=Reader(),
             tools=[fetch, publish_] if publish else fetch,
-            caller=callers[-1],
+            caller=caller or callers[-1],
             ctx_type=Brief,
             config=LoopConfig(max_rounds=6),
             policy=policy,
@@ -91,10 +118,10 @@ async def reader_fixture(temporal: TemporalTest) -> AsyncIterator[Reader_]:
         await caller.aclose()
 
 
-def read(kib: int, *, tool: str | None = None, **more: Any) -> dict[str, Any]:
+def read(kib: int, *, tool: str | None = None, odd: str = "", rationale: str = "fetch") -> dict[str, Any]:
     """The model's step fetching a page of `kib` KiB (calling `tool` by name, for an agent of several)."""
-    call: dict[str, Any] = {"kib": kib} if tool is None else {"tool": tool, "args": {"kib": kib}}
-    return {"done": False, "call": call, "rationale": "fetch", **more}
+    args: dict[str, Any] = {"kib": kib, "odd": odd}
+    return {"done": False, "call": args if tool is None else {"tool": tool, "args": args}, "rationale": rationale}
 
 
 async def failure_of(temporal: TemporalTest, run_id: str) -> ApplicationError:
@@ -218,6 +245,45 @@ async def test_a_model_reply_larger_than_a_payload_ends_the_run_asking_once(
     assert isinstance(result.error, ProviderError)
     assert "the model's reply takes 3,145,7" in str(result.error)
     assert len(temporal.fake.requests) == 1
+    assert fetched == []
+
+
+@pytest.mark.parametrize(
+    ("odd", "named"),
+    [("nan", "a float that is not finite (NaN or infinity)"), ("surrogate", "a lone surrogate in its text")],
+)
+async def test_items_a_payload_cannot_carry_exactly_end_the_run_once(
+    temporal: TemporalTest, reader: Reader_, odd: str, named: str
+) -> None:
+    """A NaN score (a payload writes it as null) or a lone surrogate (a payload cannot be written with it) in
+    a tool's items: refused as they come in, the run ending TOOL_ERROR with the items before it and an error
+    naming the value; the read ran once (before, a lone surrogate failed each attempt's reply, so the tool
+    ran three times, and a NaN came back as null and failed to validate)."""
+    fetched: list[int] = []
+    durable = reader(fetched)
+    temporal.fake.add(read(1), read(2, odd=odd), DONE)
+    async with temporal.worker(durable):
+        result = await asyncio.wait_for((await temporal.runs.start(durable, Brief(topic="t"))).result(), BOUND)
+    assert (result.outcome, result.stop_reason, result.rounds) == (Outcome.ERROR, StopReason.TOOL_ERROR, 2)
+    assert f"returned items holding {named}" in str(result.error)
+    assert [page.id for page in result.items] == ["page-1"]
+    assert fetched == [1, 2]
+
+
+async def test_a_model_reply_with_a_lone_surrogate_ends_the_run_asking_once(
+    temporal: TemporalTest, reader: Reader_
+) -> None:
+    """A step holding a lone surrogate (from a caller that makes one: OpenAICaller's JSON parsing re-asks for
+    such a reply) cannot be recorded in a payload: the run ends LLM_ERROR naming it after one attempt, instead
+    of a lost model call retried and failed over."""
+    fetched: list[int] = []
+    script = Surrogate()
+    durable = reader(fetched, caller=script)
+    async with temporal.worker(durable):
+        result = await asyncio.wait_for((await temporal.runs.start(durable, Brief(topic="t"))).result(), BOUND)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
+    assert "the model's reply holds a lone surrogate in its text" in str(result.error)
+    assert script.asked == 1
     assert fetched == []
 
 

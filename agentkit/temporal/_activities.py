@@ -38,6 +38,18 @@ _ENVELOPE = 16 * 1024
 """Bytes of a payload kept for what surrounds a tool's batch (the reply's fields, a local activity's marker)."""
 
 
+def _carried(values: object) -> tuple[int, str | None]:
+    """The size in bytes of `values` in a payload (UTF-8 JSON), and what a payload cannot carry exactly, if
+    anything: a lone surrogate (UTF-8 has none; the payload could not be written) or a float that is not
+    finite (written as `null`)."""
+    try:
+        return len(json.dumps(values, ensure_ascii=False, allow_nan=False).encode("utf-8")), None
+    except UnicodeEncodeError:
+        return 0, "a lone surrogate in its text, which UTF-8 cannot encode"
+    except ValueError:
+        return 0, "a float that is not finite (NaN or infinity), which JSON writes as null"
+
+
 _MODEL_ERRORS = frozenset({"Throttled", "Truncated", "StructuredOutputError", "ProviderError"})
 """The errors a model attempt reports as themselves; any other is the attempt's `ProviderError`."""
 
@@ -117,7 +129,14 @@ class Activities:
         value: BaseModel = completion.value
         dumped = value.model_dump(mode="json")
         limit = agent.policy.payload_limit - _ENVELOPE
-        size = len(json.dumps(dumped, ensure_ascii=False).encode("utf-8", "surrogatepass"))
+        size, lossy = _carried(dumped)
+        if lossy is not None:
+            raise encode_error(
+                ProviderError(
+                    f"the model's reply holds {lossy}: a Temporal payload cannot carry it as it is, so it is not kept",
+                    usage=completion.usage,
+                )
+            )
         if size > limit:
             # Its reply could not be recorded: a workflow task that Temporal would retry forever, asking again.
             raise encode_error(
@@ -178,7 +197,16 @@ class Activities:
             raise ApplicationError(str(error), type="ToolResultInvalid", non_retryable=True) from wrong
         assert encoded is not None  # a durable agent's codec is strict: every tool's items round-trip
         limit = agent.policy.payload_limit - _ENVELOPE
-        size = len(encoded.encode("utf-8", "surrogatepass"))
+        batch = json.loads(encoded)
+        size, lossy = _carried(batch)
+        if lossy is not None:
+            error = ToolError(
+                f"tool {call.tool_name!r} returned items holding {lossy}: a Temporal payload cannot carry them as they "
+                "are. The call ran; its batch is not kept. Keep such values out of the items (text as valid Unicode, "
+                "a missing number as None)",
+                tool_name=call.tool_name,
+            )
+            raise ApplicationError(str(error), type="ToolResultInvalid", non_retryable=True)
         if size > limit:
             # Its reply could not be recorded: a workflow task (or an activity) that Temporal would retry forever.
             error = ToolError(
@@ -190,7 +218,7 @@ class Activities:
                 tool_name=call.tool_name,
             )
             raise ApplicationError(str(error), type="ToolResultTooLarge", non_retryable=True)
-        return ToolReply(batch=json.loads(encoded), observation=outcome.observation)
+        return ToolReply(batch=batch, observation=outcome.observation)
 
 
 @activity.defn(name=RECORD_TOOLS)

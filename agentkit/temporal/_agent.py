@@ -67,7 +67,7 @@ class ActivityPolicy:
     raise both together). A run carries its items in payloads (a tool's batch, the state of a leg that
     waits, the run's outcome, which holds its items and its state), so a tool batch that would take a run
     past it ends the run with a `ToolError` naming the sizes, the items taken in before kept, instead of a
-    workflow task that Temporal retries forever. See `docs/temporal.md` ("How much a run can carry")."""
+    workflow task that Temporal retries forever. See `docs/temporal.md` ("What a run can carry")."""
 
     def __post_init__(self) -> None:
         limit = self.payload_limit
