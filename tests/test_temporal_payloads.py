@@ -1,8 +1,8 @@
 """What a durable run can carry in Temporal's payloads, on a real dev server: a tool batch or a model reply
 larger than one payload, batches that together would outgrow the run's outcome, a state too large to finish
-or wait in, and values a payload cannot carry exactly (a NaN, a lone surrogate). Each ends the run at once,
-saying why, with nothing run again (before, a workflow task whose payload was too large was retried forever,
-asking the model and running the read again each time)."""
+or wait in, and values a payload cannot carry exactly (a NaN, a lone surrogate, deep nesting). Each ends the
+run at once, saying why, with nothing run again (before, a workflow task whose payload was too large was
+retried forever, asking the model and running the read again each time)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 from temporalio.client import WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 
@@ -43,6 +43,15 @@ class Page(BaseModel):
     id: str
     text: str
     score: float = 1.0
+    tree: JsonValue = None
+
+
+def nested(depth: int) -> JsonValue:
+    """Lists nested `depth` deep."""
+    tree: JsonValue = []
+    for _ in range(depth - 1):
+        tree = [tree]
+    return tree
 
 
 class Reader:
@@ -92,7 +101,9 @@ async def reader_fixture(temporal: TemporalTest) -> AsyncIterator[Reader_]:
             """Fetch a page."""
             fetched.append(args.kib)
             text = "x" * (args.kib * 1024) + ("\udc80" if args.odd == "surrogate" else "")
-            return [Page(id=f"page-{len(fetched)}", text=text, score=float("nan") if args.odd == "nan" else 1.0)]
+            score = float("nan") if args.odd == "nan" else 1.0
+            tree = nested(195) if args.odd == "deep" else nested(150) if args.odd == "nested" else None
+            return [Page(id=f"page-{len(fetched)}", text=text, score=score, tree=tree)]
 
         @tool(tier=Tier.IRREVERSIBLE, name="publish")
         async def publish_(args: Fetch) -> list[Page]:
@@ -250,18 +261,24 @@ async def test_a_model_reply_larger_than_a_payload_ends_the_run_asking_once(
 
 @pytest.mark.parametrize(
     ("odd", "named"),
-    [("nan", "a float that is not finite (NaN or infinity)"), ("surrogate", "a lone surrogate in its text")],
+    [
+        ("nan", "a float that is not finite (NaN or infinity)"),
+        ("surrogate", "a lone surrogate in its text"),
+        ("deep", "values nested deeper than 190 levels"),
+    ],
 )
 async def test_items_a_payload_cannot_carry_exactly_end_the_run_once(
     temporal: TemporalTest, reader: Reader_, odd: str, named: str
 ) -> None:
-    """A NaN score (a payload writes it as null) or a lone surrogate (a payload cannot be written with it) in
-    a tool's items: refused as they come in, the run ending TOOL_ERROR with the items before it and an error
-    naming the value; the read ran once (before, a lone surrogate failed each attempt's reply, so the tool
-    ran three times, and a NaN came back as null and failed to validate)."""
+    """A NaN score (a payload writes it as null), a lone surrogate (a payload cannot be written with it) or
+    lists nested 195 deep (a payload cannot be read back: its parser stops at 201 levels) in a tool's items:
+    refused as they come in, the run ending TOOL_ERROR with the items before it and an error naming the value;
+    the read ran once. Before, a lone surrogate failed each attempt's reply, so the tool ran three times; a NaN
+    came back as null and failed to validate; the nested batch failed the workflow task, forever. Lists nested
+    150 deep (round 1) are carried."""
     fetched: list[int] = []
     durable = reader(fetched)
-    temporal.fake.add(read(1), read(2, odd=odd), DONE)
+    temporal.fake.add(read(1, odd="nested"), read(2, odd=odd), DONE)
     async with temporal.worker(durable):
         result = await asyncio.wait_for((await temporal.runs.start(durable, Brief(topic="t"))).result(), BOUND)
     assert (result.outcome, result.stop_reason, result.rounds) == (Outcome.ERROR, StopReason.TOOL_ERROR, 2)

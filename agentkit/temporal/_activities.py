@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, JsonValue, TypeAdapter
@@ -38,16 +38,43 @@ _ENVELOPE = 16 * 1024
 """Bytes of a payload kept for what surrounds a tool's batch (the reply's fields, a local activity's marker)."""
 
 
-def _carried(values: object) -> tuple[int, str | None]:
-    """The size in bytes of `values` in a payload (UTF-8 JSON), and what a payload cannot carry exactly, if
-    anything: a lone surrogate (UTF-8 has none; the payload could not be written) or a float that is not
-    finite (written as `null`)."""
+_DEPTH = 190
+"""Deepest nesting of a tool item or a model step (the value itself is 1) that a payload carries: the JSON
+parser that reads payloads stops at 201 levels, and what holds the value (a reply, a run's outcome, the
+state a query returns) takes up to four of them."""
+
+
+def _carried(values: Sequence[object] | Mapping[str, object]) -> tuple[int, str | None]:
+    """The size in bytes of `values` (a batch, or a step) in a payload (UTF-8 JSON), and what a payload
+    cannot carry exactly, if anything: a lone surrogate (UTF-8 has none; the payload could not be
+    written), a float that is not finite (written as `null`), or nesting deeper than `_DEPTH` (the
+    payload could not be read back)."""
     try:
-        return len(json.dumps(values, ensure_ascii=False, allow_nan=False).encode("utf-8")), None
+        text = json.dumps(values, ensure_ascii=False, allow_nan=False)
+        size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         return 0, "a lone surrogate in its text, which UTF-8 cannot encode"
     except ValueError:
         return 0, "a float that is not finite (NaN or infinity), which JSON writes as null"
+    except RecursionError:
+        return 0, f"values nested deeper than {_DEPTH} levels"
+    # Cheap first: fewer brackets than the limit cannot nest that deep.
+    if text.count("[") + text.count("{") > _DEPTH and _deepest(values) > _DEPTH + (not isinstance(values, Mapping)):
+        return 0, f"values nested deeper than {_DEPTH} levels"
+    return size, None
+
+
+def _deepest(value: object) -> int:
+    """How deep JSON `value` nests (a scalar is 0, `[]` is 1), without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 _MODEL_ERRORS = frozenset({"Throttled", "Truncated", "StructuredOutputError", "ProviderError"})
