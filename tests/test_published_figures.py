@@ -66,6 +66,8 @@ STATED: dict[str, dict[str, str]] = {
         "5 s": "the sticky queue's schedule-to-start timeout, and the grace past LoopConfig.tool_timeout",
         "50 ms": "the transfer queue's poll interval at its default rate of 20 a second, a setting",
         "1,000 times": "history.transferProcessorMaxPollRPS=1000, a setting",
+        "2 MiB": "Temporal's default limit.blobSize.error, and ActivityPolicy.payload_limit's default",
+        "16 KiB": "what the activities keep of a payload for what surrounds a batch or a reply, a constant",
     },
     "docs/journal.md": {
         "30 s": "defaults: SQLite's busy timeout, a lease, the poll, POOL_TIMEOUT_S, LOCK_TIMEOUT_S",
