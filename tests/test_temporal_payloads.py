@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from pydantic import BaseModel, JsonValue
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.exceptions import ApplicationError
 
 from agentkit import LoopConfig, Outcome, Prompt, RoleSpec, StopReason, Tier, ToolRoundInfo, tool
@@ -22,7 +23,7 @@ from agentkit.errors import ProviderError, ToolError, UsageError
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import ActivityPolicy, DurableAgent, RunStatus
 from tests.temporal_agents import DONE, Brief, until
-from tests.temporal_support import BOUND, TemporalTest, temporal_fixture  # noqa: F401  # the fixture temporal
+from tests.temporal_support import BOUND, TemporalTest, patches, temporal_fixture  # noqa: F401  # the fixture temporal
 
 pytestmark = pytest.mark.slow
 
@@ -221,6 +222,28 @@ async def test_an_outcome_too_large_for_a_payload_fails_the_run_saying_so(
     assert state.status is RunStatus.FAILED
     assert len(temporal.fake.requests) == 3
     assert fetched == [1, 2]
+
+
+def before_the_budget() -> WorkflowHistory:
+    """A run of ``reader`` recorded by the code before the payload budget: a READ_ONLY read of 40 KiB, then
+    done, on a worker without `payload_limit` (its outcome holds the page twice, over `SMALL`)."""
+    path = Path(__file__).resolve().parent / "temporal_histories" / "outcome-before-payload-budget.json"
+    return WorkflowHistory.from_json("outcome-before-payload-budget", path.read_text())
+
+
+async def test_a_run_recorded_before_the_payload_budget_replays_as_it_ran(
+    temporal: TemporalTest, reader: Reader_
+) -> None:
+    """A run recorded before payloads were counted (no agentkit-payload-budget patch in its history) that
+    finished with an outcome larger than the replaying worker's payload limit (as on a server whose
+    limit.blobSize.error was raised): it replays as it ran, without a determinism error. Before, the check
+    on the outcome's size ran on replay too, and failed the run its history says completed."""
+    history = before_the_budget()
+    assert "agentkit-payload-budget" not in patches(history)
+    [completed] = [e for e in history.events if e.HasField("workflow_execution_completed_event_attributes")]
+    [outcome] = completed.workflow_execution_completed_event_attributes.result.payloads
+    assert outcome.ByteSize() > SMALL
+    await temporal.replay(history, agents=[reader([], limit=SMALL)])
 
 
 async def test_a_state_too_large_to_wait_in_fails_the_run_saying_so(temporal: TemporalTest, reader: Reader_) -> None:

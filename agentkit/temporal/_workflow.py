@@ -105,6 +105,8 @@ class AgentRun:
         """Why the worker's tools cannot carry on the run (`RunStatus.REFUSED`)."""
         self.error: str | None = None
         """Why the run failed before it could play (`RunStatus.FAILED`)."""
+        self.budget = False
+        """Whether the run counts its payloads (`_PAYLOADS`): one recorded before replays as it ran, unchecked."""
         leg, durable = start.leg, self.agents.get(start.agent)
         if leg is None or durable is None:
             return
@@ -127,7 +129,7 @@ class AgentRun:
         # First of the leg's commands: a patch marker may not follow a local activity's marker in one task.
         local = workflow.patched(_LOCAL_MODEL)
         local_reads = local and workflow.patched(_LOCAL_READS)
-        budget = local_reads and workflow.patched(_PAYLOADS)
+        self.budget = budget = local_reads and workflow.patched(_PAYLOADS)
         # A first leg recorded before legs existed replays as it ran then: no recorded tools, decided in place.
         if leg is None and workflow.patched(_LEGS):
             self.tools = await self.recorded_tools(durable)
@@ -163,7 +165,11 @@ class AgentRun:
 
     def fits(self, value: DurableOutcome | RunStart, durable: DurableAgent[Any, Any], what: str) -> None:
         """Fail the run, saying why, when `value` (its outcome, or the next leg's input) is larger than one
-        payload may be: Temporal would otherwise retry the workflow task that carries it forever."""
+        payload may be: Temporal would otherwise retry the workflow task that carries it forever. The size is
+        the payload as the converter writes it, before any payload codec. A run recorded before its payloads
+        were counted (without `_PAYLOADS`) is not checked: it replays as it ran."""
+        if not self.budget:
+            return
         limit = durable.policy.payload_limit
         [payload] = workflow.payload_converter().to_payloads([value])
         size = payload.ByteSize()
