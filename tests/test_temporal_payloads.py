@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel, JsonValue
 from temporalio.client import WorkflowFailureError, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 from agentkit import LoopConfig, Outcome, Prompt, RoleSpec, StopReason, Tier, ToolRoundInfo, tool
@@ -22,6 +23,8 @@ from agentkit._usage import Usage
 from agentkit.errors import ProviderError, ToolError, UsageError
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import ActivityPolicy, DurableAgent, RunStatus
+from agentkit.temporal._activities import _carried
+from agentkit.temporal._values import ToolReply
 from tests.temporal_agents import DONE, Brief, until
 from tests.temporal_support import BOUND, TemporalTest, patches, temporal_fixture  # noqa: F401  # the fixture temporal
 
@@ -331,3 +334,15 @@ async def test_a_model_reply_with_a_lone_surrogate_ends_the_run_asking_once(
 def test_a_payload_limit_below_the_least_is_refused(limit: Any) -> None:
     with pytest.raises(UsageError, match="payload_limit must be an integer of at least 65536 bytes"):
         ActivityPolicy(payload_limit=limit)
+
+
+@pytest.mark.parametrize("text", ["plain", "caf\u00e9 \u6f22\u5b57 \U0001f600"])
+def test_a_batch_is_measured_as_its_payload_writes_it(text: str) -> None:
+    """The size a tool's batch (or a model's step) is checked at is the bytes the payload converter writes
+    for it, compact UTF-8 JSON, less only the reply's few bytes around it. Before, it was measured with a
+    space after each comma and colon, and a batch of many small items counted up to half again its size."""
+    batch: list[JsonValue] = [{"id": f"p{i}", "n": i, "tags": ["a", text], "sub": {"k": None}} for i in range(500)]
+    [payload] = pydantic_data_converter.payload_converter.to_payloads([ToolReply(batch=batch, observation=None)])
+    size, lossy = _carried(batch)
+    assert lossy is None
+    assert 0 < len(payload.data) - size < 64

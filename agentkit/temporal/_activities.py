@@ -45,12 +45,13 @@ state a query returns) takes up to four of them."""
 
 
 def _carried(values: Sequence[object] | Mapping[str, object]) -> tuple[int, str | None]:
-    """The size in bytes of `values` (a batch, or a step) in a payload (UTF-8 JSON), and what a payload
+    """The size in bytes of `values` (a batch, or a step) in a payload (compact UTF-8 JSON, as the payload
+    converter writes it), and what a payload
     cannot carry exactly, if anything: a lone surrogate (UTF-8 has none; the payload could not be
     written), a float that is not finite (written as `null`), or nesting deeper than `_DEPTH` (the
     payload could not be read back)."""
     try:
-        text = json.dumps(values, ensure_ascii=False, allow_nan=False)
+        text = json.dumps(values, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         return 0, "a lone surrogate in its text, which UTF-8 cannot encode"
