@@ -68,6 +68,7 @@ STATED: dict[str, dict[str, str]] = {
         "1,000 times": "history.transferProcessorMaxPollRPS=1000, a setting",
         "2 MiB": "Temporal's default limit.blobSize.error, and ActivityPolicy.payload_limit's default",
         "16 KiB": "what the activities keep of a payload for what surrounds a batch or a reply, a constant",
+        "4 MiB": "the gRPC message limit of Temporal's server, a constant",
     },
     "docs/journal.md": {
         "30 s": "defaults: SQLite's busy timeout, a lease, the poll, POOL_TIMEOUT_S, LOCK_TIMEOUT_S",

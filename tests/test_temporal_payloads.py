@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, JsonValue
 from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, TerminatedError
 
 from agentkit import LoopConfig, Outcome, Prompt, RoleSpec, StopReason, Tier, ToolRoundInfo, tool
 from agentkit._structured import Completion, StructuredCaller, StructuredRequest
@@ -283,6 +283,28 @@ async def test_a_model_reply_larger_than_a_payload_ends_the_run_asking_once(
     assert "the model's reply takes 3,145,7" in str(result.error)
     assert len(temporal.fake.requests) == 1
     assert fetched == []
+
+
+async def test_replies_that_together_outgrow_a_workflow_task_fail_the_run_at_once(
+    temporal: TemporalTest, reader: Reader_
+) -> None:
+    """Three model replies of 1.5 MiB each, every one under the payload limit, asked in one workflow task (each
+    a local activity, recorded as a marker in the task's completion): the completion outgrows the server's
+    4 MiB gRPC limit, and the server terminates the run at once (GrpcMessageTooLarge), the model asked three
+    times and each read run once, not a task retried forever."""
+    fetched: list[int] = []
+    durable = reader(fetched)
+    huge = "r" * (1536 * 1024)
+    temporal.fake.add(read(1, rationale=huge), read(2, rationale=huge), {**DONE, "rationale": huge})
+    async with temporal.worker(durable):
+        run_id = (await temporal.runs.start(durable, Brief(topic="t"))).run_id
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(temporal.runs.get("reader", run_id).result(), BOUND)
+    cause = failed.value.cause
+    assert isinstance(cause, TerminatedError)
+    assert cause.message == "GrpcMessageTooLarge"
+    assert len(temporal.fake.requests) == 3
+    assert fetched == [1, 2]
 
 
 @pytest.mark.parametrize(
