@@ -106,7 +106,8 @@ async def reader_fixture(temporal: TemporalTest) -> AsyncIterator[Reader_]:
             fetched.append(args.kib)
             text = "x" * (args.kib * 1024) + ("\udc80" if args.odd == "surrogate" else "")
             score = float("nan") if args.odd == "nan" else 1.0
-            tree = nested(195) if args.odd == "deep" else nested(150) if args.odd == "nested" else None
+            # A page's tree, 189 deep, takes its batch 191 deep: the deepest carried. One level more is refused.
+            tree = nested(190) if args.odd == "deep" else nested(189) if args.odd == "nested" else None
             return [Page(id=f"page-{len(fetched)}", text=text, score=score, tree=tree)]
 
         @tool(tier=Tier.IRREVERSIBLE, name="publish")
@@ -319,16 +320,21 @@ async def test_items_a_payload_cannot_carry_exactly_end_the_run_once(
     temporal: TemporalTest, reader: Reader_, odd: str, named: str
 ) -> None:
     """A NaN score (a payload writes it as null), a lone surrogate (a payload cannot be written with it) or
-    lists nested 195 deep (a payload cannot be read back: its parser stops at 201 levels) in a tool's items:
+    lists nested one level past the limit (a payload cannot be read back: its parser stops at 201) in items:
     refused as they come in, the run ending TOOL_ERROR with the items before it and an error naming the value;
     the read ran once. Before, a lone surrogate failed each attempt's reply, so the tool ran three times; a NaN
     came back as null and failed to validate; the nested batch failed the workflow task, forever. Lists nested
-    150 deep (round 1) are carried."""
+    to the limit (round 1) are carried: in the outcome, in the state a query returns, and on replay."""
     fetched: list[int] = []
     durable = reader(fetched)
     temporal.fake.add(read(1, odd="nested"), read(2, odd=odd), DONE)
     async with temporal.worker(durable):
-        result = await asyncio.wait_for((await temporal.runs.start(durable, Brief(topic="t"))).result(), BOUND)
+        handle = await temporal.runs.start(durable, Brief(topic="t"))
+        result = await asyncio.wait_for(handle.result(), BOUND)
+        state = await temporal.runs.state(handle.run_id)
+    await temporal.replay(await temporal.history(handle.run_id), agents=[durable])
+    assert state.outcome is not None
+    assert [Page.model_validate(item).tree for item in state.outcome.items] == [nested(189)]
     assert (result.outcome, result.stop_reason, result.rounds) == (Outcome.ERROR, StopReason.TOOL_ERROR, 2)
     assert f"returned items holding {named}" in str(result.error)
     assert [page.id for page in result.items] == ["page-1"]
