@@ -279,7 +279,7 @@ class DecisionEntry(BaseModel):
     args: str | None = None
     """The approver amended the call: the args that ran, as `json_text` (`None`: the call ran as
     proposed). Left out of the digest when `None`."""
-    amended: tuple[str, ...] = ()
+    amended: tuple[Text, ...] = ()
     """The args fields the approver changed."""
     digest: str = ""
 
