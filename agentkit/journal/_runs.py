@@ -30,7 +30,6 @@ from agentkit.journal._sql import (
     append_events,
     config_text,
     event_row,
-    final_state,
     finish_run,
     folded,
     hold_runs_statement,
@@ -78,6 +77,18 @@ class _RoundEvent:
     round: int
 
 
+def _latest_states(entries: Sequence[Event | Checkpointed]) -> dict[str, Checkpointed]:
+    """Each run's latest state among `entries` (the one with the most entries): of a run's states in one write
+    only it is written, as it holds every entry the others do."""
+    latest: dict[str, Checkpointed] = {}
+    for entry in entries:
+        if isinstance(entry, Checkpointed):
+            kept = latest.get(entry.run_id)
+            if kept is None or len(kept.checkpoint.entries) <= len(entry.checkpoint.entries):
+                latest[entry.run_id] = entry
+    return latest
+
+
 _REMEMBERED = 10_000
 """Most runs whose stored state a journal object keeps track of (one entry per run in progress)."""
 
@@ -107,9 +118,8 @@ class Runs(Storage):
 
         With `hold`, each run started here is held by that recorder until its lease runs out.
         """
-        at = now()
         with self._tx(write=True, synced=False) as db:
-            marks = self._record(db, entries, hold, at)
+            marks = self._record(db, entries, hold)
         self._remember(marks)
 
     @property
@@ -121,10 +131,9 @@ class Runs(Storage):
     def try_record_all(self, entries: Sequence[Event | Checkpointed], *, hold: Hold | None = None) -> bool:
         """`record_all`, only if it can start at once: `False`, with nothing written, while this journal's
         connection is in use or another connection (another process) holds the database's write lock."""
-        at = now()
         try:
             with self._tx(write=True, synced=False, at_once=True) as db:
-                marks = self._record(db, entries, hold, at)
+                marks = self._record(db, entries, hold)
         except Busy:
             return False
         self._remember(marks)
@@ -142,30 +151,25 @@ class Runs(Storage):
                 stored[run_id] = mark
 
     def _record(
-        self, db: Connection, entries: Sequence[Event | Checkpointed], hold: Hold | None, at: datetime
+        self, db: Connection, entries: Sequence[Event | Checkpointed], hold: Hold | None
     ) -> dict[str, Stored | None]:
         """Write `entries` in `db`'s transaction; how far each run's stored state goes once it commits
         (`None`: the run ended), for `_remember`."""
-        stamp = db.to_db_time(at)
-        # Of a run's states in one batch only the latest (the one with the most entries) is written: it holds
-        # every entry the others do, and only its entries the journal does not have yet are appended.
-        latest: dict[str, Checkpointed] = {}
-        for entry in entries:
-            if isinstance(entry, Checkpointed):
-                kept = latest.get(entry.run_id)
-                if kept is None or len(kept.checkpoint.entries) <= len(entry.checkpoint.entries):
-                    latest[entry.run_id] = entry
+        latest = _latest_states(entries)
         # The log's rows go in one statement at the end: nothing else reads the log, so their order is kept.
         # A round's own events (its start, model calls, tool call and result) wait there until the states are
         # written: those of a round that a state written in this transaction holds are not logged again.
-        log: list[tuple[object, ...] | _RoundEvent] = []
+        log: list[tuple[str, str, int | None, str] | _RoundEvent] = []
         """Rows for the log, and the round events that may join them."""
         held: dict[str, int] = {}
         """Per run, the last round that a state written here holds."""
         marks: dict[str, Stored | None] = {}
+        at: datetime | None = None
+        """The time the events of this write are recorded at, taken when the first of them needs it (a round's
+        state with its own events, the usual write, needs none)."""
         for entry in entries:
             if isinstance(entry, Checkpointed):
-                if latest[entry.run_id] is entry:
+                if latest.get(entry.run_id) is entry:
                     mark = store_state(db, entry.run_id, entry.checkpoint, self._stored.get(entry.run_id))
                     if mark is not None:
                         held[entry.run_id] = mark.round
@@ -175,47 +179,71 @@ class Runs(Storage):
             if round is not None:
                 log.append(_RoundEvent(entry, round))
                 continue
-            # A state this transaction wrote for the run is the one its end's state continues.
-            known = marks.get(entry.run_id) or self._stored.get(entry.run_id)
-            log.append(self._write_event(db, entry, at, stamp, hold, known))
-            if isinstance(entry, RunFinished | RunAborted):
-                marks[entry.run_id] = None
-            final = final_state(entry) if isinstance(entry, RunFinished) else None
-            if final is not None:  # its end wrote it
-                held[entry.run_id] = max(held.get(entry.run_id, 0), final.rounds)
-        rows = [
-            event_row(row.event, *event_data(row.event), stamp) if isinstance(row, _RoundEvent) else row
-            for row in log
-            if not isinstance(row, _RoundEvent) or row.round > held.get(row.event.run_id, 0)
-        ]
+            at = at or now()
+            log.append(self._event(db, entry, at, hold, latest, marks, held))
+        rows = [row for row in log if not isinstance(row, _RoundEvent) or row.round > held.get(row.event.run_id, 0)]
         if rows:
-            append_events(db, rows)
+            stamp = db.to_db_time(at or now())
+            append_events(
+                db, [event_row(r.event, *event_data(r.event)) if isinstance(r, _RoundEvent) else r for r in rows], stamp
+            )
         return marks
+
+    def _event(
+        self,
+        db: Connection,
+        event: Event,
+        at: datetime,
+        hold: Hold | None,
+        latest: dict[str, Checkpointed],
+        marks: dict[str, Stored | None],
+        held: dict[str, int],
+    ) -> tuple[str, str, int | None, str]:
+        """Write a run's start, proposal or end (`_write_event`) in `_record`'s transaction, keeping `latest`,
+        `marks` and `held` up to date with the state it wrote; its row for the log."""
+        run_id = event.run_id
+        # A state this transaction wrote for the run is the one its end's state continues; a run's start takes
+        # the run's state in this batch with it (the batch's latest, written with the run's row).
+        known = marks.get(run_id) or self._stored.get(run_id)
+        state = latest.pop(run_id, None) if isinstance(event, RunStarted) else None
+        row, mark = self._write_event(db, event, at, hold, known, None if state is None else state.checkpoint)
+        if isinstance(event, RunFinished | RunAborted):
+            marks[run_id] = None
+        elif mark is not None:
+            marks[run_id] = mark
+        elif state is not None:
+            latest[run_id] = state  # the run was recorded before: its state is written as a round's is
+        if mark is not None:
+            held[run_id] = max(held.get(run_id, 0), mark.round)
+        return row
 
     def _write_event(
         self,
         db: Connection,
         event: Event,
         at: datetime,
-        stamp: object,
         hold: Hold | None = None,
         known: Stored | None = None,
-    ) -> tuple[object, ...]:
+        state: RunCheckpoint | None = None,
+    ) -> tuple[tuple[str, str, int | None, str], Stored | None]:
         """Write what the event changes besides the log (`hold`: see `record_all`; `known`: what the journal
-        last stored of the run's state, see `store_state`); its row for the log (`append_events`)."""
+        last stored of the run's state, see `store_state`; `state`: the run's state, written with its start);
+        its row for the log (`append_events`), and how far the run's stored state goes once it is written
+        (`None`: the event wrote none)."""
         round, data = event_data(event)
+        mark = None
         match event:
             case RunStarted():
-                insert_run(db, event, at, hold)
+                mark = insert_run(db, event, at, hold, state)
             case ProposalCaptured():
                 data["proposal_id"] = record_proposal(db, event.proposal, f"run:{event.run_id}", at)
             case RunFinished():
-                finish_run(db, event, at, known)
+                mark = finish_run(db, event, at, known)
             case RunAborted():
                 abort_run(db, event, at)
             case _:
                 pass
-        return event_row(event, round, data, stamp)
+        return event_row(event, round, data), mark
 
     def hold_runs(self, run_ids: Sequence[str], *, holder: str, token: str, lease: timedelta) -> None:
         """Take, or renew, the hold on unfinished runs this process records: until `lease` from now.

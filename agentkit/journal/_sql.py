@@ -302,30 +302,65 @@ def leave_statement() -> str:
     )
 
 
-def insert_run(db: Connection, event: RunStarted, at: datetime, hold: Hold | None = None) -> None:
+def insert_run(
+    db: Connection, event: RunStarted, at: datetime, hold: Hold | None = None, state: RunCheckpoint | None = None
+) -> Stored | None:
     """Record a run's start; with `hold`, held by that recorder until its lease runs out.
 
     A run already recorded (a resumed run starts again under its id) keeps its row, and is held
-    only if no other holder (its resumer) holds it.
+    only if no other holder (its resumer) holds it. A run recorded for the first time with its
+    `state` (written in the same transaction as its start) gets it with its row: the state's
+    header and how far it goes on the row, its entries appended, without reading the row back.
+
+    Returns:
+        How far the stored state goes, when `state` was written here; `None` otherwise.
     """
     config = _json({"tools": list(event.tools), "max_rounds": event.max_rounds})
     loop = None if event.config is None else config_text(event.config)
     holder, token, until = (
         (None, None, None) if hold is None else (hold.holder, hold.token, db.to_db_time(at + hold.lease))
     )
+    if state is not None and state.run_id != event.run_id:
+        state = None  # another run's state: `store_state` refuses it, as it would any write
+    mark = None if state is None else _advanced(state, _NOTHING_STORED)
     inserted = db.execute(
-        "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at, claimed_by, claim, lease_until) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
-        (event.run_id, event.agent, event.model, config, loop, db.to_db_time(at), holder, token, until),
+        "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at, claimed_by, claim, lease_until, "
+        "head, state_entries, state_digest, checkpoint_round, resumable) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING",
+        (
+            event.run_id,
+            event.agent,
+            event.model,
+            config,
+            loop,
+            db.to_db_time(at),
+            holder,
+            token,
+            until,
+            *_progress(state, mark),
+        ),
     )
-    if not inserted:
-        # A fork, resumed for the first time, starts now.
-        db.execute(
-            "UPDATE agentkit_runs SET started_at = ? WHERE id = ? AND started_at IS NULL",
-            (db.to_db_time(at), event.run_id),
-        )
-    if hold is not None and not inserted:
+    if inserted:
+        if state is not None and mark is not None:
+            _append_entries(db, event.run_id, state, 0)
+        return mark
+    # A fork, resumed for the first time, starts now.
+    db.execute(
+        "UPDATE agentkit_runs SET started_at = ? WHERE id = ? AND started_at IS NULL",
+        (db.to_db_time(at), event.run_id),
+    )
+    if hold is not None:
         db.execute(hold_runs_statement(1), (hold.holder, hold.token, until, event.run_id, hold.token))
+    return None
+
+
+def _progress(state: RunCheckpoint | None, mark: Stored | None) -> tuple[object, ...]:
+    """The run row's state columns (`head`, `state_entries`, `state_digest`, `checkpoint_round`, `resumable`)
+    for `state` stored up to `mark`; all `NULL` without a state."""
+    if state is None or mark is None:
+        return (None, None, None, None, None)
+    head = state.model_dump_json(exclude={"entries", "digest"})
+    return (head, mark.entries, mark.digest, mark.round, mark.resumable)
 
 
 @value_cache(maxsize=64)
@@ -334,18 +369,23 @@ def config_text(config: LoopConfig) -> str:
     return _json(loop_config_data(config))
 
 
-def event_row(event: Event, round: int | None, data: Mapping[str, Any], at: object) -> tuple[object, ...]:
-    """An event as the parameters of `append_events` (`at` as `to_db_time` gives it)."""
+def event_row(event: Event, round: int | None, data: Mapping[str, Any]) -> tuple[str, str, int | None, str]:
+    """An event as the run id, kind, round and data of its row in the log (`append_events`)."""
     try:
         text = pydantic_core.to_json(data).decode()  # the writer thread encodes every event: the fast encoder
     except (pydantic_core.PydanticSerializationError, UnicodeDecodeError):  # lone surrogates: kept by ``_json``
         text = _json(data)
-    return (event.run_id, event.kind, round, at, text)
+    return (event.run_id, event.kind, round, text)
 
 
-def append_events(db: Connection, rows: Sequence[tuple[object, ...]]) -> None:
-    """Append events (`event_row`), in order, to their runs' logs (never updated, never deleted)."""
-    insert_rows(db, "INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES", rows)
+def append_events(db: Connection, rows: Sequence[tuple[str, str, int | None, str]], at: object) -> None:
+    """Append events (`event_row`), in order, to their runs' logs (never updated, never deleted), each
+    recorded at `at` (as `to_db_time` gives it)."""
+    insert_rows(
+        db,
+        "INSERT INTO agentkit_events (run_id, kind, round, at, data) VALUES",
+        [(run_id, kind, round, at, data) for run_id, kind, round, data in rows],
+    )
 
 
 _ROWS_PER_STATEMENT = 64
@@ -376,11 +416,43 @@ def _insert_text(insert: str, columns: int, rows: int, tail: str) -> str:
     return f"{insert} {', '.join([marks] * rows)}{tail}"
 
 
-def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored | None = None) -> None:
-    """Record a run's ending and the rest of its state; the first ending recorded wins. `known`: what the
-    journal last stored of the run's state, as `store_state` takes it (the row is then not read first)."""
+def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored | None = None) -> Stored | None:
+    """Record a run's ending and the rest of its state, releasing the run; the first ending recorded wins.
+
+    `known`: what the journal last stored of the run's state, as `store_state` takes it. When the
+    final state continues it, the ending, the state's progress and the release are one update of
+    the run's row, which applies only while the row still says `known` and no ending is recorded;
+    otherwise each is written on its own, as `store_state` would, reading the row.
+
+    Returns:
+        How far the stored state goes now (`None`: the run's end holds no state, or its start was
+        never recorded).
+    """
     result = event.result
     usage = result.usage
+    ending = (
+        db.to_db_time(at),
+        result.outcome.value,
+        result.stop_reason.value,
+        said(result.error),
+        result.rounds,
+        usage.requests,
+        usage.input_tokens,
+        usage.output_tokens,
+    )
+    state = final_state(event)
+    if state is not None and known is not None and _continues(state, known):
+        mark = _advanced(state, known)
+        updated = db.execute(
+            "UPDATE agentkit_runs SET ended_at = ?, outcome = ?, stop_reason = ?, error = ?, rounds = ?, "
+            "requests = ?, input_tokens = ?, output_tokens = ?, state_entries = ?, state_digest = ?, "
+            "checkpoint_round = ?, resumable = ?, claim = NULL, lease_until = NULL "
+            "WHERE id = ? AND ended_at IS NULL AND head IS NOT NULL AND state_entries = ? AND state_digest = ?",
+            (*ending, mark.entries, mark.digest, mark.round, mark.resumable, event.run_id, known.entries, known.digest),
+        )
+        if updated == 1:
+            _append_entries(db, event.run_id, state, known.entries)
+            return mark
     db.execute(
         "INSERT INTO agentkit_runs (id, ended_at, outcome, stop_reason, error, rounds, requests, input_tokens, "
         "output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
@@ -388,22 +460,11 @@ def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored |
         "error = excluded.error, rounds = excluded.rounds, requests = excluded.requests, "
         "input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens "
         "WHERE agentkit_runs.ended_at IS NULL",
-        (
-            event.run_id,
-            db.to_db_time(at),
-            result.outcome.value,
-            result.stop_reason.value,
-            said(result.error),
-            result.rounds,
-            usage.requests,
-            usage.input_tokens,
-            usage.output_tokens,
-        ),
+        (event.run_id, *ending),
     )
-    state = final_state(event)
-    if state is not None:
-        store_state(db, event.run_id, state, known)
+    stored = None if state is None else store_state(db, event.run_id, state, known)
     release_run(db, event.run_id)
+    return stored
 
 
 def final_state(event: RunFinished) -> RunCheckpoint | None:
@@ -651,6 +712,10 @@ def store_state(db: Connection, run_id: str, state: RunCheckpoint, known: Stored
     return mark
 
 
+_NOTHING_STORED = Stored(0, "", 0, True)
+"""What a run's row says of its state before any of it is stored."""
+
+
 def _continues(state: RunCheckpoint, stored: Stored) -> bool:
     """Whether `state` adds entries to the `stored` ones (the last stored one is its entry there)."""
     if stored.entries >= len(state.entries):
@@ -669,8 +734,10 @@ def _append_entries(db: Connection, run_id: str, state: RunCheckpoint, stored: i
 
 def _advanced(state: RunCheckpoint, was: Stored) -> Stored:
     """What the run's row says once the entries of `state` after the `was.entries` stored are added."""
-    new = state.entries[was.entries :]
-    rounds = max([was.round if was.entries else 0, *(e.round for e in new if e.kind == "round")])
+    rounds = was.round if was.entries else 0
+    for entry in state.entries[was.entries :]:
+        if entry.kind == "round" and entry.round > rounds:
+            rounds = entry.round
     return Stored(len(state.entries), state.digest, rounds, state.resumable_after(was.entries, was.resumable))
 
 
