@@ -1,13 +1,18 @@
 """What checkpointing into a SQLite journal costs per round (``python -m benchmarks.journal_checkpoint``).
 
 The benchmark's retrieval run (3 searches, then done: 4 rounds, every model call a real HTTP round
-trip to ``benchmarks/server.py`` in its own process) as a tiered run, three ways, one after another
-in each repeat (order shuffled): without a journal (the baseline); with a ``JournalObserver`` on a
-fresh SQLite file that records the events only (its ``on_checkpoint`` switched off); and with the
-observer as it ships, which also writes the run's checkpoint at each round's end. Per round: wall
-time and the client process's CPU time (the journal's writer thread included), each the median
-over ``--runs`` runs; the ratios are medians over the repeats of the per-repeat ratios to the
-baseline. Prints one JSON object; ``--out`` also writes it and a Markdown table there.
+trip to ``benchmarks/server.py`` in its own process) as a tiered run, five ways, one after another
+in each repeat (order shuffled): without a journal (the baseline); with an observer that takes each
+round's state and writes nothing (what being observed costs); with a ``JournalObserver`` on a fresh
+SQLite file that records the events only (its ``on_checkpoint`` switched off); with the observer as
+it ships, which also writes the run's state at each round's end; and the floor of any journal that
+resumes a crashed run from its last completed round (``SQLFloor``): that bare observer committing
+each round's new state entries as one row of SQLite (WAL, ``synchronous=NORMAL``, as the journal
+writes a run's record) before the next round begins, the run's row with the first, and its ending
+with the last, and nothing else: no events, no checks, no leases. Per round: wall time and the
+client process's CPU time (the journal's writer thread included), each the median over ``--runs``
+runs; the ratios are medians over the repeats of the per-repeat ratios to the baseline. Prints one
+JSON object; ``--out`` also writes it and a Markdown table there.
 """
 
 from __future__ import annotations
@@ -16,22 +21,23 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
+import sqlite3
 import statistics
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from agentkit import LoopConfig, Observer, StopReason, run_tool_loop_tiered
+from agentkit import LoopConfig, Observer, RunCheckpoint, StopReason, ToolLoopResult, run_tool_loop_tiered
+from agentkit.events import RunFinished
 from agentkit.journal import JournalObserver, SQLiteJournal
 from agentkit.providers.openai import OpenAICaller
 from benchmarks import harness, scenario
 from benchmarks.contenders.agentkit_loop import Retriever, search
 
 CONFIG = LoopConfig(max_rounds=6)
-VARIANTS = ("no-journal", "journal-events", "journal-checkpoints")
+VARIANTS = ("no-journal", "observer-only", "journal-events", "journal-checkpoints", "sql-floor")
 
 
 class EventsOnly(JournalObserver):
@@ -40,13 +46,85 @@ class EventsOnly(JournalObserver):
     on_checkpoint = Observer.on_checkpoint
 
 
+class StatesTaken(Observer):
+    """An observer that takes the run's state at each round's end, as a journal does, and writes nothing."""
+
+    sees_calls = False
+
+    def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        pass
+
+
+class SQLFloor(StatesTaken):
+    """The least a journal that resumes a crashed run from its last completed round can write.
+
+    Each round's new state entries are committed as one row before the next round begins (one
+    autocommitted statement), the run's row (its state's header) in one transaction with its first
+    round, its ending with its last entries; no events, checks, leases or errors handled.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        self.db.execute("CREATE TABLE runs (id TEXT PRIMARY KEY, head TEXT NOT NULL, outcome TEXT)")
+        self.db.execute(
+            "CREATE TABLE entries (run_id TEXT NOT NULL, seq INTEGER NOT NULL, body TEXT NOT NULL, "
+            "PRIMARY KEY (run_id, seq))"
+        )
+        self.stored: dict[str, int] = {}
+
+    def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+        if not checkpoint.entries:
+            return  # nothing done yet: the run's row goes with its first round
+        stored = self.stored.get(run_id)
+        if stored is None:
+            self.db.execute("BEGIN")
+            self.db.execute(
+                "INSERT INTO runs (id, head) VALUES (?, ?)", (run_id, checkpoint.model_dump_json(exclude={"entries"}))
+            )
+            self.append(run_id, checkpoint, 0)
+            self.db.execute("COMMIT")
+        else:
+            self.append(run_id, checkpoint, stored)
+
+    def on_run_end(self, event: RunFinished) -> None:
+        result = event.result
+        assert isinstance(result, ToolLoopResult)
+        self.db.execute("BEGIN")
+        self.append(event.run_id, result.checkpoint, self.stored.pop(event.run_id, 0))
+        self.db.execute("UPDATE runs SET outcome = ? WHERE id = ?", (result.outcome.value, event.run_id))
+        self.db.execute("COMMIT")
+
+    def append(self, run_id: str, state: RunCheckpoint, stored: int) -> None:
+        new = state.entries[stored:]
+        rows = ", ".join(["(?, ?, ?)"] * len(new))
+        values = [v for seq, e in enumerate(new, start=stored) for v in (run_id, seq, e.model_dump_json())]
+        self.db.execute(f"INSERT INTO entries (run_id, seq, body) VALUES {rows}", values)
+        self.stored[run_id] = len(state.entries)
+
+
+def observer_for(variant: str, directory: Path) -> Observer | None:
+    """A fresh observer (and its own fresh database) for one sample of `variant`."""
+    file = directory / f"{variant}-{time.time_ns()}.db"
+    match variant:
+        case "no-journal":
+            return None
+        case "observer-only":
+            return StatesTaken()
+        case "journal-events":
+            return EventsOnly(SQLiteJournal(file))
+        case "journal-checkpoints":
+            return JournalObserver(SQLiteJournal(file))
+        case "sql-floor":
+            return SQLFloor(file)
+    raise ValueError(f"no variant {variant!r}")
+
+
 async def sample(caller: OpenAICaller, variant: str, runs: int, directory: Path) -> tuple[float, float]:
     """Median wall and CPU seconds per round over ``runs`` runs of one variant (after one untimed run)."""
-    journal = None if variant == "no-journal" else SQLiteJournal(directory / f"{variant}-{time.time_ns()}.db")
     # One observer for the sample's runs, as a service keeps one for all of its runs.
-    observer: Observer | None = None
-    if journal is not None:
-        observer = EventsOnly(journal) if variant == "journal-events" else JournalObserver(journal)
+    observer = observer_for(variant, directory)
     walls, cpus = [], []
     for index in range(runs + 1):
         started, cpu = time.perf_counter(), time.process_time()
@@ -61,8 +139,9 @@ async def sample(caller: OpenAICaller, variant: str, runs: int, directory: Path)
             cpus.append(used / result.rounds)
     if isinstance(observer, JournalObserver):
         observer.close()
-    if journal is not None:
-        await journal.close()
+        await observer.journal.close()
+    if isinstance(observer, SQLFloor):
+        observer.db.close()
     return statistics.median(walls), statistics.median(cpus)
 
 
@@ -88,7 +167,8 @@ async def measure(repeats: int, runs: int) -> dict[str, Any]:
             "wall_x": round(statistics.median(m / b for m, b in zip(mine["wall"], base["wall"], strict=True)), 3),
             "cpu_x": round(statistics.median(m / b for m, b in zip(mine["cpu"], base["cpu"], strict=True)), 3),
         }
-    report |= {"date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()} {os.cpu_count()} cores"}
+    # The machine with its processor: the ratios differ from one processor to another.
+    report |= {"date": time.strftime("%Y-%m-%d"), "machine": harness.environment()["machine"]}
     report["loadavg"] = [round(x, 2) for x in os.getloadavg()]
     return report
 

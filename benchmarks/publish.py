@@ -303,8 +303,10 @@ def prompt_tokens(files: Sequence[str]) -> str:
 
 JOURNAL_VARIANTS = {
     "no-journal": "no journal",
+    "observer-only": "an observer that takes each round's state, writing nothing",
     "journal-events": "journal, events only",
     "journal-checkpoints": "journal, events and a checkpoint per round (as it ships)",
+    "sql-floor": "the floor: each round's entries committed as one SQLite row, nothing else",
 }
 """How a variant of ``benchmarks/journal_checkpoint.py`` is named on the pages."""
 

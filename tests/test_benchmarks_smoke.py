@@ -125,10 +125,45 @@ async def test_context_growth_benchmark_bounds_the_request_under_a_window() -> N
 async def test_journal_checkpoint_benchmark_measures_every_variant() -> None:
     """The journal checkpoint benchmark runs each variant to its fourth round and reports each against the baseline."""
     report = await journal_checkpoint.measure(1, 1)
-    assert list(report["variants"]) == ["no-journal", "journal-events", "journal-checkpoints"]
+    assert list(report["variants"]) == [
+        "no-journal",
+        "observer-only",
+        "journal-events",
+        "journal-checkpoints",
+        "sql-floor",
+    ]
     assert report["variants"]["no-journal"]["cpu_x"] == 1.0
     table = journal_checkpoint.markdown(report)
     assert all(f"| {name} |" in table for name in report["variants"])
+
+
+async def test_the_sql_floor_commits_each_rounds_entries_before_the_next_round(tmp_path: Path) -> None:
+    """The journal benchmark's floor writes what a resumable run needs: by each round's end the entries so far
+    are committed (read from another connection), and at the run's end all of them and the outcome."""
+    import sqlite3
+
+    from agentkit import RunCheckpoint, run_tool_loop_tiered
+    from agentkit.testing import ScriptedCaller, call_step, done_step
+    from tests.support import Finder, Query, search
+
+    seen: list[int] = []
+
+    class Watched(journal_checkpoint.SQLFloor):
+        def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:
+            super().on_checkpoint(run_id, checkpoint)
+            with sqlite3.connect(tmp_path / "floor.db") as other:
+                seen.append(other.execute("SELECT COUNT(*) FROM entries WHERE run_id = ?", (run_id,)).fetchone()[0])
+
+    floor = Watched(tmp_path / "floor.db")
+    script = [call_step(Query(query="a")), call_step(Query(query="b")), done_step()]
+    result = await run_tool_loop_tiered(ScriptedCaller(script), Finder(), search, "ctx", observer=floor)
+    floor.db.close()
+    assert seen == [0, 1, 2]
+    with sqlite3.connect(tmp_path / "floor.db") as db:
+        bodies = [row[0] for row in db.execute("SELECT body FROM entries ORDER BY seq")]
+        (outcome,) = db.execute("SELECT outcome FROM runs WHERE id = ?", (result.run_id,)).fetchone()
+    assert bodies == [entry.model_dump_json() for entry in result.checkpoint.entries]
+    assert outcome == result.outcome.value
 
 
 async def test_evals_overhead_benchmark_replays_every_case_both_ways() -> None:
