@@ -415,9 +415,10 @@ class _Run:
             self.session.emit(
                 ToolCallStarted(run_id=run_id, round=this.round, tool_name=tool.name, tier=tier, args=event_args)
             )
-            around = wrapping(
-                self.session.observers, ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args)
-            )
+            if self.session.wrappers:
+                around = wrapping(
+                    self.session.wrappers, ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args)
+                )
         outcome = await invoke(tool, args, ctx=self.ctx, limit=self.tool_limit(), around=around)
         encoded = None
         if outcome.ran:

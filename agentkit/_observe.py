@@ -53,6 +53,7 @@ __all__ = [
     "observers_of",
     "settle",
     "wrapping",
+    "wraps",
 ]
 
 logger = logging.getLogger("agentkit.observe")
@@ -208,6 +209,11 @@ def traces(observer: Observer) -> bool:
     return type(observer).traceparent is not Observer.traceparent
 
 
+def wraps(observer: Observer) -> bool:
+    """Whether `observer` overrides `around` (so the run describes each model call and tool invocation to it)."""
+    return type(observer).around is not Observer.around
+
+
 def wants_checkpoints(observer: Observer) -> bool:
     """Whether `observer` overrides `on_checkpoint` (so the run builds a checkpoint per round for it)."""
     return type(observer).on_checkpoint is not Observer.on_checkpoint
@@ -326,7 +332,7 @@ async def observed(observers: tuple[Observer, ...], call: ModelCall | ToolInvoca
     """
     if not observers:
         return await work
-    wrapping = [observer for observer in observers if type(observer).around is not Observer.around]
+    wrapping = [observer for observer in observers if wraps(observer)]
     if not wrapping:  # no observer wraps the work: the base class's context does nothing
         result = await work
         call.result = result

@@ -22,7 +22,7 @@ from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
 from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
-from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces
+from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
 from agentkit._outcome import StopReason
 from agentkit._results import RunEnding
 from agentkit._state import json_text
@@ -121,6 +121,9 @@ class RunSession:
         self.observers = observers
         self.tracers = tuple(observer for observer in observers if traces(observer))
         """The observers that give each round's `traceparent` (`Observer.traceparent`)."""
+        self.wrappers = tuple(observer for observer in observers if wraps(observer))
+        """The observers that wrap a model call or a tool's work in a context of theirs (`Observer.around`);
+        without any, a call is not described to them at all."""
         self.role = role
         self.label = role.prompt_type or label
         self.run_id = run_id or uuid.uuid4().hex
@@ -216,10 +219,10 @@ class RunSession:
         try:
             async with timeout_scope(deadline):
                 work = generate_structured(counted, request, schema, policy, on_attempt=hook)
-                if self.observers:
+                if self.wrappers:
                     # Observers see the call while it runs (an OpenTelemetry span made current, say).
                     call = ModelCall(run_id=self.run_id, round=round, role=self.label, request=request, caller=caller)
-                    work = observed(self.observers, call, work)
+                    work = observed(self.wrappers, call, work)
                 completion = await work
         except UsageError:
             raise
