@@ -331,6 +331,42 @@ def test_a_round_appends_only_its_own_entries(tmp_path: Path) -> None:
     asyncio.run(journal.close())
 
 
+def test_a_runs_start_and_end_each_write_its_row_once_without_reading_it(tmp_path: Path) -> None:
+    """The first write of a run (its start with its first round's state) inserts the run's row with the state's
+    header and appends the entries, reading nothing and updating nothing; the end is one update of the row (its
+    ending, progress and release) and the last entries: a run's row is written once at each end."""
+    run = asyncio.run(captured_run())
+    journal = SQLiteJournal(tmp_path / "ends.db")
+    statements: list[str] = []
+    journal._conn.inner._db.set_trace_callback(statements.append)  # type: ignore[attr-defined]  # SQLite's own connection
+    ends = [i for i, e in enumerate(run.entries) if isinstance(e, Checkpointed)]
+
+    def written(entries: Sequence[Event | Checkpointed]) -> list[str]:
+        statements.clear()
+        journal.record_all(entries)
+        kept = [s for s in statements if s not in ("BEGIN IMMEDIATE", "COMMIT") and not s.startswith("PRAGMA")]
+        return [s.split(" (")[0].split(" SET")[0] for s in kept]
+
+    assert written(run.entries[: ends[1] + 1]) == [
+        "INSERT INTO agentkit_runs",
+        "INSERT INTO agentkit_entries",
+        "INSERT INTO agentkit_events",  # the run's start, in its log
+    ]
+    journal.record_all(run.entries[ends[1] + 1 : ends[-1] + 1])
+    assert written(run.entries[ends[-1] + 1 :]) == [
+        "UPDATE agentkit_runs",
+        "INSERT INTO agentkit_entries",
+        "INSERT INTO agentkit_events",  # the run's end, in its log
+    ]
+    record = asyncio.run(journal.run(run.entries[0].run_id))
+    state = asyncio.run(journal.state(record.id))
+    final = next(e for e in run.entries if isinstance(e, RunFinished)).result
+    assert isinstance(final, ToolLoopResult)
+    assert (record.state, record.claimed_by, record.checkpoint_round) == (RunState.FINISHED, None, 4)
+    assert state == final.checkpoint
+    asyncio.run(journal.close())
+
+
 def logged(journal: Journal, run_id: str) -> list[str]:
     """The kinds in the run's event log, in order."""
     with journal._tx(write=False) as db:

@@ -205,14 +205,14 @@ class Runs(Storage):
         # A state this transaction wrote for the run is the one its end's state continues; a run's start takes
         # the run's state in this batch with it (the batch's latest, written with the run's row).
         known = marks.get(run_id) or self._stored.get(run_id)
-        state = latest.pop(run_id, None) if isinstance(event, RunStarted) else None
+        state = latest.get(run_id) if isinstance(event, RunStarted) else None
         row, mark = self._write_event(db, event, at, hold, known, None if state is None else state.checkpoint)
         if isinstance(event, RunFinished | RunAborted):
             marks[run_id] = None
         elif mark is not None:
             marks[run_id] = mark
-        elif state is not None:
-            latest[run_id] = state  # the run was recorded before: its state is written as a round's is
+            if state is not None:
+                del latest[run_id]  # written with the run's row (otherwise it is written as a round's state is)
         if mark is not None:
             held[run_id] = max(held.get(run_id, 0), mark.round)
         return row
