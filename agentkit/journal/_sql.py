@@ -321,7 +321,7 @@ def insert_run(
         (None, None, None) if hold is None else (hold.holder, hold.token, db.to_db_time(at + hold.lease))
     )
     if state is not None and state.run_id != event.run_id:
-        state = None  # another run's state: `store_state` refuses it, as it would any write
+        state = None  # another run's state: not taken with the row; it is written (or refused) as any state is
     mark = None if state is None else _advanced(state, _NOTHING_STORED)
     inserted = db.execute(
         "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, started_at, claimed_by, claim, lease_until, "
@@ -425,8 +425,7 @@ def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored |
     otherwise each is written on its own, as `store_state` would, reading the row.
 
     Returns:
-        How far the stored state goes now (`None`: the run's end holds no state, or its start was
-        never recorded).
+        How far the stored state goes now (`None`: the run's end holds no state).
     """
     result = event.result
     usage = result.usage
