@@ -359,8 +359,7 @@ def _progress(state: RunCheckpoint | None, mark: Stored | None) -> tuple[object,
     for `state` stored up to `mark`; all `NULL` without a state."""
     if state is None or mark is None:
         return (None, None, None, None, None)
-    head = state.model_dump_json(exclude={"entries", "digest"})
-    return (head, mark.entries, mark.digest, mark.round, mark.resumable)
+    return (state.model_dump_json(exclude={"entries", "digest"}), *mark.columns)
 
 
 @value_cache(maxsize=64)
@@ -440,17 +439,9 @@ def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored |
         usage.output_tokens,
     )
     state = final_state(event)
-    if state is not None and known is not None and _continues(state, known):
-        mark = _advanced(state, known)
-        updated = db.execute(
-            "UPDATE agentkit_runs SET ended_at = ?, outcome = ?, stop_reason = ?, error = ?, rounds = ?, "
-            "requests = ?, input_tokens = ?, output_tokens = ?, state_entries = ?, state_digest = ?, "
-            "checkpoint_round = ?, resumable = ?, claim = NULL, lease_until = NULL "
-            "WHERE id = ? AND ended_at IS NULL AND head IS NOT NULL AND state_entries = ? AND state_digest = ?",
-            (*ending, mark.entries, mark.digest, mark.round, mark.resumable, event.run_id, known.entries, known.digest),
-        )
-        if updated == 1:
-            _append_entries(db, event.run_id, state, known.entries)
+    if state is not None:
+        mark = _appended_to_known(db, event.run_id, state, known, _ENDING, ending, " AND ended_at IS NULL")
+        if mark is not None:
             return mark
     db.execute(
         "INSERT INTO agentkit_runs (id, ended_at, outcome, stop_reason, error, rounds, requests, input_tokens, "
@@ -464,6 +455,13 @@ def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored |
     stored = None if state is None else store_state(db, event.run_id, state, known)
     release_run(db, event.run_id)
     return stored
+
+
+_ENDING = (
+    "ended_at = ?, outcome = ?, stop_reason = ?, error = ?, rounds = ?, requests = ?, input_tokens = ?, "
+    "output_tokens = ?, claim = NULL, lease_until = NULL, "
+)
+"""What a run's end sets on its row besides its state's progress (`finish_run`): the ending, and the release."""
 
 
 def final_state(event: RunFinished) -> RunCheckpoint | None:
@@ -645,6 +643,11 @@ class Stored:
     resumable: bool
     """Whether the run can be resumed from them."""
 
+    @property
+    def columns(self) -> tuple[int, str, int, bool]:
+        """The run row's `state_entries`, `state_digest`, `checkpoint_round` and `resumable` that say it."""
+        return (self.entries, self.digest, self.round, self.resumable)
+
 
 def store_state(db: Connection, run_id: str, state: RunCheckpoint, known: Stored | None = None) -> Stored | None:
     """Append the entries of `state` that the journal does not hold yet, one row each (and, the first
@@ -666,16 +669,9 @@ def store_state(db: Connection, run_id: str, state: RunCheckpoint, known: Stored
     Raises:
         JournalError: the state does not continue the one stored.
     """
-    if known is not None and _continues(state, known):
-        mark = _advanced(state, known)
-        updated = db.execute(
-            "UPDATE agentkit_runs SET state_entries = ?, state_digest = ?, checkpoint_round = ?, resumable = ? "
-            "WHERE id = ? AND head IS NOT NULL AND state_entries = ? AND state_digest = ?",
-            (mark.entries, mark.digest, mark.round, mark.resumable, run_id, known.entries, known.digest),
-        )
-        if updated == 1:
-            _append_entries(db, run_id, state, known.entries)
-            return mark
+    mark = _appended_to_known(db, run_id, state, known)
+    if mark is not None:
+        return mark
     rows = db.query(
         "SELECT head IS NULL AS headless, state_entries, state_digest, checkpoint_round, resumable "
         "FROM agentkit_runs WHERE id = ?",
@@ -699,15 +695,35 @@ def store_state(db: Connection, run_id: str, state: RunCheckpoint, known: Stored
     db.execute(
         "UPDATE agentkit_runs SET head = COALESCE(head, ?), state_entries = ?, state_digest = ?, checkpoint_round = ?, "
         "resumable = ? WHERE id = ?",
-        (
-            state.model_dump_json(exclude={"entries", "digest"}) if headless else None,
-            mark.entries,
-            mark.digest,
-            mark.round,
-            mark.resumable,
-            run_id,
-        ),
+        (state.model_dump_json(exclude={"entries", "digest"}) if headless else None, *mark.columns, run_id),
     )
+    return mark
+
+
+def _appended_to_known(
+    db: Connection,
+    run_id: str,
+    state: RunCheckpoint,
+    known: Stored | None,
+    also: str = "",
+    also_values: tuple[object, ...] = (),
+    where: str = "",
+) -> Stored | None:
+    """Append the entries of `state` after the `known` ones, with one update of the run's row that applies only
+    while the row still says `known` (and meets `where`, ` AND ...` conditions): its progress, and `also`
+    (`column = ?, ` clauses, with `also_values`). How far the stored state goes then; `None`, with nothing
+    written, when `state` does not continue `known` or the row says otherwise (the caller reads it then)."""
+    if known is None or not _continues(state, known):
+        return None
+    mark = _advanced(state, known)
+    updated = db.execute(
+        f"UPDATE agentkit_runs SET {also}state_entries = ?, state_digest = ?, checkpoint_round = ?, resumable = ? "
+        f"WHERE id = ? AND head IS NOT NULL AND state_entries = ? AND state_digest = ?{where}",
+        (*also_values, *mark.columns, run_id, known.entries, known.digest),
+    )
+    if updated != 1:
+        return None
+    _append_entries(db, run_id, state, known.entries)
     return mark
 
 
