@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import random
 import shutil
 import socket
 import subprocess
@@ -14,10 +15,36 @@ from typing import Any
 
 
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
+    """A port free now, below the range the kernel hands out for port 0 (`ip_local_port_range`).
+
+    The dev server picks the ports of its internal services (history, matching, worker) by asking
+    the kernel for port 0 before its frontend binds the port given here; a port taken from that same
+    range can come back to it, and the server then panics on the second bind. Below the range it
+    cannot.
+    """
+    low = _ephemeral_low()
+    if low <= 11_000:  # no room below the range: the kernel's own choice
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            chosen: int = probe.getsockname()[1]
+            return chosen
+    for _ in range(200):
+        port = random.randrange(10_000, low)
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 10000 and {low} after 200 tries")
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's range for port 0 (32768 where it cannot be read)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768
 
 
 def stop(process: subprocess.Popen[Any], *, grace: float) -> None:
