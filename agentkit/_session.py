@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json.encoder
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -50,8 +51,17 @@ _ROLE_FIELDS = tuple(field.name for field in dataclasses.fields(RoleSpec))
 
 
 def prompt_digest(prompt: Prompt) -> str:
-    """SHA-256 of a rendered prompt's two parts (what a replay compares a request by)."""
-    return hashlib.sha256(json_text([prompt.system, prompt.dynamic]).encode()).hexdigest()
+    """SHA-256 of a rendered prompt's two parts (what a replay compares a request by): `json_text` of the
+    pair, which for two strings is each one's ASCII JSON in brackets."""
+    system, dynamic = prompt.system, prompt.dynamic
+    if type(system) is str and type(dynamic) is str:
+        text = f"[{_ascii(system)},{_ascii(dynamic)}]"
+    else:
+        text = json_text([system, dynamic])
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+_ascii = json.encoder.encode_basestring_ascii
 
 
 def executor_failed(what: str, raised: BaseException) -> ExecutorError:

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentkit._cache import kept_on, value_cache
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import ContextWindow, Summarizer
-from agentkit._lossless import Text
+from agentkit._lossless import Text, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._structured import RetryPolicy
 from agentkit._tiers import Tier
@@ -493,7 +493,7 @@ class RunCheckpoint(BaseModel):
 
     def head_digest(self) -> str:
         """The digest of the header: version, run id, config, tools and lineage."""
-        return _sha256(json_text(self.model_dump(mode="json", exclude={"entries", "digest"})))
+        return _sha256(_head(self))
 
     def appended(self, entry: RoundEntry | DecisionEntry | EndEntry) -> RunCheckpoint:
         """This state with `entry` appended, its digest chained to the last one."""
@@ -704,12 +704,190 @@ def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
 
     A round recorded without a tracer is digested without its `trace`, as rounds were before it existed.
     """
+    return _sha256(f"{previous}\n{_content(entry)}")
+
+
+def _content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
+    """What `chained` digests of `entry`: `json_text` of its JSON dump, less its digest (and what it leaves out)."""
     untraced = isinstance(entry, RoundEntry) and entry.trace is None
-    exclude = set(_UNTRACED if untraced else _UNDIGESTED)
+    exclude = _UNTRACED if untraced else _UNDIGESTED
     if isinstance(entry, DecisionEntry) and entry.args is None:
-        exclude |= _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
-    content = entry.model_dump(mode="json", exclude=exclude)
-    return _sha256(f"{previous}\n{json_text(content)}")
+        exclude = exclude | _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
+    fast = _fast_content(entry, exclude)
+    if fast is not None:
+        return fast
+    return json_text(entry.model_dump(mode="json", exclude=set(exclude)))
+
+
+_ascii = json.encoder.encode_basestring_ascii
+_INFINITY = float("inf")
+
+
+def _float_text(value: float) -> str:
+    """A float as `json_text` writes it (`NaN` and `Infinity` included)."""
+    if value != value:
+        return "NaN"
+    if value == _INFINITY:
+        return "Infinity"
+    if value == -_INFINITY:
+        return "-Infinity"
+    return float.__repr__(value)
+
+
+def _plain_text(value: object) -> str | None:
+    return _ascii(value) if type(value) is str else "null" if value is None else None
+
+
+def _free_text(value: object) -> str | None:
+    return _ascii(to_stored(value)) if type(value) is str else "null" if value is None else None
+
+
+def _whole(value: object) -> str | None:
+    return int.__repr__(value) if type(value) is int else "null" if value is None else None
+
+
+def _real(value: object) -> str | None:
+    return _float_text(value) if type(value) is float else None
+
+
+def _truth(value: object) -> str | None:
+    return "true" if value is True else "false" if value is False else None
+
+
+def _texts(value: object) -> str | None:
+    if type(value) is not tuple or any(type(part) is not str for part in value):
+        return None
+    return f"[{','.join(_ascii(to_stored(part)) for part in value)}]"
+
+
+def _member(kind: type[enum.Enum]) -> Callable[[object], str | None]:
+    def written(value: object) -> str | None:
+        if value is None:
+            return "null"
+        if type(value) is not kind:
+            return None
+        raw = value.value
+        return _ascii(raw) if type(raw) is str else int.__repr__(raw) if type(raw) is int else None
+
+    return written
+
+
+_Writer = Callable[[object], "str | None"]
+
+
+def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
+    """How each field of each entry model is written in its digested content, where its value is of the field's
+    own type (a value of any other type is digested through its JSON dump: see `_fast_content`)."""
+    rounds: dict[str, _Writer] = {
+        "kind": _plain_text,
+        "round": _whole,
+        "outcome": _member(RoundOutcome),
+        "closing": _truth,
+        "model": _free_text,
+        "rationale": _free_text,
+        "tool": _free_text,
+        "tier": _member(Tier),
+        "args": _plain_text,
+        "answer": _plain_text,
+        "batch": _plain_text,
+        "observation": _free_text,
+        "repeats": _whole,
+        "proposed_at": _plain_text,
+        "call_digest": _plain_text,
+        "error": _free_text,
+        "summary": _free_text,
+        "summarized": _whole,
+        "prompt": _plain_text,
+        "schema_digest": _plain_text,
+        "requests": _whole,
+        "input_tokens": _whole,
+        "output_tokens": _whole,
+        "llm_seconds": _real,
+        "tool_seconds": _real,
+        "elapsed": _real,
+        "trace": _plain_text,
+        "digest": _plain_text,
+    }
+    decisions: dict[str, _Writer] = {
+        "kind": _plain_text,
+        "round": _whole,
+        "call_digest": _plain_text,
+        "approved": _truth,
+        "by": _free_text,
+        "reason": _free_text,
+        "batch": _plain_text,
+        "observation": _free_text,
+        "error": _free_text,
+        "tool_seconds": _real,
+        "elapsed": _real,
+        "args": _plain_text,
+        "amended": _texts,
+        "digest": _plain_text,
+    }
+    ends: dict[str, _Writer] = {
+        "kind": _plain_text,
+        "stop_reason": _member(StopReason),
+        "outcome": _member(Outcome),
+        "error": _free_text,
+        "elapsed": _real,
+        "digest": _plain_text,
+    }
+    return {RoundEntry: rounds, DecisionEntry: decisions, EndEntry: ends}
+
+
+@functools.cache
+def _plan(kind: type[BaseModel], exclude: frozenset[str]) -> tuple[tuple[str, str, _Writer], ...]:
+    """Each digested field of `kind` in `json_text`'s order (sorted), with its key as written and its writer."""
+    writers = _WRITERS[kind]
+    if set(writers) != set(kind.model_fields):  # pragma: no cover - a field added to an entry without a writer
+        raise TypeError(f"{kind.__name__}'s fields and the digest's writers for them differ")
+    return tuple((name, f"{_ascii(name)}:", writers[name]) for name in sorted(writers) if name not in exclude)
+
+
+def _head(state: RunCheckpoint) -> str:
+    """What `head_digest` digests: `json_text` of the state's JSON dump less its entries and digest.
+
+    Written part by part where each part holds a value of its field's type; the config's and each tool's
+    text are kept for the objects a service's runs share (`_shared_text`)."""
+    written = [_whole(state.forked_at), _free_text(state.parent), _free_text(state.run_id), _whole(state.version)]
+    if type(state.config) is not CheckpointConfig or type(state.tools) is not tuple or None in written:
+        return json_text(state.model_dump(mode="json", exclude={"entries", "digest"}))
+    forked_at, parent, run_id, version = written
+    tools = ",".join(_shared_text(tool) for tool in state.tools)
+    return (
+        f'{{"config":{_shared_text(state.config)},"forked_at":{forked_at},"parent":{parent},"run_id":{run_id},'
+        f'"tools":[{tools}],"version":{version}}}'
+    )
+
+
+_SHARED_TEXTS: dict[int, tuple[BaseModel, str]] = {}
+"""`json_text` of recent configs and tool entries, by identity (each kept alive by its entry here)."""
+_SHARED_SIZE = 256
+
+
+def _shared_text(value: BaseModel) -> str:
+    """`json_text` of a frozen config or tool entry's JSON dump, worked out once per object while it is recent."""
+    found = _SHARED_TEXTS.get(id(value))
+    if found is not None and found[0] is value:
+        return found[1]
+    text = json_text(value.model_dump(mode="json"))
+    if len(_SHARED_TEXTS) >= _SHARED_SIZE:
+        _SHARED_TEXTS.clear()
+    _SHARED_TEXTS[id(value)] = (value, text)
+    return text
+
+
+def _fast_content(entry: BaseModel, exclude: frozenset[str]) -> str | None:
+    """`json_text(entry.model_dump(mode="json", exclude=exclude))`, written field by field where every field
+    holds a value of its own type (as every entry the run makes or validates does); `None` otherwise."""
+    fields = entry.__dict__
+    parts = []
+    for name, key, write in _plan(type(entry), exclude):
+        written = write(fields[name])
+        if written is None:
+            return None
+        parts.append(key + written)
+    return "{" + ",".join(parts) + "}"
 
 
 def tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
@@ -721,3 +899,6 @@ def tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> Tool
 def _tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
     schema = args_type.model_json_schema()
     return ToolEntry(name=name, tier=tier, args=_sha256(json_text(schema)))
+
+
+_WRITERS = _writers()

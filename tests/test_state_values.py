@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
+import math
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentkit import LoopConfig, Outcome, StopReason, Tier
+from agentkit import LoopConfig, Outcome, Prompt, StopReason, Tier
+from agentkit._session import prompt_digest
 from agentkit._state import (
     DecisionEntry,
     EndEntry,
     RoundEntry,
     RoundOutcome,
     RunCheckpoint,
+    _content,
+    _head,
     chained,
+    json_text,
     made,
     tool_entry,
 )
@@ -107,6 +113,90 @@ def test_an_appended_state_is_the_one_model_copy_makes(fields: list[dict[str, An
     assert RunCheckpoint.model_validate_json(state.model_dump_json()) == state
 
 
+any_float = st.floats(allow_nan=True, allow_infinity=True)
+
+
+def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
+    """What an entry's digest covers, the way it was first defined: `json_text` of its JSON dump."""
+    exclude = {"digest"}
+    if isinstance(entry, RoundEntry) and entry.trace is None:
+        exclude.add("trace")
+    if isinstance(entry, DecisionEntry) and entry.args is None:
+        exclude |= {"args", "amended"}
+    return json_text(entry.model_dump(mode="json", exclude=exclude))
+
+
+@given(
+    fields=round_fields,
+    decision=decision_fields,
+    end=end_fields,
+    floats=st.tuples(any_float, any_float, any_float),
+    validated=st.booleans(),
+)
+def test_an_entrys_digested_content_is_json_text_of_its_dump(
+    fields: dict[str, Any], decision: dict[str, Any], end: dict[str, Any], floats: tuple[float, ...], validated: bool
+) -> None:
+    """The digest writes an entry field by field: byte for byte what `json_text` makes of its JSON dump, for
+    every text (lone surrogates, NUL, U+FFFF), every float (NaN, infinities, -0.0) and every tier and enum."""
+    rounds = {**fields, "llm_seconds": floats[0], "tool_seconds": floats[1], "elapsed": floats[2]}
+    entries: list[RoundEntry | DecisionEntry | EndEntry] = [
+        made(RoundEntry, **rounds),
+        made(DecisionEntry, **{**decision, "tool_seconds": floats[0]}),
+        made(EndEntry, **{**end, "elapsed": floats[1]}),
+    ]
+    for entry in entries:
+        if validated and all(map(math.isfinite, floats)):  # a JSON round trip, as a loaded state's entries
+            entry = type(entry).model_validate_json(entry.model_dump_json())
+        assert _content(entry) == dumped_content(entry)
+
+
+def test_an_entry_holding_a_value_not_of_its_fields_type_is_digested_through_its_dump() -> None:
+    """A value of another type (an int where a float belongs, a str subclass) takes the dump's path, so the
+    digest is still the dump's."""
+
+    class Name(str):
+        pass
+
+    odd: list[RoundEntry | DecisionEntry | EndEntry] = [
+        made(RoundEntry, round=1, outcome=RoundOutcome.RAN, elapsed=2),
+        made(RoundEntry, round=1, outcome=RoundOutcome.RAN, rationale=Name("why")),
+        made(DecisionEntry, round=1, call_digest="d", approved=True, by="ops", amended=["field"]),
+    ]
+    for entry in odd:
+        assert _content(entry) == dumped_content(entry)
+
+
+@given(
+    run_id=text,
+    parent=maybe_text,
+    forked_at=st.none() | st.integers(0, 10**9),
+    max_rounds=st.none() | st.integers(1, 100),
+    deadline=st.none() | st.floats(min_value=0.001, max_value=1e6),
+    loaded=st.booleans(),
+)
+def test_a_states_digested_header_is_json_text_of_its_dump(
+    run_id: str, parent: str | None, forked_at: int | None, max_rounds: int | None, deadline: float | None, loaded: bool
+) -> None:
+    """The header's digest is written part by part (the config's and tools' text kept per object): byte for
+    byte `json_text` of its JSON dump, for a fresh state and for one read back from JSON."""
+    tools = (tool_entry("search", Tier.READ_ONLY, Query), tool_entry("delete", Tier.IRREVERSIBLE, Query))
+    config = LoopConfig(max_rounds=max_rounds, deadline=deadline)
+    state = RunCheckpoint.start(run_id, config, tools, parent=parent, forked_at=forked_at)
+    if loaded:
+        state = RunCheckpoint.model_validate_json(state.model_dump_json())
+    for _ in range(2):  # the second time from the kept texts
+        assert _head(state) == json_text(state.model_dump(mode="json", exclude={"entries", "digest"}))
+    state.verify()
+
+
 def test_a_state_made_without_its_config_gets_the_default_one() -> None:
     """A field with a default factory that `made` is not given gets a fresh default, as with model_construct."""
     same_value(made(RunCheckpoint, run_id="r"), RunCheckpoint.model_construct(run_id="r"))
+
+
+@given(system=text, dynamic=text)
+def test_a_prompts_digest_is_that_of_json_text_of_its_two_parts(system: str, dynamic: str) -> None:
+    """A round's prompt digest (what a replay compares a request by) is written without the general encoder:
+    still the SHA-256 of `json_text` of the pair, for any text."""
+    expected = hashlib.sha256(json_text([system, dynamic]).encode()).hexdigest()
+    assert prompt_digest(Prompt(system=system, dynamic=dynamic)) == expected
