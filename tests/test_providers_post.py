@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import httpx2
 import openai
@@ -12,7 +14,7 @@ from pydantic import BaseModel
 
 from agentkit import StructuredRequest
 from agentkit.errors import ProviderError, Throttled
-from agentkit.providers._post import is_direct, post_for
+from agentkit.providers._post import _Direct, is_direct, post_for
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply
 
@@ -166,3 +168,146 @@ async def test_a_server_that_is_gone_is_a_transient_provider_error_on_either_roa
         with pytest.raises(ProviderError, match="could not reach the model server") as raised:
             await OpenAICaller(client).complete(StructuredRequest(system="", dynamic="rate", model="m"), Verdict)
     assert raised.value.transient
+
+
+class Scripted:
+    """An httpx transport that answers each request with the next of its responses, and keeps the requests."""
+
+    def __init__(self, *answers: Callable[[httpx2.Request], httpx2.Response]) -> None:
+        self.answers = list(answers)
+        self.requests: list[httpx2.Request] = []
+
+    def handle(self, request: httpx2.Request) -> httpx2.Response:
+        self.requests.append(request)
+        return self.answers.pop(0)(request) if self.answers else reply_to(request)
+
+    def client(self, **options: object) -> openai.AsyncOpenAI:
+        http = httpx2.AsyncClient(transport=httpx2.MockTransport(self.handle), **options)  # type: ignore[arg-type]  # the HTTP client's own options
+        return openai.AsyncOpenAI(base_url=BASE, http_client=http, api_key="k", max_retries=0)
+
+
+BODY = b'{"model":"m","messages":[]}'
+
+
+def direct_of(client: openai.AsyncOpenAI) -> _Direct:
+    post = post_for(client, "/chat/completions")
+    assert isinstance(post, _Direct)
+    return post
+
+
+async def test_a_stock_http_client_has_the_request_sent_on_its_transport() -> None:
+    """A stock HTTP client's request goes to its own transport; the response is read and carries its request,
+    its elapsed time and the client's default encoding, as the client's request layer leaves them."""
+    script = Scripted()
+    async with script.client(default_encoding="latin-1") as client:
+        post = direct_of(client)
+        assert post._transport is client._client._transport
+        response = await post(BODY)
+    assert response.json()["id"] == "chatcmpl-1"
+    assert response.request is script.requests[0]
+    assert response.request.url == httpx2.URL(f"{BASE}/chat/completions")
+    assert response.elapsed.total_seconds() >= 0
+    assert response.default_encoding == "latin-1"
+
+
+def hook_seen(seen: list[str]) -> Callable[[httpx2.Request], Awaitable[None]]:
+    async def hook(request: httpx2.Request) -> None:
+        seen.append(str(request.url))
+
+    return hook
+
+
+async def test_an_http_client_that_works_per_request_sends_through_its_request_layer() -> None:
+    """Auth, event hooks or query parameters on the HTTP client: each request goes through `send`, so they run."""
+    seen: list[str] = []
+    script = Scripted()
+    options: list[dict[str, object]] = [
+        {"auth": ("user", "secret")},
+        {"event_hooks": {"request": [hook_seen(seen)]}},
+        {"params": {"tenant": "a"}},
+    ]
+    for option in options:
+        async with script.client(**option) as client:
+            post = direct_of(client)
+            assert post._transport is None
+            await post(BODY)
+    with_auth, hooked, with_params = script.requests
+    assert with_auth.headers["authorization"].startswith("Basic ")
+    assert seen == [str(hooked.url)]
+    assert with_params.url.params["tenant"] == "a"
+
+
+def test_a_subclass_of_the_http_client_that_sends_its_own_way_goes_through_its_request_layer() -> None:
+    """An HTTP client whose class changes how a request is sent keeps doing so."""
+
+    class Signing(httpx2.AsyncClient):
+        async def send(self, request: httpx2.Request, **options: Any) -> httpx2.Response:
+            request.headers["x-signature"] = "signed"
+            return await super().send(request, **options)
+
+    client = openai.AsyncOpenAI(base_url=BASE, http_client=Signing(), api_key="k")
+    assert direct_of(client)._transport is None
+
+
+def set_cookie(request: httpx2.Request) -> httpx2.Response:
+    response = reply_to(request)
+    response.headers["set-cookie"] = "route=b; Path=/"
+    return response
+
+
+async def test_a_cookie_the_server_sets_is_kept_and_sent_with_the_next_request() -> None:
+    """A response that sets a cookie has it kept in the client's jar, and the next request carries it."""
+    script = Scripted(set_cookie)
+    async with script.client() as client:
+        post = direct_of(client)
+        await post(BODY)
+        assert client._client.cookies["route"] == "b"
+        await post(BODY)
+    first, second = script.requests
+    assert "cookie" not in first.headers
+    assert second.headers["cookie"] == "route=b"
+
+
+def moved(request: httpx2.Request) -> httpx2.Response:
+    return httpx2.Response(307, headers={"location": "http://llm.test/v2/chat/completions"})
+
+
+async def test_a_redirect_is_followed_where_the_client_follows_them() -> None:
+    """A redirect, where the HTTP client follows redirects, is sent again through its request layer, which
+    follows it; where it does not, the redirect is the response (and the caller's status error)."""
+    script = Scripted(moved, moved)
+    async with script.client(follow_redirects=True) as client:
+        response = await direct_of(client)(BODY)
+    assert response.is_success
+    assert [str(r.url) for r in script.requests] == [
+        f"{BASE}/chat/completions",
+        f"{BASE}/chat/completions",
+        "http://llm.test/v2/chat/completions",
+    ]
+    script = Scripted(moved)
+    async with script.client() as client:
+        with pytest.raises(openai.APIStatusError) as raised:
+            await direct_of(client)(BODY)
+    assert raised.value.status_code == 307
+
+
+async def test_each_request_is_logged_as_the_http_client_logs_it(caplog: pytest.LogCaptureFixture) -> None:
+    """The HTTP client's INFO line for each request (`httpx2` logger) is written on the direct road too."""
+    script = Scripted()
+    with caplog.at_level(logging.INFO, logger="httpx2"):
+        async with script.client() as client:
+            await direct_of(client)(BODY)
+    assert [r.getMessage() for r in caplog.records if r.name == "httpx2"] == [
+        f'HTTP Request: POST {BASE}/chat/completions "HTTP/1.1 200 OK"'
+    ]
+
+
+async def test_a_closed_client_sends_nothing() -> None:
+    """A request through a closed client is a connection error, and reaches no server."""
+    script = Scripted()
+    client = script.client()
+    post = direct_of(client)
+    await client.close()
+    with pytest.raises(openai.APIConnectionError):
+        await post(BODY)
+    assert script.requests == []

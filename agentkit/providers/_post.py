@@ -12,19 +12,35 @@ copies of the request options, the headers and the URL rebuilt, a response wrapp
 more client CPU than the rest of an agentkit round, and the SDK's telemetry headers
 (`X-Stainless-*`: 9 of its 13 headers, which cost about as much again to build, check and write).
 
+Where that HTTP client is itself stock (`httpx2.AsyncClient`, or the `openai` package's own
+subclasses of it that change nothing per request: no auth, event hooks, query parameters, proxy
+mounts or credentials in the URL), `_Direct` also leaves out its per-request pipeline: the request,
+its headers merged with the HTTP client's and its timeout, is built once and handed to the client's
+own transport (its connection pool). The client's request layer (the URL and cookies merged again,
+an auth flow, redirect and event-hook loops, a stream wrapper per response) costs about a third of
+a bare `httpx2` request's client CPU. What it does that a stock client's request can need is kept:
+a response that sets a cookie has it kept in the client's jar, and while the jar holds one, or
+where a redirect is to be followed, the request goes through `http.send` as before; the response
+carries its request, its elapsed time and the client's default encoding; the client logs each
+request as it does (`httpx2` logger, INFO); a closed client refuses to send.
+
 Any other client (`AsyncAzureOpenAI` and other subclasses, a key given as a function, a provider
 runtime, a default query) goes through `client.post`, which runs whatever that client does per
-request. Either road yields the response or raises `openai` errors, so `OpenAICaller` maps
+request. Every road yields the response or raises `openai` errors, so `OpenAICaller` maps
 errors in one place.
 """
 
 from __future__ import annotations
 
+import datetime
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import httpx2
 import openai
+from httpx2._client import ClientState
 
 __all__ = ["Post", "is_direct", "post_for"]
 
@@ -80,9 +96,10 @@ class _ThroughClient:
 
 
 class _Direct:
-    """The stock client's request, prepared once, sent through its own HTTP client."""
+    """The stock client's request, prepared once, sent through its own HTTP client (or, where that is stock
+    too, its transport)."""
 
-    __slots__ = ("_client", "_headers", "_http", "_timeout", "_url")
+    __slots__ = ("_client", "_extensions", "_headers", "_http", "_sent_headers", "_timeout", "_transport", "_url")
 
     def __init__(self, client: openai.AsyncOpenAI, http: httpx2.AsyncClient, path: str) -> None:
         self._client = client
@@ -94,13 +111,51 @@ class _Direct:
         self._headers = httpx2.Headers(
             {name: value for name, value in headers.items() if isinstance(value, str) and not _telemetry(name)}
         )
-        self._timeout = client.timeout
+        timeout = client.timeout
+        # made once: a number given per request is made into an `httpx2.Timeout` on each one, through a
+        # runtime protocol check (`SupportsFloat`) that costs more than the rest of building the request
+        self._timeout = timeout if isinstance(timeout, httpx2.Timeout | None) else httpx2.Timeout(timeout)
+        self._transport = _bare_transport(http, self._url)
+        # the request `http.build_request` makes: the HTTP client's headers, then these, and the timeout
+        sent = http.headers.copy()
+        sent.update(self._headers)
+        self._sent_headers = sent
+        self._extensions = {"timeout": (self._timeout or httpx2.Timeout(None)).as_dict()}
 
     async def __call__(self, content: bytes) -> httpx2.Response:
         http = self._http
-        request = http.build_request("POST", self._url, content=content, headers=self._headers, timeout=self._timeout)
+        transport = self._transport
+        if transport is not None and _holds_cookies(http):
+            transport = None
+        if transport is not None:
+            extensions = dict(self._extensions)
+            request = httpx2.Request(
+                "POST", self._url, headers=self._sent_headers, content=content, extensions=extensions
+            )
+        else:
+            request = http.build_request(
+                "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
+            )
         try:
-            response = await http.send(request)
+            if transport is None:
+                response = await http.send(request)
+            else:
+                opened(http)
+                started = time.perf_counter()
+                try:
+                    response = await transport.handle_async_request(request)
+                except httpx2.RequestError as error:
+                    error.request = request  # as the client's request layer attaches it
+                    raise
+                response.request = request
+                response.default_encoding = http._default_encoding
+                try:
+                    await response.aread()
+                except BaseException:
+                    await response.aclose()
+                    raise
+                if not kept(http, response, started):  # a redirect to follow: the client's own request does that
+                    response = await http.send(request)
         except httpx2.TimeoutException as error:
             raise openai.APITimeoutError(request=request) from error
         except Exception as error:  # the client's own rule: anything else on the way is a connection error
@@ -110,3 +165,67 @@ class _Direct:
             make_error = cast("Callable[[httpx2.Response], Any]", self._client._make_status_error_from_response)
             raise make_error(response)
         return response
+
+
+_REQUEST_LAYER = (
+    "send",
+    "build_request",
+    "_send_handling_auth",
+    "_send_handling_redirects",
+    "_send_single_request",
+    "_transport_for_url",
+    "_set_timeout",
+    "_build_request_auth",
+)
+"""What `httpx2.AsyncClient` does per request: a class that overrides any of it is sent through `send`."""
+
+_http_log = logging.getLogger("httpx2")
+
+
+def _bare_transport(http: httpx2.AsyncClient, url: httpx2.URL) -> httpx2.AsyncBaseTransport | None:
+    """The HTTP client's transport for `url`, when its request layer does nothing for that request but build it,
+    send it and read the response (see the module docstring); `None` otherwise."""
+    kind = type(http)
+    if any(getattr(kind, name, None) is not getattr(httpx2.AsyncClient, name) for name in _REQUEST_LAYER):
+        return None
+    hooks = getattr(http, "_event_hooks", None)
+    mounts = getattr(http, "_mounts", None)
+    jar = getattr(http.cookies.jar, "_cookies", None)
+    transport = getattr(http, "_transport", None)
+    if http.auth is not None or http.params or url.username or url.password or url.query:
+        return None
+    if not isinstance(hooks, dict) or any(hooks.values()) or mounts != {} or not isinstance(jar, dict):
+        return None
+    return transport if isinstance(transport, httpx2.AsyncBaseTransport) else None
+
+
+def _holds_cookies(http: httpx2.AsyncClient) -> bool:
+    """The client's jar holds a cookie (which `build_request` would send): its request layer then sends."""
+    return bool(http.cookies.jar._cookies)  # type: ignore[attr-defined]  # CookieJar's store, checked in _bare_transport
+
+
+def opened(http: httpx2.AsyncClient) -> None:
+    """Mark the client in use, as its `send` does; a closed one sends nothing."""
+    if http._state is not ClientState.OPENED:
+        if http.is_closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        http._state = ClientState.OPENED
+
+
+def kept(http: httpx2.AsyncClient, response: httpx2.Response, started: float) -> bool:
+    """What the client's request layer does with a response it has read: its elapsed time, its cookies kept in
+    the client's jar, the client's log line. `False`: a redirect the client follows (sent again through `send`)."""
+    response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)
+    if "set-cookie" in response.headers:
+        http.cookies.extract_cookies(response)
+    if _http_log.isEnabledFor(logging.INFO):
+        request = response.request
+        _http_log.info(
+            'HTTP Request: %s %s "%s %d %s"',
+            request.method,
+            request.url,
+            response.http_version,
+            response.status_code,
+            response.reason_phrase,
+        )
+    return not (300 <= response.status_code < 400 and http.follow_redirects and response.has_redirect_location)

@@ -83,9 +83,13 @@ def token_count(value: object, field: str, model: str) -> int:
     return value
 
 
+_COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+"""Made once: `json.dumps` with these options makes an encoder per call."""
+
+
 def dumps(value: Any) -> str:
     """Compact JSON, as the openai client writes it (UTF-8 text, no NaN)."""
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return _COMPACT.encode(value)
 
 
 def request_body(kwargs: Mapping[str, Any], extra_json: str) -> bytes:

@@ -396,6 +396,8 @@ class OpenAICaller:
         self._max_in_flight = max_in_flight
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
+        self._last_plan: tuple[type[BaseModel], StructuredMode, bool, _Plan] | None = None
+        """The plan of the latest call's schema (a run asks with the same step model round after round)."""
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -424,7 +426,7 @@ class OpenAICaller:
             StructuredOutputError: the reply stayed invalid after the re-asks.
             Truncated: the reply was cut off by the token limit (a `StructuredOutputError`).
         """
-        plan = _plan(schema, self.mode, self.strict)
+        plan = self._plan_for(schema)
         kwargs = self._kwargs(request, _messages(plan, request))
         tally = _Tally()
         try:
@@ -497,19 +499,8 @@ class OpenAICaller:
         return kwargs
 
     async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[Reply, bytes]:
-        """One POST (`_post`), reported with its messages to a transcript listener (`agentkit._transcript`)."""
-        try:
-            reply, body = await self._post_once(kwargs, extra_json, tally)
-        except AgentkitError:
-            sent(kwargs["messages"], None)
-            raise
-        if listened():
-            choices = getattr(reply, "choices", None)
-            sent(kwargs["messages"], _raw_text(choices[0]) if choices else None)
-        return reply, body
-
-    async def _post_once(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[Reply, bytes]:
-        """One POST: the reply validated from its bytes, and the bytes (a re-ask rebuilds from them)."""
+        """One POST (`_post`): the reply validated from its bytes, and the bytes (a re-ask rebuilds from them);
+        reported with its messages to a transcript listener (`agentkit._transcript`)."""
         tally.requests += 1
         model = str(kwargs["model"])
         content = request_body(kwargs, extra_json)
@@ -517,42 +508,65 @@ class OpenAICaller:
             async with self._slot():
                 async with asyncio.timeout(self._deadline):
                     response = await self._post(content)
-        except TimeoutError as error:
-            raise ProviderError(
-                f"request to model {model!r} timed out after {self._deadline}s for the whole request "
-                "(connecting, sending, waiting and reading the reply); "
-                "raise OpenAICaller(timeout=...) or check the server's load",
-                transient=True,
-            ) from error
-        except openai.RateLimitError as error:
-            raise Throttled(
-                f"model server throttled model {model!r} (HTTP 429): {_server_message(error)}",
-                retry_after=_retry_after(error.response.headers),
-            ) from error
-        except openai.APITimeoutError as error:
-            raise ProviderError(
-                f"request to model {model!r} timed out after {self._client.timeout}s; "
-                "raise OpenAICaller(timeout=...) or check the server's load",
-                transient=True,
-            ) from error
-        except openai.APIConnectionError as error:
-            raise ProviderError(
-                f"could not reach the model server at {self._client.base_url} ({_cause(error)}); is it running?",
-                transient=True,
-            ) from error
-        except openai.APIStatusError as error:
-            raise _status_error(model, error) from error
+        except (TimeoutError, openai.APIConnectionError, openai.APIStatusError) as error:
+            sent(kwargs["messages"], None)
+            raise self._failure(model, error) from error
         body = response.content
         try:
             reply = Reply.model_validate_json(body)
         except ValidationError as error:
+            sent(kwargs["messages"], None)
             raise ProviderError(
                 f"model server sent an unreadable reply for model {model!r} (not a chat completion: "
                 f"{error.errors(include_url=False)[0]['msg']}): {body[:200]!r}",
                 transient=True,
             ) from error
-        tally.add(reply, model)
+        try:
+            tally.add(reply, model)
+        except AgentkitError:
+            sent(kwargs["messages"], None)
+            raise
+        if listened():
+            choices = reply.choices
+            sent(kwargs["messages"], _raw_text(choices[0]) if choices else None)
         return reply, body
+
+    def _failure(self, model: str, error: Exception) -> AgentkitError:
+        """The error of a request that failed on the way or with an HTTP status."""
+        if isinstance(error, TimeoutError):
+            return ProviderError(
+                f"request to model {model!r} timed out after {self._deadline}s for the whole request "
+                "(connecting, sending, waiting and reading the reply); "
+                "raise OpenAICaller(timeout=...) or check the server's load",
+                transient=True,
+            )
+        if isinstance(error, openai.RateLimitError):
+            return Throttled(
+                f"model server throttled model {model!r} (HTTP 429): {_server_message(error)}",
+                retry_after=_retry_after(error.response.headers),
+            )
+        if isinstance(error, openai.APITimeoutError):
+            return ProviderError(
+                f"request to model {model!r} timed out after {self._client.timeout}s; "
+                "raise OpenAICaller(timeout=...) or check the server's load",
+                transient=True,
+            )
+        if isinstance(error, openai.APIConnectionError):
+            return ProviderError(
+                f"could not reach the model server at {self._client.base_url} ({_cause(error)}); is it running?",
+                transient=True,
+            )
+        assert isinstance(error, openai.APIStatusError)
+        return _status_error(model, error)
+
+    def _plan_for(self, schema: type[BaseModel]) -> _Plan:
+        """`_plan` of `schema` in this caller's mode, the latest one kept at hand."""
+        mode, strict, last = self.mode, self.strict, self._last_plan
+        if last is not None and last[0] is schema and last[1] is mode and last[2] is strict:
+            return last[3]
+        plan = _plan(schema, mode, strict)
+        self._last_plan = (schema, mode, strict, plan)
+        return plan
 
     def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
         """A place among the `max_in_flight` requests on the wire (one semaphore per event loop)."""
