@@ -168,6 +168,17 @@ class _Run:
         """The observers that take the state at the end of each round (the journal's, to recover a crashed run)."""
         self.answer: Any = None
         self.answer_from_closing_round = False
+        self._digested: tuple[type[BaseModel], str] | None = None
+        """The latest step schema's digest (a run asks with the same one round after round)."""
+
+    def schema_digest(self, schema: type[BaseModel]) -> str:
+        """`schema_digest(schema)`, the latest one kept at hand."""
+        last = self._digested
+        if last is not None and last[0] is schema:
+            return last[1]
+        digest = schema_digest(schema)
+        self._digested = (schema, digest)
+        return digest
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -228,7 +239,7 @@ class _Run:
             summary=None if summarized is None else summarized[0],
             summarized=None if summarized is None else summarized[1],
             prompt=reply.prompt,
-            schema_digest=schema_digest(this.schema),
+            schema_digest=self.schema_digest(this.schema),
             requests=usage.requests,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,

@@ -105,10 +105,33 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         answer: type[Any] | None = None,
         grants: Grants | None = None,
     ) -> None:
+        self._bind(caller, agent, tools, config, same, observer, answer, grants, may_propose=True)
+
+    def _bind(
+        self,
+        caller: StructuredCaller,
+        agent: ToolAgent[Any, Any, Any],
+        tools: AnyTool | Sequence[AnyTool],
+        config: LoopConfig | None,
+        same: SameFunc[Any] | None,
+        observer: ObserverArg,
+        answer: type[Any] | None,
+        grants: Grants | None,
+        *,
+        may_propose: bool,
+    ) -> None:
         self.config = config or LoopConfig()
         """The ceilings and policies of a fresh run (a resumed run goes on under its state's)."""
         self._tools, self._answer = tools, answer
         box = Toolbox.build(tools, self.config, answer)
+        if not may_propose:
+            for candidate in box.tools.values():
+                verdict, tier = gate(candidate, self.config)
+                if verdict == "propose":
+                    raise UsageError(
+                        f"tool {candidate.name!r} is Tier.{tier.name} and cannot run live under autonomy "
+                        f"Tier.{self.config.autonomy.name}; use run_tool_loop_tiered so its calls become proposals"
+                    )
         observers = observers_of(observer)
         self._bound = Bound(
             caller=caller,
@@ -117,7 +140,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
             config=self.config,
             same=same,
             observers=observers,
-            may_propose=True,
+            may_propose=may_propose,
             codec=_codec(box, self.config, observers),
             grants=grants,
         )
@@ -125,17 +148,20 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
             grants.check(box.tools)
 
     @classmethod
-    def _plain(cls, *args: Any, **kwargs: Any) -> ToolLoop[Any, Any, Any, Any]:
-        """`run_tool_loop`'s loop: every tool must run live under the config (checked here)."""
-        loop: ToolLoop[Any, Any, Any, Any] = cls(*args, **kwargs)
-        for candidate in loop._bound.box.tools.values():
-            verdict, tier = gate(candidate, loop.config)
-            if verdict == "propose":
-                raise UsageError(
-                    f"tool {candidate.name!r} is Tier.{tier.name} and cannot run live under autonomy "
-                    f"Tier.{loop.config.autonomy.name}; use run_tool_loop_tiered so its calls become proposals"
-                )
-        loop._bound = dataclasses.replace(loop._bound, may_propose=False)
+    def _plain(
+        cls,
+        caller: StructuredCaller,
+        agent: ToolAgent[Any, Any, Any],
+        tools: AnyTool | Sequence[AnyTool],
+        config: LoopConfig | None = None,
+        *,
+        same: SameFunc[Any] | None = None,
+        observer: ObserverArg = None,
+        answer: type[Any] | None = None,
+    ) -> ToolLoop[Any, Any, Any, Any]:
+        """`run_tool_loop`'s loop: every tool must run live under the config (checked before it is bound)."""
+        loop: ToolLoop[Any, Any, Any, Any] = cls.__new__(cls)
+        loop._bind(caller, agent, tools, config, same, observer, answer, None, may_propose=False)
         return loop
 
     @property

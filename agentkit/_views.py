@@ -4,7 +4,6 @@ window, the repeat window and the items; built from the state's entries and kept
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -76,7 +75,18 @@ class View:
         self.results_before.append(len(self.results))
         if ran:
             self.results.append(batch)
-        self.calls.append(dataclasses.replace(call, args=owned(call.args), batch=batch))
+        self.calls.append(
+            PriorCall(
+                round=call.round,
+                tool_name=call.tool_name,
+                args=owned(call.args),
+                batch=batch,
+                observation=call.observation,
+                proposed=call.proposed,
+                repeats=call.repeats,
+                amended=call.amended,
+            )
+        )
         if proposal is not None:
             self.proposals.append(proposal.model_copy(deep=True))
 
