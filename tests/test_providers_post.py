@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import gzip
+import http.server
 import json
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, ClassVar
 
 import httpx2
 import openai
@@ -311,3 +316,107 @@ async def test_a_closed_client_sends_nothing() -> None:
     with pytest.raises(openai.APIConnectionError):
         await post(BODY)
     assert script.requests == []
+
+
+class Scene(http.server.BaseHTTPRequestHandler):
+    """A real HTTP server's scripted answers, by path: a completion gzipped, one that sets a cookie, a
+    redirect to the completion, a slow completion; every request's path and cookie header is kept."""
+
+    seen: ClassVar[list[tuple[str, str | None]]] = []
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:  # quiet
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["content-length"]))
+        Scene.seen.append((self.path, self.headers["cookie"]))
+        body = json.dumps(reply_to(httpx2.Request("POST", BASE)).json()).encode()
+        headers = {"content-type": "application/json"}
+        if self.path.startswith("/gzip/"):
+            body, headers["content-encoding"] = gzip.compress(body), "gzip"
+        if self.path.startswith("/cookie/"):
+            headers["set-cookie"] = "route=b; Path=/"
+        if self.path.startswith("/moved/"):
+            self.send_response(307)
+            self.send_header("location", "/plain/v1/chat/completions")
+            self.send_header("content-length", "0")
+            self.end_headers()
+            return
+        if self.path.startswith("/slow/"):
+            time.sleep(0.5)
+        self.send_response(200)
+        for name, value in {**headers, "content-length": str(len(body))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        with contextlib.suppress(ConnectionError):  # the slow reply's client has given up
+            self.wfile.write(body)
+
+
+@pytest.fixture
+def scene() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scene)
+    Scene.seen = []
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def pooled(base: str, **options: Any) -> tuple[openai.AsyncOpenAI, _Direct]:
+    client = openai.AsyncOpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0, **options)
+    post = direct_of(client)
+    assert post._pool is not None  # the openai client's own HTTP client: its connection pool takes the request
+    return client, post
+
+
+async def test_a_compressed_reply_on_the_connection_pool_is_decoded(scene: str) -> None:
+    """A gzip-encoded completion sent on the client's connection pool reads as the client reads it: decoded."""
+    client, post = pooled(f"{scene}/gzip")
+    async with client:
+        response = await post(BODY)
+    assert response.json()["id"] == "chatcmpl-1"
+    assert response.headers["content-encoding"] == "gzip"
+    assert response.elapsed.total_seconds() >= 0
+
+
+async def test_a_cookie_set_on_the_connection_pool_is_kept_and_sent(scene: str) -> None:
+    """A cookie a response on the pool sets goes to the client's jar; the next request carries it."""
+    client, post = pooled(f"{scene}/cookie")
+    async with client:
+        await post(BODY)
+        await post(BODY)
+    assert [cookie for _, cookie in Scene.seen] == [None, "route=b"]
+
+
+async def test_a_redirect_on_the_connection_pool_is_followed_by_the_client(
+    scene: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The openai client follows redirects: a 307 on the pool is sent again through it and followed; each
+    request the pool sends is logged as the client logs it."""
+    client, post = pooled(f"{scene}/moved")
+    with caplog.at_level(logging.INFO, logger="httpx2"):
+        async with client:
+            response = await post(BODY)
+    assert response.is_success
+    assert [path for path, _ in Scene.seen] == [
+        "/moved/v1/chat/completions",
+        "/moved/v1/chat/completions",
+        "/plain/v1/chat/completions",
+    ]
+    assert f'HTTP Request: POST {scene}/moved/v1/chat/completions "HTTP/1.1 307 Temporary Redirect"' in [
+        r.getMessage() for r in caplog.records if r.name == "httpx2"
+    ]
+
+
+async def test_a_read_timeout_on_the_connection_pool_is_the_clients_timeout(scene: str) -> None:
+    """The client's timeout holds on the pool: a reply slower than it is the client's timeout error."""
+    client, post = pooled(f"{scene}/slow", timeout=0.1)
+    async with client:
+        with pytest.raises(openai.APITimeoutError) as raised:
+            await post(BODY)
+    assert isinstance(raised.value.__cause__, httpx2.ReadTimeout)
+    assert raised.value.request.url == httpx2.URL(f"{scene}/slow/v1/chat/completions")

@@ -1,4 +1,4 @@
-"""How `OpenAICaller`'s requests reach the server: through the `openai` client, by one of two roads.
+"""How `OpenAICaller`'s requests reach the server: through the `openai` client, by the shortest road it allows.
 
 Every request is a `POST {base_url}chat/completions` whose body `OpenAICaller` has already
 built. For a stock `openai.AsyncOpenAI` (a fixed API key; no key provider, provider runtime,
@@ -14,15 +14,19 @@ more client CPU than the rest of an agentkit round, and the SDK's telemetry head
 
 Where that HTTP client is itself stock (`httpx2.AsyncClient`, or the `openai` package's own
 subclasses of it that change nothing per request: no auth, event hooks, query parameters, proxy
-mounts or credentials in the URL), `_Direct` also leaves out its per-request pipeline: the request,
-its headers merged with the HTTP client's and its timeout, is built once and handed to the client's
-own transport (its connection pool). The client's request layer (the URL and cookies merged again,
-an auth flow, redirect and event-hook loops, a stream wrapper per response) costs about a third of
-a bare `httpx2` request's client CPU. What it does that a stock client's request can need is kept:
-a response that sets a cookie has it kept in the client's jar, and while the jar holds one, or
-where a redirect is to be followed, the request goes through `http.send` as before; the response
-carries its request, its elapsed time and the client's default encoding; the client logs each
-request as it does (`httpx2` logger, INFO); a closed client refuses to send.
+mounts or credentials in the URL), `_Direct` also leaves out the HTTP client's request layer (the
+URL and cookies merged again, an auth flow, redirect and event-hook loops, a stream wrapper per
+response): the request, with the HTTP client's headers and timeout, is built once and handed to its
+transport. Where that transport is stock too (`httpx2.AsyncHTTPTransport`), the request goes to
+its connection pool (`httpcore2`) as the transport would hand it on, and the reply is read and
+decoded (gzip, deflate) as the client reads it; the `httpx2.Request` a response carries is made
+only where something reads it. What the layers left out do that a stock client's request can need
+is kept: a response that sets a cookie has it kept in the client's jar, and while the jar holds
+one, or where a redirect is to be followed, the request goes through `http.send`; the response
+carries its elapsed time and the client's default encoding; the client logs each request as it
+does (`httpx2` logger, INFO); a closed client refuses to send; a failure on the pool is the HTTP
+client's error (`httpx2.ReadTimeout`, say) under the `openai` error the client would raise. Those
+layers cost about a third of a bare `httpx2` request's client CPU (see docs/performance.md).
 
 Any other client (`AsyncAzureOpenAI` and other subclasses, a key given as a function, a provider
 runtime, a default query) goes through `client.post`, which runs whatever that client does per
@@ -38,9 +42,17 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
+import httpcore2
 import httpx2
 import openai
-from httpx2._client import ClientState
+
+try:  # the HTTP client's own parts that its request layer uses; another layout takes that layer every time
+    from httpx2._client import ClientState
+    from httpx2._transports.default import map_httpcore_exceptions
+except ImportError:  # pragma: no cover - an httpx2 release that moved them
+    _KNOWN_LAYOUT = False
+else:
+    _KNOWN_LAYOUT = True
 
 __all__ = ["Post", "is_direct", "post_for"]
 
@@ -97,9 +109,19 @@ class _ThroughClient:
 
 class _Direct:
     """The stock client's request, prepared once, sent through its own HTTP client (or, where that is stock
-    too, its transport)."""
+    too, its transport or its connection pool)."""
 
-    __slots__ = ("_client", "_extensions", "_headers", "_http", "_sent_headers", "_timeout", "_transport", "_url")
+    __slots__ = (
+        "_client",
+        "_extensions",
+        "_headers",
+        "_http",
+        "_pool",
+        "_sent_headers",
+        "_timeout",
+        "_transport",
+        "_url",
+    )
 
     def __init__(self, client: openai.AsyncOpenAI, http: httpx2.AsyncClient, path: str) -> None:
         self._client = client
@@ -121,50 +143,127 @@ class _Direct:
         sent.update(self._headers)
         self._sent_headers = sent
         self._extensions = {"timeout": (self._timeout or httpx2.Timeout(None)).as_dict()}
+        pool = getattr(self._transport, "_pool", None)
+        stock = type(self._transport) is httpx2.AsyncHTTPTransport
+        self._pool = (
+            _Pool(pool, self._url, sent, self._extensions)
+            if stock and isinstance(pool, httpcore2.AsyncConnectionPool)
+            else None
+        )
+
+    def _request(self, content: bytes) -> httpx2.Request:
+        """The request a stock HTTP client's request layer would send with `content`."""
+        extensions = dict(self._extensions)
+        return httpx2.Request("POST", self._url, headers=self._sent_headers, content=content, extensions=extensions)
 
     async def __call__(self, content: bytes) -> httpx2.Response:
-        http = self._http
-        transport = self._transport
-        if transport is not None and _holds_cookies(http):
-            transport = None
-        if transport is not None:
-            extensions = dict(self._extensions)
-            request = httpx2.Request(
-                "POST", self._url, headers=self._sent_headers, content=content, extensions=extensions
-            )
-        else:
-            request = http.build_request(
-                "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
-            )
-        try:
-            if transport is None:
-                response = await http.send(request)
-            else:
-                opened(http)
-                started = time.perf_counter()
-                try:
-                    response = await transport.handle_async_request(request)
-                except httpx2.RequestError as error:
-                    error.request = request  # as the client's request layer attaches it
-                    raise
-                response.request = request
-                response.default_encoding = http._default_encoding
-                try:
-                    await response.aread()
-                except BaseException:
-                    await response.aclose()
-                    raise
-                if not kept(http, response, started):  # a redirect to follow: the client's own request does that
-                    response = await http.send(request)
-        except httpx2.TimeoutException as error:
-            raise openai.APITimeoutError(request=request) from error
-        except Exception as error:  # the client's own rule: anything else on the way is a connection error
-            raise openai.APIConnectionError(request=request) from error
+        response = await self._sent(content)
         if not response.is_success:
             # the client's own error, built as its pipeline builds it (message, body, class per status)
             make_error = cast("Callable[[httpx2.Response], Any]", self._client._make_status_error_from_response)
             raise make_error(response)
         return response
+
+    async def _sent(self, content: bytes) -> httpx2.Response:
+        """The response to `content`, by the shortest road the HTTP client allows (see the module docstring)."""
+        http = self._http
+        request: httpx2.Request | None = None
+        try:
+            if self._transport is not None and not _holds_cookies(http):
+                if self._pool is not None:
+                    response = await self._pooled(content)
+                else:
+                    request = self._request(content)
+                    response = await self._transported(request)
+                if response is not None:
+                    return response
+            # a redirect to follow, a cookie to send or an HTTP client with a request layer of its own
+            request = http.build_request(
+                "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
+            )
+            return await http.send(request)
+        except httpx2.TimeoutException as error:
+            raise openai.APITimeoutError(request=request or self._request(content)) from error
+        except Exception as error:  # the client's own rule: anything else on the way is a connection error
+            raise openai.APIConnectionError(request=request or self._request(content)) from error
+
+    async def _transported(self, request: httpx2.Request) -> httpx2.Response | None:
+        """`request` sent on the HTTP client's transport: the response, read; `None` for a redirect it follows."""
+        http = self._http
+        assert self._transport is not None
+        opened(http)
+        started = time.perf_counter()
+        try:
+            response = await self._transport.handle_async_request(request)
+        except httpx2.RequestError as error:
+            error.request = request  # as the client's request layer attaches it
+            raise
+        response.request = request
+        response.default_encoding = http._default_encoding
+        try:
+            await response.aread()
+        except BaseException:
+            await response.aclose()
+            raise
+        return response if kept(http, response, started) else None
+
+    async def _pooled(self, content: bytes) -> httpx2.Response | None:
+        """`content` sent on the HTTP client's connection pool, as its transport sends a request: the response,
+        read (and decoded, as the client decodes it); `None` for a redirect the client
+        follows. The `httpx2.Request` a response carries is made only where something reads it (an error,
+        a cookie, a redirect, the client's log)."""
+        http, pool = self._http, self._pool
+        assert pool is not None
+        opened(http)
+        started = time.perf_counter()
+        try:
+            raw = await pool.pool.handle_async_request(pool.request(content))
+            try:
+                body = await raw.aread()
+            finally:
+                await raw.aclose()
+        except Exception as error:
+            with map_httpcore_exceptions():  # the transport's own mapping to the HTTP client's errors
+                raise error
+            raise  # pragma: no cover - mapped above
+        response = httpx2.Response(raw.status, headers=raw.headers, stream=_BODY, extensions=raw.extensions)
+        response.default_encoding = http._default_encoding
+        if "content-encoding" in response.headers:
+            response.stream = httpx2.ByteStream(body)
+            response.read()  # decoded as the client decodes a response
+        else:
+            response._content = body
+            response.is_stream_consumed = response.is_closed = True
+        if response.is_success and not _http_log.isEnabledFor(logging.INFO) and "set-cookie" not in response.headers:
+            response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)
+            return response
+        response.request = self._request(content)
+        return response if kept(http, response, started) else None
+
+
+_BODY = httpx2.ByteStream(b"")
+"""A read response's stream: its body is the response's content."""
+
+
+class _Pool:
+    """A stock HTTP client's connection pool, with the parts of a request to it made once: its URL, and its
+    headers (those `http.build_request` writes, in its order) around the body's length."""
+
+    __slots__ = ("extensions", "head", "length", "pool", "tail", "url")
+
+    def __init__(
+        self, pool: httpcore2.AsyncConnectionPool, url: httpx2.URL, headers: httpx2.Headers, extensions: dict[str, Any]
+    ) -> None:
+        self.pool = pool
+        self.url = httpcore2.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path)
+        raw = httpx2.Request("POST", url, headers=headers, content=b"-").headers.raw
+        at = next(index for index, (name, _) in enumerate(raw) if name.lower() == b"content-length")
+        self.head, self.length, self.tail = tuple(raw[:at]), raw[at][0], tuple(raw[at + 1 :])
+        self.extensions = extensions
+
+    def request(self, content: bytes) -> httpcore2.Request:
+        headers = [*self.head, (self.length, str(len(content)).encode("ascii")), *self.tail]
+        return httpcore2.Request(b"POST", self.url, headers=headers, content=content, extensions=dict(self.extensions))
 
 
 _REQUEST_LAYER = (
@@ -186,7 +285,9 @@ def _bare_transport(http: httpx2.AsyncClient, url: httpx2.URL) -> httpx2.AsyncBa
     """The HTTP client's transport for `url`, when its request layer does nothing for that request but build it,
     send it and read the response (see the module docstring); `None` otherwise."""
     kind = type(http)
-    if any(getattr(kind, name, None) is not getattr(httpx2.AsyncClient, name) for name in _REQUEST_LAYER):
+    if not _KNOWN_LAYOUT or any(
+        getattr(kind, name, None) is not getattr(httpx2.AsyncClient, name) for name in _REQUEST_LAYER
+    ):
         return None
     hooks = getattr(http, "_event_hooks", None)
     mounts = getattr(http, "_mounts", None)
