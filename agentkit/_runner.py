@@ -105,20 +105,20 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         answer: type[Any] | None = None,
         grants: Grants | None = None,
     ) -> None:
-        self._bind(caller, agent, tools, config, same, observer, answer, grants, may_propose=True)
+        self._bind(caller, agent, tools, config, same=same, observer=observer, answer=answer, grants=grants)
 
     def _bind(
         self,
         caller: StructuredCaller,
         agent: ToolAgent[Any, Any, Any],
         tools: AnyTool | Sequence[AnyTool],
-        config: LoopConfig | None,
-        same: SameFunc[Any] | None,
-        observer: ObserverArg,
-        answer: type[Any] | None,
-        grants: Grants | None,
+        config: LoopConfig | None = None,
         *,
-        may_propose: bool,
+        same: SameFunc[Any] | None = None,
+        observer: ObserverArg = None,
+        answer: type[Any] | None = None,
+        grants: Grants | None = None,
+        may_propose: bool = True,
     ) -> None:
         self.config = config or LoopConfig()
         """The ceilings and policies of a fresh run (a resumed run goes on under its state's)."""
@@ -148,20 +148,10 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
             grants.check(box.tools)
 
     @classmethod
-    def _plain(
-        cls,
-        caller: StructuredCaller,
-        agent: ToolAgent[Any, Any, Any],
-        tools: AnyTool | Sequence[AnyTool],
-        config: LoopConfig | None = None,
-        *,
-        same: SameFunc[Any] | None = None,
-        observer: ObserverArg = None,
-        answer: type[Any] | None = None,
-    ) -> ToolLoop[Any, Any, Any, Any]:
+    def _plain(cls, *args: Any, **kwargs: Any) -> ToolLoop[Any, Any, Any, Any]:
         """`run_tool_loop`'s loop: every tool must run live under the config (checked before it is bound)."""
         loop: ToolLoop[Any, Any, Any, Any] = cls.__new__(cls)
-        loop._bind(caller, agent, tools, config, same, observer, answer, None, may_propose=False)
+        loop._bind(*args, **kwargs, may_propose=False)
         return loop
 
     @property

@@ -7,7 +7,10 @@ module: ``tests/test_test_scaffolding.py`` holds the suite to that.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import contextlib
+import http.server
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -342,3 +345,17 @@ class Critic:
 
     def render(self, ctx: Answer, info: RoundInfo) -> Prompt:
         return Prompt(system="Check the sum.", dynamic=f"{self.task}\nDraft: {ctx.model_dump_json()}")
+
+
+@contextlib.contextmanager
+def http_server(handler: Callable[..., http.server.BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A real HTTP server on a free loopback port, answering with `handler` in threads: its base URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -7,7 +7,6 @@ import gzip
 import http.server
 import json
 import logging
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, ClassVar
@@ -22,6 +21,7 @@ from agentkit.errors import ProviderError, Throttled
 from agentkit.providers._post import _Direct, is_direct, post_for
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply
+from tests.support import http_server
 
 BASE = "http://llm.test/v1"
 
@@ -355,15 +355,9 @@ class Scene(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def scene() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Scene)
     Scene.seen = []
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(Scene) as base:
+        yield base
 
 
 def pooled(base: str, **options: Any) -> tuple[openai.AsyncOpenAI, _Direct]:
