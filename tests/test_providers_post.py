@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import gzip
 import http.server
 import json
@@ -278,17 +279,15 @@ def moved(request: httpx2.Request) -> httpx2.Response:
 
 
 async def test_a_redirect_is_followed_where_the_client_follows_them() -> None:
-    """A redirect, where the HTTP client follows redirects, is sent again through its request layer, which
-    follows it; where it does not, the redirect is the response (and the caller's status error)."""
-    script = Scripted(moved, moved)
+    """A redirect, where the HTTP client follows redirects, is followed as the client follows it: the request it
+    asks for goes out once (the first is not sent again); where it does not, the redirect is the response (and
+    the caller's status error)."""
+    script = Scripted(moved)
     async with script.client(follow_redirects=True) as client:
         response = await direct_of(client)(BODY)
     assert response.is_success
-    assert [str(r.url) for r in script.requests] == [
-        f"{BASE}/chat/completions",
-        f"{BASE}/chat/completions",
-        "http://llm.test/v2/chat/completions",
-    ]
+    assert [str(r.url) for r in script.requests] == [f"{BASE}/chat/completions", "http://llm.test/v2/chat/completions"]
+    assert [r.status_code for r in response.history] == [307]
     script = Scripted(moved)
     async with script.client() as client:
         with pytest.raises(openai.APIStatusError) as raised:
@@ -389,18 +388,14 @@ async def test_a_cookie_set_on_the_connection_pool_is_kept_and_sent(scene: str) 
 async def test_a_redirect_on_the_connection_pool_is_followed_by_the_client(
     scene: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """The openai client follows redirects: a 307 on the pool is sent again through it and followed; each
-    request the pool sends is logged as the client logs it."""
+    """The openai client follows redirects: a 307 on the pool is followed as the client follows it, the POST
+    sent once to each place; each request is logged as the client logs it."""
     client, post = pooled(f"{scene}/moved")
     with caplog.at_level(logging.INFO, logger="httpx2"):
         async with client:
             response = await post(BODY)
     assert response.is_success
-    assert [path for path, _ in Scene.seen] == [
-        "/moved/v1/chat/completions",
-        "/moved/v1/chat/completions",
-        "/plain/v1/chat/completions",
-    ]
+    assert [path for path, _ in Scene.seen] == ["/moved/v1/chat/completions", "/plain/v1/chat/completions"]
     assert f'HTTP Request: POST {scene}/moved/v1/chat/completions "HTTP/1.1 307 Temporary Redirect"' in [
         r.getMessage() for r in caplog.records if r.name == "httpx2"
     ]
@@ -414,3 +409,59 @@ async def test_a_read_timeout_on_the_connection_pool_is_the_clients_timeout(scen
             await post(BODY)
     assert isinstance(raised.value.__cause__, httpx2.ReadTimeout)
     assert raised.value.request.url == httpx2.URL(f"{scene}/slow/v1/chat/completions")
+
+
+async def test_a_transport_patched_after_the_caller_is_made_takes_the_request(
+    scene: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An instrumentation or a mock that patches the stock transport (its class or the one instance) after the
+    caller is made still sees every request: the pool road stands in only for httpx2's own method."""
+    client, post = pooled(f"{scene}/plain")
+    seen: list[str] = []
+    original = httpx2.AsyncHTTPTransport.handle_async_request
+
+    async def watched(self: httpx2.AsyncHTTPTransport, request: httpx2.Request) -> httpx2.Response:
+        seen.append(str(request.url))
+        return await original(self, request)
+
+    async with client:
+        with monkeypatch.context() as patch:
+            patch.setattr(httpx2.AsyncHTTPTransport, "handle_async_request", watched)
+            await post(BODY)
+        transport = client._client._transport
+        assert isinstance(transport, httpx2.AsyncHTTPTransport)
+        with monkeypatch.context() as patch:
+            patch.setattr(transport, "handle_async_request", functools.partial(watched, transport), raising=False)
+            await post(BODY)
+        await post(BODY)  # the patches gone: the pool road again
+    assert seen == [f"{scene}/plain/v1/chat/completions"] * 2
+    assert len(Scene.seen) == 3
+
+
+async def test_a_client_patched_or_changed_after_the_caller_is_made_sends_through_its_request_layer(
+    scene: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The HTTP client's `send` patched on its class, or headers, an event hook or auth set on it after the caller
+    is made: each request goes through its request layer, so all of them take effect."""
+    client, post = pooled(f"{scene}/plain")
+    sent: list[str] = []
+    original = httpx2.AsyncClient.send
+
+    async def watched(self: httpx2.AsyncClient, request: httpx2.Request, **options: Any) -> httpx2.Response:
+        sent.append(request.url.path)
+        return await original(self, request, **options)
+
+    async with client:
+        with monkeypatch.context() as patch:
+            patch.setattr(httpx2.AsyncClient, "send", watched)
+            await post(BODY)
+        http = client._client
+        http.headers["x-tenant"] = "a"
+        hooked: list[str] = []
+        http.event_hooks = {"request": [hook_seen(hooked)]}
+        http.auth = ("user", "secret")
+        response = await post(BODY)
+    assert sent == ["/plain/v1/chat/completions"]
+    assert response.request.headers["x-tenant"] == "a"
+    assert response.request.headers["authorization"].startswith("Basic ")
+    assert hooked == [f"{scene}/plain/v1/chat/completions"]

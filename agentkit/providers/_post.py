@@ -21,12 +21,17 @@ transport. Where that transport is stock too (`httpx2.AsyncHTTPTransport`), the 
 its connection pool (`httpcore2`) as the transport would hand it on, and the reply is read and
 decoded (gzip, deflate) as the client reads it; the `httpx2.Request` a response carries is made
 only where something reads it. What the layers left out do that a stock client's request can need
-is kept: a response that sets a cookie has it kept in the client's jar, and while the jar holds
-one, or where a redirect is to be followed, the request goes through `http.send`; the response
-carries its elapsed time and the client's default encoding; the client logs each request as it
-does (`httpx2` logger, INFO); a closed client refuses to send; a failure on the pool is the HTTP
-client's error (`httpx2.ReadTimeout`, say) under the `openai` error the client would raise. Those
-layers cost about a third of a bare `httpx2` request's client CPU (see docs/performance.md).
+is kept: a response that sets a cookie has it kept in the client's jar (and while the jar holds
+one, requests go through `http.send`, which sends it); a redirect the client follows is followed
+as it follows it (the request it asks for made from the response, sent through `http.send`); the
+response carries its elapsed time and the client's default encoding; the client logs each request
+as its head comes in (`httpx2` logger, INFO); a closed client refuses to send; a failure on the pool
+is the HTTP client's error (`httpx2.ReadTimeout`, say) under the `openai` error the client would
+raise. Each request checks that this still holds: a client given auth, event hooks, query
+parameters, proxies or other headers after the caller was made, or whose request layer or stock
+transport was patched since (an instrumentation, a mock), has its requests go through its request
+layer or its patched transport. Those layers cost about a third of a bare `httpx2` request's client
+CPU (see docs/performance.md).
 
 Any other client (`AsyncAzureOpenAI` and other subclasses, a key given as a function, a provider
 runtime, a default query) goes through `client.post`, which runs whatever that client does per
@@ -39,6 +44,7 @@ from __future__ import annotations
 import datetime
 import logging
 import time
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
@@ -114,8 +120,11 @@ class _Direct:
     __slots__ = (
         "_client",
         "_extensions",
+        "_handle",
+        "_header_list",
         "_headers",
         "_http",
+        "_layer",
         "_pool",
         "_sent_headers",
         "_timeout",
@@ -138,13 +147,22 @@ class _Direct:
         # runtime protocol check (`SupportsFloat`) that costs more than the rest of building the request
         self._timeout = timeout if isinstance(timeout, httpx2.Timeout | None) else httpx2.Timeout(timeout)
         self._transport = _bare_transport(http, self._url)
+        self._layer = (type(http).send, type(http)._send_single_request)
+        """The request layer's functions found untouched: a patch of them later (an instrumentation, a mock)
+        sends through the client again."""
+        self._header_list = list(getattr(http.headers, "_list", ()))
+        """The HTTP client's headers as they were: changed later, its request layer sends."""
         # the request `http.build_request` makes: the HTTP client's headers, then these, and the timeout
         sent = http.headers.copy()
         sent.update(self._headers)
         self._sent_headers = sent
         self._extensions = {"timeout": (self._timeout or httpx2.Timeout(None)).as_dict()}
+        kind = type(self._transport)
+        handle = getattr(kind, "handle_async_request", None)
         pool = getattr(self._transport, "_pool", None)
-        stock = type(self._transport) is httpx2.AsyncHTTPTransport
+        stock = kind is httpx2.AsyncHTTPTransport and _untouched(handle, "_transports/default.py")
+        self._handle = handle if stock else None
+        """The stock transport's own `handle_async_request`, which the pool road stands in for."""
         self._pool = (
             _Pool(pool, self._url, sent, self._extensions)
             if stock and isinstance(pool, httpcore2.AsyncConnectionPool)
@@ -164,20 +182,39 @@ class _Direct:
             raise make_error(response)
         return response
 
+    def _bare(self) -> httpx2.AsyncBaseTransport | None:
+        """The transport to hand this request to, where the HTTP client's request layer would still do nothing
+        for it but send it: nothing set on the client or patched into its class since the caller was made, and
+        no cookie in its jar. `None`: the request goes through the client's `send`."""
+        http, transport = self._http, self._transport
+        if transport is None or http._transport is not transport or _holds_cookies(http):
+            return None
+        kind = type(http)
+        if (kind.send, kind._send_single_request) != self._layer or http.auth is not None or http.params:
+            return None
+        hooks = http._event_hooks
+        if hooks["request"] or hooks["response"] or http._mounts or http.headers._list != self._header_list:
+            return None
+        return transport
+
+    def _pooled_on(self, transport: httpx2.AsyncBaseTransport) -> _Pool | None:
+        """The connection pool, where the transport is the stock one with its own `handle_async_request`."""
+        if self._pool is None or type(transport).handle_async_request is not self._handle:
+            return None
+        return None if "handle_async_request" in vars(transport) else self._pool
+
     async def _sent(self, content: bytes) -> httpx2.Response:
         """The response to `content`, by the shortest road the HTTP client allows (see the module docstring)."""
         http = self._http
         request: httpx2.Request | None = None
+        transport = self._bare()
         try:
-            if self._transport is not None and not _holds_cookies(http):
-                if self._pool is not None:
-                    response = await self._pooled(content)
-                else:
-                    request = self._request(content)
-                    response = await self._transported(request)
-                if response is not None:
-                    return response
-            # a redirect to follow, a cookie to send or an HTTP client with a request layer of its own
+            if transport is not None:
+                pool = self._pooled_on(transport)
+                if pool is not None:
+                    return await self._pooled(pool, content)
+                request = self._request(content)
+                return await self._transported(transport, request)
             request = http.build_request(
                 "POST", self._url, content=content, headers=self._headers, timeout=self._timeout
             )
@@ -187,38 +224,42 @@ class _Direct:
         except Exception as error:  # the client's own rule: anything else on the way is a connection error
             raise openai.APIConnectionError(request=request or self._request(content)) from error
 
-    async def _transported(self, request: httpx2.Request) -> httpx2.Response | None:
-        """`request` sent on the HTTP client's transport: the response, read; `None` for a redirect it follows."""
+    async def _transported(self, transport: httpx2.AsyncBaseTransport, request: httpx2.Request) -> httpx2.Response:
+        """`request` sent on the HTTP client's transport, as its request layer sends it: the response, read."""
         http = self._http
-        assert self._transport is not None
         opened(http)
         started = time.perf_counter()
         try:
-            response = await self._transport.handle_async_request(request)
+            response = await transport.handle_async_request(request)
         except httpx2.RequestError as error:
             error.request = request  # as the client's request layer attaches it
             raise
         response.request = request
         response.default_encoding = http._default_encoding
+        received(http, response)
         try:
             await response.aread()
         except BaseException:
             await response.aclose()
             raise
-        return response if kept(http, response, started) else None
+        response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)
+        return await followed(http, response)
 
-    async def _pooled(self, content: bytes) -> httpx2.Response | None:
+    async def _pooled(self, pool: _Pool, content: bytes) -> httpx2.Response:
         """`content` sent on the HTTP client's connection pool, as its transport sends a request: the response,
-        read (and decoded, as the client decodes it); `None` for a redirect the client
-        follows. The `httpx2.Request` a response carries is made only where something reads it (an error,
-        a cookie, a redirect, the client's log)."""
-        http, pool = self._http, self._pool
-        assert pool is not None
+        read and decoded as the client decodes it. The `httpx2.Request` it carries is made only where something
+        reads it (an error status, a cookie, a redirect, the client's log)."""
+        http = self._http
         opened(http)
         started = time.perf_counter()
         try:
             raw = await pool.pool.handle_async_request(pool.request(content))
             try:
+                response = httpx2.Response(raw.status, headers=raw.headers, stream=_BODY, extensions=raw.extensions)
+                response.default_encoding = http._default_encoding
+                if not 200 <= raw.status < 300 or _http_log.isEnabledFor(logging.INFO) or _sets_cookie(response):
+                    response.request = self._request(content)
+                    received(http, response)
                 body = await raw.aread()
             finally:
                 await raw.aclose()
@@ -226,19 +267,14 @@ class _Direct:
             with map_httpcore_exceptions():  # the transport's own mapping to the HTTP client's errors
                 raise error
             raise  # pragma: no cover - mapped above
-        response = httpx2.Response(raw.status, headers=raw.headers, stream=_BODY, extensions=raw.extensions)
-        response.default_encoding = http._default_encoding
         if "content-encoding" in response.headers:
             response.stream = httpx2.ByteStream(body)
             response.read()  # decoded as the client decodes a response
         else:
             response._content = body
             response.is_stream_consumed = response.is_closed = True
-        if response.is_success and not _http_log.isEnabledFor(logging.INFO) and "set-cookie" not in response.headers:
-            response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)
-            return response
-        response.request = self._request(content)
-        return response if kept(http, response, started) else None
+        response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)
+        return await followed(http, response)
 
 
 _BODY = httpx2.ByteStream(b"")
@@ -281,13 +317,21 @@ _REQUEST_LAYER = (
 _http_log = logging.getLogger("httpx2")
 
 
+def _untouched(function: object, module: str) -> bool:
+    """`function` is httpx2's own, as defined in `module` (not a wrapper or a mock patched in its place)."""
+    code = getattr(function, "__code__", None)
+    return (
+        isinstance(function, types.FunctionType)
+        and code is not None
+        and code.co_filename.replace("\\", "/").endswith(f"httpx2/{module}")
+    )
+
+
 def _bare_transport(http: httpx2.AsyncClient, url: httpx2.URL) -> httpx2.AsyncBaseTransport | None:
     """The HTTP client's transport for `url`, when its request layer does nothing for that request but build it,
     send it and read the response (see the module docstring); `None` otherwise."""
     kind = type(http)
-    if not _KNOWN_LAYOUT or any(
-        getattr(kind, name, None) is not getattr(httpx2.AsyncClient, name) for name in _REQUEST_LAYER
-    ):
+    if not _KNOWN_LAYOUT or any(not _untouched(getattr(kind, name, None), "_client.py") for name in _REQUEST_LAYER):
         return None
     hooks = getattr(http, "_event_hooks", None)
     mounts = getattr(http, "_mounts", None)
@@ -296,6 +340,8 @@ def _bare_transport(http: httpx2.AsyncClient, url: httpx2.URL) -> httpx2.AsyncBa
     if http.auth is not None or http.params or url.username or url.password or url.query:
         return None
     if not isinstance(hooks, dict) or any(hooks.values()) or mounts != {} or not isinstance(jar, dict):
+        return None
+    if not isinstance(getattr(http.headers, "_list", None), list) or not hasattr(kind, "_build_redirect_request"):
         return None
     return transport if isinstance(transport, httpx2.AsyncBaseTransport) else None
 
@@ -313,11 +359,10 @@ def opened(http: httpx2.AsyncClient) -> None:
         http._state = ClientState.OPENED
 
 
-def kept(http: httpx2.AsyncClient, response: httpx2.Response, started: float) -> bool:
-    """What the client's request layer does with a response it has read: its elapsed time, its cookies kept in
-    the client's jar, the client's log line. `False`: a redirect the client follows (sent again through `send`)."""
-    response.elapsed = datetime.timedelta(seconds=time.perf_counter() - started)
-    if "set-cookie" in response.headers:
+def received(http: httpx2.AsyncClient, response: httpx2.Response) -> None:
+    """What the client's request layer does once a response's head is in: its cookies kept in the client's jar,
+    its log line."""
+    if _sets_cookie(response):
         http.cookies.extract_cookies(response)
     if _http_log.isEnabledFor(logging.INFO):
         request = response.request
@@ -329,4 +374,19 @@ def kept(http: httpx2.AsyncClient, response: httpx2.Response, started: float) ->
             response.status_code,
             response.reason_phrase,
         )
-    return not (300 <= response.status_code < 400 and http.follow_redirects and response.has_redirect_location)
+
+
+def _sets_cookie(response: httpx2.Response) -> bool:
+    return "set-cookie" in response.headers
+
+
+async def followed(http: httpx2.AsyncClient, response: httpx2.Response) -> httpx2.Response:
+    """`response`, or where it is a redirect the client follows, the response at the end of it: the request
+    the redirect asks for, made from it as the client makes it, sent through `send` (which follows any further
+    redirects, up to the client's `max_redirects` more)."""
+    if not (300 <= response.status_code < 400 and http.follow_redirects and response.has_redirect_location):
+        return response
+    following = http._build_redirect_request(response.request, response)
+    final = await http.send(following)
+    final.history = [response, *final.history]
+    return final
