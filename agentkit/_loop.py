@@ -125,8 +125,18 @@ class _Round:
 
 
 def schema_digest(schema: type[BaseModel]) -> str:
-    """SHA-256 of the JSON schema a step model gives the model (once per model, kept on it)."""
-    return kept_on(schema, "schema digest", lambda: _digest(schema))
+    """SHA-256 of the JSON schema a step model gives the model (once per model, kept on it; the latest one also
+    at hand, without the cache's lock: a run asks with the same step model round after round)."""
+    latest = _latest_digest[0]
+    if latest is not None and latest[0] is schema:
+        return latest[1]
+    digest: str = kept_on(schema, "schema digest", lambda: _digest(schema))
+    _latest_digest[0] = (schema, digest)
+    return digest
+
+
+_latest_digest: list[tuple[type[BaseModel], str] | None] = [None]
+"""The step model last digested, and its digest (replaced whole, so a thread reads one pair or the other)."""
 
 
 def _digest(schema: type[BaseModel]) -> str:
@@ -168,17 +178,6 @@ class _Run:
         """The observers that take the state at the end of each round (the journal's, to recover a crashed run)."""
         self.answer: Any = None
         self.answer_from_closing_round = False
-        self._digested: tuple[type[BaseModel], str] | None = None
-        """The latest step schema's digest (a run asks with the same one round after round)."""
-
-    def schema_digest(self, schema: type[BaseModel]) -> str:
-        """`schema_digest(schema)`, the latest one kept at hand."""
-        last = self._digested
-        if last is not None and last[0] is schema:
-            return last[1]
-        digest = schema_digest(schema)
-        self._digested = (schema, digest)
-        return digest
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -239,7 +238,7 @@ class _Run:
             summary=None if summarized is None else summarized[0],
             summarized=None if summarized is None else summarized[1],
             prompt=reply.prompt,
-            schema_digest=self.schema_digest(this.schema),
+            schema_digest=schema_digest(this.schema),
             requests=usage.requests,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
