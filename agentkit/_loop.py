@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import time
 import typing
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -128,15 +129,16 @@ def schema_digest(schema: type[BaseModel]) -> str:
     """SHA-256 of the JSON schema a step model gives the model (once per model, kept on it; the latest one also
     at hand, without the cache's lock: a run asks with the same step model round after round)."""
     latest = _latest_digest[0]
-    if latest is not None and latest[0] is schema:
+    if latest is not None and latest[0]() is schema:
         return latest[1]
     digest: str = kept_on(schema, "schema digest", lambda: _digest(schema))
-    _latest_digest[0] = (schema, digest)
+    _latest_digest[0] = (weakref.ref(schema), digest)
     return digest
 
 
-_latest_digest: list[tuple[type[BaseModel], str] | None] = [None]
-"""The step model last digested, and its digest (replaced whole, so a thread reads one pair or the other)."""
+_latest_digest: list[tuple[weakref.ref[type[BaseModel]], str] | None] = [None]
+"""The step model last digested (weakly: a model made per request goes with its run), and its digest; replaced
+whole, so a thread reads one pair or the other."""
 
 
 def _digest(schema: type[BaseModel]) -> str:
