@@ -345,6 +345,7 @@ class Grants:
         self._lock = threading.Lock()
         self._grants: dict[str, Grant] = {}
         self._uses: dict[str, int] = {}
+        self._keys: dict[str, str] = {}
         for given in grants:
             self.add(given)
 
@@ -375,12 +376,20 @@ class Grants:
             if held.tool_name in tools:
                 held.check(tools[held.tool_name])
 
-    def use(self, proposal: ProposedAction[Any], *, at: datetime | None = None) -> Grant | None:
-        """The first live grant that matches `proposal`, its use counted; `None`: the call waits for a human."""
+    def use(self, proposal: ProposedAction[Any], *, at: datetime | None = None, key: str | None = None) -> Grant | None:
+        """The first live grant that matches `proposal`, its use counted; `None`: the call waits for a human.
+
+        `key` names the call (its run, round and digest): asked again under a key whose use was counted
+        (a retried activity), it answers the same grant, if still held, without counting another use.
+        """
         now = at or datetime.now(UTC)
         with self._lock:
+            if key is not None and key in self._keys:
+                return self._grants.get(self._keys[key])
             for held in self._grants.values():
                 if held.matches(proposal) and held.live(now, self._uses[held.id]):
                     self._uses[held.id] += 1
+                    if key is not None:
+                        self._keys[key] = held.id
                     return held
         return None
