@@ -185,8 +185,11 @@ class PathPrefix(BaseModel):
             return False
         if not self.resolve_symlinks:
             return True
-        real, real_root = os.path.realpath(value), os.path.realpath(self.prefix)
-        return posixpath.commonpath([real, real_root]) == real_root
+        try:
+            real, real_root = os.path.realpath(value), os.path.realpath(self.prefix)
+            return posixpath.commonpath([real, real_root]) == real_root
+        except (OSError, ValueError):
+            return False  # a path the filesystem cannot resolve is not shown to be inside
 
 
 class Range(BaseModel):
