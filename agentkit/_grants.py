@@ -1,8 +1,8 @@
 """Standing grants: a human's approval, given ahead, of calls of one tool whose args meet stated constraints.
 
 A `Grant` is data (stored, listed, revoked): the tool, one constraint per args field it limits
-(`Equals`, `OneOf`, `Prefix`, `Range`), how many calls it may approve, until when, who gave
-it and why. A proposal that matches a live grant is approved by it, recorded as `grant:<id>`,
+(`Equals`, `OneOf`, `Prefix`, `PathPrefix`, `Range`), how many calls it may approve, until when,
+who gave it and why. A proposal that matches a live grant is approved by it, recorded as `grant:<id>`,
 counts one use, and runs exactly once, as any approved call does. A grant never raises a call's
 tier: an `IRREVERSIBLE` call is granted only by a grant that says `allow_irreversible=True`.
 
@@ -12,9 +12,13 @@ the journal keeps its own, counted in the database (`journal.grant`).
 
 from __future__ import annotations
 
+import os
+import posixpath
 import threading
+import unicodedata
+import urllib.parse
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -26,7 +30,7 @@ from agentkit._tiers import Tier
 from agentkit._tools import AnyTool
 from agentkit.errors import UsageError
 
-__all__ = ["Constraint", "Equals", "Grant", "Grants", "OneOf", "Prefix", "Range", "grant_actor"]
+__all__ = ["Constraint", "Equals", "Grant", "Grants", "OneOf", "PathPrefix", "Prefix", "Range", "grant_actor"]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -59,7 +63,12 @@ class OneOf(BaseModel):
 
 
 class Prefix(BaseModel):
-    """The field is text that starts with `prefix`."""
+    """The field is text that starts with `prefix`, compared as strings: for paths use `PathPrefix`.
+
+    `Prefix(prefix="/srv/data/")` allows `"/srv/data/../../etc/passwd"`: the text starts with the
+    prefix, and the path it names is outside. `PathPrefix` compares a path by its segments and refuses
+    `..`.
+    """
 
     model_config = _FROZEN
     kind: Literal["prefix"] = "prefix"
@@ -67,6 +76,120 @@ class Prefix(BaseModel):
 
     def allows(self, value: object) -> bool:
         return isinstance(value, str) and value.startswith(self.prefix)
+
+
+def _lookalikes(text: str) -> str:
+    # Characters NFKC leaves alone that still read as a separator or a dot to a person or a lax layer.
+    return text.translate(_LOOKALIKES)
+
+
+_LOOKALIKES = str.maketrans(
+    {
+        "\u2215": "/",
+        "\u2044": "/",
+        "\u29f8": "/",
+        "\u29f5": "\\",
+        "\u29f9": "\\",
+        "\u2216": "\\",
+        "\u3002": ".",
+        "\uff61": ".",
+    }
+)
+
+_READINGS: tuple[Callable[[str], str], ...] = (
+    lambda text: text.replace("\\", "/"),  # a layer that takes a backslash as a separator
+    urllib.parse.unquote,  # one that percent-decodes (once per step: %252e is read as %2e, then as .)
+    lambda text: unicodedata.normalize("NFKC", text),  # one that folds compatibility forms: U+FF0F is /
+    _lookalikes,
+)
+_MOST_READINGS = 64
+
+
+def _readings(text: str) -> set[str] | None:
+    """`text` and what every chain of `_READINGS` makes of it; `None`: too many to check (fail closed)."""
+    seen, frontier = {text}, {text}
+    while frontier:
+        frontier = {read(form) for form in frontier for read in _READINGS} - seen
+        seen |= frontier
+        if len(seen) > _MOST_READINGS:
+            return None
+    return seen
+
+
+def _segments(path: str) -> tuple[str, ...] | None:
+    """`path`'s segments, empty and `.` ones dropped; `None` for a path with a `..` segment or a NUL."""
+    if "\x00" in path:
+        return None
+    parts = tuple(part for part in path.split("/") if part not in ("", "."))
+    return None if ".." in parts else parts
+
+
+def _within(path: str, root: tuple[str, ...], absolute: bool) -> bool:
+    # A leading // (exactly two) is implementation-defined in POSIX; it is refused rather than guessed.
+    if not path or path.startswith("/") is not absolute or (path.startswith("//") and not path.startswith("///")):
+        return False
+    parts = _segments(path)
+    return parts is not None and parts[: len(root)] == root
+
+
+class PathPrefix(BaseModel):
+    """The field is a POSIX path inside the folder `prefix` (or that folder itself), checked by segments.
+
+    The value is read lexically, as the OS reads it: `//` and `.` segments collapse. It is refused
+    when it has a `..` segment anywhere (after a symlink, `a/..` is not where its text says, so no
+    `..` is resolved by text), a NUL, a leading `//`, is relative where `prefix` is absolute (or the
+    reverse), or is empty. Backslashes, percent signs and Unicode look-alikes (U+FF0F, U+2215, U+2024
+    ...) are plain characters of a name to POSIX, never separators; yet the value is allowed only if
+    it is also inside under every reading a layer below might make of it: backslashes as separators,
+    percent-decoded (any number of times), NFKC-folded and look-alikes taken for `/`, `\\` and `.`.
+    So `/srv/data/%2e%2e/x` and `/srv/data/\u2025/x` are refused. The tool still gets the value as
+    written, and should open it as written.
+
+    `resolve_symlinks=True` also requires the path's `os.path.realpath` to lie inside the prefix's,
+    on the filesystem of the process that applies the grant, when it applies it; `prefix` must then
+    be absolute. A link changed after that check is the tool's to guard against (`O_NOFOLLOW`,
+    `openat2` with `RESOLVE_BENEATH`).
+    """
+
+    model_config = _FROZEN
+    kind: Literal["path_prefix"] = "path_prefix"
+    prefix: str
+    """The folder, POSIX style (`/srv/data` and `/srv/data/` are one folder)."""
+    resolve_symlinks: bool = False
+    """Also require the value's real path (symlinks followed) to lie inside the prefix's real path."""
+
+    @model_validator(mode="after")
+    def _plain(self) -> PathPrefix:
+        prefix = self.prefix
+        if not prefix or _segments(prefix) is None or (prefix.startswith("//") and not prefix.startswith("///")):
+            raise ValueError(
+                f"a path prefix is a POSIX folder without '..' segments, NUL or a leading '//'; got {prefix!r}"
+            )
+        if _readings(prefix) != {prefix}:
+            raise ValueError(
+                f"a path prefix is written plainly: no backslash, percent sign, or Unicode compatibility or "
+                f"look-alike character (write it in NFKC form); got {prefix!r}"
+            )
+        if self.resolve_symlinks and not prefix.startswith("/"):
+            raise ValueError(
+                f"resolve_symlinks needs an absolute prefix (a relative one depends on the cwd); got {prefix!r}"
+            )
+        return self
+
+    def allows(self, value: object) -> bool:
+        if not isinstance(value, str):
+            return False
+        absolute, root = self.prefix.startswith("/"), _segments(self.prefix) or ()
+        readings = _readings(value)
+        if readings is None or not all(_within(form, root, absolute) for form in readings):
+            return False
+        if not self.resolve_symlinks:
+            return True
+        try:
+            real, real_root = os.path.realpath(value), os.path.realpath(self.prefix)
+            return posixpath.commonpath([real, real_root]) == real_root
+        except (OSError, ValueError):
+            return False  # a path the filesystem cannot resolve is not shown to be inside
 
 
 class Range(BaseModel):
@@ -91,7 +214,7 @@ class Range(BaseModel):
         return (self.min is None or value >= self.min) and (self.max is None or value <= self.max)
 
 
-Constraint = Annotated[Equals | OneOf | Prefix | Range, Field(discriminator="kind")]
+Constraint = Annotated[Equals | OneOf | Prefix | PathPrefix | Range, Field(discriminator="kind")]
 """One args field's constraint in a grant."""
 
 
@@ -143,7 +266,7 @@ class Grant(BaseModel):
         cls,
         tool: AnyTool,
         *,
-        where: Mapping[str, Equals | OneOf | Prefix | Range] | None = None,
+        where: Mapping[str, Equals | OneOf | Prefix | PathPrefix | Range] | None = None,
         max_uses: int | None,
         granted_by: str,
         reason: str,
@@ -225,6 +348,7 @@ class Grants:
         self._lock = threading.Lock()
         self._grants: dict[str, Grant] = {}
         self._uses: dict[str, int] = {}
+        self._keys: dict[str, str] = {}
         for given in grants:
             self.add(given)
 
@@ -255,12 +379,20 @@ class Grants:
             if held.tool_name in tools:
                 held.check(tools[held.tool_name])
 
-    def use(self, proposal: ProposedAction[Any], *, at: datetime | None = None) -> Grant | None:
-        """The first live grant that matches `proposal`, its use counted; `None`: the call waits for a human."""
+    def use(self, proposal: ProposedAction[Any], *, at: datetime | None = None, key: str | None = None) -> Grant | None:
+        """The first live grant that matches `proposal`, its use counted; `None`: the call waits for a human.
+
+        `key` names the call (its run, round and digest): asked again under a key whose use was counted
+        (a retried activity), it answers the same grant, if still held, without counting another use.
+        """
         now = at or datetime.now(UTC)
         with self._lock:
+            if key is not None and key in self._keys:
+                return self._grants.get(self._keys[key])
             for held in self._grants.values():
                 if held.matches(proposal) and held.live(now, self._uses[held.id]):
                     self._uses[held.id] += 1
+                    if key is not None:
+                        self._keys[key] = held.id
                     return held
         return None

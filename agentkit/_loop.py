@@ -65,6 +65,9 @@ PROPOSED_NOTE = "proposed for human approval; not executed"
 CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, StopReason.DEGENERATION})
 """Endings of a run with an answer schema that get a closing round (`LoopConfig.closing_round`)."""
 
+AskGrant = Callable[[ProposedAction[Any]], Awaitable[Grant | None]]
+"""How a loop asks which standing grant approves a proposal (counting its use), when not from its `Grants`."""
+
 RunApproved = Callable[[Any, Tool[Any, Any], Any], Awaitable["Sequence[Any] | Rejection[Any]"]]
 """How a resumed run executes an approved call: `(approval, tool, ctx) -> batch` (the journal claims it), or
 the `Rejection` the call got instead (decided otherwise before it ran): the run settles that."""
@@ -84,6 +87,15 @@ class Bound:
     codec: Codec
     grants: Grants | None = None
     """Standing grants: a proposal one of them matches is approved by it and runs (`agentkit._grants`)."""
+    ask_grant: AskGrant | None = None
+    """Where the grant for a proposal is asked instead of `grants` (the Temporal workflow: an activity whose
+    answer its history keeps, so a replay never counts a use again)."""
+
+    async def grant_for(self, proposal: ProposedAction[Any]) -> Grant | None:
+        """The standing grant that approves `proposal`, its use counted; `None`: it waits for a person."""
+        if self.ask_grant is not None:
+            return await self.ask_grant(proposal)
+        return None if self.grants is None else self.grants.use(proposal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,7 +406,7 @@ class _Run:
             run_id=self.session.run_id,
             evidence=self.views.evidence(this.round),
         )
-        grant = None if self.bound.grants is None else self.bound.grants.use(proposal)
+        grant = await self.bound.grant_for(proposal)
         if grant is not None:
             return await granted(self, this, proposal, grant)
         self.proposals.append(proposal)

@@ -23,7 +23,7 @@ from agentkit._config import LoopConfig
 from agentkit._context import Summarizer
 from agentkit._degeneration import SameFunc
 from agentkit._grants import Grants
-from agentkit._loop import Bound, RunApproved, run_core
+from agentkit._loop import AskGrant, Bound, RunApproved, run_core
 from agentkit._observe import Observer, ObserverArg, observers_of, wants_checkpoints
 from agentkit._outcome import StopReason
 from agentkit._proposals import ProposedAction
@@ -147,6 +147,10 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         if grants is not None:
             grants.check(box.tools)
 
+    def _asking_grants(self, ask: AskGrant) -> None:
+        """Ask `ask` for the standing grant of each proposal, not this loop's `Grants` (the Temporal workflow)."""
+        self._bound = dataclasses.replace(self._bound, ask_grant=ask)
+
     @classmethod
     def _plain(cls, *args: Any, **kwargs: Any) -> ToolLoop[Any, Any, Any, Any]:
         """`run_tool_loop`'s loop: every tool must run live under the config (checked before it is bound)."""
@@ -257,6 +261,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
             may_propose=True,
             codec=codec,
             grants=self._bound.grants,
+            ask_grant=self._bound.ask_grant,
         )
 
         async def resume(ctx: Ctx) -> TieredLoopResult[Args, R, Answer]:

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import posixpath
+import unicodedata
+import urllib.parse
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,9 +18,9 @@ from pydantic import ValidationError
 
 from agentkit import LoopConfig, ProposedAction, RetryPolicy, StopReason, Tier, UsageError, run_tool_loop_tiered
 from agentkit._state import DecisionEntry
-from agentkit.decisions import Equals, Grant, Grants, OneOf, Prefix, Range
+from agentkit.decisions import Equals, Grant, Grants, OneOf, PathPrefix, Prefix, Range
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Doc, Executor, Payments, Transfer
+from tests.support import Deleter, Doc, Executor, PathArgs, Payments, Recording, Transfer
 from tests.support import small_payments as grant
 
 NO_WAIT = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
@@ -42,6 +47,7 @@ def transfer(amount: int, account: str = "acme", tier: Tier = Tier.IRREVERSIBLE)
         (Prefix(prefix="/tmp/"), "/tmp/x", True),
         (Prefix(prefix="/tmp/"), "/etc/x", False),
         (Prefix(prefix="/tmp/"), 5, False),
+        (Prefix(prefix="/tmp/"), "/tmp/../etc/passwd", True),  # text, not a path: PathPrefix is for paths
         (Range(min=0, max=10), 10, True),
         (Range(min=0, max=10), 10.5, False),
         (Range(max=10), True, False),
@@ -191,3 +197,230 @@ async def test_a_loop_refuses_a_grant_of_an_irreversible_tool_without_the_flag()
             caller, Executor[Doc](), Payments(), "ctx", NO_WAIT, grants=Grants([grant(allow_irreversible=False)])
         )
     assert caller.requests == []
+
+
+DATA = PathPrefix(prefix="/srv/data/")
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/srv/data/report.csv",
+        "/srv/data",
+        "/srv/data/",
+        "/srv/data/./a/b",
+        "/srv/data//a///b/",
+        "///srv/data/a",
+        "/srv/data/a\\b",  # a backslash is a character of a POSIX name
+        "/srv/data/100%",
+        "/srv/data/...",
+        "/srv/data/cafe\u0301",
+    ],
+)
+def test_a_path_prefix_allows_paths_inside_its_folder(path: str) -> None:
+    """A path inside the folder, the folder itself, `.` and doubled separators included, is allowed."""
+    assert DATA.allows(path)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/srv/data/../../etc/passwd",
+        "/srv/data/a/../b",  # inside by its text, yet a/.. is elsewhere when a is a symlink
+        "/srv/data/..",
+        "/srv/database/x",
+        "/srv/dat",
+        "/srv/data/x\x00",
+        "srv/data/x",
+        "./srv/data/x",
+        "//srv/data/x",
+        "",
+        "/srv/data/%2e%2e/%2e%2e/etc/passwd",
+        "/srv/data/%2E%2E%2F%2E%2E%2Fetc",
+        "/srv/data/%252e%252e/x",
+        "/srv/data/%00",
+        "/srv/data/..\\..\\etc\\passwd",
+        "/srv/data/\uff0e\uff0e/x",  # fullwidth full stops
+        "/srv/data/\u2025/x",  # two dot leader
+        "/srv/data/\u2024\u2024/x",  # one dot leaders
+        "/srv/data/\ufe52\ufe52/x",  # small full stops
+        "/srv/data/..\uff0fetc",  # fullwidth solidus
+        "/srv/data/..\u2215etc",  # division slash
+        "/srv/data/..\u2044etc",  # fraction slash
+        "/srv/data/\u3002\u3002/x",  # ideographic full stops
+        "/srv/data/%EF%BC%8E%EF%BC%8E/x",  # fullwidth full stops, percent-encoded
+    ],
+)
+def test_a_path_prefix_refuses_paths_that_climb_out_or_could_be_read_so(path: str) -> None:
+    """`..`, NUL, another folder, a relative or `//` path, and `..` spelt encoded, with backslashes or look-alikes."""
+    assert not DATA.allows(path)
+
+
+def test_a_path_prefix_refuses_what_is_not_text() -> None:
+    """A number, a list or None is no path: refused."""
+    assert not any(DATA.allows(value) for value in (5, ["/srv/data/x"], None, b"/srv/data/x"))
+
+
+def test_a_relative_path_prefix_allows_relative_paths_only() -> None:
+    """A relative prefix allows relative paths under it; an absolute path is refused."""
+    rule = PathPrefix(prefix="data")
+    assert rule.allows("data/x")
+    assert rule.allows("./data/x")
+    assert not rule.allows("/data/x")
+    assert not rule.allows("data/../x")
+    assert not rule.allows("database")
+
+
+@pytest.mark.parametrize(
+    ("fields", "complaint"),
+    [
+        ({"prefix": ""}, "POSIX folder"),
+        ({"prefix": "/srv/../etc"}, "POSIX folder"),
+        ({"prefix": "/srv/\x00"}, "POSIX folder"),
+        ({"prefix": "//srv"}, "POSIX folder"),
+        ({"prefix": "/srv/my%20data"}, "written plainly"),
+        ({"prefix": "C:\\data"}, "written plainly"),
+        ({"prefix": "/srv/\uff44ata"}, "written plainly"),
+        ({"prefix": "data", "resolve_symlinks": True}, "absolute prefix"),
+        ({"prefix": "/srv", "kind": "path"}, "kind"),
+        ({"prefix": "/srv", "follow": True}, "follow"),
+    ],
+)
+def test_a_path_prefix_that_could_be_misread_is_refused(fields: dict[str, Any], complaint: str) -> None:
+    """A prefix with `..`, NUL, `//`, percent, backslash or look-alikes, or an unknown field, does not validate."""
+    with pytest.raises(ValidationError, match=complaint):
+        PathPrefix.model_validate(fields)
+
+
+def test_a_grant_with_a_path_prefix_round_trips_as_json() -> None:
+    """Stored as data, a PathPrefix grant reads back equal, and still refuses `..`."""
+    made = Grant.of(
+        Deleter(),
+        where={"path": PathPrefix(prefix="/srv/data", resolve_symlinks=True)},
+        max_uses=1,
+        allow_irreversible=True,
+        granted_by="ops",
+        reason="data files",
+    )
+    again = Grant.model_validate_json(made.model_dump_json())
+    assert again == made
+    assert isinstance(again.where["path"], PathPrefix)
+    assert not again.where["path"].allows("/srv/data/../etc")
+
+
+def test_resolve_symlinks_refuses_a_link_inside_that_points_outside(tmp_path: Path) -> None:
+    """With resolve_symlinks, a path through a link to outside the folder is refused; without it, allowed."""
+    folder, outside = tmp_path / "data", tmp_path / "secret"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "ok.txt").write_text("x")
+    (folder / "link").symlink_to(outside)
+    (folder / "back").symlink_to(folder / "ok.txt")
+    strict = PathPrefix(prefix=str(folder), resolve_symlinks=True)
+    assert strict.allows(f"{folder}/ok.txt")
+    assert strict.allows(f"{folder}/back")
+    assert strict.allows(f"{folder}/new")
+    assert not strict.allows(f"{folder}/link/key")
+    assert not strict.allows(f"{folder}/link")
+    assert PathPrefix(prefix=str(folder)).allows(f"{folder}/link/key")
+
+
+def test_resolve_symlinks_checks_the_real_path_of_the_prefix_too(tmp_path: Path) -> None:
+    """A prefix that is itself a link is compared by its real path: paths through it are inside."""
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "alias").symlink_to(real)
+    rule = PathPrefix(prefix=str(tmp_path / "alias"), resolve_symlinks=True)
+    assert rule.allows(f"{tmp_path}/alias/x")
+    assert not rule.allows(f"{tmp_path}/realx")
+
+
+def _inside(path: str, root: str) -> bool:
+    normal = posixpath.normpath(path)
+    return normal == root or normal.startswith(root.rstrip("/") + "/")
+
+
+PATH_TEXT = st.lists(
+    st.sampled_from(
+        [
+            "/",
+            "/",
+            ".",
+            "..",
+            "a",
+            "data",
+            "srv",
+            "\\",
+            "%",
+            "2e",
+            "2E",
+            "2f",
+            "25",
+            "%2e",
+            "%2f",
+            "\x00",
+            "\uff0e",
+            "\uff0f",
+            "\u2024",
+            "\u2025",
+            "\u2215",
+            "\u3002",
+            "\ufe52",
+            "e\u0301",
+            "\uff3c",
+            "%EF%BC%8E",
+        ]
+    ),
+    max_size=14,
+).map("".join)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(tail=PATH_TEXT, lead=st.sampled_from(["/srv/data/", "/srv/data", "/srv/", "/", "", "//", "/srv/data/../"]))
+def test_no_path_a_path_prefix_allows_lies_outside_it_however_it_is_read(lead: str, tail: str) -> None:
+    """Whatever the text: if PathPrefix allows it, it, normalised, lies in the folder, and so does every reading
+    of it (backslashes as separators, percent-decoded twice, NFKC-folded), and it holds no NUL."""
+    path = lead + tail
+    if not DATA.allows(path):
+        return
+    decoded = urllib.parse.unquote(urllib.parse.unquote(path))
+    readings = [path, path.replace("\\", "/"), decoded, unicodedata.normalize("NFKC", path)]
+    readings.append(unicodedata.normalize("NFKC", decoded).replace("\\", "/"))
+    assert all("\x00" not in form and _inside(form, "/srv/data") for form in readings), readings
+
+
+@settings(max_examples=300, deadline=None)
+@given(tail=st.lists(st.sampled_from(["a", "b", "link", "..", ".", ""]), max_size=6).map("/".join))
+def test_no_path_resolve_symlinks_allows_resolves_outside_the_folder(tmp_path_factory: Any, tail: str) -> None:
+    """On a real tree with links out and back in, every path allowed with resolve_symlinks resolves inside."""
+    base = Path(os.path.realpath(tmp_path_factory.mktemp("tree")))
+    folder = base / "data"
+    (folder / "a").mkdir(parents=True)
+    (base / "out").mkdir()
+    (folder / "link").symlink_to(base / "out")
+    (folder / "a" / "b").symlink_to(folder / "a")
+    path = f"{folder}/{tail}"
+    if PathPrefix(prefix=str(folder), resolve_symlinks=True).allows(path):
+        assert _inside(os.path.realpath(path), str(folder))
+
+
+def deletes(*paths: str) -> ScriptedCaller:
+    return ScriptedCaller([*(call_step(PathArgs(path=p)) for p in paths), done_step()])
+
+
+async def test_a_path_grant_runs_a_path_inside_and_proposes_one_that_climbs_out() -> None:
+    """In a run, a PathPrefix grant approves a delete inside its folder; `/srv/data/../../etc/passwd` waits."""
+    tool = Recording("delete", Tier.IRREVERSIBLE, PathArgs)
+    rule = PathPrefix(prefix="/srv/data/")
+    made = Grant.of(tool, where={"path": rule}, max_uses=5, allow_irreversible=True, granted_by="ops", reason="data")
+    grants = Grants([made])
+    inside = await run_tool_loop_tiered(
+        deletes("/srv/data/old.csv"), Executor[Doc](), tool, "ctx", NO_WAIT, grants=grants
+    )
+    outside = await run_tool_loop_tiered(
+        deletes("/srv/data/../../etc/passwd"), Executor[Doc](), tool, "ctx", NO_WAIT, grants=grants
+    )
+    assert inside.proposed == []
+    assert [p.args for p in outside.proposed] == [PathArgs(path="/srv/data/../../etc/passwd")]
+    assert tool.calls == [PathArgs(path="/srv/data/old.csv")]
+    assert grants.uses(made.id) == 1

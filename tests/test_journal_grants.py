@@ -12,9 +12,9 @@ import pytest
 
 from agentkit import ProposedAction, Tier, UsageError
 from agentkit._cli import main
-from agentkit.decisions import Equals, Grant
+from agentkit.decisions import Equals, Grant, PathPrefix
 from agentkit.journal import GrantState, Journal, ProposalState, TransitionRefused, UnknownId, open_journal
-from tests.support import Payments, Recording, Transfer, small_payments
+from tests.support import Deleter, PathArgs, Payments, Recording, Transfer, proposed, small_payments
 
 
 def grant(**changes: Any) -> Grant:
@@ -109,6 +109,27 @@ async def test_eight_concurrent_proposers_never_take_a_grant_beyond_its_uses(jou
         await setup.close()
 
 
+async def test_a_path_grant_lets_a_worker_run_inside_its_folder_and_never_dot_dot_out(journal: Journal) -> None:
+    """The reported case: a grant on /srv/data/ kept in the journal, a worker running what it approves;
+    /srv/data/../../etc/passwd (and its encoded spellings) stays pending and no worker runs it."""
+    tool = Deleter()
+    data = PathPrefix(prefix="/srv/data/")
+    kept = await journal.grant(
+        Grant.of(tool, where={"path": data}, max_uses=5, allow_irreversible=True, granted_by="ops", reason="data"),
+        tool=tool,
+    )
+    climbs = ["/srv/data/../../etc/passwd", "/srv/data/%2e%2e/%2e%2e/etc/passwd", "/srv/data/..\\..\\etc"]
+    held = [await journal.propose(proposed(path)) for path in climbs]
+    inside = await journal.propose(proposed("/srv/data/old.csv"))
+    assert [record.state for record in held] == [ProposalState.PENDING] * len(climbs)
+    assert (inside.state, inside.approved_by) == (ProposalState.APPROVED, f"grant:{kept.id}")
+    await journal.work([tool], until_empty=True)
+    assert tool.calls == [PathArgs(path="/srv/data/old.csv")]
+    [listed] = await journal.grants()
+    assert listed.uses == 1
+    assert Grant.model_validate_json(listed.grant.model_dump_json()).where == {"path": data}
+
+
 TOOLS = "tests.support:Payments"
 
 
@@ -154,7 +175,32 @@ def test_cli_bad_grant_exits_1_and_stores_nothing(
     assert "no grants" in capsys.readouterr().out
 
 
-TOOLSET = [Payments()]
+def test_cli_path_prefix_is_a_path_grant_and_prefix_says_it_compares_text(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--path-prefix` keeps a PathPrefix (shown as a path with no '..'); `--prefix` output warns it compares text."""
+    url = str(tmp_path / "journal.db")
+    asyncio.run(_create(url))
+    add = ["grants", "add", "--db", url, "--tools", "tests.test_journal_grants:TOOLSET", "--tool", "delete"]
+    rest = ["--max-uses", "1", "--allow-irreversible", "--by", "ops", "--reason", "data"]
+    assert main([*add, "--path-prefix", "path=/srv/data/", "--resolve-symlinks", *rest]) == 0
+    path_out = capsys.readouterr().out
+    assert """delete where path is a path inside "/srv/data/" (no '..', symlinks resolved)""" in path_out
+    assert "note:" not in path_out
+    assert main([*add, "--prefix", "path=/srv/data/", *rest]) == 0
+    text_out = capsys.readouterr().out
+    assert 'path starts with the text "/srv/data/"' in text_out
+    assert "--prefix compares strings" in text_out
+    assert "use --path-prefix" in text_out
+    assert main([*add, "--path-prefix", "path=/srv/../etc", *rest]) == 1
+    assert "--path-prefix 'path=/srv/../etc': Value error, a path prefix is a POSIX folder" in capsys.readouterr().err
+    assert main([*add, "--prefix", "path=/srv/", "--resolve-symlinks", *rest]) == 1
+    assert "--resolve-symlinks goes with --path-prefix" in capsys.readouterr().err
+    assert main(["grants", "list", "--db", url]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 3
+
+
+TOOLSET = [Payments(), Deleter()]
 
 
 async def _create(url: str) -> None:

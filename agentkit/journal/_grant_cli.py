@@ -2,7 +2,8 @@
 
 `add` checks the grant against the tool it names (`--tools MODULE:ATTR`, as `agentkit worker`
 takes them): a constraint on a field the tool's args type lacks, or an irreversible tool without
-`--allow-irreversible`, is refused before anything is stored.
+`--allow-irreversible`, is refused before anything is stored. `--prefix` compares text (it lets
+`/srv/data/../x` through a prefix of `/srv/data/`); a path takes `--path-prefix`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO, assert_never
 
+from pydantic import ValidationError
+
 from agentkit._cli import import_object
-from agentkit._grants import Equals, Grant, OneOf, Prefix, Range
+from agentkit._grants import Equals, Grant, OneOf, PathPrefix, Prefix, Range
 from agentkit.errors import UsageError
 from agentkit.journal._contract import Journal
 from agentkit.journal.cli import _handler, _printable, _table, _time, db_parent
@@ -42,7 +45,23 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add.add_argument("--expires", metavar="ISO", help="when it stops approving (ISO 8601 with a zone, e.g. ...Z)")
     add.add_argument("--equals", action="append", default=[], metavar="FIELD=JSON", help="the field is exactly this")
     add.add_argument("--one-of", action="append", default=[], metavar="FIELD=JSON-LIST", help="the field is one of")
-    add.add_argument("--prefix", action="append", default=[], metavar="FIELD=TEXT", help="the field starts with")
+    add.add_argument(
+        "--prefix",
+        action="append",
+        default=[],
+        metavar="FIELD=TEXT",
+        help="the field's text starts with (compares strings: for a path use --path-prefix)",
+    )
+    add.add_argument(
+        "--path-prefix",
+        action="append",
+        default=[],
+        metavar="FIELD=PATH",
+        help="the field is a POSIX path inside this folder (segments; '..' refused)",
+    )
+    add.add_argument(
+        "--resolve-symlinks", action="store_true", help="--path-prefix also follows symlinks (realpath inside)"
+    )
     add.add_argument("--range", action="append", default=[], metavar="FIELD=MIN:MAX", help="a number in [MIN, MAX]")
     add.add_argument("--allow-irreversible", action="store_true", help="it may approve IRREVERSIBLE calls")
     add.set_defaults(handler=_handler(_add))
@@ -75,27 +94,42 @@ async def _add(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     )
     kept = await journal.grant(grant, tool=tool)  # type: ignore[arg-type]  # checked by Grant.of above
     print(_printable(f"granted {kept.id}: {_describe(kept.grant)}"), file=out)
+    if any(isinstance(rule, Prefix) for rule in kept.grant.where.values()):
+        print(
+            "note: --prefix compares strings ('/srv/data/../../etc' starts with '/srv/data/'); "
+            "for a path use --path-prefix, which refuses '..'",
+            file=out,
+        )
 
 
-def _constraints(args: argparse.Namespace) -> dict[str, Equals | OneOf | Prefix | Range]:
-    rules: dict[str, Equals | OneOf | Prefix | Range] = {}
+def _constraints(args: argparse.Namespace) -> dict[str, Equals | OneOf | Prefix | PathPrefix | Range]:
+    rules: dict[str, Equals | OneOf | Prefix | PathPrefix | Range] = {}
+    if args.resolve_symlinks and not args.path_prefix:
+        raise UsageError("--resolve-symlinks goes with --path-prefix FIELD=PATH")
     for flag, items in (
         ("--equals", args.equals),
         ("--one-of", args.one_of),
         ("--prefix", args.prefix),
+        ("--path-prefix", args.path_prefix),
         ("--range", args.range),
     ):
         for item in items:
             name, sep, value = item.partition("=")
             if not sep or not name.strip():
                 raise UsageError(f"{flag} takes FIELD=VALUE; got {item!r}")
-            rules[name.strip()] = _rule(flag, value, item)
+            rules[name.strip()] = _rule(flag, value, item, resolve_symlinks=args.resolve_symlinks)
     return rules
 
 
-def _rule(flag: str, value: str, item: str) -> Equals | OneOf | Prefix | Range:
+def _rule(flag: str, value: str, item: str, *, resolve_symlinks: bool) -> Equals | OneOf | Prefix | PathPrefix | Range:
     if flag == "--prefix":
         return Prefix(prefix=value)
+    if flag == "--path-prefix":
+        try:
+            return PathPrefix(prefix=value, resolve_symlinks=resolve_symlinks)
+        except ValidationError as invalid:
+            reasons = "; ".join(error["msg"] for error in invalid.errors())
+            raise UsageError(f"--path-prefix {item!r}: {reasons}") from None
     if flag == "--range":
         low, sep, high = value.partition(":")
         try:
@@ -135,14 +169,17 @@ def _describe(grant: Grant) -> str:
     return f"{grant.tool_name} where {where or 'any args'}{irreversible}"
 
 
-def _rule_text(rule: Equals | OneOf | Prefix | Range) -> str:
+def _rule_text(rule: Equals | OneOf | Prefix | PathPrefix | Range) -> str:
     match rule:
         case Equals():
             return f"= {json.dumps(rule.value, ensure_ascii=False)}"
         case OneOf():
             return f"in {json.dumps(list(rule.values), ensure_ascii=False)}"
         case Prefix():
-            return f"starts with {json.dumps(rule.prefix, ensure_ascii=False)}"
+            return f"starts with the text {json.dumps(rule.prefix, ensure_ascii=False)}"
+        case PathPrefix():
+            symlinks = ", symlinks resolved" if rule.resolve_symlinks else ""
+            return f"is a path inside {json.dumps(rule.prefix, ensure_ascii=False)} (no '..'{symlinks})"
         case Range():
             return f"in [{'-' if rule.min is None else rule.min}, {'-' if rule.max is None else rule.max}]"
         case _:

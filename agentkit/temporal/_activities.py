@@ -1,5 +1,6 @@
 """The activities: one model attempt (a local activity), one tool call (a local activity when it is a live
-READ_ONLY call). They run on workers, outside the workflow.
+READ_ONLY call), and the ask for a standing grant of a proposal (`DurableAgent.grants`). They run on
+workers, outside the workflow.
 
 Errors cross back as `ApplicationError` values whose `type` names the agentkit error and whose
 details carry its fields, so the workflow rebuilds the same error (`decode_error`) and the loop core
@@ -21,16 +22,18 @@ from agentkit._codec import Codec
 from agentkit._invoke import invoke
 from agentkit._observe import ApprovedCall, Observer, ToolInvocation, observed, wrapping
 from agentkit._observe import ModelCall as Asked
+from agentkit._proposals import ProposedAction
 from agentkit._structured import StructuredRequest
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, ToolError
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import error_fields, error_kind, rebuild_error
-from agentkit.temporal._values import ModelCall, ModelReply, ToolCallInput, ToolReply, ToolSet
+from agentkit.temporal._values import GrantAsk, GrantReply, ModelCall, ModelReply, ToolCallInput, ToolReply, ToolSet
 
 MODEL_ACTIVITY = "agentkit.model_call"
 TOOL_ACTIVITY = "agentkit.tool_call"
 RECORD_TOOLS = "agentkit.record_tools"
+GRANT_ACTIVITY = "agentkit.use_grant"
 
 REQUEST = TypeAdapter(StructuredRequest)
 
@@ -247,6 +250,20 @@ class Activities:
             )
             raise ApplicationError(str(error), type="ToolResultTooLarge", non_retryable=True)
         return ToolReply(batch=batch, observation=outcome.observation)
+
+    @activity.defn(name=GRANT_ACTIVITY)
+    async def use_grant(self, ask: GrantAsk) -> GrantReply:
+        """The agent's first live grant that matches the proposal, its use counted once under the call's key
+        (run, round, digest): a retry of this activity answers the same grant and counts nothing more."""
+        agent = self._agent(ask.agent)
+        tool = agent.box.tools.get(ask.tool_name)
+        if agent.grants is None or tool is None:
+            return GrantReply()
+        args = self.codecs[ask.agent].args[ask.tool_name].model_validate(ask.args)
+        proposal = ProposedAction[Any].create(
+            tool_name=ask.tool_name, tier=ask.tier, args=args, round=ask.round, run_id=ask.run_id
+        )
+        return GrantReply(grant=agent.grants.use(proposal, key=f"{ask.run_id}/{ask.round}/{ask.digest}"))
 
 
 @activity.defn(name=RECORD_TOOLS)

@@ -15,6 +15,7 @@ from pydantic import TypeAdapter
 from agentkit._agent import ToolAgent
 from agentkit._codec import Codec, item_type_of
 from agentkit._config import LoopConfig
+from agentkit._grants import Grants
 from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier, runs_live
 from agentkit._toolbox import Toolbox
@@ -90,8 +91,8 @@ class DurableAgent(Generic[Ctx, R]):
 
     Raises:
         UsageError: a tool whose items cannot round-trip through JSON (their type travels between
-            processes), a tool that takes the run's ctx, or a `LoopConfig.deadline` (use the
-            workflow's execution timeout).
+            processes), a tool that takes the run's ctx, a `LoopConfig.deadline` (use the
+            workflow's execution timeout), or grants that do not fit the tools (`Grant.check`).
     """
 
     name: str
@@ -106,6 +107,11 @@ class DurableAgent(Generic[Ctx, R]):
     """The type `ctx` is validated as when it reaches the workflow (a pydantic model, `str`...)."""
     config: LoopConfig = field(default_factory=LoopConfig)
     policy: ActivityPolicy = field(default_factory=ActivityPolicy)
+    grants: Grants | None = None
+    """Standing grants, held and counted by the worker process: a proposal one of them matches is approved
+    by it (`grant:<id>`) and runs in its round, as `run_tool_loop_tiered(..., grants=...)` does. The
+    workflow asks an activity (`agentkit.use_grant`), whose answer its history keeps: a replay never
+    counts a use again, and a retried ask counts none. Each worker process counts its own uses."""
 
     def __post_init__(self) -> None:
         if self.config.deadline is not None:
@@ -122,6 +128,8 @@ class DurableAgent(Generic[Ctx, R]):
                     "worker's process instead (a closure or a module-level object)"
                 )
         Codec(self.box.tools)  # every tool's items must round-trip: they cross process boundaries
+        if self.grants is not None:
+            self.grants.check(self.box.tools)
         self.ctx_adapter.json_schema()
 
     @cached_property

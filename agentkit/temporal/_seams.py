@@ -1,7 +1,8 @@
-"""The workflow's two seams, in workflow code: the model caller (each attempt a local activity, or an
-activity of its own in a run recorded before model calls were local) and the tools (a live READ_ONLY
+"""The workflow's seams, in workflow code: the model caller (each attempt a local activity, or an
+activity of its own in a run recorded before model calls were local), the tools (a live READ_ONLY
 call a local activity, since it may run again; any other call, an approved one included, an activity of
-its own). Deterministic: they schedule activities and read their recorded results, nothing else."""
+its own) and the standing grants (an activity that asks the worker's `Grants`). Deterministic: they
+schedule activities and read their recorded results, nothing else."""
 
 from __future__ import annotations
 
@@ -17,17 +18,19 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from agentkit._codec import item_type_of
+from agentkit._grants import Grant
 from agentkit._invoke import Relayed
 from agentkit._observe import ModelCall as Asked
 from agentkit._observe import Observer, ToolInvocation
+from agentkit._proposals import ProposedAction
 from agentkit._results import Usage
 from agentkit._state import RunCheckpoint, json_text
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._tiers import Tier
 from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolTimeout
-from agentkit.temporal._activities import MODEL_ACTIVITY, REQUEST, TOOL_ACTIVITY, decode_error
+from agentkit.temporal._activities import GRANT_ACTIVITY, MODEL_ACTIVITY, REQUEST, TOOL_ACTIVITY, decode_error
 from agentkit.temporal._agent import DurableAgent
-from agentkit.temporal._values import ModelCall, ModelReply, ToolCallInput, ToolReply
+from agentkit.temporal._values import GrantAsk, GrantReply, ModelCall, ModelReply, ToolCallInput, ToolReply
 
 ONCE = RetryPolicy(maximum_attempts=1)
 _REPORT_GRACE = timedelta(seconds=5)
@@ -166,6 +169,38 @@ class ActivityCaller:
                 retry_policy=ONCE,
             )
         return reply
+
+
+class ActivityGrants:
+    """The run's standing grants in workflow code: each proposal's grant is the answer of the grant activity
+    (`Activities.use_grant`, on a worker, which holds `DurableAgent.grants` and counts the use). Its answer is
+    in the run's history, so a replay reads it and counts nothing; a retry is asked under the call's key and
+    counts nothing either. An ask that fails approves nothing: the proposal waits for a person."""
+
+    def __init__(self, agent: str, policy_timeout: timedelta) -> None:
+        self.agent, self.timeout = agent, policy_timeout
+
+    async def __call__(self, proposal: ProposedAction[Any]) -> Grant | None:
+        ask = GrantAsk(
+            agent=self.agent,
+            tool_name=proposal.tool_name,
+            tier=proposal.tier,
+            args=proposal.args.model_dump(mode="json"),
+            run_id=workflow.info().workflow_id,
+            round=proposal.round,
+            digest=proposal.digest,
+        )
+        try:
+            reply: GrantReply = await workflow.execute_activity(
+                GRANT_ACTIVITY,
+                ask,
+                result_type=GrantReply,
+                start_to_close_timeout=self.timeout,
+                retry_policy=RetryPolicy(maximum_attempts=3),
+            )
+        except ActivityError:
+            return None  # fail closed: without an answer, a person decides
+        return reply.grant
 
 
 class ActivityTool:

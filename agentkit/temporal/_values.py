@@ -8,6 +8,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from agentkit._grants import Grant
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint, ToolEntry
 from agentkit._tiers import Tier
@@ -17,6 +18,8 @@ __all__ = [
     "Decision",
     "DecisionRecord",
     "DurableOutcome",
+    "GrantAsk",
+    "GrantReply",
     "Leg",
     "ModelCall",
     "ModelReply",
@@ -240,6 +243,27 @@ class ToolCallInput(BaseModel):
     approved_by: str | None = None
     """Who approved the call, when it is an approved one (`digest` is then the approved call's)."""
     digest: str | None = None
+
+
+class GrantAsk(BaseModel):
+    """The grant activity's input: a proposal the workflow's loop made, which a standing grant may approve."""
+
+    model_config = _FROZEN
+    agent: str
+    tool_name: str
+    tier: Tier
+    args: dict[str, JsonValue]
+    run_id: str
+    round: int
+    digest: str
+    """The proposal's digest; with the run and round, the key its one use is counted under."""
+
+
+class GrantReply(BaseModel):
+    """The grant activity's answer: the grant that approves the call, its use counted; `None`: none does."""
+
+    model_config = _FROZEN
+    grant: Grant | None = None
 
 
 class ToolReply(BaseModel):

@@ -69,7 +69,7 @@ def build_worker(
         client,
         task_queue=task_queue,
         workflows=[workflow_for(named)],
-        activities=[activities.model_call, activities.tool_call, record_tools],
+        activities=[activities.model_call, activities.tool_call, activities.use_grant, record_tools],
         max_concurrent_activities=max_concurrent_activities,
         max_concurrent_local_activities=max_concurrent_activities,
         graceful_shutdown_timeout=graceful_shutdown,

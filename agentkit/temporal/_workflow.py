@@ -35,7 +35,7 @@ from agentkit.errors import ApprovalError, ToolSetChanged, UsageError
 from agentkit.temporal._activities import RECORD_TOOLS
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import error_fields, error_kind
-from agentkit.temporal._seams import ONCE, ActivityCaller, ActivityTool, Carried, InFlight
+from agentkit.temporal._seams import ONCE, ActivityCaller, ActivityGrants, ActivityTool, Carried, InFlight
 from agentkit.temporal._values import (
     SETTLED,
     Decision,
@@ -69,6 +69,12 @@ asked for it); runs recorded before it replay as they ran, every tool call an ac
 _PAYLOADS = "agentkit-payload-budget"
 """The patch that refuses a tool batch that would take a run's items past its payload limit (`Carried`); runs
 recorded before it replay as they ran."""
+
+_GRANTS = "agentkit-grants"
+"""The patch that asks the grant activity about each proposal of an agent with standing grants
+(`DurableAgent.grants`); runs recorded before it replay as they ran, every proposal waiting for people."""
+
+_GRANT_ASK_TIMEOUT = timedelta(seconds=30)
 
 _log = logging.getLogger("agentkit.temporal")
 
@@ -130,6 +136,7 @@ class AgentRun:
         local = workflow.patched(_LOCAL_MODEL)
         local_reads = local and workflow.patched(_LOCAL_READS)
         self.budget = budget = local_reads and workflow.patched(_PAYLOADS)
+        asks_grants = budget and durable.grants is not None and workflow.patched(_GRANTS)
         # A first leg recorded before legs existed replays as it ran then: no recorded tools, decided in place.
         if leg is None and workflow.patched(_LEGS):
             self.tools = await self.recorded_tools(durable)
@@ -145,6 +152,8 @@ class AgentRun:
         ]
         proxied: Any = proxies if durable.box.single is None else proxies[0]
         loop = ToolLoop(caller, durable.agent, proxied, durable.workflow_config(), observer=in_flight)
+        if asks_grants:
+            loop._asking_grants(ActivityGrants(start.agent, _GRANT_ASK_TIMEOUT))
         if leg is None:
             result = await loop.run(ctx, run_id=self.run_id)
         elif leg.unknown is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import assert_type
 
 from agentkit import Approval, ProposedAction, TieredLoopResult, approve, run_tool_loop_tiered
-from agentkit.decisions import Amendment, CallSeen, Equals, Evidence, Grant, Grants, OneOf, Prefix, Range
+from agentkit.decisions import Amendment, CallSeen, Equals, Evidence, Grant, Grants, OneOf, PathPrefix, Prefix, Range
 from agentkit.journal import GrantRecord, GrantState, Journal, ProposalRecord, open_journal
 from agentkit.temporal import PendingProposal, RunHandle, RunState
 from agentkit.testing import ScriptedCaller
@@ -46,7 +46,8 @@ async def grants_in_process(proposal: ProposedAction[DeleteArgs]) -> None:
     assert_type(grants.use(proposal), Grant | None)
     assert_type(grants.uses(made.id), int)
     assert_type(made.matches(proposal), bool)
-    assert_type(made.where, dict[str, Equals | OneOf | Prefix | Range])
+    assert_type(made.where, dict[str, Equals | OneOf | Prefix | PathPrefix | Range])
+    assert_type(PathPrefix(prefix="/tmp/", resolve_symlinks=True).allows("/tmp/x"), bool)
     result = await run_tool_loop_tiered(ScriptedCaller(), Planner(), delete, "ctx", grants=grants)
     assert_type(result, TieredLoopResult[DeleteArgs, Doc])
     assert_type(Range(min=0, max=5).allows(3), bool)
