@@ -30,6 +30,7 @@ from agentkit import (
     tool,
     tool_set,
 )
+from agentkit._state import RoundEntry, RoundOutcome
 from agentkit.errors import ReplayDiverged, Throttled, UsageError
 from agentkit.journal import JournalObserver, SQLiteJournal
 from agentkit.testing import ReplayCaller, ScriptedCaller, call_step, done_step
@@ -363,3 +364,33 @@ async def test_strict_false_without_a_fallback_is_refused_when_the_replay_is_mad
     with pytest.raises(UsageError, match="needs a fallback"):
         ReplayCaller.from_json(first.checkpoint.model_dump_json(), strict=False)
     ReplayCaller(first.checkpoint, strict=False, fallback=ScriptedCaller([]))  # with one, it is made
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    script=st.lists(STEP, min_size=1, max_size=6),
+    after=st.sampled_from(list(AfterProposal)),
+    tier=st.sampled_from([Tier.REVERSIBLE, Tier.EXTERNAL_REVERSIBLE, Tier.IRREVERSIBLE]),
+)
+async def test_a_replay_with_search_re_tiered_diverges_at_the_first_round_that_calls_it(
+    script: list[dict[str, Any]], after: AfterProposal, tier: Tier
+) -> None:
+    """For any script and any new tier of search: the replay diverges at the first recorded round whose call of
+    search the gate decided, naming both tiers, and runs nothing; a recording with no such round replays as is."""
+    config = LoopConfig(max_rounds=8, after_proposal=after)
+    first = await recorded([*script, done_step("closing")], config)
+    called = [
+        e.round
+        for e in first.checkpoint.entries
+        if isinstance(e, RoundEntry) and e.tool == "search" and e.outcome in (RoundOutcome.RAN, RoundOutcome.RETRIED)
+    ]
+    retiered = tool(tier=tier, name="search")(search.fn)
+    replay = ReplayCaller(first.checkpoint)
+    tools = replay.tools(tool_set(retiered, delete))
+    if not called:
+        again = await run_tool_loop_tiered(replay, Planner(), tools, "clean up", config)
+        assert (again.stop_reason, again.items) == (first.stop_reason, first.items)
+        return
+    with pytest.raises(ReplayDiverged, match=f"tool 'search' is Tier.{tier.name} now, Tier.READ_ONLY when") as diverged:
+        await run_tool_loop_tiered(replay, Planner(), tools, "clean up", config)
+    assert (diverged.value.round, ran) == (called[0], [])
