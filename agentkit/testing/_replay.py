@@ -177,10 +177,9 @@ class ReplayCaller:
         recorded. They take no ctx: they run nothing. Their tiers are the given tools': a recorded call
         whose tool's tier changed, or that the run gates otherwise than the recording did, diverges
         (naming its round, the tool and both tiers). Every call of `tools` plays back one recording."""
-        stand_ins = [
-            _StandIn(tool, self._executions, self) for tool in (tools if isinstance(tools, Sequence) else [tools])
-        ]
-        self._stand_ins.update((stand_in.name, stand_in) for stand_in in stand_ins)
+        made = [_StandIn(tool, self._executions, self) for tool in (tools if isinstance(tools, Sequence) else [tools])]
+        self._stand_ins.update((stand_in.name, stand_in) for stand_in in made)
+        stand_ins: list[Tool[Any, Any]] = list(made)
         return stand_ins if isinstance(tools, Sequence) else stand_ins[0]
 
     def _retiered(self, entry: RoundEntry) -> ReplayDiverged | None:
