@@ -48,7 +48,16 @@ from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._results import RoundRecord, TieredLoopResult
 from agentkit._session import Reply, RunSession, executor_failed
-from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint, json_text, made
+from agentkit._state import (
+    DecisionEntry,
+    EndEntry,
+    RoundEntry,
+    RoundOutcome,
+    RunCheckpoint,
+    comparator_name,
+    json_text,
+    made,
+)
 from agentkit._step import ToolStep, step_answer
 from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
@@ -685,7 +694,7 @@ async def run_core(
     async with session:
         # Cancellation and wiring mistakes propagate; the session tells observers the run is over.
         if state is None:
-            state = RunCheckpoint.start(session.run_id, config, box.entries())
+            state = RunCheckpoint.start(session.run_id, config, box.entries(), same=comparator_name(bound.same))
         run = _Run(bound, session, ctx, state, decisions, run_approved)
         return await _rounds(run, box, config)
 

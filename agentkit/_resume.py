@@ -89,7 +89,8 @@ async def resume_tool_loop(
             with `RunCheckpoint.model_validate_json`).
         decisions: One `Approval` or `Rejection` per pending proposal.
         observer: One observer, several, or none.
-        same: Degeneration comparator; default compares args by value.
+        same: The run's repeat comparator, given again: a function cannot be stored in the checkpoint
+            (its `module.qualname` is). Required exactly when the run had one, and of the same name.
         summarize: The run's `ContextWindow.summarize`, given again: a function cannot be stored
             in the checkpoint (its bounds and its running summary are). Required exactly when the
             run had one, and of the same `module.qualname`.
@@ -105,8 +106,8 @@ async def resume_tool_loop(
         ResumeRefused: the checkpoint is altered or of another version, or finished; the tool set
             differs from the checkpoint's; a decision is for a proposal the checkpoint does not hold,
             is one of two for the same proposal, or is an approval already spent; or a pending
-            proposal has no decision; `summarize` is missing, unexpected, or another function than
-            the run's. Nothing ran.
+            proposal has no decision; `same` or `summarize` is missing, unexpected, or another
+            function than the run's. Nothing ran.
         UsageError: a tool whose items cannot round-trip through JSON.
     """
     loop = ToolLoop(caller, agent, tools, same=same, observer=observer, answer=answer)

@@ -28,7 +28,7 @@ from agentkit._observe import Observer, ObserverArg, observers_of, wants_checkpo
 from agentkit._outcome import StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._results import TieredLoopResult
-from agentkit._state import RoundEntry, RunCheckpoint, function_name
+from agentkit._state import RoundEntry, RunCheckpoint, comparator_name, function_name
 from agentkit._structured import StructuredCaller
 from agentkit._toolbox import Toolbox, gate, may_stop_at_a_proposal
 from agentkit._tools import AnyTool, ContextTool, Tool
@@ -216,8 +216,8 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
             ResumeRefused: the state is altered, of another version or finished; the tool set
                 differs from the run's (`ToolSetChanged`); a decision is for a proposal the run
                 does not wait on, is one of two for one proposal, or is a spent approval; a proposal
-                the run waits on has no decision; `summarize` is missing or another function than
-                the run's. Nothing ran.
+                the run waits on has no decision; `summarize`, or this loop's `same=`, is missing or
+                another function than the run's. Nothing ran.
         """
         resume = self.prepared(checkpoint, decisions, summarize=summarize)
         return await resume(ctx)
@@ -242,6 +242,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         if summarize is _UNSET:
             summarize = self._summarizer_for(checkpoint)
         _check_summarizer(checkpoint, summarize)
+        _check_comparator(checkpoint, self._bound.same)
         config = checkpoint.config.rebuild(summarize)
         box = Toolbox.build(self._tools, config, self._answer)
         codec = Codec(box.tools)
@@ -327,6 +328,21 @@ def _check_summarizer(checkpoint: RunCheckpoint, summarize: Summarizer | None) -
         why = f"the run's ContextWindow summarized with {had}; pass it again as summarize="
     else:
         why = f"the run's ContextWindow summarized with {had}, not {given}; pass the same function"
+    raise ResumeRefused(f"run {checkpoint.run_id!r} cannot resume: {why}. Nothing ran")
+
+
+def _check_comparator(checkpoint: RunCheckpoint, same: object) -> None:
+    """A run goes on with the repeat comparator it had: another one (or the default in place of one) would
+    judge its repeats otherwise, and end it otherwise."""
+    had, given = checkpoint.same, comparator_name(same)
+    if had == given:
+        return
+    if had is None:
+        why = f"the run compared repeats by value (no same=), not with {given}; resume without same="
+    elif given is None:
+        why = f"the run compared repeats with {had}; pass it again as same="
+    else:
+        why = f"the run compared repeats with {had}, not {given}; pass the same function as same="
     raise ResumeRefused(f"run {checkpoint.run_id!r} cannot resume: {why}. Nothing ran")
 
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentkit._cache import kept_on, value_cache
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import ContextWindow, Summarizer
+from agentkit._degeneration import same_args
 from agentkit._lossless import Text, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._structured import RetryPolicy
@@ -56,6 +57,7 @@ __all__ = [
     "RoundOutcome",
     "RunCheckpoint",
     "ToolEntry",
+    "comparator_name",
     "json_text",
 ]
 
@@ -142,6 +144,12 @@ def function_name(function: object) -> str:
     if module is None or qualname is None:
         return repr(function)
     return f"{module}.{qualname}"
+
+
+def comparator_name(same: object) -> str | None:
+    """What a run's state records of its repeat comparator (`same=`): its `function_name`; `None` for the
+    default (none given, or `same_args` itself)."""
+    return None if same is None or same is same_args else function_name(same)
 
 
 class CheckpointConfig(BaseModel):
@@ -446,6 +454,11 @@ class RunCheckpoint(BaseModel):
     """The run's `LoopConfig`, field by field; a resumed run goes on under it."""
     tools: tuple[ToolEntry, ...] = ()
     """The tool set's names, tiers and args schemas, in order; going on with another set is refused."""
+    same: Text | None = None
+    """The repeat comparator's (`same=`) `module.qualname`; `None`: the default, args compared by value. A
+    function cannot round-trip through JSON, so a resumed run is given it again; going on with another
+    comparator, or without it, is refused. Left out of the header's digest when `None`, as headers were
+    digested before it was recorded."""
     parent: Text | None = None
     """The run this one was forked from."""
     forked_at: int | None = None
@@ -473,10 +486,11 @@ class RunCheckpoint(BaseModel):
         config: LoopConfig | CheckpointConfig,
         tools: Sequence[ToolEntry],
         *,
+        same: str | None = None,
         parent: str | None = None,
         forked_at: int | None = None,
     ) -> RunCheckpoint:
-        """The state of a run that has done nothing yet."""
+        """The state of a run that has done nothing yet (`same`: its repeat comparator's `comparator_name`)."""
         record = config if isinstance(config, CheckpointConfig) else CheckpointConfig.of(config)
         header = made(
             cls,
@@ -484,6 +498,7 @@ class RunCheckpoint(BaseModel):
             run_id=run_id,
             config=record,
             tools=tuple(tools),
+            same=same,
             parent=parent,
             forked_at=forked_at,
             entries=(),
@@ -492,7 +507,7 @@ class RunCheckpoint(BaseModel):
         return header._with(digest=header.head_digest())
 
     def head_digest(self) -> str:
-        """The digest of the header: version, run id, config, tools and lineage."""
+        """The digest of the header: version, run id, config, tools, repeat comparator and lineage."""
         return _sha256(_head(self))
 
     def appended(self, entry: RoundEntry | DecisionEntry | EndEntry) -> RunCheckpoint:
@@ -529,7 +544,9 @@ class RunCheckpoint(BaseModel):
             for e in self.entries
             if isinstance(e, RoundEntry) and e.round <= at_round and e.outcome is RoundOutcome.PROPOSED
         }
-        state = RunCheckpoint.start(run_id, config or self.config, self.tools, parent=self.run_id, forked_at=at_round)
+        state = RunCheckpoint.start(
+            run_id, config or self.config, self.tools, same=self.same, parent=self.run_id, forked_at=at_round
+        )
         for entry in self.entries:
             if (isinstance(entry, RoundEntry) and entry.round <= at_round) or (
                 isinstance(entry, DecisionEntry) and (entry.round, entry.call_digest) in proposed
@@ -845,18 +862,22 @@ def _plan(kind: type[BaseModel], exclude: frozenset[str]) -> tuple[tuple[str, st
 
 
 def _head(state: RunCheckpoint) -> str:
-    """What `head_digest` digests: `json_text` of the state's JSON dump less its entries and digest.
+    """What `head_digest` digests: `json_text` of the state's JSON dump less its entries and digest (and less
+    `same` when it is `None`: a header without a comparator digests as headers did before it was recorded).
 
     Written part by part where each part holds a value of its field's type; the config's and each tool's
     text are kept for the objects a service's runs share (`_shared_text`)."""
     written = [_whole(state.forked_at), _free_text(state.parent), _free_text(state.run_id), _whole(state.version)]
-    if type(state.config) is not CheckpointConfig or type(state.tools) is not tuple or None in written:
-        return json_text(state.model_dump(mode="json", exclude={"entries", "digest"}))
+    same = _free_text(state.same)
+    if type(state.config) is not CheckpointConfig or type(state.tools) is not tuple or None in written or same is None:
+        left_out = {"entries", "digest"} if state.same is not None else {"entries", "digest", "same"}
+        return json_text(state.model_dump(mode="json", exclude=left_out))
     forked_at, parent, run_id, version = written
     tools = ",".join(_shared_text(tool) for tool in state.tools)
+    comparator = "" if state.same is None else f'"same":{same},'
     return (
         f'{{"config":{_shared_text(state.config)},"forked_at":{forked_at},"parent":{parent},"run_id":{run_id},'
-        f'"tools":[{tools}],"version":{version}}}'
+        f'{comparator}"tools":[{tools}],"version":{version}}}'
     )
 
 

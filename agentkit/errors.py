@@ -112,7 +112,9 @@ class ScriptExhausted(UsageError):
 
 class ReplayDiverged(UsageError):
     """A replayed run (`agentkit.testing.ReplayCaller`) left its recording: a request's prompt or schema,
-    or a tool call's args, is not the recorded one; or the cassette cannot be replayed."""
+    or a tool call's args, is not the recorded one; a recorded call's tool has another tier, or the run
+    gates a call otherwise than the recording did (proposes one it ran, runs one it proposed); or the
+    cassette cannot be replayed."""
 
     def __init__(self, message: str, *, round: int, what: str) -> None:
         super().__init__(message)

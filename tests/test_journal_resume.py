@@ -500,3 +500,32 @@ async def test_a_worker_that_dies_holding_the_call_ends_the_resumed_run_naming_w
     assert f"agentkit proposals resolve {pending.id}" in str(result.error)
     assert "claimed by dead:1" in str(result.error)
     assert (await journal.get(pending.id)).state is ProposalState.EXECUTING
+
+
+def never_same(a: BaseModel, b: BaseModel) -> bool:
+    """A repeat comparator under which no call repeats another."""
+    return False
+
+
+async def test_journal_resume_refuses_a_run_without_its_repeat_comparator_holding_nothing(journal: Journal) -> None:
+    """A run journaled with ``same=`` resumes only with the same comparator (by name): without it, or with one the
+    run lacked, ``journal.resume`` refuses naming it and the fix, holding nothing; with it, the run goes on under it
+    (a search repeated across the pause is no repeat)."""
+    with JournalObserver(journal) as observer:
+        first = await run_tool_loop_tiered(first_leg(), Planner(), TOOLS, "clean", observer=observer, same=never_same)
+    [pending] = await journal.pending()
+    await journal.reject(pending.id, "ops", "keep it")
+    again = ScriptedCaller([call_step(Query(query="old"), tool="search"), done_step()])
+    with pytest.raises(ResumeRefused, match=rf"compared repeats with {__name__}\.never_same; pass it again as same="):
+        await journal.resume(first.run_id, again, Planner(), TOOLS, "clean")
+    run = await journal.run(first.run_id)
+    assert (run.status, run.lease_until, calls, again.remaining) == (RunStatus.READY, None, ["search old"], 2)
+    result = await journal.resume(first.run_id, again, Planner(), TOOLS, "clean", same=never_same)
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert calls == ["search old", "search old"]
+
+    plain = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.reject(pending.id, "ops", "keep it")
+    with pytest.raises(ResumeRefused, match=r"by value \(no same=\), not with .*never_same; resume without same="):
+        await journal.resume(plain, ScriptedCaller([]), Planner(), TOOLS, "clean", same=never_same)

@@ -30,7 +30,8 @@ from agentkit import (
     tool,
     tool_set,
 )
-from agentkit.errors import ReplayDiverged, Throttled
+from agentkit._state import RoundEntry, RoundOutcome
+from agentkit.errors import ReplayDiverged, Throttled, UsageError
 from agentkit.journal import JournalObserver, SQLiteJournal
 from agentkit.testing import ReplayCaller, ScriptedCaller, call_step, done_step
 from tests.support import Doc, Query, Target
@@ -225,3 +226,171 @@ async def test_replay_from_a_journal_and_from_the_file_it_exports(tmp_path: Path
     from_file = ReplayCaller.from_file(cassette)
     again = await run_tool_loop_tiered(from_file, Planner(), from_file.tools(TOOLS), "clean up")
     assert again.items == first.items
+
+
+@tool(tier=Tier.IRREVERSIBLE, name="search")
+def search_now_irreversible(args: Query) -> list[Doc]:
+    """Search the corpus (re-tiered since the recording)."""
+    ran.append(f"search {args.query}")
+    return []
+
+
+@tool(tier=Tier.READ_ONLY, name="delete")
+def delete_now_read_only(args: Target) -> list[Doc]:
+    """Delete a path (re-tiered since the recording)."""
+    ran.append(f"delete {args.path}")
+    return []
+
+
+@tool(tier=Tier.REVERSIBLE)
+def archive(args: Target) -> list[Doc]:
+    """Archive a path (runs live only under autonomy REVERSIBLE or above)."""
+    ran.append(f"archive {args.path}")
+    return [Doc(id=f"archived:{args.path}")]
+
+
+ARCHIVING = tool_set(search, archive)
+
+
+async def test_a_call_whose_tool_was_re_tiered_diverges_at_its_round_naming_both_tiers() -> None:
+    """A search that ran live, replayed after search became IRREVERSIBLE: the replay diverges at round 1 naming
+    the tool, its recorded and its new tier (it no longer ends PROPOSED without a word); and the reverse, a delete
+    that was proposed, replayed at READ_ONLY, diverges the same way."""
+    first = await recorded([*searches("a"), done_step()])
+    replay = ReplayCaller(first.checkpoint)
+    tools = replay.tools(tool_set(search_now_irreversible, delete))
+    with pytest.raises(
+        ReplayDiverged,
+        match=r"round 1 diverged from the recording: tool 'search' is Tier.IRREVERSIBLE now, Tier.READ_ONLY when "
+        r"recorded\. The recording ran the call; under its autonomy \(Tier.REVERSIBLE\) the run now does not run it",
+    ) as diverged:
+        await run_tool_loop_tiered(replay, Planner(), tools, "clean up")
+    assert (diverged.value.round, ran) == (1, [])
+
+    proposed = await recorded([*searches("a"), call_step(Target(path="/x"), tool=delete)])
+    assert proposed.stop_reason is StopReason.PROPOSED
+    replay = ReplayCaller(proposed.checkpoint)
+    tools = replay.tools(tool_set(search, delete_now_read_only))
+    with pytest.raises(ReplayDiverged, match=r"round 2 .*'delete' is Tier.READ_ONLY now, Tier.IRREVERSIBLE when"):
+        await run_tool_loop_tiered(replay, Planner(), tools, "clean up")
+    assert ran == []
+
+
+async def test_a_call_the_run_gates_under_another_autonomy_diverges_naming_its_round() -> None:
+    """A call that ran under the recorded autonomy and is proposed under the replay's: the next request diverges
+    naming that round, the tool and its tier (not the prompt of the round after); a call the recording proposed
+    that the run now runs diverges when it runs, naming its round."""
+    after = AfterProposal.CONTINUE
+    ran_live = await run_tool_loop_tiered(
+        ScriptedCaller([call_step(Target(path="/x"), tool=archive), done_step()]),
+        Planner(),
+        ARCHIVING,
+        "clean up",
+        LoopConfig(after_proposal=after),
+    )
+    ran.clear()
+    replay = ReplayCaller(ran_live.checkpoint)
+    gated = LoopConfig(autonomy=Tier.READ_ONLY, after_proposal=after)
+    with pytest.raises(
+        ReplayDiverged,
+        match=r"round 1 diverged from the recording: the recording ran the call of 'archive' \(Tier.REVERSIBLE\); "
+        r"the run did not: its tier is the recorded one \(Tier.REVERSIBLE\): another LoopConfig \(autonomy "
+        r"Tier.REVERSIBLE when recorded",
+    ) as diverged:
+        await run_tool_loop_tiered(replay, Planner(), replay.tools(ARCHIVING), "clean up", gated)
+    assert diverged.value.round == 1
+
+    live = LoopConfig(autonomy=Tier.READ_ONLY, after_proposal=after)
+    proposed = await run_tool_loop_tiered(
+        ScriptedCaller([*searches("a"), call_step(Target(path="/x"), tool=archive), done_step()]),
+        Planner(),
+        ARCHIVING,
+        "clean up",
+        live,
+    )
+    assert [p.tool_name for p in proposed.proposed] == ["archive"]
+    ran.clear()
+    replay = ReplayCaller(proposed.checkpoint)
+    with pytest.raises(
+        ReplayDiverged,
+        match=r"round 2 diverged from the recording: the run runs the call of 'archive' \(Tier.REVERSIBLE now\); the "
+        r"recording proposed it \(Tier.REVERSIBLE, under autonomy Tier.READ_ONLY\)",
+    ) as diverged:
+        await run_tool_loop_tiered(
+            replay, Planner(), replay.tools(ARCHIVING), "clean up", LoopConfig(after_proposal=after)
+        )
+    assert (diverged.value.round, ran) == (2, [])
+
+
+async def test_assert_complete_says_where_and_why_the_replay_stopped_short() -> None:
+    """A run that stopped at a proposal where the recording's call ran: assert_complete names the round, the tool and
+    why; a replay of a resumed run's first leg only says to resume it."""
+    first = await run_tool_loop_tiered(
+        ScriptedCaller([call_step(Target(path="/x"), tool=archive), done_step()]), Planner(), ARCHIVING, "clean up"
+    )
+    replay = ReplayCaller(first.checkpoint)
+    stopped = await run_tool_loop_tiered(
+        replay, Planner(), replay.tools(ARCHIVING), "clean up", LoopConfig(autonomy=Tier.READ_ONLY)
+    )
+    assert stopped.stop_reason is StopReason.PROPOSED
+    with pytest.raises(
+        AssertionError,
+        match=r"1 recorded model call\(s\) never replayed: round 1 diverged from the recording: the recording ran the "
+        r"call of 'archive' \(Tier.REVERSIBLE\); the run did not",
+    ):
+        replay.assert_complete()
+
+    caller = ScriptedCaller([*searches("a"), call_step(Target(path="/x"), tool=delete), done_step("done")])
+    leg = await run_tool_loop_tiered(caller, Planner(), TOOLS, "clean up")
+    second = await resume_tool_loop(
+        caller, Planner(), TOOLS, "clean up", leg.checkpoint, [approve(leg.proposed[0], approved_by="ops")]
+    )
+    replay = ReplayCaller(second.checkpoint)
+    await run_tool_loop_tiered(replay, Planner(), replay.tools(TOOLS), "clean up")
+    with pytest.raises(
+        AssertionError,
+        match=r"the run ended after round 2, where the recording's leg ended too \(proposed\) and went on with round "
+        r"3: resume the replayed run",
+    ):
+        replay.assert_complete()
+
+
+async def test_strict_false_without_a_fallback_is_refused_when_the_replay_is_made() -> None:
+    """``strict=False`` sends diverged requests to the fallback: without one, the replay is refused at once, with
+    the fix, from every constructor."""
+    first = await recorded([*searches("a"), done_step()])
+    with pytest.raises(UsageError, match=r"strict=False\) needs a fallback.*Pass fallback=caller"):
+        ReplayCaller(first.checkpoint, strict=False)
+    with pytest.raises(UsageError, match="needs a fallback"):
+        ReplayCaller.from_json(first.checkpoint.model_dump_json(), strict=False)
+    ReplayCaller(first.checkpoint, strict=False, fallback=ScriptedCaller([]))  # with one, it is made
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    script=st.lists(STEP, min_size=1, max_size=6),
+    after=st.sampled_from(list(AfterProposal)),
+    tier=st.sampled_from([Tier.REVERSIBLE, Tier.EXTERNAL_REVERSIBLE, Tier.IRREVERSIBLE]),
+)
+async def test_a_replay_with_search_re_tiered_diverges_at_the_first_round_that_calls_it(
+    script: list[dict[str, Any]], after: AfterProposal, tier: Tier
+) -> None:
+    """For any script and any new tier of search: the replay diverges at the first recorded round whose call of
+    search the gate decided, naming both tiers, and runs nothing; a recording with no such round replays as is."""
+    config = LoopConfig(max_rounds=8, after_proposal=after)
+    first = await recorded([*script, done_step("closing")], config)
+    called = [
+        e.round
+        for e in first.checkpoint.entries
+        if isinstance(e, RoundEntry) and e.tool == "search" and e.outcome in (RoundOutcome.RAN, RoundOutcome.RETRIED)
+    ]
+    retiered = tool(tier=tier, name="search")(search.fn)
+    replay = ReplayCaller(first.checkpoint)
+    tools = replay.tools(tool_set(retiered, delete))
+    if not called:
+        again = await run_tool_loop_tiered(replay, Planner(), tools, "clean up", config)
+        assert (again.stop_reason, again.items) == (first.stop_reason, first.items)
+        return
+    with pytest.raises(ReplayDiverged, match=f"tool 'search' is Tier.{tier.name} now, Tier.READ_ONLY when") as diverged:
+        await run_tool_loop_tiered(replay, Planner(), tools, "clean up", config)
+    assert (diverged.value.round, ran) == (called[0], [])

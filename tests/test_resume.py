@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -34,7 +35,8 @@ from agentkit import (
     run_tool_loop_tiered,
     tool,
 )
-from agentkit._codec import item_type_of
+from agentkit._codec import Codec, item_type_of
+from agentkit._runner import pending_proposals
 from agentkit._state import STATE_VERSION as CHECKPOINT_VERSION
 from agentkit.errors import ResumeRefused
 from agentkit.events import Event, RoundStarted, RunFinished, RunStarted
@@ -491,3 +493,68 @@ async def test_a_resumed_run_keeps_its_repeat_policy_and_the_rounds_a_refusal_na
     assert len(search.calls) == 1
     assert agent.infos[-1].prior_calls[-1].repeats == 1
     assert (result.outcome, result.stop_reason) == (Outcome.STALEMATE, StopReason.DEGENERATION)
+
+
+def never_same(a: BaseModel, b: BaseModel) -> bool:
+    """A repeat comparator under which no call repeats another."""
+    return False
+
+
+def always_same(a: BaseModel, b: BaseModel) -> bool:
+    return True
+
+
+async def test_a_resume_without_the_runs_repeat_comparator_or_with_another_is_refused() -> None:
+    """``same=`` is recorded (by name) and checked on resume: resuming without it, with another one, or with one
+    the run lacked is refused naming both and the fix, before anything runs; with it, the run goes on under it."""
+    search, delete = tools()
+    caller = ScriptedCaller([search_step("a"), delete_step("/x"), search_step("a"), done_step()])
+    first = await run_tool_loop_tiered(caller, Executor[Doc](), [search, delete], "ctx", config(), same=never_same)
+    assert first.checkpoint.same == f"{__name__}.never_same"
+    decision = [reject(first.proposed[0], rejected_by="ops")]
+    with pytest.raises(ResumeRefused, match=rf"compared repeats with {__name__}\.never_same; pass it again as same="):
+        await resume_tool_loop(caller, Executor[Doc](), [search, delete], "ctx", first.checkpoint, decision)
+    with pytest.raises(ResumeRefused, match=rf"never_same, not {__name__}\.always_same; pass the same function"):
+        await resume_tool_loop(
+            caller, Executor[Doc](), [search, delete], "ctx", first.checkpoint, decision, same=always_same
+        )
+    assert (len(search.calls), caller.remaining) == (1, 2)  # nothing ran, no model call made
+    result = await resume_tool_loop(
+        caller, Executor[Doc](), [search, delete], "ctx", first.checkpoint, decision, same=never_same
+    )
+    assert result.stop_reason is StopReason.EXECUTOR_DONE  # "a" again is no repeat under never_same
+    assert result.checkpoint.same == first.checkpoint.same
+
+    _, search2, delete2, plain = await proposed_run([search_step("a"), delete_step("/x")])
+    assert plain.checkpoint.same is None
+    with pytest.raises(ResumeRefused, match=r"by value \(no same=\), not with .*never_same; resume without same="):
+        await resume_tool_loop(
+            caller, Executor[Doc](), [search2, delete2], "ctx", plain.checkpoint, decision, same=never_same
+        )
+
+
+async def test_a_state_recorded_before_the_comparator_was_kept_still_verifies_and_resumes() -> None:
+    """A state an agentkit before ``same`` was recorded wrote (no ``same`` in its header) reads back, its digests
+    verify, and it resumes with the default comparator; a header with one is digested with it."""
+    old = RunCheckpoint.model_validate_json(
+        (Path(__file__).parent / "states" / "proposed-before-same.json").read_text()
+    )
+    assert (old.same, old.stop_reason) == (None, StopReason.PROPOSED)
+    old.verify()
+    search, delete = tools()
+    [(_, proposal)] = pending_proposals(old, Codec({"search": search, "delete": delete}))
+    decision = [reject(proposal, rejected_by="ops")]
+    result = await resume_tool_loop(
+        ScriptedCaller([search_step("a")]), Executor[Doc](), [search, delete], "ctx", old, decision
+    )
+    assert result.stop_reason is StopReason.DEGENERATION  # the default comparator: "a" again repeats round 1
+    with pytest.raises(ResumeRefused, match="resume without same="):
+        await resume_tool_loop(
+            ScriptedCaller([]), Executor[Doc](), [search, delete], "ctx", old, decision, same=never_same
+        )
+    named = RunCheckpoint.start("r", config(), old.tools, same="m.f")
+    assert named.head_digest() != RunCheckpoint.start("r", config(), old.tools).head_digest()
+    data = json.loads(named.model_dump_json())
+    data["same"] = "m.g"
+    with pytest.raises(ResumeRefused, match="does not match its digest"):
+        RunCheckpoint.model_validate_json(json.dumps(data)).verify()

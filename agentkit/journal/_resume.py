@@ -31,6 +31,7 @@ from agentkit.journal.observer import JournalObserver
 if TYPE_CHECKING:
     from agentkit._agent import ToolAgent
     from agentkit._context import Summarizer
+    from agentkit._degeneration import SameFunc
     from agentkit._grants import Grants
     from agentkit._results import TieredLoopResult
     from agentkit._structured import StructuredCaller
@@ -50,6 +51,7 @@ async def resume(
     observer: ObserverArg,
     worker: str,
     lease: timedelta,
+    same: SameFunc[Any] | None = None,
     summarize: Summarizer | None = None,
     answer: type[Any] | None = None,
     grants: Grants | None = None,
@@ -71,7 +73,7 @@ async def resume(
         id = ids[approval.id]
         return await _run_approved(journal, approval, id, tool, ctx, worker=worker, lease=lease, observer=observer)
 
-    loop = ToolLoop(caller, agent, tools, observer=observer, answer=answer, grants=grants)
+    loop = ToolLoop(caller, agent, tools, same=same, observer=observer, answer=answer, grants=grants)
     prepared = loop.prepared(
         checkpoint, decisions, summarize=summarize, run_id=run_id, run_approved=run_approved, observers=(recorder,)
     )

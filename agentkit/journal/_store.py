@@ -30,6 +30,7 @@ from agentkit.journal._worker import Polling, Wakeups, Worked, WorkReport, work
 if TYPE_CHECKING:
     from agentkit._agent import ToolAgent
     from agentkit._context import Summarizer
+    from agentkit._degeneration import SameFunc
     from agentkit._grants import Grants
     from agentkit._observe import ObserverArg
     from agentkit._results import TieredLoopResult
@@ -131,6 +132,7 @@ class Journal(Executions, Runs, GrantBook):
         observer: ObserverArg = None,
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
+        same: SameFunc[Args] | None = None,
         summarize: Summarizer | None = None,
         answer: type[Answer] | None = None,
         grants: Grants | None = None,
@@ -147,6 +149,7 @@ class Journal(Executions, Runs, GrantBook):
         observer: ObserverArg = None,
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
+        same: SameFunc[BaseModel] | None = None,
         summarize: Summarizer | None = None,
         answer: type[Answer] | None = None,
         grants: Grants | None = None,
@@ -162,6 +165,7 @@ class Journal(Executions, Runs, GrantBook):
         observer: ObserverArg = None,
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
+        same: SameFunc[Any] | None = None,
         summarize: Summarizer | None = None,
         answer: type[Any] | None = None,
         grants: Grants | None = None,
@@ -185,6 +189,8 @@ class Journal(Executions, Runs, GrantBook):
             observer: More observers of the continued run.
             worker: The name the hold and the approved calls' claims record (default `host:pid`).
             lease: How long the hold stays valid unless renewed.
+            same: The run's repeat comparator, given again (see `resume_tool_loop`): required exactly
+                when the run had one, and of the same `module.qualname`.
             summarize: The run's `ContextWindow.summarize`, given again (see `resume_tool_loop`).
             answer: The run's answer type, given again (see `resume_tool_loop`).
             grants: Standing grants in process for the continued run, as `run_tool_loop_tiered` takes
@@ -194,8 +200,8 @@ class Journal(Executions, Runs, GrantBook):
         Raises:
             UnknownId: the journal never saw the run.
             ResumeRefused: the run is finished, has no checkpoint, waits on a decision (naming the
-                proposal), has an approved call still executing, or cannot resume with these tools;
-                nothing ran.
+                proposal), has an approved call still executing, or cannot resume with these tools
+                (or without its `same=` or `summarize=`, or with others); nothing ran.
             RunClaimed: a live process holds the run, or another resumed it first; nothing ran.
         """
         return await resume(
@@ -208,6 +214,7 @@ class Journal(Executions, Runs, GrantBook):
             observer=observer,
             worker=worker or worker_name(),
             lease=check_lease(lease),
+            same=same,
             summarize=summarize,
             answer=answer,
             grants=grants,

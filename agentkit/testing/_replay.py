@@ -8,6 +8,11 @@ request is the recorded one: the same prompt, the same schema. A request that di
 `ReplayDiverged` naming the round and what differs (or, with `strict=False`, goes to a fallback
 caller, as does every request after it). `ReplayCaller.tools(...)` gives stand-ins for the run's
 tools that return the recorded batches instead of running, so a replay repeats no side effect.
+
+Through its stand-ins a replay also sees whether the run gates each call as the recording did: a
+call whose tool has another tier than the recorded one diverges at its round (naming the tool and
+both tiers); a call the recording ran that the run did not run (another autonomy, say) diverges at
+the next request; a call the recording proposed that the run runs diverges when it runs.
 """
 
 from __future__ import annotations
@@ -27,7 +32,8 @@ from agentkit._outcome import StopReason
 from agentkit._session import prompt_digest
 from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint
 from agentkit._structured import Completion, StructuredCaller, StructuredRequest
-from agentkit._tools import AnyTool, ContextTool, Tool
+from agentkit._tiers import Tier, runs_live
+from agentkit._tools import AnyTool, ContextTool, Tool, declared_tier
 from agentkit._usage import Usage
 from agentkit.errors import ProviderError, ReplayDiverged, ResumeRefused, Throttled, ToolRetry, Truncated, UsageError
 
@@ -52,10 +58,14 @@ class ReplayCaller:
         cassette: The recorded run's state. Its digests are checked first: an edited or damaged
             cassette, or one of another version, is refused naming what is wrong.
         strict: `True` (the default): a request whose prompt or schema differs from the
-            recorded one raises `ReplayDiverged`. `False`: it, and every request after it, is
-            answered by `fallback`.
-        fallback: The caller for requests the recording cannot answer (`strict=False`), and for
-            requests after the recording's end; without one, those raise `ReplayDiverged`.
+            recorded one, or whose recorded call the run gates otherwise, raises `ReplayDiverged`.
+            `False`: it, and every request after it, is answered by `fallback`.
+        fallback: The caller for requests the recording cannot answer (`strict=False`: required), and
+            for requests after the recording's end; without one, those raise `ReplayDiverged`.
+
+    Raises:
+        UsageError: `strict=False` without a `fallback`: the requests the recording cannot answer would
+            have no one to answer them.
 
     Example:
         >>> replay = ReplayCaller.from_file("tests/cassettes/refund.json")  # doctest: +SKIP
@@ -65,6 +75,7 @@ class ReplayCaller:
     def __init__(
         self, cassette: RunCheckpoint, *, strict: bool = True, fallback: StructuredCaller | None = None
     ) -> None:
+        _check_fallback(strict, fallback)
         try:
             cassette.verify()
         except ResumeRefused as refused:
@@ -75,6 +86,14 @@ class ReplayCaller:
             e for e in cassette.entries if isinstance(e, RoundEntry) and e.prompt is not None
         )
         self._ends = {_index_of(cassette, e): e for e in cassette.entries if isinstance(e, EndEntry)}
+        self._stand_ins: dict[str, _StandIn] = {}
+        """The latest stand-in made for each tool (`tools`): its tier is the run's."""
+        self._current: RoundEntry | None = None
+        """The recorded round the latest request was answered with."""
+        self._played: set[int] = set()
+        """The recorded rounds (by identity) whose call a stand-in played back."""
+        self._executions = _executions(cassette)
+        """What the stand-ins play back, each tool's in order (shared by every `tools` call: one recording)."""
         self.requests: list[StructuredRequest] = []
         """Every request made, in order."""
         self.diverged: ReplayDiverged | None = None
@@ -85,6 +104,7 @@ class ReplayCaller:
         cls, text: str | bytes, *, strict: bool = True, fallback: StructuredCaller | None = None
     ) -> ReplayCaller:
         """Replay the run a cassette's JSON records (`RunCheckpoint` JSON, as `agentkit journal export` writes)."""
+        _check_fallback(strict, fallback)
         try:
             cassette = RunCheckpoint.model_validate_json(text)
         except ValidationError as invalid:
@@ -96,6 +116,7 @@ class ReplayCaller:
         cls, path: str | os.PathLike[str], *, strict: bool = True, fallback: StructuredCaller | None = None
     ) -> ReplayCaller:
         """Replay the run a cassette file records."""
+        _check_fallback(strict, fallback)
         return cls.from_json(Path(path).read_bytes(), strict=strict, fallback=fallback)
 
     @classmethod
@@ -103,6 +124,7 @@ class ReplayCaller:
         cls, journal: Journal, run_id: str, *, strict: bool = True, fallback: StructuredCaller | None = None
     ) -> ReplayCaller:
         """Replay a run a journal recorded."""
+        _check_fallback(strict, fallback)
         return cls(await journal.state(run_id), strict=strict, fallback=fallback)
 
     @property
@@ -111,9 +133,9 @@ class ReplayCaller:
         return len(self._rounds)
 
     def assert_complete(self) -> None:
-        """Fail when recorded model calls were never asked for."""
+        """Fail when recorded model calls were never asked for, saying where and why the replay stopped short."""
         if self._rounds:
-            raise AssertionError(f"{len(self._rounds)} recorded model call(s) never replayed")
+            raise AssertionError(f"{len(self._rounds)} recorded model call(s) never replayed: {self._short()}")
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         """The recorded step for this request, after checking the request is the recorded one."""
@@ -131,16 +153,13 @@ class ReplayCaller:
                 ),
             )
         entry = self._rounds[0]
-        difference = _difference(entry, request, schema)
-        if difference is not None:
-            diverged = ReplayDiverged(
-                f"round {entry.round} diverged from the recording: {difference}", round=entry.round, what=difference
-            )
+        diverged = self._unplayed() or _diverged(entry, _difference(entry, request, schema)) or self._retiered(entry)
+        if diverged is not None:
             if self.strict:
                 raise diverged
             self.diverged = diverged
             return await self._fall_back(request, schema, diverged)
-        self._rounds.popleft()
+        self._current = self._rounds.popleft()
         usage = Usage(requests=entry.requests, input_tokens=entry.input_tokens, output_tokens=entry.output_tokens)
         if entry.outcome is RoundOutcome.FAILED:
             raise self._failure(entry, usage)
@@ -155,11 +174,106 @@ class ReplayCaller:
         recorded calls instead of running: each returns the batch the recorded call of that tool returned
         (or raises its `ToolRetry`), in order, after checking the args are the recorded ones
         (`ReplayDiverged` if not). An approved call run on resume plays back the batch its decision
-        recorded. They take no ctx: they run nothing."""
-        played = _executions(self.cassette)
-        if not isinstance(tools, Sequence):
-            return _StandIn(tools, played)
-        return [_StandIn(tool, played) for tool in tools]
+        recorded. They take no ctx: they run nothing. Their tiers are the given tools': a recorded call
+        whose tool's tier changed, or that the run gates otherwise than the recording did, diverges
+        (naming its round, the tool and both tiers). Every call of `tools` plays back one recording."""
+        made = [_StandIn(tool, self._executions, self) for tool in (tools if isinstance(tools, Sequence) else [tools])]
+        self._stand_ins.update((stand_in.name, stand_in) for stand_in in made)
+        stand_ins: list[Tool[Any, Any]] = list(made)
+        return stand_ins if isinstance(tools, Sequence) else stand_ins[0]
+
+    def _retiered(self, entry: RoundEntry) -> ReplayDiverged | None:
+        """The recorded round's call is of a tool whose tier changed since: the run gates it otherwise (or may)."""
+        stand_in = self._stand_ins.get(entry.tool or "")
+        if stand_in is None or entry.tier is None or entry.outcome not in _GATED:
+            return None
+        tier = declared_tier(stand_in)
+        if tier == entry.tier:
+            return None
+        did = "proposed" if entry.outcome is RoundOutcome.PROPOSED else "ran"
+        autonomy = self.cassette.config.autonomy
+        now = "runs it" if tier is not None and runs_live(tier, autonomy) else "does not run it"
+        what = f"tool {stand_in.name!r} is {_tier(tier)} now, {_tier(entry.tier)} when recorded"
+        return ReplayDiverged(
+            f"round {entry.round} diverged from the recording: {what}. The recording {did} the call; under its "
+            f"autonomy ({_tier(autonomy)}) the run now {now}. Record the run again, or give the tool its recorded tier",
+            round=entry.round,
+            what=what,
+        )
+
+    def _unplayed(self) -> ReplayDiverged | None:
+        """The last recorded round's call ran in the recording but not in the run (its stand-in was not called)."""
+        entry = self._current
+        if entry is None or entry.outcome not in _CALLS or id(entry) in self._played:
+            return None
+        stand_in = self._stand_ins.get(entry.tool or "")
+        if stand_in is None:
+            return None  # the run's tool is not a stand-in: whether it ran is not seen here
+        tier = declared_tier(stand_in)
+        if tier != entry.tier:
+            why = f"{stand_in.name!r} is {_tier(tier)} now, {_tier(entry.tier)} when recorded"
+        else:
+            autonomy = _tier(self.cassette.config.autonomy)
+            why = (
+                f"its tier is the recorded one ({_tier(tier)}): another LoopConfig (autonomy {autonomy} when "
+                "recorded, or its repeat policy) or same= kept it from running"
+            )
+        what = f"the recording ran the call of {stand_in.name!r} ({_tier(entry.tier)}); the run did not"
+        return ReplayDiverged(
+            f"round {entry.round} diverged from the recording: {what}: {why}", round=entry.round, what=what
+        )
+
+    def _live_call(self, stand_in: _StandIn, recorded: RoundEntry | DecisionEntry | None) -> None:
+        """A stand-in is called to run its tool live (`recorded`: the next recorded execution of it): refuse a call
+        the recording did not run in the round the replay is at (it proposed or refused it)."""
+        entry = self._current
+        if isinstance(recorded, DecisionEntry) or entry is None or self.diverged is not None:
+            return  # an approved call's batch, played back; or no round to compare with
+        if entry is recorded and entry.outcome in _CALLS:
+            return
+        if entry.tool != stand_in.name:
+            return  # a call of another tool than the recorded step's: its args are compared as it is played
+        tier = declared_tier(stand_in)
+        match entry.outcome:
+            case RoundOutcome.PROPOSED:
+                did = f"proposed it ({_tier(entry.tier)}, under autonomy {_tier(self.cassette.config.autonomy)})"
+            case RoundOutcome.REFUSED:
+                did = f"refused it as a repeat of round {entry.repeats}"
+            case RoundOutcome.RAN | RoundOutcome.RETRIED:
+                did = "ran it once"
+            case _:
+                did = f"did not run it ({entry.outcome.value})"
+        what = f"the run runs the call of {stand_in.name!r} ({_tier(tier)} now)"
+        raise ReplayDiverged(
+            f"round {entry.round} diverged from the recording: {what}; the recording {did}",
+            round=entry.round,
+            what=what,
+        )
+
+    def _short(self) -> str:
+        """Why the replay stopped before the recording's last model call, in words."""
+        if self.diverged is not None:
+            return f"the replay left the recording at round {self.diverged.round}: {self.diverged}"
+        if (unplayed := self._unplayed()) is not None:
+            return str(unplayed)
+        upcoming = self._rounds[0]
+        if self._current is None:
+            return f"the run asked for none; the recording begins with round {upcoming.round}"
+        at = _index_of(self.cassette, self._current)
+        ended = next(
+            (e for i, e in self._ends.items() if at < i < _index_of(self.cassette, upcoming)),
+            None,
+        )
+        if ended is not None:
+            return (
+                f"the run ended after round {self._current.round}, where the recording's leg ended too "
+                f"({ended.stop_reason.value}) and went on with round {upcoming.round}: resume the replayed run to "
+                "replay the rest"
+            )
+        return (
+            f"the run ended after round {self._current.round} (recorded: {self._current.outcome.value}), where the "
+            f"recording went on with round {upcoming.round}"
+        )
 
     async def _fall_back(self, request: StructuredRequest, schema: type[M], why: ReplayDiverged) -> Completion[M]:
         if self.fallback is None:
@@ -182,6 +296,30 @@ class ReplayCaller:
         at = _index_of(self.cassette, entry)
         later = [end for index, end in self._ends.items() if index > at]
         return min(later, key=lambda end: _index_of(self.cassette, end)).stop_reason if later else None
+
+
+_GATED = frozenset({RoundOutcome.RAN, RoundOutcome.RETRIED, RoundOutcome.PROPOSED})
+"""Round outcomes the gate decided by the tool's tier: a call run (a batch, or a `ToolRetry`), or proposed."""
+
+
+def _check_fallback(strict: bool, fallback: StructuredCaller | None) -> None:
+    if not strict and fallback is None:
+        raise UsageError(
+            "ReplayCaller(strict=False) needs a fallback: the requests the recording cannot answer go to it. "
+            "Pass fallback=caller (a ScriptedCaller, or a real one), or leave strict=True"
+        )
+
+
+def _tier(tier: Tier | None) -> str:
+    return "no tier" if tier is None else f"Tier.{tier.name}"
+
+
+def _diverged(entry: RoundEntry, difference: str | None) -> ReplayDiverged | None:
+    if difference is None:
+        return None
+    return ReplayDiverged(
+        f"round {entry.round} diverged from the recording: {difference}", round=entry.round, what=difference
+    )
 
 
 def _index_of(cassette: RunCheckpoint, entry: object) -> int:
@@ -243,7 +381,9 @@ def _executions(cassette: RunCheckpoint) -> dict[str, deque[RoundEntry | Decisio
 class _StandIn:
     """A tool that plays back its recorded calls (see `ReplayCaller.tools`)."""
 
-    def __init__(self, tool: AnyTool, played: dict[str, deque[RoundEntry | DecisionEntry]]) -> None:
+    def __init__(
+        self, tool: AnyTool, played: dict[str, deque[RoundEntry | DecisionEntry]], replay: ReplayCaller
+    ) -> None:
         self.name: str = tool.name
         self.description: str = tool.description
         self.args_type: type[BaseModel] = tool.args_type
@@ -253,9 +393,11 @@ class _StandIn:
             None if self.result_type is None else TypeAdapter(list[self.result_type])  # type: ignore[name-defined]  # a run-time type
         )
         self._played = played
+        self._replay = replay
 
     async def call(self, args: BaseModel) -> Sequence[Any]:
         recorded = self._played.get(self.name)
+        self._replay._live_call(self, recorded[0] if recorded else None)
         if not recorded:
             raise ReplayDiverged(
                 f"tool {self.name!r} was called more often than in the recording",
@@ -263,6 +405,7 @@ class _StandIn:
                 what=f"a call of {self.name!r}",
             )
         entry = recorded.popleft()
+        self._replay._played.add(id(entry))
         expected = entry.args if isinstance(entry, RoundEntry) else None
         if expected is not None and json.loads(expected) != args.model_dump(mode="json"):
             raise ReplayDiverged(

@@ -52,6 +52,10 @@ def refusal_is_a_usage_error(error: ResumeRefused) -> UsageError:
     return error
 
 
+def same_path(a: DeleteArgs, b: DeleteArgs) -> bool:
+    return a == b
+
+
 async def journal_resume(journal: Journal) -> None:
     single = await journal.resume("run-1", ScriptedCaller(), Planner(), delete, "ctx")
     assert_type(single, TieredLoopResult[DeleteArgs, Doc])
@@ -64,6 +68,8 @@ async def journal_resume(journal: Journal) -> None:
     assert_type(
         await sqlite.resume("run-1", ScriptedCaller(), Planner(), delete, "ctx"), TieredLoopResult[DeleteArgs, Doc]
     )
+    compared = await journal.resume("run-1", ScriptedCaller(), Planner(), delete, "ctx", same=same_path)
+    assert_type(compared, TieredLoopResult[DeleteArgs, Doc])
     answered = await journal.resume("run-1", ScriptedCaller(), Planner(), delete, "ctx", answer=Verdict)
     assert_type(answered, TieredLoopResult[DeleteArgs, Doc, Verdict])
     assert_type(answered.answer, Verdict | None)
