@@ -392,7 +392,7 @@ class _Run:
             rationale=this.rationale,
             round=this.round,
             run_id=self.session.run_id,
-            evidence=self.views.evidence(this.round),
+            evidence=self.views.evidence(this.round, self.ctx),
         )
         grant = None if self.bound.grants is None else self.bound.grants.use(proposal)
         if grant is not None:
