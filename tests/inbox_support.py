@@ -164,12 +164,13 @@ class InboxServer:
 
         return self.run(put)
 
-    def record_run(self, task: str, text: str) -> str:
+    def record_run(self, task: str, text: str, *, mail: Mail | None = None, rationale: str = "p:1 is outdated") -> str:
         """A tiered run of ``task`` (its ctx), recorded in the journal: ``find`` runs live and returns a passage
-        holding ``text``, then the executor proposes a ``mail``; the proposal's id."""
+        holding ``text``, then the executor proposes ``mail`` (to ops@example.com by default) with ``rationale``;
+        the proposal's id."""
         script = [
             call_step(Find(query="pluto"), tool="find"),
-            call_step(Mail(to="ops@example.com"), tool="mail", rationale="p:1 is outdated"),
+            call_step(mail or Mail(to="ops@example.com"), tool="mail", rationale=rationale),
         ]
 
         async def run(journal: Journal) -> str:

@@ -353,6 +353,7 @@ def test_a_proposal_without_evidence_says_it_was_not_recorded(server: InboxServe
         shown = section(http.get("/").text, id)
     assert '<p class="rounds">not recorded</p>' in shown
     assert 'class="calls"' not in shown
+    assert 'class="task"' not in shown
 
 
 def test_model_written_evidence_is_escaped_in_the_page(server: InboxServer) -> None:
