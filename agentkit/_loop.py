@@ -413,7 +413,7 @@ class _Run:
             rationale=this.rationale,
             round=this.round,
             run_id=self.session.run_id,
-            evidence=self.views.evidence(this.round),
+            evidence=self.views.evidence(this.round, self.ctx),
         )
         grant = await self.bound.grant_for(proposal)
         if grant is not None:

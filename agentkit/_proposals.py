@@ -23,6 +23,7 @@ __all__ = [
     "call_digest",
     "canonical_json",
     "load_proposal",
+    "task_text",
     "text_digest",
     "validate_args",
 ]
@@ -88,8 +89,13 @@ class CallSeen(BaseModel):
     """The ids of the items it returned (their `id`, or the item type's `cite_key` field), where they have one."""
 
 
+TASK_LIMIT = 4000
+"""The most characters of a run's task that a proposal's evidence keeps (`Evidence.task`)."""
+
+
 class Evidence(BaseModel):
-    """What the executor had seen when it proposed a call: the rounds and calls before it, by reference."""
+    """What the executor had seen when it proposed a call: the run's task, and the rounds and calls before
+    it, by reference."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -97,6 +103,31 @@ class Evidence(BaseModel):
     """The rounds before the proposing one."""
     calls: tuple[CallSeen, ...] = ()
     """The earlier calls the executor was shown, in order."""
+    task: str | None = None
+    """The run's ctx as text, what the run was asked: a `str` ctx as it is, a pydantic model's as its JSON
+    (a `SecretStr` field masked), at most 4000 characters (a longer one cut, ending in an ellipsis). `None`:
+    a ctx of another type (which may hold the tools' clients and credentials), or a proposal recorded
+    before it was kept."""
+
+
+def task_text(ctx: object) -> str | None:
+    """A run's ctx as its proposals' evidence keeps it: a `str` as it is (a lone surrogate as U+FFFD), a
+    pydantic model as its JSON (a `SecretStr` field masked), at most `TASK_LIMIT` characters (a longer one
+    cut, ending in an ellipsis).
+
+    Any other ctx gives `None`: a dataclass or a mapping may hold clients and credentials for the tools,
+    which a journal must not keep, so only what is plainly the run's data is written.
+    """
+    if isinstance(ctx, BaseModel):
+        try:
+            text = ctx.model_dump_json()
+        except ValueError:  # a model holding what JSON cannot carry (a client, with arbitrary_types_allowed)
+            return None
+    elif isinstance(ctx, str):
+        text = _SURROGATE.sub("\ufffd", ctx)  # shown, never compared: a stored proposal's JSON cannot hold one
+    else:
+        return None
+    return text if len(text) <= TASK_LIMIT else text[: TASK_LIMIT - 1] + "\u2026"
 
 
 class ProposedAction(BaseModel, Generic[Args]):

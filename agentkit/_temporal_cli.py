@@ -13,8 +13,8 @@ is `agentkit worker --temporal ADDRESS --task-queue Q --agents module:attr`. `st
 names the agents (`DurableAgent` or `AgentSpec` values) so that the ctx is validated before the
 run starts (exit status 2 naming each error, nothing started); without it the workers validate it,
 and a ctx that does not validate fails the run (`show` says why). A refused decision (wrong digest,
-no such pending proposal, already decided) exits with status 1 and changes nothing. The SDK (extra
-`temporal`) is imported only when a command runs.
+no such pending proposal, already decided, a run that has ended) exits with status 1 and changes
+nothing. The SDK (extra `temporal`) is imported only when a command runs.
 """
 
 from __future__ import annotations

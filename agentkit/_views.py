@@ -15,7 +15,7 @@ from agentkit._codec import Codec, decoded_args, decoded_batch
 from agentkit._config import LoopConfig
 from agentkit._context import Omitted, SummaryCutOff, Window
 from agentkit._copy import owned
-from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest, text_digest
+from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest, task_text, text_digest
 from agentkit._session import executor_failed
 from agentkit._state import Progress
 from agentkit.errors import ExecutorError
@@ -162,8 +162,9 @@ class Views:
             if view.counted:
                 self.counted(view.tool, args, view.round)
 
-    def evidence(self, round: int) -> Evidence:
-        """What the executor had been shown before `round`: its rounds and calls, by reference."""
+    def evidence(self, round: int, ctx: object) -> Evidence:
+        """What the executor had been shown before `round`: the run's task (`ctx`), its rounds and calls, by
+        reference."""
         shown = self.shown
         for index in range(len(self.seen), len(shown.calls)):
             call = shown.calls[index]
@@ -176,7 +177,7 @@ class Views:
                 item_ids=item_ids,
             )
             self.seen.append(seen)
-        return Evidence(rounds=tuple(range(1, round)), calls=tuple(self.seen))
+        return Evidence(rounds=tuple(range(1, round)), calls=tuple(self.seen), task=task_text(ctx))
 
     def called(
         self,

@@ -20,10 +20,12 @@ import httpx2 as httpx
 import pytest
 from pydantic import BaseModel
 
-from agentkit import ProposedAction, Tier, tool
+from agentkit import LoopConfig, ProposedAction, Tier, run_tool_loop_tiered, tool
 from agentkit._tools import FunctionTool
 from agentkit.decisions import Evidence
-from agentkit.journal import Journal, ProposalRecord, Transition, WorkReport, open_journal
+from agentkit.journal import Journal, JournalObserver, ProposalRecord, Transition, WorkReport, open_journal
+from agentkit.testing import ScriptedCaller, call_step
+from tests.support import NO_WAIT, Executor
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -44,6 +46,26 @@ class Mail(BaseModel):
     to: str
     body: str = ""
     copies: int = 1
+
+
+class Find(BaseModel):
+    query: str
+
+
+class Passage(BaseModel):
+    id: str
+    text: str
+
+
+def find_tool(text: str) -> FunctionTool[Find, Passage]:
+    """A READ_ONLY ``find`` whose one passage, ``p:1``, holds ``text``."""
+
+    @tool(tier=Tier.READ_ONLY, name="find")
+    def find(args: Find) -> list[Passage]:
+        """Find passages."""
+        return [Passage(id="p:1", text=text)]
+
+    return find
 
 
 def mail_tool(sent: list[str]) -> FunctionTool[Mail, str]:
@@ -141,6 +163,27 @@ class InboxServer:
             return await propose_mail(journal, to, rationale=rationale, body=body, evidence=evidence)
 
         return self.run(put)
+
+    def record_run(self, task: str, text: str, *, mail: Mail | None = None, rationale: str = "p:1 is outdated") -> str:
+        """A tiered run of ``task`` (its ctx), recorded in the journal: ``find`` runs live and returns a passage
+        holding ``text``, then the executor proposes ``mail`` (to ops@example.com by default) with ``rationale``;
+        the proposal's id."""
+        script = [
+            call_step(Find(query="pluto"), tool="find"),
+            call_step(mail or Mail(to="ops@example.com"), tool="mail", rationale=rationale),
+        ]
+
+        async def run(journal: Journal) -> str:
+            tools: list[FunctionTool[Any, Any]] = [find_tool(text), mail_tool([])]
+            config = LoopConfig(retry=NO_WAIT)
+            with JournalObserver(journal) as observer:
+                result = await run_tool_loop_tiered(
+                    ScriptedCaller(script), Executor[Any](), tools, task, config, observer=observer
+                )
+            [record] = [p for p in await journal.pending() if p.run_id == result.run_id]
+            return record.id
+
+        return self.run(run)
 
     def get(self, id: str) -> ProposalRecord:
         """The proposal as the journal holds it now."""

@@ -1,4 +1,5 @@
-"""The evidence behind a proposal: the rounds and calls the executor had seen, by reference, kept and shown."""
+"""The evidence behind a proposal: the run's task, and the rounds and calls the executor had seen, by reference,
+kept and shown."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from agentkit import LoopConfig, ProposedAction, RetryPolicy, StopReason, Tier, run_tool_loop_tiered
 from agentkit._cli import main
-from agentkit._proposals import call_digest
+from agentkit._proposals import TASK_LIMIT, call_digest, task_text
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import JournalObserver, open_journal
 from agentkit.testing import ScriptedCaller, call_step, done_step
@@ -36,6 +38,7 @@ async def test_a_proposal_records_the_rounds_and_calls_before_it_by_reference() 
     [proposal] = result.proposed
     assert proposal.rationale == "search:2 says it is stale"
     assert proposal.evidence == Evidence(
+        task="ctx",
         rounds=(1, 2),
         calls=(
             CallSeen(round=1, tool_name="search", digest=call_digest("search", Query(query="old reports")), ran=True,
@@ -83,3 +86,41 @@ async def test_a_proposal_without_evidence_says_so(tmp_path: Path, capsys: pytes
         await journal.close()
     assert await asyncio.to_thread(main, ["proposals", "show", entry.id, "--db", url]) == 0
     assert "evidence:  - (not recorded)" in capsys.readouterr().out
+
+
+class Brief(BaseModel):
+    topic: str
+    key: SecretStr
+
+
+class Holder(BaseModel):
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+    client: object
+
+
+async def test_a_proposal_keeps_the_runs_task_a_text_or_a_pydantic_ctx() -> None:
+    """The evidence keeps a text ctx as it is and a pydantic ctx as its JSON (secrets masked), so a reviewer sees
+    what the run was asked."""
+    search, delete = Recording("search", Tier.READ_ONLY), Recording("delete", Tier.IRREVERSIBLE, PathArgs)
+    brief = Brief(topic="stale reports", key=SecretStr("sk-123"))
+    for ctx, task in (("clear the stale reports", "clear the stale reports"), (brief, brief.model_dump_json())):
+        result = await run_tool_loop_tiered(ScriptedCaller(steps()), Executor[Doc](), [search, delete], ctx, NO_WAIT)
+        [proposal] = result.proposed
+        assert proposal.evidence is not None
+        assert proposal.evidence.task == task
+    assert "sk-123" not in brief.model_dump_json()
+
+
+def test_a_ctx_that_is_not_plain_data_is_not_kept_and_a_long_task_is_cut() -> None:
+    """A ctx of another type (a dataclass or mapping may hold a tool's credentials), or a model JSON cannot carry,
+    is not kept; a task over TASK_LIMIT characters is cut, ending in an ellipsis; a lone surrogate becomes U+FFFD,
+    so the stored proposal can be written."""
+    assert task_text({"api_key": "sk-123"}) is None
+    assert task_text(object()) is None
+    assert task_text(Holder(client=object())) is None
+    long = task_text("x" * (TASK_LIMIT + 10))
+    assert long is not None
+    assert (len(long), long[-1]) == (TASK_LIMIT, "\u2026")
+    assert task_text("x" * TASK_LIMIT) == "x" * TASK_LIMIT
+    assert task_text("a\udc80b") == "a\ufffdb"
+    Evidence(task=task_text("a\udc80b")).model_dump_json()

@@ -7,6 +7,7 @@ tests skip, except under ``AGENTKIT_REQUIRE_BROWSER=1`` (CI), where they fail.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -96,6 +97,24 @@ def test_the_evidence_and_the_verified_reviewer_render_in_the_browser(server: In
     by = [cell.text for cell in page.find_elements(By.CSS_SELECTOR, f"#p-{id} .history td.by")]
     verified = [cell.text for cell in page.find_elements(By.CSS_SELECTOR, f"#p-{id} .history td.verified")]
     assert (by, verified) == (["run:r1", "alice"], ["-", "alice"])
+
+
+def test_the_runs_task_and_the_items_text_render_in_the_browser_and_run_nothing(
+    server: InboxServer, browser: WebDriver
+) -> None:
+    """A proposal of a recorded run shows its task and the text of the item its search returned, markup in
+    either shown as literal text that runs nothing, while the inbox's own script runs."""
+    id = server.record_run(f"Delete the wrong passage. {HOSTILE}", f"Pluto is the ninth planet. {HOSTILE}")
+    page = signed_in(browser, server)
+    wait_for(page, "body[data-following=yes]")
+    assert page.execute_script("return window.pwned === undefined")
+    assert text_of(page, f"#p-{id} pre.task") == f"Delete the wrong passage. {HOSTILE}"
+    assert text_of(page, f"#p-{id} details.returned summary") == "round 1: find returned 1 item"
+    item = json.loads(text_of(page, f"#p-{id} details.returned pre.item"))
+    assert item == {"id": "p:1", "text": f"Pluto is the ninth planet. {HOSTILE}"}
+    from selenium.webdriver.common.by import By
+
+    assert page.find_elements(By.CSS_SELECTOR, "main img, main script") == []
 
 
 def test_reject_in_the_browser_records_the_reason_and_nothing_runs(server: InboxServer, browser: WebDriver) -> None:

@@ -1,15 +1,18 @@
-"""The web inbox's safety invariant, for any sequence of forms posted and workers run: the call runs at most
-once, and only after a reviewer's valid approval (amended or not) that no rejection overtook, as approved
-(hypothesis, over real HTTP)."""
+"""The web inbox's safety invariants (hypothesis, over real HTTP): for any sequence of forms posted and workers
+run, the call runs at most once, and only after a reviewer's valid approval (amended or not) that no rejection
+overtook, as approved; and any task or item text is shown as the text it is, never as markup."""
 
 from __future__ import annotations
 
+import html
+import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentkit.journal import ProposalState
@@ -88,3 +91,25 @@ def test_any_sequence_of_decisions_runs_the_call_at_most_once_and_only_when_appr
     final = ProposalState.EXECUTED if state is ProposalState.APPROVED else state
     assert server.get(id).state is final
     assert sent == ([recipient] if final is ProposalState.EXECUTED else [])
+
+
+def shown(page: str, id: str, kind: str) -> list[str]:
+    """The texts of proposal ``id``'s ``<pre class=kind>`` elements, unescaped."""
+    found = re.search(rf'<section class="proposal [a-z]+" id="p-{re.escape(id)}".*?</section>', page, re.DOTALL)
+    assert found is not None, f"the page does not show proposal {id}"
+    return [html.unescape(text) for text in re.findall(rf'<pre class="{kind}">(.*?)</pre>', found.group(0), re.DOTALL)]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(task=st.text(min_size=1), text=st.text(st.characters(exclude_categories=())))
+@example(task='<script>alert("t")</script>', text="<b>a\udc80</b> &amp;")
+def test_any_task_or_item_text_is_shown_as_the_text_it_is(server: InboxServer, task: str, text: str) -> None:
+    """Whatever a run's task and a tool's item hold (markup, quotes, entities, a lone surrogate), the page shows
+    exactly that text: escaped, so it is never markup, and a lone surrogate as U+FFFD."""
+    id = server.record_run(task, text)
+    with server.client(ALICE) as alice:
+        page = alice.get("/").text
+        assert alice.post(f"/proposals/{id}/reject", data={"csrf": csrf_of(page), "reason": "seen"}).status_code == 303
+    [item] = shown(page, id, "item")
+    assert shown(page, id, "task") == [task]
+    assert json.loads(item) == {"id": "p:1", "text": re.sub("[\ud800-\udfff]", "\ufffd", text)}

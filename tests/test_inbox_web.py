@@ -5,6 +5,7 @@ tokens, CSRF, escaping, and decisions refused with nothing changed. The browser 
 from __future__ import annotations
 
 import html
+import json
 import re
 from collections.abc import Iterator
 
@@ -352,6 +353,7 @@ def test_a_proposal_without_evidence_says_it_was_not_recorded(server: InboxServe
         shown = section(http.get("/").text, id)
     assert '<p class="rounds">not recorded</p>' in shown
     assert 'class="calls"' not in shown
+    assert 'class="task"' not in shown
 
 
 def test_model_written_evidence_is_escaped_in_the_page(server: InboxServer) -> None:
@@ -364,6 +366,49 @@ def test_model_written_evidence_is_escaped_in_the_page(server: InboxServer) -> N
     assert "<img" not in page
     [row] = cells(section(page, id), "call")
     assert (html.unescape(row["tool"]), html.unescape(row["items"])) == (HOSTILE, f"{HOSTILE}, ok:1")
+
+
+def test_the_page_shows_the_runs_task_and_the_text_of_the_items_the_evidence_names(server: InboxServer) -> None:
+    """A proposal of a run the journal recorded shows the run's task, and each item its earlier calls returned as
+    readable JSON: what a reviewer needs to judge the call, not only ids."""
+    id = server.record_run("Find the passage that calls Pluto a planet.", "Pluto is the ninth planet.")
+    with server.client() as http:
+        shown = section(http.get("/").text, id)
+    assert '<pre class="task">Find the passage that calls Pluto a planet.</pre>' in shown
+    assert cells(shown, "call")[0]["items"] == "p:1"
+    [returned] = re.findall(r'<details class="returned" data-round="1" open>(.*?)</details>', shown, re.DOTALL)
+    assert "round 1: find returned 1 item</summary>" in returned
+    items = [html.unescape(item) for item in re.findall(r'<pre class="item">(.*?)</pre>', returned, re.DOTALL)]
+    assert items == ['{\n  "id": "p:1",\n  "text": "Pluto is the ninth planet."\n}']
+
+
+def test_a_task_and_items_holding_markup_are_shown_escaped(server: InboxServer) -> None:
+    """A task and an item's text holding ``<script>`` and ``<img onerror>`` show as the text they are, never as tags."""
+    id = server.record_run(f"task {HOSTILE}", HOSTILE)
+    with server.client() as http:
+        page = http.get("/").text
+    assert "<script>window" not in page
+    assert "<img" not in page
+    shown = section(page, id)
+    [task] = re.findall(r'<pre class="task">(.*?)</pre>', shown, re.DOTALL)
+    [item] = re.findall(r'<pre class="item">(.*?)</pre>', shown, re.DOTALL)
+    assert html.unescape(task) == f"task {HOSTILE}"
+    assert json.loads(html.unescape(item))["text"] == HOSTILE
+
+
+def test_items_of_a_run_the_journal_does_not_hold_are_said_to_be_missing(server: InboxServer) -> None:
+    """A proposal whose evidence names calls of a run this journal never recorded shows its ids and why no items
+    are shown, and no task; it can still be decided."""
+    id = server.propose("ops@example.com", evidence=EVIDENCE)
+    with server.client() as http:
+        shown = section(http.get("/").text, id)
+        decided = http.post(f"/proposals/{id}/approve", data={"csrf": csrf_of(http.get("/").text)})
+    assert '<pre class="task">not recorded</pre>' in shown
+    [unseen] = re.findall(r'<p class="unseen">(.*?)</p>', shown, re.DOTALL)
+    assert unseen.startswith("the items are not shown: ")
+    assert "&#39;r1&#39;" in unseen
+    assert 'class="returned"' not in shown
+    assert decided.status_code == 303
 
 
 def test_an_inbox_decision_records_the_tokens_reviewer_as_verified(server: InboxServer) -> None:

@@ -1,17 +1,19 @@
 """The Temporal client on a real dev server: a ctx that does not validate (refused by the client, or failing
 the run, never a run stuck retrying its first task), starting by spec or by name, the result's error as
-the agentkit error it was, and waiting for a status without polling."""
+the agentkit error it was, waiting for a status without polling, and decisions that come after a run ended."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Coroutine
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
@@ -38,6 +40,16 @@ async def failure_of(runs: DurableRuns, run_id: str) -> ApplicationError:
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError)
     return cause
+
+
+async def refusal(decision: Coroutine[Any, Any, RunState]) -> str:
+    """The message of the refusal (``WorkflowUpdateFailedError``, a ``DecisionRefused``) ``decision`` gets."""
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await decision
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert cause.type == "DecisionRefused", cause
+    return cause.message
 
 
 async def test_a_ctx_that_does_not_validate_fails_the_run_naming_the_agent_and_the_errors(
@@ -233,3 +245,57 @@ async def test_wait_for_looks_again_where_the_workers_predate_the_wait_update(te
         state = await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))
         await temporal.runs.client.get_workflow_handle(handle.run_id).terminate("done")
     assert state.status is RunStatus.WAITING
+
+
+async def test_racing_decisions_have_one_winner_and_every_other_is_refused(temporal: TemporalTest) -> None:
+    """Eight approvals and rejections of one proposal, half sent at once and half once the run has ended: one
+    wins, and each other one gets the documented refusal naming the winner, never Temporal's RPCError."""
+    temporal.fake.add(step("send", to="bob", text="hi"), DONE)
+    async with temporal.worker():
+        handle = await temporal.runs.start(temporal.research, Brief(topic="t"))
+        [proposal] = (await handle.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))).pending
+
+        async def decide(n: int) -> RunState:
+            if n >= 4:
+                await handle.result()  # the run has ended: this decision comes too late, however it is sent
+            if n % 2:
+                return await handle.approve(proposal, by=f"approver-{n}")
+            return await handle.reject(proposal, by=f"rejecter-{n}")
+
+        answers = await asyncio.gather(*(decide(n) for n in range(8)), return_exceptions=True)
+        result = await handle.result()
+    [winner] = result.decisions
+    assert sum(isinstance(answer, RunState) for answer in answers) == 1, answers
+    refused = [answer for answer in answers if not isinstance(answer, RunState)]
+    assert all(isinstance(answer, WorkflowUpdateFailedError) for answer in refused), refused
+    for answer in refused:
+        assert isinstance(answer, WorkflowUpdateFailedError)
+        assert f"already decided ({winner.kind} by {winner.by})" in str(answer.cause), answer.cause
+    assert temporal.tool_log() == (["send bob hi"] if winner.kind == "approved" else [])
+
+
+async def test_a_decision_or_resolution_after_the_run_ended_is_refused(temporal: TemporalTest) -> None:
+    """A resolution sent to a finished run, and a decision sent to a terminated one, get the documented refusal
+    naming how the run ended; an unknown run id stays Temporal's NOT_FOUND."""
+    temporal.fake.add(step("send", to="bob", text="hi"), DONE, step("send", to="eve", text="hi"))
+    async with temporal.worker():
+        finished = await temporal.runs.start(temporal.research, Brief(topic="t"))
+        [proposal] = (await finished.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))).pending
+        await finished.approve(proposal, by="alice")
+        await finished.result()
+        terminated = await temporal.runs.start(temporal.research, Brief(topic="t"))
+        [waiting] = (await terminated.wait_for(RunStatus.WAITING, timeout=timedelta(seconds=BOUND))).pending
+        await temporal.runs.client.get_workflow_handle(terminated.run_id).terminate("ops")
+    resolved = await refusal(
+        temporal.runs.resolve(finished.run_id, proposal.round, proposal.digest, ran=True, by="ops")
+    )
+    assert resolved == (
+        f"run {finished.run_id!r} has ended (completed) and takes no resolution; the proposal of round 1 was "
+        "already decided (approved by alice). Nothing changed"
+    )
+    decided = await refusal(terminated.approve(waiting, by="bob"))
+    assert decided == f"run {terminated.run_id!r} has ended (terminated) and takes no decision. Nothing changed"
+    with pytest.raises(RPCError) as unknown:
+        await temporal.runs.approve("no-such-run", 1, proposal.digest, by="bob")
+    assert unknown.value.status is RPCStatusCode.NOT_FOUND
+    assert temporal.tool_log() == ["send bob hi"]

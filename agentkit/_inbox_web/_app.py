@@ -13,6 +13,7 @@ sets, or an `Authorization: Bearer` header):
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from agentkit._inbox_web._security import Csrf, Reviewers, SecurityHeaders
+from agentkit._proposals import CallSeen
+from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
+from agentkit._state import RoundEntry as StateRound
 from agentkit.errors import AgentkitError, ApprovalError, UsageError
 from agentkit.journal import Journal, ProposalRecord, ProposalState, Transition, UnknownId
 
@@ -39,6 +43,8 @@ DECIDED_SHOWN = 20
 """How many decided proposals the page lists, newest first."""
 
 _STATIC = {"inbox.js": "text/javascript", "inbox.css": "text/css"}
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 AMEND_PREFIX = "arg."
 """The amend form's field for an argument NAME is `arg.NAME`, holding its value as the page shows it."""
@@ -88,6 +94,15 @@ and a new kind of decision is one more function here and one more form in the te
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class _Returned:
+    """What one earlier call of a proposal's evidence returned, as the run's state holds it."""
+
+    call: CallSeen
+    items: list[str]
+    """Each item as text: a string as it is, anything else as indented JSON."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class _Card:
     """One proposal as the page shows it."""
 
@@ -95,6 +110,14 @@ class _Card:
     args: list[tuple[str, str]]
     """Each argument's name and its value as text (a string as it is, anything else as JSON)."""
     history: list[Transition]
+    returned: list[_Returned]
+    """The items of each call of the evidence that ran, from the run's state in the journal."""
+    unseen: str | None = None
+    """Why the calls' items are not shown (the journal holds no state for the run), else `None`."""
+
+
+_Batches = dict[int, str]
+"""The batches of a run's calls by round (each as the state's JSON text of the items)."""
 
 
 def create_app(
@@ -209,12 +232,13 @@ class _Inbox:
         stamp = await self._journal._read(self._journal._inbox_stamp)
         pending = await self._journal.proposals(state=ProposalState.PENDING)
         decided = await self._journal._read(self._journal._decided, DECIDED_SHOWN)
+        runs: dict[str, _Batches | str] = {}
         context: dict[str, Any] = {
             "reviewer": reviewer,
             "csrf": self._csrf.issue(reviewer),
             "where": self._journal.where,
-            "pending": [await self._card(p) for p in pending],
-            "decided": [await self._card(p) for p in decided],
+            "pending": [await self._card(p, runs) for p in pending],
+            "decided": [await self._card(p, runs) for p in decided],
             "error": error,
             "stamp": stamp,
             "poll_ms": self._poll_ms,
@@ -222,10 +246,29 @@ class _Inbox:
         html = self._templates.get_template("inbox.html").render(context)
         return HTMLResponse(html, status_code=status)
 
-    async def _card(self, record: ProposalRecord) -> _Card:
+    async def _card(self, record: ProposalRecord, runs: dict[str, _Batches | str]) -> _Card:
+        """The proposal's card; `runs` keeps each run's batches (or why there are none) for the page's other cards."""
         if record.unreadable:
-            return _Card(record=record, args=[], history=[])
-        return _Card(record=record, args=_args(record), history=await self._journal.history(record.id))
+            return _Card(record=record, args=[], history=[], returned=[])
+        history = await self._journal.history(record.id)
+        calls = [c for c in record.evidence.calls if c.ran] if record.evidence is not None else []
+        if not calls:
+            return _Card(record=record, args=_args(record), history=history, returned=[])
+        if record.run_id not in runs:
+            runs[record.run_id] = await self._batches(record.run_id)
+        batches = runs[record.run_id]
+        if isinstance(batches, str):
+            return _Card(record=record, args=_args(record), history=history, returned=[], unseen=batches)
+        returned = [_Returned(call=c, items=_items(batches[c.round])) for c in calls if c.round in batches]
+        return _Card(record=record, args=_args(record), history=history, returned=returned)
+
+    async def _batches(self, run_id: str) -> _Batches | str:
+        """The batches of the run's calls that ran, by round, from its state; else why the journal has none."""
+        try:
+            state = await self._journal.state(run_id)
+        except AgentkitError as error:  # not recorded here, or unreadable: the proposal can still be decided
+            return f"the items are not shown: {error}"
+        return _batches(state)
 
 
 def _status_of(error: AgentkitError) -> int:
@@ -252,3 +295,21 @@ def _args(record: ProposalRecord) -> list[tuple[str, str]]:
         (name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True))
         for name, value in sorted(data.items())
     ]
+
+
+def _batches(state: RunCheckpoint) -> _Batches:
+    """Each call's batch by its round: a call that ran in its round, or an approved proposal that ran."""
+    batches: _Batches = {}
+    for entry in state.entries:
+        match entry:
+            case StateRound(outcome=RoundOutcome.RAN, batch=str() as batch) | DecisionEntry(batch=str() as batch):
+                batches[entry.round] = batch
+    return batches
+
+
+def _items(batch: str) -> list[str]:
+    """A batch's items as the page shows them: a string as it is, anything else as indented JSON; a lone
+    surrogate (which a journal keeps exactly, and a page cannot be written with) as U+FFFD."""
+    values: list[Any] = json.loads(batch)
+    texts = (v if isinstance(v, str) else json.dumps(v, indent=2, ensure_ascii=False) for v in values)
+    return [_SURROGATE.sub("\ufffd", text) for text in texts]

@@ -17,6 +17,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from agentkit._outcome import Outcome, StopReason
@@ -206,8 +207,8 @@ class DurableRuns:
 
         Raises:
             temporalio.client.WorkflowUpdateFailedError: the decision was refused (wrong digest, no
-                such pending proposal, already decided, no `by`, amended args that do not validate);
-                nothing changed.
+                such pending proposal, already decided, no `by`, amended args that do not validate, a run
+                that has ended, however late the decision came); nothing changed.
         """
         fields = None if args is None else dict(args.model_dump(mode="json") if isinstance(args, BaseModel) else args)
         decision = Decision(round=round, digest=digest, approve=True, by=by, reason=note, args=fields)
@@ -218,16 +219,59 @@ class DurableRuns:
         return await self.decide(run_id, Decision(round=round, digest=digest, approve=False, by=by, reason=reason))
 
     async def decide(self, run_id: str, decision: Decision) -> RunState:
-        """Send a decision (the workflow's validated `decide` Update)."""
-        state: RunState = await self._handle(run_id).execute_update("decide", decision, result_type=RunState)
-        return state
+        """Send a decision (the workflow's validated `decide` Update). Refusals as `approve`."""
+        return await self._update(run_id, "decide", decision)
 
     async def resolve(self, run_id: str, round: int, digest: str, *, ran: bool, by: str, note: str = "") -> RunState:
         """Settle an approved call whose outcome is unknown: say whether it took effect; the run goes on
-        with that as the call's observation. The call itself is never run again."""
-        resolution = Resolution(round=round, digest=digest, ran=ran, by=by, note=note)
-        state: RunState = await self._handle(run_id).execute_update("resolve", resolution, result_type=RunState)
-        return state
+        with that as the call's observation. The call itself is never run again.
+
+        Raises:
+            temporalio.client.WorkflowUpdateFailedError: the resolution was refused (wrong digest, no call of
+                that round whose outcome is unknown, already resolved, no `by`, a run that has ended);
+                nothing changed.
+        """
+        return await self._update(run_id, "resolve", Resolution(round=round, digest=digest, ran=ran, by=by, note=note))
+
+    async def _update(self, run_id: str, name: str, sent: Decision | Resolution) -> RunState:
+        """Send the Update `name`; one that reaches a run after it ended is refused as the validator refuses."""
+        try:
+            state: RunState = await self._handle(run_id).execute_update(name, sent, result_type=RunState)
+        except RPCError as error:
+            # Temporal answers NOT_FOUND for an Update that a run ended before taking, whether it came after
+            # the end or was waiting for the run's worker meanwhile (the losers of a race to decide).
+            if error.status is not RPCStatusCode.NOT_FOUND:
+                raise
+            ended = error
+        else:
+            return state
+        refusal = await self._ended_refusal(run_id, sent)
+        if refusal is None:
+            raise ended
+        # Raised outside the handler: the refusal's cause is what it says, as for the validator's refusals.
+        raise WorkflowUpdateFailedError(refusal)
+
+    async def _ended_refusal(self, run_id: str, sent: Decision | Resolution) -> ApplicationError | None:
+        """The refusal of `sent` by a run that has ended, as its validator words it (`DecisionRefused`); `None`
+        when there is no such run (or it runs: Temporal's own error then stands)."""
+        handle = self._handle(run_id)
+        try:
+            described = await handle.describe()
+        except RPCError as error:
+            if error.status is RPCStatusCode.NOT_FOUND:
+                return None
+            raise
+        if described.status in (None, WorkflowExecutionStatus.RUNNING):
+            return None
+        ended = described.status.name.lower().replace("_", " ")
+        what = "decision" if isinstance(sent, Decision) else "resolution"
+        said = ""
+        if described.status is WorkflowExecutionStatus.COMPLETED:
+            taken = [r for r in (await handle.result()).decisions if r.round == sent.round]
+            if taken:
+                said = f"; the proposal of round {sent.round} was already {_taken(taken)}"
+        message = f"run {run_id!r} has ended ({ended}) and takes no {what}{said}. Nothing changed"
+        return ApplicationError(message, type="DecisionRefused", non_retryable=True)
 
     async def wait_for(
         self,
@@ -381,6 +425,14 @@ def _spec_of(agent: DurableAgent[Any, R] | AgentSpec[Any, R] | str) -> AgentSpec
     if isinstance(agent, AgentSpec):
         return agent
     return agent.spec
+
+
+def _taken(records: list[DecisionRecord]) -> str:
+    """What a run did with a round's proposal, as the validator says it: `decided (approved by alice)`,
+    then `resolved (resolved_not_ran by ops)` for its lost call."""
+    return ", then ".join(
+        f"{'resolved' if r.kind.startswith('resolved') else 'decided'} ({r.kind} by {r.by})" for r in records
+    )
 
 
 def _names(statuses: frozenset[RunStatus]) -> str:

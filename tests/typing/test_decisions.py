@@ -68,6 +68,7 @@ async def evidence_and_identity(journal: Journal, proposal: ProposedAction[Delet
         assert_type(proposal.evidence.calls, tuple[CallSeen, ...])
         assert_type(proposal.evidence.rounds, tuple[int, ...])
         assert_type(proposal.evidence.calls[0].item_ids, tuple[str, ...])
+        assert_type(proposal.evidence.task, str | None)
     assert_type(record.evidence, Evidence | None)
     assert_type(await journal.reject(record.id, "bob", "no", verified_as="bob@inbox"), ProposalRecord)
     assert_type(await journal.approve(record.id, "ana", verified_as="ana@inbox"), ProposalRecord)
