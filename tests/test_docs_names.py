@@ -10,7 +10,9 @@ The pages say where a name lives in a few regular ways, each read here:
   table, whose names are in the module of their row.
 
 A name resolves when its module is public (no part with a leading underscore) and lists it in ``__all__`` (or
-has it as a submodule): a name a module merely imports for itself is not one to import from there.
+has it as a submodule): a name a module merely imports for itself is not one to import from there. A class the
+pages name in prose is one some public module exports. Beside the names: a whole signature in prose lists the
+callable's parameters, mkdocstrings renders public objects only, and a table's rows are as wide as its header.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import ast
 import importlib
 import importlib.util
+import inspect
 import pkgutil
 import re
 from dataclasses import dataclass
@@ -26,6 +29,8 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+
+import agentkit
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
@@ -43,6 +48,8 @@ NAME_RUN = re.compile(
 CLASS_NAME = re.compile(r"([A-Z]\w*[a-z]\w*)(?:\[[^\]]*\]|\(.*\))?")
 OTHER_PROJECTS = {("docs/comparison.md", "Command")}
 """Class names a page uses for another project's class (LangGraph's ``Command``), not agentkit's own."""
+SIGNATURE = re.compile(r"`([A-Za-z_]\w*)\(([^`]*\*,[^`]*)\)`")
+"""A whole signature in prose: a call with a ``*,`` (keyword-only parameters follow), possibly over two lines."""
 MKDOCSTRINGS = re.compile(r"^::: *(\S+)", re.MULTILINE)
 
 
@@ -264,9 +271,48 @@ def test_a_page_names_no_class_that_only_a_private_module_holds(page: Path) -> N
     assert found == []
 
 
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_a_signature_a_page_gives_names_every_parameter(page: Path) -> None:
+    """A whole signature a page gives for a top-level callable (``ToolLoop(caller, ..., *, same=None, ...)``)
+    names exactly its parameters, so a keyword added later (``grants=``) is not left out of the docs."""
+    prose, _ = blank_fences(page.read_text(encoding="utf-8"))
+    wrong = []
+    for match in SIGNATURE.finditer(prose):
+        if match.group(1) not in agentkit.__all__:
+            continue
+        given = [part.split("=")[0].strip() for part in match.group(2).split(",")]
+        if given != (actual := signature_names(getattr(agentkit, match.group(1)))):
+            wrong.append(f"{match.group(1)}: {given} != {actual}")
+    assert wrong == []
+
+
+def signature_names(value: object) -> list[str]:
+    """A callable's parameter names as a signature writes them, ``*`` before the keyword-only ones."""
+    names: list[str] = []
+    for parameter in inspect.signature(value).parameters.values():  # type: ignore[arg-type]  # a public callable
+        if parameter.kind is parameter.KEYWORD_ONLY and "*" not in names:
+            names.append("*")
+        names.append(parameter.name)
+    return names
+
+
 @pytest.mark.parametrize("page", sorted((ROOT / "docs" / "api").glob("*.md")), ids=lambda page: page.name)
 def test_every_api_page_renders_a_public_object(page: Path) -> None:
     """Each mkdocstrings directive (``::: agentkit.x``) names a public module or an object it exports."""
     targets = MKDOCSTRINGS.findall(page.read_text(encoding="utf-8"))
     found = [problem(Named(page=page.name, line=0, module=target, name=None)) for target in targets]
     assert [reason for reason in found if reason] == []
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda page: str(page.relative_to(ROOT)))
+def test_every_table_row_has_a_cell_per_column(page: Path) -> None:
+    """A table row has as many cells as its header (a row short of one shifts what it says about the
+    libraries to its right, or leaves one out)."""
+    prose, _ = blank_fences(page.read_text(encoding="utf-8"))
+    short = [
+        f"{page.name}:{start + 1 + index}: {len(row)} cells, {len(header)} columns"
+        for start, (header, *rows) in table_rows(prose)
+        for index, row in enumerate(rows, start=1)
+        if len(row) != len(header)
+    ]
+    assert short == []
