@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import math
 import re
@@ -27,6 +28,7 @@ from agentkit._demo.agent import (
     plan,
     research,
 )
+from agentkit._demo import cli as demo_cli
 from agentkit._demo.cli import LiveRounds, scripted_caller
 from agentkit._demo.search import BM25Index, Hit, Passage, SearchArgs, load_corpus, search_tool, terms
 from agentkit._outcome import Outcome, StopReason
@@ -285,6 +287,31 @@ def test_model_flags_that_would_be_ignored_are_refused(
         main(["demo", *argv])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("size", "extra"), [("0.5b", "local"), ("1.5b", "local-1.5b")])
+def test_embedded_demo_without_its_extra_says_so_in_one_line_and_writes_nothing(
+    size: str, extra: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``agentkit demo --model 1.5b`` without its extra: exit 2 with one short line naming the extra and its
+    install command, before saying it starts the model and before creating the journal (it used to print
+    "Starting it", fail on a 1,900-character line and leave an empty journal file)."""
+    # Chunk packages installed nowhere, so the check fails the same whether or not this machine has the extra.
+    missing = {
+        name: dataclasses.replace(
+            model, chunks=tuple(dataclasses.replace(c, distribution=f"absent-{c.distribution}") for c in model.chunks)
+        )
+        for name, model in demo_cli.MODELS.items()
+    }
+    monkeypatch.setattr(demo_cli, "MODELS", missing)
+    monkeypatch.setenv("AGENTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["demo", "--model", size]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith("agentkit demo: ") and len(line) < 250, line
+    assert f"install the '{extra}' extra: pip install 'agentkit[{extra}]' (from a checkout: pip install -e '.[{extra}]')" in line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unreachable_server_stops_the_demo_after_the_first_run(capsys: pytest.CaptureFixture[str]) -> None:

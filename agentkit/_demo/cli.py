@@ -51,7 +51,7 @@ from agentkit._tools import FunctionTool
 from agentkit.errors import AgentkitError, JournalUnavailable, ProviderError, UsageError
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunRecord, RunStatus, open_journal
 from agentkit.journal.cli import DEFAULT_DB
-from agentkit.providers.local import MODELS, ChunkedModel
+from agentkit.providers.local import MODELS, ChunkedModel, check_installed
 from agentkit.testing import ScriptedCaller, call_step, done_step
 
 __all__ = ["LiveRounds", "register", "resume_demo", "run_demo", "scripted_caller", "scripted_resumer"]
@@ -161,6 +161,10 @@ def _handle(args: argparse.Namespace) -> int:
 async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
     out = sys.stdout
     db, mode = _db_flag(args.db), _mode_flags(args)
+    if not args.scripted and not args.base_url:
+        # Before anything is said or written: a missing extra is one line, with no "Starting it" before it and
+        # no journal file left behind.
+        check_installed(MODELS[args.model or "0.5b"])
     try:
         # A resume continues a run some journal holds: it never creates one (a mistyped --db would be an empty
         # journal, and the run to continue silently "not there").
