@@ -180,6 +180,7 @@ def test_resume_refuses_a_journal_that_does_not_exist_and_creates_none(
     err = capsys.readouterr().err
     assert f"nothing to resume: no journal at {db or DEFAULT_DB}" in err
     assert f"run `agentkit demo --scripted{'' if db is None else ' --db MISSING'}` first" in err
+    assert "from code" not in err and len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
 
 
