@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import importlib.machinery
 import importlib.util
 import json
 import re
@@ -242,9 +241,7 @@ def test_check_installed_accepts_a_joined_model_without_its_chunks(
     model: ChunkedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A model already joined in the cache starts without its chunk packages, so the check does not ask for them."""
-    runtime = ModuleType("xllamacpp")
-    runtime.__spec__ = importlib.machinery.ModuleSpec("xllamacpp", None)
-    monkeypatch.setitem(sys.modules, "xllamacpp", runtime)
+    monkeypatch.setitem(sys.modules, "xllamacpp", ModuleType("xllamacpp"))  # a runtime, already imported
     ensure_model_file(model, cache_dir=tmp_path / "cache")
     check_installed(absent(model), cache_dir=tmp_path / "cache")
     with pytest.raises(UsageError, match="none of its 3 chunk packages is"):

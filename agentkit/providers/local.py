@@ -22,6 +22,7 @@ import importlib
 import importlib.util
 import json
 import os
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -202,8 +203,15 @@ def check_installed(model: ChunkedModel = DEFAULT_MODEL, *, cache_dir: Path | st
     joined = directory / f"{model.name}.gguf"
     if not (joined.is_file() and joined.stat().st_size == model.size):
         locate_chunks(model)
-    if importlib.util.find_spec("xllamacpp") is None:
+    if not _runtime_installed():
         raise UsageError(_runtime_missing(model.extra))
+
+
+def _runtime_installed() -> bool:
+    """Whether `import xllamacpp` would find it, without importing it (an import already made counts)."""
+    if "xllamacpp" in sys.modules:
+        return sys.modules["xllamacpp"] is not None
+    return importlib.util.find_spec("xllamacpp") is not None
 
 
 def _runtime_missing(extra: str) -> str:
