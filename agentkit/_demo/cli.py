@@ -175,8 +175,7 @@ async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
         # The error's cause, without its general fix: here the fix is the demo's own first run.
         cause = str(missing).split("; ", 1)[0]
         print(
-            f"agentkit demo: nothing to resume: {cause}; run `agentkit demo{mode}{db}` first, then decide its "
-            "proposal",
+            f"agentkit demo: nothing to resume: {cause}; run `agentkit demo{mode}{db}` first, then decide its proposal",
             file=sys.stderr,
         )
         return 2
