@@ -48,9 +48,21 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help)
-        parser.add_argument("--address", default=os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"))
-        parser.add_argument("--namespace", default="default")
-        parser.add_argument("--task-queue", default="agentkit", metavar="QUEUE", help="(start only) default agentkit")
+        parser.add_argument(
+            "--address",
+            default=os.environ.get("TEMPORAL_ADDRESS", "localhost:7233"),
+            metavar="HOST:PORT",
+            help="the Temporal frontend (default: $TEMPORAL_ADDRESS, else localhost:7233)",
+        )
+        parser.add_argument(
+            "--namespace", default="default", help="the Temporal namespace the runs are in (default: default)"
+        )
+        parser.add_argument(
+            "--task-queue",
+            default="agentkit",
+            metavar="QUEUE",
+            help="(start only) the task queue whose workers play the run (default: agentkit)",
+        )
         return parser
 
     start = command("start", "start a run of a durable agent; prints its run id")
@@ -65,7 +77,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     start.set_defaults(handler=_start)
     listed = command("list", "the most recent runs and their status")
-    listed.add_argument("--limit", type=positive_int, default=50, metavar="N")
+    listed.add_argument("--limit", type=positive_int, default=50, metavar="N", help="list at most N runs (default 50)")
     listed.set_defaults(handler=_list)
     show = command("show", "a run's state and pending proposals, as JSON")
     show.add_argument("run_id", metavar="RUN_ID", help="the run (its workflow id)")
@@ -73,14 +85,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     for name, help in (("approve", "approve a pending proposal"), ("reject", "reject a pending proposal")):
         decide = command(name, help)
         _proposal_arguments(decide)
-        decide.add_argument("--note" if name == "approve" else "--reason", default="", dest="reason")
+        if name == "approve":
+            decide.add_argument("--note", default="", dest="reason", help="why, for the record (optional)")
+        else:
+            decide.add_argument("--reason", default="", help="why not: the executor sees it as the call's observation")
         decide.set_defaults(handler=_decide, approve=name == "approve")
     resolve = command("resolve", "say whether an approved call whose outcome is unknown took effect")
     _proposal_arguments(resolve)
     ran = resolve.add_mutually_exclusive_group(required=True)
     ran.add_argument("--ran", action="store_true", dest="ran", default=None, help="the call took effect")
     ran.add_argument("--not-ran", action="store_false", dest="ran", help="the call did not take effect")
-    resolve.add_argument("--note", default="")
+    resolve.add_argument("--note", default="", help="what you checked, for the record (optional)")
     resolve.set_defaults(handler=_resolve)
 
 

@@ -59,6 +59,18 @@ def test_help_texts_carry_no_markup(capsys: pytest.CaptureFixture[str]) -> None:
     )
 
 
+def test_every_option_of_every_command_has_help() -> None:
+    """Every option of every command says what it does (``agentkit temporal``'s --address and --namespace did
+    not), so ``--help`` never lists a bare flag."""
+    bare = [
+        f"{parser.prog} {action.option_strings[0]}"
+        for parser in all_parsers(build_parser())
+        for action in parser._actions
+        if action.option_strings and not action.help
+    ]
+    assert bare == []
+
+
 def test_every_positional_argument_has_help() -> None:
     """Every positional argument of every command, sub-command choices included, says what it is."""
     for parser in all_parsers(build_parser()):
@@ -154,6 +166,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
     weights = tmp_path / "tiny.gguf"
     weights.write_bytes(b"GGUF")
     monkeypatch.setattr(agentkit.providers.local, "ensure_model_file", lambda model, cache_dir=None: weights)
+    monkeypatch.setattr(agentkit.providers.local, "locate_chunks", lambda model: [])  # as if the extra were installed
     monkeypatch.setenv("AGENTKIT_CACHE_DIR", str(tmp_path / "cache"))
     return addresses
 

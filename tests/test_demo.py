@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import math
 import re
@@ -16,6 +17,7 @@ from pydantic import ValidationError
 
 from agentkit._cli import main
 from agentkit._config import LoopConfig, RepeatPolicy
+from agentkit._demo import cli as demo_cli
 from agentkit._demo.agent import (
     CURATOR_CHECK,
     DEMO_CONFIG,
@@ -36,6 +38,7 @@ from agentkit.errors import ToolRetry, UsageError
 from agentkit.journal import ProposalRecord, ProposalState, open_journal
 from agentkit.journal.cli import DEFAULT_DB
 from agentkit.prompting import USE_THE_TOOL
+from agentkit.providers.local import MODELS
 from agentkit.testing import ScriptedCaller, call_step
 
 
@@ -178,6 +181,8 @@ def test_resume_refuses_a_journal_that_does_not_exist_and_creates_none(
     err = capsys.readouterr().err
     assert f"nothing to resume: no journal at {db or DEFAULT_DB}" in err
     assert f"run `agentkit demo --scripted{'' if db is None else ' --db MISSING'}` first" in err
+    assert "from code" not in err
+    assert len(err.splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
 
 
@@ -285,6 +290,33 @@ def test_model_flags_that_would_be_ignored_are_refused(
         main(["demo", *argv])
     assert exited.value.code == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("size", "extra"), [("0.5b", "local"), ("1.5b", "local-1.5b")])
+def test_embedded_demo_without_its_extra_says_so_in_one_line_and_writes_nothing(
+    size: str, extra: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``agentkit demo --model 1.5b`` without its extra: exit 2 with one short line naming the extra and its
+    install command, before saying it starts the model and before creating the journal (it used to print
+    "Starting it", fail on a 1,900-character line and leave an empty journal file)."""
+    # Chunk packages installed nowhere, so the check fails the same whether or not this machine has the extra.
+    missing = {
+        name: dataclasses.replace(
+            model, chunks=tuple(dataclasses.replace(c, distribution=f"absent-{c.distribution}") for c in model.chunks)
+        )
+        for name, model in MODELS.items()
+    }
+    monkeypatch.setattr(demo_cli, "MODELS", missing)
+    monkeypatch.setenv("AGENTKIT_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["demo", "--model", size]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    [line] = captured.err.splitlines()
+    assert line.startswith("agentkit demo: ")
+    assert len(line) < 250, line
+    assert f"install the '{extra}' extra: pip install 'agentkit[{extra}]'" in line
+    assert f"(from a checkout: pip install -e '.[{extra}]')" in line
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_unreachable_server_stops_the_demo_after_the_first_run(capsys: pytest.CaptureFixture[str]) -> None:

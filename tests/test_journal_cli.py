@@ -425,6 +425,22 @@ def test_a_missing_database_exits_1_and_creates_nothing(tmp_path: Path, capsys: 
     assert not missing.exists()
 
 
+@pytest.mark.parametrize("kind", ["missing", "not a journal"])
+def test_a_database_that_is_no_journal_tells_a_shell_user_what_to_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    """A missing or foreign --db says how to point at a journal and which command makes one, never to "open it
+    from code"."""
+    path = tmp_path / "nowhere.db"
+    if kind == "not a journal":
+        path.write_bytes(b"")
+    code, _, err = cli(capsys, "journal", "runs", "--db", str(path))
+    assert code == 1
+    assert "point --db (or $AGENTKIT_JOURNAL) at the journal your runs are recorded in" in err
+    assert "`agentkit demo --db PATH`" in err
+    assert "from code" not in err
+
+
 def test_the_default_database_is_in_the_working_directory(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -579,6 +595,23 @@ def test_journal_runs_shows_which_wait_which_can_resume_which_crashed_and_which_
         crashed: "crashed",
     }
     assert "agentkit proposals list --state pending" in out
-    assert "journal.resume(RUN, caller, agent, tools, ctx)" in out
+    assert "the program that recorded the run continues it" in out
     code, out, _ = cli(capsys, "journal", "show", crashed, "--db", db)
     assert f"run {crashed}  (crashed)" in out
+
+
+def test_journal_runs_suggests_only_commands_a_shell_can_run_on_the_same_journal(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Below the table, what to do is a command with the journal's --db (not a Python call such as
+    ``journal.resume(RUN, caller, agent, tools, ctx)``, which a shell cannot run)."""
+    stopped_run(db, "/tmp/b")
+    stopped_run(db, "/tmp/c", approve=True)
+    code, out, _ = cli(capsys, "journal", "runs", "--db", db)
+    assert code == 0
+    notes = out.split("\n\n", 1)[1]
+    assert f"agentkit proposals list --state pending --db {db}" in notes
+    assert f"agentkit proposals approve ID --by NAME --db {db}" in notes
+    assert f"agentkit journal show RUN --db {db}" in notes
+    assert f"agentkit demo --resume --db {db}" in notes
+    assert "(RUN, caller" not in notes

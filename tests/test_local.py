@@ -37,6 +37,7 @@ from agentkit.providers.local import (
     Chunk,
     ChunkedModel,
     LocalModel,
+    check_installed,
     default_cache_dir,
     ensure_model_file,
     locate_chunks,
@@ -193,14 +194,59 @@ def test_the_larger_model_is_pinned_by_its_own_extra_and_by_wheel_hashes() -> No
     assert MODELS == {"0.5b": DEFAULT_MODEL, "1.5b": LARGER_MODEL}
 
 
-def test_a_missing_larger_model_names_its_own_extra() -> None:
-    """Chunks not installed: the error names the ``local-1.5b`` extra, not the default one."""
-    absent = dataclasses.replace(
-        LARGER_MODEL,
-        chunks=tuple(dataclasses.replace(c, distribution=f"absent-{c.distribution}") for c in LARGER_MODEL.chunks),
+def absent(model: ChunkedModel) -> ChunkedModel:
+    """`model` with chunk packages that are installed nowhere."""
+    return dataclasses.replace(
+        model, chunks=tuple(dataclasses.replace(c, distribution=f"absent-{c.distribution}") for c in model.chunks)
     )
-    with pytest.raises(UsageError, match=r"install it with pip install 'agentkit\[local-1\.5b\]'"):
-        locate_chunks(absent)
+
+
+def test_a_missing_larger_model_names_its_own_extra_in_one_short_line() -> None:
+    """None of the 22 chunks installed: one short line naming the ``local-1.5b`` extra and its install command,
+    not each of the 22 packages and their pins (it was a line of 1,900 characters)."""
+    with pytest.raises(UsageError) as raised:
+        locate_chunks(absent(LARGER_MODEL))
+    message = str(raised.value)
+    assert "install the 'local-1.5b' extra: pip install 'agentkit[local-1.5b]'" in message
+    assert "pip install -e '.[local-1.5b]'" in message
+    assert "\n" not in message
+    assert len(message) < 250, message
+
+
+def test_many_chunk_problems_are_counted_past_the_first_few(site: Path) -> None:
+    """Chunks of the wrong version are named up to three, the rest counted, so the line stays short."""
+    installed = install_chunks(site, [b"a", b"b", b"c", b"d", b"e"], prefix="oldchunks", version="0.1.0")
+    pinned = dataclasses.replace(
+        installed, chunks=tuple(dataclasses.replace(chunk, version="0.2.0") for chunk in installed.chunks)
+    )
+    with pytest.raises(UsageError) as raised:
+        locate_chunks(pinned)
+    message = str(raised.value)
+    assert "oldchunks-part3 is 0.1.0, not the pinned 0.2.0; and 2 more" in message
+    assert "oldchunks-part4" not in message
+    assert INSTALL_HINT in message
+
+
+def test_check_installed_names_the_models_extra_when_the_runtime_is_missing(
+    model: ChunkedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Chunks installed but no runtime: the check says which extra installs it, and writes nothing."""
+    monkeypatch.setitem(sys.modules, "xllamacpp", None)  # makes the runtime absent
+    larger = dataclasses.replace(model, extra="local-1.5b")
+    with pytest.raises(UsageError, match=r"the 'local-1\.5b' extra installs: .*pip install -e '\.\[local-1\.5b\]'"):
+        check_installed(larger, cache_dir=tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()
+
+
+def test_check_installed_accepts_a_joined_model_without_its_chunks(
+    model: ChunkedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model already joined in the cache starts without its chunk packages, so the check does not ask for them."""
+    monkeypatch.setitem(sys.modules, "xllamacpp", ModuleType("xllamacpp"))  # a runtime, already imported
+    ensure_model_file(model, cache_dir=tmp_path / "cache")
+    check_installed(absent(model), cache_dir=tmp_path / "cache")
+    with pytest.raises(UsageError, match="none of its 3 chunk packages is"):
+        check_installed(absent(model), cache_dir=tmp_path / "elsewhere")
 
 
 def test_missing_extra_raises_with_the_install_command(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -50,8 +50,8 @@ from agentkit._structured import StructuredCaller
 from agentkit._tools import FunctionTool
 from agentkit.errors import AgentkitError, JournalUnavailable, ProviderError, UsageError
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunRecord, RunStatus, open_journal
-from agentkit.journal.cli import DEFAULT_DB
-from agentkit.providers.local import MODELS, ChunkedModel
+from agentkit.journal.cli import DEFAULT_DB, db_flag
+from agentkit.providers.local import MODELS, ChunkedModel, check_installed
 from agentkit.testing import ScriptedCaller, call_step, done_step
 
 __all__ = ["LiveRounds", "register", "resume_demo", "run_demo", "scripted_caller", "scripted_resumer"]
@@ -160,7 +160,11 @@ def _handle(args: argparse.Namespace) -> int:
 
 async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
     out = sys.stdout
-    db, mode = _db_flag(args.db), _mode_flags(args)
+    db, mode = db_flag(args.db), _mode_flags(args)
+    if not args.scripted and not args.base_url:
+        # Before anything is said or written: a missing extra is one line, with no "Starting it" before it and
+        # no journal file left behind.
+        check_installed(MODELS[args.model or "0.5b"])
     try:
         # A resume continues a run some journal holds: it never creates one (a mistyped --db would be an empty
         # journal, and the run to continue silently "not there").
@@ -168,9 +172,10 @@ async def _run(args: argparse.Namespace, questions: Sequence[str]) -> int:
     except JournalUnavailable as missing:
         if not args.resume:
             raise
+        # The error's cause, without its general fix: here the fix is the demo's own first run.
+        cause = str(missing).split("; ", 1)[0]
         print(
-            f"agentkit demo: nothing to resume: {missing}; run `agentkit demo{mode}{db}` first, then decide its "
-            "proposal",
+            f"agentkit demo: nothing to resume: {cause}; run `agentkit demo{mode}{db}` first, then decide its proposal",
             file=sys.stderr,
         )
         return 2
@@ -220,12 +225,6 @@ def _mode_flags(args: argparse.Namespace) -> str:
     if args.base_url:
         return f" --base-url {shlex.quote(args.base_url)} --model {shlex.quote(args.model)}"
     return f" --model {args.model}" if args.model not in (None, "0.5b") else ""
-
-
-def _db_flag(db: str) -> str:
-    """The `--db` to repeat in the commands the demo prints (none for the commands' own default)."""
-    default = os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB)
-    return "" if db == default else f" --db {shlex.quote(db)}"
 
 
 def _env_key() -> str:

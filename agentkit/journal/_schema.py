@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "VERSION_TABLE", "PerDatabase", "render"]
+__all__ = ["MIGRATIONS", "NOT_A_JOURNAL_FIX", "SCHEMA_VERSION", "VERSION_TABLE", "PerDatabase", "render"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -25,6 +25,12 @@ class PerDatabase:
 Statement = str | PerDatabase
 
 VERSION_TABLE = "agentkit_schema"
+
+NOT_A_JOURNAL_FIX = (
+    "point --db (or $AGENTKIT_JOURNAL) at the journal your runs are recorded in: a program creates one as it "
+    "records its first run (open_journal(path)), and from a shell `agentkit demo --db PATH` does"
+)
+"""The fix for a missing journal, told to a shell user (most meet it through --db) and to a program alike."""
 
 # The proposals table's columns: version 1 adds UNIQUE (run_id, round, digest); version 2 rebuilds the
 # table without it (below), so both versions' tables are written from the one list.

@@ -16,7 +16,7 @@ from agentkit._events import Event
 from agentkit.errors import JournalUnavailable, UsageError
 from agentkit.journal import Journal
 from agentkit.journal._records import Checkpointed, Hold
-from agentkit.journal._schema import VERSION_TABLE
+from agentkit.journal._schema import NOT_A_JOURNAL_FIX, VERSION_TABLE
 from agentkit.journal._sql import Busy
 
 __all__ = ["SQLiteJournal"]
@@ -290,9 +290,7 @@ def _check_is_journal(where: str) -> None:
     schema can be read, so the check goes first, over a read-only connection.
     """
     if not Path(where).is_file():
-        raise JournalUnavailable(
-            f"no journal at {where}; pass the path of an existing journal (--db), or create one by opening it from code"
-        )
+        raise JournalUnavailable(f"no journal at {where}; {NOT_A_JOURNAL_FIX}")
     uri = f"{Path(where).absolute().as_uri()}?mode=ro"
     try:
         probe = sqlite3.connect(uri, uri=True, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -306,7 +304,4 @@ def _check_is_journal(where: str) -> None:
             f"cannot read {where} as a SQLite journal: {error}; point --db at a journal"
         ) from error
     if not is_journal:
-        raise JournalUnavailable(
-            f"{where} holds no agentkit journal (no {VERSION_TABLE} table); point --db at a journal, or open it "
-            "from code to create one"
-        )
+        raise JournalUnavailable(f"{where} holds no agentkit journal (no {VERSION_TABLE} table); {NOT_A_JOURNAL_FIX}")

@@ -24,7 +24,7 @@ from typing import Any, ParamSpec, Self, TypeVar
 
 from agentkit.errors import JournalError, JournalUnavailable, UnknownId, UsageError
 from agentkit.journal._records import ProposalRecord
-from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, VERSION_TABLE, render
+from agentkit.journal._schema import MIGRATIONS, NOT_A_JOURNAL_FIX, SCHEMA_VERSION, VERSION_TABLE, render
 from agentkit.journal._sql import Busy, Connection, Lossless, Stored, lock_proposal_statement, proposal_of
 
 __all__ = ["JOURNAL_THREADS", "Storage"]
@@ -171,8 +171,7 @@ class Storage:
                 version = 0
             else:
                 raise JournalUnavailable(
-                    f"{self._where} holds no agentkit journal (no {VERSION_TABLE} table); "
-                    "point --db at a journal, or open it from code to create one"
+                    f"{self._where} holds no agentkit journal (no {VERSION_TABLE} table); {NOT_A_JOURNAL_FIX}"
                 )
             if version > SCHEMA_VERSION:
                 raise JournalUnavailable(

@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import json
 import os
+import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -25,7 +26,7 @@ from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
 from agentkit.journal._records import ProposalRecord, ProposalState, RoundEntry, RunRecord, RunStatus
 
-__all__ = ["DEFAULT_DB", "register"]
+__all__ = ["DEFAULT_DB", "db_flag", "register"]
 
 DEFAULT_DB = "agentkit-journal.db"
 """The journal the command line opens when neither `--db` nor `$AGENTKIT_JOURNAL` says otherwise."""
@@ -197,21 +198,29 @@ async def _runs(journal: Journal, args: argparse.Namespace, out: TextIO) -> None
     ]
     _table(out, headers, rows)
     _flagged(out, [run.unreadable for run in runs])
-    _next_steps(out, runs)
+    _next_steps(out, runs, db_flag(args.db))
 
 
-def _next_steps(out: TextIO, runs: Sequence[RunRecord]) -> None:
-    """What to do about the runs that wait on a decision, or can resume."""
+def db_flag(db: str) -> str:
+    """The `--db` to repeat in a command printed for the user to run: none for the commands' own default."""
+    return "" if db == os.environ.get("AGENTKIT_JOURNAL", DEFAULT_DB) else f" --db {shlex.quote(db)}"
+
+
+def _next_steps(out: TextIO, runs: Sequence[RunRecord], db: str) -> None:
+    """What to do about the runs that wait on a decision, or can resume: commands a shell user can run."""
     shown = {run.status for run in runs if not run.unreadable}
     notes = []
     if RunStatus.WAITING in shown:
         notes.append(
-            "waiting: a proposal waits on a decision (agentkit proposals list --state pending); approve or reject it"
+            f"waiting: a proposal waits on a decision (agentkit proposals list --state pending{db}); approve or "
+            f"reject it (agentkit proposals approve ID --by NAME{db})"
         )
     if shown & {RunStatus.READY, RunStatus.CRASHED, RunStatus.ABORTED}:
+        # Resuming needs the run's caller, agent and tools, which only the program that made the run has: no
+        # command can; the demo's runs are the exception, their program being agentkit's own.
         notes.append(
-            "ready, crashed, aborted: journal.resume(RUN, caller, agent, tools, ctx) continues the run from its last "
-            "checkpoint"
+            f"ready, crashed, aborted: the program that recorded the run continues it from its last checkpoint "
+            f"(agentkit journal show RUN{db} shows where it stopped); a run of the demo: agentkit demo --resume{db}"
         )
     unresumable = [run.id for run in runs if run.status is RunStatus.CRASHED and not run.resumable]
     if unresumable:

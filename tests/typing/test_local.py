@@ -13,6 +13,7 @@ from agentkit.providers.local import (
     DEFAULT_MODEL,
     ChunkedModel,
     LocalModel,
+    check_installed,
     default_cache_dir,
     ensure_model_file,
     locate_chunks,
@@ -24,6 +25,7 @@ def check_local() -> None:
     assert_type(DEFAULT_MODEL, ChunkedModel)
     assert_type(ensure_model_file(DEFAULT_MODEL, cache_dir="/tmp/x"), Path)
     assert_type(locate_chunks(DEFAULT_MODEL), list[Path])
+    assert_type(check_installed(DEFAULT_MODEL, cache_dir=Path("/tmp/x")), None)
     assert_type(default_cache_dir(), Path)
     with LocalModel(threads=1) as local:
         assert_type(local, LocalModel)
