@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from agentkit import (
     LoopConfig,
     Prompt,
+    ProposedAction,
     RoleSpec,
     StopReason,
     Tier,
@@ -34,8 +35,10 @@ from tests.support import Query, Target
 
 deleted: Counter[str] = Counter()
 """How many times the irreversible tool really ran, per path: counted in the tool, outside every journal."""
+started = asyncio.Event()
+"""Set by a `slow_delete` call as it starts (its proposal is claimed by then)."""
 release = asyncio.Event()
-"""Set to let a `slow_delete` call finish (a new one per test: an event belongs to the loop that waited on it)."""
+"""Set to let a `slow_delete` call finish (new events per test: an event belongs to the loop that waited on it)."""
 
 
 @tool(tier=Tier.READ_ONLY)
@@ -55,6 +58,7 @@ def delete(args: Target) -> list[str]:
 async def slow_delete(args: Target) -> list[str]:
     """Delete a path, once `release` is set."""
     deleted[args.path] += 1
+    started.set()
     await release.wait()
     return [f"deleted:{args.path}"]
 
@@ -72,9 +76,9 @@ class Agent:
 
 @pytest.fixture(autouse=True)
 def _reset() -> None:
-    global release
+    global started, release
     deleted.clear()
-    release = asyncio.Event()
+    started, release = asyncio.Event(), asyncio.Event()
 
 
 def find(text: str) -> dict[str, Any]:
@@ -189,8 +193,8 @@ async def test_a_fork_of_a_call_being_executed_waits_for_that_execution(journal:
     [pending] = await journal.pending()
     await journal.approve(pending.id, "ops")
     running = asyncio.create_task(journal.execute(pending.id, slow_delete, worker="w1"))
-    while (await journal.get(pending.id)).state is not ProposalState.EXECUTING:
-        await asyncio.sleep(0.01)
+    await started.wait()
+    assert (await journal.get(pending.id)).state is ProposalState.EXECUTING
     fork = await journal.fork(run, at_round=2)
     assert await journal.pending() == []
     with pytest.raises(ResumeRefused, match=f"proposal {pending.id} .* is executing, claimed by w1"):
@@ -199,6 +203,22 @@ async def test_a_fork_of_a_call_being_executed_waits_for_that_execution(journal:
         await journal.approve(pending.id, "ops")
     release.set()
     await running
+    assert await resumed(journal, fork) == ["doc:a", "deleted:/x"]
+    assert deleted["/x"] == 1
+
+
+async def test_a_forks_own_entry_for_a_shared_call_that_ran_elsewhere_is_not_run_again(journal: Journal) -> None:
+    """A fork holding an entry of its own for a call it shares (as forks made by an earlier agentkit do, or one
+    proposed by hand): once the call ran under the parent's entry, resuming the fork takes that outcome instead of
+    waiting on its own entry's decision, and the tool ran once."""
+    run = await proposing(journal)
+    fork = await journal.fork(run, at_round=2)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    await journal.execute(pending.id, delete)
+    action = ProposedAction.create(tool_name="delete", tier=Tier.IRREVERSIBLE, args=Target(path="/x"), round=2)
+    own = await journal.propose(action.model_copy(update={"run_id": fork}))
+    assert (own.run_id, own.digest, own.state) == (fork, pending.digest, ProposalState.PENDING)
     assert await resumed(journal, fork) == ["doc:a", "deleted:/x"]
     assert deleted["/x"] == 1
 
