@@ -507,12 +507,13 @@ def insert_fork(db: Connection, row: Mapping[str, Any], fork: RunCheckpoint, con
         )
 
 
-def lineage_proposals(db: Connection, row: Mapping[str, Any]) -> list[ProposalRecord]:
+def lineage_proposals(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> list[ProposalRecord]:
     """The inbox entries of the run of `row` and those it shares with the runs it was forked from: of its
     parent, the entries of the rounds the fork kept, and so on up the chain (a round of a fork of a fork
-    belongs to the first run that made it). The ancestors' entries come first, each run's by time."""
+    belongs to the first run that made it). The ancestors' entries come first, each run's by time
+    (`lenient`: see `proposal_of`)."""
     own = db.query("SELECT * FROM agentkit_proposals WHERE run_id = ? ORDER BY proposed_at, id", (row["id"],))
-    records = [proposal_of(db, r) for r in own]
+    records = [proposal_of(db, r, lenient=lenient) for r in own]
     seen = {str(row["id"])}
     parent, upto = row.get("parent"), row.get("forked_at")
     while parent is not None and upto is not None and str(parent) not in seen:
@@ -521,7 +522,7 @@ def lineage_proposals(db: Connection, row: Mapping[str, Any]) -> list[ProposalRe
             "SELECT * FROM agentkit_proposals WHERE run_id = ? AND round <= ? ORDER BY proposed_at, id",
             (parent, upto),
         )
-        records = [proposal_of(db, r) for r in rows] + records
+        records = [proposal_of(db, r, lenient=lenient) for r in rows] + records
         above = db.query("SELECT parent, forked_at FROM agentkit_runs WHERE id = ?", (parent,))
         if not above or above[0]["forked_at"] is None:
             break
@@ -1098,7 +1099,7 @@ def _status(
     if not resumable or row.get("stop_reason") != StopReason.PROPOSED.value:
         return RunStatus.FINISHED
     if row.get("parent") is not None:  # a fork waits on the entries it shares with its parents too
-        waiting = any(p.state is ProposalState.PENDING for p in lineage_proposals(db, row))
+        waiting = any(p.state is ProposalState.PENDING for p in lineage_proposals(db, row, lenient=True))
         return RunStatus.WAITING if waiting else RunStatus.READY
     pending = db.query(
         "SELECT 1 FROM agentkit_proposals WHERE run_id = ? AND state = ? LIMIT 1",
