@@ -223,6 +223,24 @@ async def test_a_forks_own_entry_for_a_shared_call_that_ran_elsewhere_is_not_run
     assert deleted["/x"] == 1
 
 
+async def test_no_worker_runs_a_forks_own_entry_for_a_call_its_parent_ran(journal: Journal) -> None:
+    """A fork's own entry for a call it shares, approved after the call ran under the parent's entry: ``execute``
+    refuses it naming the parent's proposal, a worker leaves it saying why, and the tool ran once."""
+    run = await proposing(journal)
+    fork = await journal.fork(run, at_round=2)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    await journal.execute(pending.id, delete)
+    action = ProposedAction.create(tool_name="delete", tier=Tier.IRREVERSIBLE, args=Target(path="/x"), round=2)
+    own = await journal.propose(action.model_copy(update={"run_id": fork}))
+    await journal.approve(own.id, "ops")
+    with pytest.raises(TransitionRefused, match=f"forked from run {run!r}, whose proposal {pending.id} .* is executed"):
+        await journal.execute(own.id, delete)
+    report = await journal.work([delete], until_empty=True)
+    assert (report.executed, report.left, deleted["/x"]) == (0, [own.id], 1)
+    assert (await journal.get(own.id)).state is ProposalState.APPROVED
+
+
 async def test_the_cli_fork_after_a_worker_ran_the_call_proposes_nothing(journal: Journal, journal_url: str) -> None:
     """``agentkit journal fork RUN --at 2`` after the approved call ran: the inbox gains no pending entry and the
     fork resumes with the recorded batch."""

@@ -26,6 +26,7 @@ from agentkit._tools import AnyTool, ContextTool, Tool
 from agentkit.errors import ResumeRefused, ToolError, TransitionRefused
 from agentkit.journal._records import ProposalRecord, ProposalState, RunStatus
 from agentkit.journal._runs import held
+from agentkit.journal._sql import CLAIMED_STATES
 from agentkit.journal.observer import JournalObserver
 
 if TYPE_CHECKING:
@@ -169,12 +170,8 @@ def _entry(run_id: str, wanted: RoundEntry, proposals: list[ProposalRecord]) -> 
     # The entries are the run's and, for a fork, those it shares with the runs it was forked from. A fork made by
     # an earlier agentkit has an entry of its own for a call it shares: should that call have been claimed or
     # run under another run's entry, that is the call's outcome, and the fork's own entry never runs it again.
-    ran = [p for p in same if p.run_id != chosen.run_id and p.state in _CLAIMED]
-    return ran[-1] if ran and chosen.state not in _CLAIMED else chosen
-
-
-_CLAIMED = (ProposalState.EXECUTING, ProposalState.EXECUTED, ProposalState.FAILED)
-"""An entry whose call a worker claimed: it ran, runs, or may have run."""
+    ran = [p for p in same if p.run_id != chosen.run_id and p.state in CLAIMED_STATES]
+    return ran[-1] if ran and chosen.state not in CLAIMED_STATES else chosen
 
 
 async def _run_approved(

@@ -40,6 +40,7 @@ from agentkit.journal._records import (
 )
 
 __all__ = [
+    "CLAIMED_STATES",
     "Busy",
     "OPEN_STATES",
     "Connection",
@@ -51,6 +52,7 @@ __all__ = [
     "claim_left_statement",
     "claim_next_statement",
     "claim_statement",
+    "claimed_upstream",
     "event_row",
     "final_state",
     "finish_run",
@@ -528,6 +530,39 @@ def lineage_proposals(db: Connection, row: Mapping[str, Any], *, lenient: bool =
             break
         parent, upto = above[0]["parent"], min(int(upto), int(above[0]["forked_at"]))
     return records
+
+
+CLAIMED_STATES = (ProposalState.EXECUTING, ProposalState.EXECUTED, ProposalState.FAILED)
+"""An entry whose call a worker claimed: it ran, runs, or may have run."""
+
+
+def claimed_upstream(db: Connection, record: ProposalRecord) -> ProposalRecord | None:
+    """Another run's entry for `record`'s call, claimed (`CLAIMED_STATES`), among the runs `record`'s run was forked
+    from, for a round the fork kept: the call is that run's and ran (or runs) there. `None`: there is none.
+
+    A fork makes no entry of its own for such a call (`insert_fork`); one made by an earlier agentkit, or proposed
+    by hand under the fork, is the same call again. A run that is no fork costs one read of its row.
+    """
+    digests = tuple({record.digest, record.original_digest or record.digest})
+    child = record.run_id
+    seen = {child}
+    while True:
+        above = db.query("SELECT parent, forked_at FROM agentkit_runs WHERE id = ?", (child,))
+        if not above or above[0]["parent"] is None or above[0]["forked_at"] is None:
+            return None
+        parent = str(above[0]["parent"])
+        if record.round > int(above[0]["forked_at"]) or parent in seen:
+            return None
+        seen.add(parent)
+        marks = ", ".join("?" * len(digests))
+        rows = db.query(
+            f"SELECT * FROM agentkit_proposals WHERE run_id = ? AND round = ? AND (digest IN ({marks}) "
+            f"OR original_digest IN ({marks})) AND state IN (?, ?, ?) ORDER BY proposed_at, id",
+            (parent, record.round, *digests, *digests, *(s.value for s in CLAIMED_STATES)),
+        )
+        if rows:
+            return proposal_of(db, rows[-1], lenient=True)
+        child = parent
 
 
 def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at: datetime) -> str:
