@@ -333,22 +333,32 @@ class _Lineage:
                 raise AssertionError(op)
 
 
+async def never_proposed_again(journal: Journal) -> None:
+    """No call that was claimed or ran has another entry waiting for a decision or a worker."""
+    entries = await journal.proposals()
+    claimed = {p.digest for p in entries if p.state in (ProposalState.EXECUTING, ProposalState.EXECUTED)}
+    waiting = {p.digest for p in entries if p.state in (ProposalState.PENDING, ProposalState.APPROVED)}
+    assert not claimed & waiting, [p for p in entries if p.digest in claimed & waiting]
+
+
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(ops=OPS)
 def test_no_interleaving_of_proposals_decisions_executions_resumes_and_forks_runs_a_call_twice(
     ops: list[tuple[Any, ...]],
 ) -> None:
     """Over any order of approvals, rejections, worker runs, ``execute``, resumes and forks (of the run and of its
-    forks, at any round), every proposed call (one path each) is deleted at most once (SQLite)."""
+    forks, at any round), no call that ran is ever waiting in the inbox again, and every proposed call (one path
+    each) is deleted at most once (SQLite)."""
     deleted.clear()
 
-    async def play() -> None:
-        journal = SQLiteJournal(Path(tempfile.mkdtemp()) / "journal.db")
+    async def play(folder: str) -> None:
+        journal = SQLiteJournal(Path(folder) / "journal.db")
         try:
             lineage = _Lineage(journal)
             await lineage.start()
             for op in ops:
                 await lineage.apply(op)
+                await never_proposed_again(journal)
             for run in lineage.runs:  # settle everything: approve what waits, run it, resume every run
                 for waiting in await journal.pending():
                     await journal.approve(waiting.id, "ops")
@@ -358,5 +368,6 @@ def test_no_interleaving_of_proposals_decisions_executions_resumes_and_forks_run
         finally:
             await journal.close()
 
-    asyncio.run(play())
+    with tempfile.TemporaryDirectory() as folder:
+        asyncio.run(play(folder))
     assert all(count == 1 for count in deleted.values()), dict(deleted)

@@ -389,7 +389,8 @@ class Executions(Inbox):
 
         Raises:
             UnknownId: no such proposal.
-            TransitionRefused: it is not approved (or another worker claimed it first).
+            TransitionRefused: it is not approved (or another worker claimed it first), or it is a fork's
+                entry for a call that the run it was forked from claimed or ran under its own entry.
             DigestMismatch: the stored args do not reproduce the approved digest; nothing ran.
             UsageError: `tool` is not the tool it was proposed for, or it takes the run's ctx and no
                 `ctx` was given; nothing was claimed or run.
