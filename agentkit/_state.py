@@ -526,8 +526,10 @@ class RunCheckpoint(BaseModel):
 
         The fork keeps the rounds up to `at_round` and the decisions on their proposals (a call that
         ran is inherited as done: resuming the fork never runs it again), and leaves out this run's
-        ends, so it goes on from there. A proposal of those rounds that this run never had decided
-        stops the fork at it again, for its own decision. `config` replaces the run's config.
+        ends, so it goes on from there. A proposal of those rounds that this state does not hold
+        decided stops the fork at it again: it is the same call, and `journal.fork` gives the fork the
+        run's inbox entry for it (decided once, run at most once, its recorded outcome inherited), never
+        a new one. `config` replaces the run's config.
 
         Raises:
             UsageError: `at_round` is not a round this run reached (`0` forks before round 1).

@@ -1,5 +1,6 @@
 """``journal.fork``: a new run whose state is another's up to a round, resumed with another agent or config: the calls
-that ran before the fork are inherited, never run again; a gated call it reaches is its own proposal. Both backends."""
+that ran before the fork are inherited, never run again (a proposal of those rounds is shared with the original: decided
+once, run at most once); a gated call it reaches is its own proposal. Both backends."""
 
 from __future__ import annotations
 
@@ -127,20 +128,25 @@ async def test_a_fork_after_an_executed_approved_call_does_not_run_it_again(jour
     assert result.items == ["doc:a", "deleted:/x"]
 
 
-async def test_a_fork_at_an_undecided_proposal_waits_for_its_own_decision(journal: Journal) -> None:
-    """The original waits on a pending delete; a fork at that round waits too, on its own pending proposal: resuming
-    it is refused until that is decided, and then the approved call runs once."""
+async def test_a_fork_at_an_undecided_proposal_waits_on_the_decision_it_shares_with_the_original(
+    journal: Journal,
+) -> None:
+    """The original waits on a pending delete; a fork at that round shares that inbox entry (it makes none of its
+    own): resuming it is refused until the entry is decided, then the approved call runs once, and the original,
+    resumed after, goes on with its batch without running it again."""
     original = await recorded(journal, [find("a"), remove("/x")])
     fork = await journal.fork(original, at_round=2)
     assert (await journal.run(fork)).status is RunStatus.WAITING
     with pytest.raises(ResumeRefused, match="waits on a decision"):
         await journal.resume(fork, ScriptedCaller([done_step()]), Agent(), TOOLS, "clean")
-    mine = next(p for p in await journal.pending() if p.run_id == fork)
-    await journal.approve(mine.id, "ops")
+    [shared] = await journal.pending()
+    assert shared.run_id == original
+    await journal.approve(shared.id, "ops")
     result = await journal.resume(fork, ScriptedCaller([done_step()]), Agent(), TOOLS, "clean")
     assert (result.stop_reason, ran) == (StopReason.EXECUTOR_DONE, ["delete /x"])
-    theirs = next(p for p in await journal.proposals() if p.run_id == original)
-    assert theirs.state is ProposalState.PENDING  # the original's proposal is its own
+    assert (await journal.get(shared.id)).state is ProposalState.EXECUTED
+    again = await journal.resume(original, ScriptedCaller([done_step()]), Agent(), TOOLS, "clean")
+    assert (again.items, ran) == (["doc:a", "deleted:/x"], ["delete /x"])
 
 
 async def test_a_fork_goes_on_under_the_config_it_is_given(journal: Journal) -> None:

@@ -40,6 +40,7 @@ from agentkit.journal._sql import (
     claim_left_statement,
     claim_next_statement,
     claim_statement,
+    claimed_upstream,
     leave_statement,
     log_transition,
     now,
@@ -153,6 +154,7 @@ class Executions(Inbox):
                     id=id,
                     state=record.state.value,
                 )
+            self._check_unclaimed_upstream(db, record)
             args = self._checked_args(record, tool)
             at = now()
             db.execute(claim_statement(), (worker, db.to_db_time(at), token, db.to_db_time(at + lease), id))
@@ -189,6 +191,7 @@ class Executions(Inbox):
                 try:
                     if record.unreadable is not None:
                         raise JournalError(record.unreadable)
+                    self._check_unclaimed_upstream(db, record)
                     args = self._checked_args(record, tools[record.tool_name])
                 except Exception as refused:  # a stored row is data: whatever its check raises refuses it alone
                     db.execute("ROLLBACK TO SAVEPOINT agentkit_claim")
@@ -248,6 +251,23 @@ class Executions(Inbox):
                 "UPDATE agentkit_proposals SET lease_until = ? WHERE id = ? AND claim = ?", (until, id, token)
             )
             return changed == 1
+
+    def _check_unclaimed_upstream(self, db: Connection, record: ProposalRecord) -> None:
+        """Refuse an entry of a fork for a call the run it was forked from claimed or ran under its own entry.
+
+        Raises:
+            TransitionRefused: naming that entry; nothing was claimed or run.
+        """
+        other = claimed_upstream(db, record)
+        if other is not None:
+            raise TransitionRefused(
+                f"cannot execute proposal {record.id!r}: its run {record.run_id!r} was forked from run "
+                f"{other.run_id!r}, whose proposal {other.id} for the same call (round {record.round}) is "
+                f"{other.state.value}; the call is not run again. Resuming the fork goes on with that outcome; "
+                f"reject this entry (`agentkit proposals reject {record.id} --by NAME --reason TEXT`)",
+                id=record.id,
+                state=record.state.value,
+            )
 
     def _checked_args(self, record: ProposalRecord, tool: AnyTool) -> Any:
         admit(tool, name=record.tool_name, tier=record.tier)
@@ -369,7 +389,8 @@ class Executions(Inbox):
 
         Raises:
             UnknownId: no such proposal.
-            TransitionRefused: it is not approved (or another worker claimed it first).
+            TransitionRefused: it is not approved (or another worker claimed it first), or it is a fork's
+                entry for a call that the run it was forked from claimed or ran under its own entry.
             DigestMismatch: the stored args do not reproduce the approved digest; nothing ran.
             UsageError: `tool` is not the tool it was proposed for, or it takes the run's ctx and no
                 `ctx` was given; nothing was claimed or run.

@@ -26,6 +26,7 @@ from agentkit._tools import AnyTool, ContextTool, Tool
 from agentkit.errors import ResumeRefused, ToolError, TransitionRefused
 from agentkit.journal._records import ProposalRecord, ProposalState, RunStatus
 from agentkit.journal._runs import held
+from agentkit.journal._sql import CLAIMED_STATES
 from agentkit.journal.observer import JournalObserver
 
 if TYPE_CHECKING:
@@ -110,13 +111,15 @@ def _decisions(
             case ProposalState.PENDING:
                 raise ResumeRefused(
                     f"run {run_id!r} waits on a decision: proposal {record.id} ({record.tool_name} "
-                    f"{record.args_json}, round {record.round}) is pending. Decide it with `agentkit proposals "
+                    f"{record.args_json}, round {record.round}{_shared(run_id, record)}) is pending. Decide it with "
+                    "`agentkit proposals "
                     f"approve {record.id} --by NAME` or `agentkit proposals reject {record.id} --by NAME --reason "
                     "TEXT`, then resume; nothing ran"
                 )
             case ProposalState.EXECUTING:
                 raise ResumeRefused(
-                    f"run {run_id!r}: its approved proposal {record.id} ({record.tool_name}) is executing, claimed by "
+                    f"run {run_id!r}: its approved proposal {record.id} ({record.tool_name}"
+                    f"{_shared(run_id, record)}) is executing, claimed by "
                     f"{record.claimed_by}; resume once it finished, or, if that process is gone, resolve it "
                     f"(`agentkit proposals resolve {record.id} ...`); nothing ran"
                 )
@@ -136,6 +139,11 @@ def _decisions(
                 ids[approval.id] = record.id
                 decisions.append(approval)
     return decisions, ids
+
+
+def _shared(run_id: str, record: ProposalRecord) -> str:
+    """How a refusal names an entry a fork shares with the run it was forked from (nothing for the run's own)."""
+    return "" if record.run_id == run_id else f", shared with run {record.run_id!r} it was forked from"
 
 
 def _approval_of(record: ProposalRecord, action: ProposedAction[Any], codec: Codec) -> Approval[Any]:
@@ -160,7 +168,12 @@ def _entry(run_id: str, wanted: RoundEntry, proposals: list[ProposalRecord]) -> 
             "journal.propose(...) and decide it; nothing ran"
         )
     open_ones = [p for p in same if p.state in (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXECUTING)]
-    return (open_ones or same)[-1]
+    chosen = (open_ones or same)[-1]
+    # The entries are the run's and, for a fork, those it shares with the runs it was forked from. A fork made by
+    # an earlier agentkit has an entry of its own for a call it shares: should that call have been claimed or
+    # run under another run's entry, that is the call's outcome, and the fork's own entry never runs it again.
+    ran = [p for p in same if p.run_id != chosen.run_id and p.state in CLAIMED_STATES]
+    return ran[-1] if ran and chosen.state not in CLAIMED_STATES else chosen
 
 
 async def _run_approved(

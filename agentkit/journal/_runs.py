@@ -35,8 +35,8 @@ from agentkit.journal._sql import (
     hold_runs_statement,
     insert_fork,
     insert_run,
+    lineage_proposals,
     now,
-    proposal_of,
     recorded_rounds,
     round_of,
     run_of,
@@ -287,7 +287,8 @@ class Runs(Storage):
             return [v for _, v in sorted((traced | rebuilt).items())]
 
     def _resume_state(self, run_id: str) -> tuple[RunRecord, RunCheckpoint | None, list[ProposalRecord]]:
-        """The run, its state and its proposals, read in one transaction.
+        """The run, its state and its proposals (a fork's with those it shares with its parents: see
+        `lineage_proposals`), read in one transaction.
 
         Raises:
             ResumeRefused: the stored state cannot be read, or was written by an earlier agentkit.
@@ -295,8 +296,7 @@ class Runs(Storage):
         with self._tx(write=False) as db:
             row = self._run_row(db, run_id)
             record = run_of(db, row)
-            rows = db.query("SELECT * FROM agentkit_proposals WHERE run_id = ? ORDER BY proposed_at, id", (run_id,))
-            return record, state_of(db, row), [proposal_of(db, r) for r in rows]
+            return record, state_of(db, row), lineage_proposals(db, row)
 
     def _claim_run(self, run_id: str, digest: str, worker: str, token: str, lease: timedelta) -> None:
         """Hold the run to resume it from its state of `digest`, reopening it (its ending is the resumed run's).
@@ -380,8 +380,12 @@ class Runs(Storage):
         Resume it with `journal.resume(fork_id, ...)`, with another agent, prompt or model (and, with
         `config`, another `LoopConfig`), but the same tools: the calls that ran before the fork are
         inherited as done and never run again; a gated call the fork reaches is a new proposal, with its
-        own approval; a proposal of those rounds the run never had decided is one again, under the fork.
-        The fork records its parent and round (`RunRecord.parent`, `forked_at`).
+        own approval. A proposal of the rounds the fork keeps that the run's state does not hold decided
+        stays the run's: the fork shares its inbox entry (no new one is made), so it is decided once and
+        runs at most once for the run and all its forks. Resuming the fork goes on with what the inbox
+        recorded: the batch of a call a worker (`work`, `execute`) or another resume already ran, or its
+        rejection; it waits, like the run's own resume, while the call is pending or executing. The fork
+        records its parent and round (`RunRecord.parent`, `forked_at`).
 
         Raises:
             UnknownId: the journal never saw the run.

@@ -40,6 +40,7 @@ from agentkit.journal._records import (
 )
 
 __all__ = [
+    "CLAIMED_STATES",
     "Busy",
     "OPEN_STATES",
     "Connection",
@@ -51,6 +52,7 @@ __all__ = [
     "claim_left_statement",
     "claim_next_statement",
     "claim_statement",
+    "claimed_upstream",
     "event_row",
     "final_state",
     "finish_run",
@@ -64,6 +66,7 @@ __all__ = [
     "vouched",
     "insert_run",
     "leave_statement",
+    "lineage_proposals",
     "lock_proposal_statement",
     "log_transition",
     "now",
@@ -478,7 +481,12 @@ OPEN_STATES = (ProposalState.PENDING, ProposalState.APPROVED, ProposalState.EXEC
 
 def insert_fork(db: Connection, row: Mapping[str, Any], fork: RunCheckpoint, config: str | None, at: datetime) -> None:
     """Record a fork of the run of `row` (its state `fork`): a new run that has not started, its
-    parent and round recorded, its proposals still to decide put in the inbox under its own id."""
+    parent and round recorded.
+
+    The proposals of the rounds the fork keeps get no inbox entry of their own: they are the parent's
+    calls, and the fork shares the parent's entries (`lineage_proposals`), so a call is decided once and
+    runs at most once, whichever of the parent, the fork or a worker runs it.
+    """
     assert fork.parent is not None
     db.execute(
         "INSERT INTO agentkit_runs (id, agent, model, config, loop_config, parent, forked_at) "
@@ -499,28 +507,62 @@ def insert_fork(db: Connection, row: Mapping[str, Any], fork: RunCheckpoint, con
             "UPDATE agentkit_runs SET ended_at = ?, outcome = ?, stop_reason = ? WHERE id = ?",
             (db.to_db_time(at), Outcome.APPLIED.value, StopReason.PROPOSED.value, fork.run_id),
         )
-    for entry in fork.proposals:
-        assert entry.tool is not None
-        assert entry.tier is not None
-        assert entry.args is not None
-        new_id = uuid.uuid4().hex[:16]
-        db.execute(
-            "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
-            "proposed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                new_id,
-                ProposalState.PENDING.value,
-                entry.tool,
-                int(entry.tier),
-                canonical_args(entry.args),
-                entry.call_digest,
-                entry.rationale,
-                entry.round,
-                fork.run_id,
-                db.to_db_time(at),
-            ),
+
+
+def lineage_proposals(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> list[ProposalRecord]:
+    """The inbox entries of the run of `row` and those it shares with the runs it was forked from: of its
+    parent, the entries of the rounds the fork kept, and so on up the chain (a round of a fork of a fork
+    belongs to the first run that made it). The ancestors' entries come first, each run's by time
+    (`lenient`: see `proposal_of`)."""
+    own = db.query("SELECT * FROM agentkit_proposals WHERE run_id = ? ORDER BY proposed_at, id", (row["id"],))
+    records = [proposal_of(db, r, lenient=lenient) for r in own]
+    seen = {str(row["id"])}
+    parent, upto = row.get("parent"), row.get("forked_at")
+    while parent is not None and upto is not None and str(parent) not in seen:
+        seen.add(str(parent))
+        rows = db.query(
+            "SELECT * FROM agentkit_proposals WHERE run_id = ? AND round <= ? ORDER BY proposed_at, id",
+            (parent, upto),
         )
-        log_transition(db, new_id, None, ProposalState.PENDING, f"fork:{fork.parent}", at, "")
+        records = [proposal_of(db, r, lenient=lenient) for r in rows] + records
+        above = db.query("SELECT parent, forked_at FROM agentkit_runs WHERE id = ?", (parent,))
+        if not above or above[0]["forked_at"] is None:
+            break
+        parent, upto = above[0]["parent"], min(int(upto), int(above[0]["forked_at"]))
+    return records
+
+
+CLAIMED_STATES = (ProposalState.EXECUTING, ProposalState.EXECUTED, ProposalState.FAILED)
+"""An entry whose call a worker claimed: it ran, runs, or may have run."""
+
+
+def claimed_upstream(db: Connection, record: ProposalRecord) -> ProposalRecord | None:
+    """Another run's entry for `record`'s call, claimed (`CLAIMED_STATES`), among the runs `record`'s run was forked
+    from, for a round the fork kept: the call is that run's and ran (or runs) there. `None`: there is none.
+
+    A fork makes no entry of its own for such a call (`insert_fork`); one made by an earlier agentkit, or proposed
+    by hand under the fork, is the same call again. A run that is no fork costs one read of its row.
+    """
+    digests = tuple({record.digest, record.original_digest or record.digest})
+    child = record.run_id
+    seen = {child}
+    while True:
+        above = db.query("SELECT parent, forked_at FROM agentkit_runs WHERE id = ?", (child,))
+        if not above or above[0]["parent"] is None or above[0]["forked_at"] is None:
+            return None
+        parent = str(above[0]["parent"])
+        if record.round > int(above[0]["forked_at"]) or parent in seen:
+            return None
+        seen.add(parent)
+        marks = ", ".join("?" * len(digests))
+        rows = db.query(
+            f"SELECT * FROM agentkit_proposals WHERE run_id = ? AND round = ? AND (digest IN ({marks}) "
+            f"OR original_digest IN ({marks})) AND state IN (?, ?, ?) ORDER BY proposed_at, id",
+            (parent, record.round, *digests, *digests, *(s.value for s in CLAIMED_STATES)),
+        )
+        if rows:
+            return proposal_of(db, rows[-1], lenient=True)
+        child = parent
 
 
 def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at: datetime) -> str:
@@ -1091,6 +1133,9 @@ def _status(
         return RunStatus.ABORTED
     if not resumable or row.get("stop_reason") != StopReason.PROPOSED.value:
         return RunStatus.FINISHED
+    if row.get("parent") is not None:  # a fork waits on the entries it shares with its parents too
+        waiting = any(p.state is ProposalState.PENDING for p in lineage_proposals(db, row, lenient=True))
+        return RunStatus.WAITING if waiting else RunStatus.READY
     pending = db.query(
         "SELECT 1 FROM agentkit_proposals WHERE run_id = ? AND state = ? LIMIT 1",
         (_row_id(row), ProposalState.PENDING.value),
