@@ -22,7 +22,7 @@ from agentkit._lossless import from_stored, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import Evidence, ProposedAction, canonical_json
 from agentkit._results import ToolLoopResult, Usage
-from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
+from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint, args_schema_digest
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
 from agentkit.errors import DigestMismatch, JournalError, ResumeRefused
@@ -552,7 +552,8 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
         new_id = uuid.uuid4().hex[:16]
         inserted = db.execute(
             "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
-            "proposed_at, args_type, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "proposed_at, args_type, args_schema, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
             (
                 new_id,
                 ProposalState.PENDING.value,
@@ -565,6 +566,7 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
                 action.run_id,
                 db.to_db_time(action.created_at),
                 type_name(type(action.args)),
+                args_schema_digest(type(action.args)),
                 None if action.evidence is None else action.evidence.model_dump_json(),
             ),
         )
@@ -977,6 +979,7 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
         resolved_at=f.time(db, "resolved_at"),
         note=f.optional_text("note"),
         args_type=f.optional_text("args_type"),
+        args_schema=f.optional_text("args_schema"),
         original_args_json=f.optional_text("original_args"),
         original_digest=f.optional_text("original_digest"),
         amended_by=f.optional_text("amended_by"),
