@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -339,3 +341,45 @@ async def test_an_approved_amendment_always_validates_as_the_proposing_type(
             assert typed
             assert amended in ids
             assert approved.args_as(real) == real(id=amended)
+
+
+PAYMENTS_MODULE = """
+from pydantic import BaseModel, ConfigDict
+
+
+class Payment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    account: str
+    amount: int
+"""
+
+
+def test_cli_amends_as_an_args_type_of_the_working_folder(
+    journal_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The installed `agentkit proposals approve --set`, run in the folder that holds the tools' module, imports
+    the args type from it (as `agentkit worker` imports tools), and amends the call."""
+    (tmp_path / "payment_tools.py").write_text(PAYMENTS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    from payment_tools import Payment  # type: ignore[import-not-found]  # written above, in tmp_path
+
+    async def propose() -> str:
+        async with open_journal(journal_url) as journal:
+            made = ProposedAction.create(
+                tool_name="pay", tier=Tier.IRREVERSIBLE, args=Payment(account="acme", amount=100), round=1
+            )
+            return (await journal.propose(made)).id
+
+    id = asyncio.run(propose())
+    monkeypatch.delitem(sys.modules, "payment_tools")
+    command = Path(sys.executable).parent / "agentkit"
+    done = subprocess.run(
+        [str(command), "proposals", "approve", id, "--by", "ops", "--db", journal_url, "--set", "amount=5"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert f'approved {id}: pay {{"account":"acme","amount":5}} (by ops; amended amount)' in done.stdout

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from agentkit._cli import positive_int
+from agentkit._cli import positive_int, working_folder_importable
 from agentkit.errors import AgentkitError, UsageError
 from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
@@ -443,6 +443,9 @@ def _print_evidence(p: ProposalRecord, out: TextIO) -> None:
 
 async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     amendment = _amendment(args.amend, args.sets)
+    if amendment is not None:
+        # It is validated as the call's args type, imported by name: from the user's modules too.
+        working_folder_importable()
     p = await journal.approve(args.id, args.by, args=amendment)
     changed = f"; amended {', '.join(p.amended_fields)}" if p.amended_fields else ""
     print(_printable(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by}{changed})"), file=out)
