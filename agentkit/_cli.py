@@ -166,8 +166,20 @@ def skip_teardown() -> None:
     _skip_teardown = True
 
 
+_process_ends_after_command = False
+"""Set by `run`: the command is the process's, which exits as soon as it returns."""
+
+
+def process_ends_after_command() -> bool:
+    """Whether the running command is the process's own (`run`), not `main()` called in a process that goes on:
+    a command may then leave the process's signal handling as it ends, rather than restore it."""
+    return _process_ends_after_command
+
+
 def run() -> NoReturn:
     """The `agentkit` console script and `python -m agentkit`: `main()`, then exit with its code."""
+    global _process_ends_after_command
+    _process_ends_after_command = True
     code = main()
     if _skip_teardown:
         sys.stdout.flush()
