@@ -56,6 +56,7 @@ __all__ = [
     "RoundOutcome",
     "RunCheckpoint",
     "ToolEntry",
+    "args_schema_digest",
     "json_text",
 ]
 

@@ -224,7 +224,8 @@ def _next_steps(out: TextIO, runs: Sequence[RunRecord]) -> None:
 
 async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     run = await journal.run(args.run)
-    rounds = await journal.rounds(run.id)
+    # A damaged state is shown as far as it reads, and where it is damaged: `show` is how an operator finds out.
+    rounds, damage = await journal._read(journal._readable_rounds, run.id)
     print(f"run {run.id}  ({run.status.value})", file=out)
     tools = ", ".join(str(name) for name in run.config.get("tools", []))
     print(_printable(f"agent {run.agent}, model {run.model}, tools {tools}"), file=out)
@@ -239,6 +240,14 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
     )
     if run.error:
         print(_printable(f"error: {run.error}"), file=out)
+    if damage is not None:
+        print(
+            _printable(
+                f"state unreadable: {damage}. Resuming, forking and exporting the run are refused until the "
+                "row is restored (from a backup)"
+            ),
+            file=out,
+        )
     print(file=out)
     if not rounds:
         print("no rounds recorded", file=out)
