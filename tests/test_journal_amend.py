@@ -9,7 +9,7 @@ import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -246,7 +246,8 @@ class Removal(BaseModel):
 
 def removal_type(ids: Sequence[str]) -> type[Removal]:
     """The tool's real args type: `id` is a `Literal` of the ids there are, made at run time."""
-    made: type[Removal] = create_model("Removal", __base__=Removal, id=(Literal[tuple(ids)], ...))
+    known: Any = Literal[tuple(ids)]  # a Literal of values known only now: Any to the type checker
+    made: type[Removal] = create_model("Removal", __base__=Removal, id=(known, ...))
     return made
 
 
