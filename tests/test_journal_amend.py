@@ -362,6 +362,7 @@ def test_cli_amends_as_an_args_type_of_the_working_folder(
     the args type from it (as `agentkit worker` imports tools), and amends the call."""
     (tmp_path / "payment_tools.py").write_text(PAYMENTS_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "payment_tools", raising=False)  # so that it goes again after the test
     from payment_tools import Payment  # type: ignore[import-not-found]  # written above, in tmp_path
 
     async def propose() -> str:
@@ -372,7 +373,6 @@ def test_cli_amends_as_an_args_type_of_the_working_folder(
             return (await journal.propose(made)).id
 
     id = asyncio.run(propose())
-    monkeypatch.delitem(sys.modules, "payment_tools")
     command = Path(sys.executable).parent / "agentkit"
     done = subprocess.run(
         [str(command), "proposals", "approve", id, "--by", "ops", "--db", journal_url, "--set", "amount=5"],
