@@ -176,6 +176,22 @@ def test_signals_repeated_while_the_worker_stops_end_it_cleanly(workdir: Path, s
     assert f"{sent.name}: stopping" in out
 
 
+def test_a_worker_run_in_process_gives_back_the_signal_handlers_it_found(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`main(["worker", ...])` in a process that goes on leaves SIGINT and SIGTERM as it found them (the installed
+    command ignores them once its journal is closed, until it exits)."""
+    db = workdir / "journal.db"
+    approve(db, "a")
+    monkeypatch.setenv("WORKER_TEST_DIR", str(workdir))
+    monkeypatch.syspath_prepend(str(workdir))
+    monkeypatch.delitem(sys.modules, "worker_tools", raising=False)
+    found = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    assert main(["worker", "--db", str(db), "--tools", "worker_tools:TOOLS", "--until-empty", "--quiet"]) == 0
+    assert {number: signal.getsignal(number) for number in found} == found
+    assert (workdir / "ran.log").read_text().split() == ["a"]
+
+
 def test_worker_refuses_tools_it_cannot_import(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A wrong ``--tools`` path is a one-line error and exit code 2, before the journal is opened."""
     db = workdir / "journal.db"
