@@ -17,7 +17,15 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from typing import Any, NoReturn, cast
 
-__all__ = ["CommandParser", "import_object", "main", "otel_observer", "plain_text", "positive_int"]
+__all__ = [
+    "CommandParser",
+    "import_object",
+    "main",
+    "otel_observer",
+    "plain_text",
+    "positive_int",
+    "working_folder_importable",
+]
 
 # Imported only when the command line runs, so `import agentkit` stays light.
 COMMAND_MODULES = (
@@ -87,6 +95,16 @@ def otel_observer(args: argparse.Namespace) -> Any:
     return OTelObserver()
 
 
+def working_folder_importable() -> None:
+    """Put the working folder first on the import path, as `python -m` does: every command that imports the
+    user's code (tools, agents, datasets, an args type a proposal names) imports it the same way, whether
+    started as the installed `agentkit` (whose import path holds its own folder, not the working one) or as
+    `python -m agentkit`."""
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(0, here)
+
+
 def import_object(flag: str, path: str, example: str) -> object:
     """The object a `MODULE:ATTR` command-line value names, the working directory importable.
 
@@ -96,8 +114,7 @@ def import_object(flag: str, path: str, example: str) -> object:
     """
     from agentkit.errors import UsageError
 
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    working_folder_importable()
     from agentkit._naming import resolve
 
     module_name, _, attr = path.partition(":")
@@ -149,8 +166,20 @@ def skip_teardown() -> None:
     _skip_teardown = True
 
 
+_process_ends_after_command = False
+"""Set by `run`: the command is the process's, which exits as soon as it returns."""
+
+
+def process_ends_after_command() -> bool:
+    """Whether the running command is the process's own (`run`), not `main()` called in a process that goes on:
+    a command may then leave the process's signal handling as it ends, rather than restore it."""
+    return _process_ends_after_command
+
+
 def run() -> NoReturn:
     """The `agentkit` console script and `python -m agentkit`: `main()`, then exit with its code."""
+    global _process_ends_after_command
+    _process_ends_after_command = True
     code = main()
     if _skip_teardown:
         sys.stdout.flush()

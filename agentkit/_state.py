@@ -57,6 +57,7 @@ __all__ = [
     "RoundOutcome",
     "RunCheckpoint",
     "ToolEntry",
+    "args_schema_digest",
     "comparator_name",
     "json_text",
 ]
@@ -920,8 +921,13 @@ def tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> Tool
 
 
 def _tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
-    schema = args_type.model_json_schema()
-    return ToolEntry(name=name, tier=tier, args=_sha256(json_text(schema)))
+    return ToolEntry(name=name, tier=tier, args=args_schema_digest(args_type))
+
+
+def args_schema_digest(args_type: type[BaseModel]) -> str:
+    """SHA-256 of the args type's JSON schema (sorted keys), kept on the type: what a run's tool set and a
+    journal's proposal record of the args' shape."""
+    return kept_on(args_type, ("args schema",), lambda: _sha256(json_text(args_type.model_json_schema())))
 
 
 _WRITERS = _writers()

@@ -7,7 +7,8 @@ the import path, as with `python -m`). The worker claims the next approved propo
 it has, runs it once and records the outcome, printing one line per call. SIGTERM or Ctrl-C stops
 it cleanly: no new claims, running calls finish and are recorded, exit code 0 (SIGTERM) or 130
 (Ctrl-C). A second signal cancels the running calls: their claims stay `executing` and show in
-`agentkit proposals stuck` once their lease runs out.
+`agentkit proposals stuck` once their lease runs out. Signals while it closes and exits change
+nothing more: the exit code is the first one's.
 
 The backend is one option of a required group. The other is `--temporal ADDRESS`: serve the
 durable agents named by `--agents module:attr` on `--task-queue` (namespace `--namespace`),
@@ -21,11 +22,11 @@ import argparse
 import asyncio
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TextIO, cast
 
-from agentkit._cli import import_object, otel_observer, positive_int
+from agentkit._cli import import_object, otel_observer, positive_int, process_ends_after_command
 from agentkit._tools import Tool, takes_ctx
 from agentkit.errors import AgentkitError, UsageError
 
@@ -127,15 +128,62 @@ def _handle(args: argparse.Namespace) -> int:
     except AgentkitError as error:
         print(f"agentkit: error: {error}", file=sys.stderr)
         return 2
+    stops = _StopSignals()
     try:
-        interrupted = asyncio.run(_serve(args, tools, sys.stdout))
+        interrupted = asyncio.run(_serve(args, tools, sys.stdout, stops))
     except AgentkitError as error:
         print(f"agentkit: error: {error}", file=sys.stderr)
         return 1
+    finally:
+        if not process_ends_after_command():
+            stops.restore()
     return EXIT_INTERRUPTED if interrupted else 0
 
 
-async def _serve(args: argparse.Namespace, tools: list[Tool[Any, Any]], out: TextIO) -> bool:
+class _StopSignals:
+    """SIGINT and SIGTERM for the worker, from the moment it serves until the process exits.
+
+    While it serves (its journal open, then closing), each signal is handed to the loop. Once the
+    journal is closed, signals are ignored: the process ends with the first one's exit code, however
+    many `timeout -s INT` or an impatient operator send while it closes and exits. The default
+    handlers are never put back in between (they were, before the journal closed, and a second
+    signal then met them: a traceback, a hang, or death by the signal); a command run in a process
+    that goes on (`main()`) gives back the handlers it found once it has returned.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self._found = {number: signal.getsignal(number) for number in self.SIGNALS}
+        self._to: tuple[asyncio.AbstractEventLoop, Callable[[int], None]] | None = None
+
+    def serve(self, loop: asyncio.AbstractEventLoop, on_signal: Callable[[int], None]) -> None:
+        """Hand each signal to `on_signal`, on `loop`."""
+        self._to = (loop, on_signal)
+        for number in self.SIGNALS:
+            signal.signal(number, self._caught)
+
+    def done(self) -> None:
+        """From now on, a signal changes nothing: it is ignored (a Python handler would not do, as the
+        interpreter's finalisation sets the default one back; an ignored signal stays ignored)."""
+        self._to = None
+        for number in self.SIGNALS:
+            signal.signal(number, signal.SIG_IGN)
+
+    def restore(self) -> None:
+        """The handlers found before the worker started."""
+        self._to = None
+        for number, handler in self._found.items():
+            signal.signal(number, handler)
+
+    def _caught(self, number: int, frame: object) -> None:
+        # Python runs this in the main thread, between the loop's steps: the loop is running or gone.
+        to = self._to
+        if to is not None and not to[0].is_closed():
+            to[0].call_soon_threadsafe(to[1], number)
+
+
+async def _serve(args: argparse.Namespace, tools: list[Tool[Any, Any]], out: TextIO, stops: _StopSignals) -> bool:
     """Run the worker; `True` when Ctrl-C stopped it."""
     from agentkit.journal import Worked, WorkOutcome, open_journal
 
@@ -162,9 +210,7 @@ async def _serve(args: argparse.Namespace, tools: list[Tool[Any, Any]], out: Tex
         print(f"{worked.outcome.value} {worked.proposal_id} {worked.tool_name}{detail}".rstrip(), file=out)
         out.flush()
 
-    loop = asyncio.get_running_loop()
-    for number in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(number, on_signal, number)
+    stops.serve(asyncio.get_running_loop(), on_signal)
     journal = open_journal(args.db, create=False)
     try:
         names = ", ".join(tool.name for tool in tools)
@@ -196,6 +242,6 @@ async def _serve(args: argparse.Namespace, tools: list[Tool[Any, Any]], out: Tex
         )
         return bool(signals) and signals[0] == signal.SIGINT
     finally:
-        for number in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(number)
+        # A signal while the journal closes is still handled (the second one cancels nothing left to run).
         await journal.close()
+        stops.done()

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import subprocess
+import sys
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Literal
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict, create_model
 
 from agentkit import LoopConfig, ProposedAction, RetryPolicy, StopReason, Tier, run_tool_loop_tiered
 from agentkit._cli import main
@@ -25,6 +30,7 @@ from agentkit.journal import (
 )
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Doc, Executor, Payments, Transfer
+from tests.test_journal_contract import raw_sql
 
 NO_WAIT = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 
@@ -229,3 +235,152 @@ async def test_racing_executions_run_the_amended_call_once_and_the_original_neve
         assert (await journal.get(entry.id)).state is ProposalState.EXECUTED
     finally:
         await journal.close()
+
+
+class Removal(BaseModel):
+    """The importable base of a tool's args type made at run time (as the demo's `DeleteArgs`)."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: str
+
+
+def removal_type(ids: Sequence[str]) -> type[Removal]:
+    """The tool's real args type: `id` is a `Literal` of the ids there are, made at run time."""
+    known: Any = Literal[tuple(ids)]  # a Literal of values known only now: Any to the type checker
+    made: type[Removal] = create_model("Removal", __base__=Removal, id=(known, ...))
+    return made
+
+
+def removal(args_type: type[Removal], id: str = "a") -> ProposedAction[Removal]:
+    return ProposedAction.create(
+        tool_name="remove", tier=Tier.IRREVERSIBLE, args=args_type(id=id), rationale="stale", round=1, run_id="r1"
+    )
+
+
+async def test_an_amendment_as_an_importable_type_of_another_schema_is_refused(journal: Journal) -> None:
+    """A type made at run time is named by the class it was made from; amending as that class is refused."""
+    real = removal_type(["a", "b"])
+    entry = await journal.propose(removal(real))
+    assert entry.args_type == "tests.test_journal_amend:Removal"
+    for named in ({}, {"args_type": Removal}):
+        with pytest.raises(ApprovalError, match="has another schema") as refused:
+            await journal.approve(entry.id, "ops", args={"id": "not-an-id"}, **named)  # type: ignore[arg-type]
+        assert entry.args_schema is not None
+        assert entry.args_schema in str(refused.value)
+        assert "journal.approve(id, by, args=..., args_type=tool.args_type)" in str(refused.value)
+    with pytest.raises(ApprovalError, match="has another schema"):
+        await journal.approve(entry.id, "ops", args=Removal(id="b"))
+    assert await journal.get(entry.id) == entry
+    assert len(await journal.history(entry.id)) == 1
+
+
+async def test_an_amendment_as_the_tools_own_type_is_validated_as_its_schema(journal: Journal) -> None:
+    """Given the type the call was proposed as, an amendment is validated as it: an id it lacks is refused."""
+    real = removal_type(["a", "b"])
+    entry = await journal.propose(removal(real))
+    with pytest.raises(ApprovalError, match="do not validate as Removal"):
+        await journal.approve(entry.id, "ops", args={"id": "c"}, args_type=real)
+    approved = await journal.approve(entry.id, "ops", args={"id": "b"}, args_type=real)
+    assert (approved.state, approved.args_as(real), approved.amended_fields) == (
+        ProposalState.APPROVED,
+        real(id="b"),
+        ("id",),
+    )
+
+
+async def test_a_proposal_that_records_no_args_schema_is_not_amended(journal: Journal) -> None:
+    """A row proposed before the schema digest was recorded refuses an amendment; it can still be approved."""
+    entry = await journal.propose(action())
+    raw_sql(journal, f"UPDATE agentkit_proposals SET args_schema = NULL WHERE id = '{entry.id}'")
+    with pytest.raises(ApprovalError, match="does not record its args schema"):
+        await journal.approve(entry.id, "ops", args={"amount": 40}, args_type=Transfer)
+    assert (await journal.get(entry.id)).state is ProposalState.PENDING
+    assert (await journal.approve(entry.id, "ops")).args_as(Transfer) == PROPOSED
+
+
+def test_cli_amendment_of_a_type_made_at_run_time_exits_1_and_stays_pending(
+    journal_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`proposals approve --args` on a call whose args type was made at run time is refused, naming both digests."""
+
+    async def propose() -> str:
+        async with open_journal(journal_url) as journal:
+            return (await journal.propose(removal(removal_type(["a", "b"])))).id
+
+    id = asyncio.run(propose())
+    argv = ["proposals", "approve", id, "--by", "ops", "--db", journal_url, "--args", '{"id": "not-an-id"}']
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert "has another schema" in err
+    assert "Nothing changed" in err
+
+    async def state() -> ProposalState:
+        async with open_journal(journal_url) as journal:
+            return (await journal.get(id)).state
+
+    assert asyncio.run(state()) is ProposalState.PENDING
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ids=st.lists(st.text("abc", min_size=1, max_size=3), min_size=1, max_size=4, unique=True),
+    amended=st.text("abcd", min_size=1, max_size=3),
+    typed=st.booleans(),
+)
+async def test_an_approved_amendment_always_validates_as_the_proposing_type(
+    tmp_path: Path, ids: list[str], amended: str, typed: bool
+) -> None:
+    """Whatever the ids and the amendment, an amended approval holds args the tool's own type accepts."""
+    real = removal_type(ids)
+    async with open_journal(str(tmp_path / f"{uuid.uuid4().hex}.db")) as journal:
+        entry = await journal.propose(removal(real, ids[0]))
+        try:
+            approved = await journal.approve(entry.id, "ops", args={"id": amended}, args_type=real if typed else None)
+        except ApprovalError:
+            assert (await journal.get(entry.id)) == entry
+        else:
+            assert typed
+            assert amended in ids
+            assert approved.args_as(real) == real(id=amended)
+
+
+PAYMENTS_MODULE = """
+from pydantic import BaseModel, ConfigDict
+
+
+class Payment(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    account: str
+    amount: int
+"""
+
+
+def test_cli_amends_as_an_args_type_of_the_working_folder(
+    journal_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The installed `agentkit proposals approve --set`, run in the folder that holds the tools' module, imports
+    the args type from it (as `agentkit worker` imports tools), and amends the call."""
+    (tmp_path / "payment_tools.py").write_text(PAYMENTS_MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "payment_tools", raising=False)  # so that it goes again after the test
+    from payment_tools import Payment  # type: ignore[import-not-found]  # written above, in tmp_path
+
+    async def propose() -> str:
+        async with open_journal(journal_url) as journal:
+            made = ProposedAction.create(
+                tool_name="pay", tier=Tier.IRREVERSIBLE, args=Payment(account="acme", amount=100), round=1
+            )
+            return (await journal.propose(made)).id
+
+    id = asyncio.run(propose())
+    command = Path(sys.executable).parent / "agentkit"
+    done = subprocess.run(
+        [str(command), "proposals", "approve", id, "--by", "ops", "--db", journal_url, "--set", "amount=5"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert (done.returncode, done.stderr) == (0, "")
+    assert f'approved {id}: pay {{"account":"acme","amount":5}} (by ops; amended amount)' in done.stdout

@@ -615,3 +615,48 @@ def test_journal_runs_suggests_only_commands_a_shell_can_run_on_the_same_journal
     assert f"agentkit journal show RUN --db {db}" in notes
     assert f"agentkit demo --resume --db {db}" in notes
     assert "(RUN, caller" not in notes
+
+
+def damage(url: str, sql: str, *params: object) -> None:
+    """Change the journal's rows by hand (a damaged disk, an edit gone wrong)."""
+
+    async def go() -> None:
+        async with open_journal(url, create=False) as journal:
+            with journal._tx(write=True) as db:
+                db.execute(sql, params)
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize(
+    ("sql", "said", "rounds"),
+    [
+        (
+            "UPDATE agentkit_entries SET body = '{not json' WHERE run_id = ? AND seq = 1",
+            "state unreadable: its entry 1 (agentkit_entries row seq 1) cannot be read: JSONDecodeError",
+            ["1", "2"],  # round 1 from the state, round 2 from the event log (its proposal)
+        ),
+        (
+            'UPDATE agentkit_runs SET head = \'{"version": 2, "tools": 7}\' WHERE id = ?',
+            "state unreadable: its header (the run's row, column head) cannot be read: ValidationError",
+            ["2"],  # from the event log alone
+        ),
+    ],
+)
+def test_journal_show_prints_a_damaged_run_as_far_as_it_reads_and_names_the_damage(
+    journal_url: str, capsys: pytest.CaptureFixture[str], sql: str, said: str, rounds: list[str]
+) -> None:
+    """`journal show` on a run whose stored state is damaged prints the row, the rounds it can read and which part
+    is damaged, exit 0 (it exited 1 with the resume's refusal, showing nothing); `journal runs` still lists it."""
+    run_id = record_run(journal_url, "/tmp/a")
+    damage(journal_url, sql, run_id)
+    code, out, err = cli(capsys, "journal", "show", run_id, "--db", journal_url)
+    assert (code, err) == (0, "")
+    assert out.startswith(f"run {run_id}  (finished)\nagent Planner, model cli-model, tools search, delete")
+    assert said in out
+    rows = out.split("ROUND")[1].split("\n\n")[0].splitlines()[1:]
+    assert [row.split()[0] for row in rows] == rounds
+    assert rows[-1].split()[:3] == ["2", "proposed", "delete"]
+    code, out, _ = cli(capsys, "journal", "runs", "--db", journal_url)
+    assert code == 0
+    assert run_id in out

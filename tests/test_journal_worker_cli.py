@@ -147,6 +147,51 @@ def test_a_signal_stops_the_worker_after_its_running_call_is_recorded(
     assert states(db, ids) == [ProposalState.EXECUTED, ProposalState.APPROVED]
 
 
+@pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
+def test_signals_repeated_while_the_worker_stops_end_it_cleanly(workdir: Path, sent: signal.Signals, code: int) -> None:
+    """The installed `agentkit worker`, sent the signal again and again as it stops (as `timeout -s INT` sends it
+    twice): the first signal's exit code, no traceback, and it never hangs or dies by the signal."""
+    db = workdir / "journal.db"
+    approve(db)  # creates the journal; nothing to run
+    worker = subprocess.Popen(
+        [str(Path(sys.executable).parent / "agentkit"), "worker", "--db", str(db), "--tools", "worker_tools:TOOLS"],
+        cwd=workdir,
+        env={**os.environ, "WORKER_TEST_DIR": str(workdir)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert worker.stdout is not None
+    assert worker.stdout.readline().startswith("worker on"), worker.communicate()
+    give_up = time.monotonic() + 60
+    while worker.poll() is None and time.monotonic() < give_up:
+        worker.send_signal(sent)
+        time.sleep(0.005)
+    if worker.poll() is None:
+        worker.kill()
+        pytest.fail(f"the worker hung after {sent.name}: {worker.communicate()}")
+    out, err = worker.communicate()
+    assert worker.returncode == code, err
+    assert "Traceback" not in err
+    assert f"{sent.name}: stopping" in out
+
+
+def test_a_worker_run_in_process_gives_back_the_signal_handlers_it_found(
+    workdir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`main(["worker", ...])` in a process that goes on leaves SIGINT and SIGTERM as it found them (the installed
+    command ignores them once its journal is closed, until it exits)."""
+    db = workdir / "journal.db"
+    approve(db, "a")
+    monkeypatch.setenv("WORKER_TEST_DIR", str(workdir))
+    monkeypatch.syspath_prepend(str(workdir))
+    monkeypatch.delitem(sys.modules, "worker_tools", raising=False)
+    found = {number: signal.getsignal(number) for number in (signal.SIGINT, signal.SIGTERM)}
+    assert main(["worker", "--db", str(db), "--tools", "worker_tools:TOOLS", "--until-empty", "--quiet"]) == 0
+    assert {number: signal.getsignal(number) for number in found} == found
+    assert (workdir / "ran.log").read_text().split() == ["a"]
+
+
 def test_worker_refuses_tools_it_cannot_import(workdir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A wrong ``--tools`` path is a one-line error and exit code 2, before the journal is opened."""
     db = workdir / "journal.db"

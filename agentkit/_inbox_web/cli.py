@@ -20,6 +20,7 @@ import socket
 import sys
 from typing import TextIO
 
+from agentkit._cli import working_folder_importable
 from agentkit._worker_cli import EXIT_INTERRUPTED
 from agentkit.errors import AgentkitError
 
@@ -88,8 +89,7 @@ def _handle(args: argparse.Namespace) -> int:
     from agentkit.journal import open_journal
 
     # An amendment is validated as the call's args type, imported by name: from the user's modules too.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    working_folder_importable()
 
     names = [name for name, _ in args.token]
     if len(set(names)) != len(names):

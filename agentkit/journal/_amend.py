@@ -2,8 +2,9 @@
 
 The journal holds args as JSON; the args type they are validated as is the one the proposing process
 used (`ProposalRecord.args_type`, `module:qualname`), given again (`args_type=`), or the type of
-a value given as the amended args. The stored call must reproduce its digest as that type before it
-is amended, so an amendment never validates against a type other than the call's.
+a value given as the amended args. The type's JSON schema must have the digest the proposal recorded
+(`ProposalRecord.args_schema`), and the stored call must reproduce its digest as that type, before it
+is amended: an amendment never validates against a schema other than the call's.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 from agentkit._approval import amended
 from agentkit._naming import resolve
 from agentkit._proposals import ProposedAction, canonical_json
+from agentkit._state import args_schema_digest
 from agentkit.errors import ApprovalError, DigestMismatch
 from agentkit.journal._records import ProposalRecord
 
@@ -49,6 +51,7 @@ def amendment_sets(
             "amend it with the tool's own args type. Nothing changed",
             tool_name=record.tool_name,
         )
+    _check_schema(record, chosen, given=args_type is not None or isinstance(args, BaseModel))
     action = _stored_call(record, chosen)
     changed, amendment = amended(action, args, amended_by=amended_by)
     if amendment is None:
@@ -62,6 +65,31 @@ def amendment_sets(
         "amended_fields": json.dumps(list(amendment.fields)),
     }
     return sets, amendment.fields
+
+
+def _check_schema(record: ProposalRecord, args_type: type[BaseModel], *, given: bool) -> None:
+    """Refuse `args_type` unless its JSON schema is the one the call was proposed with (by digest)."""
+    if record.args_schema is None:
+        raise ApprovalError(
+            f"proposal {record.id!r} does not record its args schema (it was proposed by an earlier agentkit), "
+            "so amended args cannot be validated as exactly the tool's; approve it as proposed, or reject it and "
+            "propose the call again. Nothing changed",
+            tool_name=record.tool_name,
+        )
+    fix = (
+        "approve it as proposed, reject it and propose the call again, or amend it from code with the tool's "
+        "own args type (`journal.approve(id, by, args=..., args_type=tool.args_type)`). Nothing changed"
+    )
+    digest = args_schema_digest(args_type)
+    if digest != record.args_schema:
+        where = "given" if given else "imported here"
+        raise ApprovalError(
+            f"proposal {record.id!r} was proposed with args whose JSON schema has digest {record.args_schema}; "
+            f"{type_name(args_type)} as {where} has another schema (digest {digest}): the tool's args type was "
+            "made at run time (a Literal of ids, say) or its code changed, so the amended args cannot be validated "
+            f"as the tool's; {fix}",
+            tool_name=record.tool_name,
+        )
 
 
 def _stored_call(record: ProposalRecord, args_type: type[BaseModel]) -> ProposedAction[Any]:

@@ -170,6 +170,10 @@ class ProposalRecord:
     of it raise `JournalError` with this message."""
     args_type: str | None = None
     """The args type the call was proposed as, `module:qualname` (what an amendment is validated as)."""
+    args_schema: str | None = None
+    """SHA-256 of that type's JSON schema as the proposing process had it (`None`: proposed by an earlier
+    agentkit). An amendment is validated only as a type whose schema has this digest, so a type made at
+    run time (a `Literal` of ids) is never stood in for by the importable class it was made from."""
     original_args_json: str | None = None
     """Set when the approver amended the call: the args as proposed (`args_json` holds the amended ones)."""
     original_digest: str | None = None

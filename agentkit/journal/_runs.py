@@ -37,6 +37,7 @@ from agentkit.journal._sql import (
     insert_run,
     lineage_proposals,
     now,
+    readable_state,
     recorded_rounds,
     round_of,
     run_of,
@@ -285,6 +286,14 @@ class Runs(Storage):
             traced = {e.round: e for e in entries}
             rebuilt = {e.round: e for e in folded(db, run_id) if e.round not in traced}
             return [v for _, v in sorted((traced | rebuilt).items())]
+
+    def _readable_rounds(self, run_id: str) -> tuple[list[RoundEntry], str | None]:
+        """The run's rounds as far as its stored state can be read, and what cannot be (`None`: all of it):
+        what `agentkit journal show` prints of a damaged run, where `rounds` refuses."""
+        with self._tx(write=False) as db:
+            row = self._run_row(db, run_id)
+            state, damage = readable_state(db, row)
+            return recorded_rounds(db, run_id, state), damage
 
     def _resume_state(self, run_id: str) -> tuple[RunRecord, RunCheckpoint | None, list[ProposalRecord]]:
         """The run, its state and its proposals (a fork's with those it shares with its parents: see

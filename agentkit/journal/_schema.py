@@ -278,7 +278,11 @@ _V9: tuple[Statement, ...] = (
     "CREATE TABLE agentkit_settings (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
 )
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9)
+# Version 10: the digest of the args' JSON schema the proposing process validated the call as (the type's
+# own, made at run time or not): an amendment is validated only as a type whose schema has that digest.
+_V10: tuple[Statement, ...] = ("ALTER TABLE agentkit_proposals ADD COLUMN args_schema TEXT",)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
 """`MIGRATIONS[i]` takes a journal from version `i` to `i + 1`; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -22,7 +22,7 @@ from agentkit._lossless import from_stored, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import Evidence, ProposedAction, canonical_json
 from agentkit._results import ToolLoopResult, Usage
-from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
+from agentkit._state import DecisionEntry, EndEntry, Entry, RoundOutcome, RunCheckpoint, args_schema_digest
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
 from agentkit.errors import DigestMismatch, JournalError, ResumeRefused
@@ -594,7 +594,8 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
         new_id = uuid.uuid4().hex[:16]
         inserted = db.execute(
             "INSERT INTO agentkit_proposals (id, state, tool_name, tier, args, digest, rationale, round, run_id, "
-            "proposed_at, args_type, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+            "proposed_at, args_type, args_schema, evidence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT DO NOTHING",
             (
                 new_id,
                 ProposalState.PENDING.value,
@@ -607,6 +608,7 @@ def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at:
                 action.run_id,
                 db.to_db_time(action.created_at),
                 type_name(type(action.args)),
+                args_schema_digest(type(action.args)),
                 None if action.evidence is None else action.evidence.model_dump_json(),
             ),
         )
@@ -827,6 +829,47 @@ def state_of(db: Connection, row: Mapping[str, Any]) -> RunCheckpoint | None:
         ) from invalid
 
 
+def readable_state(db: Connection, row: Mapping[str, Any]) -> tuple[RunCheckpoint | None, str | None]:
+    """The run's state as far as it can be read, and what cannot be (`None`: all of it reads).
+
+    A damaged state is the header and the entries before the first that does not read (or no state,
+    when the header does not), so that an operator sees what the journal holds and where it is damaged.
+    """
+    try:
+        return state_of(db, row), None
+    except ResumeRefused as refused:
+        whole = str(refused)
+    run_id = _row_id(row)
+    if row.get("head") is None:  # recorded by an earlier agentkit: its rounds come from the events
+        return None, whole
+    try:
+        header = RunCheckpoint.model_validate({**json.loads(str(row["head"])), "entries": [], "digest": ""})
+    except (ValueError, TypeError, RecursionError, pydantic.ValidationError) as invalid:
+        return None, (
+            f"its header (the run's row, column head) cannot be read: {_why(invalid)}; shown: no entry (none reads "
+            "without it), then the rounds the event log records"
+        )
+    bodies = db.query("SELECT seq, body FROM agentkit_entries WHERE run_id = ? ORDER BY seq", (run_id,))
+    entries: list[Any] = []
+    for index, body in enumerate(bodies):
+        try:
+            entries.append(_ENTRY.validate_python(json.loads(str(body["body"]))))
+        except (ValueError, TypeError, RecursionError, pydantic.ValidationError) as invalid:
+            shown = f"the {index} entries before it" if index else "no entry"
+            damage = f"its entry {index} (agentkit_entries row seq {body['seq']}) cannot be read: {_why(invalid)}"
+            state = header.model_copy(update={"entries": tuple(entries)})
+            return state, f"{damage}; shown: {shown}, then the rounds the event log records after them"
+    return header.model_copy(update={"entries": tuple(entries)}), whole
+
+
+def _why(invalid: BaseException) -> str:
+    """An error, named and cut short, for a line about a damaged row."""
+    return f"{type(invalid).__name__}: {str(invalid)[:300]}"
+
+
+_ENTRY: pydantic.TypeAdapter[StateRound | DecisionEntry | EndEntry] = pydantic.TypeAdapter(Entry)
+
+
 def rounds_of(state: RunCheckpoint) -> list[RoundEntry]:
     """The run's rounds as records, from its state: each proposal with its decision, when it has one."""
     decisions: dict[tuple[int, str | None], DecisionEntry] = {
@@ -1019,6 +1062,7 @@ def proposal_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False
         resolved_at=f.time(db, "resolved_at"),
         note=f.optional_text("note"),
         args_type=f.optional_text("args_type"),
+        args_schema=f.optional_text("args_schema"),
         original_args_json=f.optional_text("original_args"),
         original_digest=f.optional_text("original_digest"),
         amended_by=f.optional_text("amended_by"),

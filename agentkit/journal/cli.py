@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
-from agentkit._cli import positive_int
+from agentkit._cli import positive_int, working_folder_importable
 from agentkit.errors import AgentkitError, UsageError
 from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
@@ -233,7 +233,8 @@ def _next_steps(out: TextIO, runs: Sequence[RunRecord], db: str) -> None:
 
 async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     run = await journal.run(args.run)
-    rounds = await journal.rounds(run.id)
+    # A damaged state is shown as far as it reads, and where it is damaged: `show` is how an operator finds out.
+    rounds, damage = await journal._read(journal._readable_rounds, run.id)
     print(f"run {run.id}  ({run.status.value})", file=out)
     tools = ", ".join(str(name) for name in run.config.get("tools", []))
     print(_printable(f"agent {run.agent}, model {run.model}, tools {tools}"), file=out)
@@ -248,6 +249,14 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
     )
     if run.error:
         print(_printable(f"error: {run.error}"), file=out)
+    if damage is not None:
+        print(
+            _printable(
+                f"state unreadable: {damage}. Resuming, forking and exporting the run are refused until the "
+                "row is restored (from a backup)"
+            ),
+            file=out,
+        )
     print(file=out)
     if not rounds:
         print("no rounds recorded", file=out)
@@ -452,6 +461,9 @@ def _print_evidence(p: ProposalRecord, out: TextIO) -> None:
 
 async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     amendment = _amendment(args.amend, args.sets)
+    if amendment is not None:
+        # It is validated as the call's args type, imported by name: from the user's modules too.
+        working_folder_importable()
     p = await journal.approve(args.id, args.by, args=amendment)
     changed = f"; amended {', '.join(p.amended_fields)}" if p.amended_fields else ""
     print(_printable(f"approved {p.id}: {p.tool_name} {p.args_json} (by {p.approved_by}{changed})"), file=out)
