@@ -17,7 +17,7 @@ import pytest
 
 from agentkit._cli import main
 from agentkit.journal import open_journal
-from tests.inbox_support import propose_mail
+from tests.inbox.support import propose_mail
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 

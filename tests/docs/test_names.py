@@ -32,7 +32,7 @@ import pytest
 
 import agentkit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 FENCE = re.compile(r"^ *```[^\n]*\n.*?^ *```[ \t]*$", re.MULTILINE | re.DOTALL)

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 API_DIR = ROOT / "docs" / "api"
 # The public modules (DESIGN.md's layout, agentkit/__init__.py's docstring), each with its own page.
 PUBLIC_MODULES = (

@@ -1,6 +1,6 @@
 """The web inbox's picture in ``docs/human-in-the-loop.md``, taken with the browser tests' own tooling.
 
-    python -m tests.inbox_screenshot docs/inbox.png
+    python -m tests.inbox.screenshot docs/inbox.png
 
 It serves the inbox over a fresh SQLite journal holding three proposals (one of them with markup in
 its rationale, which shows as text; one of a recorded run, with its task and the passage its
@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.inbox_support import ALICE, InboxServer, Mail, chromium
+from tests.inbox.support import ALICE, InboxServer, Mail, chromium
 
 TASK = "Send finance the final Q3 figures they asked for today."
 """The first proposal's run: its task, and the passage its search found."""

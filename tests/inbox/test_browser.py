@@ -15,7 +15,7 @@ import pytest
 
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import Journal, ProposalState
-from tests.inbox_support import ALICE, InboxServer, chromium
+from tests.inbox.support import ALICE, InboxServer, chromium
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -219,9 +219,9 @@ def test_a_missing_chromium_fails_under_require_browser_and_skips_otherwise(
     monkeypatch: pytest.MonkeyPatch, required: bool, outcome: type[BaseException]
 ) -> None:
     """Without Chromium the browser tests skip, except under ``AGENTKIT_REQUIRE_BROWSER=1`` (CI), where they fail."""
-    from tests import inbox_support
+    from tests.inbox import support
 
-    monkeypatch.setattr(inbox_support, "CHROMIUM", "/nonexistent/chromium")
-    monkeypatch.setattr(inbox_support, "REQUIRE_BROWSER", required)
+    monkeypatch.setattr(support, "CHROMIUM", "/nonexistent/chromium")
+    monkeypatch.setattr(support, "REQUIRE_BROWSER", required)
     with pytest.raises(outcome, match="missing /nonexistent/chromium"):
-        inbox_support.browser_or_skip()
+        support.browser_or_skip()

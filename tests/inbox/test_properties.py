@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentkit.journal import ProposalState
-from tests.inbox_support import ALICE, BOB, InboxServer, csrf_of
+from tests.inbox.support import ALICE, BOB, InboxServer, csrf_of
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 

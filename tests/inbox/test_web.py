@@ -1,6 +1,6 @@
 """The web inbox over plain HTTP, served by uvicorn over a real journal (SQLite and PostgreSQL): headers,
 tokens, CSRF, escaping, and decisions refused with nothing changed. The browser tests are in
-``tests/test_inbox_browser.py``; ``agentkit inbox`` itself in ``tests/test_inbox_cli.py``."""
+``tests/inbox/test_browser.py``; ``agentkit inbox`` itself in ``tests/cli/test_inbox_cli.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from agentkit._inbox_web._app import DECIDED_SHOWN
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import Journal, ProposalState, TransitionRefused
-from tests.inbox_support import ALICE, BOB, InboxServer, csrf_of
+from tests.inbox.support import ALICE, BOB, InboxServer, csrf_of
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 

@@ -29,8 +29,8 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.testing import ScriptedCaller, call_step, done_step
+from tests.journal.support import raw_sql
 from tests.support import Doc, Executor, Payments, Transfer
-from tests.test_journal_contract import raw_sql
 
 NO_WAIT = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 
@@ -261,7 +261,7 @@ async def test_an_amendment_as_an_importable_type_of_another_schema_is_refused(j
     """A type made at run time is named by the class it was made from; amending as that class is refused."""
     real = removal_type(["a", "b"])
     entry = await journal.propose(removal(real))
-    assert entry.args_type == "tests.test_journal_amend:Removal"
+    assert entry.args_type == "tests.journal.test_amend:Removal"
     for named in ({}, {"args_type": Removal}):
         with pytest.raises(ApprovalError, match="has another schema") as refused:
             await journal.approve(entry.id, "ops", args={"id": "not-an-id"}, **named)  # type: ignore[arg-type]

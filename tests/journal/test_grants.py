@@ -137,7 +137,7 @@ def test_cli_grants_add_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixtur
     """`agentkit grants add` keeps a grant checked against the tool; `list` shows it; `revoke` ends it."""
     url = str(tmp_path / "journal.db")
     asyncio.run(_create(url))
-    add = ["grants", "add", "--db", url, "--tools", "tests.test_journal_grants:TOOLSET", "--tool", "transfer"]
+    add = ["grants", "add", "--db", url, "--tools", "tests.journal.test_grants:TOOLSET", "--tool", "transfer"]
     rules = ["--equals", "account=acme", "--range", "amount=:50", "--max-uses", "2", "--allow-irreversible"]
     assert main([*add, *rules, "--by", "ops", "--reason", "small"]) == 0
     made = capsys.readouterr().out
@@ -168,7 +168,7 @@ def test_cli_bad_grant_exits_1_and_stores_nothing(
     """A grant on a field the args lack, of an irreversible tool without the flag, or malformed: exit 1."""
     url = str(tmp_path / "journal.db")
     asyncio.run(_create(url))
-    base = ["grants", "add", "--db", url, "--tools", "tests.test_journal_grants:TOOLSET", "--by", "ops"]
+    base = ["grants", "add", "--db", url, "--tools", "tests.journal.test_grants:TOOLSET", "--by", "ops"]
     assert main([*base, "--reason", "r", *argv]) == 1
     assert complaint in capsys.readouterr().err
     assert main(["grants", "list", "--db", url]) == 0
@@ -181,7 +181,7 @@ def test_cli_path_prefix_is_a_path_grant_and_prefix_says_it_compares_text(
     """`--path-prefix` keeps a PathPrefix (shown as a path with no '..'); `--prefix` output warns it compares text."""
     url = str(tmp_path / "journal.db")
     asyncio.run(_create(url))
-    add = ["grants", "add", "--db", url, "--tools", "tests.test_journal_grants:TOOLSET", "--tool", "delete"]
+    add = ["grants", "add", "--db", url, "--tools", "tests.journal.test_grants:TOOLSET", "--tool", "delete"]
     rest = ["--max-uses", "1", "--allow-irreversible", "--by", "ops", "--reason", "data"]
     assert main([*add, "--path-prefix", "path=/srv/data/", "--resolve-symlinks", *rest]) == 0
     path_out = capsys.readouterr().out

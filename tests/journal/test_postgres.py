@@ -112,7 +112,7 @@ def test_agentkit_worker_gives_up_on_a_server_that_never_answers_by_default(sile
             "--tools",
             "tests.support:mail",
         ],
-        cwd=Path(__file__).parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
         timeout=NEVER,

@@ -1,6 +1,6 @@
 """SQLiteJournal's own promises: how it opens a file, and WAL readers that never wait.
 
-The contract both backends share is in ``test_journal_contract.py``; these cases are about the
+The contract both backends share is in ``test_contract.py``; these cases are about the
 SQLite file itself: its path, concurrent first opens, and reads while the write lock is taken.
 """
 

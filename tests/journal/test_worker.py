@@ -1,7 +1,7 @@
 """``journal.work``: claim the next approved call in one statement, run it once, record it; on both backends.
 
 PostgreSQL-only behaviour (pool, isolation, LISTEN/NOTIFY, killed connections, plans) is in
-``tests/test_journal_worker_postgres.py``; many processes in ``tests/test_journal_concurrency.py``.
+``tests/journal/test_worker_postgres.py``; many processes in ``tests/journal/test_concurrency.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Real MCP servers for tests/test_mcp*.py, written with the SDK's ``MCPServer``.
 
-Run as a script: ``python tests/mcp_servers.py SCENARIO [PORT]``; with a port it serves
+Run as a script: ``python tests/mcp/servers.py SCENARIO [PORT]``; with a port it serves
 streamable HTTP on 127.0.0.1, without one it speaks over stdio. Every call that changes
 something appends a line to the file named by ``MCP_TEST_LOG``, so a test counts server-side
 executions.

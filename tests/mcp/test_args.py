@@ -1,7 +1,7 @@
 """McpArgs: an MCP tool's arguments checked against its input JSON schema, and the schema the model sees.
 
 No server is needed here: the args model is built from a schema as ``McpConnection.tools`` builds
-it from a listed tool (tests/test_mcp.py covers the listed ones).
+it from a listed tool (tests/mcp/test_mcp.py covers the listed ones).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""agentkit.mcp against real MCP servers (tests/mcp_servers.py, MCPServer) over stdio and loopback HTTP.
+"""agentkit.mcp against real MCP servers (tests/mcp/servers.py, MCPServer) over stdio and loopback HTTP.
 
 The ``mcp`` extra is part of the ``test`` extra, and this module imports it unconditionally: a
 missing SDK fails the suite, it never skips it.
@@ -37,7 +37,7 @@ from agentkit.mcp import McpArgs, McpConnection, McpItem, McpServerError, McpToo
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import NO_WAIT
 
-SERVERS = Path(__file__).with_name("mcp_servers.py")
+SERVERS = Path(__file__).with_name("servers.py")
 FAST = LoopConfig(retry=NO_WAIT)
 TIERS = {
     "search": Tier.READ_ONLY,

@@ -1,6 +1,6 @@
 """MCP tools through every path a Tool takes: program gating, approval, the SQLite journal, and OpenAI's strict mode.
 
-The servers are the real ones of tests/mcp_servers.py, over stdio; each mutating call leaves a
+The servers are the real ones of tests/mcp/servers.py, over stdio; each mutating call leaves a
 line in a log file, so "executed exactly once" is counted on the server's side.
 """
 
@@ -36,7 +36,7 @@ from agentkit.program import Capability, CapabilitySet, apply_plan, gate_program
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, ScriptedCaller, call_step, done_step
 
-SERVERS = Path(__file__).with_name("mcp_servers.py")
+SERVERS = Path(__file__).with_name("servers.py")
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 TIERS = {"search": Tier.READ_ONLY, "delete_file": Tier.IRREVERSIBLE, "bounded": Tier.REVERSIBLE}
 

@@ -180,7 +180,7 @@ async def planted_run(caller: OpenAICaller, server: FakeOpenAIServer, observer: 
     assert result.stop_reason is StopReason.TOOL_ERROR
 
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "observability.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "observability.md"
 
 
 KINDS = {"invoke_agent ": "run", "agentkit.round": "round", "chat ": "chat", "execute_tool ": "execute_tool"}

@@ -242,7 +242,7 @@ async def test_hooks_fire_in_order_for_every_ending(
 async def test_every_stop_reason_of_the_tool_loop_has_an_order_test() -> None:
     """The ending table covers every stop reason a tool loop can produce."""
     pair_only = {StopReason.VERIFIER_APPROVED, StopReason.VERIFIER_ERROR}
-    # EXECUTOR_ERROR needs an executor that raises: its order test is in tests/test_hostile_loop.py.
+    # EXECUTOR_ERROR needs an executor that raises: its order test is in tests/loop/test_hostile_loop.py.
     own_test = {StopReason.EXECUTOR_ERROR}
     assert {ending for ending, *_ in ENDINGS} == set(StopReason) - pair_only - own_test
 

@@ -44,7 +44,7 @@ from agentkit.otel import (
 )
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.otel_support import CONFIG, MARKERS, TracedTransport, attrs, parent_of, planted_run, span_id
+from tests.observe.support import CONFIG, MARKERS, TracedTransport, attrs, parent_of, planted_run, span_id
 from tests.support import Doc, Finder, Query, delete, search
 
 

@@ -29,7 +29,7 @@ from agentkit import (
 )
 from agentkit.journal import Journal, JournalObserver, ProposalState
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.otel_support import Telemetry, attrs, parent_of, span_id, telemetry_fixture, trace_id  # noqa: F401  # a fixture
+from tests.observe.support import Telemetry, attrs, parent_of, span_id, telemetry_fixture, trace_id  # noqa: F401  # a fixture
 from tests.support import Query, Target, corpus_search
 
 TRACERS: list[Tracer] = []

@@ -1,5 +1,6 @@
 """docs/observability.md against real runs: the trace it shows is one a run exports, and its attribute table
-lists exactly the attributes each span kind carries (Temporal's spans are checked in ``test_otel_temporal``)."""
+lists exactly the attributes each span kind carries (Temporal's spans are checked in
+``tests/temporal/test_otel.py``)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from agentkit.journal import JournalObserver, open_journal
 from agentkit.otel import OTelObserver
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, call_step, done_step
-from tests.otel_support import (  # noqa: F401  # the fixture telemetry
+from tests.observe.support import (  # noqa: F401  # the fixture telemetry
     CONFIG,
     DOCS,
     Telemetry,
@@ -241,7 +242,7 @@ async def test_every_span_attribute_is_the_documented_one(
                     seen.setdefault((kind, key), set()).add(capture)
     for entry, recorded in table.items():
         if entry[0] == "durable run":
-            continue  # a Temporal client's span: checked in test_otel_temporal
+            continue  # a Temporal client's span: checked in tests/temporal/test_otel.py
         assert entry in seen, f"{entry} is documented but was never recorded"
         if "capture_content" in recorded:
             assert seen[entry] == {True}, f"{entry} was recorded without capture_content"

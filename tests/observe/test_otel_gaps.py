@@ -20,7 +20,7 @@ from agentkit._once import RoundInfo
 from agentkit.errors import ProviderError
 from agentkit.providers.openai import OpenAICaller, StructuredMode
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, call_step, done_step
-from tests.otel_support import (  # noqa: F401  # the fixtures caller and telemetry
+from tests.observe.support import (  # noqa: F401  # the fixtures caller and telemetry
     CONFIG,
     Telemetry,
     attrs,

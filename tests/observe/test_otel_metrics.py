@@ -11,7 +11,7 @@ from agentkit.errors import ProviderError
 from agentkit.otel import OTelObserver
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.otel_support import (  # noqa: F401  # the fixtures caller and telemetry
+from tests.observe.support import (  # noqa: F401  # the fixtures caller and telemetry
     CONFIG,
     MARKERS,
     Telemetry,

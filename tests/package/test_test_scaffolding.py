@@ -10,17 +10,17 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parent
+TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 CHECK = (
     "python3 -m venv .venv && . .venv/bin/activate && pip install -e '.[test]' && ruff check . && "
     "ruff format --check . && mypy && basedpyright && pytest"
 )
 """The whole check, one command: the README gives it, CONTRIBUTING repeats it and ``.ci/run`` runs it."""
-TEST_MODULE = re.compile(r"^tests(\.typing)?\.test_\w+$")
-"""A test module's dotted name (one pytest collects, or a typing check mypy reads)."""
-NAMED_IN_TEXT = re.compile(r"^(tests(?:\.typing)?\.test_\w+)(?::\w+)?$")
-"""A test module named in a string, as ``--tools tests.test_x:tools`` names one for a child process."""
+TEST_MODULE = re.compile(r"^tests(\.\w+)?\.test_\w+$")
+"""A test module's dotted name (one pytest collects in an area's folder, or a typing check mypy reads)."""
+NAMED_IN_TEXT = re.compile(r"^(tests(?:\.\w+)?\.test_\w+)(?::\w+)?$")
+"""A test module named in a string, as ``--tools tests.loop.test_x:tools`` names one for a child process."""
 
 
 def module_name(path: Path) -> str:
@@ -43,8 +43,8 @@ def other_test_modules(source: str, own: str) -> list[str]:
 
 def test_no_test_module_imports_another_test_module() -> None:
     """No module of the suite imports a ``tests.test_*`` module (or names one for a child process to import):
-    what test modules share lives in ``tests/support.py``, a ``*_support`` module or ``conftest.py``."""
-    paths = sorted(TESTS.glob("*.py")) + sorted((TESTS / "typing").glob("*.py"))
+    what test modules share lives in ``tests/support.py``, an area's ``support`` module or a ``conftest.py``."""
+    paths = sorted(TESTS.glob("*.py")) + sorted(TESTS.glob("*/*.py"))
     found = {module_name(p): used for p in paths if (used := other_test_modules(p.read_text("utf-8"), module_name(p)))}
     assert len(paths) > 90
     assert found == {}
@@ -62,17 +62,22 @@ OTHER, OWN = "tests." + "test_b", "tests." + "test_a"
         ("from tests import " + "test_b\n", OTHER),
         (f"TOOLS = ['--tools', '{OTHER}:tools']\n", OTHER),
         ("from tests.typing." + "test_b import Planner\n", "tests.typing." + "test_b"),
+        ("from tests.journal." + "test_b import raw_sql\n", "tests.journal." + "test_b"),
+        ("from tests.journal import " + "test_b\n", "tests.journal." + "test_b"),
     ],
 )
 def test_each_way_of_reaching_another_test_module_is_found(source: str, found: str) -> None:
-    """``import``, ``from ... import`` (at any depth), a module taken from the package, a ``module:attr``
-    string and a typing check are each found."""
+    """``import``, ``from ... import`` (at any depth), a module taken from the package or an area's folder, a
+    ``module:attr`` string, another area's test module and a typing check are each found."""
     assert other_test_modules(source, OWN) == [found]
 
 
 def test_support_modules_and_a_module_naming_itself_are_not_counted() -> None:
     """Support modules, ``conftest`` and a module naming itself (``--tools tests.test_a:TOOLS``) are allowed."""
-    source = f"from tests.support import Query\nfrom tests import conftest, otel_support\nSELF = '{OWN}:TOOLS'\n"
+    source = (
+        "from tests.support import Query\nfrom tests import conftest\nfrom tests.observe import support\n"
+        f"from tests.journal.support import raw_sql\nfrom tests.temporal.conftest import x\nSELF = '{OWN}:TOOLS'\n"
+    )
     assert other_test_modules(source, OWN) == []
 
 

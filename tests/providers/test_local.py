@@ -3,7 +3,7 @@
 Chunks are small files in fake installed distributions (real ``.dist-info`` folders on
 ``sys.path``, found by ``importlib.metadata`` as the real chunk packages are). The lifecycle runs
 against a stand-in runtime module whose ``Server`` serves ``/health`` over real loopback HTTP;
-the real runtime is exercised by ``test_local_model_real.py``.
+the real runtime is exercised by ``tests/demo/test_local_model_real.py``.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from agentkit.providers.local import (
     locate_chunks,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PARTS = [b"GGUF" + bytes(range(256)) * 3, b"middle piece " * 50, b"the end"]
 
 

@@ -1,7 +1,7 @@
 """Durable agents for the Temporal tests: a read-only search, a reversible note and an irreversible send,
 each counting its completed calls in a file (tool-side, across processes), over a model at a given URL;
-the model's steps; and the fixtures ``fake``, ``runs`` and ``agents`` (the Temporal test modules use
-``tests.temporal_support``'s ``temporal`` instead).
+and the model's steps (the Temporal tests take them through the ``temporal`` fixture of
+``tests/temporal/conftest.py``).
 
 Worker processes import ``AGENTS``, built from ``AGENTKIT_TEST_MODEL_URL`` and ``AGENTKIT_TEST_TOOL_LOG``;
 a client process may import ``SPECS`` instead.
@@ -12,18 +12,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 from pydantic import BaseModel
 
 from agentkit import LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, tool
 from agentkit.providers.openai import OpenAICaller
-from agentkit.temporal import ActivityPolicy, AgentSpec, DurableAgent, DurableRuns, RunHandle, RunState, RunStatus
-from agentkit.testing import FakeOpenAIServer
+from agentkit.temporal import ActivityPolicy, AgentSpec, DurableAgent, RunHandle, RunState, RunStatus
 
 DONE: dict[str, Any] = {"done": True, "call": None, "rationale": "finished"}
 
@@ -40,33 +37,6 @@ def step(tool: str, **args: str) -> dict[str, Any]:
 def bare(**args: str) -> dict[str, Any]:
     """The model's step calling the one tool of an agent (the bare-args shape)."""
     return {"done": False, "call": args, "rationale": "look"}
-
-
-@pytest.fixture(name="fake")
-async def fake_fixture() -> AsyncIterator[FakeOpenAIServer]:
-    """The scripted model, on loopback HTTP."""
-    with FakeOpenAIServer() as server:
-        yield server
-        server.assert_no_errors()
-
-
-@pytest.fixture(name="runs")
-async def runs_fixture(temporal_address: str) -> DurableRuns:
-    """A client of the dev server on a task queue of the test's own."""
-    return await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}")
-
-
-@pytest.fixture(name="agents")
-async def agents_fixture(fake: FakeOpenAIServer, tmp_path: Path) -> AsyncIterator[list[DurableAgent[Any, Any]]]:
-    """The agents of ``make_agents`` over ``fake``, logging their tool calls to ``tool_log(tmp_path)``."""
-    made = make_agents(fake.base_url, tmp_path / "tools.log")
-    yield made
-    await made[0].caller.aclose()  # type: ignore[attr-defined]  # an OpenAICaller
-
-
-def tool_log(tmp_path: Path) -> list[str]:
-    """The tool calls completed so far (the ``agents`` fixture's log, written by any process)."""
-    return _lines(tmp_path / "tools.log")
 
 
 async def until(handle: RunHandle[Any], status: RunStatus, *, seconds: float = 60) -> RunState:

@@ -1,15 +1,13 @@
-"""The Temporal tests' one fixture, ``temporal``: the session's dev server, a client on a task queue of the
-test's own, the agents of ``tests.temporal_agents`` over a scripted model, and what the tests do with them
-(serve the agents in process or in worker processes, run the CLI, replay histories, read the tools' log).
-
-A test module imports ``temporal_fixture`` (the fixture) and ``TemporalTest`` (its type)::
-
-    from tests.temporal_support import TemporalTest, temporal_fixture  # noqa: F401  # the fixture
+"""What the Temporal tests' one fixture, ``temporal`` (``tests/temporal/conftest.py``), gives a test: the
+session's dev server, a client on a task queue of the test's own, the agents of ``tests.temporal.agents`` over a
+scripted model, and what the tests do with them (serve the agents in process or in worker processes, run the CLI,
+replay histories, read the tools' log); and the readers of a run's history.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -18,24 +16,25 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
+from opentelemetry.trace import Tracer
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer, Worker
 
+from agentkit import Observer
 from agentkit.temporal import DurableAgent, DurableResult, DurableRuns, build_worker, workflow_for
 from agentkit.testing import FakeOpenAIServer
-from tests.temporal_agents import Brief, make_agents
-from tests.temporal_server import stop
+from tests.temporal.agents import Brief
+from tests.temporal.server import stop
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BOUND = 60.0
 """Seconds within which what a test waits for must have happened."""
 
@@ -72,20 +71,30 @@ class TemporalTest:
     def editor(self) -> DurableAgent[Any, Any]:
         return self.agents[2]
 
-    def worker(self, agents: DurableAgent[Any, Any] | Sequence[DurableAgent[Any, Any]] | None = None) -> Worker:
-        """An in-process worker serving ``agents`` (the test's by default) on the test's task queue; run it with
-        ``async with``."""
-        return build_worker(
-            self.runs.client, self.agents if agents is None else agents, task_queue=self.runs.task_queue
-        )
+    def worker(
+        self,
+        agents: DurableAgent[Any, Any] | Sequence[DurableAgent[Any, Any]] | None = None,
+        *,
+        observer: Observer | None = None,
+    ) -> Worker:
+        """An in-process worker serving ``agents`` (the test's by default) on the test's task queue, its runs seen
+        by ``observer``; run it with ``async with``."""
+        served = self.agents if agents is None else agents
+        return build_worker(self.runs.client, served, task_queue=self.runs.task_queue, observer=observer)
+
+    async def traced(self, tracer: Tracer) -> TemporalTest:
+        """This test's Temporal with a client (and so workers) that trace through ``tracer``, on the same task
+        queue."""
+        runs = await DurableRuns.connect(self.address, task_queue=self.runs.task_queue, tracer=tracer)
+        return dataclasses.replace(self, runs=runs)
 
     @contextmanager
     def process(self, *, concurrency: int | None = None) -> Iterator[subprocess.Popen[str]]:
         """``agentkit worker --temporal`` in its own process on the test's task queue, serving
-        ``tests.temporal_agents:AGENTS`` over ``fake`` (a test may SIGKILL it)."""
+        ``tests.temporal.agents:AGENTS`` over ``fake`` (a test may SIGKILL it)."""
         env = {**os.environ, "AGENTKIT_TEST_MODEL_URL": self.fake.base_url, "AGENTKIT_TEST_TOOL_LOG": str(self.log)}
         command = [sys.executable, "-m", "agentkit", "worker", "--temporal", self.address]
-        command += ["--task-queue", self.runs.task_queue, "--agents", "tests.temporal_agents:AGENTS"]
+        command += ["--task-queue", self.runs.task_queue, "--agents", "tests.temporal.agents:AGENTS"]
         if concurrency is not None:
             command += ["--concurrency", str(concurrency)]
         output = self.log.with_name(f"worker-{uuid.uuid4().hex[:6]}.out")
@@ -201,24 +210,9 @@ def workflow_tasks(history: WorkflowHistory) -> int:
     return sum(e.HasField("workflow_task_completed_event_attributes") for e in history.events)
 
 
-def _by_round(answers: dict[int, Any]) -> Callable[[dict[str, Any]], Any]:
+def by_round(answers: dict[int, Any]) -> Callable[[dict[str, Any]], Any]:
     def respond(body: dict[str, Any]) -> Any:
         named = re.search(r"round (\d+):", str(body["messages"][-1]["content"])) if answers else None
         return answers.get(int(named.group(1))) if named else None
 
     return respond
-
-
-@pytest.fixture(name="temporal")
-async def temporal_fixture(temporal_address: str, tmp_path: Path) -> AsyncIterator[TemporalTest]:
-    """The test's ``TemporalTest``; the scripted model must not have failed on a request."""
-    answers: dict[int, Any] = {}
-    with FakeOpenAIServer(respond=_by_round(answers)) as fake:
-        log = tmp_path / "tools.log"
-        agents = make_agents(fake.base_url, log)
-        runs = await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}")
-        try:
-            yield TemporalTest(address=temporal_address, runs=runs, fake=fake, agents=agents, log=log, answers=answers)
-        finally:
-            await agents[0].caller.aclose()  # type: ignore[attr-defined]  # an OpenAICaller
-        fake.assert_no_errors()

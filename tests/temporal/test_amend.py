@@ -7,8 +7,8 @@ import pytest
 from temporalio.client import WorkflowUpdateFailedError
 
 from agentkit.temporal import Decision, RunStatus
-from tests.temporal_agents import DONE, Brief, Doc, step, until
-from tests.temporal_support import TemporalTest, temporal_fixture  # noqa: F401  # the fixture temporal
+from tests.temporal.agents import DONE, Brief, Doc, step, until
+from tests.temporal.support import TemporalTest
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,8 @@ from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import WORKFLOW_NAME, AgentSpec, DurableRuns, RunEnded, RunState, RunStatus
 from agentkit.temporal._values import RunStart
 from agentkit.testing import FakeReply
-from tests.temporal_agents import DONE, Brief, Doc, bare, step
-from tests.temporal_support import BOUND, TemporalTest, temporal_fixture  # noqa: F401  # the fixture temporal
+from tests.temporal.agents import DONE, Brief, Doc, bare, step
+from tests.temporal.support import BOUND, TemporalTest
 
 pytestmark = pytest.mark.slow
 
@@ -95,7 +95,7 @@ async def test_the_cli_starts_a_bad_ctx_into_a_failed_run_or_refuses_it_given_th
         run_id = started.stdout.strip()
         cause = await failure_of(temporal.runs, run_id)
         shown = await temporal.cli("show", run_id)
-        refused = await temporal.cli(*start, "--run-id", "refused-by-cli", "--agents", "tests.temporal_agents:SPECS")
+        refused = await temporal.cli(*start, "--run-id", "refused-by-cli", "--agents", "tests.temporal.agents:SPECS")
     assert NAMED in cause.message
     assert shown.returncode == 0, shown.stderr
     assert (json.loads(shown.stdout)["status"], json.loads(shown.stdout)["error"]) == ("failed", cause.message)

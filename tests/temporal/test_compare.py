@@ -1,11 +1,11 @@
 """``benchmarks.temporal_rounds --compare``: the ratios files docs/temporal.md's Performance section quotes
-(through ``benchmarks/publish.py``'s temporal-change blocks, which ``tests/test_published_figures.py`` checks)."""
+(through ``benchmarks/publish.py``'s temporal-change blocks, which ``tests/docs/test_published_figures.py`` checks)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 

@@ -14,8 +14,8 @@ from agentkit.decisions import Equals, Grant, Grants, PathPrefix
 from agentkit.temporal import RunStatus
 from agentkit.temporal._activities import Activities
 from agentkit.temporal._values import GrantAsk
-from tests.temporal_agents import DONE, Brief, Doc, Send, step, until
-from tests.temporal_support import TemporalTest, scheduled, temporal_fixture  # noqa: F401  # the fixture temporal
+from tests.temporal.agents import DONE, Brief, Doc, Send, step, until
+from tests.temporal.support import TemporalTest, scheduled
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from agentkit._tiers import runs_live
 from agentkit.temporal import DurableAgent
 from agentkit.temporal._seams import runs_local
 from agentkit.testing import ScriptedCaller
-from tests.temporal_agents import Brief, Doc, Researcher, Search
+from tests.temporal.agents import Brief, Doc, Researcher, Search
 
 
 def agent_with(tier: Tier, autonomy: Tier) -> DurableAgent[Brief, Doc]:

@@ -25,8 +25,8 @@ from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import ActivityPolicy, DurableAgent, RunStatus
 from agentkit.temporal._activities import _carried
 from agentkit.temporal._values import ToolReply
-from tests.temporal_agents import DONE, Brief, until
-from tests.temporal_support import BOUND, TemporalTest, patches, temporal_fixture  # noqa: F401  # the fixture temporal
+from tests.temporal.agents import DONE, Brief, until
+from tests.temporal.support import BOUND, TemporalTest, patches
 
 pytestmark = pytest.mark.slow
 
@@ -231,7 +231,7 @@ async def test_an_outcome_too_large_for_a_payload_fails_the_run_saying_so(
 def before_the_budget() -> WorkflowHistory:
     """A run of ``reader`` recorded by the code before the payload budget: a READ_ONLY read of 40 KiB, then
     done, on a worker without `payload_limit` (its outcome holds the page twice, over `SMALL`)."""
-    path = Path(__file__).resolve().parent / "temporal_histories" / "outcome-before-payload-budget.json"
+    path = Path(__file__).resolve().parent / "histories" / "outcome-before-payload-budget.json"
     return WorkflowHistory.from_json("outcome-before-payload-budget", path.read_text())
 
 

@@ -10,8 +10,8 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
 from agentkit.temporal import RunEnded, RunStatus
-from tests.temporal_agents import DONE, Brief, make_agents, step, until
-from tests.temporal_support import TemporalTest, temporal_fixture  # noqa: F401  # the fixture temporal
+from tests.temporal.agents import DONE, Brief, make_agents, step, until
+from tests.temporal.support import TemporalTest
 
 pytestmark = pytest.mark.slow
 

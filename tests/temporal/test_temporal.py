@@ -16,13 +16,12 @@ from agentkit import LoopConfig, Outcome, StopReason, run_tool_loop_tiered
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import ActivityPolicy, DurableAgent, RunStatus
 from agentkit.testing import FakeReply
-from tests.temporal_agents import DONE, Brief, Doc, Researcher, Search, bare, step, until
-from tests.temporal_support import (  # noqa: F401  # the fixture temporal
+from tests.temporal.agents import DONE, Brief, Doc, Researcher, Search, bare, step, until
+from tests.temporal.support import (
     TemporalTest,
     local_activities,
     patches,
     scheduled,
-    temporal_fixture,
     workflow_tasks,
 )
 
@@ -130,7 +129,7 @@ async def test_recorded_histories_replay_deterministically(temporal: TemporalTes
         await temporal.replay(histories[0], agents=[shorter])
 
 
-HISTORIES = Path(__file__).resolve().parent / "temporal_histories"
+HISTORIES = Path(__file__).resolve().parent / "histories"
 """Histories recorded by earlier code, each of a run of ``research`` that searched, had ``send`` approved and
 finished: ``activity-model-calls-leg*.json`` when every model attempt was an activity of its own,
 ``activity-tool-calls-leg*.json`` when model attempts were local activities and every tool call an activity

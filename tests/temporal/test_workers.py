@@ -14,8 +14,8 @@ import pytest
 from agentkit import Outcome, StopReason
 from agentkit.temporal import RunStatus
 from agentkit.testing import FakeReply
-from tests.temporal_agents import DONE, MODEL_TIMEOUT, Brief, Doc, bare, step, until
-from tests.temporal_support import TemporalTest, temporal_fixture  # noqa: F401  # the fixture temporal
+from tests.temporal.agents import DONE, MODEL_TIMEOUT, Brief, Doc, bare, step, until
+from tests.temporal.support import TemporalTest
 
 pytestmark = pytest.mark.slow
 

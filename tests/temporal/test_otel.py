@@ -4,15 +4,11 @@ workers and legs, and the GenAI metrics the activities record."""
 
 from __future__ import annotations
 
-import uuid
-from typing import Any
-
 import pytest
 
 from agentkit import Outcome, StopReason
-from agentkit.temporal import DurableAgent, DurableRuns, RunStatus, build_worker
-from agentkit.testing import FakeOpenAIServer
-from tests.otel_support import (  # noqa: F401  # the fixture telemetry
+from agentkit.temporal import RunStatus
+from tests.observe.support import (  # noqa: F401  # the fixture telemetry
     Telemetry,
     attrs,
     documented_attributes,
@@ -23,31 +19,25 @@ from tests.otel_support import (  # noqa: F401  # the fixture telemetry
     trace_id,
     undocumented,
 )
-from tests.temporal_agents import (  # noqa: F401  # the fixtures fake and agents
-    DONE,
-    Brief,
-    agents_fixture,
-    fake_fixture,
-    step,
-    until,
-)
+from tests.temporal.agents import DONE, Brief, step, until
+from tests.temporal.support import TemporalTest
 
 pytestmark = pytest.mark.slow
 
 
 async def test_a_durable_run_is_one_trace_across_workers_with_the_approved_call_in_it(
-    temporal_address: str, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, telemetry: Telemetry
+    temporal: TemporalTest, telemetry: Telemetry
 ) -> None:
     """Propose on one worker, approve, execute and finish on another: every span of the run (the client's
     ``invoke_agent``, the interceptor's workflow and activity spans, agentkit's ``chat`` and ``execute_tool``
     in the activities) is in one trace; the approved call's span says who approved it; the metrics count
     each model attempt."""
-    runs = await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}", tracer=telemetry.tracer)
-    fake.add(step("search", query="a"), step("send", to="bob", text="hi"), DONE)
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue, observer=telemetry.observer()):
-        handle = await runs.start(agents[0], Brief(topic="t"))
+    traced = await temporal.traced(telemetry.tracer)
+    temporal.fake.add(step("search", query="a"), step("send", to="bob", text="hi"), DONE)
+    async with traced.worker(observer=telemetry.observer()):
+        handle = await traced.runs.start(temporal.research, Brief(topic="t"))
         [proposal] = (await until(handle, RunStatus.WAITING)).pending
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue, observer=telemetry.observer()):
+    async with traced.worker(observer=telemetry.observer()):
         await handle.approve(proposal, by="alice")
         result = await handle.result()
     assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE)
@@ -104,13 +94,10 @@ async def test_a_durable_run_is_one_trace_across_workers_with_the_approved_call_
     }
 
 
-async def test_an_untraced_client_and_worker_emit_nothing(
-    temporal_address: str, agents: list[DurableAgent[Any, Any]], fake: FakeOpenAIServer, telemetry: Telemetry
-) -> None:
+async def test_an_untraced_client_and_worker_emit_nothing(temporal: TemporalTest, telemetry: Telemetry) -> None:
     """Without a tracer or an observer nothing is traced, and the run is what it always was."""
-    runs = await DurableRuns.connect(temporal_address, task_queue=f"q-{uuid.uuid4().hex[:8]}")
-    fake.add(step("search", query="a"), DONE)
-    async with build_worker(runs.client, agents, task_queue=runs.task_queue):
-        result = await (await runs.start(agents[0], Brief(topic="t"))).result()
+    temporal.fake.add(step("search", query="a"), DONE)
+    async with temporal.worker():
+        result = await (await temporal.runs.start(temporal.research, Brief(topic="t"))).result()
     assert result.stop_reason is StopReason.EXECUTOR_DONE
     assert telemetry.spans() == ()
