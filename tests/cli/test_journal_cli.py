@@ -16,11 +16,8 @@ import pytest
 from agentkit import (
     AfterProposal,
     LoopConfig,
-    Prompt,
     ProposedAction,
-    RoleSpec,
     Tier,
-    ToolRoundInfo,
     run_tool_loop_tiered,
     tool,
 )
@@ -28,7 +25,7 @@ from agentkit._cli import main
 from agentkit._results import Usage
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Query, Target
+from tests.support import Executor, Query, Target
 
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
@@ -45,12 +42,9 @@ def delete(args: Target) -> list[str]:
     return [f"deleted {args.path}"]
 
 
-class Planner:
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="cli-model")
-
-    def render(self, ctx: None, info: ToolRoundInfo[str]) -> Prompt:
-        return Prompt(system="plan", dynamic=str(info.round))
+class Planner(Executor[str]):
+    def __init__(self) -> None:
+        super().__init__("cli-model", system="plan")
 
 
 def record_run(url: str, *paths: str) -> str:

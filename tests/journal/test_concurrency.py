@@ -23,12 +23,9 @@ import pytest
 from agentkit import (
     AfterProposal,
     LoopConfig,
-    Prompt,
     ProposedAction,
-    RoleSpec,
     Tier,
     Tool,
-    ToolRoundInfo,
     run_tool_loop_tiered,
     tool,
 )
@@ -43,7 +40,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION, VERSION_TABLE
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Query, Target
+from tests.support import Executor, Query, Target
 
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 8
@@ -148,12 +145,9 @@ def hanging_executor(url: str, id: str, log: str) -> None:
     asyncio.run(main())
 
 
-class Planner:
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="m")
-
-    def render(self, ctx: None, info: ToolRoundInfo[str]) -> Prompt:
-        return Prompt(system="plan", dynamic=str(info.round))
+class Planner(Executor[str]):
+    def __init__(self) -> None:
+        super().__init__("m", system="plan")
 
 
 @tool(tier=Tier.READ_ONLY)
@@ -228,6 +222,18 @@ def assert_sound(url: str) -> None:
             assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
 
 
+def killed(target: Callable[..., None], args: tuple[str, ...], url: str, log: Path, *, lines: int = 1) -> Journal:
+    """Run ``target(*args)`` in a child process, SIGKILL it once ``log`` has ``lines`` lines, check the database
+    is sound and reopen the journal."""
+    child = SPAWN.Process(target=target, args=args)
+    child.start()
+    wait_for(log, lines=lines, process=child)
+    child.kill()
+    child.join(timeout=30)
+    assert_sound(url)
+    return open_journal(url, create=False)
+
+
 # -- tests ----------------------------------------------------------------------------------------
 
 
@@ -291,13 +297,7 @@ async def test_a_worker_killed_mid_execution_leaves_the_proposal_surfaced_never_
     """SIGKILL inside the tool: the proposal stays executing, stuck() lists it, no worker may run it again."""
     id = await approved_wipe(journal)
     log = tmp_path / "executions.log"
-    child = SPAWN.Process(target=hanging_executor, args=(journal_url, id, str(log)))
-    child.start()
-    wait_for(log, process=child)
-    child.kill()
-    child.join(timeout=30)
-    assert_sound(journal_url)
-    reopened = open_journal(journal_url, create=False)
+    reopened = killed(hanging_executor, (journal_url, id, str(log)), journal_url, log)
     record = await reopened.get(id)
     assert (record.state, record.claimed_by) == (ProposalState.EXECUTING, "doomed-worker")
     assert [p.id for p in await reopened.stuck(older_than=timedelta(0))] == [id]
@@ -314,13 +314,7 @@ async def test_a_run_killed_mid_round_keeps_its_completed_rounds_and_its_proposa
 ) -> None:
     """SIGKILL in round 3's tool: the journal opens, rounds 1-2 are whole, round 3 shows its call, proposal pending."""
     log = tmp_path / "progress.log"
-    child = SPAWN.Process(target=hanging_run, args=(journal_url, str(log)))
-    child.start()
-    wait_for(log, process=child)
-    child.kill()
-    child.join(timeout=30)
-    assert_sound(journal_url)
-    reopened = open_journal(journal_url, create=False)
+    reopened = killed(hanging_run, (journal_url, str(log)), journal_url, log)
     [run] = await reopened.runs()
     assert (run.state, run.outcome, run.rounds) == (RunState.UNFINISHED, None, 3)
     first, second, third = await reopened.rounds(run.id)
@@ -339,13 +333,7 @@ async def test_a_process_killed_while_writing_runs_loses_at_most_the_run_in_flig
 ) -> None:
     """SIGKILL at an arbitrary moment of back-to-back runs: every finished run is whole, at most one is not."""
     log = tmp_path / "finished.log"
-    child = SPAWN.Process(target=endless_runs, args=(journal_url, str(log)))
-    child.start()
-    wait_for(log, lines=5, process=child)
-    child.kill()
-    child.join(timeout=30)
-    assert_sound(journal_url)
-    reopened = open_journal(journal_url, create=False)
+    reopened = killed(endless_runs, (journal_url, str(log)), journal_url, log, lines=5)
     runs = {run.id: run for run in await reopened.runs(limit=10_000)}
     finished = executions(log)
     for run_id in finished:

@@ -29,7 +29,7 @@ from agentkit import (
     tool_set,
 )
 from agentkit.errors import ResumeRefused, TransitionRefused
-from agentkit.journal import Journal, JournalObserver, ProposalState, RunStatus, SQLiteJournal
+from agentkit.journal import Journal, JournalObserver, ProposalRecord, ProposalState, RunStatus, SQLiteJournal
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Query, Target
 
@@ -207,10 +207,9 @@ async def test_a_fork_of_a_call_being_executed_waits_for_that_execution(journal:
     assert deleted["/x"] == 1
 
 
-async def test_a_forks_own_entry_for_a_shared_call_that_ran_elsewhere_is_not_run_again(journal: Journal) -> None:
-    """A fork holding an entry of its own for a call it shares (as forks made by an earlier agentkit do, or one
-    proposed by hand): once the call ran under the parent's entry, resuming the fork takes that outcome instead of
-    waiting on its own entry's decision, and the tool ran once."""
+async def own_entry_after_the_parents_ran(journal: Journal) -> tuple[str, str, ProposalRecord, ProposalRecord]:
+    """A run's fork at round 2, the parent's shared call approved and executed, then an entry of the fork's own
+    proposed for that call: the run, the fork, the parent's entry and the fork's."""
     run = await proposing(journal)
     fork = await journal.fork(run, at_round=2)
     [pending] = await journal.pending()
@@ -218,6 +217,14 @@ async def test_a_forks_own_entry_for_a_shared_call_that_ran_elsewhere_is_not_run
     await journal.execute(pending.id, delete)
     action = ProposedAction.create(tool_name="delete", tier=Tier.IRREVERSIBLE, args=Target(path="/x"), round=2)
     own = await journal.propose(action.model_copy(update={"run_id": fork}))
+    return run, fork, pending, own
+
+
+async def test_a_forks_own_entry_for_a_shared_call_that_ran_elsewhere_is_not_run_again(journal: Journal) -> None:
+    """A fork holding an entry of its own for a call it shares (as forks made by an earlier agentkit do, or one
+    proposed by hand): once the call ran under the parent's entry, resuming the fork takes that outcome instead of
+    waiting on its own entry's decision, and the tool ran once."""
+    _, fork, pending, own = await own_entry_after_the_parents_ran(journal)
     assert (own.run_id, own.digest, own.state) == (fork, pending.digest, ProposalState.PENDING)
     assert await resumed(journal, fork) == ["doc:a", "deleted:/x"]
     assert deleted["/x"] == 1
@@ -226,13 +233,7 @@ async def test_a_forks_own_entry_for_a_shared_call_that_ran_elsewhere_is_not_run
 async def test_no_worker_runs_a_forks_own_entry_for_a_call_its_parent_ran(journal: Journal) -> None:
     """A fork's own entry for a call it shares, approved after the call ran under the parent's entry: ``execute``
     refuses it naming the parent's proposal, a worker leaves it saying why, and the tool ran once."""
-    run = await proposing(journal)
-    fork = await journal.fork(run, at_round=2)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
-    await journal.execute(pending.id, delete)
-    action = ProposedAction.create(tool_name="delete", tier=Tier.IRREVERSIBLE, args=Target(path="/x"), round=2)
-    own = await journal.propose(action.model_copy(update={"run_id": fork}))
+    run, _, pending, own = await own_entry_after_the_parents_ran(journal)
     await journal.approve(own.id, "ops")
     with pytest.raises(TransitionRefused, match=f"forked from run {run!r}, whose proposal {pending.id} .* is executed"):
         await journal.execute(own.id, delete)

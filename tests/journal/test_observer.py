@@ -21,11 +21,8 @@ from agentkit import (
     AfterProposal,
     LoopConfig,
     Outcome,
-    Prompt,
-    RoleSpec,
     StopReason,
     Tier,
-    ToolRoundInfo,
     UsageError,
     run_tool_loop_tiered,
     tool,
@@ -44,7 +41,7 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Query, Target
+from tests.support import Executor, Query, Target
 
 
 @tool(tier=Tier.READ_ONLY)
@@ -59,14 +56,11 @@ def delete(args: Target) -> list[str]:
     raise AssertionError("an irreversible tool never runs in the loop")
 
 
-class Planner:
+class Planner(Executor[str]):
     """An executor that renders nothing interesting."""
 
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="planner-model")
-
-    def render(self, ctx: None, info: ToolRoundInfo[str]) -> Prompt:
-        return Prompt(system="plan", dynamic=f"round {info.round}")
+    def __init__(self) -> None:
+        super().__init__("planner-model", system="plan")
 
 
 CONTINUE = LoopConfig(after_proposal=AfterProposal.CONTINUE)

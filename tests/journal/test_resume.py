@@ -33,6 +33,7 @@ from agentkit.journal import (
     Journal,
     JournalError,
     JournalObserver,
+    ProposalRecord,
     ProposalState,
     RunClaimed,
     RunStatus,
@@ -40,7 +41,7 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Query, Target
+from tests.support import Executor, Query, Target
 
 calls: list[str] = []
 """Every tool call, in order, as ``tool arg``."""
@@ -70,16 +71,11 @@ async def wipe(args: Target) -> list[str]:
 TOOLS: list[Tool[Any, str]] = [search, wipe]
 
 
-class Planner:
+class Planner(Executor[str]):
+    """The executor of these runs: model ``planner``, system ``plan``; records each round in ``infos``."""
+
     def __init__(self) -> None:
-        self.seen: list[ToolRoundInfo[str]] = []
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="planner")
-
-    def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
-        self.seen.append(info)
-        return Prompt(system="plan", dynamic=f"{ctx} round {info.round}")
+        super().__init__("planner", system="plan")
 
 
 @pytest.fixture(autouse=True)
@@ -104,6 +100,14 @@ async def proposed_run(journal: Journal) -> str:
     return result.run_id
 
 
+async def approved_run(journal: Journal, *, by: str = "ops") -> tuple[str, ProposalRecord]:
+    """A run of ``proposed_run`` with its proposal approved by ``by``: the run's id and the proposal."""
+    run_id = await proposed_run(journal)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, by)
+    return run_id, pending
+
+
 async def test_a_run_stopped_at_a_proposal_waits_then_resumes_once_decided(journal: Journal) -> None:
     """Waiting until the inbox decides; then resume runs the approved call once, the executor sees it, the run ends."""
     run_id = await proposed_run(journal)
@@ -122,7 +126,7 @@ async def test_a_run_stopped_at_a_proposal_waits_then_resumes_once_decided(journ
     assert calls == ["search old", "wipe /srv/old"]
     assert (result.run_id, result.rounds, result.stop_reason) == (run_id, 3, StopReason.EXECUTOR_DONE)
     assert result.items == ["doc:old", "wiped /srv/old"]
-    [info] = planner.seen
+    [info] = planner.infos
     assert info.prior_calls[1].batch == ("wiped /srv/old",)
     assert (await journal.get(pending.id)).state is ProposalState.EXECUTED
     run = await journal.run(run_id)
@@ -138,9 +142,7 @@ async def test_a_run_stopped_at_a_proposal_waits_then_resumes_once_decided(journ
 async def test_a_resumed_run_uses_the_standing_grants_it_is_given(journal: Journal) -> None:
     """journal.resume takes grants as run_tool_loop_tiered does: in the continued run, a later wipe that a live
     grant allows is approved by it and runs in its round (one use counted); nothing waits in the inbox."""
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops@example.com")
+    run_id, _ = await approved_run(journal, by="ops@example.com")
     scratch = Grant(
         tool_name="wipe",
         where={"path": Prefix(prefix="/srv/tmp/")},
@@ -161,9 +163,7 @@ async def test_a_resumed_run_uses_the_standing_grants_it_is_given(journal: Journ
 async def test_grants_that_do_not_fit_the_tools_are_refused_before_anything_runs(journal: Journal) -> None:
     """A grant constraining a field the tool's args lack is a UsageError at once: no model call, no tool run, the
     run still waiting for its resumer."""
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops@example.com")
+    run_id, _ = await approved_run(journal, by="ops@example.com")
     wrong = Grant(tool_name="wipe", where={"colour": Prefix(prefix="r")}, max_uses=1, granted_by="ops", reason="r")
     script = ScriptedCaller([done_step("freed")])
     with pytest.raises(UsageError, match="colour"):
@@ -181,28 +181,24 @@ async def test_a_rejection_in_the_inbox_is_the_calls_observation(journal: Journa
     planner = Planner()
     result = await journal.resume(run_id, ScriptedCaller([done_step()]), planner, TOOLS, "clean")
     assert calls == ["search old"]
-    assert planner.seen[0].prior_calls[1].observation == "rejected by bob: still in use"
+    assert planner.infos[0].prior_calls[1].observation == "rejected by bob: still in use"
     assert result.stop_reason is StopReason.EXECUTOR_DONE
 
 
 async def test_a_call_a_worker_already_executed_is_not_run_again(journal: Journal) -> None:
     """Approved and executed by a worker before the resume: its recorded batch is the call's result; it runs once."""
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, pending = await approved_run(journal)
     await journal.execute(pending.id, wipe)
     planner = Planner()
     result = await journal.resume(run_id, ScriptedCaller([done_step()]), planner, TOOLS, "clean")
     assert calls == ["search old", "wipe /srv/old"]
     assert result.items == ["doc:old", "wiped /srv/old"]
-    assert planner.seen[0].prior_results[1] == ("wiped /srv/old",)
+    assert planner.infos[0].prior_results[1] == ("wiped /srv/old",)
 
 
 async def test_resuming_a_finished_run_is_refused(journal: Journal) -> None:
     """A run that ended (here: resumed to its end) cannot resume again; nothing runs."""
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, _ = await approved_run(journal)
     await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
     with pytest.raises(ResumeRefused, match="is finished"):
         await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), TOOLS, "clean")
@@ -216,9 +212,7 @@ async def test_of_two_racing_resumers_one_wins_and_the_other_gets_run_claimed(
 ) -> None:
     """Two processes' journals resume one run at once: one runs it, the other gets RunClaimed; the call runs once."""
     global gate
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, _ = await approved_run(journal)
     gate = asyncio.Event()
     other = open_journal(journal_url)
     try:
@@ -281,9 +275,7 @@ async def lease_runs_out(journal: Journal, run_id: str) -> None:
 
 async def test_a_dead_resumers_hold_expires_and_a_live_ones_does_not(journal: Journal) -> None:
     """A resumer that holds the run and stops renewing blocks others only until its lease runs out."""
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, _ = await approved_run(journal)
     with journal._tx(write=False) as db:
         [row] = db.query("SELECT state_digest FROM agentkit_runs WHERE id = ?", (run_id,))
     # A resumer takes the hold, then dies without renewing it (nothing ran yet).
@@ -333,9 +325,7 @@ async def test_a_finished_run_or_other_tools_are_refused_holding_nothing(journal
         )
     with pytest.raises(ResumeRefused, match="is finished"):
         await journal.resume(plain.run_id, ScriptedCaller([]), Planner(), search, "c")
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, _ = await approved_run(journal)
     with pytest.raises(ResumeRefused, match="tool 'wipe' is missing"):
         await journal.resume(run_id, ScriptedCaller([done_step()]), Planner(), [search], "clean")
     run = await journal.run(run_id)
@@ -346,9 +336,7 @@ async def test_a_finished_run_or_other_tools_are_refused_holding_nothing(journal
 async def test_two_resumers_starting_at_once_run_the_approved_call_once(journal: Journal, journal_url: str) -> None:
     """Both resumes start together on two connections: exactly one holds the run; the other gets RunClaimed."""
     global gate
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, _ = await approved_run(journal)
     gate = asyncio.Event()
     other = open_journal(journal_url)
     try:
@@ -435,9 +423,7 @@ async def test_a_call_a_worker_claims_after_the_resume_read_the_inbox_is_awaited
     """A worker claims the approved call after the resume read it: the resumer waits for the worker's outcome
     and goes on with its batch; the call runs once (it used to end the run TOOL_ERROR, for good)."""
     global gate
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, pending = await approved_run(journal)
     gate = asyncio.Event()
     workers: list[asyncio.Task[Any]] = []
 
@@ -453,7 +439,7 @@ async def test_a_call_a_worker_claims_after_the_resume_read_the_inbox_is_awaited
     await workers[0]
     assert calls == ["search old", "wipe /srv/old"]
     assert (result.stop_reason, result.items) == (StopReason.EXECUTOR_DONE, ["doc:old", "wiped /srv/old"])
-    assert planner.seen[0].prior_results[1] == ("wiped /srv/old",)
+    assert planner.infos[0].prior_results[1] == ("wiped /srv/old",)
     record = await journal.get(pending.id)
     assert (record.state, record.claimed_by) == (ProposalState.EXECUTED, "vm:1")
     assert (await journal.run(run_id)).status is RunStatus.FINISHED
@@ -464,9 +450,7 @@ async def test_a_call_rejected_after_the_resume_read_the_inbox_is_settled_as_rej
 ) -> None:
     """A human rejects the approved call after the resume read it: nothing runs, the executor sees the rejection,
     and the run goes on to its end (it used to end TOOL_ERROR, for good)."""
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, pending = await approved_run(journal)
 
     async def human_rejects(id: str) -> None:
         await journal.reject(id, "bob", "changed my mind")
@@ -475,7 +459,7 @@ async def test_a_call_rejected_after_the_resume_read_the_inbox_is_settled_as_rej
     planner = Planner()
     result = await journal.resume(run_id, ScriptedCaller([done_step()]), planner, TOOLS, "clean")
     assert calls == ["search old"]
-    assert planner.seen[0].prior_calls[1].observation == "rejected by bob: changed my mind"
+    assert planner.infos[0].prior_calls[1].observation == "rejected by bob: changed my mind"
     assert (result.stop_reason, result.outcome) == (StopReason.EXECUTOR_DONE, Outcome.APPLIED)
     assert (await journal.get(pending.id)).state is ProposalState.REJECTED
     assert (await journal.run(run_id)).status is RunStatus.FINISHED
@@ -486,9 +470,7 @@ async def test_a_worker_that_dies_holding_the_call_ends_the_resumed_run_naming_w
 ) -> None:
     """A worker claims the approved call after the resume read it, then dies (its lease runs out, no outcome): the
     resumer stops waiting, the run ends TOOL_ERROR naming the proposal to resolve, and nothing runs here."""
-    run_id = await proposed_run(journal)
-    [pending] = await journal.pending()
-    await journal.approve(pending.id, "ops")
+    run_id, pending = await approved_run(journal)
 
     async def worker_dies(id: str) -> None:
         await asyncio.to_thread(journal._claim, id, wipe, "dead:1", None, timedelta(seconds=0.3))

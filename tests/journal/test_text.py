@@ -18,12 +18,9 @@ from pydantic import BaseModel
 from agentkit import (
     AfterProposal,
     LoopConfig,
-    Prompt,
     ProposedAction,
-    RoleSpec,
     Tier,
     ToolRetry,
-    ToolRoundInfo,
     run_tool_loop_tiered,
     tool,
 )
@@ -34,6 +31,7 @@ from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunState, SQLiteJournal
 from agentkit.journal._sql import from_stored, to_stored
 from agentkit.testing import ScriptedCaller, call_step
+from tests.support import Executor
 
 NOT_UTF8 = b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape")
 """Latin-1 bytes read as UTF-8 with ``surrogateescape``: lone low surrogates."""
@@ -158,17 +156,11 @@ async def test_rejections_and_resolutions_keep_their_text_exactly(journal: Journ
     assert resolved.error == f"resolved by carol {text}: checked {text}"
 
 
-class Agent:
+class Agent(Executor[str]):
     """An executor whose class name is ordinary; its model name holds the hostile text."""
 
     def __init__(self, model: str) -> None:
-        self.model = model
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(model=self.model)
-
-    def render(self, ctx: None, info: ToolRoundInfo[str]) -> Prompt:
-        return Prompt(system="act", dynamic=f"round {info.round}")
+        super().__init__(model, system="act")
 
 
 def run_script(text: str) -> ScriptedCaller:

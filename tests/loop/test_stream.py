@@ -7,6 +7,7 @@ import asyncio
 import pytest
 
 from agentkit import (
+    FunctionTool,
     LoopConfig,
     Observer,
     Outcome,
@@ -81,8 +82,8 @@ async def test_wait_returns_the_result_without_iterating() -> None:
     assert run.result is result
 
 
-async def test_leaving_early_cancels_the_run() -> None:
-    """Breaking out of the stream cancels the run inside its tool call; no further model call is made."""
+def hanging() -> tuple[asyncio.Event, asyncio.Event, FunctionTool[Query, Doc]]:
+    """A tool that blocks until cancelled: the events it sets once entered and once cancelled, and the tool."""
     entered, cancelled = asyncio.Event(), asyncio.Event()
 
     @tool(tier=Tier.READ_ONLY)
@@ -95,6 +96,13 @@ async def test_leaving_early_cancels_the_run() -> None:
             cancelled.set()
             raise
         return []
+
+    return entered, cancelled, hang
+
+
+async def test_leaving_early_cancels_the_run() -> None:
+    """Breaking out of the stream cancels the run inside its tool call; no further model call is made."""
+    entered, cancelled, hang = hanging()
 
     caller = ScriptedCaller([call_step(Query(query="a")), done_step()])
     async with iter_tool_loop(caller, Finder(), hang, "ctx", CONFIG) as run:
@@ -111,18 +119,7 @@ async def test_leaving_early_cancels_the_run() -> None:
 
 async def test_cancelling_the_consumer_cancels_the_run() -> None:
     """A consumer task cancelled while waiting for an event takes the run down with it."""
-    entered, cancelled = asyncio.Event(), asyncio.Event()
-
-    @tool(tier=Tier.READ_ONLY)
-    async def hang(args: Query) -> list[Doc]:
-        """Blocks until cancelled."""
-        entered.set()
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-        return []
+    entered, cancelled, hang = hanging()
 
     seen: list[str] = []
 

@@ -22,11 +22,8 @@ from pydantic import ValidationError
 from agentkit import (
     LoopConfig,
     Outcome,
-    Prompt,
-    RoleSpec,
     StopReason,
     Tier,
-    ToolRoundInfo,
     UsageError,
     run_tool_loop,
     run_tool_loop_tiered,
@@ -35,7 +32,7 @@ from agentkit._tools import declared_tier
 from agentkit.errors import MissingTierError, ToolError
 from agentkit.mcp import McpArgs, McpConnection, McpItem, McpServerError, McpTool, connect_http, connect_stdio
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import NO_WAIT
+from tests.support import NO_WAIT, Executor
 
 SERVERS = Path(__file__).with_name("servers.py")
 FAST = LoopConfig(retry=NO_WAIT)
@@ -53,18 +50,11 @@ TIERS = {
 }
 
 
-class Agent:
+class Agent(Executor[McpItem]):
     """An executor that records what it is shown each round."""
 
     def __init__(self) -> None:
-        self.infos: list[ToolRoundInfo[McpItem]] = []
-
-    def role(self) -> RoleSpec:
-        return RoleSpec(model="executor")
-
-    def render(self, ctx: str, info: ToolRoundInfo[McpItem]) -> Prompt:
-        self.infos.append(info)
-        return Prompt(system="use the file tools", dynamic=f"{ctx} round {info.round}")
+        super().__init__("executor", system="use the file tools")
 
 
 def free_port() -> int:

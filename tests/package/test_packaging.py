@@ -86,6 +86,14 @@ def editable_env(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return python
 
 
+def revealed(command: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """A type checker run on the downstream module in ``cwd``: it passed and revealed ``ToolLoopResult[Doc]``."""
+    checked = subprocess.run(command, cwd=cwd, capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert REVEALED.search(checked.stdout), checked.stdout
+    return checked
+
+
 def _downstream(tmp_path: Path) -> Path:
     module = tmp_path / "app.py"
     module.write_text(DOWNSTREAM, encoding="utf-8")
@@ -106,7 +114,7 @@ def test_editable_install_imports_the_checkout(editable_env: Path, tmp_path: Pat
 def test_editable_install_is_typed_under_mypy_strict(editable_env: Path, tmp_path: Path) -> None:
     """mypy --strict, run on a downstream module against the editable install, reveals ToolLoopResult[Doc]."""
     module = _downstream(tmp_path)
-    checked = subprocess.run(
+    revealed(
         [
             sys.executable,
             "-m",
@@ -118,13 +126,8 @@ def test_editable_install_is_typed_under_mypy_strict(editable_env: Path, tmp_pat
             str(tmp_path / "cache"),
             str(module),
         ],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
+        tmp_path,
     )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert REVEALED.search(checked.stdout), checked.stdout
 
 
 @pytest.mark.slow
@@ -135,15 +138,10 @@ def test_editable_install_is_typed_under_pyright_strict(editable_env: Path, tmp_
         '{"typeCheckingMode": "strict", "pythonVersion": "3.11"}',
         encoding="utf-8",
     )
-    checked = subprocess.run(
+    checked = revealed(
         [sys.executable, "-m", "basedpyright", "--pythonpath", str(editable_env), "--project", str(tmp_path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        check=False,
+        tmp_path,
     )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert REVEALED.search(checked.stdout), checked.stdout
     assert module.name in checked.stdout
 
 
