@@ -1,31 +1,29 @@
-"""`OpenAICaller`: agentkit's model seams over the official `openai` async client and `instructor`.
+"""`OpenAICaller`: agentkit's model seams over the official `openai` async client.
 
 It drives any server that speaks the OpenAI chat-completions API (OpenAI, vLLM, a llama.cpp
-server, Ollama, LM Studio) and implements both `StructuredCaller` and `TextCaller`. This is
-the only module that imports `openai` or `instructor`; `import agentkit` imports neither.
+server, Ollama, LM Studio) and implements both `StructuredCaller` and `TextCaller`. It reads no
+private name of `openai` or `httpx2`, and needs no instructor; `import agentkit` imports neither
+this module nor `openai`.
 
 How the work is split, and why:
 
-* **instructor owns what is mode-specific.** Its mode handlers (`instructor.v2.mode_registry`)
-  give the request shape of each `StructuredMode` (the `response_format`, the forced tool,
-  the schema instructions that JSON and MD_JSON add to the prompt) and the re-ask messages that
-  send a validation error back to the model. The request handler runs **once per schema** and its
-  output is cached as a template; a call only fills in this round's system and user text.
+* **The modes' request shapes are this module's.** Each `StructuredMode` has its shape (the
+  `response_format`, the forced tool, the schema instructions that JSON and MD_JSON add to the
+  prompt) and its re-ask messages that send a validation error back to the model (`_new_plan`,
+  `_reasked`; the wording is instructor's, so the requests are those sent since the start, pinned
+  by tests/golden/providers). The shape is built **once per schema** and cached as a template; a
+  call only fills in this round's system and user text.
 * **This module owns the HTTP exchange.** Each attempt is one `POST /chat/completions` whose
   body is this module's JSON (the message list, then the schema's part of the request, serialised
-  once per schema), and the reply is validated from its bytes by pydantic. The client still
-  brings its auth, base URL, headers, HTTP client (pool, transport, proxies), per-phase timeouts
-  and its error classes: a stock client's request is prepared once and sent through its own HTTP
-  client, any other client's through its `post(..., cast_to=httpx2.Response, content=...)`
-  (`_post.post_for`). `chat.completions.create` would walk every request against its typed
-  parameters and build a `ChatCompletion` for every reply, and the client's per-request
-  pipeline copies and rebuilds the same options each time: each cost more client CPU than the
-  rest of a round. The client's own
+  once per schema), and the reply is validated from its bytes by pydantic. It goes out on public
+  interfaces only (`_send`): a client the caller builds, through its HTTP client's `build_request`
+  and `send`; a client you pass, through its documented `post(..., cast_to=httpx2.Response,
+  content=...)`, so its auth, hooks, logging and instrumentation apply. `chat.completions.create`
+  would walk every request against its typed parameters and build a `ChatCompletion` for every
+  reply: that costs more client CPU than the rest of a round. The client's own
   retries are off (`max_retries=0`), so retry and fallback live in one place
   (`generate_structured`), a 429 surfaces as `Throttled` after exactly one request, and usage
-  is read from every response, re-asks included. instructor's patched `create` is not used: it
-  rebuilds the schema on every call, wraps every HTTP error (a 429 included) in
-  `InstructorRetryException`, and drops the usage of a truncated reply.
+  is read from every response, re-asks included.
 * **The timeout bounds the whole request.** httpx's timeouts apply per phase and per read, so a
   server that sends its headers and then one byte at a time could hold a request forever; every
   request here also runs under one overall deadline of `timeout` seconds.
