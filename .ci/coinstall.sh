@@ -79,6 +79,7 @@ python3 -m venv "$work/instructor"
 "$work/instructor/bin/pip" install -q --upgrade pip
 "$work/instructor/bin/pip" install -q "$root[instructor]" "${test_tools[@]}"
 "$work/instructor/bin/pip" check
-echo "coinstall: with the instructor extra: $(versions "$work/instructor" | cut -d' ' -f1) (the peers are not installed here)"
+"$work/instructor/bin/python" -c 'import importlib.metadata as m
+print("coinstall: with the instructor extra:", *(f"{n}=={m.version(n)}" for n in ("openai", "instructor", "jiter")))'
 (cd "$root" && "$work/instructor/bin/python" -m pytest -q -p no:cacheprovider \
     tests/test_providers_instructor.py "${tests[@]}")
