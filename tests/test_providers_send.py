@@ -4,6 +4,7 @@ its auth, hooks, logging and instrumentation apply."""
 
 from __future__ import annotations
 
+import asyncio
 import http.server
 import json
 import logging
@@ -235,3 +236,20 @@ async def test_a_closed_built_client_is_a_provider_error_and_sends_nothing() -> 
         with pytest.raises(ProviderError, match="could not reach the model server"):
             await caller.complete(REQUEST, Verdict)
     assert server.requests == []
+
+
+async def test_a_built_http_client_dropped_unclosed_closes_itself() -> None:
+    """The HTTP client a caller builds closes itself once garbage (as the SDK's own does), so a caller left
+    unclosed leaves no connection open."""
+    with FakeOpenAIServer() as server:
+        caller = OpenAICaller(base_url=server.base_url, api_key="k")
+        await caller.complete(REQUEST, Verdict)
+        http = caller._post._http  # type: ignore[attr-defined]  # the road's HTTP client, agentkit's own attribute
+        assert isinstance(http, httpx2.AsyncClient)
+        assert not http.is_closed
+        http.__del__()  # what garbage collection calls
+        for _ in range(100):
+            if http.is_closed:
+                break
+            await asyncio.sleep(0)
+        assert http.is_closed

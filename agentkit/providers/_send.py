@@ -24,16 +24,29 @@ response, in one place.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 
 import httpx2
 import openai
 
-__all__ = ["Send", "through_client", "through_http"]
+__all__ = ["OwnedHttpClient", "Send", "through_client", "through_http"]
 
 Send = Callable[[bytes], Awaitable[httpx2.Response]]
 """Send one request body: the response (or, through a client, its `openai.APIStatusError`), else
 `openai.APITimeoutError` or `openai.APIConnectionError`."""
+
+
+class OwnedHttpClient(openai.DefaultAsyncHttpxClient):
+    """The HTTP client a caller builds for its `openai` client: the SDK's defaults, and closed once it is garbage,
+    as the SDK closes the one it makes itself, so that a caller left unclosed leaves no connection open."""
+
+    def __del__(self) -> None:
+        if self.is_closed:
+            return
+        with contextlib.suppress(Exception):  # no running loop: nothing can close it any more
+            asyncio.get_running_loop().create_task(self.aclose())
 
 
 def through_client(client: openai.AsyncOpenAI, path: str) -> Send:

@@ -76,7 +76,7 @@ from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
-from agentkit.providers._send import through_client, through_http
+from agentkit.providers._send import OwnedHttpClient, through_client, through_http
 from agentkit.providers._strict import strict_schema
 from agentkit.providers._wire import (
     MAX_TOKENS_PER_REPLY,
@@ -604,7 +604,7 @@ def _build_client(
                 "pass any string, e.g. api_key='none')"
             )
         api_key = "not-needed"  # local servers (vLLM, llama.cpp, Ollama) take any key, but the client wants one
-    http = openai.DefaultAsyncHttpxClient(timeout=timeout)  # unopened, it holds nothing if the client fails
+    http = OwnedHttpClient(timeout=timeout)  # unopened, it holds nothing if the client fails
     try:
         client = openai.AsyncOpenAI(
             base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, http_client=http
