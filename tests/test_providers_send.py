@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from agentkit import StructuredRequest
 from agentkit.errors import ProviderError, Throttled
+from agentkit.providers._send import OwnedHttpClient
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply
 from tests.support import http_server
@@ -245,7 +246,7 @@ async def test_a_built_http_client_dropped_unclosed_closes_itself() -> None:
         caller = OpenAICaller(base_url=server.base_url, api_key="k")
         await caller.complete(REQUEST, Verdict)
         http = caller._post._http  # type: ignore[attr-defined]  # the road's HTTP client, agentkit's own attribute
-        assert isinstance(http, httpx2.AsyncClient)
+        assert isinstance(http, OwnedHttpClient)
         assert not http.is_closed
         http.__del__()  # what garbage collection calls
         for _ in range(100):
