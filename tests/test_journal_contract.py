@@ -38,6 +38,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION
 from agentkit.journal._store import DEFAULT_LEASE
+from tests.support import raw_sql
 
 
 class Wipe(BaseModel):
@@ -80,12 +81,6 @@ async def approved(journal: Journal, target: str = "staging") -> str:
     record = await journal.propose(proposal(target))
     await journal.approve(record.id, "alice")
     return record.id
-
-
-def raw_sql(journal: Journal, sql: str) -> None:
-    """Change the database behind the journal's back (as a tamperer or a newer agentkit would)."""
-    with journal._tx(write=True) as db:
-        db.execute(sql)
 
 
 async def snapshot(journal: Journal, id: str) -> tuple[ProposalRecord, tuple[Transition, ...]]:

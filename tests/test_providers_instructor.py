@@ -48,7 +48,7 @@ async def test_an_instructor_client_answers_with_a_validated_value_and_its_usage
 
 async def test_an_instructor_caller_runs_the_tool_loop() -> None:
     """run_tool_loop runs on an InstructorCaller: a tool call, then done."""
-    from tests.test_providers_openai import Searcher
+    from tests.support import Searcher
 
     with FakeOpenAIServer([call_step(Query(query="otters")), done_step("enough")]) as server:
         async with caller_on(server) as caller:
