@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 peers=(openai pydantic-ai-slim openai-agents)
 tests=(tests/test_providers_openai.py tests/test_providers_send.py tests/test_providers_wire.py
        tests/test_providers_strict.py tests/test_providers_golden.py tests/test_fake_server.py tests/test_private_names.py)
-test_tools=("pytest>=9" "pytest-asyncio>=1.3" "hypothesis>=6.150" "jsonschema>=4.20")
+test_tools=("pytest>=9" "pytest-asyncio>=1.3" "pytest-xdist>=3.6" "hypothesis>=6.150" "jsonschema>=4.20")
 
 versions() { "$1/bin/python" - "${peers[@]}" <<'PY'
 import importlib.metadata as m, sys
