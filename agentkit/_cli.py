@@ -180,7 +180,12 @@ def run() -> NoReturn:
     """The `agentkit` console script and `python -m agentkit`: `main()`, then exit with its code."""
     global _process_ends_after_command
     _process_ends_after_command = True
-    code = main()
+    try:
+        code = main()
+    finally:
+        # A test (or an embedding program) that calls `run` and catches its exit goes on: `main()` called
+        # later in the same process must find it a process that goes on, and restore what it changes.
+        _process_ends_after_command = False
     if _skip_teardown:
         sys.stdout.flush()
         sys.stderr.flush()

@@ -14,5 +14,5 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
 fi
 "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e "$root" -r "$here/requirements-peers.txt"
+"$venv/bin/python" -m pip install -q -e "$root[instructor]" -r "$here/requirements-peers.txt"
 echo "$want" >"$stamp"

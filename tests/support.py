@@ -43,6 +43,7 @@ from agentkit.events import (
     ToolCallStarted,
     ToolResultReturned,
 )
+from agentkit.journal import Journal
 
 R = TypeVar("R")
 
@@ -359,3 +360,22 @@ def http_server(handler: Callable[..., http.server.BaseHTTPRequestHandler]) -> I
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def raw_sql(journal: Journal, sql: str) -> None:
+    """Change the database behind the journal's back (as a tamperer or a newer agentkit would)."""
+    with journal._tx(write=True) as db:
+        db.execute(sql)
+
+
+class Searcher:
+    """An executor with every role field set (a fallback model unless told otherwise), for the provider tests."""
+
+    def __init__(self, fallback: str | None = "fallback-model") -> None:
+        self.fallback = fallback
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="primary-model", fallback_model=self.fallback, temperature=0.2, max_tokens=300, seed=7)
+
+    def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
+        return Prompt(system="You search a corpus.", dynamic=f"round {info.round}: {ctx}; seen {info.prior_results}")

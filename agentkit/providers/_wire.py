@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agentkit.errors import ProviderError
 
-__all__ = ["MAX_TOKENS_PER_REPLY", "Reply", "dumps", "request_body", "token_count"]
+__all__ = ["MAX_TOKENS_PER_REPLY", "Reply", "dumps", "json_in_text", "request_body", "token_count"]
 
 MAX_TOKENS_PER_REPLY: int = 100_000_000
 """The largest token count one reply may report in `usage` (ten times the largest context window
@@ -34,6 +34,8 @@ class _Function(BaseModel):
 
 class _ToolCall(BaseModel):
     model_config = ConfigDict(frozen=True)
+    id: str | None = None
+    type: str | None = "function"
     function: _Function | None = None
 
 
@@ -102,3 +104,35 @@ def request_body(kwargs: Mapping[str, Any], extra_json: str) -> bytes:
     except UnicodeEncodeError:
         # a lone surrogate cannot be UTF-8; JSON's \u escapes carry it losslessly
         return json.dumps(json.loads(text), separators=(",", ":")).encode()
+
+
+MAX_JSON_TEXT = 1024 * 1024
+"""The longest reply `json_in_text` searches (a larger one is handed to validation whole)."""
+
+
+def json_in_text(text: str) -> str:
+    """The last complete JSON object or array in `text` (MD_JSON's fenced block), else `text` itself.
+
+    The last one, not the first: JSON quoted earlier in a reply may come from the prompt (a user's text the model
+    reasons about), and taking it would let that text answer for the model. The work is linear in the text's
+    length: a span that fails to decode is charged the rest of the text, and the search stops once it has been
+    charged 16 times the text's length.
+    """
+    if len(text) > MAX_JSON_TEXT:
+        return text
+    decoder = json.JSONDecoder()
+    found: str | None = None
+    consumed, budget = 0, 16 * len(text)
+    for index, char in enumerate(text):
+        if index < consumed or char not in "{[":
+            continue
+        if budget < len(text) - index:
+            break
+        try:
+            _, end = decoder.raw_decode(text, index)
+        except (ValueError, RecursionError):
+            budget -= len(text) - index
+            continue
+        budget -= end - index
+        found, consumed = text[index:end], end
+    return found if found is not None else text

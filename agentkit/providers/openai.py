@@ -1,31 +1,29 @@
-"""`OpenAICaller`: agentkit's model seams over the official `openai` async client and `instructor`.
+"""`OpenAICaller`: agentkit's model seams over the official `openai` async client.
 
 It drives any server that speaks the OpenAI chat-completions API (OpenAI, vLLM, a llama.cpp
-server, Ollama, LM Studio) and implements both `StructuredCaller` and `TextCaller`. This is
-the only module that imports `openai` or `instructor`; `import agentkit` imports neither.
+server, Ollama, LM Studio) and implements both `StructuredCaller` and `TextCaller`. It reads no
+private name of `openai` or `httpx2`, and needs no instructor; `import agentkit` imports neither
+this module nor `openai`.
 
 How the work is split, and why:
 
-* **instructor owns what is mode-specific.** Its mode handlers (`instructor.v2.mode_registry`)
-  give the request shape of each `StructuredMode` (the `response_format`, the forced tool,
-  the schema instructions that JSON and MD_JSON add to the prompt) and the re-ask messages that
-  send a validation error back to the model. The request handler runs **once per schema** and its
-  output is cached as a template; a call only fills in this round's system and user text.
+* **The modes' request shapes are this module's.** Each `StructuredMode` has its shape (the
+  `response_format`, the forced tool, the schema instructions that JSON and MD_JSON add to the
+  prompt) and its re-ask messages that send a validation error back to the model (`_new_plan`,
+  `_reasked`; the wording is instructor's, so the requests are those sent since the start, pinned
+  by tests/providers/golden). The shape is built **once per schema** and cached as a template; a
+  call only fills in this round's system and user text.
 * **This module owns the HTTP exchange.** Each attempt is one `POST /chat/completions` whose
   body is this module's JSON (the message list, then the schema's part of the request, serialised
-  once per schema), and the reply is validated from its bytes by pydantic. The client still
-  brings its auth, base URL, headers, HTTP client (pool, transport, proxies), per-phase timeouts
-  and its error classes: a stock client's request is prepared once and sent through its own HTTP
-  client, any other client's through its `post(..., cast_to=httpx2.Response, content=...)`
-  (`_post.post_for`). `chat.completions.create` would walk every request against its typed
-  parameters and build a `ChatCompletion` for every reply, and the client's per-request
-  pipeline copies and rebuilds the same options each time: each cost more client CPU than the
-  rest of a round. The client's own
+  once per schema), and the reply is validated from its bytes by pydantic. It goes out on public
+  interfaces only (`_send`): a client the caller builds, through its HTTP client's `build_request`
+  and `send`; a client you pass, through its documented `post(..., cast_to=httpx2.Response,
+  content=...)`, so its auth, hooks, logging and instrumentation apply. `chat.completions.create`
+  would walk every request against its typed parameters and build a `ChatCompletion` for every
+  reply: that costs more client CPU than the rest of a round. The client's own
   retries are off (`max_retries=0`), so retry and fallback live in one place
   (`generate_structured`), a 429 surfaces as `Throttled` after exactly one request, and usage
-  is read from every response, re-asks included. instructor's patched `create` is not used: it
-  rebuilds the schema on every call, wraps every HTTP error (a 429 included) in
-  `InstructorRetryException`, and drops the usage of a truncated reply.
+  is read from every response, re-asks included.
 * **The timeout bounds the whole request.** httpx's timeouts apply per phase and per read, so a
   server that sends its headers and then one byte at a time could hold a request forever; every
   request here also runs under one overall deadline of `timeout` seconds.
@@ -62,15 +60,13 @@ import math
 import os
 import time
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Literal, Self, TypeVar, cast
+from typing import Any, Literal, Self, TypeVar
 
+import httpx2
 import openai
-from instructor import v2 as instructor_v2
-from instructor.utils import extract_json_from_codeblock
-from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, ValidationError
 
 from agentkit._cache import kept_on
@@ -80,9 +76,16 @@ from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
-from agentkit.providers._post import post_for
+from agentkit.providers._send import OwnedHttpClient, through_client, through_http
 from agentkit.providers._strict import strict_schema
-from agentkit.providers._wire import MAX_TOKENS_PER_REPLY, Reply, dumps, request_body, token_count
+from agentkit.providers._wire import (
+    MAX_TOKENS_PER_REPLY,
+    Reply,
+    dumps,
+    json_in_text,
+    request_body,
+    token_count,
+)
 
 __all__ = [
     "DEFAULT_MAX_IN_FLIGHT",
@@ -102,12 +105,8 @@ DEFAULT_MAX_REASKS = 1
 DEFAULT_MAX_IN_FLIGHT: int = 100
 """Requests one `OpenAICaller` has on the wire at once (the `openai` client keeps 100 connections alive)."""
 
-_SYSTEM_MARK = "\x00agentkit:system\x00"
-_DYNAMIC_MARK = "\x00agentkit:dynamic\x00"
 _RAW_IN_MESSAGE = 1000
 _PATH = "/chat/completions"
-_STAND_IN_DESCRIPTION = "Correctly extracted `"
-"""How instructor's function description begins where the schema's model has no docstring of its own."""
 _TRANSIENT_STATUSES = frozenset({408, 409})
 _STRICT_HOSTS = frozenset({"api.openai.com"})
 """Hosts `strict=None` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
@@ -149,12 +148,18 @@ class StructuredMode(enum.StrEnum):
     JSON mode nor function calling."""
 
 
-_INSTRUCTOR_MODES = {
-    StructuredMode.JSON_SCHEMA: "JSON_SCHEMA",
-    StructuredMode.TOOLS: "TOOLS",
-    StructuredMode.JSON: "JSON",
-    StructuredMode.MD_JSON: "MD_JSON",
-}
+_JSON_INSTRUCTIONS = (
+    "\n\n\n            As a genius expert, your task is to understand the content and provide\n"
+    "            the parsed objects in json that match the following json_schema:\n\n\n"
+    "            {schema}\n\n"
+    "            Make sure to return an instance of the JSON, not the schema itself\n"
+)
+"""What JSON and MD_JSON add to the system prompt: the schema, as compact JSON (instructor's wording, kept so that
+the request is the one sent since the start; tests/providers/golden pins it)."""
+_FENCE_REQUEST = "\n\nReturn the correct JSON response within a ```json codeblock. not the JSON_SCHEMA"
+"""What MD_JSON adds to the user's message."""
+_REASK_JSON = "Correct your JSON ONLY RESPONSE, based on the following errors:\n{error}"
+_REASK_TOOL = "Validation Error found:\n{error}\nRecall the function correctly, fix the errors"
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,14 +174,13 @@ class _Slot:
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """What a mode needs for one schema, built once: message template, wire extras, re-ask handler."""
+    """What a mode needs for one schema, built once: message template and wire extras."""
 
     name: str
     template: tuple[_Slot, ...]
     extra: Mapping[str, Any]
     extra_json: str
     """`extra` as the members of a JSON object (no braces), spliced into every request body."""
-    reask: Callable[..., dict[str, Any]]
 
 
 def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -> _Plan:
@@ -186,79 +190,40 @@ def _plan(schema: type[BaseModel], mode: StructuredMode, strict: bool = False) -
 
 
 def _new_plan(schema: type[BaseModel], mode: StructuredMode, strict: bool) -> _Plan:
-    instructor_mode = getattr(instructor_v2.Mode, _INSTRUCTOR_MODES[mode])
-    handlers = instructor_v2.mode_registry.get_handlers(instructor_v2.Provider.OPENAI, instructor_mode)
-    probe = [{"role": "system", "content": _SYSTEM_MARK}, {"role": "user", "content": _DYNAMIC_MARK}]
-    _, prepared = handlers.request_handler(response_model=schema, kwargs={"messages": probe})
-    if mode is StructuredMode.TOOLS:
-        _forget_instructor_schema()
+    """The request shape of `mode` for `schema` (see `StructuredMode`)."""
     name = schema_name(schema.__name__)
-    compact = _compact_schema_text(schema)
-    template = tuple(_slot(message, compact) for message in prepared.pop("messages"))
-    extra = _renamed(prepared, name)
-    if mode is StructuredMode.TOOLS:
+    value = schema.model_json_schema()
+    system, user = _Slot("system", "", "system", ""), _Slot("user", "", "dynamic", "")
+    extra: dict[str, Any] = {}
+    if mode is StructuredMode.JSON_SCHEMA:
+        body = {key: part for key, part in value.items() if key != "title"}  # the name is sent beside it
+        extra["response_format"] = {"type": "json_schema", "json_schema": {"name": name, "schema": body}}
+    elif mode is StructuredMode.TOOLS:
+        extra["tools"] = [{"type": "function", "function": _function(value, name)}]
+        extra["tool_choice"] = {"type": "function", "function": {"name": name}}
         # the schema is the whole answer, so a second call could only be a second, competing answer
         extra["parallel_tool_calls"] = False
+    else:
+        system = _Slot("system", "", "system", _JSON_INSTRUCTIONS.format(schema=dumps(value)))
+        if mode is StructuredMode.JSON:
+            extra["response_format"] = {"type": "json_object"}
+        else:
+            user = _Slot("user", "", "dynamic", _FENCE_REQUEST)
     if strict:
         _make_strict(extra, name)
     extra_json = dumps(extra)[1:-1] if extra else ""
-    return _Plan(name=name, template=template, extra=extra, extra_json=extra_json, reask=handlers.reask_handler)
+    return _Plan(name=name, template=(system, user), extra=extra, extra_json=extra_json)
 
 
-def _compact_schema_text(schema: type[BaseModel]) -> Callable[[str], str]:
-    """Rewrites the schema that JSON and MD_JSON put in the prompt (indented by instructor) as compact JSON."""
-    value = schema.model_json_schema()
-    indented, compact = json.dumps(value, indent=2, ensure_ascii=False), dumps(value)
-
-    def rewrite(text: str) -> str:
-        return text.replace(indented, compact)
-
-    return rewrite
-
-
-def _forget_instructor_schema() -> None:
-    """Empty instructor's memo of TOOLS-mode function schemas (an `lru_cache` of 256 response models).
-
-    Each entry holds instructor's subclass of the schema asked for, so it would keep up to 256 step
-    models of tools made per request alive, with their args types. The plan built from it is kept
-    on the schema already (`_plan`), and nothing else in agentkit reads instructor's memo.
-    """
-    from instructor.v2.providers.openai import schema as instructor_schema
-
-    clear = getattr(getattr(instructor_schema, "generate_openai_schema", None), "cache_clear", None)
-    if callable(clear):
-        clear()
-
-
-def _slot(message: Mapping[str, Any], compact: Callable[[str], str]) -> _Slot:
-    content = message.get("content")
-    if not isinstance(content, str):  # pragma: no cover - only if a new instructor changes the mode's shape
-        raise RuntimeError(f"unexpected message shape from instructor: {message!r}; pin instructor to a tested release")
-    content = compact(content)
-    for field, mark in (("system", _SYSTEM_MARK), ("dynamic", _DYNAMIC_MARK)):
-        prefix, found, suffix = content.partition(mark)
-        if found:
-            return _Slot(str(message["role"]), prefix, field, suffix)  # type: ignore[arg-type]  # field is one of the two literals
-    return _Slot(str(message["role"]), content, None, "")
-
-
-def _renamed(prepared: Mapping[str, Any], name: str) -> dict[str, Any]:
-    """The request extras, with the schema's wire name valid for OpenAI, as fresh dicts (instructor caches its own)."""
-    extra = json.loads(json.dumps(prepared))
-    response_format = extra.get("response_format")
-    if isinstance(response_format, dict) and isinstance(response_format.get("json_schema"), dict):
-        response_format["json_schema"]["name"] = name
-        schema = response_format["json_schema"].get("schema")
-        if isinstance(schema, dict):
-            schema.pop("title", None)  # the root's title is the schema's name, sent beside it
-    for tool in extra.get("tools", ()):
-        tool["function"]["name"] = name
-        if str(tool["function"].get("description", "")).startswith(_STAND_IN_DESCRIPTION):
-            del tool["function"]["description"]  # instructor's stand-in for a model without a docstring says nothing
-    choice = extra.get("tool_choice")
-    if isinstance(choice, dict) and isinstance(choice.get("function"), dict):
-        choice["function"]["name"] = name
-    return cast("dict[str, Any]", extra)
+def _function(value: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """The function TOOLS forces: the schema as its parameters, the model's docstring as its description."""
+    parameters = {key: part for key, part in value.items() if key not in ("title", "description")}
+    parameters["required"] = sorted(value.get("required", ()))
+    function: dict[str, Any] = {"name": name}
+    if value.get("description"):
+        function["description"] = value["description"]
+    function["parameters"] = parameters
+    return function
 
 
 def _make_strict(extra: dict[str, Any], name: str) -> None:
@@ -365,15 +330,17 @@ class OpenAICaller:
             raise UsageError(f"timeout must be a finite number of seconds > 0, or None; got {timeout!r}")
         self._owns_client = client is None
         if client is None:
-            client = _build_client(base_url, api_key, DEFAULT_TIMEOUT if timeout is None else timeout)
+            client, http = _build_client(base_url, api_key, DEFAULT_TIMEOUT if timeout is None else timeout)
+            self._post = through_http(client, http, _PATH)
         elif base_url is not None or api_key is not None:
             raise UsageError("pass either client=... or base_url=/api_key=, not both; configure the client you pass")
         elif timeout is not None:
             client = client.with_options(max_retries=0, timeout=timeout)
         else:
             client = client.with_options(max_retries=0)
+        if not self._owns_client:
+            self._post = through_client(client, _PATH)
         self._client = client
-        self._post = post_for(client, _PATH)
         bound = client.timeout if timeout is None else timeout
         self._deadline: float | None = (
             float(bound) if isinstance(bound, int | float) and not isinstance(bound, bool) and bound > 0 else None
@@ -431,7 +398,7 @@ class OpenAICaller:
         tally = _Tally()
         try:
             for asked in range(self.max_reasks + 1):
-                reply, body = await self._send(kwargs, plan.extra_json, tally)
+                reply = await self._send(kwargs, plan.extra_json, tally)
                 choice = _first_choice(reply, request.model)
                 raw = _raw_text(choice)
                 if choice.finish_reason == "length":
@@ -441,9 +408,7 @@ class OpenAICaller:
                 except (ValidationError, _InvalidReply) as invalid:
                     if asked == self.max_reasks:
                         raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
-                    # instructor's re-ask handlers read an openai ChatCompletion; built only on this path
-                    response = ChatCompletion.construct(**json.loads(body))
-                    kwargs = plan.reask(kwargs=kwargs, response=response, exception=invalid)
+                    kwargs = _reasked(kwargs, self.mode, choice, invalid)
                     continue
                 reasons = (choice.finish_reason,) if choice.finish_reason else ()
                 model = reply.model or request.model
@@ -467,7 +432,7 @@ class OpenAICaller:
         messages.append({"role": "user", "content": request.dynamic})
         tally = _Tally()
         try:
-            reply, _ = await self._send(self._kwargs(request, messages), "", tally)
+            reply = await self._send(self._kwargs(request, messages), "", tally)
             choice = _first_choice(reply, request.model)
             if choice.finish_reason == "length":
                 raise Truncated(
@@ -498,9 +463,9 @@ class OpenAICaller:
             kwargs["seed"] = request.seed
         return kwargs
 
-    async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> tuple[Reply, bytes]:
-        """One POST (`_post`): the reply validated from its bytes, and the bytes (a re-ask rebuilds from them);
-        reported with its messages to a transcript listener (`agentkit._transcript`)."""
+    async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> Reply:
+        """One POST (`_send`): the reply validated from its bytes, reported with its messages to a transcript
+        listener (`agentkit._transcript`)."""
         tally.requests += 1
         model = str(kwargs["model"])
         content = request_body(kwargs, extra_json)
@@ -508,9 +473,15 @@ class OpenAICaller:
             async with self._slot():
                 async with asyncio.timeout(self._deadline):
                     response = await self._post(content)
-        except (TimeoutError, openai.APIConnectionError, openai.APIStatusError) as error:
+        except (TimeoutError, openai.APIConnectionError) as error:
             sent(kwargs["messages"], None)
             raise self._failure(model, error) from error
+        except openai.APIStatusError as error:  # a client you passed: its own error for the status
+            sent(kwargs["messages"], None)
+            raise _status_failure(model, error.response) from error
+        if not response.is_success:
+            sent(kwargs["messages"], None)
+            raise _status_failure(model, response)
         body = response.content
         try:
             reply = Reply.model_validate_json(body)
@@ -529,7 +500,7 @@ class OpenAICaller:
         if listened():
             choices = reply.choices
             sent(kwargs["messages"], _raw_text(choices[0]) if choices else None)
-        return reply, body
+        return reply
 
     def _failure(self, model: str, error: Exception) -> AgentkitError:
         """The error of a request that failed on the way or with an HTTP status."""
@@ -540,24 +511,16 @@ class OpenAICaller:
                 "raise OpenAICaller(timeout=...) or check the server's load",
                 transient=True,
             )
-        if isinstance(error, openai.RateLimitError):
-            return Throttled(
-                f"model server throttled model {model!r} (HTTP 429): {_server_message(error)}",
-                retry_after=_retry_after(error.response.headers),
-            )
         if isinstance(error, openai.APITimeoutError):
             return ProviderError(
                 f"request to model {model!r} timed out after {self._client.timeout}s; "
                 "raise OpenAICaller(timeout=...) or check the server's load",
                 transient=True,
             )
-        if isinstance(error, openai.APIConnectionError):
-            return ProviderError(
-                f"could not reach the model server at {self._client.base_url} ({_cause(error)}); is it running?",
-                transient=True,
-            )
-        assert isinstance(error, openai.APIStatusError)
-        return _status_error(model, error)
+        return ProviderError(
+            f"could not reach the model server at {self._client.base_url} ({_cause(error)}); is it running?",
+            transient=True,
+        )
 
     def _plan_for(self, schema: type[BaseModel]) -> _Plan:
         """`_plan` of `schema` in this caller's mode, the latest one kept at hand."""
@@ -600,7 +563,7 @@ class OpenAICaller:
                 "the reply was empty; answer with one JSON object matching the schema" + _refusal(message)
             )
         if self.mode is StructuredMode.MD_JSON:
-            return str(extract_json_from_codeblock(content))
+            return json_in_text(content)
         return str(content)
 
 
@@ -627,7 +590,10 @@ class _Tally:
         return Usage(requests=self.requests, input_tokens=self.input_tokens, output_tokens=self.output_tokens)
 
 
-def _build_client(base_url: str | None, api_key: str | None, timeout: float | None) -> openai.AsyncOpenAI:
+def _build_client(
+    base_url: str | None, api_key: str | None, timeout: float
+) -> tuple[openai.AsyncOpenAI, httpx2.AsyncClient]:
+    """The `openai` client, on an HTTP client of the SDK's defaults made here (sent through by `through_http`)."""
     if api_key is None and not os.environ.get("OPENAI_API_KEY"):
         url = base_url or os.environ.get("OPENAI_BASE_URL")
         if url is None or not _on_this_machine(url):
@@ -638,13 +604,17 @@ def _build_client(base_url: str | None, api_key: str | None, timeout: float | No
                 "pass any string, e.g. api_key='none')"
             )
         api_key = "not-needed"  # local servers (vLLM, llama.cpp, Ollama) take any key, but the client wants one
+    http = OwnedHttpClient(timeout=timeout)  # unopened, it holds nothing if the client fails
     try:
-        return openai.AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0)
+        client = openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key, timeout=timeout, max_retries=0, http_client=http
+        )
     except openai.OpenAIError as error:
         raise UsageError(
             f"cannot build the OpenAI client: {error}; pass api_key=... (or set OPENAI_API_KEY), "
             "or base_url=... for a local server"
         ) from error
+    return client, http
 
 
 def _on_this_machine(url: str) -> bool:
@@ -723,22 +693,71 @@ def _invalid(request: StructuredRequest, name: str, invalid: Exception, raw: str
     )
 
 
-def _status_error(model: str, error: openai.APIStatusError) -> ProviderError:
-    status = error.status_code
+def _status_failure(model: str, response: httpx2.Response) -> AgentkitError:
+    """The error of a reply with a status other than 2xx: `Throttled` for 429, else a `ProviderError`."""
+    status = response.status_code
+    if status == 429:
+        return Throttled(
+            f"model server throttled model {model!r} (HTTP 429): {_server_message(response)}",
+            retry_after=_retry_after(response.headers),
+        )
     transient = status >= 500 or status in _TRANSIENT_STATUSES
     hint = "a server error; it is retried" if transient else _STATUS_HINTS.get(status, "the request was refused")
     return ProviderError(
-        f"model server answered HTTP {status} for model {model!r}: {_server_message(error)}; {hint}",
+        f"model server answered HTTP {status} for model {model!r}: {_server_message(response)}; {hint}",
         transient=transient,
         status=status,
     )
 
 
-def _server_message(error: openai.APIStatusError) -> str:
-    """The server's own error message (OpenAI-shaped bodies carry one), else the client's summary."""
-    body = error.body
-    message = body.get("message") if isinstance(body, Mapping) else None
-    return str(message) if message else error.message
+def _server_message(response: httpx2.Response) -> str:
+    """The server's own error message (OpenAI-shaped bodies carry one), else the start of the body."""
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        body = None
+    error = body.get("error", body) if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if message:
+        return str(message)
+    text = response.content[:200].decode("utf-8", "replace").strip()
+    return text or f"an empty body ({response.reason_phrase or 'no reason given'})"
+
+
+def _reasked(kwargs: dict[str, Any], mode: StructuredMode, choice: Any, invalid: Exception) -> dict[str, Any]:
+    """The request again, with the rejected reply and what was wrong with it: in TOOLS mode the reply's calls, each
+    answered by a tool message that carries the error; in the others the reply, then a user message with it."""
+    message = getattr(choice, "message", None)
+    calls = list(getattr(message, "tool_calls", None) or ())
+    assistant: dict[str, Any] = {"role": "assistant", "content": getattr(message, "content", None) or ""}
+    if getattr(message, "tool_calls", None) is not None:
+        assistant["tool_calls"] = [
+            {
+                "id": call.id,
+                "function": {"arguments": call.function.arguments, "name": call.function.name}
+                if call.function is not None
+                else None,
+                "type": call.type,
+            }
+            for call in calls
+        ]
+    added: list[dict[str, Any]] = [assistant]
+    if mode is StructuredMode.TOOLS:
+        text = _REASK_TOOL.format(error=invalid)
+        added.extend(
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "name": call.function.name if call.function else None,
+                "content": text,
+            }
+            for call in calls
+        )
+        if not calls:
+            added.append({"role": "user", "content": text})
+    else:
+        added.append({"role": "user", "content": _REASK_JSON.format(error=invalid)})
+    return {**kwargs, "messages": [*kwargs["messages"], *added]}
 
 
 def _retry_after(headers: Mapping[str, str]) -> float | None:

@@ -87,7 +87,7 @@ SPECS: tuple[Spec, ...] = (
             module="benchmarks.contenders.agentkit_loop",
             options={"mode": mode},
             imports=_AGENTKIT_IMPORTS,
-            needs=("agentkit", "openai", "instructor"),
+            needs=("agentkit", "openai"),
             note=f"run_tool_loop through OpenAICaller(mode=StructuredMode.{mode.upper()})",
         )
         for mode in ("json_schema", "tools", "json", "md_json")

@@ -98,7 +98,6 @@ STATED: dict[str, dict[str, str]] = {
         "2 s": "the example's timeout",
         "2.0s": "the error message that timeout gives",
         "120 s": "DEFAULT_TIMEOUT",
-        "141 MB": "what pip downloaded when the openai ceiling was loose: a download's size",
     },
     "docs/testing.md": {
         "10%": "cost_tolerance's default",

@@ -29,8 +29,7 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.journal.support import raw_sql
-from tests.support import Doc, Executor, Payments, Transfer
+from tests.support import Doc, Executor, Payments, Transfer, raw_sql
 
 NO_WAIT = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 

