@@ -11,8 +11,8 @@ root=$(pwd)
 work=$(mktemp -d /tmp/agentkit-coinstall.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 peers=(openai pydantic-ai-slim openai-agents)
-tests=(tests/test_providers_openai.py tests/test_providers_send.py tests/test_providers_wire.py
-       tests/test_providers_strict.py tests/test_providers_golden.py tests/test_fake_server.py tests/test_private_names.py)
+tests=(tests/providers/test_openai.py tests/providers/test_send.py tests/providers/test_wire.py
+       tests/providers/test_strict.py tests/providers/test_golden.py tests/testing/test_fake_server.py tests/package/test_private_names.py)
 test_tools=("pytest>=9" "pytest-asyncio>=1.3" "pytest-xdist>=3.6" "hypothesis>=6.150" "jsonschema>=4.20")
 
 versions() { "$1/bin/python" - "${peers[@]}" <<'PY'
@@ -82,4 +82,4 @@ python3 -m venv "$work/instructor"
 "$work/instructor/bin/python" -c 'import importlib.metadata as m
 print("coinstall: with the instructor extra:", *(f"{n}=={m.version(n)}" for n in ("openai", "instructor", "jiter")))'
 (cd "$root" && "$work/instructor/bin/python" -m pytest -q -p no:cacheprovider \
-    tests/test_providers_instructor.py "${tests[@]}")
+    tests/providers/test_instructor.py "${tests[@]}")

@@ -2,7 +2,7 @@
 
 ``python -m benchmarks.publish`` rewrites every figures block of the pages in ``PAGES`` from the
 results file it names; ``--check`` only reports the blocks that differ (exit 1), as
-``tests/test_published_figures.py`` does. A block is::
+``tests/docs/test_published_figures.py`` does. A block is::
 
     <!-- figures: contenders from benchmarks/results/latest.json -->
     (the table and the line that says when, where and under what load it was measured)

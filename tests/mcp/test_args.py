@@ -1,0 +1,157 @@
+"""McpArgs: an MCP tool's arguments checked against its input JSON schema, and the schema the model sees.
+
+No server is needed here: the args model is built from a schema as ``McpConnection.tools`` builds
+it from a listed tool (tests/mcp/test_mcp.py covers the listed ones).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from agentkit._proposals import call_digest, canonical_json
+from agentkit._step import build_step_model
+from agentkit.mcp import McpArgs
+from agentkit.mcp._args import UnusableSchema, args_model
+from agentkit.providers._strict import strict_schema
+
+SEARCH = {
+    "type": "object",
+    "$defs": {
+        "Filter": {
+            "type": "object",
+            "properties": {"prefix": {"type": "string"}, "depth": {"type": "integer", "default": 1}},
+            "required": ["prefix"],
+        }
+    },
+    "properties": {
+        "query": {"type": "string", "minLength": 1},
+        "limit": {"type": "integer", "minimum": 1, "default": 5},
+        "filter": {"anyOf": [{"$ref": "#/$defs/Filter"}, {"type": "null"}], "default": None},
+        "tags": {"type": "array", "items": {"type": "string"}},
+    },
+    "required": ["query"],
+}
+
+json_scalars = st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(max_size=8)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    query=st.text(min_size=1, max_size=10),
+    limit=st.none() | st.integers(1, 100),
+    tags=st.none() | st.lists(st.text(max_size=5), max_size=3),
+    extra=st.dictionaries(st.text(min_size=1, max_size=5).filter(lambda k: k not in SEARCH["properties"]), json_values),
+)
+def test_valid_args_round_trip_through_json_with_the_same_digest(
+    query: str, limit: int | None, tags: list[str] | None, extra: dict[str, Any]
+) -> None:
+    """What is validated is what is stored, reloaded, digested and sent: JSON round trips keep it exactly."""
+    search = args_model("search", SEARCH)
+    raw: dict[str, Any] = {**extra, "query": query, "limit": limit, "tags": tags}
+    args = search.model_validate(raw)
+    sent = args.root
+    assert "limit" not in sent or sent["limit"] == limit
+    assert all(value is not None for key, value in sent.items() if key in ("limit", "tags"))
+    reloaded = search.model_validate_json(canonical_json(args))
+    assert reloaded == args
+    assert canonical_json(reloaded) == canonical_json(args)
+    assert call_digest("search", reloaded) == call_digest("search", args)
+
+
+def test_a_null_is_dropped_only_for_optional_properties_that_refuse_null() -> None:
+    """null means "leave it out" for an optional property whose schema refuses null; a nullable one keeps it."""
+    search = args_model("search", SEARCH)
+    assert search.model_validate({"query": "q", "limit": None, "filter": None}).root == {"query": "q", "filter": None}
+    with pytest.raises(ValidationError, match=r"query: None is not of type 'string'"):
+        search.model_validate({"query": None})
+
+
+def test_the_published_schema_inlines_refs_and_makes_optional_properties_nullable() -> None:
+    """The model sees no $defs; required stays as the server said; optional properties accept null."""
+    schema = args_model("search", SEARCH).model_json_schema()
+    assert "$defs" not in json.dumps(schema)
+    assert schema["required"] == ["query"]
+    assert schema["properties"]["limit"] == {
+        "anyOf": [{"type": "integer", "minimum": 1, "default": 5}, {"type": "null"}],
+        "default": None,
+    }
+    assert schema["properties"]["filter"]["anyOf"][0]["properties"]["prefix"] == {"type": "string"}
+
+
+def test_the_step_schema_fits_openai_strict_mode() -> None:
+    """The strict rewrite of a step over MCP args closes every object and requires every property."""
+    step = build_step_model((("search", args_model("search", SEARCH)),))
+    strict = strict_schema(step.model_json_schema(), "step")
+    args = strict["$defs"]["search_args"]
+    assert args["additionalProperties"] is False
+    assert sorted(args["required"]) == ["filter", "limit", "query", "tags"]
+
+
+def test_a_tool_without_properties_takes_an_empty_object() -> None:
+    """``{"type": "object"}`` alone is published with no properties, so strict mode can close it."""
+    none = args_model("ping", {"type": "object"})
+    assert none.model_json_schema() == {"type": "object", "properties": {}}
+    assert none.model_validate({}).root == {}
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"type": "object", "properties": {"n": {"type": "nope"}}}, r"not a valid JSON schema"),
+        ({"type": "array"}, r"of type 'array'"),
+        (
+            {"type": "object", "$defs": {"N": {"properties": {"next": {"$ref": "#/$defs/N"}}}}, "$ref": "#/$defs/N"},
+            r"recursive",
+        ),
+        ({"type": "object", "properties": {"a": {"$ref": "https://example.com/a.json"}}}, r"refers outside itself"),
+        ({"type": "object", "properties": {"a": {"$ref": "#/$defs/missing"}}}, r"does not resolve"),
+    ],
+)
+def test_unusable_schemas_are_refused(schema: dict[str, Any], message: str) -> None:
+    """An invalid, non-object, recursive or unresolvable schema cannot be wired."""
+    with pytest.raises(UnusableSchema, match=message):
+        args_model("t", schema)
+
+
+def test_args_must_be_a_json_object() -> None:
+    """A list, or a value that is not JSON, is refused before the schema is consulted."""
+    search = args_model("search", SEARCH)
+    with pytest.raises(ValidationError, match=r"must be a JSON object, not list"):
+        search.model_validate([1])
+    with pytest.raises(ValidationError, match=r"not JSON"):
+        search.model_validate({"query": object()})
+
+
+def test_many_violations_are_listed_up_to_five() -> None:
+    """The error names the first five violations by path and counts the rest."""
+    wide = args_model(
+        "wide", {"type": "object", "properties": {f"f{i}": {"type": "integer"} for i in range(7)}, "required": []}
+    )
+    with pytest.raises(ValidationError) as raised:
+        wide.model_validate({f"f{i}": "x" for i in range(7)})
+    text = str(raised.value)
+    assert "f0: 'x' is not of type 'integer'" in text
+    assert "(and 2 more)" in text
+
+
+def test_the_base_class_holds_any_json_object() -> None:
+    """McpArgs itself checks only that the arguments are a JSON object (a tool checks its own schema)."""
+    assert McpArgs.model_validate({"a": [1, {"b": None}]}).root == {"a": [1, {"b": None}]}
+    assert McpArgs.model_json_schema() == {"type": "object", "additionalProperties": True}
+
+
+def test_the_same_schema_gives_the_same_args_type() -> None:
+    """Wiring a tool again gives the same args class (so step models stay cached); a new schema gives a new one."""
+    assert args_model("search", SEARCH) is args_model("search", dict(reversed(list(SEARCH.items()))))
+    assert args_model("search", SEARCH) is not args_model("search", {**SEARCH, "required": []})
+    assert args_model("search", SEARCH) is not args_model("find", SEARCH)
