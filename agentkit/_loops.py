@@ -54,7 +54,8 @@ async def run_tool_loop(
         ctx: The caller's data for `agent.render`, and the very object each tool that takes the
             run's ctx is called with.
         config: Ceilings and policies; `LoopConfig()` when omitted.
-        **options: `same=`, `observer=`, `answer=` (`RunOptions`).
+        **options: `same=`, `observer=` and `answer=`, each described in `agentkit._options.RunOptions`
+            (where every loop entry point's options are written once).
 
     Raises:
         UsageError: a tool that could not run live under `config.autonomy` (use
@@ -116,9 +117,9 @@ async def run_tool_loop_tiered(
     `resume_tool_loop`. So where the run may stop at a proposal (`after_proposal` is `STOP`
     and a tool's tier is above what runs live), every tool's items must round-trip through JSON.
 
-    `options` are `run_tool_loop`'s and `grants=` (`LoopOptions`): a proposal a live grant matches
-    is approved by it (recorded as `grant:<id>`, one use counted) and runs once, in the round that
-    proposed it; the executor sees its result. A call no live grant matches is proposed as usual.
+    `grants` (an `agentkit.decisions.Grants`): a proposal a live grant matches is approved by it
+    (recorded as `grant:<id>`, one use counted) and runs once, in the round that proposed it; the
+    executor sees its result. A call no live grant matches is proposed as usual.
 
     Raises:
         UsageError: bad tool names or another wiring mistake; a grant that constrains a field its
