@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import pkgutil
 import re
+import types
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -319,9 +320,9 @@ def unpacked_keys(value: object, parameter: inspect.Parameter) -> list[str]:
     if (match := re.fullmatch(r"Unpack\[(\w+)(?:\[.*\])?\]", annotation)) is None:
         return []
     function = value.__init__ if isinstance(value, type) else value  # type: ignore[misc]  # a class: its __init__
+    assert isinstance(function, types.FunctionType), function
     # The module the function is defined in (its __module__ is rewritten to the public one) holds the typed dict.
-    typed_dict = function.__globals__[match.group(1)]  # type: ignore[attr-defined]  # a Python function
-    return list(typed_dict.__annotations__)
+    return list(function.__globals__[match.group(1)].__annotations__)
 
 
 def test_a_signature_check_spells_out_the_shared_options() -> None:
