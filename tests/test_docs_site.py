@@ -255,6 +255,8 @@ def test_api_page_shows_type_aliases_by_name(browser: WebDriver, base_url: str, 
     _load(browser, base_url + _url_path(page))
     text: str = browser.execute_script("return document.querySelector('article').innerText")
     assert "TypeAliasType(" not in text
+    if page.stem == "agentkit":
+        assert "Cites[Item] = Annotated[str, Item]" in text
 
 
 # The signatures of the page's callables (an attribute's "signature" is its value: a long string cannot break),
