@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
+from typing_extensions import Unpack
 
 from agentkit._agent import ToolAgent
 from agentkit._config import LoopConfig
-from agentkit._degeneration import SameFunc
-from agentkit._grants import Grants
-from agentkit._observe import Observer, ObserverArg, observers_of
+from agentkit._observe import Observer, observers_of
+from agentkit._options import LoopOptions, RunOptions
 from agentkit._results import TieredLoopResult, ToolLoopResult
 from agentkit._runner import ToolLoop
 from agentkit._structured import StructuredCaller
@@ -39,10 +39,7 @@ async def run_tool_loop(
     tool: Tool[Args, R] | ContextTool[Args, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Args] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
+    **options: Unpack[RunOptions[Args, Answer]],
 ) -> ToolLoopResult[R, Answer]:
     """Run the bounded tool loop with tools that may all run live.
 
@@ -57,19 +54,15 @@ async def run_tool_loop(
         ctx: The caller's data for `agent.render`, and the very object each tool that takes the
             run's ctx is called with.
         config: Ceilings and policies; `LoopConfig()` when omitted.
-        same: Degeneration comparator; default compares args by value.
-        observer: One observer, several, or none.
-        answer: The type of the final answer (a pydantic model, say): the done step then
-            carries it, validated, as `result.answer`. A run whose tools stop at the round
-            ceiling, the budget or a stalemate gets one closing round that asks for it
-            (`LoopConfig.closing_round`).
+        **options: `same=`, `observer=` and `answer=`, each described in `agentkit._options.RunOptions`
+            (where every loop entry point's options are written once).
 
     Raises:
         UsageError: a tool that could not run live under `config.autonomy` (use
             `run_tool_loop_tiered`), bad tool names, or another wiring mistake. Raised before
             any model call.
     """
-    loop = ToolLoop._plain(caller, agent, tool, config, same=same, observer=observer, answer=answer)
+    loop = ToolLoop._wired(caller, agent, tool, config, options, may_propose=False)
     result = await loop.run(ctx)
     return ToolLoopResult(
         items=result.items,
@@ -93,11 +86,7 @@ async def run_tool_loop_tiered(
     tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Args] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
-    grants: Grants | None = None,
+    **options: Unpack[LoopOptions[Args, Answer]],
 ) -> TieredLoopResult[Args, R, Answer]: ...
 @overload
 async def run_tool_loop_tiered(
@@ -106,11 +95,7 @@ async def run_tool_loop_tiered(
     tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[BaseModel] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
-    grants: Grants | None = None,
+    **options: Unpack[LoopOptions[BaseModel, Answer]],
 ) -> TieredLoopResult[BaseModel, R, Answer]: ...
 async def run_tool_loop_tiered(
     caller: StructuredCaller,
@@ -118,11 +103,7 @@ async def run_tool_loop_tiered(
     tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Any] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Any] | None = None,
-    grants: Grants | None = None,
+    **options: Unpack[LoopOptions[Any, Any]],
 ) -> TieredLoopResult[Any, R, Any]:
     """Run the tool loop with tier gating: calls above the autonomy ceiling become proposals.
 
@@ -146,9 +127,7 @@ async def run_tool_loop_tiered(
             where the run may stop at a proposal, a tool whose item type is undeclared or cannot
             round-trip through JSON (naming the tool and the type). Raised before any model call.
     """
-    return await ToolLoop(caller, agent, tools, config, same=same, observer=observer, answer=answer, grants=grants).run(
-        ctx
-    )
+    return await ToolLoop(caller, agent, tools, config, **options).run(ctx)
 
 
 def run_tool_loop_sync(
@@ -157,15 +136,12 @@ def run_tool_loop_sync(
     tool: Tool[Args, R] | ContextTool[Args, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Args] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
+    **options: Unpack[RunOptions[Args, Answer]],
 ) -> ToolLoopResult[R, Answer]:
     """`run_tool_loop` for scripts: runs it to completion in a new event loop."""
     import asyncio  # kept off `import agentkit`
 
-    return asyncio.run(run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=observer, answer=answer))
+    return asyncio.run(run_tool_loop(caller, agent, tool, ctx, config, **options))
 
 
 def iter_tool_loop(
@@ -174,10 +150,7 @@ def iter_tool_loop(
     tool: Tool[Args, R] | ContextTool[Args, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Args] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
+    **options: Unpack[RunOptions[Args, Answer]],
 ) -> RunStream[ToolLoopResult[R, Answer]]:
     """`run_tool_loop` as a stream of events; takes the same arguments.
 
@@ -189,10 +162,11 @@ def iter_tool_loop(
     """
     from agentkit._stream import RunStream  # kept off `import agentkit`: it needs asyncio
 
-    observers = observers_of(observer)
+    observers = observers_of(options.get("observer"))
 
     def start(feed: Observer) -> Coroutine[Any, Any, ToolLoopResult[R, Answer]]:
-        return run_tool_loop(caller, agent, tool, ctx, config, same=same, observer=(*observers, feed), answer=answer)
+        fed: RunOptions[Args, Answer] = {**options, "observer": (*observers, feed)}
+        return run_tool_loop(caller, agent, tool, ctx, config, **fed)
 
     return RunStream(start)
 
@@ -204,10 +178,7 @@ def iter_tool_loop_tiered(
     tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Args] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
+    **options: Unpack[LoopOptions[Args, Answer]],
 ) -> RunStream[TieredLoopResult[Args, R, Answer]]: ...
 @overload
 def iter_tool_loop_tiered(
@@ -216,10 +187,7 @@ def iter_tool_loop_tiered(
     tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[BaseModel] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Answer] | None = None,
+    **options: Unpack[LoopOptions[BaseModel, Answer]],
 ) -> RunStream[TieredLoopResult[BaseModel, R, Answer]]: ...
 def iter_tool_loop_tiered(
     caller: StructuredCaller,
@@ -227,18 +195,15 @@ def iter_tool_loop_tiered(
     tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
     ctx: Ctx,
     config: LoopConfig | None = None,
-    *,
-    same: SameFunc[Any] | None = None,
-    observer: ObserverArg = None,
-    answer: type[Any] | None = None,
+    **options: Unpack[LoopOptions[Any, Any]],
 ) -> RunStream[TieredLoopResult[Any, R, Any]]:
     """`run_tool_loop_tiered` as a stream of events; takes the same arguments."""
     from agentkit._stream import RunStream  # kept off `import agentkit`: it needs asyncio
 
-    observers = observers_of(observer)
+    observers = observers_of(options.get("observer"))
 
     def start(feed: Observer) -> Coroutine[Any, Any, TieredLoopResult[Any, R, Any]]:
-        feeds = (*observers, feed)
-        return run_tool_loop_tiered(caller, agent, tools, ctx, config, same=same, observer=feeds, answer=answer)
+        fed: LoopOptions[Any, Any] = {**options, "observer": (*observers, feed)}
+        return run_tool_loop_tiered(caller, agent, tools, ctx, config, **fed)
 
     return RunStream(start)

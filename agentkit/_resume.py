@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
+from typing_extensions import Unpack
 
 from agentkit._agent import ToolAgent
-from agentkit._context import Summarizer
-from agentkit._degeneration import SameFunc
-from agentkit._observe import ObserverArg
+from agentkit._options import ResumeOptions
 from agentkit._results import TieredLoopResult
 from agentkit._runner import ToolLoop
 from agentkit._state import RunCheckpoint
@@ -44,11 +43,7 @@ async def resume_tool_loop(
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
-    *,
-    observer: ObserverArg = None,
-    same: SameFunc[Args] | None = None,
-    summarize: Summarizer | None = None,
-    answer: type[Answer] | None = None,
+    **options: Unpack[ResumeOptions[Args, Answer]],
 ) -> TieredLoopResult[Args, R, Answer]: ...
 @overload
 async def resume_tool_loop(
@@ -58,11 +53,7 @@ async def resume_tool_loop(
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
-    *,
-    observer: ObserverArg = None,
-    same: SameFunc[BaseModel] | None = None,
-    summarize: Summarizer | None = None,
-    answer: type[Answer] | None = None,
+    **options: Unpack[ResumeOptions[BaseModel, Answer]],
 ) -> TieredLoopResult[BaseModel, R, Answer]: ...
 async def resume_tool_loop(
     caller: StructuredCaller,
@@ -71,11 +62,7 @@ async def resume_tool_loop(
     ctx: Ctx,
     checkpoint: RunCheckpoint,
     decisions: Iterable[Approval[Any] | Rejection[Any]],
-    *,
-    observer: ObserverArg = None,
-    same: SameFunc[Any] | None = None,
-    summarize: Summarizer | None = None,
-    answer: type[Any] | None = None,
+    **options: Unpack[ResumeOptions[Any, Any]],
 ) -> TieredLoopResult[Any, R, Any]:
     """Continue the run `checkpoint` records, with a decision for each of its pending proposals.
 
@@ -88,14 +75,10 @@ async def resume_tool_loop(
         checkpoint: `result.checkpoint` of a run that stopped at a proposal (perhaps reloaded
             with `RunCheckpoint.model_validate_json`).
         decisions: One `Approval` or `Rejection` per pending proposal.
-        observer: One observer, several, or none.
-        same: The run's repeat comparator, given again: a function cannot be stored in the checkpoint
-            (its `module.qualname` is). Required exactly when the run had one, and of the same name.
-        summarize: The run's `ContextWindow.summarize`, given again: a function cannot be stored
-            in the checkpoint (its bounds and its running summary are). Required exactly when the
-            run had one, and of the same `module.qualname`.
-        answer: The run's answer type, as given to `run_tool_loop_tiered` (a type is not part
-            of the checkpoint, so it is passed again).
+        **options: `run_tool_loop_tiered`'s, given again, and `summarize=` (`ResumeOptions`): a
+            function cannot be stored in the checkpoint (its `module.qualname` is), so `same=` and
+            `summarize=` are required exactly when the run had one, and of the same name; nor can a
+            type, so `answer=` is the run's answer type again.
 
     Returns:
         The continued run's result, under the same run id: `rounds` and `usage` count the whole
@@ -110,6 +93,7 @@ async def resume_tool_loop(
             function than the run's. Nothing ran.
         UsageError: a tool whose items cannot round-trip through JSON.
     """
-    loop = ToolLoop(caller, agent, tools, same=same, observer=observer, answer=answer)
+    loop = ToolLoop._wired(caller, agent, tools, None, options, grants=options.get("grants"))
+    summarize = options.get("summarize")
     result: TieredLoopResult[Any, R, Any] = await loop.resume(ctx, checkpoint, decisions, summarize=summarize)
     return result

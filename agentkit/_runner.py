@@ -15,16 +15,17 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
+from typing_extensions import Unpack
 
 from agentkit._admission import admit
 from agentkit._agent import ToolAgent
 from agentkit._codec import Codec, decoded_args, proposal_of
 from agentkit._config import LoopConfig
 from agentkit._context import Summarizer
-from agentkit._degeneration import SameFunc
 from agentkit._grants import Grants
 from agentkit._loop import AskGrant, Bound, RunApproved, run_core
-from agentkit._observe import Observer, ObserverArg, observers_of, wants_checkpoints
+from agentkit._observe import Observer, observers_of, wants_checkpoints
+from agentkit._options import LoopOptions, RunOptions
 from agentkit._outcome import StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._results import TieredLoopResult
@@ -74,11 +75,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         agent: ToolAgent[Ctx, Args, R],
         tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
         config: LoopConfig | None = None,
-        *,
-        same: SameFunc[Args] | None = None,
-        observer: ObserverArg = None,
-        answer: type[Answer] | None = None,
-        grants: Grants | None = None,
+        **options: Unpack[LoopOptions[Args, Answer]],
     ) -> None: ...
     @overload
     def __init__(
@@ -87,11 +84,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         agent: ToolAgent[Ctx, BaseModel, R],
         tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
         config: LoopConfig | None = None,
-        *,
-        same: SameFunc[BaseModel] | None = None,
-        observer: ObserverArg = None,
-        answer: type[Answer] | None = None,
-        grants: Grants | None = None,
+        **options: Unpack[LoopOptions[BaseModel, Answer]],
     ) -> None: ...
     def __init__(
         self,
@@ -99,29 +92,24 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         agent: ToolAgent[Any, Any, Any],
         tools: AnyTool | Sequence[AnyTool],
         config: LoopConfig | None = None,
-        *,
-        same: SameFunc[Any] | None = None,
-        observer: ObserverArg = None,
-        answer: type[Any] | None = None,
-        grants: Grants | None = None,
+        **options: Unpack[LoopOptions[Any, Any]],
     ) -> None:
-        self._bind(caller, agent, tools, config, same=same, observer=observer, answer=answer, grants=grants)
+        self._bind(caller, agent, tools, config, options, grants=options.get("grants"))
 
     def _bind(
         self,
         caller: StructuredCaller,
         agent: ToolAgent[Any, Any, Any],
         tools: AnyTool | Sequence[AnyTool],
-        config: LoopConfig | None = None,
+        config: LoopConfig | None,
+        options: RunOptions[Any, Any],
         *,
-        same: SameFunc[Any] | None = None,
-        observer: ObserverArg = None,
-        answer: type[Any] | None = None,
         grants: Grants | None = None,
         may_propose: bool = True,
     ) -> None:
         self.config = config or LoopConfig()
         """The ceilings and policies of a fresh run (a resumed run goes on under its state's)."""
+        answer = options.get("answer")
         self._tools, self._answer = tools, answer
         box = Toolbox.build(tools, self.config, answer)
         if not may_propose:
@@ -132,13 +120,13 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
                         f"tool {candidate.name!r} is Tier.{tier.name} and cannot run live under autonomy "
                         f"Tier.{self.config.autonomy.name}; use run_tool_loop_tiered so its calls become proposals"
                     )
-        observers = observers_of(observer)
+        observers = observers_of(options.get("observer"))
         self._bound = Bound(
             caller=caller,
             agent=agent,
             box=box,
             config=self.config,
-            same=same,
+            same=options.get("same"),
             observers=observers,
             may_propose=may_propose,
             codec=_codec(box, self.config, observers),
@@ -152,10 +140,24 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         self._bound = dataclasses.replace(self._bound, ask_grant=ask)
 
     @classmethod
-    def _plain(cls, *args: Any, **kwargs: Any) -> ToolLoop[Any, Any, Any, Any]:
-        """`run_tool_loop`'s loop: every tool must run live under the config (checked before it is bound)."""
+    def _wired(
+        cls,
+        caller: StructuredCaller,
+        agent: ToolAgent[Any, Any, Any],
+        tools: AnyTool | Sequence[AnyTool],
+        config: LoopConfig | None,
+        options: RunOptions[Any, Any],
+        *,
+        grants: Grants | None = None,
+        may_propose: bool = True,
+    ) -> ToolLoop[Any, Any, Any, Any]:
+        """A loop from an entry point's options, unchecked by the overloads (which its entry point has).
+
+        `may_propose=False` is `run_tool_loop`'s loop: every tool must run live under the config
+        (checked before it is bound).
+        """
         loop: ToolLoop[Any, Any, Any, Any] = cls.__new__(cls)
-        loop._bind(*args, **kwargs, may_propose=False)
+        loop._bind(caller, agent, tools, config, options, grants=grants, may_propose=may_propose)
         return loop
 
     @property

@@ -31,9 +31,7 @@ from agentkit.journal.observer import JournalObserver
 
 if TYPE_CHECKING:
     from agentkit._agent import ToolAgent
-    from agentkit._context import Summarizer
-    from agentkit._degeneration import SameFunc
-    from agentkit._grants import Grants
+    from agentkit._options import ResumeOptions
     from agentkit._results import TieredLoopResult
     from agentkit._structured import StructuredCaller
     from agentkit.journal import Journal
@@ -48,14 +46,10 @@ async def resume(
     agent: ToolAgent[Any, Any, Any],
     tools: Tool[Any, Any] | ContextTool[Any, Any, Any] | Sequence[Tool[Any, Any] | ContextTool[Any, Any, Any]],
     ctx: object,
+    options: ResumeOptions[Any, Any],
     *,
-    observer: ObserverArg,
     worker: str,
     lease: timedelta,
-    same: SameFunc[Any] | None = None,
-    summarize: Summarizer | None = None,
-    answer: type[Any] | None = None,
-    grants: Grants | None = None,
 ) -> TieredLoopResult[Any, Any, Any]:
     """`Journal.resume`'s body (documented there)."""
     record, checkpoint, proposals = await journal._read(journal._resume_state, run_id)
@@ -72,11 +66,18 @@ async def resume(
 
     async def run_approved(approval: Approval[Any], tool: Tool[Any, Any], ctx: Any) -> Sequence[Any] | Rejection[Any]:
         id = ids[approval.id]
-        return await _run_approved(journal, approval, id, tool, ctx, worker=worker, lease=lease, observer=observer)
+        return await _run_approved(
+            journal, approval, id, tool, ctx, worker=worker, lease=lease, observer=options.get("observer")
+        )
 
-    loop = ToolLoop(caller, agent, tools, same=same, observer=observer, answer=answer, grants=grants)
+    loop = ToolLoop._wired(caller, agent, tools, None, options, grants=options.get("grants"))
     prepared = loop.prepared(
-        checkpoint, decisions, summarize=summarize, run_id=run_id, run_approved=run_approved, observers=(recorder,)
+        checkpoint,
+        decisions,
+        summarize=options.get("summarize"),
+        run_id=run_id,
+        run_approved=run_approved,
+        observers=(recorder,),
     )
     token = recorder._holds.token
     try:

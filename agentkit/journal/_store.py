@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from pydantic import BaseModel
 from typing_extensions import TypeVar as DefaultedTypeVar
+from typing_extensions import Unpack
 
 from agentkit._observe import observers_of
+from agentkit._options import ResumeOptions  # at run time too: the docs' signature check reads **options' keys
 from agentkit._tools import NO_CTX, ContextTool, NoCtx, Tool
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER, OUTCOME_ATTEMPTS, Executions
 from agentkit.journal._grants import GrantBook
@@ -29,9 +31,6 @@ from agentkit.journal._worker import Polling, Wakeups, Worked, WorkReport, work
 
 if TYPE_CHECKING:
     from agentkit._agent import ToolAgent
-    from agentkit._context import Summarizer
-    from agentkit._degeneration import SameFunc
-    from agentkit._grants import Grants
     from agentkit._observe import ObserverArg
     from agentkit._results import TieredLoopResult
     from agentkit._structured import StructuredCaller
@@ -129,13 +128,9 @@ class Journal(Executions, Runs, GrantBook):
         tools: Tool[Args, R] | ContextTool[Args, R, Ctx],
         ctx: Ctx,
         *,
-        observer: ObserverArg = None,
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
-        same: SameFunc[Args] | None = None,
-        summarize: Summarizer | None = None,
-        answer: type[Answer] | None = None,
-        grants: Grants | None = None,
+        **options: Unpack[ResumeOptions[Args, Answer]],
     ) -> TieredLoopResult[Args, R, Answer]: ...
     @overload
     async def resume(
@@ -146,13 +141,9 @@ class Journal(Executions, Runs, GrantBook):
         tools: Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
         ctx: Ctx,
         *,
-        observer: ObserverArg = None,
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
-        same: SameFunc[BaseModel] | None = None,
-        summarize: Summarizer | None = None,
-        answer: type[Answer] | None = None,
-        grants: Grants | None = None,
+        **options: Unpack[ResumeOptions[BaseModel, Answer]],
     ) -> TieredLoopResult[BaseModel, R, Answer]: ...
     async def resume(
         self,
@@ -162,13 +153,9 @@ class Journal(Executions, Runs, GrantBook):
         tools: Tool[Any, R] | ContextTool[Any, R, Ctx] | Sequence[Tool[Any, R] | ContextTool[Any, R, Ctx]],
         ctx: Ctx,
         *,
-        observer: ObserverArg = None,
         worker: str | None = None,
         lease: timedelta | float = DEFAULT_LEASE,
-        same: SameFunc[Any] | None = None,
-        summarize: Summarizer | None = None,
-        answer: type[Any] | None = None,
-        grants: Grants | None = None,
+        **options: Unpack[ResumeOptions[Any, Any]],
     ) -> TieredLoopResult[Any, R, Any]:
         """Continue a run from its latest checkpoint, with the decisions recorded in the inbox; see `docs/journal.md`.
 
@@ -186,16 +173,13 @@ class Journal(Executions, Runs, GrantBook):
             agent: The executor.
             tools: The run's tool set: the same names, in the same order, at the same tiers.
             ctx: The caller's data for `agent.render`, and for the tools that take the run's ctx.
-            observer: More observers of the continued run.
             worker: The name the hold and the approved calls' claims record (default `host:pid`).
             lease: How long the hold stays valid unless renewed.
-            same: The run's repeat comparator, given again (see `resume_tool_loop`): required exactly
-                when the run had one, and of the same `module.qualname`.
-            summarize: The run's `ContextWindow.summarize`, given again (see `resume_tool_loop`).
-            answer: The run's answer type, given again (see `resume_tool_loop`).
-            grants: Standing grants in process for the continued run, as `run_tool_loop_tiered` takes
-                them: a later proposal a live grant matches is approved by it and runs in its round,
-                its use counted by the `Grants` object. The journal's own grants (`grant`) apply either way.
+            **options: As `resume_tool_loop` takes them (`ResumeOptions`): `observer=` (more observers
+                of the continued run), `same=`, `summarize=` and `answer=` given again, and `grants=`
+                (standing grants in process: a later proposal a live grant matches is approved by it
+                and runs in its round, its use counted by the `Grants` object; the journal's own grants
+                (`grant`) apply either way).
 
         Raises:
             UnknownId: the journal never saw the run.
@@ -211,11 +195,7 @@ class Journal(Executions, Runs, GrantBook):
             agent,
             tools,
             ctx,
-            observer=observer,
+            options,
             worker=worker or worker_name(),
             lease=check_lease(lease),
-            same=same,
-            summarize=summarize,
-            answer=answer,
-            grants=grants,
         )

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from agentkit import LoopConfig, ProposedAction, RetryPolicy, StopReason, Tier, UsageError, run_tool_loop_tiered
 from agentkit._state import DecisionEntry
 from agentkit.decisions import Equals, Grant, Grants, OneOf, PathPrefix, Prefix, Range
+from agentkit.events import iter_tool_loop_tiered
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Deleter, Doc, Executor, PathArgs, Payments, Recording, Transfer
 from tests.support import small_payments as grant
@@ -129,6 +130,20 @@ async def test_a_granted_call_runs_once_in_its_round_recorded_as_the_grant() -> 
     assert (decision.approved, decision.by) == (True, f"grant:{held.id}")
     assert grants.uses(held.id) == 1
     result.checkpoint.verify()
+
+
+async def test_a_streamed_run_takes_grants_as_a_run_does() -> None:
+    """iter_tool_loop_tiered takes grants= (every tiered entry point takes the one set of options): the granted call
+    runs in its round, one use counted."""
+    tool, grants = Payments(), Grants([grant()])
+    caller = ScriptedCaller([call_step(Transfer(account="acme", amount=30)), done_step()])
+    async with iter_tool_loop_tiered(caller, Executor[Doc](), tool, "ctx", NO_WAIT, grants=grants) as stream:
+        kinds = [event.kind async for event in stream]
+    assert kinds
+    assert tool.calls == [Transfer(account="acme", amount=30)]
+    assert (stream.result.stop_reason, stream.result.items) == (StopReason.EXECUTOR_DONE, [Doc(id="paid 30 to acme")])
+    [held] = grants
+    assert grants.uses(held.id) == 1
 
 
 async def test_a_call_outside_the_grant_waits_for_a_human() -> None:

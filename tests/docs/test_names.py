@@ -23,6 +23,7 @@ import importlib.util
 import inspect
 import pkgutil
 import re
+import types
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -46,8 +47,11 @@ NAME_RUN = re.compile(r"((?:`[A-Za-z_]\w*`\s+(?:and|or)\s+)*`[A-Za-z_]\w*`)\s+\(
 CLASS_NAME = re.compile(r"([A-Z]\w*[a-z]\w*)(?:\[[^\]]*\]|\(.*\))?")
 OTHER_PROJECTS = {("docs/comparison.md", "Command")}
 """Class names a page uses for another project's class (LangGraph's ``Command``), not agentkit's own."""
-SIGNATURE = re.compile(r"`([A-Za-z_]\w*)\(([^`]*\*,[^`]*)\)`")
-"""A whole signature in prose: a call with a ``*,`` (keyword-only parameters follow), possibly over two lines."""
+SIGNATURE = re.compile(r"`(?:await )?((?:[a-z_]\w*\.)?[A-Za-z_]\w*)\(([^`]*\*,[^`]*)\)`")
+"""A whole signature in prose: a call with a ``*,`` (keyword-only parameters follow), possibly over two lines;
+a method's is on a receiver the pages name in lower case (``journal.resume(...)``)."""
+RECEIVERS = {"journal": "agentkit.journal.Journal", "loop": "agentkit.ToolLoop"}
+"""The objects whose methods the pages give whole signatures of, by the name the pages give them."""
 MKDOCSTRINGS = re.compile(r"^::: *(\S+)", re.MULTILINE)
 
 
@@ -276,22 +280,57 @@ def test_a_signature_a_page_gives_names_every_parameter(page: Path) -> None:
     prose, _ = blank_fences(page.read_text(encoding="utf-8"))
     wrong = []
     for match in SIGNATURE.finditer(prose):
-        if match.group(1) not in agentkit.__all__:
+        receiver, _, name = match.group(1).rpartition(".")
+        if receiver:
+            if receiver not in RECEIVERS:
+                wrong.append(f"{match.group(1)}: a method of an object RECEIVERS does not name")
+                continue
+            module, _, owner = RECEIVERS[receiver].rpartition(".")
+            value = getattr(getattr(importlib.import_module(module), owner), name)
+        elif name in agentkit.__all__:
+            value = getattr(agentkit, name)
+        else:
             continue
         given = [part.split("=")[0].strip() for part in match.group(2).split(",")]
-        if given != (actual := signature_names(getattr(agentkit, match.group(1)))):
+        if given != (actual := [n for n in signature_names(value) if n != "self"]):
             wrong.append(f"{match.group(1)}: {given} != {actual}")
     assert wrong == []
 
 
 def signature_names(value: object) -> list[str]:
-    """A callable's parameter names as a signature writes them, ``*`` before the keyword-only ones."""
+    """A callable's parameter names as a signature writes them, ``*`` before the keyword-only ones.
+
+    ``**options: Unpack[SomeOptions]`` (the run's shared keyword options) stands for the typed dict's keys, which
+    are what a caller writes.
+    """
     names: list[str] = []
     for parameter in inspect.signature(value).parameters.values():  # type: ignore[arg-type]  # a public callable
-        if parameter.kind is parameter.KEYWORD_ONLY and "*" not in names:
+        keywords = unpacked_keys(value, parameter)
+        if (keywords or parameter.kind is parameter.KEYWORD_ONLY) and "*" not in names:
             names.append("*")
-        names.append(parameter.name)
+        names.extend(keywords or [parameter.name])
     return names
+
+
+def unpacked_keys(value: object, parameter: inspect.Parameter) -> list[str]:
+    """The keys of the typed dict a ``**kwargs: Unpack[...]`` parameter takes; none for any other parameter."""
+    if parameter.kind is not parameter.VAR_KEYWORD:
+        return []
+    annotation = str(parameter.annotation)  # a string: the package's modules postpone their annotations
+    if (match := re.fullmatch(r"Unpack\[(\w+)(?:\[.*\])?\]", annotation)) is None:
+        return []
+    function = value.__init__ if isinstance(value, type) else value  # type: ignore[misc]  # a class: its __init__
+    assert isinstance(function, types.FunctionType), function
+    # The module the function is defined in (its __module__ is rewritten to the public one) holds the typed dict.
+    return list(function.__globals__[match.group(1)].__annotations__)
+
+
+def test_a_signature_check_spells_out_the_shared_options() -> None:
+    """``**options: Unpack[LoopOptions]`` counts as the keyword-only options it stands for, in their order."""
+    assert signature_names(agentkit.run_tool_loop_tiered) == [
+        *("caller", "agent", "tools", "ctx", "config"),
+        *("*", "same", "observer", "answer", "grants"),
+    ]
 
 
 @pytest.mark.parametrize("page", sorted((ROOT / "docs" / "api").glob("*.md")), ids=lambda page: page.name)

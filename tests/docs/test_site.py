@@ -52,8 +52,9 @@ PUBLIC_MODULES = (
 )
 DIRECTIVE = re.compile(r"^::: (?P<module>[\w.]+)\s*$", re.MULTILINE)
 API_PAGES = sorted(API_DIR.glob("*.md"))
-# What a page may weigh as HTML: the single API page was 1.4 MB, and showed a blank frame for 15 s.
-PAGE_BUDGET = 400_000
+# What a page may weigh as HTML: the single API page was 1.4 MB, and showed a blank frame for 15 s. The
+# signatures with their types, each linked to its entry, brought the top-level page from 351 KB to 458 KB.
+PAGE_BUDGET = 500_000
 VIEWPORT = (1280, 900)
 # Exactly two backticks: reStructuredText's literal markup, shown raw. A fence's three are content.
 RST_LITERAL = re.compile(r"(?<!`)``(?!`)")
@@ -183,7 +184,7 @@ def test_api_page_documents_every_public_name(site: Path, module: str) -> None:
 
 @pytest.mark.parametrize("page", API_PAGES, ids=lambda page: page.stem)
 def test_api_page_stays_under_its_weight_budget(site: Path, page: Path) -> None:
-    """Each API page is under 400 KB of HTML (the single page was 1.4 MB)."""
+    """Each API page is under 500 KB of HTML (the single page was 1.4 MB)."""
     size = (site / _url_path(page) / "index.html").stat().st_size
     assert size < PAGE_BUDGET, f"{page.name}: {size} bytes"
 
@@ -246,3 +247,51 @@ def test_journal_lifecycle_diagram_fits_and_has_no_copy_button(browser: WebDrive
     [diagram] = [b for b in blocks if "│ pending │" in b["text"]]
     assert diagram["fits"], diagram
     assert not diagram["copy"], diagram
+
+
+@pytest.mark.parametrize("page", API_PAGES, ids=lambda page: page.stem)
+def test_api_page_shows_type_aliases_by_name(browser: WebDriver, base_url: str, page: Path) -> None:
+    """A type alias (``Cites``) shows by name, not as the ``TypeAliasType(...)`` call that makes it."""
+    _load(browser, base_url + _url_path(page))
+    text: str = browser.execute_script("return document.querySelector('article').innerText")
+    assert "TypeAliasType(" not in text
+    if page.stem == "agentkit":
+        assert "Cites[Item] = Annotated[str, Item]" in text
+
+
+# The signatures of the page's callables (an attribute's "signature" is its value: a long string cannot break),
+# and the names of the functions shown without a signature block.
+_SIGNATURES = """
+return [
+    [...document.querySelectorAll('article .doc-signature')].filter(e => !e.closest('.doc-attribute'))
+        .map(e => e.innerText),
+    [...document.querySelectorAll('article .doc-function')].filter(e => !e.querySelector('.doc-signature'))
+        .map(e => e.querySelector('.doc-heading').id),
+];
+"""
+SIGNATURE_WIDTH = 88
+"""mkdocs.yml's ``line_length``: the width ruff formats each signature to."""
+
+
+@pytest.mark.parametrize("page", [page for page in API_PAGES if page.stem != "index"], ids=lambda page: page.stem)
+def test_api_page_signatures_are_formatted(browser: WebDriver, base_url: str, page: Path) -> None:
+    """Each callable's signature is a block of its own under its heading, formatted to the line length (one
+    parameter a line where the whole does not fit)."""
+    _load(browser, base_url + _url_path(page))
+    signatures, unsigned = browser.execute_script(_SIGNATURES)
+    assert unsigned == []
+    assert [line for s in signatures for line in s.splitlines() if len(line) > SIGNATURE_WIDTH] == []
+
+
+def test_a_loop_signature_spells_out_its_options(browser: WebDriver, base_url: str) -> None:
+    """``run_tool_loop_tiered`` shows each of its keyword options as a parameter of its own, with its type, and
+    not the ``**options`` they are written as once."""
+    _load(browser, base_url + "api/agentkit/")
+    signature: str = browser.execute_script(
+        "return document.getElementById('agentkit.run_tool_loop_tiered').nextElementSibling.innerText"
+    )
+    lines = [line.strip() for line in signature.splitlines()]
+    assert lines[0] == "run_tool_loop_tiered("
+    for option in ("*,", "same: SameFunc[Args] | None = None,", "grants: Grants | None = None,"):
+        assert option in lines, signature
+    assert "**options" not in signature
