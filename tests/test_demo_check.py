@@ -6,11 +6,11 @@ import io
 from pathlib import Path
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from agentkit import PairConfig, Prompt, RoleSpec, RoundInfo, pair
-from agentkit._demo.agent import QUESTIONS, DeleteArgs, GroundedAnswer
-from agentkit._demo.check import AnswerVerifier, Judgement, rules_review
+from agentkit._demo.agent import QUESTIONS, DeleteArgs
+from agentkit._demo.check import NONE, AnswerVerifier, judgement_type, rules_review
 from agentkit._demo.cli import run_demo
 from agentkit._demo.search import BM25Index, Hit, SearchArgs, load_corpus
 from agentkit._outcome import StopReason
@@ -29,9 +29,9 @@ def answered(passage_id: str, answer: str) -> dict[str, object]:
     return {"rationale": "found it", "decision": {"done": True, "answer": {"passage_id": passage_id, "answer": answer}}}
 
 
-def judged(supported: bool, reason: str) -> dict[str, object]:
-    """The judge's reply."""
-    return {"question_subject": "Voyager 1", "passage_subject": "a subject", "supported": supported, "reason": reason}
+def judged(passage_id: str, reason: str = "It states the answer.") -> dict[str, object]:
+    """The judge's reply: the passage it finds the answer in."""
+    return {"reason": reason, "passage_id": passage_id}
 
 
 def retrieved(*ids: str) -> list[Hit]:
@@ -56,26 +56,44 @@ async def demo(caller: ScriptedCaller, tmp_path: Path, question: str = VOYAGER) 
 
 async def test_demo_flags_an_answer_that_cites_and_copies_a_passage_about_something_else(tmp_path: Path) -> None:
     """The Voyager question answered with the retrieved Hubble passage's words: the rules pass (the passage was
-    retrieved and holds the words), the judge says the passage does not answer the question, and the demo says
-    NOT SUPPORTED with the judge's reason, in the answer's verdict and in the summary."""
-    reason = "The passage is about the Hubble Space Telescope, not Voyager 1."
+    retrieved and holds the words), the judge, shown the question and the retrieved passages, finds the answer
+    in the Voyager passage, and the demo says NOT SUPPORTED, in the answer's verdict and in the summary."""
     caller = ScriptedCaller(
         [
             call_step(SearchArgs(query="voyager 1 space probe launched")),
             answered("space-07", HUBBLE),
-            judged(False, reason),
+            judged("space-01"),
             *planning(),
         ]
     )
     code, out = await demo(caller, tmp_path)
     assert code == 0  # the demo ran; the verdict says what the answer is worth
     assert "  cites    [space-07] Hubble Space Telescope" in out
-    assert f"  verdict  NOT SUPPORTED: {reason} (the judge, " in out
+    found = "the judge finds the answer in [space-01] Voyager 1, not in the cited [space-07]"
+    assert f"  verdict  NOT SUPPORTED: {found} (the judge, " in out
     assert "Answers checked against the passage each cites: 0 supported, 1 NOT SUPPORTED ([1])." in out
     assert "1 judge calls" in out
     [judge_request] = [r for r in caller.requests if r.prompt_type == "demo_judge"]
-    assert HUBBLE in judge_request.dynamic
-    assert VOYAGER in judge_request.dynamic
+    assert judge_request.dynamic.startswith(f"Question: {VOYAGER}\n")
+    for passage_id in ("space-01", "space-02", "space-07"):  # every passage the run retrieved, once
+        passage = CORPUS[passage_id]
+        assert judge_request.dynamic.count(f"[{passage_id}] {passage.title}: {passage.text}") == 1
+
+
+async def test_demo_flags_an_answer_the_judge_finds_in_no_retrieved_passage(tmp_path: Path) -> None:
+    """A judge that finds the answer in none of the passages makes the answer not supported, and says so."""
+    caller = ScriptedCaller(
+        [
+            call_step(SearchArgs(query="voyager 1 space probe launched")),
+            answered("space-07", HUBBLE),
+            judged("none"),
+            *planning(),
+        ]
+    )
+    _, out = await demo(caller, tmp_path)
+    assert (
+        "NOT SUPPORTED: the judge finds the answer in no passage the run retrieved, not in the cited [space-07]" in out
+    )
 
 
 async def test_demo_records_the_judges_run_in_its_journal(tmp_path: Path) -> None:
@@ -84,7 +102,7 @@ async def test_demo_records_the_judges_run_in_its_journal(tmp_path: Path) -> Non
         [
             call_step(SearchArgs(query="voyager 1 space probe launched")),
             answered("space-07", HUBBLE),
-            judged(False, "about Hubble"),
+            judged("space-01"),
             *planning(),
         ]
     )
@@ -112,12 +130,12 @@ async def test_demo_flags_an_answer_whose_words_are_not_in_its_passage_without_a
 
 
 async def test_demo_shows_a_supported_answer_as_supported(tmp_path: Path) -> None:
-    """An answer in its passage's words that the judge finds supported is shown supported, and counted so."""
+    """An answer in its passage's words, in the passage the judge picks too, is shown supported, and counted so."""
     caller = ScriptedCaller(
         [
             call_step(SearchArgs(query="voyager 1 space probe launched")),
             answered("space-01", "Voyager 1 was launched by NASA on 5 September 1977."),
-            judged(True, "It states the launch date."),
+            judged("space-01"),
             *planning(),
         ]
     )
@@ -157,7 +175,7 @@ def test_the_scripted_demo_shows_each_built_in_answer_supported(capsys: pytest.C
 
 def test_rules_refuse_a_citation_the_run_did_not_retrieve() -> None:
     """A cited id that no search returned is not supported, whatever the answer says."""
-    review = rules_review(VOYAGER, retrieved("space-02"), GroundedAnswer(passage_id="space-01", answer="1977"))
+    review = rules_review(VOYAGER, retrieved("space-02"), "space-01", "1977")
     assert (review.approved, review.feedback) == (False, "it cites 'space-01', which no search of the run returned")
 
 
@@ -171,7 +189,7 @@ def test_rules_refuse_a_citation_the_run_did_not_retrieve() -> None:
     ],
 )
 def test_rules_pass_an_answer_in_the_words_of_its_passage_and_question(answer: str) -> None:
-    review = rules_review(VOYAGER, retrieved("space-01"), GroundedAnswer(passage_id="space-01", answer=answer))
+    review = rules_review(VOYAGER, retrieved("space-01"), "space-01", answer)
     assert review.approved, review.feedback
 
 
@@ -183,7 +201,7 @@ def test_rules_pass_an_answer_in_the_words_of_its_passage_and_question(answer: s
     ],
 )
 def test_rules_refuse_an_answer_with_words_its_passage_does_not_hold(answer: str, foreign: str) -> None:
-    review = rules_review(VOYAGER, retrieved("space-01"), GroundedAnswer(passage_id="space-01", answer=answer))
+    review = rules_review(VOYAGER, retrieved("space-01"), "space-01", answer)
     assert (review.approved, review.feedback) == (False, f"the answer's words {foreign} are not in passage space-01")
 
 
@@ -201,22 +219,22 @@ class _Writer:
 
 
 async def test_answer_verifier_gates_a_pair_run_and_its_feedback_reaches_the_revision() -> None:
-    """As `pair`'s verifier, the check rejects a draft citing the Hubble passage with the judge's reason, the
-    writer sees that reason and revises to the Voyager passage, which the judge approves."""
+    """As `pair`'s verifier, the check rejects a draft citing the Hubble passage, the writer sees why and
+    revises to the Voyager passage, which the judge picks too."""
     hits = BM25Index(load_corpus()).search("voyager 1 space probe launched")
     caller = ScriptedCaller(
         [
             {"passage_id": "space-07", "answer": HUBBLE},
-            judged(False, "The passage is about Hubble."),
+            judged("space-01"),
             {"passage_id": "space-01", "answer": "Voyager 1 was launched on 5 September 1977."},
-            judged(True, "It states the date."),
+            judged("space-01"),
         ]
     )
     verifier = AnswerVerifier(caller, "m", VOYAGER, hits)
     result = await pair(caller, _Writer(), verifier, VOYAGER, PairConfig(max_rounds=3), schema=_Draft)
     assert result.stop_reason is StopReason.VERIFIER_APPROVED
     assert result.unwrap().passage_id == "space-01"
-    assert "Feedback: The passage is about Hubble." in caller.requests[2].dynamic
+    assert "Feedback: the judge finds the answer in [space-01] Voyager 1" in caller.requests[2].dynamic
     caller.assert_complete()
 
 
@@ -225,11 +243,12 @@ class _Draft(BaseModel):
     answer: str
 
 
-def test_the_judgement_asks_for_the_subjects_before_the_verdict() -> None:
-    """A small model fills the fields in schema order: it names both subjects before it decides."""
-    assert list(Judgement.model_json_schema()["properties"]) == [
-        "question_subject",
-        "passage_subject",
-        "supported",
-        "reason",
-    ]
+def test_the_judge_reasons_first_then_picks_only_a_passage_it_was_shown_or_none() -> None:
+    """A small model fills the fields in schema order, so the reason comes before the pick; the pick is an enum
+    of the ids shown and none, so the judge cannot name another passage."""
+    schema = judgement_type(["space-01", "space-07"])
+    properties = schema.model_json_schema()["properties"]
+    assert list(properties) == ["reason", "passage_id"]
+    assert properties["passage_id"]["enum"] == ["space-01", "space-07", NONE]
+    with pytest.raises(ValidationError):
+        schema.model_validate({"reason": "", "passage_id": "space-02"})

@@ -6,17 +6,21 @@ researcher's `GroundedAnswer` (`agentkit.Verifier`), in two steps, the cheap one
 
 1. **Rules, no model.** The cited passage must be one the run retrieved, and the answer must be in
    its words: every content word of the answer that the question does not hold is in the passage.
-2. **A judge model**, asked once (`run_once`) only when the rules pass: it is shown the question,
-   the cited passage and the answer, names what the question asks about and what the passage is
-   about, and says whether the passage states that answer to that question.
+2. **A judge model**, asked once (`run_once`) only when the rules pass. It is shown the question and
+   the passages the run retrieved, not the answer, and picks the one that states the answer (or
+   none); the answer is supported when it picks the cited passage. Measured on the 0.5B model, a
+   choice among the passages is what a small model does well: asked yes or no about one passage, it
+   said yes to the Hubble passage for the Voyager question while naming the passage's subject as
+   the Hubble Space Telescope.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from agentkit._agent import Prompt, RoleSpec, RoundInfo
 from agentkit._demo.search import Hit, Passage, terms
@@ -25,7 +29,10 @@ from agentkit._once import run_once
 from agentkit._pair import Review
 from agentkit._structured import StructuredCaller
 
-__all__ = ["AnswerJudge", "AnswerVerifier", "Claim", "Judgement", "rules_review"]
+__all__ = ["NONE", "AnswerJudge", "AnswerVerifier", "Judgement", "Sources", "judgement_type", "rules_review"]
+
+NONE = "none"
+"""The judge's pick when no passage it was shown states the answer."""
 
 
 class _Answer(BaseModel):
@@ -36,44 +43,42 @@ class _Answer(BaseModel):
 
 
 class Judgement(BaseModel):
-    """The judge's reply. Its fields come in the order a small model should think in (constrained decoding
-    emits them in schema order): what the question is about, what the passage is about, then the verdict."""
+    """The judge's reply: why, then its pick (the reason first: constrained decoding emits fields in schema
+    order, so a small model reasons before it decides). `AnswerVerifier` restricts `passage_id` to the ids
+    it shows and `none`."""
 
     model_config = ConfigDict(extra="forbid")
 
-    question_subject: str = Field(max_length=80, description="Who or what the question asks about, in a few words.")
-    passage_subject: str = Field(max_length=80, description="Who or what the passage is about, in a few words.")
-    supported: bool = Field(
-        description="true only when the passage is about what the question asks about and states the answer given."
+    reason: str = Field(
+        max_length=120,
+        description="Which passage is about what the question asks and states the answer, in a sentence.",
     )
-    reason: str = Field(max_length=160, description="Why, in one short sentence.")
+    passage_id: str = Field(description="The id of the passage that states the answer, or none.")
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class Claim:
-    """What the judge is shown: the question, the passage the answer cites, and the answer."""
+class Sources:
+    """What the judge is shown: the question and the passages the run retrieved (not the answer)."""
 
     question: str
-    passage: Passage
-    answer: str
+    passages: tuple[Passage, ...]
 
 
 _JUDGE_SYSTEM = (
-    "You check an answer against the passage it cites. The answer is supported only when the passage is about "
-    "what the question asks about and the passage itself states that answer to the question. A passage about "
-    "something else does not support the answer, even when the answer copies its words."
+    "You pick, from the passages, the one that states the answer to the question. Read the question's subject "
+    "carefully: a passage about a different thing does not answer it. If none states it, pick none."
 )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class AnswerJudge:
-    """The judge: one call, at temperature 0, that renders a `Claim`."""
+    """The judge: one call, at temperature 0, that renders `Sources`."""
 
     model: str
     """The model to ask."""
     seed: int = 7
     """Sampling seed."""
-    max_tokens: int = 200
+    max_tokens: int = 120
     """Reply token limit; the judgement is short JSON."""
 
     def role(self) -> RoleSpec:
@@ -82,27 +87,33 @@ class AnswerJudge:
             model=self.model, temperature=0.0, seed=self.seed, max_tokens=self.max_tokens, prompt_type="demo_judge"
         )
 
-    def render(self, ctx: Claim, info: RoundInfo) -> Prompt:
-        """The rule in the system part; the question, the passage and the answer after it."""
-        passage = ctx.passage
-        return Prompt(
-            system=_JUDGE_SYSTEM,
-            dynamic=f"Question: {ctx.question}\n\nCited passage [{passage.id}] {passage.title}: {passage.text}\n\n"
-            f"Answer: {ctx.answer}",
-        )
+    def render(self, ctx: Sources, info: RoundInfo) -> Prompt:
+        """The rule in the system part; the question and the passages, one a line, after it."""
+        shown = "\n".join(f"[{p.id}] {p.title}: {p.text}" for p in ctx.passages)
+        return Prompt(system=_JUDGE_SYSTEM, dynamic=f"Question: {ctx.question}\n\nPassages:\n{shown}")
 
 
-def rules_review(question: str, retrieved: Sequence[Hit], answer: _Answer) -> Review:
+def judgement_type(ids: Sequence[str]) -> type[Judgement]:
+    """`Judgement` whose `passage_id` is one of `ids` or `none`: the judge cannot name another passage."""
+    choices: Any = Literal[(*ids, NONE)]
+    return create_model(
+        "Judgement",
+        __base__=Judgement,
+        passage_id=(choices, Field(description="The id of the passage that states the answer, or none.")),
+    )
+
+
+def rules_review(question: str, retrieved: Sequence[Hit], passage_id: str, answer: str) -> Review:
     """The check without a model: the cited passage was retrieved, and the answer is in its words.
 
     An answer word counts as the passage's when its index term (`terms`: lower-cased, stop words out,
     lightly stemmed) is the passage's (title or text) or the question's.
     """
-    passage = next((hit.passage for hit in retrieved if hit.id == answer.passage_id), None)
+    passage = next((hit.passage for hit in retrieved if hit.id == passage_id), None)
     if passage is None:
-        return Review(approved=False, feedback=f"it cites {answer.passage_id!r}, which no search of the run returned")
+        return Review(approved=False, feedback=f"it cites {passage_id!r}, which no search of the run returned")
     known = set(terms(f"{passage.title} {passage.text}")) | set(terms(question))
-    foreign = [word for word in dict.fromkeys(terms(answer.answer)) if word not in known]
+    foreign = [word for word in dict.fromkeys(terms(answer)) if word not in known]
     if foreign:
         listed = ", ".join(repr(word) for word in foreign)
         return Review(approved=False, feedback=f"the answer's words {listed} are not in passage {passage.id}")
@@ -137,16 +148,23 @@ class AnswerVerifier:
     async def review(self, draft: BaseModel) -> Review:
         """`Review(approved=True)` when the cited passage supports the answer, else the reason it does not."""
         answer = _Answer.model_validate(draft.model_dump())
-        ruled = rules_review(self.question, self.retrieved, answer)
+        ruled = rules_review(self.question, self.retrieved, answer.passage_id, answer.answer)
         if not ruled.approved:
             return ruled
-        passage = next(hit.passage for hit in self.retrieved if hit.id == answer.passage_id)
-        claim = Claim(question=self.question, passage=passage, answer=answer.answer)
-        judged = await run_once(self.caller, self.judge, claim, schema=Judgement, observer=self.observer)
+        passages = tuple({hit.id: hit.passage for hit in self.retrieved}.values())  # once each, in retrieval order
+        sources = Sources(question=self.question, passages=passages)
+        schema = judgement_type([p.id for p in passages])
+        judged = await run_once(self.caller, self.judge, sources, schema=schema, observer=self.observer)
         if judged.value is None:
             assert judged.error is not None
             raise judged.error
-        verdict = judged.value
+        picked = judged.value.passage_id
+        if picked == answer.passage_id:
+            return Review(approved=True, usage=judged.usage)
+        found = next((p for p in passages if p.id == picked), None)
+        where = "no passage the run retrieved" if found is None else f"[{found.id}] {found.title}"
         return Review(
-            approved=verdict.supported, feedback="" if verdict.supported else verdict.reason, usage=judged.usage
+            approved=False,
+            feedback=f"the judge finds the answer in {where}, not in the cited [{answer.passage_id}]",
+            usage=judged.usage,
         )

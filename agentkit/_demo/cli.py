@@ -663,14 +663,9 @@ def _answered(rationale: str, passage_id: str, answer: str) -> dict[str, Any]:
     return {"rationale": rationale, "decision": {"done": True, "answer": cited}}
 
 
-def _judged(question: str, passage: Passage, *, supported: bool) -> dict[str, Any]:
-    """The judge's reply on an answer citing `passage`, in the wire shape."""
-    return {
-        "question_subject": " ".join(keywords(question))[:80],
-        "passage_subject": passage.title[:80],
-        "supported": supported,
-        "reason": f"Passage {passage.id} {'states' if supported else 'does not state'} the answer.",
-    }
+def _judged(passage: Passage) -> dict[str, Any]:
+    """The judge's reply picking `passage` as the one that states the answer, in the wire shape."""
+    return {"reason": f"Passage {passage.id} states the answer.", "passage_id": passage.id}
 
 
 def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLANNING_TASK) -> ScriptedCaller:
@@ -696,7 +691,7 @@ def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLAN
         if question in QUESTIONS:
             answer = top.passage.text.split(". ")[0].rstrip(".") + "."
             caller.add(_answered(f"Passage {top.id} states the answer.", top.id, answer))
-            caller.add(_judged(question, top.passage, supported=True))
+            caller.add(_judged(top.passage))
         else:  # the demo shows no answer for it: a script cannot read
             caller.add(_answered("A script stops after one search; it cannot read the passages.", top.id, "-"))
     task_query = "archived Pluto ninth planet"
