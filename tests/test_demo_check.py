@@ -186,6 +186,7 @@ def test_rules_refuse_a_citation_the_run_did_not_retrieve() -> None:
         "It was launched on 5 September 1977.",  # "launched": the question's and the passage's word
         "5 September 1977",
         "The Voyager 1 probe launched in September 1977.",  # inflected forms meet
+        "NASA's Voyager 1 was launched on 5 September 1977.",  # a possessive is its word, not the word and an "s"
     ],
 )
 def test_rules_pass_an_answer_in_the_words_of_its_passage_and_question(answer: str) -> None:

@@ -16,6 +16,7 @@ researcher's `GroundedAnswer` (`agentkit.Verifier`), in two steps, the cheap one
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -103,6 +104,15 @@ def judgement_type(ids: Sequence[str]) -> type[Judgement]:
     )
 
 
+_POSSESSIVE = re.compile(r"['\u2019]s\b", re.IGNORECASE)
+
+
+def _words(text: str) -> list[str]:
+    """The index terms of `text` with possessives dropped first: "Babbage's" is "Babbage", not "Babbage" and
+    an "s" (the 0.5B model once wrote "and's" for "its", which is no claim about the passage)."""
+    return terms(_POSSESSIVE.sub("", text))
+
+
 def rules_review(question: str, retrieved: Sequence[Hit], passage_id: str, answer: str) -> Review:
     """The check without a model: the cited passage was retrieved, and the answer is in its words.
 
@@ -112,8 +122,8 @@ def rules_review(question: str, retrieved: Sequence[Hit], passage_id: str, answe
     passage = next((hit.passage for hit in retrieved if hit.id == passage_id), None)
     if passage is None:
         return Review(approved=False, feedback=f"it cites {passage_id!r}, which no search of the run returned")
-    known = set(terms(f"{passage.title} {passage.text}")) | set(terms(question))
-    foreign = [word for word in dict.fromkeys(terms(answer)) if word not in known]
+    known = set(_words(f"{passage.title} {passage.text}")) | set(_words(question))
+    foreign = [word for word in dict.fromkeys(_words(answer)) if word not in known]
     if foreign:
         listed = ", ".join(repr(word) for word in foreign)
         return Review(approved=False, feedback=f"the answer's words {listed} are not in passage {passage.id}")
