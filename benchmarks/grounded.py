@@ -11,8 +11,10 @@ or ``1.5b``) with two prompts and with and without the retrieval recipe:
 
 Per variant: the share of model replies that were valid steps, of runs the executor ended itself,
 of runs that retrieved the answer's passage, of answers that are correct (match the case's pattern),
-of answers whose citation names a retrieved passage, and the seconds per round. Prints one JSON object;
-``--out`` also writes it and a Markdown table there.
+of answers whose citation names a retrieved passage, and the seconds per round. Each answer is then checked
+against the passage it cites, as the demo checks it (``agentkit._demo.check.AnswerVerifier``: the rules, then
+one judge call on the same model): the answers supported and not supported, and how often that verdict and the
+case's pattern disagree. Prints one JSON object; ``--out`` also writes it and a Markdown table there.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import platform
 import re
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,7 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentkit import LoopConfig, Observer, Prompt, RoleSpec, StopReason, ToolLoop, ToolRoundInfo
 from agentkit._demo.agent import DEMO_CONFIG, GroundedAnswer, Researcher
+from agentkit._demo.check import AnswerVerifier
 from agentkit._demo.search import BM25Index, Hit, load_corpus, search_tool
+from agentkit.errors import AgentkitError
 from agentkit.evals.demo import QUESTIONS
 from agentkit.events import LLMCallFinished
 from agentkit.providers.local import MODELS, LocalModel
@@ -90,14 +95,32 @@ async def one_variant(caller: Any, model: str, prompt: str, recipe: bool) -> dic
     loop: ToolLoop[str, Any, Hit, Any] = ToolLoop(caller, agent, tool, config, observer=replies, answer=answer)
     runs: list[dict[str, Any]] = []
     rounds = 0
-    started = time.perf_counter()
+    seconds = judging = 0.0
     for case in QUESTIONS.cases:
+        started = time.perf_counter()
         result = await loop.run(case.ctx)
+        seconds += time.perf_counter() - started
         rounds += result.rounds
         passage = str(case.metadata["passage"])
         retrieved = {hit.id for hit in result.items}
         given = result.answer
         pattern = case.expect.answer_matches["answer"]
+        started = time.perf_counter()
+        verdict = await check(caller, model, case.ctx, result.items, given)
+        judging += time.perf_counter() - started
+        supported = verdict["supported"]
+        shown = (
+            "supported"
+            if supported
+            else f"not supported: {verdict['verdict']}"
+            if supported is False
+            else verdict["verdict"]
+        )
+        print(
+            f"{prompt} {'recipe' if recipe else 'no recipe'} {case.name}: {shown}",
+            file=sys.stderr,
+            flush=True,
+        )
         runs.append(
             {
                 "case": case.name,
@@ -107,9 +130,10 @@ async def one_variant(caller: Any, model: str, prompt: str, recipe: bool) -> dic
                 "correct": given is not None and re.search(pattern, given.answer, re.IGNORECASE) is not None,
                 "cited_valid": given is not None and given.passage_id in retrieved,
             }
+            | verdict
         )
-    seconds = time.perf_counter() - started
     answered = sum(r["answered"] for r in runs)
+    checked = [r for r in runs if r["supported"] is not None]
     return {
         "prompt": prompt,
         "recipe": recipe,
@@ -120,9 +144,27 @@ async def one_variant(caller: Any, model: str, prompt: str, recipe: bool) -> dic
         "answered": answered,
         "correct": sum(r["correct"] for r in runs),
         "citations_valid": sum(r["cited_valid"] for r in runs),
+        "supported": sum(r["supported"] is True for r in runs),
+        "unsupported": sum(r["supported"] is False for r in runs),
+        "verdict_disagrees": sum(r["supported"] != r["correct"] for r in checked),
         "seconds_per_round": round(seconds / max(rounds, 1), 2),
+        "seconds_per_check": round(judging / max(len(checked), 1), 2),
         "cases": runs,
     }
+
+
+async def check(
+    caller: Any, model: str, question: str, retrieved: Sequence[Hit], given: BaseModel | None
+) -> dict[str, Any]:
+    """The demo's verdict on an answer: ``supported`` (``None``: no answer, or the judge's call failed), why
+    not, and whether the rules decided it (no model call) or the judge did."""
+    if given is None:
+        return {"supported": None, "verdict": "no answer", "judged": False}
+    try:
+        review = await AnswerVerifier(caller, model, question, retrieved).review(given)
+    except AgentkitError as error:
+        return {"supported": None, "verdict": f"unchecked: {error}", "judged": True}
+    return {"supported": review.approved, "verdict": review.feedback, "judged": review.usage.requests > 0}
 
 
 async def measure(size: str, threads: int, variants: Sequence[tuple[str, bool]]) -> dict[str, Any]:
@@ -141,15 +183,17 @@ def markdown(report: dict[str, Any]) -> str:
         f"({report['threads']} threads); {report['date']}, {report['machine']}.",
         "",
         "| prompt | recipe | valid steps | the executor ended the run | answer passage retrieved | answered "
-        "| answer correct | citation names a retrieved passage | s per round |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| answer correct | citation names a retrieved passage | supported by the cited passage "
+        "| not supported | verdict and pattern disagree | s per round |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for v in report["variants"]:
-        n = v["runs"]
+        n, answered = v["runs"], v["answered"]
         lines.append(
             f"| {v['prompt']} | {'yes' if v['recipe'] else 'no'} | {v['valid_steps']:.0%} | {v['executor_ended']}/{n} "
-            f"| {v['passage_retrieved']}/{n} | {v['answered']}/{n} | {v['correct']}/{n} "
-            f"| {v['citations_valid']}/{v['answered'] or 0} | {v['seconds_per_round']} |"
+            f"| {v['passage_retrieved']}/{n} | {answered}/{n} | {v['correct']}/{n} "
+            f"| {v['citations_valid']}/{answered} | {v['supported']}/{answered} | {v['unsupported']}/{answered} "
+            f"| {v['verdict_disagrees']}/{v['supported'] + v['unsupported']} | {v['seconds_per_round']} |"
         )
     return "\n".join(lines) + "\n"
 

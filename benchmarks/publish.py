@@ -393,10 +393,13 @@ def otel_metrics(files: Sequence[str]) -> str:
 def grounded(files: Sequence[str]) -> str:
     """The demo's questions on the embedded model: each prompt with and without the retrieval recipe."""
     results = load(files[0])
+    # Results from before the answers were checked against their passages have no verdict columns.
+    checked = "supported" in results["variants"][0]
+    verdicts = " supported by the cited passage | not supported | verdict and pattern disagree |" if checked else ""
     lines = [
         "| prompt | recipe | valid steps | the executor ended the run | answer passage retrieved | answered "
-        "| answer correct | citation names a retrieved passage | s per round |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| answer correct | citation names a retrieved passage |{verdicts} s per round |",
+        "|---|---|---|---|---|---|---|---|---|" + ("---|---|---|" if checked else ""),
     ]
     for row in results["variants"]:
         runs, answered = row["runs"], row["answered"]
@@ -409,9 +412,12 @@ def grounded(files: Sequence[str]) -> str:
             f"{answered}/{runs}",
             f"{row['correct']}/{runs}",
             f"{row['citations_valid']}/{answered}",
-            _num(row["seconds_per_round"]),
         ]
-        lines.append(_row(cells))
+        if checked:
+            judged = row["supported"] + row["unsupported"]
+            cells += [f"{row['supported']}/{answered}", f"{row['unsupported']}/{answered}"]
+            cells.append(f"{row['verdict_disagrees']}/{judged}")
+        lines.append(_row([*cells, _num(row["seconds_per_round"])]))
     model = f"The embedded {results['model']} model, {results['threads']} generation threads. "
     return "\n".join([*lines, "", model + measured(results, files[0])])
 

@@ -32,7 +32,8 @@ from agentkit._demo.agent import (
     plan,
     research,
 )
-from agentkit._demo.search import BM25Index, Hit, SearchArgs, keywords, load_corpus, search_tool
+from agentkit._demo.check import AnswerVerifier
+from agentkit._demo.search import BM25Index, Hit, Passage, SearchArgs, keywords, load_corpus, search_tool
 from agentkit._events import (
     DegenerationDetected,
     LLMCallFinished,
@@ -44,6 +45,7 @@ from agentkit._events import (
 )
 from agentkit._observe import Observer, ObserverArg
 from agentkit._outcome import Outcome
+from agentkit._pair import Review
 from agentkit._results import ToolLoopResult
 from agentkit._state import DecisionEntry
 from agentkit._structured import StructuredCaller
@@ -297,6 +299,8 @@ async def run_demo(
     display: ObserverArg = live if recorder is None else [live, recorder]
     errors = 0
     rounds = 0
+    verdicts: dict[int, bool] = {}
+    judged = 0
     started = time.perf_counter()
     for number, question in enumerate(questions, 1):
         print(f"[{number}/{len(questions)}] {question}", file=out, flush=True)
@@ -306,8 +310,16 @@ async def run_demo(
         _summary(result, out, verbose=verbose)
         if _unreachable(result.error, out):
             return 1
-        _answer(result, out, scripted=scripted and question not in QUESTIONS)
+        unscripted = scripted and question not in QUESTIONS
+        _answer(result, out, scripted=unscripted)
+        if result.answer is not None and not unscripted:
+            verifier = AnswerVerifier(caller, model, question, result.items, observer=recorder)
+            review = await _verdict(verifier, result.answer, out)
+            if review is not None:
+                verdicts[number] = review.approved
+                judged += review.usage.requests
         print(file=out, flush=True)
+    _verdicts(verdicts, out)
 
     print("Planning with tiers: a read runs live, a delete is only proposed.", file=out)
     print(f"Task: {PLANNING_TASK}", file=out, flush=True)
@@ -323,7 +335,13 @@ async def run_demo(
         await recorder.wait_flushed()
         await _decide_next(journal, planned.run_id, out, db, mode)
     elapsed = time.perf_counter() - started
-    print(f"\n{rounds} rounds in {elapsed:.1f} s ({elapsed / max(rounds, 1):.2f} s per round).", file=out, flush=True)
+    calls = rounds + judged
+    print(
+        f"\n{rounds} rounds and {judged} judge calls in {elapsed:.1f} s "
+        f"({elapsed / max(calls, 1):.2f} s per model call).",
+        file=out,
+        flush=True,
+    )
     return 1 if errors else 0
 
 
@@ -443,6 +461,34 @@ def _answer(result: ToolLoopResult[Hit, GroundedAnswer], out: TextIO, *, scripte
         print(f"  answer   {result.answer.answer}", file=out)
         for hit in result.cited():
             print(f"  cites    [{hit.id}] {hit.passage.title}: {hit.passage.text}", file=out)
+
+
+async def _verdict(verifier: AnswerVerifier, answer: GroundedAnswer, out: TextIO) -> Review | None:
+    """Check `answer` against the passage it cites and print the verdict; `None` when the judge's call
+    failed (the answer is then unchecked, and the line says so)."""
+    started = time.perf_counter()
+    try:
+        review = await verifier.review(answer)
+    except AgentkitError as error:
+        print(f"  verdict  unchecked: the judge's call failed: {error}", file=out, flush=True)
+        return None
+    how = f"the judge, {time.perf_counter() - started:.2f} s" if review.usage.requests else "the rules, no model call"
+    if review.approved:
+        print(f"  verdict  supported by [{answer.passage_id}] ({how})", file=out, flush=True)
+    else:
+        print(f"  verdict  NOT SUPPORTED: {review.feedback} ({how})", file=out, flush=True)
+    return review
+
+
+def _verdicts(verdicts: dict[int, bool], out: TextIO) -> None:
+    """One line for all the checked answers: how many the passage they cite supports, and which it does not."""
+    if not verdicts:
+        return
+    unsupported = [number for number, supported in verdicts.items() if not supported]
+    line = f"Answers checked against the passage each cites: {len(verdicts) - len(unsupported)} supported"
+    if unsupported:
+        line += f", {len(unsupported)} NOT SUPPORTED ({', '.join(f'[{n}]' for n in unsupported)})"
+    print(f"{line}.\n", file=out, flush=True)
 
 
 def _summary(result: ToolLoopResult[Any, Any], out: TextIO, *, verbose: bool = False) -> None:
@@ -616,6 +662,11 @@ def _answered(rationale: str, passage_id: str, answer: str) -> dict[str, Any]:
     return {"rationale": rationale, "decision": {"done": True, "answer": cited}}
 
 
+def _judged(passage: Passage) -> dict[str, Any]:
+    """The judge's reply picking `passage` as the one that states the answer, in the wire shape."""
+    return {"reason": f"Passage {passage.id} states the answer.", "passage_id": passage.id}
+
+
 def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLANNING_TASK) -> ScriptedCaller:
     """A caller scripted to play the demo: per question a search with its keywords and done, with
     an answer from the best hit for the built-in questions; then the planning example's search and
@@ -639,6 +690,7 @@ def scripted_caller(index: BM25Index, questions: Sequence[str], task: str = PLAN
         if question in QUESTIONS:
             answer = top.passage.text.split(". ")[0].rstrip(".") + "."
             caller.add(_answered(f"Passage {top.id} states the answer.", top.id, answer))
+            caller.add(_judged(top.passage))
         else:  # the demo shows no answer for it: a script cannot read
             caller.add(_answered("A script stops after one search; it cannot read the passages.", top.id, "-"))
     task_query = "archived Pluto ninth planet"

@@ -597,9 +597,10 @@ async def test_live_display_reports_a_refused_repeat_under_the_recipe() -> None:
 
 
 def test_scripted_caller_answers_only_the_built_in_questions() -> None:
-    """The script searches any question's keywords, but writes an answer only for a built-in one."""
+    """The script searches any question's keywords, but writes an answer (and its judgement) only for a built-in one."""
     index = BM25Index(load_corpus())
-    assert scripted_caller(index, [QUESTIONS[0]]).remaining == 2 + 2  # search, done with the answer; search, delete
+    # search, done with the answer, the judge's verdict; search, delete
+    assert scripted_caller(index, [QUESTIONS[0]]).remaining == 3 + 2
     assert scripted_caller(index, ["How deep is Lake Baikal?"]).remaining == 2 + 2  # search, done
 
 

@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from agentkit._demo.agent import PLANNING_TASK, Curator, delete_tool, plan, research
+from agentkit._demo.agent import PLANNING_TASK, QUESTIONS, Curator, GroundedAnswer, delete_tool, plan, research
+from agentkit._demo.check import AnswerVerifier
 from agentkit._demo.search import BM25Index, load_corpus, search_tool
 from agentkit._outcome import Outcome, StopReason
 from agentkit._tools import FunctionTool
@@ -74,6 +75,31 @@ async def test_real_model_searches_then_stops_with_the_answer_passage(
     assert result.outcome is Outcome.APPLIED, result.trace
     assert searches, result.trace
     assert passage_id in {hit.id for hit in result.items}
+
+
+async def test_real_model_judges_an_answer_against_the_passage_it_cites(local: LocalModel) -> None:
+    """The demo's check on the real model, two judge calls: the Voyager question answered with the words of the
+    Hubble passage the search also returned (what the 0.5B model once answered) is not supported, the judge
+    finding the answer in the Voyager passage; answered with the Voyager passage's words, it is supported,
+    with that passage shown last (so a judge that picks the first passage shown would fail one of the two)."""
+    index = BM25Index(load_corpus())
+    hits = index.search("voyager 1 space probe launched")
+    assert [hit.id for hit in hits] == ["space-01", "space-02", "space-07"]
+    first = {hit.id: hit.passage.text.split(". ")[0] for hit in hits}
+    caller = local.caller()
+    try:
+        wrong = await AnswerVerifier(caller, local.model_name, QUESTIONS[0], hits).review(
+            GroundedAnswer(passage_id="space-07", answer=first["space-07"])
+        )
+        right = await AnswerVerifier(caller, local.model_name, QUESTIONS[0], hits[::-1]).review(
+            GroundedAnswer(passage_id="space-01", answer=first["space-01"])
+        )
+    finally:
+        await caller.aclose()
+    assert (wrong.usage.requests, right.usage.requests) == (1, 1)  # the rules passed both; the judge decided
+    assert not wrong.approved
+    assert wrong.feedback == "the judge finds the answer in [space-01] Voyager 1, not in the cited [space-07]"
+    assert right.approved, right.feedback
 
 
 async def test_real_model_searches_then_proposes_deleting_the_archived_passage(local: LocalModel) -> None:
