@@ -86,13 +86,14 @@ def test_schema_cannot_express_a_step_without_a_call_unless_done(spec: Any) -> N
 
 @pytest.mark.parametrize("spec", STEP_SPECS)
 def test_every_decision_variant_is_done_or_one_tool_call(spec: Any) -> None:
-    """The decision is an anyOf of a done variant and one call variant per tool, each closed and fully required."""
+    """The decision is an anyOf of a done variant and one call variant per tool, each fully required; the done
+    variant is closed (a done step with a call is outside it), the call variants are closed by validation."""
     schema = build_step_model(spec).model_json_schema()
-    variants = [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] for ref in schema["properties"]["decision"]["anyOf"]]
+    variants = decision_variants(schema)
     tools = 1 if isinstance(spec, type) else len(spec)
     assert [v["properties"]["done"]["const"] for v in variants] == [True] + [False] * tools
+    assert variants[0]["additionalProperties"] is False
     for variant in variants:
-        assert variant["additionalProperties"] is False
         assert variant["required"] == list(variant["properties"])
     assert schema["required"] == ["rationale", "decision"]
 
@@ -260,10 +261,10 @@ def test_the_compact_step_schema_still_refuses_a_step_without_a_call_unless_done
 
 
 def decision_variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
-    """The decision's variants: each of its anyOf, or the one it refers to (a closing round's)."""
+    """The decision's variants: each of its anyOf, or the decision itself (a closing round's one variant)."""
     decision = schema["properties"]["decision"]
-    refs = decision.get("anyOf", [decision])
-    return [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] for ref in refs]
+    variants: list[dict[str, Any]] = decision.get("anyOf", [decision])
+    return variants
 
 
 def answer_of(spec: Any) -> dict[str, Any]:
@@ -308,7 +309,7 @@ def test_a_citing_answer_keeps_its_ids_in_the_compact_schema_and_in_strict_mode(
     assert sum(1 for values in allowed if values == list(ids)) == 2  # source, and also's items
     strict = strict_schema(schema, schema["title"])
     check_strict_schema(strict, "step", "response_format")
-    done = next(v for v in strict["$defs"].values() if v["properties"].get("done", {}).get("enum") == [True])
+    done = next(v for v in decision_variants(strict) if v["properties"]["done"]["enum"] == [True])
     cited = done["properties"]["answer"]["properties"]
     assert cited["source"] == cited["also"]["items"] == {"enum": list(ids), "type": "string"}
     validator = jsonschema.Draft202012Validator(schema)
