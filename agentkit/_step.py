@@ -23,8 +23,8 @@ objects only the done variant says `additionalProperties: false`: that is what k
 `{"done": true, "call": ...}` out of the schema. Every other one is closed all the same, by
 validation (`extra="forbid"`), by the constrained decoders (llama.cpp and vLLM's xgrammar write no
 key a schema's `properties` does not declare), and in OpenAI's strict mode by its rewrite
-(`agentkit.providers._strict`), which closes every object. A tool's own args schema is sent as its
-model writes it.
+(`agentkit.providers._strict`), which closes every object. A tool's args object says
+`additionalProperties` where its own model does (`extra="forbid"`), as before.
 """
 
 from __future__ import annotations
@@ -255,13 +255,13 @@ def _inline_used_once(schema: dict[str, Any]) -> dict[str, Any]:
         if not isinstance(node, dict):
             return node
         ref = node.get("$ref")
-        siblings = {key: walk(value, within) for key, value in node.items() if key not in ("$ref", "$defs")}
-        if isinstance(ref, str) and once(ref) and ref not in within:
-            target: dict[str, Any] = walk(defs[ref[len(prefix) :]], within | {ref})
-            return {**target, **siblings}
-        return siblings if ref is None else {"$ref": ref, **siblings}
+        if not (isinstance(ref, str) and once(ref) and ref not in within):
+            return {key: walk(value, within) for key, value in node.items()}
+        siblings = {key: walk(value, within) for key, value in node.items() if key != "$ref"}
+        target: dict[str, Any] = walk(defs[ref[len(prefix) :]], within | {ref})
+        return {**target, **siblings}
 
-    out: dict[str, Any] = walk(schema, frozenset())
+    out: dict[str, Any] = walk({key: value for key, value in schema.items() if key != "$defs"}, frozenset())
     kept: dict[str, Any] = {}
     needed = list(_references(out, {}))
     while needed:

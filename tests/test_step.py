@@ -434,3 +434,18 @@ async def test_the_default_mode_sends_at_most_2_5x_the_bytes_of_a_raw_loops_tool
     """The step schema's request, all but model and messages, stays within 2.5x the raw loop's tools array."""
     spec: Any = tools[0][1] if len(tools) == 1 else tools
     assert len(await sent_extra(spec)) <= 2.5 * len(raw_tools(tools))
+
+
+class Pointer(BaseModel):
+    """Args whose field is named like a schema keyword."""
+
+    ref: str = Field(alias="$ref")
+
+
+def test_an_args_field_named_like_a_schema_keyword_stays_in_the_inlined_schema() -> None:
+    """Writing models in place leaves a property named ``$ref`` as a property, not a reference."""
+    schema = build_step_model(Pointer).model_json_schema()
+    call = decision_variants(schema)[1]["properties"]["call"]
+    assert call["properties"] == {"$ref": {"type": "string"}}
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid({"rationale": "", "decision": {"done": False, "call": {"$ref": "x"}}})
