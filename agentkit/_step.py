@@ -13,10 +13,18 @@ The root stays an object, as OpenAI's strict subset requires, and the union is a
 validated value is still a flat `ToolStep` (`rationale`, `done`, `call`), and the flat
 shape (`{"done": false, "call": {...}}`) is accepted as input too.
 
-A model reads the schema, and pays for its bytes, every round, so it says each thing once: the
-`decision`'s description says what each variant is (the variants describe none of their fields,
-which would repeat per tool), no node has a title but the root (the schema's name), the step's
-fields carry no defaults (every one is required) and a `const` carries no `type`.
+A model reads the schema, and pays for its bytes, every round, so it says each thing once and
+briefly: the `decision`'s description says in a few words when to stop (the variants describe none
+of their fields, which would repeat per tool, and the `anyOf` spells out each variant's shape), no
+node has a title but the root (the schema's name), the step's fields carry no defaults (every one
+is required), a `const` carries no `type`, and a model used once is written where it is used, not
+in `$defs` behind a `$ref` (only a model used twice, or recursive, stays there). Of the step's own
+objects only the done variant says `additionalProperties: false`: that is what keeps
+`{"done": true, "call": ...}` out of the schema. Every other one is closed all the same, by
+validation (`extra="forbid"`), by the constrained decoders (llama.cpp and vLLM's xgrammar write no
+key a schema's `properties` does not declare), and in OpenAI's strict mode by its rewrite
+(`agentkit.providers._strict`), which closes every object. A tool's args object says
+`additionalProperties` where its own model does (`extra="forbid"`), as before.
 """
 
 from __future__ import annotations
@@ -68,6 +76,13 @@ def _require_every_field(schema: dict[str, Any]) -> None:
     schema["required"] = list(schema.get("properties", {}))
 
 
+def _require_every_field_unclosed(schema: dict[str, Any]) -> None:
+    # Closed by validation (extra="forbid"), by constrained decoders and by the strict rewrite, not by
+    # 28 bytes a round (see the module docstring); only the done variant says it (`_ClosedWire`).
+    _require_every_field(schema)
+    schema.pop("additionalProperties", None)
+
+
 _DECISION_KEYS = frozenset({"done", "call", "answer"})
 
 
@@ -85,7 +100,7 @@ class ToolStep(BaseModel, Generic[Args]):
     _calls_first: ClassVar[bool] = False
     """A step that cannot be done: the run must call a tool first (`LoopConfig.min_calls`)."""
 
-    rationale: str = Field(default="", description="Why this step: what is known, what is missing.")
+    rationale: str = Field(default="", description="What is known, what is missing.")
     done: bool = Field(description="true when the gathered results are enough (or nothing is needed).")
     call: Args | None = Field(default=None, description="The tool call to make when done is false.")
 
@@ -135,7 +150,7 @@ class ToolStep(BaseModel, Generic[Args]):
         schema = super().model_json_schema(by_alias, ref_template, schema_generator, mode, union_format=union_format)
         if _wire_model(cls) is None:
             return schema
-        compact: dict[str, Any] = _for_the_model(schema, root=True)
+        compact: dict[str, Any] = _inline_used_once(_for_the_model(schema, root=True))
         return compact
 
     @model_validator(mode="after")
@@ -162,6 +177,12 @@ _STEP_BASE: type[ToolStep[Any]] = ToolStep[Any]
 
 
 class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_require_every_field_unclosed)
+
+
+class _ClosedWire(BaseModel):
+    """The done variant: closed in the schema too, so that a done step with a call is not in it."""
+
     model_config = ConfigDict(extra="forbid", json_schema_extra=_require_every_field)
 
 
@@ -194,6 +215,63 @@ def _for_the_model(node: Any, *, root: bool = False) -> Any:
             out[key] = _for_the_model(value)
         else:
             out[key] = value
+    return out
+
+
+def _references(node: Any, counts: dict[str, int]) -> dict[str, int]:
+    """How many times each `$ref` target occurs in `node`, added to `counts`."""
+    if isinstance(node, dict):
+        ref = node.get("$ref")
+        if isinstance(ref, str):
+            counts[ref] = counts.get(ref, 0) + 1
+        for value in node.values():
+            _references(value, counts)
+    elif isinstance(node, list):
+        for value in node:
+            _references(value, counts)
+    return counts
+
+
+def _inline_used_once(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema` with each definition that one `$ref` uses written in its place, and dropped from `$defs`.
+
+    A definition used twice stays (inlined, it would be sent twice), and so does one whose only use
+    is inside itself (a recursive model): its `$ref` stays, as strict mode allows. What the schema
+    admits does not change: a `$ref`'s sibling keywords (a field's description) stay beside the
+    inlined definition, and win over its own.
+    """
+    defs = schema.get("$defs")
+    if not isinstance(defs, dict) or not defs:
+        return schema
+    counts = _references(schema, {})
+    prefix = "#/$defs/"
+
+    def once(ref: str) -> bool:
+        return counts.get(ref) == 1 and ref.startswith(prefix) and isinstance(defs.get(ref[len(prefix) :]), dict)
+
+    def walk(node: Any, within: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [walk(value, within) for value in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if not (isinstance(ref, str) and once(ref) and ref not in within):
+            return {key: walk(value, within) for key, value in node.items()}
+        siblings = {key: walk(value, within) for key, value in node.items() if key != "$ref"}
+        target: dict[str, Any] = walk(defs[ref[len(prefix) :]], within | {ref})
+        return {**target, **siblings}
+
+    out: dict[str, Any] = walk({key: value for key, value in schema.items() if key != "$defs"}, frozenset())
+    kept: dict[str, Any] = {}
+    needed = list(_references(out, {}))
+    while needed:
+        ref = needed.pop()
+        name = ref[len(prefix) :]
+        if ref.startswith(prefix) and name in defs and name not in kept:
+            kept[name] = walk(defs[name], frozenset({ref}))
+            needed += _references(kept[name], {})
+    if kept:
+        out["$defs"] = {name: kept[name] for name in defs if name in kept}
     return out
 
 
@@ -232,15 +310,12 @@ def _build_wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
     variants: list[Any] = [] if step._calls_first else [_done_variant(answers[0] if answers else None)]
     variants += [_call_variant(call) for call in calls]
     decision: Any = _union(*variants)
-    done = '{"done": true, "answer": ...}' if answers else '{"done": true}'
-    described = (
-        f"Stop with {done} when the results so far are enough (or nothing is needed); "
-        'otherwise {"done": false, "call": ...}, the tool call to make.'
-    )
+    # The anyOf spells out each variant's shape; the description only says when to stop, briefly.
+    described = "Done once the results suffice, else a tool call."
     if step._calls_first:
-        described = 'A tool call is needed first: {"done": false, "call": ...}.'
+        described = "A tool call comes first."
     elif len(variants) == 1:
-        described = f"No more calls: {done}, the final answer from the results so far."
+        described = "Done: no more calls."
     rationale = fields["rationale"]
     # required in the wire schema anyway (``_require_every_field``), so its default would only be bytes
     bounded: Any = Annotated[str, *rationale.metadata] if rationale.metadata else str
@@ -256,17 +331,17 @@ def _build_wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
 # The variants describe none of their fields: the decision's description says what each one is, once,
 # where a description per variant field would repeat it for every tool.
 def _done_variant(answer: type[Any] | None) -> type[BaseModel]:
-    # Kept on the answer type (the plain variant on _Wire), so it goes when a per-request answer type goes.
-    return kept_on(_Wire if answer is None else answer, ("done", answer), lambda: _build_done_variant(answer))
+    # Kept on the answer type (the plain variant on _ClosedWire), so it goes when a per-request answer type goes.
+    return kept_on(_ClosedWire if answer is None else answer, ("done", answer), lambda: _build_done_variant(answer))
 
 
 def _build_done_variant(answer: type[Any] | None) -> type[BaseModel]:
     done: Any = (Literal[True], ...)
     if answer is None:
-        return create_model("StepDone", __base__=_Wire, done=done)
+        return create_model("StepDone", __base__=_ClosedWire, done=done)
     model: type[BaseModel] = create_model(
         schema_name(f"StepDone_{getattr(answer, '__name__', 'answer')}"),
-        __base__=_Wire,
+        __base__=_ClosedWire,
         done=done,
         answer=(answer, Field(description="The final answer, from what the tools returned.")),
     )
@@ -293,6 +368,12 @@ class ToolCall(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class _WireCall(ToolCall):
+    """The calls a step is built with: closed by validation, not in the schema (see the module docstring)."""
+
+    model_config = ConfigDict(json_schema_extra=_require_every_field_unclosed)
+
+
 def _call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
     return kept_on(args_type, ("call", tool_name), lambda: _build_call_model(tool_name, args_type))
 
@@ -300,7 +381,7 @@ def _call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
 def _build_call_model(tool_name: str, args_type: type[BaseModel]) -> type[ToolCall]:
     model: type[ToolCall] = create_model(
         schema_name(f"Call_{tool_name}"),
-        __base__=ToolCall,
+        __base__=_WireCall,
         tool=(Literal[tool_name], ...),  # type: ignore[arg-type]  # a Literal built at run time
         args=(args_type, ...),
     )
@@ -371,7 +452,7 @@ def _build_step_model(
             Field(
                 default="",
                 max_length=rationale_max_length,
-                description="Why this step: what is known, what is missing.",
+                description="What is known, what is missing.",
             ),
         )
     model: type[ToolStep[Any]] = create_model(schema_name(label), __base__=_STEP_BASE, **fields)

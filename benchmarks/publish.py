@@ -301,6 +301,47 @@ def prompt_tokens(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", tokenizer + measured(results, files[0])])
 
 
+SCHEMA_BYTES_MODES = {
+    "json_schema": "JSON schema (default)",
+    "json_schema strict": "JSON schema, strict",
+    "tools": "tools",
+    "tools strict": "tools, strict",
+    "json": "JSON (schema in the system message)",
+    "md_json": "markdown JSON (schema in the system message)",
+}
+"""How a cell of ``benchmarks/schema_bytes.py`` is named on the pages."""
+
+
+def schema_bytes(files: Sequence[str]) -> str:
+    """The step schema's bytes (and tokens) per request against a raw loop's tool definitions, before and after."""
+    before, after = load(files[0]), load(files[-1])
+    tokens = before.get("tokenizer") is not None and after.get("tokenizer") is not None
+    lines = [
+        f"| tools | mode | raw loop's `tools`, bytes | before, bytes | {X} raw | after, bytes | {X} raw |"
+        + (f" tokens, before | after | {X} raw |" if tokens else ""),
+        "|---|---|---|---|---|---|---|" + ("---|---|---|" if tokens else ""),
+    ]
+    for label, row in after["tool_sets"].items():
+        old = before["tool_sets"][label]
+        for mode, name in SCHEMA_BYTES_MODES.items():
+            key = "extra" if mode.startswith(("json_schema", "tools")) else "overhead"
+            cells = [label, name, _num(row["raw"]["tools_bytes"], 0)]
+            for run in (old, row):
+                sent = run[mode][f"{key}_bytes"]
+                cells += [_num(sent, 0), _num(sent / run["raw"]["tools_bytes"])]
+            if tokens:
+                cells += [
+                    _num(old[mode][f"{key}_tokens"], 0),
+                    _num(row[mode][f"{key}_tokens"], 0),
+                    _num(row[mode][f"{key}_tokens"] / row["raw"]["tools_tokens"]),
+                ]
+            lines.append("| " + " | ".join(cells) + " |")
+    tokenizer = f"Tokens by `{after['tokenizer']}`'s tokenizer. " if tokens else ""
+    return "\n".join(
+        [*lines, "", tokenizer + "Before: " + measured(before, files[0]), "", "After: " + measured(after, files[-1])]
+    )
+
+
 JOURNAL_VARIANTS = {
     "no-journal": "no journal",
     "observer-only": "an observer that takes each round's state, writing nothing",
@@ -520,6 +561,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "imports": imports,
     "fake-server": fake_server,
     "prompt-tokens": prompt_tokens,
+    "schema-bytes": schema_bytes,
     "journal-checkpoint": journal_checkpoint,
     "long-run": long_run,
     "otel-metrics": otel_metrics,

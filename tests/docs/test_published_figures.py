@@ -29,6 +29,11 @@ LATEST = {
     "prompt-tokens": "benchmarks/results/prompt-tokens-latest.json",
 }
 """The results file each kind of block on a headline page must quote: the latest of its benchmark."""
+BEFORE_AND_AFTER = {
+    "change": "benchmarks/results/latest.json",
+    "schema-bytes": "benchmarks/results/schema-bytes-latest.json",
+}
+"""The kinds of block that set a dated run before a change against the latest after it: the latest each quotes."""
 FIGURE = re.compile(
     r"\d(?:[\d,.]*\d)?\s?(?:ms|µs|us|s|seconds?|minutes?|hours?|MiB|KiB|GiB|MB|KB|kB|GB|bytes|times|\u00d7|x|%)(?![\w=])"
     r"|\u00d7\s?\d"
@@ -156,8 +161,8 @@ def test_the_pages_quote_the_latest_results(page: str) -> None:
         if block.kind in LATEST:
             assert block.files == (LATEST[block.kind],), (page, block.kind, block.files)
         else:
-            assert block.kind == "change"
-            assert block.files[-1] == "benchmarks/results/latest.json"
+            assert block.kind in BEFORE_AND_AFTER, (page, block.kind)
+            assert block.files[-1] == BEFORE_AND_AFTER[block.kind]
 
 
 def test_latest_is_the_newest_dated_run_of_the_benchmark() -> None:
@@ -167,7 +172,7 @@ def test_latest_is_the_newest_dated_run_of_the_benchmark() -> None:
     assert json.loads((RESULTS / f"{day}.json").read_text(encoding="utf-8")) == latest
     dated = sorted(path.stem for path in RESULTS.glob("????-??-??.json"))
     assert dated[-1] == day
-    for kind in ("fake-server", "prompt-tokens"):
+    for kind in ("fake-server", "prompt-tokens", "schema-bytes"):
         other = json.loads((RESULTS / f"{kind}-latest.json").read_text(encoding="utf-8"))
         assert (RESULTS / f"{kind}-{other['environment']['date'][:10]}.json").exists()
 
@@ -183,7 +188,7 @@ def series(path: str) -> tuple[str, str]:
 def test_the_docs_pages_quote_the_newest_run_of_each_benchmark(page: str) -> None:
     """A docs page's block quotes the newest results file of its benchmark (benchmarks/README.md keeps the history)."""
     for block in publish.blocks(page, page_text(page)):
-        if block.kind in LATEST or block.kind == "change":
+        if block.kind in LATEST or block.kind in BEFORE_AND_AFTER:
             continue
         for file in block.files:
             name, dated = series(file)

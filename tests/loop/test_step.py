@@ -8,16 +8,20 @@ import re
 import weakref
 from typing import Any
 
+import httpx2
 import jsonschema
+import openai
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from pydantic import BaseModel, ValidationError, create_model
+from pydantic import BaseModel, Field, ValidationError, create_model
 
-from agentkit import Cites, ToolStep
+from agentkit import Cites, StructuredRequest, ToolStep
 from agentkit._cites import restricted
 from agentkit._step import ToolCall, build_step_model, schema_name
+from agentkit.errors import ProviderError
 from agentkit.providers._strict import strict_schema
+from agentkit.providers.openai import OpenAICaller
 from agentkit.testing._fake_wire import check_strict_schema
 from tests.support import Doc
 
@@ -86,13 +90,14 @@ def test_schema_cannot_express_a_step_without_a_call_unless_done(spec: Any) -> N
 
 @pytest.mark.parametrize("spec", STEP_SPECS)
 def test_every_decision_variant_is_done_or_one_tool_call(spec: Any) -> None:
-    """The decision is an anyOf of a done variant and one call variant per tool, each closed and fully required."""
+    """The decision is an anyOf of a done variant and one call variant per tool, each fully required; the done
+    variant is closed (a done step with a call is outside it), the call variants are closed by validation."""
     schema = build_step_model(spec).model_json_schema()
-    variants = [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] for ref in schema["properties"]["decision"]["anyOf"]]
+    variants = decision_variants(schema)
     tools = 1 if isinstance(spec, type) else len(spec)
     assert [v["properties"]["done"]["const"] for v in variants] == [True] + [False] * tools
+    assert variants[0]["additionalProperties"] is False
     for variant in variants:
-        assert variant["additionalProperties"] is False
         assert variant["required"] == list(variant["properties"])
     assert schema["required"] == ["rationale", "decision"]
 
@@ -260,10 +265,10 @@ def test_the_compact_step_schema_still_refuses_a_step_without_a_call_unless_done
 
 
 def decision_variants(schema: dict[str, Any]) -> list[dict[str, Any]]:
-    """The decision's variants: each of its anyOf, or the one it refers to (a closing round's)."""
+    """The decision's variants: each of its anyOf, or the decision itself (a closing round's one variant)."""
     decision = schema["properties"]["decision"]
-    refs = decision.get("anyOf", [decision])
-    return [schema["$defs"][ref["$ref"].rsplit("/", 1)[1]] for ref in refs]
+    variants: list[dict[str, Any]] = decision.get("anyOf", [decision])
+    return variants
 
 
 def answer_of(spec: Any) -> dict[str, Any]:
@@ -308,7 +313,7 @@ def test_a_citing_answer_keeps_its_ids_in_the_compact_schema_and_in_strict_mode(
     assert sum(1 for values in allowed if values == list(ids)) == 2  # source, and also's items
     strict = strict_schema(schema, schema["title"])
     check_strict_schema(strict, "step", "response_format")
-    done = next(v for v in strict["$defs"].values() if v["properties"].get("done", {}).get("enum") == [True])
+    done = next(v for v in decision_variants(strict) if v["properties"]["done"]["enum"] == [True])
     cited = done["properties"]["answer"]["properties"]
     assert cited["source"] == cited["also"]["items"] == {"enum": list(ids), "type": "string"}
     validator = jsonschema.Draft202012Validator(schema)
@@ -331,3 +336,116 @@ def test_step_models_are_concrete_and_go_with_their_args_type() -> None:
     del made, models, model
     gc.collect()
     assert [ref for ref in gone if ref() is not None] == []
+
+
+@pytest.mark.parametrize("spec", SCHEMA_SPECS)
+def test_a_model_used_once_is_written_in_place_not_behind_a_ref(spec: Any) -> None:
+    """Each variant and args model of the step is used once, so the schema has no ``$defs`` and no ``$ref``."""
+    text = json.dumps(step_schema(spec))
+    assert "$defs" not in text
+    assert "$ref" not in text
+
+
+class Node(BaseModel):
+    """A recursive args model: a tree of labels."""
+
+    label: str
+    children: list[Node]
+
+
+def test_a_model_used_twice_or_recursive_stays_in_defs_and_the_schema_still_validates() -> None:
+    """An args model two tools share is defined once and referenced twice; a recursive one keeps its reference;
+    the schema resolves, passes the strict-mode rules, and admits and refuses what it did."""
+    shared = build_step_model((("search", SearchArgs), ("find", SearchArgs))).model_json_schema()
+    assert list(shared["$defs"]) == ["SearchArgs"]
+    assert json.dumps(shared).count('"$ref": "#/$defs/SearchArgs"') == 2
+    check_strict_schema(strict_schema(shared, shared["title"]), "step", "response_format")
+    tree = build_step_model(Node).model_json_schema()
+    assert list(tree["$defs"]) == ["Node"]
+    check_strict_schema(strict_schema(tree, tree["title"]), "step", "response_format")
+    validator = jsonschema.Draft202012Validator(tree)
+    nested = {"label": "a", "children": [{"label": "b", "children": []}]}
+    assert validator.is_valid({"rationale": "", "decision": {"done": False, "call": nested}})
+    broken = {"label": "a", "children": [{"label": "b"}]}
+    assert not validator.is_valid({"rationale": "", "decision": {"done": False, "call": broken}})
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        {"rationale": "", "decision": {"done": True}, "note": "x"},
+        {"rationale": "", "decision": {"done": False, "call": {"tool": "search", "args": {"query": "x"}, "n": 1}}},
+    ],
+    ids=["beside the decision", "beside a named call"],
+)
+def test_a_key_the_step_does_not_declare_is_refused_by_validation(reply: dict[str, Any]) -> None:
+    """The objects the schema leaves open (all but the done variant) are closed by validation."""
+    with pytest.raises(ValidationError):
+        build_step_model((("search", SearchArgs), ("delete", DeleteArgs))).model_validate(reply)
+
+
+class DescribedSearch(BaseModel):
+    """Arguments of the search tool."""
+
+    query: str = Field(description="What to search for.")
+
+
+class Fetch(BaseModel):
+    """Arguments of the fetch tool."""
+
+    id: str = Field(description="The id of the document to fetch.")
+
+
+def raw_tools(tools: tuple[tuple[str, type[BaseModel]], ...]) -> bytes:
+    """The ``tools`` array a raw tool-calling loop sends for ``tools``, as compact JSON."""
+    functions = [
+        {"type": "function", "function": {"name": name, "description": f"The {name} tool.", "parameters": schema}}
+        for name, schema in ((name, args.model_json_schema()) for name, args in tools)
+    ]
+    return json.dumps(functions, separators=(",", ":")).encode()
+
+
+async def sent_extra(spec: Any) -> bytes:
+    """Everything but ``model`` and ``messages`` in the request the default mode sends for ``spec``."""
+    seen: list[bytes] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request.content)
+        return httpx2.Response(400, json={"error": {"message": "recorded"}})
+
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(answer))
+    client = openai.AsyncOpenAI(base_url="http://model.test/v1", api_key="k", max_retries=0, http_client=http)
+    async with OpenAICaller(client, strict=False) as caller:
+        with pytest.raises(ProviderError):
+            await caller.complete(StructuredRequest(model="m", system="s", dynamic="d"), build_step_model(spec))
+    await http.aclose()
+    body = json.loads(seen[0])
+    return json.dumps({k: v for k, v in body.items() if k not in ("model", "messages")}, separators=(",", ":")).encode()
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [(("search", DescribedSearch),), (("search", DescribedSearch), ("fetch", Fetch), ("delete", DeleteArgs))],
+    ids=["one tool", "three tools"],
+)
+async def test_the_default_mode_sends_at_most_2_5x_the_bytes_of_a_raw_loops_tool_definitions(
+    tools: tuple[tuple[str, type[BaseModel]], ...],
+) -> None:
+    """The step schema's request, all but model and messages, stays within 2.5x the raw loop's tools array."""
+    spec: Any = tools[0][1] if len(tools) == 1 else tools
+    assert len(await sent_extra(spec)) <= 2.5 * len(raw_tools(tools))
+
+
+class Pointer(BaseModel):
+    """Args whose field is named like a schema keyword."""
+
+    ref: str = Field(alias="$ref")
+
+
+def test_an_args_field_named_like_a_schema_keyword_stays_in_the_inlined_schema() -> None:
+    """Writing models in place leaves a property named ``$ref`` as a property, not a reference."""
+    schema = build_step_model(Pointer).model_json_schema()
+    call = decision_variants(schema)[1]["properties"]["call"]
+    assert call["properties"] == {"$ref": {"type": "string"}}
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid({"rationale": "", "decision": {"done": False, "call": {"$ref": "x"}}})

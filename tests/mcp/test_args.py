@@ -92,7 +92,8 @@ def test_the_step_schema_fits_openai_strict_mode() -> None:
     """The strict rewrite of a step over MCP args closes every object and requires every property."""
     step = build_step_model((("search", args_model("search", SEARCH)),))
     strict = strict_schema(step.model_json_schema(), "step")
-    args = strict["$defs"]["search_args"]
+    call = strict["properties"]["decision"]["anyOf"][1]["properties"]["call"]  # written in place: used once
+    args = call["properties"]["args"]
     assert args["additionalProperties"] is False
     assert sorted(args["required"]) == ["filter", "limit", "query", "tags"]
 

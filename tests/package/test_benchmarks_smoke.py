@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from benchmarks import evals_overhead, harness, journal_checkpoint, otel_metrics, prompt_tokens, scenario, server
+from benchmarks import (
+    evals_overhead,
+    harness,
+    journal_checkpoint,
+    otel_metrics,
+    prompt_tokens,
+    scenario,
+    schema_bytes,
+    server,
+)
 
 RUN = b"0123456789abcdef"
 
@@ -220,3 +229,15 @@ async def test_the_fake_server_round_benchmark_runs_every_server() -> None:
     assert set(report["servers"]) == set(fake_server_round.SERVERS)
     assert report["servers"]["bare"]["wall_x"] == 1.0
     assert all(row["wall_ms_per_round"] > 0 for row in report["servers"].values())
+
+
+def test_the_schema_bytes_benchmark_measures_every_mode_against_the_raw_loop() -> None:
+    """Each tool set gets the raw loop's figures and one cell per mode, its ratio taken from what was sent."""
+    report = schema_bytes.measure(len)  # characters stand in for the embedded model's tokens
+    assert list(report) == list(schema_bytes.TOOL_SETS)
+    for row in report.values():
+        assert set(row) == {"raw", *(f"{mode}{' strict' if strict else ''}" for mode, strict in schema_bytes.CELLS)}
+        cell = row["json_schema"]
+        assert cell["extra_x_raw_tools"] == round(cell["extra_bytes"] / row["raw"]["tools_bytes"], 2)
+        assert cell["extra_tokens"] == cell["extra_bytes"]  # ASCII: one character a byte
+        assert row["json"]["overhead_bytes"] > row["json"]["extra_bytes"]  # the schema rides in the system message

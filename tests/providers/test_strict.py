@@ -124,7 +124,17 @@ async def test_strict_multi_tool_step_is_accepted_by_openai_rules(
     schema = sent_schema(server.requests[0])
     for refused in ("oneOf", "discriminator", "default"):
         assert refused not in str(schema)
-    assert schema["$defs"]["Query"]["required"] == ["query", "limit"]
+    [query] = [node for node in schema_objects(schema) if set(node.get("properties", ())) == {"query", "limit"}]
+    assert query["required"] == ["query", "limit"]
+
+
+def schema_objects(node: Any) -> list[dict[str, Any]]:
+    """Every object in ``node``, nested ones included (a model used once is written in place, not in $defs)."""
+    if isinstance(node, list):
+        return [found for value in node for found in schema_objects(value)]
+    if not isinstance(node, dict):
+        return []
+    return [node, *(found for value in node.values() for found in schema_objects(value))]
 
 
 @pytest.mark.parametrize("mode", STRICT_MODES)
