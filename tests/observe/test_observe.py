@@ -24,6 +24,7 @@ from agentkit import (
     ToolLoopResult,
     ToolRoundInfo,
     UsageError,
+    events,
     run_tool_loop,
     run_tool_loop_tiered,
     tool,
@@ -31,18 +32,6 @@ from agentkit import (
 from agentkit._observe import LoggingObserver, ModelCall, ToolInvocation, dispatch, event_fields, observers_of
 from agentkit._results import Usage
 from agentkit.errors import ProviderError, Throttled, Truncated
-from agentkit.events import (
-    DegenerationDetected,
-    Event,
-    LLMCallFinished,
-    ProposalCaptured,
-    RoundStarted,
-    RunAborted,
-    RunFinished,
-    RunStarted,
-    ToolCallStarted,
-    ToolResultReturned,
-)
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.support import NO_WAIT, Doc, Finder, Query, Recorder, delete, search
 
@@ -69,25 +58,25 @@ class NoTier:
 class Exploding(Observer):
     """Raises from every hook."""
 
-    def on_event(self, event: Event) -> None:
+    def on_event(self, event: events.Event) -> None:
         raise RuntimeError(f"broken observer ({event.kind})")
 
-    def on_run_start(self, event: RunStarted) -> None:
+    def on_run_start(self, event: events.RunStarted) -> None:
         raise RuntimeError("broken run_start")
 
-    def on_round_start(self, event: RoundStarted) -> None:
+    def on_round_start(self, event: events.RoundStarted) -> None:
         raise RuntimeError("broken round_start")
 
-    def on_llm_call(self, event: LLMCallFinished) -> None:
+    def on_llm_call(self, event: events.LLMCallFinished) -> None:
         raise RuntimeError("broken llm_call")
 
-    def on_tool_call(self, event: ToolCallStarted) -> None:
+    def on_tool_call(self, event: events.ToolCallStarted) -> None:
         raise RuntimeError("broken tool_call")
 
-    def on_tool_result(self, event: ToolResultReturned) -> None:
+    def on_tool_result(self, event: events.ToolResultReturned) -> None:
         raise RuntimeError("broken tool_result")
 
-    def on_run_end(self, event: RunFinished) -> None:
+    def on_run_end(self, event: events.RunFinished) -> None:
         raise RuntimeError("broken run_end")
 
 
@@ -230,7 +219,7 @@ async def test_hooks_fire_in_order_for_every_ending(
     assert [event for _, event in recorder.hooks] == recorder.events
     assert {event.run_id for event in recorder.events} == {result.run_id}
     final = recorder.events[-1]
-    assert isinstance(final, RunFinished)
+    assert isinstance(final, events.RunFinished)
     assert isinstance(final.result, ToolLoopResult)
     assert (final.result.outcome, final.result.stop_reason, final.result.items) == (
         result.outcome,
@@ -256,12 +245,12 @@ async def test_event_fields_follow_the_run() -> None:
     ]
     result = await run(False, search, script, LoopConfig(max_rounds=5), recorder)
     start, round1, llm1, call, returned, round2, llm2, end = recorder.events
-    assert isinstance(start, RunStarted)
+    assert isinstance(start, events.RunStarted)
     assert (start.agent, start.model, start.tools, start.max_rounds) == ("Finder", "exec-model", ("search",), 5)
-    assert isinstance(round1, RoundStarted)
+    assert isinstance(round1, events.RoundStarted)
     assert isinstance(round1.info, ToolRoundInfo)
     assert (round1.info.round, round1.info.max_rounds, round1.info.prior_results) == (1, 5, ())
-    assert isinstance(llm1, LLMCallFinished)
+    assert isinstance(llm1, events.LLMCallFinished)
     assert (llm1.role, llm1.round, llm1.model, llm1.attempt, llm1.usage, llm1.error) == (
         "retrieval",
         1,
@@ -271,16 +260,16 @@ async def test_event_fields_follow_the_run() -> None:
         None,
     )
     assert llm1.seconds >= 0
-    assert isinstance(call, ToolCallStarted)
+    assert isinstance(call, events.ToolCallStarted)
     assert (call.round, call.tool_name, call.tier, call.args) == (1, "search", Tier.READ_ONLY, Query(query="a"))
-    assert isinstance(returned, ToolResultReturned)
+    assert isinstance(returned, events.ToolResultReturned)
     assert (returned.tool_name, returned.batch_size, returned.observation, returned.error) == ("search", 2, None, None)
-    assert isinstance(round2, RoundStarted)
+    assert isinstance(round2, events.RoundStarted)
     assert isinstance(round2.info, ToolRoundInfo)
     assert round2.info.prior_results == ((Doc(id="a1"), Doc(id="a2")),)
-    assert isinstance(llm2, LLMCallFinished)
+    assert isinstance(llm2, events.LLMCallFinished)
     assert (llm2.round, llm2.usage) == (2, tokens(3))
-    assert isinstance(end, RunFinished)
+    assert isinstance(end, events.RunFinished)
     assert end.result.usage == result.usage == Usage(requests=2, input_tokens=10, output_tokens=10)
 
 
@@ -294,7 +283,7 @@ async def test_every_model_attempt_is_reported_with_its_error() -> None:
             return RoleSpec(model="exec-model", fallback_model="backup-model")
 
     await run_tool_loop(caller, WithFallback(), search, "ctx", LoopConfig(retry=NO_WAIT), observer=recorder)
-    calls = [event for event in recorder.events if isinstance(event, LLMCallFinished)]
+    calls = [event for event in recorder.events if isinstance(event, events.LLMCallFinished)]
     assert [(c.model, c.attempt, c.role) for c in calls] == [
         ("exec-model", 1, "executor"),
         ("exec-model", 2, "executor"),
@@ -308,7 +297,7 @@ async def test_tool_retry_reports_its_observation_and_the_run_goes_on() -> None:
     recorder = Recorder()
     await run(False, search, [call_step(Query(query="retry")), done_step()], LoopConfig(), recorder)
     assert recorder.kinds == ["run_start", *ROUND, "round_start", "llm_call", "run_end"]
-    returned = next(event for event in recorder.events if isinstance(event, ToolResultReturned))
+    returned = next(event for event in recorder.events if isinstance(event, events.ToolResultReturned))
     assert (returned.batch_size, returned.observation, returned.error) == (
         0,
         "no such index; try another query",
@@ -331,7 +320,7 @@ async def test_continuing_after_a_proposal_reports_each_proposal() -> None:
         "llm_call",
         "run_end",
     ]
-    proposal = next(event for event in recorder.events if isinstance(event, ProposalCaptured))
+    proposal = next(event for event in recorder.events if isinstance(event, events.ProposalCaptured))
     assert proposal.proposal.tool_name == "delete"
     assert proposal.proposal.run_id == result.run_id
 
@@ -377,7 +366,7 @@ async def test_an_observer_failure_is_logged_once_with_its_traceback(caplog: pyt
     """One failing hook call gives exactly one ERROR record naming the observer, the event and the run."""
 
     class FailsOnRoundTwo(Observer):
-        def on_round_start(self, event: RoundStarted) -> None:
+        def on_round_start(self, event: events.RoundStarted) -> None:
             if event.info.round == 2:
                 raise RuntimeError("dashboard unreachable")
 
@@ -400,14 +389,14 @@ def test_dispatch_calls_on_event_before_the_named_hook() -> None:
     seen: list[str] = []
 
     class Both(Observer):
-        def on_event(self, event: Event) -> None:
+        def on_event(self, event: events.Event) -> None:
             seen.append(f"event:{event.kind}")
             raise ValueError("on_event fails")
 
-        def on_degeneration(self, event: DegenerationDetected) -> None:
+        def on_degeneration(self, event: events.DegenerationDetected) -> None:
             seen.append("hook:degeneration")
 
-    event = DegenerationDetected(run_id="r", round=2, tool_name="search", args=Query(query="a"))
+    event = events.DegenerationDetected(run_id="r", round=2, tool_name="search", args=Query(query="a"))
     dispatch((Both(),), event)
     assert seen == ["event:degeneration", "hook:degeneration"]
 
@@ -424,9 +413,9 @@ def test_the_base_observer_ignores_every_event() -> None:
     """The base class's hooks are no-ops, so a subclass overrides only what it needs."""
     observer = Observer()
     # Called directly, not through dispatch (which would swallow a failure): no hook raises.
-    observer.on_event(RunAborted(run_id="r", error=asyncio.CancelledError()))
-    observer.on_run_abort(RunAborted(run_id="r", error=asyncio.CancelledError()))
-    observer.on_run_start(RunStarted(run_id="r", agent="A", model="m", tools=("t",), max_rounds=1))
+    observer.on_event(events.RunAborted(run_id="r", error=asyncio.CancelledError()))
+    observer.on_run_abort(events.RunAborted(run_id="r", error=asyncio.CancelledError()))
+    observer.on_run_start(events.RunStarted(run_id="r", agent="A", model="m", tools=("t",), max_rounds=1))
     hooks = ("on_round_start", "on_llm_call", "on_tool_call", "on_tool_result", "on_proposal", "on_degeneration")
     for name in (*hooks, "on_run_end"):
         getattr(observer, name)(object())
@@ -472,7 +461,9 @@ async def test_logging_observer_raises_the_level_of_failures(caplog: pytest.LogC
 
 def test_logging_observer_can_leave_arguments_out() -> None:
     """With ``include_args=False`` no tool argument reaches the fields."""
-    event = ToolCallStarted(run_id="r", round=1, tool_name="search", tier=Tier.READ_ONLY, args=Query(query="secret"))
+    event = events.ToolCallStarted(
+        run_id="r", round=1, tool_name="search", tier=Tier.READ_ONLY, args=Query(query="secret")
+    )
     assert "args" in event_fields(event)
     assert "args" not in event_fields(event, include_args=False)
     assert "secret" not in str(event_fields(event, include_args=False))
@@ -482,7 +473,7 @@ def test_logging_observer_stays_silent_below_its_logger_level(caplog: pytest.Log
     """A logger set above the observer's level receives nothing."""
     observer = LoggingObserver(logging.getLogger("agentkit.test.quiet"))
     with caplog.at_level(logging.ERROR, logger="agentkit.test.quiet"):
-        dispatch((observer,), RunStarted(run_id="r", agent="A", model="m", tools=("t",), max_rounds=None))
+        dispatch((observer,), events.RunStarted(run_id="r", agent="A", model="m", tools=("t",), max_rounds=None))
     assert not [record for record in caplog.records if record.name == "agentkit.test.quiet"]
 
 
@@ -499,7 +490,7 @@ async def test_a_cancelled_run_ends_with_run_abort() -> None:
     recorder, called = Recorder(), asyncio.Event()
 
     class Called(Observer):
-        def on_tool_call(self, event: ToolCallStarted) -> None:
+        def on_tool_call(self, event: events.ToolCallStarted) -> None:
             called.set()
 
     caller = ScriptedCaller([call_step(Query(query="a"))])
@@ -510,7 +501,7 @@ async def test_a_cancelled_run_ends_with_run_abort() -> None:
         await task
     assert recorder.kinds == ["run_start", *ROUND[:3], "run_abort"]
     final = recorder.events[-1]
-    assert isinstance(final, RunAborted)
+    assert isinstance(final, events.RunAborted)
     assert isinstance(final.error, asyncio.CancelledError)
 
 
@@ -647,8 +638,8 @@ class Settling(Observer):
         self.ended: list[str] = []
         self.settled: list[tuple[str, bool]] = []
 
-    def on_event(self, event: Event) -> None:
-        if isinstance(event, RunFinished | RunAborted):
+    def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.RunFinished | events.RunAborted):
             self.ended.append(event.run_id)
 
     async def settle(self, run_id: str) -> None:
@@ -687,8 +678,8 @@ class RoundsOnly(Recorder):
     sees_calls = False
 
 
-def rounds_started(recorder: Recorder) -> list[RoundStarted]:
-    return [e for e in recorder.events if isinstance(e, RoundStarted)]
+def rounds_started(recorder: Recorder) -> list[events.RoundStarted]:
+    return [e for e in recorder.events if isinstance(e, events.RoundStarted)]
 
 
 async def test_observers_that_do_not_see_calls_get_rounds_without_them() -> None:

@@ -9,26 +9,18 @@ from agentkit._demo.agent import DeleteArgs, GroundedAnswer, delete_tool
 from agentkit._demo.search import BM25Index, Hit, SearchArgs, load_corpus, search_tool
 from agentkit._structured import StructuredCaller
 from agentkit._tools import FunctionTool
-from agentkit.providers.local import (
-    DEFAULT_MODEL,
-    ChunkedModel,
-    LocalModel,
-    check_installed,
-    default_cache_dir,
-    ensure_model_file,
-    locate_chunks,
-)
+from agentkit.providers import local as lm
 from agentkit.providers.openai import OpenAICaller
 
 
 def check_local() -> None:
-    assert_type(DEFAULT_MODEL, ChunkedModel)
-    assert_type(ensure_model_file(DEFAULT_MODEL, cache_dir="/tmp/x"), Path)
-    assert_type(locate_chunks(DEFAULT_MODEL), list[Path])
-    assert_type(check_installed(DEFAULT_MODEL, cache_dir=Path("/tmp/x")), None)
-    assert_type(default_cache_dir(), Path)
-    with LocalModel(threads=1) as local:
-        assert_type(local, LocalModel)
+    assert_type(lm.DEFAULT_MODEL, lm.ChunkedModel)
+    assert_type(lm.ensure_model_file(lm.DEFAULT_MODEL, cache_dir="/tmp/x"), Path)
+    assert_type(lm.locate_chunks(lm.DEFAULT_MODEL), list[Path])
+    assert_type(lm.check_installed(lm.DEFAULT_MODEL, cache_dir=Path("/tmp/x")), None)
+    assert_type(lm.default_cache_dir(), Path)
+    with lm.LocalModel(threads=1) as local:
+        assert_type(local, lm.LocalModel)
         assert_type(local.base_url, str)
         assert_type(local.model_name, str)
         caller = local.caller()
@@ -37,8 +29,8 @@ def check_local() -> None:
 
 
 async def check_local_async() -> None:
-    async with LocalModel() as local:
-        assert_type(local, LocalModel)
+    async with lm.LocalModel() as local:
+        assert_type(local, lm.LocalModel)
 
 
 def check_demo() -> None:

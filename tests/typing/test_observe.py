@@ -11,27 +11,9 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
 from pydantic import BaseModel
 
-from agentkit import Observer, TieredLoopResult, ToolLoopResult
+from agentkit import Observer, TieredLoopResult, ToolLoopResult, events
 from agentkit._observe import LoggingObserver, ModelCall, ToolInvocation, event_fields, observed, settle
 from agentkit._results import Usage
-from agentkit.events import (
-    ApprovedCall,
-    Continued,
-    Decided,
-    DegenerationDetected,
-    Event,
-    LLMCallFinished,
-    ProposalCaptured,
-    RoundStarted,
-    RunAborted,
-    RunFinished,
-    RunStarted,
-    RunStream,
-    ToolCallStarted,
-    ToolResultReturned,
-    iter_tool_loop,
-    iter_tool_loop_tiered,
-)
 from agentkit.otel import OTelObserver
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import Doc, Finder, SearchArgs, delete, search
@@ -41,18 +23,18 @@ class Tokens(Observer):
     def __init__(self) -> None:
         self.usage = Usage()
 
-    def on_llm_call(self, event: LLMCallFinished) -> None:
+    def on_llm_call(self, event: events.LLMCallFinished) -> None:
         self.usage += event.usage
 
 
 async def stream_plain() -> None:
     caller = ScriptedCaller()
-    stream = iter_tool_loop(caller, Finder(), search, "ctx", observer=[Tokens(), LoggingObserver()])
-    assert_type(stream, RunStream[ToolLoopResult[Doc]])
+    stream = events.iter_tool_loop(caller, Finder(), search, "ctx", observer=[Tokens(), LoggingObserver()])
+    assert_type(stream, events.RunStream[ToolLoopResult[Doc]])
     async with stream as run:
-        assert_type(run, RunStream[ToolLoopResult[Doc]])
+        assert_type(run, events.RunStream[ToolLoopResult[Doc]])
         async for event in run:
-            assert_type(event, Event)
+            assert_type(event, events.Event)
             assert_type(
                 event.kind,
                 Literal[
@@ -75,35 +57,35 @@ async def stream_plain() -> None:
 
 async def stream_tiered() -> None:
     caller = ScriptedCaller()
-    async with iter_tool_loop_tiered(caller, Finder(), search, "ctx") as run:
+    async with events.iter_tool_loop_tiered(caller, Finder(), search, "ctx") as run:
         async for _ in run:
             pass
     assert_type(run.result, TieredLoopResult[SearchArgs, Doc])
-    async with iter_tool_loop_tiered(caller, Finder(), [search, delete], "ctx") as several:
+    async with events.iter_tool_loop_tiered(caller, Finder(), [search, delete], "ctx") as several:
         async for _ in several:
             pass
     assert_type(several.result, TieredLoopResult[BaseModel, Doc])
 
 
-def describe(event: Event) -> str:
+def describe(event: events.Event) -> str:
     match event:
-        case RunStarted():
+        case events.RunStarted():
             return event.model
-        case RoundStarted():
+        case events.RoundStarted():
             return str(event.info.round)
-        case LLMCallFinished():
+        case events.LLMCallFinished():
             return str(event.usage.total_tokens)
-        case ToolCallStarted():
+        case events.ToolCallStarted():
             return event.tier.name
-        case ToolResultReturned():
+        case events.ToolResultReturned():
             return str(event.batch_size)
-        case ProposalCaptured():
+        case events.ProposalCaptured():
             return event.proposal.digest
-        case DegenerationDetected():
+        case events.DegenerationDetected():
             return event.tool_name
-        case RunFinished():
+        case events.RunFinished():
             return event.result.outcome.value
-        case RunAborted():
+        case events.RunAborted():
             return type(event.error).__name__
         case _:
             assert_never(event)
@@ -117,21 +99,21 @@ def observers() -> None:
     assert_type(otel.traceparent("run"), str | None)
 
 
-def approvals_and_legs(call: ToolInvocation, started: RunStarted) -> None:
-    assert_type(call.approval, ApprovedCall | None)
+def approvals_and_legs(call: ToolInvocation, started: events.RunStarted) -> None:
+    assert_type(call.approval, events.ApprovedCall | None)
     assert_type(call.call_id, str)
     if call.approval is not None:
         assert_type(call.approval.approved_by, str)
         assert_type(call.approval.proposal_id, str | None)
     continues = started.continues
-    assert_type(continues, Continued | None)
+    assert_type(continues, events.Continued | None)
     if continues is not None:
         assert_type(continues.trace, str | None)
-        assert_type(continues.decisions, tuple[Decided, ...])
+        assert_type(continues.decisions, tuple[events.Decided, ...])
         assert_type(continues.decisions[0].approved, bool)
     logs = LoggingObserver(logging.getLogger("app"), level=logging.DEBUG, include_args=False)
     assert_type(logs, LoggingObserver)
-    assert_type(event_fields(RunAborted(run_id="r", error=ValueError())), dict[str, object])
+    assert_type(event_fields(events.RunAborted(run_id="r", error=ValueError())), dict[str, object])
 
 
 class Timing(Observer):
