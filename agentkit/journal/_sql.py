@@ -7,7 +7,7 @@ import getpass
 import json
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -516,20 +516,30 @@ def lineage_proposals(db: Connection, row: Mapping[str, Any], *, lenient: bool =
     (`lenient`: see `proposal_of`)."""
     own = db.query("SELECT * FROM agentkit_proposals WHERE run_id = ? ORDER BY proposed_at, id", (row["id"],))
     records = [proposal_of(db, r, lenient=lenient) for r in own]
-    seen = {str(row["id"])}
-    parent, upto = row.get("parent"), row.get("forked_at")
-    while parent is not None and upto is not None and str(parent) not in seen:
-        seen.add(str(parent))
+    for parent, upto in _ancestors(db, row):
         rows = db.query(
             "SELECT * FROM agentkit_proposals WHERE run_id = ? AND round <= ? ORDER BY proposed_at, id",
             (parent, upto),
         )
         records = [proposal_of(db, r, lenient=lenient) for r in rows] + records
-        above = db.query("SELECT parent, forked_at FROM agentkit_runs WHERE id = ?", (parent,))
-        if not above or above[0]["forked_at"] is None:
-            break
-        parent, upto = above[0]["parent"], min(int(upto), int(above[0]["forked_at"]))
     return records
+
+
+def _ancestors(db: Connection, row: Mapping[str, Any]) -> Iterator[tuple[str, int]]:
+    """The runs the run of `row` was forked from, nearest first, each with the last of its rounds the chain
+    kept (a fork of a fork keeps no more of the grandparent than its parent did); nothing for a run that
+    is no fork. A chain that loops back (a hand-edited row) ends where it would repeat."""
+    seen = {_row_id(row)}
+    parent, forked_at = row.get("parent"), row.get("forked_at")
+    upto: int | None = None
+    while parent is not None and forked_at is not None and str(parent) not in seen:
+        upto = int(forked_at) if upto is None else min(upto, int(forked_at))
+        seen.add(str(parent))
+        yield str(parent), upto
+        above = db.query("SELECT parent, forked_at FROM agentkit_runs WHERE id = ?", (parent,))
+        if not above:
+            return
+        parent, forked_at = above[0]["parent"], above[0]["forked_at"]
 
 
 CLAIMED_STATES = (ProposalState.EXECUTING, ProposalState.EXECUTED, ProposalState.FAILED)
@@ -544,17 +554,11 @@ def claimed_upstream(db: Connection, record: ProposalRecord) -> ProposalRecord |
     by hand under the fork, is the same call again. A run that is no fork costs one read of its row.
     """
     digests = tuple({record.digest, record.original_digest or record.digest})
-    child = record.run_id
-    seen = {child}
-    while True:
-        above = db.query("SELECT parent, forked_at FROM agentkit_runs WHERE id = ?", (child,))
-        if not above or above[0]["parent"] is None or above[0]["forked_at"] is None:
+    marks = ", ".join("?" * len(digests))
+    own = db.query("SELECT id, parent, forked_at FROM agentkit_runs WHERE id = ?", (record.run_id,))
+    for parent, upto in _ancestors(db, own[0]) if own else ():
+        if record.round > upto:
             return None
-        parent = str(above[0]["parent"])
-        if record.round > int(above[0]["forked_at"]) or parent in seen:
-            return None
-        seen.add(parent)
-        marks = ", ".join("?" * len(digests))
         rows = db.query(
             f"SELECT * FROM agentkit_proposals WHERE run_id = ? AND round = ? AND (digest IN ({marks}) "
             f"OR original_digest IN ({marks})) AND state IN (?, ?, ?) ORDER BY proposed_at, id",
@@ -562,7 +566,7 @@ def claimed_upstream(db: Connection, record: ProposalRecord) -> ProposalRecord |
         )
         if rows:
             return proposal_of(db, rows[-1], lenient=True)
-        child = parent
+    return None
 
 
 def insert_proposal(db: Connection, action: ProposedAction[Any], actor: str, at: datetime) -> str:
@@ -1177,14 +1181,19 @@ def _status(
         return RunStatus.ABORTED
     if not resumable or row.get("stop_reason") != StopReason.PROPOSED.value:
         return RunStatus.FINISHED
-    if row.get("parent") is not None:  # a fork waits on the entries it shares with its parents too
-        waiting = any(p.state is ProposalState.PENDING for p in lineage_proposals(db, row, lenient=True))
-        return RunStatus.WAITING if waiting else RunStatus.READY
-    pending = db.query(
-        "SELECT 1 FROM agentkit_proposals WHERE run_id = ? AND state = ? LIMIT 1",
-        (_row_id(row), ProposalState.PENDING.value),
+    # A fork waits on the entries it shares with the runs it was forked from too (`lineage_proposals`).
+    chain = [(_row_id(row), None), *_ancestors(db, row)]
+    return RunStatus.WAITING if any(_pending(db, run_id, upto) for run_id, upto in chain) else RunStatus.READY
+
+
+def _pending(db: Connection, run_id: str, upto: int | None) -> bool:
+    """Whether the run has a pending inbox entry (of its rounds up to `upto`, if given)."""
+    bound, params = ("", ()) if upto is None else (" AND round <= ?", (upto,))
+    rows = db.query(
+        f"SELECT 1 FROM agentkit_proposals WHERE run_id = ? AND state = ?{bound} LIMIT 1",
+        (run_id, ProposalState.PENDING.value, *params),
     )
-    return RunStatus.WAITING if pending else RunStatus.READY
+    return bool(rows)
 
 
 def _json_object(value: object) -> dict[str, Any]:
