@@ -11,6 +11,7 @@ message, never summed and never clamped.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -18,7 +19,15 @@ from pydantic import BaseModel, ConfigDict
 
 from agentkit.errors import ProviderError
 
-__all__ = ["MAX_TOKENS_PER_REPLY", "Reply", "dumps", "json_in_text", "request_body", "token_count"]
+__all__ = [
+    "MAX_TOKENS_PER_REPLY",
+    "Reply",
+    "dumps",
+    "json_in_text",
+    "request_body",
+    "token_count",
+    "transient_status",
+]
 
 MAX_TOKENS_PER_REPLY: int = 100_000_000
 """The largest token count one reply may report in `usage` (ten times the largest context window
@@ -108,6 +117,13 @@ def request_body(kwargs: Mapping[str, Any], extra_json: str) -> bytes:
 
 MAX_JSON_TEXT = 1024 * 1024
 """The longest reply `json_in_text` searches (a larger one is handed to validation whole)."""
+_OPENERS = re.compile(r"[{\[]")
+_DECODER = json.JSONDecoder()
+
+
+def transient_status(status: int) -> bool:
+    """Whether an HTTP error status is worth another try (5xx, 408 timeout, 409 conflict), for every caller."""
+    return status >= 500 or status in (408, 409)
 
 
 def json_in_text(text: str) -> str:
@@ -120,16 +136,16 @@ def json_in_text(text: str) -> str:
     """
     if len(text) > MAX_JSON_TEXT:
         return text
-    decoder = json.JSONDecoder()
     found: str | None = None
     consumed, budget = 0, 16 * len(text)
-    for index, char in enumerate(text):
-        if index < consumed or char not in "{[":
+    for opener in _OPENERS.finditer(text):
+        index = opener.start()
+        if index < consumed:
             continue
         if budget < len(text) - index:
             break
         try:
-            _, end = decoder.raw_decode(text, index)
+            _, end = _DECODER.raw_decode(text, index)
         except (ValueError, RecursionError):
             budget -= len(text) - index
             continue

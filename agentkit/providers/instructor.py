@@ -24,6 +24,7 @@ from pydantic import BaseModel
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._usage import Usage
 from agentkit.errors import ProviderError, StructuredOutputError, Throttled, UsageError
+from agentkit.providers._wire import transient_status
 
 __all__ = ["InstructorCaller", "InstructorClient"]
 
@@ -103,7 +104,7 @@ class InstructorCaller:
             if isinstance(status, int) and status == 429:
                 return Throttled(f"model server throttled model {model!r} (HTTP 429): {cause}")
             if isinstance(status, int) and status >= 400:
-                transient = status >= 500 or status in (408, 409)
+                transient = transient_status(status)
                 return ProviderError(
                     f"model server answered HTTP {status} for model {model!r}: {cause}",
                     transient=transient,

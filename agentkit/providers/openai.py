@@ -85,6 +85,7 @@ from agentkit.providers._wire import (
     json_in_text,
     request_body,
     token_count,
+    transient_status,
 )
 
 __all__ = [
@@ -107,7 +108,6 @@ DEFAULT_MAX_IN_FLIGHT: int = 100
 
 _RAW_IN_MESSAGE = 1000
 _PATH = "/chat/completions"
-_TRANSIENT_STATUSES = frozenset({408, 409})
 _STRICT_HOSTS = frozenset({"api.openai.com"})
 """Hosts `strict=None` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
 _PROVIDERS = {
@@ -701,7 +701,7 @@ def _status_failure(model: str, response: httpx2.Response) -> AgentkitError:
             f"model server throttled model {model!r} (HTTP 429): {_server_message(response)}",
             retry_after=_retry_after(response.headers),
         )
-    transient = status >= 500 or status in _TRANSIENT_STATUSES
+    transient = transient_status(status)
     hint = "a server error; it is retried" if transient else _STATUS_HINTS.get(status, "the request was refused")
     return ProviderError(
         f"model server answered HTTP {status} for model {model!r}: {_server_message(response)}; {hint}",

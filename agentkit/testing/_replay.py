@@ -116,7 +116,6 @@ class ReplayCaller:
         cls, path: str | os.PathLike[str], *, strict: bool = True, fallback: StructuredCaller | None = None
     ) -> ReplayCaller:
         """Replay the run a cassette file records."""
-        _check_fallback(strict, fallback)
         return cls.from_json(Path(path).read_bytes(), strict=strict, fallback=fallback)
 
     @classmethod
