@@ -23,6 +23,7 @@ from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
 from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
+from agentkit._media import part_digest
 from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
 from agentkit._outcome import StopReason
 from agentkit._results import RunEnding
@@ -52,12 +53,17 @@ _ROLE_FIELDS = tuple(field.name for field in dataclasses.fields(RoleSpec))
 
 def prompt_digest(prompt: Prompt) -> str:
     """SHA-256 of a rendered prompt's two parts (what a replay compares a request by): `json_text` of the
-    pair, which for two strings is each one's ASCII JSON in brackets."""
+    pair, which for two strings is each one's ASCII JSON in brackets. An image or document counts by its
+    own digest (`part_digest`: kind, media type, SHA-256), never by its bytes, so the same image gives the
+    same digest and a changed one another; a prompt of text only digests as it always did."""
     system, dynamic = prompt.system, prompt.dynamic
     if type(system) is str and type(dynamic) is str:
         text = f"[{_ascii(system)},{_ascii(dynamic)}]"
-    else:
+    elif type(dynamic) is str:
         text = json_text([system, dynamic])
+    else:
+        shown = [part if isinstance(part, str) else part_digest(part) for part in dynamic]
+        text = json_text([system, shown])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

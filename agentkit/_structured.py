@@ -24,6 +24,7 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from agentkit._agent import RoleSpec
+from agentkit._media import Dynamic, PromptPart, parts_of
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
 
@@ -49,10 +50,20 @@ class StructuredRequest(RoleSpec):
 
     system: str
     """Stable instructions (kept byte-identical across rounds so provider prompt caching works)."""
-    dynamic: str
-    """This run's data: the request, prior results, the round's position in the budget."""
+    dynamic: str | tuple[PromptPart, ...]
+    """This run's data: the request, prior results, the round's position in the budget; a string, or a
+    tuple of text, `ImagePart` and `DocumentPart` parts (see `Prompt.dynamic`)."""
     reask: str | None = None
     """The validation error of the previous attempt, to be shown to the model."""
+
+    def __post_init__(self) -> None:
+        if type(self.dynamic) is not str:
+            object.__setattr__(self, "dynamic", parts_of(self.dynamic))
+
+
+# The field's type as the object it is: the class reports `agentkit` as its module, where pydantic (a Temporal
+# payload, a state) would look the annotation's names up and not find them.
+StructuredRequest.__dataclass_fields__["dynamic"].type = Dynamic
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -26,13 +26,27 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from agentkit._agent import PriorCall, Prompt, ToolRoundInfo
+from agentkit._media import DocumentMediaType, DocumentPart, ImageMediaType, ImagePart, PromptPart
 from agentkit._proposals import ProposedAction, call_digest
 from agentkit._tools import AnyTool
 from agentkit.errors import UsageError
 
-__all__ = ["USE_THE_TOOL", "reflective_prompt", "worked_example"]
+__all__ = [
+    "USE_THE_TOOL",
+    "DocumentMediaType",
+    "DocumentPart",
+    "ImageMediaType",
+    "ImagePart",
+    "PromptPart",
+    "reflective_prompt",
+    "worked_example",
+]
 
 R = TypeVar("R")
+
+ImagePart.__module__ = DocumentPart.__module__ = (
+    __name__  # their home is private; this module is where they are imported from
+)
 
 USE_THE_TOOL = (
     "Use the tool to find what the request needs; do not answer from memory, even when you think you "
