@@ -34,9 +34,11 @@ __all__ = [
     "ImagePart",
     "PromptPart",
     "has_media",
+    "media_digests",
     "media_of",
     "part_digest",
     "parts_of",
+    "sniffed",
     "text_of",
 ]
 
@@ -81,6 +83,12 @@ class ImagePart:
             if self.media_type not in _IMAGE_TYPES:
                 raise UsageError(
                     f"ImagePart(data=...) needs media_type= one of {sorted(_IMAGE_TYPES)}; got {self.media_type!r}"
+                )
+            found = sniffed(self.data)
+            if found != self.media_type:
+                raise UsageError(
+                    f"ImagePart(data=...) bytes are {'a ' + found if found else 'no image format agentkit knows'}, "
+                    f"not {self.media_type}: give the media type of the bytes (providers refuse a mismatch)"
                 )
         elif not isinstance(self.url, str) or not self.url.startswith(_URL_SCHEMES):
             raise UsageError(
@@ -134,6 +142,8 @@ class DocumentPart:
             object.__setattr__(self, "data", bytes(self.data))
         if self.media_type != "application/pdf":
             raise UsageError(f"DocumentPart media_type must be 'application/pdf'; got {self.media_type!r}")
+        if not self.data.startswith(b"%PDF-"):
+            raise UsageError("DocumentPart(data=...) must be a PDF's bytes (they start with %PDF-)")
         if not isinstance(self.filename, str) or not self.filename:
             raise UsageError(f"DocumentPart filename must be a non-empty string; got {self.filename!r}")
 
@@ -160,6 +170,19 @@ PromptPart: TypeAlias = str | ImagePart | DocumentPart
 
 Dynamic: TypeAlias = str | tuple[PromptPart, ...]
 """A prompt's dynamic part: its text, or its parts in reading order."""
+
+
+def sniffed(data: bytes) -> ImageMediaType | None:
+    """The image format `data` is in, by its first bytes; `None` when it is none of PNG, JPEG, GIF or WebP."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
 
 
 def _shown(value: object) -> str:
@@ -217,6 +240,12 @@ def part_digest(part: ImagePart | DocumentPart) -> dict[str, str]:
         kind = "image_url" if part.data is None else "image"
         return {"type": kind, "media_type": part.media_type or "", "sha256": part.digest}
     return {"type": "document", "media_type": part.media_type, "sha256": part.digest}
+
+
+def media_digests(dynamic: str | Sequence[PromptPart]) -> tuple[str, ...]:
+    """Each image and document of a dynamic part as `kind:media_type:sha256`, in order (what a round's journal
+    entry records of them)."""
+    return tuple(":".join(part_digest(part).values()) for part in media_of(dynamic))
 
 
 def text_of(dynamic: str | Sequence[PromptPart]) -> str:

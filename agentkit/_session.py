@@ -23,7 +23,7 @@ from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
 from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
-from agentkit._media import part_digest
+from agentkit._media import media_digests, part_digest
 from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
 from agentkit._outcome import StopReason
 from agentkit._results import RunEnding
@@ -97,6 +97,8 @@ class Reply(Generic[M_co]):
     """Why there is no value: `LLM_ERROR`, `THROTTLED`, `MAX_TOKENS`, `DEADLINE` or `EXECUTOR_ERROR`."""
     prompt: str | None = None
     """SHA-256 of the rendered prompt (`prompt_digest`); `None` when `render` raised."""
+    media: tuple[str, ...] = ()
+    """The prompt's images and documents by digest (`media_digests`)."""
 
 
 class _Counted:
@@ -227,6 +229,7 @@ class RunSession:
             return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
         request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **self._settings)
         digest = prompt_digest(prompt)
+        media = media_digests(prompt.dynamic)
         counted = _Counted(caller)
         finished: list[Usage] = []
         # Attempts are reported to the observers, and counted for a call the deadline may cut short.
@@ -247,7 +250,12 @@ class RunSession:
             cut = Usage(requests=counted.started - len(finished))
             seconds = time.perf_counter() - started
             reply: Reply[M] = Reply(
-                value=None, usage=sum(finished, cut), stop_reason=StopReason.DEADLINE, seconds=seconds, prompt=digest
+                value=None,
+                usage=sum(finished, cut),
+                stop_reason=StopReason.DEADLINE,
+                seconds=seconds,
+                prompt=digest,
+                media=media,
             )
         except AgentkitError as error:
             seconds = time.perf_counter() - started
@@ -258,11 +266,17 @@ class RunSession:
                 stop_reason=failure_reason(error),
                 seconds=seconds,
                 prompt=digest,
+                media=media,
             )
         else:
             seconds = time.perf_counter() - started
             reply = Reply(
-                value=completion.value, usage=completion.usage, model=completion.model, seconds=seconds, prompt=digest
+                value=completion.value,
+                usage=completion.usage,
+                model=completion.model,
+                seconds=seconds,
+                prompt=digest,
+                media=media,
             )
         self.usage += reply.usage
         return reply

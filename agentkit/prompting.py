@@ -117,12 +117,13 @@ def reflective_prompt(
         system.append("Tools:\n" + "\n".join(f"- {t.name}: {t.description.strip()}" for t in tools))
     if example:
         system.append(example.strip())
-    show = render_item or _default_item
+    shown: list[ImagePart | DocumentPart] = []
+    show = _showing_media(render_item or _default_item, shown)
     earlier = _earlier_calls(info, show)
     waiting = _unlisted_proposals(info)
     closing = _CLOSING_ROUND if info.closing_round else _closing(info.is_final_round, bool(earlier or waiting), check)
     dynamic = _round_text(request, earlier, waiting=waiting, budget=_budget_line(info), closing=closing)
-    return Prompt(system="\n\n".join(system), dynamic=dynamic)
+    return Prompt(system="\n\n".join(system), dynamic=_with_media(dynamic, shown) if shown else dynamic)
 
 
 def worked_example(
@@ -186,6 +187,35 @@ def worked_example(
         f"Round 2 reply: {_json(second)}",
     ]
     return "\n".join(lines)
+
+
+_MEDIA_MARK = "\x00agentkit-media\x00"
+"""Where a tool's image or document item goes in the round's text, until the text is split into parts."""
+
+
+def _showing_media(show: Callable[[R], str], shown: list[ImagePart | DocumentPart]) -> Callable[[R], str]:
+    """`show`, except that an item that is an `ImagePart` or a `DocumentPart` is kept for the prompt's parts
+    (the model sees the image itself), with a line that says what it is in the text."""
+
+    def showing(item: R) -> str:
+        if isinstance(item, ImagePart | DocumentPart):
+            shown.append(item)
+            what = f"an image ({item.media_type or 'by URL'})" if isinstance(item, ImagePart) else "a PDF document"
+            return f"{what}:\n{_MEDIA_MARK}"
+        return show(item)
+
+    return showing
+
+
+def _with_media(text: str, shown: Sequence[ImagePart | DocumentPart]) -> tuple[PromptPart, ...]:
+    """The round's text as parts: each media mark replaced by the image or document it stands for."""
+    pieces = text.split(_MEDIA_MARK)
+    if len(pieces) != len(shown) + 1:  # a mark in the request or in an item's own text: never a prompt of ours
+        raise UsageError("reflective_prompt: the request or a result's text holds agentkit's media mark (a NUL byte)")
+    parts: list[PromptPart] = [pieces[0]]
+    for media, piece in zip(shown, pieces[1:], strict=True):
+        parts += [media, piece]
+    return tuple(parts)
 
 
 def _closing(final: bool, has_results: bool, check: str | None) -> str:
