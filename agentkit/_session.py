@@ -23,7 +23,7 @@ from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
 from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
-from agentkit._media import media_digests, part_digest
+from agentkit._media import media_digests, part_digest, text_of
 from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
 from agentkit._outcome import StopReason
 from agentkit._results import RunEnding
@@ -227,7 +227,11 @@ class RunSession:
         except Exception as raised:
             error = executor_failed("render", raised)
             return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
-        request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **self._settings)
+        dynamic = prompt.dynamic
+        if isinstance(dynamic, str):
+            request = StructuredRequest(system=prompt.system, dynamic=dynamic, **self._settings)
+        else:
+            request = StructuredRequest(system=prompt.system, dynamic=text_of(dynamic), parts=dynamic, **self._settings)
         digest = prompt_digest(prompt)
         media = media_digests(prompt.dynamic)
         counted = _Counted(caller)

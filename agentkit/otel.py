@@ -42,7 +42,6 @@ from typing import Any
 import pydantic_core
 
 from agentkit import events
-from agentkit._media import text_of as dynamic_text
 from agentkit._observe import ModelCall, Observer, ToolInvocation
 from agentkit._otel_attributes import (
     described,
@@ -389,7 +388,7 @@ class OTelObserver(Observer):
         if self.capture_content:
             if request.system:
                 attributes[_SYSTEM_INSTRUCTIONS] = json_text([text_part(request.system)])
-            attributes[_INPUT_MESSAGES] = json_text([text_message("user", dynamic_text(request.dynamic))])
+            attributes[_INPUT_MESSAGES] = json_text([text_message("user", request.dynamic)])
         parent = spans.round_context or spans.run_context if spans is not None else None
         span = self.tracer.start_span(
             f"chat {request.model}", context=parent, kind=SpanKind.CLIENT, attributes=attributes

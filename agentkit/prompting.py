@@ -85,7 +85,7 @@ _EARLIER = "Earlier calls and what came of them:"
 
 def reflective_prompt(
     doctrine: str,
-    request: str,
+    request: str | Sequence[PromptPart],
     info: ToolRoundInfo[R],
     *,
     render_item: Callable[[R], str] | None = None,
@@ -98,7 +98,8 @@ def reflective_prompt(
     Args:
         doctrine: The agent's stable rules: its job, what counts as enough, what to avoid
             (`USE_THE_TOOL` is a ready line for retrieval agents).
-        request: What this run is asked to do.
+        request: What this run is asked to do: text, or text with images and documents (`ImagePart`,
+            `DocumentPart`), which the prompt's dynamic part then holds where the request is.
         info: The round, as the loop passes it to `render`.
         render_item: One result item as prompt text; pydantic items default to compact JSON,
             anything else to `str`.
@@ -118,6 +119,8 @@ def reflective_prompt(
     if example:
         system.append(example.strip())
     shown: list[ImagePart | DocumentPart] = []
+    if not isinstance(request, str):  # the request's images come first in the text, then the results'
+        request = "".join(part if isinstance(part, str) else _mark(part, shown) for part in request)
     show = _showing_media(render_item or _default_item, shown)
     earlier = _earlier_calls(info, show)
     waiting = _unlisted_proposals(info)
@@ -199,12 +202,16 @@ def _showing_media(show: Callable[[R], str], shown: list[ImagePart | DocumentPar
 
     def showing(item: R) -> str:
         if isinstance(item, ImagePart | DocumentPart):
-            shown.append(item)
             what = f"an image ({item.media_type or 'by URL'})" if isinstance(item, ImagePart) else "a PDF document"
-            return f"{what}:\n{_MEDIA_MARK}"
+            return f"{what}:\n{_mark(item, shown)}"
         return show(item)
 
     return showing
+
+
+def _mark(part: ImagePart | DocumentPart, shown: list[ImagePart | DocumentPart]) -> str:
+    shown.append(part)
+    return _MEDIA_MARK
 
 
 def _with_media(text: str, shown: Sequence[ImagePart | DocumentPart]) -> tuple[PromptPart, ...]:

@@ -73,7 +73,7 @@ class InstructorCaller:
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         """Ask `request.model` for one reply that validates against `schema`."""
-        if not isinstance(request.dynamic, str):
+        if request.parts:
             raise UsageError(
                 "InstructorCaller sends prompts of text only, and this prompt holds an image or a document; "
                 "use OpenAICaller (or AnthropicCaller), which send them in the provider's wire format"

@@ -430,8 +430,7 @@ class OpenAICaller:
             Truncated: the reply was cut off by the token limit.
         """
         messages: list[dict[str, Any]] = [{"role": "system", "content": request.system}] if request.system else []
-        dynamic = request.dynamic
-        messages.append({"role": "user", "content": dynamic if isinstance(dynamic, str) else content_parts(dynamic)})
+        messages.append({"role": "user", "content": content_parts(request.parts) if request.parts else request.dynamic})
         tally = _Tally()
         try:
             reply = await self._send(self._kwargs(request, messages), "", tally)
@@ -635,11 +634,10 @@ def _on_this_machine(url: str) -> bool:
 def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for slot in plan.template:
-        if slot.field == "dynamic" and not isinstance(request.dynamic, str):
-            messages.append({"role": slot.role, "content": content_parts((slot.prefix, *request.dynamic, slot.suffix))})
+        if slot.field == "dynamic" and request.parts:
+            messages.append({"role": slot.role, "content": content_parts((slot.prefix, *request.parts, slot.suffix))})
             continue
-        dynamic = request.dynamic if isinstance(request.dynamic, str) else ""  # parts went out above
-        text = request.system if slot.field == "system" else dynamic if slot.field == "dynamic" else ""
+        text = request.system if slot.field == "system" else request.dynamic if slot.field == "dynamic" else ""
         content = slot.prefix + text + slot.suffix
         if content or slot.role != "system":
             messages.append({"role": slot.role, "content": content})

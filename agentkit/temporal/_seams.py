@@ -136,7 +136,7 @@ class ActivityCaller:
     async def complete(self, request: StructuredRequest, schema: type[Any]) -> Completion[Any]:
         asked = self.in_flight.call
         dumped = REQUEST.dump_python(request, mode="json")
-        if not isinstance(request.dynamic, str):
+        if request.parts:
             self._check_media(dumped)
         call = ModelCall(
             agent=self.agent,

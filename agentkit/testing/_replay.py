@@ -357,7 +357,7 @@ def _short(digest: str) -> str:
 def _prompt_of(request: StructuredRequest) -> Prompt:
     from agentkit._agent import Prompt
 
-    return Prompt(system=request.system, dynamic=request.dynamic)
+    return Prompt(system=request.system, dynamic=request.parts or request.dynamic)
 
 
 def _step(entry: RoundEntry, schema: type[M]) -> M:

@@ -27,7 +27,7 @@ from agentkit._session import prompt_digest
 from agentkit.errors import UsageError
 from agentkit.prompting import DocumentPart, ImagePart, PromptPart, reflective_prompt
 from agentkit.providers.openai import OpenAICaller
-from agentkit.testing import FakeOpenAIServer, call_step, done_step
+from agentkit.testing import FakeOpenAIServer, ScriptedCaller, call_step, done_step
 from tests.media_support import JPEG, OTHER_PNG, PDF, PNG
 
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
@@ -117,7 +117,7 @@ def test_parts_round_trip_through_json_as_base64_or_url() -> None:
         ImagePart(url="https://example.com/a.png"),
         DocumentPart(data=PDF, filename="invoice.pdf"),
     )
-    request = StructuredRequest(model="m", system="s", dynamic=parts)
+    request = StructuredRequest(model="m", system="s", dynamic="", parts=parts)
     adapter = TypeAdapter(StructuredRequest)
     dumped = adapter.dump_json(request)
     assert base64.b64encode(PNG) in dumped
@@ -163,3 +163,16 @@ async def test_a_tools_image_reaches_the_model_the_next_round_as_an_image_url_pa
     assert second[3] == {"type": "image_url", "image_url": {"url": data_url("image/png", PNG)}}
     assert second[2]["text"].endswith("- the page a\n   - an image (image/png):\n")
     assert looker.infos[1].prior_calls[0].batch[1] == ImagePart(data=PNG, media_type="image/png")
+
+
+async def test_a_caller_that_reads_text_sees_a_placeholder_and_the_parts_beside_it() -> None:
+    """`StructuredRequest.dynamic` stays text (each image a placeholder with its digest) for callers that send
+    text; `parts` holds the dynamic part in full for callers that send images."""
+    reference = ImagePart(data=JPEG, media_type="image/jpeg")
+    caller = ScriptedCaller([done_step("same")])
+    await run_tool_loop(caller, Looker(reference), screenshot, "compare", FAST)
+    [request] = caller.requests
+    assert request.dynamic.startswith(f"The reference:[image image/jpeg sha256:{reference.digest[:12]}]\nRequest:")
+    assert request.parts[:2] == ("The reference:", reference)
+    text_only = StructuredRequest(model="m", system="s", dynamic="", parts=("a", "b"))
+    assert (text_only.dynamic, text_only.parts) == ("ab", ())

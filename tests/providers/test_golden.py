@@ -64,14 +64,14 @@ async def _bodies(mode: StructuredMode, strict: bool, *, parts: bool = False) ->
     async with FakeOpenAIServer() as server:
         async with OpenAICaller(base_url=server.base_url, mode=mode, strict=strict) as caller:
             server.add(FakeReply.value({"score": "high"}), FakeReply.value({"score": 7}))
-            text = ("the ", "text") if parts else "the text"
-            await caller.complete(StructuredRequest(system="Rate it.", dynamic=text, model="m", max_tokens=50), Rated)
+            text = {"dynamic": "", "parts": ("the ", "text")} if parts else {"dynamic": "the text"}
+            await caller.complete(StructuredRequest(system="Rate it.", model="m", max_tokens=50, **text), Rated)
             await caller.complete(StructuredRequest(system="", dynamic="just this", model="m"), Verdict)
             server.add(call_step(Query(query="otters")), done_step("enough"))
             searcher = PartsSearcher() if parts else Searcher()
             await run_tool_loop(caller, searcher, corpus_search, "find otters", FAST)
-            hello = ("hel", "lo") if parts else "hello"
-            await caller.complete_text(StructuredRequest(system="Be brief.", dynamic=hello, model="m"))
+            hello = {"dynamic": "", "parts": ("hel", "lo")} if parts else {"dynamic": "hello"}
+            await caller.complete_text(StructuredRequest(system="Be brief.", model="m", **hello))
         server.assert_complete()
         return list(zip(server.requests, server.request_bytes, strict=True))
 

@@ -56,7 +56,7 @@ async def test_images_and_documents_go_out_as_content_parts_in_every_mode(mode: 
         FakeOpenAIServer([FakeReply.value({"amount": 12})]) as server,
         OpenAICaller(base_url=server.base_url, mode=mode) as caller,
     ):
-        done = await caller.complete(StructuredRequest(model="m", system="Read it.", dynamic=PARTS), Total)
+        done = await caller.complete(StructuredRequest(model="m", system="Read it.", dynamic="", parts=PARTS), Total)
     server.assert_complete()
     assert done.value == Total(amount=12)
     [request] = server.requests
@@ -75,14 +75,14 @@ async def test_a_reask_keeps_the_images_of_the_request() -> None:
         FakeOpenAIServer([FakeReply.value({"amount": "many"}), FakeReply.value({"amount": 3})]) as server,
         OpenAICaller(base_url=server.base_url) as caller,
     ):
-        await caller.complete(StructuredRequest(model="m", system="Read it.", dynamic=PARTS), Total)
+        await caller.complete(StructuredRequest(model="m", system="Read it.", dynamic="", parts=PARTS), Total)
     assert [user(request) for request in server.requests] == [WIRE, WIRE]
 
 
 async def test_a_plain_text_call_sends_the_parts_too() -> None:
     """complete_text sends the same content parts."""
     async with FakeOpenAIServer([FakeReply.text("twelve")]) as server, OpenAICaller(base_url=server.base_url) as caller:
-        reply = await caller.complete_text(StructuredRequest(model="m", system="", dynamic=PARTS))
+        reply = await caller.complete_text(StructuredRequest(model="m", system="", dynamic="", parts=PARTS))
     assert reply.text == "twelve"
     assert server.requests[0]["messages"] == [{"role": "user", "content": WIRE}]
 
@@ -97,4 +97,4 @@ async def test_instructor_caller_refuses_media_naming_the_callers_that_send_it()
     client = instructor.from_openai(openai.AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="k"))
     caller = InstructorCaller(client)
     with pytest.raises(UsageError, match="use OpenAICaller"):
-        await caller.complete(StructuredRequest(model="m", system="", dynamic=PARTS), Total)
+        await caller.complete(StructuredRequest(model="m", system="", dynamic="", parts=PARTS), Total)
