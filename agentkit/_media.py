@@ -29,7 +29,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DocumentMediaType",
     "DocumentPart",
-    "Dynamic",
     "ImageMediaType",
     "ImagePart",
     "PromptPart",
@@ -39,6 +38,7 @@ __all__ = [
     "part_digest",
     "parts_of",
     "sniffed",
+    "split_parts",
     "text_of",
 ]
 
@@ -168,9 +168,6 @@ class DocumentPart:
 PromptPart: TypeAlias = str | ImagePart | DocumentPart
 """One part of a prompt's dynamic part: text, an image or a document."""
 
-Dynamic: TypeAlias = str | tuple[PromptPart, ...]
-"""A prompt's dynamic part: its text, or its parts in reading order."""
-
 
 def sniffed(data: bytes) -> ImageMediaType | None:
     """The image format `data` is in, by its first bytes; `None` when it is none of PNG, JPEG, GIF or WebP."""
@@ -220,6 +217,15 @@ def parts_of(dynamic: str | Sequence[PromptPart]) -> str | tuple[PromptPart, ...
     if not any(isinstance(part, ImagePart | DocumentPart) for part in parts):
         return "".join(str(part) for part in parts)
     return tuple(parts)
+
+
+def split_parts(dynamic: str, parts: Sequence[PromptPart]) -> tuple[str, tuple[PromptPart, ...]]:
+    """A prompt's `dynamic` and `parts` as they are kept: parts of text only joined into `dynamic` (and no parts);
+    with media, the parts normalised and `dynamic` their text view unless given."""
+    normal = parts_of(parts)
+    if isinstance(normal, str):
+        return dynamic or normal, ()
+    return dynamic or text_of(normal), normal
 
 
 def has_media(dynamic: str | Sequence[PromptPart]) -> bool:

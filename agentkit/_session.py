@@ -23,7 +23,7 @@ from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
 from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
-from agentkit._media import media_digests, part_digest, text_of
+from agentkit._media import media_digests, part_digest
 from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
 from agentkit._outcome import StopReason
 from agentkit._results import RunEnding
@@ -57,13 +57,13 @@ def prompt_digest(prompt: Prompt) -> str:
     own digest (`part_digest`: kind, media type, SHA-256), never by its bytes, so the same image gives the
     same digest and a changed one another; a prompt of text only digests as it always did."""
     system, dynamic = prompt.system, prompt.dynamic
-    if type(system) is str and type(dynamic) is str:
-        text = f"[{_ascii(system)},{_ascii(dynamic)}]"
-    elif type(dynamic) is str:
-        text = json_text([system, dynamic])
-    else:
-        shown = [part if isinstance(part, str) else part_digest(part) for part in dynamic]
+    if prompt.parts:
+        shown = [part if isinstance(part, str) else part_digest(part) for part in prompt.parts]
         text = json_text([system, shown])
+    elif type(system) is str and type(dynamic) is str:
+        text = f"[{_ascii(system)},{_ascii(dynamic)}]"
+    else:
+        text = json_text([system, dynamic])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -227,13 +227,14 @@ class RunSession:
         except Exception as raised:
             error = executor_failed("render", raised)
             return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
-        dynamic = prompt.dynamic
-        if isinstance(dynamic, str):
-            request = StructuredRequest(system=prompt.system, dynamic=dynamic, **self._settings)
+        if prompt.parts:
+            request = StructuredRequest(
+                system=prompt.system, dynamic=prompt.dynamic, parts=prompt.parts, **self._settings
+            )
         else:
-            request = StructuredRequest(system=prompt.system, dynamic=text_of(dynamic), parts=dynamic, **self._settings)
+            request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **self._settings)
         digest = prompt_digest(prompt)
-        media = media_digests(prompt.dynamic)
+        media = media_digests(prompt.parts)
         counted = _Counted(caller)
         finished: list[Usage] = []
         # Attempts are reported to the observers, and counted for a call the deadline may cut short.

@@ -24,7 +24,7 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from agentkit._agent import RoleSpec
-from agentkit._media import PromptPart, parts_of, text_of
+from agentkit._media import PromptPart, split_parts
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
 
@@ -50,7 +50,7 @@ class StructuredRequest(RoleSpec):
 
     system: str
     """Stable instructions (kept byte-identical across rounds so provider prompt caching works)."""
-    dynamic: str
+    dynamic: str = ""
     """This run's data: the request, prior results, the round's position in the budget. When the prompt holds
     images or documents, its text view: each shown as a bracketed placeholder with its digest (filled in from
     `parts` when left empty), for callers that send text only."""
@@ -63,13 +63,9 @@ class StructuredRequest(RoleSpec):
 
     def __post_init__(self) -> None:
         if self.parts:
-            normal = parts_of(self.parts)
-            if isinstance(normal, str):
-                object.__setattr__(self, "parts", ())
-                object.__setattr__(self, "dynamic", self.dynamic or normal)
-            else:
-                object.__setattr__(self, "parts", normal)
-                object.__setattr__(self, "dynamic", self.dynamic or text_of(normal))
+            dynamic, parts = split_parts(self.dynamic, self.parts)
+            object.__setattr__(self, "dynamic", dynamic)
+            object.__setattr__(self, "parts", parts)
 
 
 # The field's type as the object it is: the class reports `agentkit` as its module, where pydantic (a Temporal

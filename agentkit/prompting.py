@@ -125,7 +125,9 @@ def reflective_prompt(
     waiting = _unlisted_proposals(info)
     closing = _CLOSING_ROUND if info.closing_round else _closing(info.is_final_round, bool(earlier or waiting), check)
     dynamic = _round_text(request, earlier, waiting=waiting, budget=_budget_line(info), closing=closing)
-    return Prompt(system="\n\n".join(system), dynamic=_with_media(dynamic, shown) if shown else dynamic)
+    if shown:
+        return Prompt(system="\n\n".join(system), parts=_with_media(dynamic, shown))
+    return Prompt(system="\n\n".join(system), dynamic=dynamic)
 
 
 def worked_example(

@@ -330,7 +330,7 @@ def _difference(entry: RoundEntry, request: StructuredRequest, schema: type[Base
     """What differs between a request and the recorded one, in words; `None`: nothing."""
     prompt: Prompt = _prompt_of(request)
     if entry.prompt != prompt_digest(prompt):
-        media = media_digests(prompt.dynamic)
+        media = media_digests(prompt.parts)
         if media != entry.media:
             return (
                 f"the prompt's images or documents differ from the recorded ones ({_media_change(entry.media, media)})"
@@ -357,7 +357,7 @@ def _short(digest: str) -> str:
 def _prompt_of(request: StructuredRequest) -> Prompt:
     from agentkit._agent import Prompt
 
-    return Prompt(system=request.system, dynamic=request.parts or request.dynamic)
+    return Prompt(system=request.system, dynamic=request.dynamic, parts=request.parts)
 
 
 def _step(entry: RoundEntry, schema: type[M]) -> M:

@@ -47,8 +47,8 @@ class Stocker:
     def render(self, ctx: str, info: ToolRoundInfo[str | ImagePart]) -> Prompt:
         self.infos.append(info)
         prompt = reflective_prompt("Keep the shelf stocked.", ctx, info)
-        rest = (prompt.dynamic,) if isinstance(prompt.dynamic, str) else prompt.dynamic
-        return Prompt(system=prompt.system, dynamic=("The request's photo:", PHOTO, "\n", *rest))
+        rest = prompt.parts or (prompt.dynamic,)
+        return Prompt(system=prompt.system, parts=("The request's photo:", PHOTO, "\n", *rest))
 
 
 def url_of(data: bytes, media_type: str) -> str:

@@ -56,8 +56,9 @@ class Looker:
     def render(self, ctx: str, info: ToolRoundInfo[str | ImagePart]) -> Prompt:
         self.infos.append(info)
         prompt = reflective_prompt("Compare pages.", ctx, info)
-        dynamic = (prompt.dynamic,) if isinstance(prompt.dynamic, str) else prompt.dynamic
-        return Prompt(system=prompt.system, dynamic=("The reference:", self.image, "\n", *dynamic))
+        return Prompt(
+            system=prompt.system, parts=("The reference:", self.image, "\n", *(prompt.parts or (prompt.dynamic,)))
+        )
 
 
 def user_content(request: dict[str, Any]) -> Any:
@@ -90,21 +91,22 @@ def test_an_image_part_holds_bytes_with_their_media_type_or_a_url() -> None:
 
 
 def test_a_dynamic_part_of_text_only_is_the_string_it_always_was() -> None:
-    """Text parts are merged, and a dynamic part without media is its text: digested as that string."""
-    prompt = Prompt(system="s", dynamic=("a ", "b"))
-    assert prompt.dynamic == "a b"
+    """Text parts are merged, and parts without media are the dynamic text: digested as that string."""
+    prompt = Prompt(system="s", parts=("a ", "b"))
+    assert (prompt.dynamic, prompt.parts) == ("a b", ())
     assert prompt_digest(prompt) == hashlib.sha256(json.dumps(["s", "a b"]).replace(" ", "", 1).encode()).hexdigest()
     image = ImagePart(data=PNG, media_type="image/png")
-    assert Prompt(system="s", dynamic=("a", "b", image, "")).dynamic == ("ab", image)
+    with_image = Prompt(system="s", parts=("a", "b", image, ""))
+    assert (with_image.parts, with_image.dynamic) == (("ab", image), f"ab[image image/png sha256:{image.digest[:12]}]")
     with pytest.raises(UsageError, match="str, ImagePart and DocumentPart"):
-        Prompt(system="s", dynamic=("a", 3))  # type: ignore[arg-type]  # the mistake under test
+        Prompt(system="s", parts=("a", 3))  # type: ignore[arg-type]  # the mistake under test
 
 
 def test_a_prompts_digest_counts_an_image_by_its_digest_not_its_bytes() -> None:
     """The same image digests the same; a changed one, or another media type, digests otherwise."""
-    same = [Prompt(system="s", dynamic=("look", ImagePart(data=PNG, media_type="image/png"))) for _ in range(2)]
-    changed = Prompt(system="s", dynamic=("look", ImagePart(data=OTHER_PNG, media_type="image/png")))
-    jpeg = Prompt(system="s", dynamic=("look", ImagePart(data=JPEG, media_type="image/jpeg")))
+    same = [Prompt(system="s", parts=("look", ImagePart(data=PNG, media_type="image/png"))) for _ in range(2)]
+    changed = Prompt(system="s", parts=("look", ImagePart(data=OTHER_PNG, media_type="image/png")))
+    jpeg = Prompt(system="s", parts=("look", ImagePart(data=JPEG, media_type="image/jpeg")))
     digests = {prompt_digest(p) for p in [*same, changed, jpeg]}
     assert len(digests) == 3
 
@@ -135,8 +137,8 @@ def test_reflective_prompt_shows_a_tools_image_items_as_images() -> None:
         prior_calls=(PriorCall(round=1, tool_name="screenshot", args=Page(url="a"), batch=("caption", image)),),
     )
     prompt = reflective_prompt("Look.", "compare", info)
-    assert isinstance(prompt.dynamic, tuple)
-    text, shown, rest = prompt.dynamic
+    text, shown, rest = prompt.parts
+    assert prompt.dynamic.endswith("Reflect on the results above, then reply with your next step.")
     assert shown is image
     assert isinstance(text, str)
     assert text.endswith("returned 2 results:\n   - caption\n   - an image (image/png):\n")

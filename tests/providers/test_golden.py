@@ -57,7 +57,7 @@ class PartsSearcher(Searcher):
     """`Searcher`, its dynamic part given as a tuple of text parts."""
 
     def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
-        return Prompt(system="You search a corpus.", dynamic=(f"round {info.round}: ", ctx))
+        return Prompt(system="You search a corpus.", parts=(f"round {info.round}: ", ctx))
 
 
 async def _bodies(mode: StructuredMode, strict: bool, *, parts: bool = False) -> list[tuple[dict[str, Any], int]]:

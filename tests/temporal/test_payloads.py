@@ -385,9 +385,7 @@ class Viewer(Reader):
         self.image = ImagePart(data=PNG + b"\0" * (kib * 1024), media_type="image/png")
 
     def render(self, ctx: Brief, info: ToolRoundInfo[Page]) -> Prompt:
-        text = super().render(ctx, info).dynamic
-        assert isinstance(text, str)
-        return Prompt(system="read", dynamic=(text, self.image))
+        return Prompt(system="read", parts=(super().render(ctx, info).dynamic, self.image))
 
 
 def viewer(

@@ -408,9 +408,7 @@ class Viewer(Planner):
         self.image = ImagePart(data=image, media_type="image/png")
 
     def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
-        text = super().render(ctx, info).dynamic
-        assert isinstance(text, str)
-        return Prompt(system=self.system, dynamic=(text, self.image))
+        return Prompt(system=self.system, parts=(super().render(ctx, info).dynamic, self.image))
 
 
 async def test_a_run_with_the_same_image_replays_and_a_changed_image_diverges_naming_it() -> None:

@@ -31,8 +31,9 @@ def check(info: ToolRoundInfo[str | ImagePart]) -> None:
     assert_type(document.media_type, Literal["application/pdf"])
     assert_type(document.filename, str)
     parts: tuple[PromptPart, ...] = ("look:", image, document)
-    prompt = Prompt(system="s", dynamic=parts)
-    assert_type(prompt.dynamic, str | tuple[str | ImagePart | DocumentPart, ...])
+    prompt = Prompt(system="s", parts=parts)
+    assert_type(prompt.dynamic, str)  # the text view, for code that reads the prompt as text
+    assert_type(prompt.parts, tuple[str | ImagePart | DocumentPart, ...])
     request = StructuredRequest(model="m", system="s", dynamic="", parts=parts)
     assert_type(request.dynamic, str)  # text for callers that send text only
     assert_type(request.parts, tuple[str | ImagePart | DocumentPart, ...])
