@@ -1,9 +1,11 @@
 """Images and documents in a prompt: `ImagePart`, `DocumentPart`, and the parts of a prompt's dynamic part.
 
-A prompt's `dynamic` part is a string, or a tuple of parts: strings, `ImagePart`s and
-`DocumentPart`s, in the order the model is to read them. `parts_of` is the one normal form every
-reader uses: adjacent strings merged, and a dynamic part without media is its text (so a prompt of
-text only is the string it always was, and is sent, digested and recorded exactly as before).
+A prompt's dynamic part with images is a tuple of parts (`Prompt.parts`, `StructuredRequest.parts`):
+strings, `ImagePart`s and `DocumentPart`s, in the order the model is to read them, while `dynamic`
+stays a string, their text view (`text_of`: each image a placeholder with its digest), so code typed
+against a text prompt goes on. `split_parts` is the one normal form: adjacent strings merged, and
+parts without media joined into `dynamic` (a prompt of text only is the string it always was, and
+is sent, digested and recorded exactly as before).
 
 A part is identified by its `digest` (SHA-256 of its bytes, or of its URL): the journal records a
 prompt by `part_digest`, never by bytes, and a replay tells a changed image from the same one by it.
@@ -32,7 +34,6 @@ __all__ = [
     "ImageMediaType",
     "ImagePart",
     "PromptPart",
-    "has_media",
     "media_digests",
     "media_of",
     "part_digest",
@@ -226,11 +227,6 @@ def split_parts(dynamic: str, parts: Sequence[PromptPart]) -> tuple[str, tuple[P
     if isinstance(normal, str):
         return dynamic or normal, ()
     return dynamic or text_of(normal), normal
-
-
-def has_media(dynamic: str | Sequence[PromptPart]) -> bool:
-    """The dynamic part holds an image or a document."""
-    return type(dynamic) is not str and any(isinstance(part, ImagePart | DocumentPart) for part in dynamic)
 
 
 def media_of(dynamic: str | Sequence[PromptPart]) -> tuple[ImagePart | DocumentPart, ...]:

@@ -119,8 +119,8 @@ def _check_content(content: object, where: str, role: object = "user") -> None:
         kind = part["type"]
         if kind not in allowed:
             raise RequestRejected(
-                f"Invalid '{at}': content parts of type '{kind}' are only allowed for messages with role 'user' "
-                f"(this message has role {role!r}).",
+                f"Invalid '{at}': a message with role {role!r} cannot hold content parts of type '{kind}' "
+                f"(it takes {', '.join(repr(a) for a in allowed)}).",
                 at,
             )
         extra = set(part) - {"type", kind}
