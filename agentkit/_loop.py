@@ -320,6 +320,8 @@ class _Run:
         """The round's info for the executor and for the observers (`Views.infos`); the run's deadline
         bounds a summarizer too."""
         infos = await self.views.infos(round, closing=closing, deadline=self.remaining())
+        if not isinstance(infos, tuple):
+            self.session.usage += self.views.take_summary_usage()  # no round follows to carry it
         if isinstance(infos, SummaryCutOff):
             return Ending(None, StopReason.DEADLINE)
         if isinstance(infos, AgentkitError):
@@ -337,6 +339,11 @@ class _Run:
             round=info.round,
             deadline=self.remaining(),
         )
+        summarizing = self.views.take_summary_usage()
+        if summarizing.requests:
+            # the round's summarizer asked a model through agentkit: its usage is the round's too
+            self.session.usage += summarizing
+            reply = dataclasses.replace(reply, usage=reply.usage + summarizing)
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
         rationale = reply.value.rationale if reply.value is not None else ""
         this = _Round(info.round, reply, schema, rationale, closing=closing)
