@@ -9,15 +9,19 @@ the caller's docs; anything else a server takes goes in `RoleSpec.extra_body`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from pydantic import JsonValue
+from typing_extensions import TypeAliasType
 
 from agentkit.errors import UsageError
 
-__all__ = ["EFFORTS", "Reasoning", "ReasoningEffort", "check_extra_body"]
+__all__ = ["EFFORTS", "JsonData", "Reasoning", "ReasoningEffort", "check_extra_body"]
+
+JsonData = TypeAliasType("JsonData", "str | int | float | bool | Sequence[JsonData] | Mapping[str, JsonData] | None")
+"""A JSON value, as read-only containers (so a `dict[str, bool]` is one, where pydantic's `JsonValue`, made of
+invariant `dict` and `list`, would need an annotation)."""
 
 ReasoningEffort = Literal["off", "minimal", "low", "medium", "high"]
 """How hard a reasoning model thinks: `"off"` asks for no reasoning at all (OpenAI's `"none"`,
@@ -77,5 +81,5 @@ def check_extra_body(value: object, where: str) -> None:
         ) from None
 
 
-def _not_json(value: object) -> JsonValue:
+def _not_json(value: object) -> JsonData:
     raise TypeError(f"{value!r} ({type(value).__name__}) is not a JSON value")

@@ -93,7 +93,8 @@ class FakeReply:
     cached_tokens: int | None = None
     """`usage.prompt_tokens_details.cached_tokens` to report; no details block when omitted."""
     reasoning_tokens: int | None = None
-    """`usage.completion_tokens_details.reasoning_tokens` to report; no details block when omitted."""
+    """`usage.completion_tokens_details.reasoning_tokens` to report (and counted in an estimated
+    `completion_tokens`, as a real server counts them); no details block when omitted."""
     reasoning: str | None = None
     """The reasoning the model wrote, sent as the message's `reasoning_content`; none when omitted."""
 
@@ -556,7 +557,8 @@ def _compose(request: dict[str, Any], reply: FakeReply) -> _Answer:
         answer = replace(answer, finish_reason="tool_calls")  # a forced call ends with "stop", as OpenAI's does
     prompt = reply.prompt_tokens if reply.prompt_tokens is not None else _estimate(json.dumps(request["messages"]))
     said = (answer.content or "") + (answer.arguments or "") + "".join(answer.more_arguments)
-    completion = reply.completion_tokens if reply.completion_tokens is not None else _estimate(said)
+    hidden = reply.reasoning_tokens if isinstance(reply.reasoning_tokens, int) else 0
+    completion = reply.completion_tokens if reply.completion_tokens is not None else _estimate(said) + max(hidden, 0)
     usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
     usage["total_tokens"] = prompt + completion
     if reply.cached_tokens is not None:
