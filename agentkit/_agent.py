@@ -10,8 +10,7 @@ from pydantic import BaseModel
 
 from agentkit._context import Omitted
 from agentkit._proposals import ProposedAction
-from agentkit._reasoning import JsonData, Reasoning, check_extra_body
-from agentkit.errors import UsageError
+from agentkit._reasoning import JsonData, Reasoning, check_extra_body, check_reasoning
 
 __all__ = ["PriorCall", "Prompt", "RoleSpec", "RoundInfo", "ToolAgent", "ToolRoundInfo"]
 
@@ -61,8 +60,8 @@ class RoleSpec:
     is overridden by it, except the schema's part of the request, which it may not name."""
 
     def __post_init__(self) -> None:
-        if self.reasoning is not None and not isinstance(self.reasoning, Reasoning):
-            raise UsageError(f"RoleSpec.reasoning must be a Reasoning or None; got {self.reasoning!r}")
+        if self.reasoning is not None:
+            check_reasoning(self.reasoning)
         if self.extra_body is not None:
             check_extra_body(self.extra_body, "RoleSpec.extra_body")
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any
+from typing import Any, cast
 
 from agentkit._usage import Usage
 from agentkit.errors import UsageError
@@ -93,15 +93,7 @@ class Prices:
     _names: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if not isinstance(self.models, Mapping):
-            raise UsageError(f"Prices.models must be a mapping of model names to ModelPrice; got {self.models!r}")
-        for name, price in self.models.items():
-            if not isinstance(name, str) or not name:
-                raise UsageError(f"Prices.models: a model name must be a non-empty str; got {name!r}")
-            if not isinstance(price, ModelPrice):
-                raise UsageError(f"Prices.models[{name!r}] must be a ModelPrice; got {price!r}")
-        if not isinstance(self.currency, str) or not self.currency:
-            raise UsageError(f"Prices.currency must be a non-empty str; got {self.currency!r}")
+        _check_table(self.models, self.currency)
         object.__setattr__(self, "models", MappingProxyType(dict(self.models)))
         object.__setattr__(self, "_names", tuple(sorted(self.models, key=len, reverse=True)))
 
@@ -177,6 +169,18 @@ class Prices:
                 cache_write=per_million({"input_tokens": _UNIT, "cache_write_tokens": _UNIT}),
             )
         return cls(table)
+
+
+def _check_table(models: object, currency: object) -> None:
+    if not isinstance(models, Mapping):
+        raise UsageError(f"Prices.models must be a mapping of model names to ModelPrice; got {models!r}")
+    for name, price in cast("Mapping[object, object]", models).items():
+        if not isinstance(name, str) or not name:
+            raise UsageError(f"Prices.models: a model name must be a non-empty str; got {name!r}")
+        if not isinstance(price, ModelPrice):
+            raise UsageError(f"Prices.models[{name!r}] must be a ModelPrice; got {price!r}")
+    if not isinstance(currency, str) or not currency:
+        raise UsageError(f"Prices.currency must be a non-empty str; got {currency!r}")
 
 
 _UNIT = 1000

@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal, cast, get_args
 
 from typing_extensions import TypeAliasType
 
 from agentkit.errors import UsageError
 
-__all__ = ["EFFORTS", "JsonData", "Reasoning", "ReasoningEffort", "check_extra_body"]
+__all__ = ["EFFORTS", "JsonData", "Reasoning", "ReasoningEffort", "check_extra_body", "check_reasoning"]
 
 JsonData = TypeAliasType("JsonData", "str | int | float | bool | Sequence[JsonData] | Mapping[str, JsonData] | None")
 """A JSON value, as read-only containers (so a `dict[str, bool]` is one, where pydantic's `JsonValue`, made of
@@ -49,8 +49,7 @@ class Reasoning:
         if self.effort is not None and self.effort not in EFFORTS:
             raise UsageError(f"Reasoning.effort must be one of {list(EFFORTS)} or None; got {self.effort!r}")
         budget = self.budget_tokens
-        if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
-            raise UsageError(f"Reasoning.budget_tokens must be an int >= 1 (tokens), or None; got {budget!r}")
+        _check_budget(budget)
         if self.effort == "off" and budget is not None:
             raise UsageError(
                 f"Reasoning(effort='off') turns reasoning off, so it takes no budget_tokens (got {budget}); "
@@ -63,6 +62,17 @@ class Reasoning:
         return self.effort == "off"
 
 
+def _check_budget(budget: object) -> None:
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 1):
+        raise UsageError(f"Reasoning.budget_tokens must be an int >= 1 (tokens), or None; got {budget!r}")
+
+
+def check_reasoning(value: object) -> None:
+    """Refuse a `RoleSpec.reasoning` that is not a `Reasoning` (a plain string, say)."""
+    if value is not None and not isinstance(value, Reasoning):
+        raise UsageError(f"RoleSpec.reasoning must be a Reasoning or None; got {value!r}")
+
+
 def check_extra_body(value: object, where: str) -> None:
     """Refuse an `extra_body` that is not a JSON object (string keys, JSON values, finite numbers).
 
@@ -71,10 +81,13 @@ def check_extra_body(value: object, where: str) -> None:
     """
     if value is None:
         return
-    if not isinstance(value, Mapping) or any(not isinstance(key, str) for key in value):
+    if not isinstance(value, Mapping):
+        raise UsageError(f"{where} must be a mapping of str to JSON values, or None; got {value!r}")
+    body = cast("Mapping[object, object]", value)
+    if any(not isinstance(key, str) for key in body):
         raise UsageError(f"{where} must be a mapping of str to JSON values, or None; got {value!r}")
     try:
-        json.dumps(dict(value), allow_nan=False, default=_not_json)
+        json.dumps(dict(body), allow_nan=False, default=_not_json)
     except (TypeError, ValueError) as error:
         raise UsageError(
             f"{where} must hold JSON values only (str, int, finite float, bool, None, lists, dicts of str): {error}"

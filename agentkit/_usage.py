@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -71,7 +71,7 @@ _SPENT: ContextVar[list[Usage] | None] = ContextVar("agentkit_spent", default=No
 
 
 @contextlib.contextmanager
-def counting_runs() -> Iterator[list[Usage]]:
+def counting_runs() -> Generator[list[Usage]]:
     """Collect the usage of every run that finishes in this context (this task, and what it awaits): how a loop
     counts the model calls its `ContextWindow` summarizer makes through agentkit (`run_once_text`, say)."""
     spent: list[Usage] = []

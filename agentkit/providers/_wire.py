@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -124,7 +124,7 @@ def detail_count(details: object, name: str, field: str, model: str, within: int
             "counts; the server's usage report is broken (the reply was not used)",
             status=200,
         )
-    count = token_count(details.get(name), where, model)
+    count = token_count(cast("dict[str, object]", details).get(name), where, model)
     if count > within:
         raise ProviderError(
             f"model server reported usage.{where}={count} for model {model!r}, more than the {within} tokens it is "
