@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from agentkit._context import Omitted
 from agentkit._media import PromptPart, split_parts
 from agentkit._proposals import ProposedAction
+from agentkit._reasoning import JsonData, Reasoning, check_extra_body, check_reasoning
 
 __all__ = ["PriorCall", "Prompt", "RoleSpec", "RoundInfo", "ToolAgent", "ToolRoundInfo"]
 
@@ -68,6 +69,27 @@ class RoleSpec:
     """A label for this role's prompt, carried into requests, traces and logs."""
     seed: int | None = None
     """Sampling seed, for servers that honour one."""
+    reasoning: Reasoning | None = None
+    """How much a reasoning model thinks (`Reasoning`: an effort level or off, and a thinking budget);
+    `None` (the default) sends nothing, so the server's default applies."""
+    extra_body: Mapping[str, JsonData] | None = None
+    """Provider parameters agentkit has no field for, merged into the top level of each request body
+    (e.g. vLLM's `{"chat_template_kwargs": {"enable_thinking": False}}`); a key the caller sets itself
+    is overridden by it, except the schema's part of the request, which it may not name."""
+
+    def __post_init__(self) -> None:
+        if self.reasoning is not None:
+            check_reasoning(self.reasoning)
+        if self.extra_body is not None:
+            check_extra_body(self.extra_body, "RoleSpec.extra_body")
+
+
+# The annotations of the fields whose types are not builtins, as the types themselves: pydantic reads a dataclass's
+# annotations in the namespace of its `__module__`, which `agentkit` sets to the package (`TypeAdapter(RoleSpec)`,
+# a request as a Temporal payload).
+for _name, _type in (("reasoning", Reasoning | None), ("extra_body", Mapping[str, JsonData] | None)):
+    RoleSpec.__annotations__[_name] = RoleSpec.__dataclass_fields__[_name].type = _type
+del _name, _type
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

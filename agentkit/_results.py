@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -69,6 +70,9 @@ class RoundRecord:
     """Time spent in the tool call."""
     usage: Usage = field(default_factory=Usage)
     """Model usage of this round."""
+    reasoning: str | None = None
+    """The reasoning the model wrote before its step, when the server returned it (kept here and in the
+    run's state; never sent back to the model, never put in traces)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -86,6 +90,9 @@ class RunEnding:
     """Set exactly when `outcome` is `Outcome.ERROR`."""
     usage: Usage = field(default_factory=Usage)
     """Model usage summed over the run, every attempt (retries and fallback) included."""
+    cost: Decimal | None = None
+    """What the run's model calls cost, in the currency of `LoopConfig.prices`; `None` without a price table,
+    or when a model that answered has no price in it."""
     rounds: int = 0
     """Rounds started (model turns asked, not counting retries)."""
     run_id: str = ""

@@ -37,7 +37,7 @@ from agentkit._structured import (
     generate_structured,
 )
 from agentkit._timing import timeout_scope
-from agentkit._usage import Usage
+from agentkit._usage import Usage, run_spent
 from agentkit.errors import AgentkitError, ExecutorError, Throttled, Truncated, UsageError
 
 if TYPE_CHECKING:
@@ -99,6 +99,8 @@ class Reply(Generic[M_co]):
     """SHA-256 of the rendered prompt (`prompt_digest`); `None` when `render` raised."""
     media: tuple[str, ...] = ()
     """The prompt's images and documents by digest (`media_digests`)."""
+    reasoning: str | None = None
+    """The reasoning the model wrote before its reply, when the server returned it."""
 
 
 class _Counted:
@@ -200,6 +202,7 @@ class RunSession:
         """Report the run's result (observers get `seen`, a copy, where the result holds mutable parts)."""
         if self.observers:
             self.emit(RunFinished(run_id=self.run_id, result=seen if seen is not None else result))
+        run_spent(result.usage)
         return result
 
     async def ask(
@@ -282,6 +285,7 @@ class RunSession:
                 seconds=seconds,
                 prompt=digest,
                 media=media,
+                reasoning=completion.reasoning,
             )
         self.usage += reply.usage
         return reply

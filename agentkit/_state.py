@@ -29,6 +29,7 @@ import json.encoder
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentkit._cache import kept_on, value_cache
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import ContextWindow, Summarizer
+from agentkit._cost import Prices
 from agentkit._degeneration import same_args
 from agentkit._lossless import Text, to_stored
 from agentkit._outcome import Outcome, StopReason
@@ -172,6 +174,11 @@ class CheckpointConfig(BaseModel):
     retry: dict[str, float]
     context: CheckpointContext | None = None
     """The run's `ContextWindow`; `None`: the executor was shown every earlier call."""
+    prices: dict[str, Any] | None = None
+    """The run's price table (`Prices.to_json`). Left out of the header's digest when `None`, as is
+    `cost_budget`, so a state recorded before they were is digested as it was."""
+    cost_budget: str | None = None
+    """The run's budget in money, as the decimal's text."""
 
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
@@ -180,18 +187,24 @@ class CheckpointConfig(BaseModel):
 
     def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
         """The `LoopConfig` again, with `summarize` as its context window's summarizer."""
-        fields = self.model_dump(exclude={"retry", "context"})
+        fields = self.model_dump(exclude={"retry", "context", "prices", "cost_budget"})
         retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
         context = None if self.context is None else self.context.rebuild(summarize)
-        return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
+        prices = None if self.prices is None else Prices.from_json(self.prices)
+        budget = None if self.cost_budget is None else Decimal(self.cost_budget)
+        return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context, prices=prices, cost_budget=budget)  # type: ignore[arg-type]  # ints stored as float read back as ints
 
 
 @value_cache(maxsize=64)
 def _config_record(config: LoopConfig) -> CheckpointConfig:
-    apart = ("retry", "context")
+    apart = ("retry", "context", "prices", "cost_budget")
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
     context = None if config.context is None else CheckpointContext.of(config.context)
-    return CheckpointConfig(**fields, retry=dataclasses.asdict(config.retry), context=context)
+    prices = None if config.prices is None else config.prices.to_json()
+    budget = None if config.cost_budget is None else str(config.cost_budget)
+    return CheckpointConfig(
+        **fields, retry=dataclasses.asdict(config.retry), context=context, prices=prices, cost_budget=budget
+    )
 
 
 class RoundOutcome(enum.StrEnum):
@@ -257,6 +270,13 @@ class RoundEntry(BaseModel):
     requests: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of `input_tokens`, read from the prompt cache. Left out of the digest when 0, as are the other detail
+    counts and `reasoning` when `None`, so a state written before they were recorded still verifies."""
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    reasoning: Text | None = None
+    """The reasoning the model wrote before its step, when the server returned it."""
     llm_seconds: float = 0.0
     tool_seconds: float = 0.0
     elapsed: float = 0.0
@@ -362,6 +382,7 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
     pending: dict[tuple[int, str], tuple[int, RoundEntry]] = {}
     """Each undecided proposal by (round, digest): its index in `calls`, and its entry."""
     rounds = requests = input_tokens = output_tokens = largest = refusals = summarized = 0
+    cached = written = reasoned = 0
     elapsed, summary, ended, answer = 0.0, None, None, None
     for index, entry in enumerate(entries):
         ended, elapsed = None, entry.elapsed
@@ -386,6 +407,9 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
             requests += entry.requests
             input_tokens += entry.input_tokens
             output_tokens += entry.output_tokens
+            cached += entry.cached_input_tokens
+            written += entry.cache_write_tokens
+            reasoned += entry.reasoning_tokens
             largest = max(largest, entry.input_tokens + entry.output_tokens)
             if entry.summary is not None:
                 summary, summarized = entry.summary, entry.summarized or 0
@@ -398,7 +422,14 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
                     assert entry.call_digest is not None
                     pending[(entry.round, entry.call_digest)] = (len(calls), entry)
                 calls.append(view)
-    usage = Usage(requests=requests, input_tokens=input_tokens, output_tokens=output_tokens)
+    usage = Usage(
+        requests=requests,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=cached,
+        cache_write_tokens=written,
+        reasoning_tokens=reasoned,
+    )
     return Progress(
         calls=tuple(calls),
         pending=tuple(entry for _, entry in pending.values()),
@@ -718,9 +749,28 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], too
 
 
 _UNDIGESTED = frozenset({"digest"})
-_UNTRACED = frozenset({"digest", "trace"})
 _UNAMENDED = frozenset({"args", "amended"})
-_TEXT_ONLY = frozenset({"media"})
+
+
+def _round_exclusions(entry: RoundEntry) -> frozenset[str]:
+    """What a round's digest leaves out: its digest, and each field recorded later than the first states were
+    while it holds its empty value (so that an old state, read with the defaults, digests as it was written)."""
+    fields = entry.__dict__
+    return _excluded(tuple(_empty(fields[name]) for name in _LATER_ROUND_FIELDS))
+
+
+def _empty(value: object) -> bool:
+    return value is None or value == () or (type(value) is int and value == 0)
+
+
+_LATER_ROUND_FIELDS = ("trace", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "reasoning", "media")
+"""A round's fields that later versions record, each left out of its digest while `None` (0 for a count, `()`
+for the media)."""
+
+
+@functools.cache
+def _excluded(empty: tuple[bool, ...]) -> frozenset[str]:
+    return _UNDIGESTED | {name for name, left in zip(_LATER_ROUND_FIELDS, empty, strict=True) if left}
 
 
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
@@ -733,10 +783,9 @@ def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
 
 def _content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     """What `chained` digests of `entry`: `json_text` of its JSON dump, less its digest (and what it leaves out)."""
-    untraced = isinstance(entry, RoundEntry) and entry.trace is None
-    exclude = _UNTRACED if untraced else _UNDIGESTED
-    if isinstance(entry, RoundEntry) and not entry.media:
-        exclude = exclude | _TEXT_ONLY  # a prompt of text only digests as rounds did before media
+    exclude = _UNDIGESTED
+    if isinstance(entry, RoundEntry):
+        exclude = _round_exclusions(entry)
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude = exclude | _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
     fast = _fast_content(entry, exclude)
@@ -829,6 +878,10 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "requests": _whole,
         "input_tokens": _whole,
         "output_tokens": _whole,
+        "cached_input_tokens": _whole,
+        "cache_write_tokens": _whole,
+        "reasoning_tokens": _whole,
+        "reasoning": _free_text,
         "llm_seconds": _real,
         "tool_seconds": _real,
         "elapsed": _real,
@@ -880,7 +933,12 @@ def _head(state: RunCheckpoint) -> str:
     written = [_whole(state.forked_at), _free_text(state.parent), _free_text(state.run_id), _whole(state.version)]
     same = _free_text(state.same)
     if type(state.config) is not CheckpointConfig or type(state.tools) is not tuple or None in written or same is None:
-        left_out = {"entries", "digest"} if state.same is not None else {"entries", "digest", "same"}
+        left_out: dict[str, Any] = {"entries": True, "digest": True}
+        if state.same is None:
+            left_out["same"] = True
+        unpriced = config_left_out(state.config)
+        if unpriced:
+            left_out["config"] = dict.fromkeys(unpriced, True)
         return json_text(state.model_dump(mode="json", exclude=left_out))
     forked_at, parent, run_id, version = written
     tools = ",".join(_shared_text(tool) for tool in state.tools)
@@ -896,12 +954,20 @@ _SHARED_TEXTS: dict[int, tuple[BaseModel, str]] = {}
 _SHARED_SIZE = 256
 
 
+def config_left_out(config: object) -> set[str]:
+    """The fields of a state's config its header's digest leaves out: those recorded later than the first states
+    were, while `None` (so a state recorded before them digests as it was)."""
+    if not isinstance(config, CheckpointConfig):
+        return set()
+    return {name for name in ("prices", "cost_budget") if getattr(config, name) is None}
+
+
 def _shared_text(value: BaseModel) -> str:
     """`json_text` of a frozen config or tool entry's JSON dump, worked out once per object while it is recent."""
     found = _SHARED_TEXTS.get(id(value))
     if found is not None and found[0] is value:
         return found[1]
-    text = json_text(value.model_dump(mode="json"))
+    text = json_text(value.model_dump(mode="json", exclude=config_left_out(value)))
     if len(_SHARED_TEXTS) >= _SHARED_SIZE:
         _SHARED_TEXTS.clear()
     _SHARED_TEXTS[id(value)] = (value, text)

@@ -9,6 +9,7 @@ import statistics
 from collections import Counter
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Literal
 
@@ -69,6 +70,8 @@ class RunReport(_Frozen):
     rounds: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cost: Decimal | None = None
+    """What the run's model calls cost (`result.cost`, with `LoopConfig.prices`); `None` where unpriced."""
     seconds: float = 0.0
     proposals: tuple[ProposalRef, ...] = ()
 
@@ -151,6 +154,9 @@ class Summary(_Frozen):
     seconds_p95: float
     proposal_digests: tuple[str, ...]
     """Every distinct call proposed, by digest (sorted)."""
+    cost: Decimal | None = None
+    """What every run cost together, in the currency of the runs' prices; `None` unless every run was priced."""
+    cost_per_run: Decimal | None = None
 
 
 class EvalReport(_Frozen):
@@ -248,6 +254,8 @@ def _summarize(cases: Sequence[CaseReport], repeats: int) -> Summary:
     input_tokens = sum(r.input_tokens for r in runs)
     output_tokens = sum(r.output_tokens for r in runs)
     passed = sum(r.passed for r in runs)
+    costs = [r.cost for r in runs if r.cost is not None]
+    cost = sum(costs, Decimal(0)) if runs and len(costs) == count else None
 
     def rate(n: int) -> float:
         return n / count if count else 0.0
@@ -271,6 +279,8 @@ def _summarize(cases: Sequence[CaseReport], repeats: int) -> Summary:
         seconds_p50=_percentile(seconds, 0.5),
         seconds_p95=_percentile(seconds, 0.95),
         proposal_digests=tuple(sorted({p.digest for r in runs for p in r.proposals})),
+        cost=cost,
+        cost_per_run=None if cost is None else cost / count,
     )
 
 
@@ -316,8 +326,20 @@ def _table(report: EvalReport) -> str:
             f"tokens {s.input_tokens + s.output_tokens:,} ({s.tokens_per_run:,.0f} per run); seconds per run "
             f"mean {s.seconds_mean:.2f}, p50 {s.seconds_p50:.2f}, p95 {s.seconds_p95:.2f}; "
             f"{len(s.proposal_digests)} distinct proposal(s)",
+            *_cost_line(s),
         ]
     )
+
+
+def _cost_line(summary: Summary) -> list[str]:
+    if summary.cost is None or summary.cost_per_run is None:
+        return []
+    return [f"cost {_money(summary.cost)} ({_money(summary.cost_per_run)} per run)"]
+
+
+def _money(value: Decimal) -> str:
+    """An amount of money to four significant places past the point (`0.0123`), never in exponent form."""
+    return f"{value.quantize(Decimal('0.0001')) if abs(value) >= Decimal('0.0001') else value.normalize():f}"
 
 
 def _most(counts: Counter[str]) -> str:
@@ -338,7 +360,8 @@ class RegressionKind(enum.StrEnum):
     PROPOSALS_CHANGED = "proposals_changed"
     """A case proposes other calls (the set of proposal digests differs)."""
     COST_UP = "cost_up"
-    """Tokens per run rose by more than the tolerance."""
+    """The cost per run rose by more than the tolerance: in money where both reports priced every run, else in
+    tokens per run."""
 
 
 class Regression(_Frozen):
@@ -358,6 +381,8 @@ class Comparison(_Frozen):
     regressions: tuple[Regression, ...]
     improved: tuple[str, ...] = ()
     """Cases that failed in the baseline and pass in the candidate."""
+    cost_per_run: tuple[Decimal, Decimal] | None = None
+    """The baseline's and the candidate's cost per run in money, where both priced every run."""
 
     @property
     def ok(self) -> bool:
@@ -367,6 +392,9 @@ class Comparison(_Frozen):
         """The comparison for a terminal: one line per regression, or that there is none."""
         head = f"compare {self.dataset}: {self.baseline or 'baseline'} -> {self.candidate or 'candidate'}"
         better = [f"improved: {', '.join(self.improved)}"] if self.improved else []
+        if self.cost_per_run is not None:
+            was, now = self.cost_per_run
+            better.append(f"cost per run {_money(was)} -> {_money(now)}")
         if self.ok:
             return "\n".join([head, "no regressions", *better])
         lines = [f"  {r.kind.value}{f' [{r.case}]' if r.case else ''}: {r.detail}" for r in self.regressions]
@@ -436,14 +464,8 @@ def compare(
                 detail=f"{b.pass_rate:.1%} -> {c.pass_rate:.1%} (spread across repeats {spread:.1%})",
             )
         )
-    if b.tokens_per_run > 0 and c.tokens_per_run > b.tokens_per_run * (1 + cost_tolerance):
-        found.append(
-            Regression(
-                kind=RegressionKind.COST_UP,
-                detail=f"tokens per run {b.tokens_per_run:,.0f} -> {c.tokens_per_run:,.0f} "
-                f"(+{c.tokens_per_run / b.tokens_per_run - 1:.0%}, tolerance {cost_tolerance:.0%})",
-            )
-        )
+    money = None if b.cost_per_run is None or c.cost_per_run is None else (b.cost_per_run, c.cost_per_run)
+    found.extend(_cost_up(b, c, money, cost_tolerance))
     order = list(RegressionKind)
     found.sort(key=lambda r: order.index(r.kind))
     return Comparison(
@@ -452,7 +474,27 @@ def compare(
         candidate=candidate.label,
         regressions=tuple(found),
         improved=tuple(improved),
+        cost_per_run=money,
     )
+
+
+def _cost_up(b: Summary, c: Summary, money: tuple[Decimal, Decimal] | None, tolerance: float) -> list[Regression]:
+    """The cost per run risen beyond `tolerance`: in money where both reports priced every run, else in tokens."""
+    if money is not None:
+        was, now = money
+        if was > 0 and now > was * (1 + Decimal(str(tolerance))):
+            detail = (
+                f"cost per run {_money(was)} -> {_money(now)} (+{float(now / was) - 1:.0%}, tolerance {tolerance:.0%})"
+            )
+            return [Regression(kind=RegressionKind.COST_UP, detail=detail)]
+        return []
+    if b.tokens_per_run > 0 and c.tokens_per_run > b.tokens_per_run * (1 + tolerance):
+        detail = (
+            f"tokens per run {b.tokens_per_run:,.0f} -> {c.tokens_per_run:,.0f} "
+            f"(+{c.tokens_per_run / b.tokens_per_run - 1:.0%}, tolerance {tolerance:.0%})"
+        )
+        return [Regression(kind=RegressionKind.COST_UP, detail=detail)]
+    return []
 
 
 def _digests(digests: Sequence[str]) -> str:

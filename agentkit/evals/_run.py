@@ -146,6 +146,7 @@ async def _run_one(
         rounds=result.rounds,
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
+        cost=result.cost,
         seconds=seconds,
         proposals=tuple(ProposalRef(tool=p.tool_name, digest=p.digest) for p in run.proposed),
     )

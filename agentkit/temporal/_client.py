@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 from pydantic import BaseModel, JsonValue
@@ -22,7 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint
-from agentkit._usage import Usage
+from agentkit._usage import Usage, usage_of_counts
 from agentkit.errors import AgentkitError, RunEnded, UsageError
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import rebuild_error
@@ -78,6 +79,8 @@ class DurableResult(Generic[R]):
     decisions: tuple[DecisionRecord, ...]
     """Every decision and resolution the run accepted."""
     checkpoint: RunCheckpoint
+    cost: Decimal | None = None
+    """What the run's model calls cost (`LoopConfig.prices`), as in-process; `None` without prices."""
 
     def raise_for_error(self) -> Self:
         """Raise `error` if the run ended in error; otherwise return the result itself."""
@@ -410,9 +413,8 @@ class RunHandle(Generic[R]):
             stop_reason=outcome.stop_reason,
             error=error,
             rounds=outcome.rounds,
-            usage=Usage(
-                requests=outcome.requests, input_tokens=outcome.input_tokens, output_tokens=outcome.output_tokens
-            ),
+            usage=usage_of_counts(outcome),
+            cost=None if outcome.cost is None else Decimal(outcome.cost),
             proposed=tuple(outcome.proposals),
             decisions=tuple(outcome.decisions),
             checkpoint=outcome.checkpoint,

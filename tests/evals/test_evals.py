@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 from collections.abc import Mapping
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,7 @@ from agentkit.evals import (
     rounds_at_most,
 )
 from agentkit.evals.demo import PLANNING, QUESTIONS, GroundedAnswer, curator, researcher
+from agentkit.providers import ModelPrice, Prices
 from agentkit.testing import FunctionCaller, ScriptedReply
 from tests.support import Doc, Executor, Mail
 
@@ -437,6 +439,33 @@ async def test_compare_flags_cost_up_beyond_the_tolerance_only() -> None:
     up = compare(base, await _report("finds", tokens=150))
     assert [r.kind for r in up.regressions] == [RegressionKind.COST_UP]
     assert compare(base, await _report("finds", tokens=150), cost_tolerance=0.6).ok
+
+
+async def _priced(*names: str, tokens: int, price: str | None) -> EvalReport:
+    """A report of `_report`'s runs, each priced at `price` per million input tokens (unpriced: `None`)."""
+    prices = None if price is None else Prices({"m": ModelPrice(input=Decimal(price), output=Decimal(0))})
+    priced = ToolLoop(scripted(tokens), Executor[Doc](), [search, send], LoopConfig(prices=prices), answer=Found)
+    cases = [Case(name=n, ctx=n, expect=Expect(outcome=Outcome.APPLIED)) for n in names]
+    return await evaluate(Dataset(name="gate", cases=cases), priced.run)
+
+
+async def test_compare_reports_and_judges_cost_in_money_where_every_run_is_priced() -> None:
+    """With prices, the report sums each run's cost and `compare` judges the cost per run in money (so a cheaper
+    model that spends more tokens is no regression), and says both costs; without them it falls back to tokens."""
+    base = await _priced("finds", tokens=1_000_000, price="1")
+    assert base.summary.cost == base.summary.runs * base.case("finds").runs[0].cost  # type: ignore[operator]
+    assert "cost 2.0000 (2.0000 per run)" in base.table()
+    cheaper = await _priced("finds", tokens=1_500_000, price="0.5")
+    comparison = compare(base, cheaper)
+    assert comparison.ok
+    assert comparison.cost_per_run == (Decimal(2), Decimal("1.5"))
+    assert "cost per run 2.0000 -> 1.5000" in comparison.text()
+    dearer = compare(base, await _priced("finds", tokens=1_000_000, price="2"))
+    assert [r.detail for r in dearer.regressions] == ["cost per run 2.0000 -> 4.0000 (+100%, tolerance 10%)"]
+    unpriced = compare(base, await _priced("finds", tokens=1_500_000, price=None))
+    assert unpriced.cost_per_run is None
+    assert [r.kind for r in unpriced.regressions] == [RegressionKind.COST_UP]  # tokens per run, +50%
+    assert EvalReport.model_validate_json(base.model_dump_json()).summary.cost == Decimal(2)
 
 
 async def test_compare_allows_a_pass_rate_within_the_spread_seen_across_repeats() -> None:

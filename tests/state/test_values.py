@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+from decimal import Decimal
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentkit import LoopConfig, Outcome, Prompt, StopReason, Tier
+from agentkit._cost import ModelPrice, Prices
 from agentkit._session import prompt_digest
 from agentkit._state import (
     DecisionEntry,
@@ -56,6 +58,10 @@ round_fields = st.fixed_dictionaries(
         "elapsed": seconds,
         "trace": maybe_str,
         "media": st.lists(st.text(max_size=8), max_size=2).map(tuple),
+        "cached_input_tokens": st.integers(0, 10**6),
+        "cache_write_tokens": st.integers(0, 10**6),
+        "reasoning_tokens": st.integers(0, 10**6),
+        "reasoning": maybe_text,
     },
 )
 decision_fields = st.fixed_dictionaries(
@@ -120,10 +126,10 @@ any_float = st.floats(allow_nan=True, allow_infinity=True)
 def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     """What an entry's digest covers, the way it was first defined: `json_text` of its JSON dump."""
     exclude = {"digest"}
-    if isinstance(entry, RoundEntry) and entry.trace is None:
-        exclude.add("trace")
-    if isinstance(entry, RoundEntry) and not entry.media:
-        exclude.add("media")  # a round of text only, as rounds were before media
+    if isinstance(entry, RoundEntry):
+        # each field recorded later than the first states is left out while empty (so old states still verify)
+        later = ("trace", "reasoning", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "media")
+        exclude |= {name for name in later if getattr(entry, name) in (None, 0, ())}
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude |= {"args", "amended"}
     return json_text(entry.model_dump(mode="json", exclude=exclude))
@@ -177,6 +183,7 @@ def test_an_entry_holding_a_value_not_of_its_fields_type_is_digested_through_its
     max_rounds=st.none() | st.integers(1, 100),
     deadline=st.none() | st.floats(min_value=0.001, max_value=1e6),
     loaded=st.booleans(),
+    priced=st.sampled_from([None, "table", "budget"]),
 )
 def test_a_states_digested_header_is_json_text_of_its_dump(
     run_id: str,
@@ -186,16 +193,22 @@ def test_a_states_digested_header_is_json_text_of_its_dump(
     max_rounds: int | None,
     deadline: float | None,
     loaded: bool,
+    priced: str | None,
 ) -> None:
     """The header's digest is written part by part (the config's and tools' text kept per object): byte for
-    byte `json_text` of its JSON dump (less `same` when it is `None`, as headers were digested before it was
-    recorded), for a fresh state and for one read back from JSON."""
+    byte `json_text` of its JSON dump (less `same`, and the config's `prices` and `cost_budget`, when they are
+    `None`, as headers were digested before they were recorded), for a fresh state and for one read back."""
     tools = (tool_entry("search", Tier.READ_ONLY, Query), tool_entry("delete", Tier.IRREVERSIBLE, Query))
-    config = LoopConfig(max_rounds=max_rounds, deadline=deadline)
+    prices = Prices({"m": ModelPrice(input=Decimal("0.5"), output=Decimal(2))}) if priced else None
+    budget = Decimal("0.10") if priced == "budget" else None
+    config = LoopConfig(max_rounds=max_rounds, deadline=deadline, prices=prices, cost_budget=budget)
     state = RunCheckpoint.start(run_id, config, tools, same=same, parent=parent, forked_at=forked_at)
     if loaded:
         state = RunCheckpoint.model_validate_json(state.model_dump_json())
-    left_out = {"entries", "digest"} | ({"same"} if same is None else set())
+    left_out: dict[str, Any] = dict.fromkeys({"entries", "digest"} | ({"same"} if same is None else set()), True)
+    unset = {name for name, value in (("prices", prices), ("cost_budget", budget)) if value is None}
+    if unset:
+        left_out["config"] = dict.fromkeys(unset, True)
     for _ in range(2):  # the second time from the kept texts
         assert _head(state) == json_text(state.model_dump(mode="json", exclude=left_out))
     state.verify()

@@ -5,9 +5,11 @@ the agentkit error it was, waiting for a status without polling, and decisions t
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Coroutine
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -18,8 +20,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from agentkit import Outcome, StopReason, UsageError, run_tool_loop_tiered
+from agentkit import LoopConfig, Outcome, StopReason, UsageError, run_tool_loop_tiered
 from agentkit.errors import ProviderError
+from agentkit.providers import ModelPrice, Prices
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import WORKFLOW_NAME, AgentSpec, DurableRuns, RunEnded, RunState, RunStatus
 from agentkit.temporal._values import RunStart
@@ -299,3 +302,26 @@ async def test_a_decision_or_resolution_after_the_run_ended_is_refused(temporal:
         await temporal.runs.approve("no-such-run", 1, proposal.digest, by="bob")
     assert unknown.value.status is RPCStatusCode.NOT_FOUND
     assert temporal.tool_log() == ["send bob hi"]
+
+
+async def test_a_durable_run_keeps_usage_details_reasoning_and_cost(temporal: TemporalTest) -> None:
+    """Through Temporal's payloads (the model activity's reply, the run's outcome, its state): the usage details,
+    each round's reasoning and the cost of a priced run are those of the same run in-process."""
+    prices = Prices({"m": ModelPrice(input=Decimal(1), output=Decimal(4), cached_input=Decimal("0.1"))})
+    lookup = dataclasses.replace(temporal.lookup, config=LoopConfig(prices=prices))
+    replies = [
+        FakeReply.value(bare(query="a"), prompt_tokens=1000, cached_tokens=800, reasoning_tokens=30, reasoning="why"),
+        FakeReply.value(DONE, prompt_tokens=1200, cached_tokens=1000, completion_tokens=50, reasoning_tokens=40),
+    ]
+    temporal.fake.add(*replies)
+    async with OpenAICaller(base_url=temporal.fake.base_url, api_key="k") as caller:
+        local = await run_tool_loop_tiered(caller, lookup.agent, lookup.tools, Brief(topic="t"), lookup.config)
+    temporal.fake.add(*replies)
+    async with temporal.worker([lookup]):
+        durable = await (await temporal.runs.start(lookup, Brief(topic="t"))).result()
+    assert durable.usage == local.usage
+    assert (durable.usage.cached_input_tokens, durable.usage.reasoning_tokens) == (1800, 70)
+    assert durable.cost == local.cost
+    assert durable.cost is not None
+    assert durable.checkpoint.entries[0].reasoning == "why"  # type: ignore[union-attr]  # the first entry is a round
+    durable.checkpoint.verify()
