@@ -11,9 +11,11 @@ message, never summed and never clamped.
 from __future__ import annotations
 
 import email.utils
+import ipaddress
 import json
 import re
 import time
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,6 +30,7 @@ __all__ = [
     "cause_of",
     "dumps",
     "json_in_text",
+    "on_this_machine",
     "request_body",
     "retry_after",
     "server_message",
@@ -220,3 +223,16 @@ def cause_of(error: BaseException) -> str:
     """What made a request fail on the way, for the message: the SDK error's cause, else the error itself."""
     cause = error.__cause__ or error.__context__
     return f"{type(cause).__name__}: {cause}" if cause is not None else str(error)
+
+
+def on_this_machine(url: str) -> bool:
+    """The URL's host is a loopback address (`127.0.0.0/8`, `::1`) or `localhost`: a server that takes any key."""
+    host = urllib.parse.urlsplit(url).hostname
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

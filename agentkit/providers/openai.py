@@ -52,10 +52,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import ipaddress
 import math
 import os
-import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -80,6 +78,7 @@ from agentkit.providers._wire import (
     cause_of,
     dumps,
     json_in_text,
+    on_this_machine,
     request_body,
     status_failure,
     token_count,
@@ -582,7 +581,7 @@ def _build_client(
     """The `openai` client, on an HTTP client of the SDK's defaults made here (sent through by `through_http`)."""
     if api_key is None and not os.environ.get("OPENAI_API_KEY"):
         url = base_url or os.environ.get("OPENAI_BASE_URL")
-        if url is None or not _on_this_machine(url):
+        if url is None or not on_this_machine(url):
             # a remote server without a key would only answer 401, after a request; say so now
             raise UsageError(
                 f"no API key for the model server at {url or 'api.openai.com'}: pass api_key=... or set "
@@ -601,19 +600,6 @@ def _build_client(
             "or base_url=... for a local server"
         ) from error
     return client, http
-
-
-def _on_this_machine(url: str) -> bool:
-    """The URL's host is a loopback address (`127.0.0.0/8`, `::1`) or `localhost`."""
-    host = urllib.parse.urlsplit(url).hostname
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
