@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
 from agentkit._context import Omitted
 from agentkit._proposals import ProposedAction
+from agentkit._reasoning import Reasoning, check_extra_body
+from agentkit.errors import UsageError
 
 __all__ = ["PriorCall", "Prompt", "RoleSpec", "RoundInfo", "ToolAgent", "ToolRoundInfo"]
 
@@ -50,6 +52,27 @@ class RoleSpec:
     """A label for this role's prompt, carried into requests, traces and logs."""
     seed: int | None = None
     """Sampling seed, for servers that honour one."""
+    reasoning: Reasoning | None = None
+    """How much a reasoning model thinks (`Reasoning`: an effort level or off, and a thinking budget);
+    `None` (the default) sends nothing, so the server's default applies."""
+    extra_body: Mapping[str, JsonValue] | None = None
+    """Provider parameters agentkit has no field for, merged into the top level of each request body
+    (e.g. vLLM's `{"chat_template_kwargs": {"enable_thinking": False}}`); a key the caller sets itself
+    is overridden by it, except the schema's part of the request, which it may not name."""
+
+    def __post_init__(self) -> None:
+        if self.reasoning is not None and not isinstance(self.reasoning, Reasoning):
+            raise UsageError(f"RoleSpec.reasoning must be a Reasoning or None; got {self.reasoning!r}")
+        if self.extra_body is not None:
+            check_extra_body(self.extra_body, "RoleSpec.extra_body")
+
+
+# The annotations of the fields whose types are not builtins, as the types themselves: pydantic reads a dataclass's
+# annotations in the namespace of its `__module__`, which `agentkit` sets to the package (`TypeAdapter(RoleSpec)`,
+# a request as a Temporal payload).
+for _name, _type in (("reasoning", Reasoning | None), ("extra_body", Mapping[str, JsonValue] | None)):
+    RoleSpec.__annotations__[_name] = RoleSpec.__dataclass_fields__[_name].type = _type
+del _name, _type
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

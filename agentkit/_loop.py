@@ -143,6 +143,7 @@ class _Round:
             llm_seconds=self.reply.seconds,
             tool_seconds=entry.tool_seconds,
             usage=self.reply.usage,
+            reasoning=self.reply.reasoning,
         )
 
 
@@ -265,6 +266,10 @@ class _Run:
             requests=usage.requests,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
+            cached_input_tokens=usage.cached_input_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
+            reasoning=reply.reasoning,
             llm_seconds=reply.seconds,
             tool_seconds=tool_seconds,
             elapsed=self.elapsed(),

@@ -69,6 +69,9 @@ class RoundRecord:
     """Time spent in the tool call."""
     usage: Usage = field(default_factory=Usage)
     """Model usage of this round."""
+    reasoning: str | None = None
+    """The reasoning the model wrote before its step, when the server returned it (kept here and in the
+    run's state; never sent back to the model, never put in traces)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

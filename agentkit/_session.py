@@ -91,6 +91,8 @@ class Reply(Generic[M_co]):
     """Why there is no value: `LLM_ERROR`, `THROTTLED`, `MAX_TOKENS`, `DEADLINE` or `EXECUTOR_ERROR`."""
     prompt: str | None = None
     """SHA-256 of the rendered prompt (`prompt_digest`); `None` when `render` raised."""
+    reasoning: str | None = None
+    """The reasoning the model wrote before its reply, when the server returned it."""
 
 
 class _Counted:
@@ -256,7 +258,12 @@ class RunSession:
         else:
             seconds = time.perf_counter() - started
             reply = Reply(
-                value=completion.value, usage=completion.usage, model=completion.model, seconds=seconds, prompt=digest
+                value=completion.value,
+                usage=completion.usage,
+                model=completion.model,
+                seconds=seconds,
+                prompt=digest,
+                reasoning=completion.reasoning,
             )
         self.usage += reply.usage
         return reply

@@ -254,6 +254,13 @@ class RoundEntry(BaseModel):
     requests: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
+    cached_input_tokens: int = 0
+    """Of `input_tokens`, read from the prompt cache. Left out of the digest when 0, as are the other detail
+    counts and `reasoning` when `None`, so a state written before they were recorded still verifies."""
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    reasoning: Text | None = None
+    """The reasoning the model wrote before its step, when the server returned it."""
     llm_seconds: float = 0.0
     tool_seconds: float = 0.0
     elapsed: float = 0.0
@@ -359,6 +366,7 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
     pending: dict[tuple[int, str], tuple[int, RoundEntry]] = {}
     """Each undecided proposal by (round, digest): its index in `calls`, and its entry."""
     rounds = requests = input_tokens = output_tokens = largest = refusals = summarized = 0
+    cached = written = reasoned = 0
     elapsed, summary, ended, answer = 0.0, None, None, None
     for index, entry in enumerate(entries):
         ended, elapsed = None, entry.elapsed
@@ -383,6 +391,9 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
             requests += entry.requests
             input_tokens += entry.input_tokens
             output_tokens += entry.output_tokens
+            cached += entry.cached_input_tokens
+            written += entry.cache_write_tokens
+            reasoned += entry.reasoning_tokens
             largest = max(largest, entry.input_tokens + entry.output_tokens)
             if entry.summary is not None:
                 summary, summarized = entry.summary, entry.summarized or 0
@@ -395,7 +406,14 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
                     assert entry.call_digest is not None
                     pending[(entry.round, entry.call_digest)] = (len(calls), entry)
                 calls.append(view)
-    usage = Usage(requests=requests, input_tokens=input_tokens, output_tokens=output_tokens)
+    usage = Usage(
+        requests=requests,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+        cached_input_tokens=cached,
+        cache_write_tokens=written,
+        reasoning_tokens=reasoned,
+    )
     return Progress(
         calls=tuple(calls),
         pending=tuple(entry for _, entry in pending.values()),
@@ -715,8 +733,27 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], too
 
 
 _UNDIGESTED = frozenset({"digest"})
-_UNTRACED = frozenset({"digest", "trace"})
 _UNAMENDED = frozenset({"args", "amended"})
+
+
+def _round_exclusions(entry: RoundEntry) -> frozenset[str]:
+    """What a round's digest leaves out: its digest, and each field recorded later than the first states were
+    while it holds its empty value (so that an old state, read with the defaults, digests as it was written)."""
+    fields = entry.__dict__
+    return _excluded(tuple(_empty(fields[name]) for name in _LATER_ROUND_FIELDS))
+
+
+def _empty(value: object) -> bool:
+    return value is None or (type(value) is int and value == 0)
+
+
+_LATER_ROUND_FIELDS = ("trace", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "reasoning")
+"""A round's fields that later versions record, each left out of its digest while `None` (or 0, for a count)."""
+
+
+@functools.cache
+def _excluded(empty: tuple[bool, ...]) -> frozenset[str]:
+    return _UNDIGESTED | {name for name, left in zip(_LATER_ROUND_FIELDS, empty, strict=True) if left}
 
 
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
@@ -729,8 +766,9 @@ def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
 
 def _content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     """What `chained` digests of `entry`: `json_text` of its JSON dump, less its digest (and what it leaves out)."""
-    untraced = isinstance(entry, RoundEntry) and entry.trace is None
-    exclude = _UNTRACED if untraced else _UNDIGESTED
+    exclude = _UNDIGESTED
+    if isinstance(entry, RoundEntry):
+        exclude = _round_exclusions(entry)
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude = exclude | _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
     fast = _fast_content(entry, exclude)
@@ -822,6 +860,10 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "requests": _whole,
         "input_tokens": _whole,
         "output_tokens": _whole,
+        "cached_input_tokens": _whole,
+        "cache_write_tokens": _whole,
+        "reasoning_tokens": _whole,
+        "reasoning": _free_text,
         "llm_seconds": _real,
         "tool_seconds": _real,
         "elapsed": _real,

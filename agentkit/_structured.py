@@ -45,7 +45,7 @@ M_co = TypeVar("M_co", bound=BaseModel, covariant=True)
 class StructuredRequest(RoleSpec):
     """One structured call: the prompt, and the model settings of the role asking (every `RoleSpec`
     field: `model`, `fallback_model`, `temperature`, `max_tokens` (a reply cut off by it is
-    an error, never parsed), `prompt_type`, `seed`)."""
+    an error, never parsed), `prompt_type`, `seed`, `reasoning`, `extra_body`)."""
 
     system: str
     """Stable instructions (kept byte-identical across rounds so provider prompt caching works)."""
@@ -69,6 +69,9 @@ class Completion(Generic[M_co]):
     """The server's id of the reply (`chatcmpl-...`), when it gives one."""
     finish_reasons: tuple[str, ...] = ()
     """Why the model stopped, per choice (`("stop",)`), when the server says."""
+    reasoning: str | None = None
+    """The reasoning the model wrote before its reply, when the server returns it (`reasoning_content`,
+    `reasoning`, thinking blocks); kept on the round's record, never sent back to the model."""
 
 
 class StructuredCaller(Protocol):

@@ -25,6 +25,8 @@ class TextCompletion:
     """The server's id of the reply, when it gives one."""
     finish_reasons: tuple[str, ...] = ()
     """Why the model stopped, per choice, when the server says."""
+    reasoning: str | None = None
+    """The reasoning the model wrote before its reply, when the server returns it."""
 
 
 class TextCaller(Protocol):

@@ -4,19 +4,33 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Usage"]
+__all__ = ["USAGE_COUNTS", "Usage", "usage_counts", "usage_of_counts"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Usage:
-    """Model usage, summed over every request made (failed attempts included)."""
+    """Model usage, summed over every request made (failed attempts included).
+
+    The detail counts are parts of the two totals, as providers report them: `cached_input_tokens` and
+    `cache_write_tokens` are among `input_tokens`, `reasoning_tokens` among `output_tokens`. A provider
+    that does not report one leaves it 0.
+    """
 
     requests: int = 0
     """HTTP requests (or scripted replies) made to the model."""
     input_tokens: int = 0
-    """Prompt tokens the provider reported."""
+    """Prompt tokens the provider reported (cached and cache-written ones included)."""
     output_tokens: int = 0
-    """Completion tokens the provider reported."""
+    """Completion tokens the provider reported (reasoning ones included)."""
+    cached_input_tokens: int = 0
+    """Input tokens read from the provider's prompt cache (OpenAI's `prompt_tokens_details.cached_tokens`,
+    Anthropic's `cache_read_input_tokens`): billed at the cached-input price."""
+    cache_write_tokens: int = 0
+    """Input tokens written to the provider's prompt cache (Anthropic's `cache_creation_input_tokens`):
+    billed at the cache-write price."""
+    reasoning_tokens: int = 0
+    """Output tokens the model spent reasoning before its reply (OpenAI's
+    `completion_tokens_details.reasoning_tokens`): billed as output."""
 
     @property
     def total_tokens(self) -> int:
@@ -28,4 +42,28 @@ class Usage:
             requests=self.requests + other.requests,
             input_tokens=self.input_tokens + other.input_tokens,
             output_tokens=self.output_tokens + other.output_tokens,
+            cached_input_tokens=self.cached_input_tokens + other.cached_input_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
         )
+
+
+USAGE_COUNTS = (
+    "requests",
+    "input_tokens",
+    "output_tokens",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+"""`Usage`'s fields, as the records that carry a usage (a round's entry, a Temporal payload) name them."""
+
+
+def usage_counts(usage: Usage) -> dict[str, int]:
+    """The usage as a record's fields (`USAGE_COUNTS`)."""
+    return {name: getattr(usage, name) for name in USAGE_COUNTS}
+
+
+def usage_of_counts(record: object) -> Usage:
+    """The usage a record carries in fields named as `Usage`'s (one it lacks, written before it existed, is 0)."""
+    return Usage(**{name: int(getattr(record, name, 0) or 0) for name in USAGE_COUNTS})

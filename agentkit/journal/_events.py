@@ -51,7 +51,17 @@ def said(error: BaseException | None) -> str | None:
 
 
 def _usage(usage: Usage) -> dict[str, int]:
-    return {"requests": usage.requests, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    """The usage as an event records it: the detail counts only where not 0 (so a record without them, an old
+    one included, reads back as the same usage)."""
+    data = {"requests": usage.requests, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
+    for name in _DETAILS:
+        count = getattr(usage, name)
+        if count:
+            data[name] = count
+    return data
+
+
+_DETAILS = ("cached_input_tokens", "cache_write_tokens", "reasoning_tokens")
 
 
 def event_data(event: ev.Event) -> tuple[int | None, dict[str, Any]]:

@@ -25,6 +25,7 @@ from agentkit._results import ToolLoopResult, Usage
 from agentkit._state import DecisionEntry, EndEntry, Entry, RoundOutcome, RunCheckpoint, args_schema_digest
 from agentkit._state import RoundEntry as StateRound
 from agentkit._tiers import Tier
+from agentkit._usage import usage_of_counts
 from agentkit.errors import DigestMismatch, JournalError, ResumeRefused
 from agentkit.journal._amend import type_name
 from agentkit.journal._events import fold_events, loop_config_data, said
@@ -903,9 +904,7 @@ def rounds_of(state: RunCheckpoint) -> list[RoundEntry]:
                 error=decided.error if decided is not None and decided.error else entry.error,
                 llm_seconds=entry.llm_seconds,
                 tool_seconds=entry.tool_seconds + (decided.tool_seconds if decided is not None else 0.0),
-                usage=Usage(
-                    requests=entry.requests, input_tokens=entry.input_tokens, output_tokens=entry.output_tokens
-                ),
+                usage=usage_of_counts(entry),
                 decided_by=None if decided is None else decided.by,
                 decision=None if decided is None else "approved" if decided.approved else "rejected",
             )

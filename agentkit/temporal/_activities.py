@@ -24,7 +24,7 @@ from agentkit._observe import ApprovedCall, Observer, ToolInvocation, observed, 
 from agentkit._observe import ModelCall as Asked
 from agentkit._proposals import ProposedAction
 from agentkit._structured import StructuredRequest
-from agentkit._usage import Usage
+from agentkit._usage import USAGE_COUNTS, Usage, usage_counts
 from agentkit.errors import AgentkitError, ProviderError, ToolError
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import error_fields, error_kind, rebuild_error
@@ -81,6 +81,8 @@ def _deepest(value: object) -> int:
     return deepest
 
 
+_FIRST_COUNTS = ("requests", "input_tokens", "output_tokens")
+"""The counts an error's details always carry; the later ones only when not 0 (as details were before them)."""
 _MODEL_ERRORS = frozenset({"Throttled", "Truncated", "StructuredOutputError", "ProviderError"})
 """The errors a model attempt reports as themselves; any other is the attempt's `ProviderError`."""
 
@@ -89,12 +91,8 @@ def encode_error(error: AgentkitError) -> ApplicationError:
     """An agentkit error as a non-retryable activity failure the workflow can rebuild: its type's name, its
     message, and as details its usage and its own fields (`_errors`)."""
     usage = getattr(error, "usage", None) or Usage(requests=1)
-    details: dict[str, JsonValue] = {
-        "requests": usage.requests,
-        "input_tokens": usage.input_tokens,
-        "output_tokens": usage.output_tokens,
-        **error_fields(error),
-    }
+    counts = {name: count for name, count in usage_counts(usage).items() if count or name in _FIRST_COUNTS}
+    details: dict[str, JsonValue] = {**counts, **error_fields(error)}
     return ApplicationError(str(error), details, type=error_kind(error), non_retryable=True)
 
 
@@ -102,14 +100,10 @@ def decode_error(failure: ApplicationError) -> AgentkitError:
     """The agentkit error a model activity reported (`encode_error`); anything else is a provider failure."""
     raw = failure.details[0] if failure.details else {}
     details: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
-    usage = Usage(
-        requests=int(details.get("requests", 1)),
-        input_tokens=int(details.get("input_tokens", 0)),
-        output_tokens=int(details.get("output_tokens", 0)),
-    )
+    usage = Usage(**{name: int(details.get(name, 1 if name == "requests" else 0)) for name in USAGE_COUNTS})
     if failure.type not in _MODEL_ERRORS:
         return ProviderError(f"model activity failed: {failure.message}", usage=usage)
-    fields = {k: v for k, v in details.items() if k not in ("requests", "input_tokens", "output_tokens")}
+    fields = {k: v for k, v in details.items() if k not in USAGE_COUNTS}
     return rebuild_error(failure.type or "", failure.message, fields, usage=usage)
 
 
@@ -181,12 +175,11 @@ class Activities:
             )
         return ModelReply(
             value=dumped,
-            requests=completion.usage.requests,
-            input_tokens=completion.usage.input_tokens,
-            output_tokens=completion.usage.output_tokens,
+            **usage_counts(completion.usage),
             model=completion.model,
             response_id=completion.response_id,
             finish_reasons=completion.finish_reasons,
+            reasoning=completion.reasoning,
         )
 
     @activity.defn(name=TOOL_ACTIVITY)

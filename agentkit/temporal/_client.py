@@ -22,7 +22,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint
-from agentkit._usage import Usage
+from agentkit._usage import Usage, usage_of_counts
 from agentkit.errors import AgentkitError, RunEnded, UsageError
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import rebuild_error
@@ -410,9 +410,7 @@ class RunHandle(Generic[R]):
             stop_reason=outcome.stop_reason,
             error=error,
             rounds=outcome.rounds,
-            usage=Usage(
-                requests=outcome.requests, input_tokens=outcome.input_tokens, output_tokens=outcome.output_tokens
-            ),
+            usage=usage_of_counts(outcome),
             proposed=tuple(outcome.proposals),
             decisions=tuple(outcome.decisions),
             checkpoint=outcome.checkpoint,

@@ -23,10 +23,10 @@ from agentkit._invoke import Relayed
 from agentkit._observe import ModelCall as Asked
 from agentkit._observe import Observer, ToolInvocation
 from agentkit._proposals import ProposedAction
-from agentkit._results import Usage
 from agentkit._state import RunCheckpoint, json_text
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._tiers import Tier
+from agentkit._usage import usage_of_counts
 from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolTimeout
 from agentkit.temporal._activities import GRANT_ACTIVITY, MODEL_ACTIVITY, REQUEST, TOOL_ACTIVITY, decode_error
 from agentkit.temporal._agent import DurableAgent
@@ -131,13 +131,13 @@ class ActivityCaller:
             # The attempt timed out (or, as an activity of its own, its worker died and stopped heartbeating):
             # a transient failure, which generate_structured retries (on any worker) and fails over like any other.
             raise ProviderError(f"model call lost: {cause or failed}", transient=True) from None
-        usage = Usage(requests=reply.requests, input_tokens=reply.input_tokens, output_tokens=reply.output_tokens)
         return Completion(
             value=schema.model_validate(reply.value),
-            usage=usage,
+            usage=usage_of_counts(reply),
             model=reply.model,
             response_id=reply.response_id,
             finish_reasons=reply.finish_reasons,
+            reasoning=reply.reasoning,
         )
 
     async def attempt(self, call: ModelCall) -> ModelReply:

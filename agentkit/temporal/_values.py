@@ -151,6 +151,9 @@ class DurableOutcome(BaseModel):
     requests: int
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
     items: list[JsonValue]
     proposals: list[PendingProposal] = []
     """Proposals the run ended with (`AfterProposal.CONTINUE` runs end with them, undecided)."""
@@ -225,9 +228,13 @@ class ModelReply(BaseModel):
     requests: int
     input_tokens: int
     output_tokens: int
+    cached_input_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
     model: str
     response_id: str | None = None
     finish_reasons: tuple[str, ...] = ()
+    reasoning: str | None = None
 
 
 class ToolCallInput(BaseModel):

@@ -31,6 +31,7 @@ from agentkit._proposals import ProposedAction, validate_args
 from agentkit._results import TieredLoopResult
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
+from agentkit._usage import usage_counts
 from agentkit.errors import ApprovalError, ToolSetChanged, UsageError
 from agentkit.temporal._activities import RECORD_TOOLS
 from agentkit.temporal._agent import DurableAgent
@@ -315,9 +316,7 @@ class AgentRun:
             error_type=error_kind(result.error) if result.error is not None else None,
             error_fields=error_fields(result.error) if result.error is not None else {},
             rounds=result.rounds,
-            requests=result.usage.requests,
-            input_tokens=result.usage.input_tokens,
-            output_tokens=result.usage.output_tokens,
+            **usage_counts(result.usage),
             items=items,
             proposals=proposals,
             decisions=list(self.records),

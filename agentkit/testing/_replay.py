@@ -34,7 +34,7 @@ from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, R
 from agentkit._structured import Completion, StructuredCaller, StructuredRequest
 from agentkit._tiers import Tier, runs_live
 from agentkit._tools import AnyTool, ContextTool, Tool, declared_tier
-from agentkit._usage import Usage
+from agentkit._usage import Usage, usage_of_counts
 from agentkit.errors import ProviderError, ReplayDiverged, ResumeRefused, Throttled, ToolRetry, Truncated, UsageError
 
 if TYPE_CHECKING:
@@ -159,10 +159,12 @@ class ReplayCaller:
             self.diverged = diverged
             return await self._fall_back(request, schema, diverged)
         self._current = self._rounds.popleft()
-        usage = Usage(requests=entry.requests, input_tokens=entry.input_tokens, output_tokens=entry.output_tokens)
+        usage = usage_of_counts(entry)
         if entry.outcome is RoundOutcome.FAILED:
             raise self._failure(entry, usage)
-        return Completion(value=_step(entry, schema), usage=usage, model=entry.model or request.model)
+        return Completion(
+            value=_step(entry, schema), usage=usage, model=entry.model or request.model, reasoning=entry.reasoning
+        )
 
     @overload
     def tools(self, tools: Tool[Args, R] | ContextTool[Args, R, Any]) -> Tool[Args, R]: ...

@@ -35,6 +35,8 @@ class ScriptedReply:
     """The usage this reply reports."""
     model: str | None = None
     """The model that answered; the request's model when omitted."""
+    reasoning: str | None = None
+    """The reasoning the model wrote before its reply, as a server that returns it reports it."""
 
 
 Step = BaseModel | Mapping[str, Any] | str | BaseException | ScriptedReply | TextCompletion
@@ -111,7 +113,7 @@ def structured_answer(entry: Step, request: StructuredRequest, schema: type[M]) 
     raise_if_exception(reply)
     assert not isinstance(reply.value, BaseException)
     value = validate_reply(reply.value, schema, reply.usage)
-    return Completion(value=value, usage=reply.usage, model=reply.model or request.model)
+    return Completion(value=value, usage=reply.usage, model=reply.model or request.model, reasoning=reply.reasoning)
 
 
 def text_answer(entry: Step, request: StructuredRequest, refusal: Callable[[str], str]) -> TextCompletion:

@@ -55,6 +55,10 @@ round_fields = st.fixed_dictionaries(
         "llm_seconds": seconds,
         "elapsed": seconds,
         "trace": maybe_str,
+        "cached_input_tokens": st.integers(0, 10**6),
+        "cache_write_tokens": st.integers(0, 10**6),
+        "reasoning_tokens": st.integers(0, 10**6),
+        "reasoning": maybe_text,
     },
 )
 decision_fields = st.fixed_dictionaries(
@@ -119,8 +123,10 @@ any_float = st.floats(allow_nan=True, allow_infinity=True)
 def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     """What an entry's digest covers, the way it was first defined: `json_text` of its JSON dump."""
     exclude = {"digest"}
-    if isinstance(entry, RoundEntry) and entry.trace is None:
-        exclude.add("trace")
+    if isinstance(entry, RoundEntry):
+        # each field recorded later than the first states is left out while empty (so old states still verify)
+        later = ("trace", "reasoning", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens")
+        exclude |= {name for name in later if getattr(entry, name) in (None, 0)}
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude |= {"args", "amended"}
     return json_text(entry.model_dump(mode="json", exclude=exclude))
