@@ -10,7 +10,8 @@ It is built like `OpenAICaller`, from the same pieces:
   `input_schema` of one tool named after it, forced with `tool_choice: {"type": "tool", "name": ...,
   "disable_parallel_tool_use": true}`; the reply's `tool_use` block's `input` is validated with pydantic
   against the exact schema asked for. The tool, serialised once per schema, is cached as a template.
-* **Thinking.** A role with a thinking budget sends `thinking: {"type": "enabled", "budget_tokens": N}`.
+* **Thinking.** A role's `RoleSpec.reasoning` sends `thinking: {"type": "enabled", "budget_tokens": N}`:
+  `Reasoning(budget_tokens=N)` as given, an effort level by `THINKING_BUDGETS`, `effort="off"` none.
   The Messages API refuses a forced tool with thinking on (`tool_choice` must then be `auto` or `none`), so
   such a request offers the one tool with `tool_choice: {"type": "auto"}` and asks, in the user's turn, for a
   call of it; a reply without the call is re-asked like any invalid reply. Thinking blocks are kept as the
@@ -40,8 +41,9 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
+from types import MappingProxyType, TracebackType
 from typing import Any, Self, TypeVar
 
 import anthropic
@@ -49,6 +51,7 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentkit._cache import kept_on
+from agentkit._reasoning import ReasoningEffort
 from agentkit._step import schema_name
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
@@ -58,7 +61,7 @@ from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError,
 from agentkit.providers._send import ClosedWhenGarbage, InFlight, Send, through_http
 from agentkit.providers._wire import cause_of, dumps, on_this_machine, request_body, status_failure, token_count
 
-__all__ = ["DEFAULT_MAX_IN_FLIGHT", "DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "AnthropicCaller"]
+__all__ = ["DEFAULT_MAX_IN_FLIGHT", "DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "THINKING_BUDGETS", "AnthropicCaller"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -68,6 +71,15 @@ DEFAULT_MAX_TOKENS = 4096
 """`max_tokens` sent for a role that sets none (the Messages API requires one)."""
 DEFAULT_MAX_IN_FLIGHT = 100
 """Requests one `AnthropicCaller` has on the wire at once."""
+THINKING_BUDGETS: Mapping[ReasoningEffort, int] = MappingProxyType(
+    {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}
+)
+"""The thinking budget (`budget_tokens`) of each `Reasoning.effort` that names no budget of its own; 1024, the
+least the API takes, for `"minimal"`."""
+MIN_THINKING_BUDGET = 1024
+"""The least `budget_tokens` the Messages API takes."""
+_SCHEMA_KEYS = frozenset({"tools", "tool_choice"})
+"""The request's members that carry the schema: `RoleSpec.extra_body` may not name them."""
 
 _PATH = "/v1/messages"
 _RAW_IN_MESSAGE = 1000
@@ -187,8 +199,9 @@ class AnthropicCaller:
         cache_system: Mark the system prompt (and with it the tool before it) as a prompt-cache
             breakpoint (`cache_control: {"type": "ephemeral"}`). On by default.
         default_max_tokens: `max_tokens` for a role that sets none.
-        thinking_budget: Tokens of extended thinking per request, or `None` (the default) for none.
-            At least 1024, and below the request's `max_tokens`, as the API requires.
+
+    A role's `RoleSpec.reasoning` turns thinking on (`THINKING_BUDGETS`); its `RoleSpec.extra_body` is merged
+    into the top level of each request body (it may not name `tools` or `tool_choice`, the schema's part).
 
     Raises:
         UsageError: `client` together with `base_url` or `api_key`, an option out of range, or no API
@@ -206,7 +219,6 @@ class AnthropicCaller:
         max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
         cache_system: bool = True,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
-        thinking_budget: int | None = None,
     ) -> None:
         if isinstance(max_reasks, bool) or not isinstance(max_reasks, int) or max_reasks < 0:
             raise UsageError(f"max_reasks must be an int >= 0; got {max_reasks!r}")
@@ -222,12 +234,6 @@ class AnthropicCaller:
             raise UsageError(f"cache_system must be True or False; got {cache_system!r}")
         if isinstance(default_max_tokens, bool) or not isinstance(default_max_tokens, int) or default_max_tokens < 1:
             raise UsageError(f"default_max_tokens must be an int >= 1; got {default_max_tokens!r}")
-        if thinking_budget is not None and (
-            isinstance(thinking_budget, bool) or not isinstance(thinking_budget, int) or thinking_budget < 1024
-        ):
-            raise UsageError(
-                f"thinking_budget must be an int >= 1024 (the Messages API's least), or None; got {thinking_budget!r}"
-            )
         self._owns_client = client is None
         self._post: Send
         if client is None:
@@ -259,8 +265,6 @@ class AnthropicCaller:
         """Whether the system prompt is a prompt-cache breakpoint."""
         self.default_max_tokens = default_max_tokens
         """`max_tokens` for a role that sets none."""
-        self.thinking_budget = thinking_budget
-        """Tokens of extended thinking per request, or `None`."""
         url = client.base_url
         self.server_address: str = url.host
         """The server's host, as tracing reports it (`server.address`)."""
@@ -322,6 +326,7 @@ class AnthropicCaller:
                     model=reply.model or request.model,
                     response_id=reply.id,
                     finish_reasons=(reply.stop_reason,) if reply.stop_reason else (),
+                    reasoning=_reasoning(reply),
                 )
         except AgentkitError as error:
             error.usage = tally.usage
@@ -359,11 +364,26 @@ class AnthropicCaller:
             model=reply.model or request.model,
             response_id=reply.id,
             finish_reasons=(reply.stop_reason,) if reply.stop_reason else (),
+            reasoning=_reasoning(reply),
         )
 
     def _thinking(self, request: StructuredRequest) -> int | None:
-        """The thinking budget of this request, or `None` for no thinking."""
-        return self.thinking_budget
+        """The thinking budget of this request (`RoleSpec.reasoning`), or `None` for no thinking."""
+        reasoning = request.reasoning
+        if reasoning is None or reasoning.off:
+            return None
+        if reasoning.budget_tokens is not None:
+            budget = reasoning.budget_tokens
+        elif reasoning.effort is not None:
+            budget = THINKING_BUDGETS[reasoning.effort]
+        else:
+            return None
+        if budget < MIN_THINKING_BUDGET:
+            raise UsageError(
+                f"Reasoning.budget_tokens={budget} is below {MIN_THINKING_BUDGET}, the least thinking budget the "
+                "Messages API takes; raise it, or use Reasoning(effort='off') for no thinking"
+            )
+        return budget
 
     def _body(self, request: StructuredRequest, user: dict[str, Any], thinking: int | None) -> dict[str, Any]:
         max_tokens = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
@@ -383,6 +403,14 @@ class AnthropicCaller:
             body["thinking"] = {"type": "enabled", "budget_tokens": thinking}
         elif request.temperature is not None:  # with thinking on, the API takes no temperature but its default
             body["temperature"] = request.temperature
+        if request.extra_body:
+            named = sorted(_SCHEMA_KEYS & set(request.extra_body))
+            if named:
+                raise UsageError(
+                    f"RoleSpec.extra_body may not name {named}: the schema's tool is AnthropicCaller's own part of "
+                    "the request"
+                )
+            body.update(request.extra_body)
         return body
 
     async def _send(self, body: dict[str, Any], tools_json: str, tally: _Tally) -> _Message:
@@ -465,7 +493,13 @@ class _Tally:
 
     @property
     def usage(self) -> Usage:
-        return Usage(requests=self.requests, input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+        return Usage(
+            requests=self.requests,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cached_input_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
+        )
 
 
 class _OwnedHttpClient(ClosedWhenGarbage, anthropic.DefaultAsyncHttpxClient):
@@ -534,9 +568,10 @@ def _raw_text(reply: _Message) -> str:
     return "\n".join(calls) if calls else _text(reply)
 
 
-def _reasoning(reply: _Message) -> str:
-    """The reply's thinking, as text (redacted thinking carries none)."""
-    return "\n".join(block.thinking or "" for block in reply.content if block.type == "thinking")
+def _reasoning(reply: _Message) -> str | None:
+    """The reply's thinking, as text (redacted thinking carries none); `None` when it has no thinking block."""
+    thoughts = [block.thinking or "" for block in reply.content if block.type == "thinking"]
+    return "\n".join(thoughts) if thoughts else None
 
 
 def _reasked(body: dict[str, Any], reply: _Message, invalid: Exception) -> dict[str, Any]:

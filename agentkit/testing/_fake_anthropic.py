@@ -126,9 +126,8 @@ class FakeAnthropicServer(FakeServer):
         if not headers.get("x-api-key") and not headers.get("authorization"):
             raise RequestRejected("x-api-key header is required", status=401)
         if not _VERSION.fullmatch(headers.get("anthropic-version", "")):
-            raise RequestRejected(
-                f"anthropic-version: header is required (an API version's date); got {headers.get('anthropic-version')!r}"
-            )
+            version = headers.get("anthropic-version")
+            raise RequestRejected(f"anthropic-version: header is required (an API version's date); got {version!r}")
         return validate_messages_request(body)
 
     def error_payload(self, status: int, message: str, param: str | None = None) -> dict[str, Any]:

@@ -16,7 +16,8 @@ from pydantic import BaseModel
 
 from agentkit import LoopConfig, Outcome, RetryPolicy, StructuredRequest, UsageError, run_tool_loop
 from agentkit.errors import ProviderError, StructuredOutputError
-from agentkit.providers.anthropic import DEFAULT_MAX_TOKENS, AnthropicCaller
+from agentkit.providers import Reasoning
+from agentkit.providers.anthropic import DEFAULT_MAX_TOKENS, THINKING_BUDGETS, AnthropicCaller
 from agentkit.testing import FakeAnthropicServer, FakeReply, call_step, done_step
 from tests.providers.support import message_text
 from tests.support import Query, Searcher, corpus_search, http_server
@@ -120,7 +121,8 @@ async def test_complete_text_sends_no_tool(server: FakeAnthropicServer, caller: 
 async def test_the_stable_system_part_is_read_from_the_cache_from_the_second_round(
     server: FakeAnthropicServer, caller: AnthropicCaller
 ) -> None:
-    """Round one writes the tool and system prompt to the cache, later rounds read them: all counted as input."""
+    """Round one writes the tool and system prompt to the cache, later rounds read them: all counted as input,
+    the read part as cached_input_tokens and the written part as cache_write_tokens."""
     server.add(call_step(Query(query="a")), call_step(Query(query="b")), done_step())
     result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
     usages = [body["usage"] for body in server.responses if body is not None]
@@ -131,6 +133,9 @@ async def test_the_stable_system_part_is_read_from_the_cache_from_the_second_rou
         assert usage["cache_creation_input_tokens"] == 0
     every = sum(u["input_tokens"] + u["cache_read_input_tokens"] + u["cache_creation_input_tokens"] for u in usages)
     assert result.usage.input_tokens == every
+    assert result.usage.cached_input_tokens == sum(usage["cache_read_input_tokens"] for usage in usages)
+    assert result.usage.cache_write_tokens == usages[0]["cache_creation_input_tokens"]
+    assert result.usage.cached_input_tokens > result.usage.cache_write_tokens
 
 
 # --- thinking ---------------------------------------------------------------------------------------
@@ -139,21 +144,59 @@ async def test_the_stable_system_part_is_read_from_the_cache_from_the_second_rou
 async def test_thinking_offers_the_tool_without_forcing_it(server: FakeAnthropicServer) -> None:
     """With a thinking budget the tool is offered with tool_choice auto (the API refuses a forced one), the call
     asked for in the user's turn, and no temperature sent."""
-    async with AnthropicCaller(base_url=server.base_url, thinking_budget=2048) as caller:
-        completion = await caller.complete(request(temperature=0.2, max_tokens=4000), Verdict)
+    thinking = Reasoning(budget_tokens=2048)
+    async with AnthropicCaller(base_url=server.base_url) as caller:
+        completion = await caller.complete(request(temperature=0.2, max_tokens=4000, reasoning=thinking), Verdict)
     body = server.requests[0]
     assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
     assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
     assert "temperature" not in body
     assert "calling the tool `Verdict`" in message_text(body["messages"][0])
     assert isinstance(completion.value, Verdict)
+    assert completion.reasoning == server.responses[0]["content"][0]["thinking"]  # type: ignore[index]  # answered
+
+
+@pytest.mark.parametrize(
+    ("reasoning", "budget"),
+    [
+        (Reasoning(effort="low"), THINKING_BUDGETS["low"]),
+        (Reasoning(effort="high"), THINKING_BUDGETS["high"]),
+        (Reasoning(effort="high", budget_tokens=3000), 3000),
+        (Reasoning(effort="off"), None),
+        (Reasoning(), None),
+    ],
+)
+async def test_the_reasoning_setting_becomes_the_thinking_budget(
+    server: FakeAnthropicServer, caller: AnthropicCaller, reasoning: Reasoning, budget: int | None
+) -> None:
+    """RoleSpec.reasoning maps to thinking: a budget as given, an effort by THINKING_BUDGETS, off or unset none."""
+    completion = await caller.complete_text(request(reasoning=reasoning, max_tokens=20_000))
+    thinking = server.requests[0].get("thinking")
+    assert thinking == (None if budget is None else {"type": "enabled", "budget_tokens": budget})
+    assert (completion.reasoning is None) is (budget is None)
+
+
+async def test_a_budget_below_the_apis_least_is_a_usage_error(caller: AnthropicCaller) -> None:
+    """The Messages API takes no budget below 1024 tokens: refused before any request, naming the fix."""
+    with pytest.raises(UsageError, match="below 1024"):
+        await caller.complete(request(reasoning=Reasoning(budget_tokens=500)), Verdict)
+
+
+async def test_extra_body_reaches_the_top_level_but_may_not_name_the_tool(
+    server: FakeAnthropicServer, caller: AnthropicCaller
+) -> None:
+    """RoleSpec.extra_body is merged into the request; naming tools or tool_choice is a UsageError."""
+    await caller.complete(request(extra_body={"top_k": 5, "metadata": {"user_id": "u1"}}), Verdict)
+    assert (server.requests[0]["top_k"], server.requests[0]["metadata"]) == (5, {"user_id": "u1"})
+    with pytest.raises(UsageError, match="tool_choice"):
+        await caller.complete(request(extra_body={"tool_choice": {"type": "any"}}), Verdict)
 
 
 async def test_a_reask_with_thinking_sends_the_thinking_blocks_back(server: FakeAnthropicServer) -> None:
     """A rejected tool call is answered by its tool_result after the assistant turn as sent, thinking included."""
     server.add({"score": "high"}, {"score": 3})
-    async with AnthropicCaller(base_url=server.base_url, thinking_budget=1024) as caller:
-        completion = await caller.complete(request(max_tokens=4000), Verdict)
+    async with AnthropicCaller(base_url=server.base_url) as caller:
+        completion = await caller.complete(request(max_tokens=4000, reasoning=Reasoning(budget_tokens=1024)), Verdict)
     assert completion.value == Verdict(score=3)
     assistant, answer = server.requests[1]["messages"][1:]
     assert [block["type"] for block in assistant["content"]] == ["thinking", "tool_use"]
@@ -169,9 +212,9 @@ async def test_a_reask_with_thinking_sends_the_thinking_blocks_back(server: Fake
 
 async def test_a_thinking_budget_not_below_max_tokens_is_a_usage_error(server: FakeAnthropicServer) -> None:
     """The budget is part of max_tokens: a budget that does not fit is refused before any request."""
-    async with AnthropicCaller(base_url=server.base_url, thinking_budget=2048) as caller:
+    async with AnthropicCaller(base_url=server.base_url) as caller:
         with pytest.raises(UsageError, match="below max_tokens"):
-            await caller.complete(request(max_tokens=1000), Verdict)
+            await caller.complete(request(max_tokens=1000, reasoning=Reasoning(budget_tokens=2048)), Verdict)
     assert server.requests == []
 
 
@@ -310,7 +353,6 @@ async def test_a_rotated_key_is_the_one_sent() -> None:
         {"timeout": 0},
         {"cache_system": "yes"},
         {"default_max_tokens": 0},
-        {"thinking_budget": 512},
     ],
 )
 def test_wiring_mistakes_are_usage_errors(kwargs: dict[str, Any]) -> None:
