@@ -9,6 +9,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from pydantic import BaseModel, JsonValue
 
 from agentkit._context import Omitted
+from agentkit._media import Dynamic, PromptPart, parts_of
 from agentkit._proposals import ProposedAction
 from agentkit._reasoning import Reasoning, check_extra_body
 from agentkit.errors import UsageError
@@ -27,8 +28,19 @@ class Prompt:
 
     system: str
     """Stable rules and instructions: byte-identical across rounds and runs."""
-    dynamic: str
-    """This run's data: the request, prior results, where the round sits in the budget."""
+    dynamic: str | tuple[PromptPart, ...]
+    """This run's data: the request, prior results, where the round sits in the budget. A string, or a
+    tuple of parts in reading order: text, `ImagePart`s and `DocumentPart`s (adjacent strings are
+    merged, and a tuple without an image or document is kept as its text, the string it always was)."""
+
+    def __post_init__(self) -> None:
+        if type(self.dynamic) is not str:
+            object.__setattr__(self, "dynamic", parts_of(self.dynamic))
+
+
+# The field's type as the object it is: the class reports `agentkit` as its module, where pydantic (a Temporal
+# payload, a state) would look the annotation's names up and not find them.
+Prompt.__dataclass_fields__["dynamic"].type = Dynamic
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -23,6 +23,7 @@ from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
 from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
+from agentkit._media import media_digests, part_digest, text_of
 from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
 from agentkit._outcome import StopReason
 from agentkit._results import RunEnding
@@ -52,12 +53,17 @@ _ROLE_FIELDS = tuple(field.name for field in dataclasses.fields(RoleSpec))
 
 def prompt_digest(prompt: Prompt) -> str:
     """SHA-256 of a rendered prompt's two parts (what a replay compares a request by): `json_text` of the
-    pair, which for two strings is each one's ASCII JSON in brackets."""
+    pair, which for two strings is each one's ASCII JSON in brackets. An image or document counts by its
+    own digest (`part_digest`: kind, media type, SHA-256), never by its bytes, so the same image gives the
+    same digest and a changed one another; a prompt of text only digests as it always did."""
     system, dynamic = prompt.system, prompt.dynamic
     if type(system) is str and type(dynamic) is str:
         text = f"[{_ascii(system)},{_ascii(dynamic)}]"
-    else:
+    elif type(dynamic) is str:
         text = json_text([system, dynamic])
+    else:
+        shown = [part if isinstance(part, str) else part_digest(part) for part in dynamic]
+        text = json_text([system, shown])
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -93,6 +99,8 @@ class Reply(Generic[M_co]):
     """SHA-256 of the rendered prompt (`prompt_digest`); `None` when `render` raised."""
     reasoning: str | None = None
     """The reasoning the model wrote before its reply, when the server returned it."""
+    media: tuple[str, ...] = ()
+    """The prompt's images and documents by digest (`media_digests`)."""
 
 
 class _Counted:
@@ -221,8 +229,13 @@ class RunSession:
         except Exception as raised:
             error = executor_failed("render", raised)
             return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
-        request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **self._settings)
+        dynamic = prompt.dynamic
+        if isinstance(dynamic, str):
+            request = StructuredRequest(system=prompt.system, dynamic=dynamic, **self._settings)
+        else:
+            request = StructuredRequest(system=prompt.system, dynamic=text_of(dynamic), parts=dynamic, **self._settings)
         digest = prompt_digest(prompt)
+        media = media_digests(prompt.dynamic)
         counted = _Counted(caller)
         finished: list[Usage] = []
         # Attempts are reported to the observers, and counted for a call the deadline may cut short.
@@ -243,7 +256,12 @@ class RunSession:
             cut = Usage(requests=counted.started - len(finished))
             seconds = time.perf_counter() - started
             reply: Reply[M] = Reply(
-                value=None, usage=sum(finished, cut), stop_reason=StopReason.DEADLINE, seconds=seconds, prompt=digest
+                value=None,
+                usage=sum(finished, cut),
+                stop_reason=StopReason.DEADLINE,
+                seconds=seconds,
+                prompt=digest,
+                media=media,
             )
         except AgentkitError as error:
             seconds = time.perf_counter() - started
@@ -254,6 +272,7 @@ class RunSession:
                 stop_reason=failure_reason(error),
                 seconds=seconds,
                 prompt=digest,
+                media=media,
             )
         else:
             seconds = time.perf_counter() - started
@@ -264,6 +283,7 @@ class RunSession:
                 seconds=seconds,
                 prompt=digest,
                 reasoning=completion.reasoning,
+                media=media,
             )
         self.usage += reply.usage
         return reply

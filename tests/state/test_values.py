@@ -59,6 +59,7 @@ round_fields = st.fixed_dictionaries(
         "cache_write_tokens": st.integers(0, 10**6),
         "reasoning_tokens": st.integers(0, 10**6),
         "reasoning": maybe_text,
+        "media": st.lists(st.text(max_size=8), max_size=2).map(tuple),
     },
 )
 decision_fields = st.fixed_dictionaries(
@@ -127,6 +128,8 @@ def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
         # each field recorded later than the first states is left out while empty (so old states still verify)
         later = ("trace", "reasoning", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens")
         exclude |= {name for name in later if getattr(entry, name) in (None, 0)}
+        if not entry.media:
+            exclude.add("media")  # a round of text only, as rounds were before media
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude |= {"args", "amended"}
     return json_text(entry.model_dump(mode="json", exclude=exclude))
