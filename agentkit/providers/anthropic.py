@@ -39,9 +39,10 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import base64
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType, TracebackType
 from typing import Any, Self, TypeVar
@@ -51,6 +52,7 @@ import httpx2
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from agentkit._cache import kept_on
+from agentkit._media import Dynamic, ImagePart, PromptPart, parts_of
 from agentkit._reasoning import ReasoningEffort
 from agentkit._step import schema_name
 from agentkit._structured import Completion, StructuredRequest
@@ -303,8 +305,8 @@ class AnthropicCaller:
         """
         plan = _plan(schema)
         thinking = self._thinking(request)
-        dynamic = request.dynamic + (_CALL_IT.format(name=plan.name) if thinking else "")
-        body = self._body(request, _user_turn(dynamic, request.reask), thinking)
+        asked_for = _CALL_IT.format(name=plan.name) if thinking else ""
+        body = self._body(request, _user_turn(request.parts or request.dynamic, request.reask, asked_for), thinking)
         tools_json = plan.offered_json if thinking else plan.forced_json
         tally = _Tally()
         try:
@@ -342,7 +344,7 @@ class AnthropicCaller:
             Truncated: `stop_reason: "max_tokens"`.
         """
         thinking = self._thinking(request)
-        body = self._body(request, _user_turn(request.dynamic, request.reask), thinking)
+        body = self._body(request, _user_turn(request.parts or request.dynamic, request.reask, ""), thinking)
         tally = _Tally()
         try:
             reply = await self._send(body, "", tally)
@@ -537,11 +539,43 @@ def _through_client(client: anthropic.AsyncAnthropic) -> Send:
     return send
 
 
-def _user_turn(dynamic: str, reask: str | None) -> dict[str, Any]:
-    content: list[dict[str, Any]] = [{"type": "text", "text": dynamic}]
+def _user_turn(dynamic: Dynamic, reask: str | None, asked_for: str) -> dict[str, Any]:
+    """The user's turn: the dynamic part as content blocks in reading order (text, `image` and `document` blocks,
+    their bytes as a base64 source), then what the call asks for, then the previous attempt's error."""
+    content = content_blocks((dynamic,) if isinstance(dynamic, str) else (*dynamic,))
+    if asked_for:
+        content.append({"type": "text", "text": asked_for})
+    if not content:  # the API takes no empty turn
+        content.append({"type": "text", "text": "(no input)"})
     if reask:
         content.append({"type": "text", "text": _REASK_TEXT.format(reask=reask)})
     return {"role": "user", "content": content}
+
+
+def content_blocks(parts: Sequence[PromptPart]) -> list[dict[str, Any]]:
+    """A dynamic part as Messages API content blocks, in order: `text` (adjacent text is one block, empty text
+    none), `image` (a base64 source of its bytes, or a URL source) and `document` (a PDF's bytes as a base64
+    source, titled with its filename)."""
+    normal = parts_of(parts)
+    blocks: list[dict[str, Any]] = []
+    for part in (normal,) if isinstance(normal, str) else normal:
+        if isinstance(part, str):
+            if part:
+                blocks.append({"type": "text", "text": part})
+        elif isinstance(part, ImagePart):
+            if part.data is None:
+                blocks.append({"type": "image", "source": {"type": "url", "url": part.url}})
+            else:
+                source = {"type": "base64", "media_type": part.media_type, "data": _base64(part.data)}
+                blocks.append({"type": "image", "source": source})
+        else:
+            source = {"type": "base64", "media_type": part.media_type, "data": _base64(part.data)}
+            blocks.append({"type": "document", "source": source, "title": part.filename})
+    return blocks
+
+
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
 def _tool_input(reply: _Message, name: str) -> object:

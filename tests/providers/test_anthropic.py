@@ -5,6 +5,7 @@ prompt-cache breakpoint and its accounting, thinking, and the Messages API's rul
 
 from __future__ import annotations
 
+import base64
 import http.server
 import json
 from collections.abc import AsyncIterator, Iterator
@@ -14,11 +15,22 @@ import anthropic
 import pytest
 from pydantic import BaseModel
 
-from agentkit import LoopConfig, Outcome, RetryPolicy, StructuredRequest, UsageError, run_tool_loop
+from agentkit import (
+    LoopConfig,
+    Outcome,
+    Prompt,
+    RetryPolicy,
+    StructuredRequest,
+    ToolRoundInfo,
+    UsageError,
+    run_tool_loop,
+)
 from agentkit.errors import ProviderError, StructuredOutputError
+from agentkit.prompting import DocumentPart, ImagePart
 from agentkit.providers import Reasoning
 from agentkit.providers.anthropic import DEFAULT_MAX_TOKENS, THINKING_BUDGETS, AnthropicCaller
 from agentkit.testing import FakeAnthropicServer, FakeReply, call_step, done_step
+from tests.media_support import JPEG, PDF, PNG
 from tests.providers.support import message_text
 from tests.support import Query, Searcher, corpus_search, http_server
 
@@ -113,6 +125,62 @@ async def test_complete_text_sends_no_tool(server: FakeAnthropicServer, caller: 
     assert "tools" not in body
     assert "tool_choice" not in body
     assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "the text"}]}]
+
+
+# --- images and documents ----------------------------------------------------------------------------
+
+
+async def test_images_and_documents_go_as_base64_blocks_in_reading_order(
+    server: FakeAnthropicServer, caller: AnthropicCaller
+) -> None:
+    """A dynamic part's images and PDF are image and document blocks with base64 sources, between its text."""
+    parts = (
+        "Compare",
+        ImagePart(data=PNG, media_type="image/png"),
+        "with",
+        ImagePart(data=JPEG, media_type="image/jpeg"),
+        ImagePart(url="https://example.com/chart.png"),
+        DocumentPart(data=PDF, filename="invoice.pdf"),
+    )
+    await caller.complete(request(dynamic="", parts=parts), Verdict)
+    (turn,) = server.requests[0]["messages"]
+    assert turn["content"] == [
+        {"type": "text", "text": "Compare"},
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(PNG).decode()},
+        },
+        {"type": "text", "text": "with"},
+        {
+            "type": "image",
+            "source": {"type": "base64", "media_type": "image/jpeg", "data": base64.b64encode(JPEG).decode()},
+        },
+        {"type": "image", "source": {"type": "url", "url": "https://example.com/chart.png"}},
+        {
+            "type": "document",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": base64.b64encode(PDF).decode()},
+            "title": "invoice.pdf",
+        },
+    ]
+
+
+async def test_a_tools_image_reaches_the_model_the_next_round_as_an_image_block(
+    server: FakeAnthropicServer, caller: AnthropicCaller
+) -> None:
+    """A loop whose prompt shows an image: it goes out as an image block the fake server accepts."""
+
+    class Looking(Searcher):
+        def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
+            prompt = super().render(ctx, info)
+            return Prompt(
+                system=prompt.system, dynamic=(str(prompt.dynamic), ImagePart(data=PNG, media_type="image/png"))
+            )
+
+    server.add(call_step(Query(query="a")), done_step())
+    result = await run_tool_loop(caller, Looking(), corpus_search, "ctx", FAST)
+    assert result.items == ["doc:a"]
+    kinds = [[block["type"] for block in body["messages"][0]["content"]] for body in server.requests]
+    assert kinds == [["text", "image"], ["text", "image"]]
 
 
 # --- the prompt cache ------------------------------------------------------------------------------
