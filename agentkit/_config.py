@@ -5,8 +5,10 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from agentkit._context import ContextWindow
+from agentkit._cost import Prices, check_cost_budget
 from agentkit._structured import RetryPolicy
 from agentkit._tiers import Tier
 from agentkit.errors import UsageError
@@ -91,10 +93,20 @@ class LoopConfig:
     for the answer. It runs only within the budget and before the deadline (with a token budget,
     the tool rounds stop one round earlier to leave it room). `False` turns it off. Unused
     without `answer=`."""
+    prices: Prices | None = None
+    """Each model's price (`Prices`): with it, `result.cost` is what the run's model calls cost, each
+    round priced at the model that answered it (the role's model when none did); `None` (the default):
+    no cost (`result.cost` is `None`). The run's state keeps the table, so a resumed run prices alike."""
+    cost_budget: Decimal | None = None
+    """Money for the run, in the currency of `prices` (which it needs); `None` (the default): no budget.
+    The token budget's rule: before each round the loop stops `BUDGET_EXHAUSTED` if the cost so far
+    plus the costliest round so far would exceed it, so one round can still overshoot it; the first
+    round always runs."""
 
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
         whole_or_none("token_budget", self.token_budget, "an int >= 1 (tokens), or None for no budget")
+        check_cost_budget(self.cost_budget, self.prices)
         seconds_or_none("deadline", self.deadline)
         seconds_or_none("tool_timeout", self.tool_timeout)
         whole_or_none("degeneration_window", self.degeneration_window, "an int >= 1", optional=False)

@@ -20,6 +20,7 @@ import typing
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter
@@ -63,6 +64,7 @@ from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
 from agentkit._toolbox import Toolbox, gate
 from agentkit._tools import Tool, declared_tier
+from agentkit._usage import usage_of_counts
 from agentkit._views import Views
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout
 
@@ -202,6 +204,29 @@ class _Run:
         """The observers that take the state at the end of each round (the journal's, to recover a crashed run)."""
         self.answer: Any = None
         self.answer_from_closing_round = False
+        self.cost: Decimal | None = None
+        """What the run's rounds cost so far (`LoopConfig.prices`); `None` without prices or with a round unpriced."""
+        self.largest_round_cost = Decimal(0)
+        if self.config.prices is not None:
+            self.cost = Decimal(0)
+            for entry in state.entries:
+                if isinstance(entry, RoundEntry):
+                    self.priced(entry)
+
+    def priced(self, entry: RoundEntry) -> None:
+        """Add a round's cost to the run's, at the price of the model that answered it (else the role's)."""
+        prices = self.config.prices
+        if prices is None or self.cost is None:
+            return
+        usage = usage_of_counts(entry)
+        cost = prices.cost(entry.model or self.session.role.model, usage)
+        if cost is None and entry.model:
+            cost = prices.cost(self.session.role.model, usage)
+        if cost is None:
+            self.cost = None
+            return
+        self.cost += cost
+        self.largest_round_cost = max(self.largest_round_cost, cost)
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -220,6 +245,9 @@ class _Run:
         budget = self.config.token_budget
         rounds = 2 if self.box.closing_model is not None and self.config.closing_round and not closing else 1
         if budget is not None and self.session.usage.total_tokens + rounds * self.largest_round_tokens > budget:
+            return Ending(None, StopReason.BUDGET_EXHAUSTED)
+        money = self.config.cost_budget
+        if money is not None and self.cost is not None and self.cost + rounds * self.largest_round_cost > money:
             return Ending(None, StopReason.BUDGET_EXHAUSTED)
         return None
 
@@ -283,6 +311,7 @@ class _Run:
             trace=self.session.traceparent() if self.session.tracers else None,
         )
         self.append(entry)
+        self.priced(entry)
         self.trace.append(this.traced(entry, args, len(batch)))
         return entry
 
@@ -321,6 +350,8 @@ class _Run:
         """The round's info for the executor and for the observers (`Views.infos`); the run's deadline
         bounds a summarizer too."""
         infos = await self.views.infos(round, closing=closing, deadline=self.remaining())
+        if not isinstance(infos, tuple):
+            self.session.usage += self.views.take_summary_usage()  # no round follows to carry it
         if isinstance(infos, SummaryCutOff):
             return Ending(None, StopReason.DEADLINE)
         if isinstance(infos, AgentkitError):
@@ -338,6 +369,11 @@ class _Run:
             round=info.round,
             deadline=self.remaining(),
         )
+        summarizing = self.views.take_summary_usage()
+        if summarizing.requests:
+            # the round's summarizer asked a model through agentkit: its usage is the round's too
+            self.session.usage += summarizing
+            reply = dataclasses.replace(reply, usage=reply.usage + summarizing)
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
         rationale = reply.value.rationale if reply.value is not None else ""
         this = _Round(info.round, reply, schema, rationale, closing=closing)
@@ -556,6 +592,7 @@ class _Run:
             stop_reason=reason,
             error=ending.error,
             usage=self.session.usage,
+            cost=self.cost,
             trace=tuple(self.trace),
             run_id=self.session.run_id,
             proposed=self.proposals,

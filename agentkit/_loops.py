@@ -71,6 +71,7 @@ async def run_tool_loop(
         stop_reason=result.stop_reason,
         error=result.error,
         usage=result.usage,
+        cost=result.cost,
         trace=result.trace,
         run_id=result.run_id,
         answer=result.answer,

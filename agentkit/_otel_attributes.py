@@ -46,11 +46,31 @@ def server(caller: object) -> dict[str, str | int]:
 
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
-    return {
+    attributes = {
         "agentkit.usage.requests": usage.requests,
         "agentkit.usage.input_tokens": usage.input_tokens,
         "agentkit.usage.output_tokens": usage.output_tokens,
     }
+    for name in ("cached_input_tokens", "cache_write_tokens", "reasoning_tokens"):
+        count = getattr(usage, name)
+        if count:
+            attributes[f"agentkit.usage.{name}"] = count
+    return attributes
+
+
+USAGE_DETAILS = (
+    ("cached_input_tokens", "gen_ai.usage.cache_read.input_tokens"),
+    ("cache_write_tokens", "gen_ai.usage.cache_creation.input_tokens"),
+    ("reasoning_tokens", "gen_ai.usage.reasoning.output_tokens"),
+)
+"""`Usage`'s detail counts and the GenAI semantic conventions' attributes for them (each part of
+`gen_ai.usage.input_tokens` or `gen_ai.usage.output_tokens`, as in `Usage`)."""
+
+
+def usage_details(usage: Usage) -> dict[str, int]:
+    """The GenAI attributes of the usage's detail counts, those not 0 (the conventions: when available and
+    non-zero)."""
+    return {attribute: getattr(usage, name) for name, attribute in USAGE_DETAILS if getattr(usage, name)}
 
 
 def text_part(content: str) -> dict[str, str]:

@@ -23,12 +23,17 @@ __all__ = [
     "OPERATION_DURATION",
     "PROPOSALS",
     "TOKEN_BUCKETS",
+    "TOKEN_DETAILS",
     "TOKEN_USAGE",
     "Metrics",
 ]
 
 OPERATION_DURATION = "gen_ai.client.operation.duration"
 TOKEN_USAGE = "gen_ai.client.token.usage"
+TOKEN_DETAILS = "agentkit.client.token.usage.details"
+"""Parts of `gen_ai.client.token.usage`'s counts, by `gen_ai.token.type` (`cache_read`, `cache_creation`,
+`reasoning`): a histogram of agentkit's own, since the conventions' token types are `input` and `output`
+only, and a data point of another type there would be counted twice by a sum over types."""
 PROPOSALS = "agentkit.proposals"
 DECISIONS = "agentkit.decisions"
 
@@ -53,6 +58,11 @@ TOKEN_BUCKETS = (
 """The conventions' boundaries for `gen_ai.client.token.usage`."""
 
 _TOKEN_TYPE = "gen_ai.token.type"
+_DETAILS = (
+    ("cached_input_tokens", "cache_read"),
+    ("cache_write_tokens", "cache_creation"),
+    ("reasoning_tokens", "reasoning"),
+)
 
 Attributes = Mapping[str, str | int]
 
@@ -60,7 +70,7 @@ Attributes = Mapping[str, str | int]
 class Metrics:
     """The instruments of one observer, made once from its meter provider."""
 
-    __slots__ = ("decisions", "duration", "proposals", "tokens")
+    __slots__ = ("decisions", "duration", "proposals", "token_details", "tokens")
 
     def __init__(self, provider: MeterProvider | None) -> None:
         meter: Meter = (provider or get_meter_provider()).get_meter("agentkit")
@@ -76,6 +86,13 @@ class Metrics:
             description="Number of input and output tokens used.",
             explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
         )
+        self.token_details = meter.create_histogram(
+            TOKEN_DETAILS,
+            unit="{token}",
+            description="Of the input and output tokens, those read from and written to the prompt cache, and those "
+            "spent reasoning.",
+            explicit_bucket_boundaries_advisory=TOKEN_BUCKETS,
+        )
         self.proposals = meter.create_counter(
             PROPOSALS, unit="{proposal}", description="Calls above the autonomy ceiling that became proposals."
         )
@@ -89,6 +106,10 @@ class Metrics:
         if usage is not None and usage.requests:
             self.tokens.record(usage.input_tokens, {**attributes, _TOKEN_TYPE: "input"})
             self.tokens.record(usage.output_tokens, {**attributes, _TOKEN_TYPE: "output"})
+            for name, kind in _DETAILS:
+                count = getattr(usage, name)
+                if count:
+                    self.token_details.record(count, {**attributes, _TOKEN_TYPE: kind})
 
     def proposal(self, proposal: ProposedAction[Any]) -> None:
         self.proposals.add(1, {"gen_ai.tool.name": proposal.tool_name, "agentkit.tier": proposal.tier.name})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from pydantic import BaseModel
@@ -89,6 +90,9 @@ class RunEnding:
     """Set exactly when `outcome` is `Outcome.ERROR`."""
     usage: Usage = field(default_factory=Usage)
     """Model usage summed over the run, every attempt (retries and fallback) included."""
+    cost: Decimal | None = None
+    """What the run's model calls cost, in the currency of `LoopConfig.prices`; `None` without a price table,
+    or when a model that answered has no price in it."""
     rounds: int = 0
     """Rounds started (model turns asked, not counting retries)."""
     run_id: str = ""

@@ -37,7 +37,7 @@ from agentkit._structured import (
     generate_structured,
 )
 from agentkit._timing import timeout_scope
-from agentkit._usage import Usage
+from agentkit._usage import Usage, run_spent
 from agentkit.errors import AgentkitError, ExecutorError, Throttled, Truncated, UsageError
 
 if TYPE_CHECKING:
@@ -202,6 +202,7 @@ class RunSession:
         """Report the run's result (observers get `seen`, a copy, where the result holds mutable parts)."""
         if self.observers:
             self.emit(RunFinished(run_id=self.run_id, result=seen if seen is not None else result))
+        run_spent(result.usage)
         return result
 
     async def ask(

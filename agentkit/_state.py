@@ -29,6 +29,7 @@ import json.encoder
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -36,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentkit._cache import kept_on, value_cache
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import ContextWindow, Summarizer
+from agentkit._cost import Prices
 from agentkit._degeneration import same_args
 from agentkit._lossless import Text, to_stored
 from agentkit._outcome import Outcome, StopReason
@@ -172,6 +174,11 @@ class CheckpointConfig(BaseModel):
     retry: dict[str, float]
     context: CheckpointContext | None = None
     """The run's `ContextWindow`; `None`: the executor was shown every earlier call."""
+    prices: dict[str, Any] | None = None
+    """The run's price table (`Prices.to_json`). Left out of the header's digest when `None`, as is
+    `cost_budget`, so a state recorded before they were is digested as it was."""
+    cost_budget: str | None = None
+    """The run's budget in money, as the decimal's text."""
 
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
@@ -180,18 +187,24 @@ class CheckpointConfig(BaseModel):
 
     def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
         """The `LoopConfig` again, with `summarize` as its context window's summarizer."""
-        fields = self.model_dump(exclude={"retry", "context"})
+        fields = self.model_dump(exclude={"retry", "context", "prices", "cost_budget"})
         retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
         context = None if self.context is None else self.context.rebuild(summarize)
-        return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
+        prices = None if self.prices is None else Prices.from_json(self.prices)
+        budget = None if self.cost_budget is None else Decimal(self.cost_budget)
+        return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context, prices=prices, cost_budget=budget)  # type: ignore[arg-type]  # ints stored as float read back as ints
 
 
 @value_cache(maxsize=64)
 def _config_record(config: LoopConfig) -> CheckpointConfig:
-    apart = ("retry", "context")
+    apart = ("retry", "context", "prices", "cost_budget")
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
     context = None if config.context is None else CheckpointContext.of(config.context)
-    return CheckpointConfig(**fields, retry=dataclasses.asdict(config.retry), context=context)
+    prices = None if config.prices is None else config.prices.to_json()
+    budget = None if config.cost_budget is None else str(config.cost_budget)
+    return CheckpointConfig(
+        **fields, retry=dataclasses.asdict(config.retry), context=context, prices=prices, cost_budget=budget
+    )
 
 
 class RoundOutcome(enum.StrEnum):
@@ -922,7 +935,12 @@ def _head(state: RunCheckpoint) -> str:
     written = [_whole(state.forked_at), _free_text(state.parent), _free_text(state.run_id), _whole(state.version)]
     same = _free_text(state.same)
     if type(state.config) is not CheckpointConfig or type(state.tools) is not tuple or None in written or same is None:
-        left_out = {"entries", "digest"} if state.same is not None else {"entries", "digest", "same"}
+        left_out: dict[str, Any] = {"entries": True, "digest": True}
+        if state.same is None:
+            left_out["same"] = True
+        unpriced = config_left_out(state.config)
+        if unpriced:
+            left_out["config"] = dict.fromkeys(unpriced, True)
         return json_text(state.model_dump(mode="json", exclude=left_out))
     forked_at, parent, run_id, version = written
     tools = ",".join(_shared_text(tool) for tool in state.tools)
@@ -938,12 +956,20 @@ _SHARED_TEXTS: dict[int, tuple[BaseModel, str]] = {}
 _SHARED_SIZE = 256
 
 
+def config_left_out(config: object) -> set[str]:
+    """The fields of a state's config its header's digest leaves out: those recorded later than the first states
+    were, while `None` (so a state recorded before them digests as it was)."""
+    if not isinstance(config, CheckpointConfig):
+        return set()
+    return {name for name in ("prices", "cost_budget") if getattr(config, name) is None}
+
+
 def _shared_text(value: BaseModel) -> str:
     """`json_text` of a frozen config or tool entry's JSON dump, worked out once per object while it is recent."""
     found = _SHARED_TEXTS.get(id(value))
     if found is not None and found[0] is value:
         return found[1]
-    text = json_text(value.model_dump(mode="json"))
+    text = json_text(value.model_dump(mode="json", exclude=config_left_out(value)))
     if len(_SHARED_TEXTS) >= _SHARED_SIZE:
         _SHARED_TEXTS.clear()
     _SHARED_TEXTS[id(value)] = (value, text)

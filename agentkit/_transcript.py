@@ -29,6 +29,8 @@ class Sent:
     """The messages sent, in order (`role`, `content`), the system message included."""
     reply: str | None
     """The reply's text (a forced function call's arguments); `None` when no reply came."""
+    reasoning: str | None = None
+    """The reasoning the server returned beside the reply, if any (a listener keeps it only when told to)."""
 
 
 _LISTENER: ContextVar[Callable[[Sent], None] | None] = ContextVar("agentkit_transcript", default=None)
@@ -39,13 +41,13 @@ def listened() -> bool:
     return _LISTENER.get() is not None
 
 
-def sent(messages: Sequence[Mapping[str, Any]], reply: str | None) -> None:
+def sent(messages: Sequence[Mapping[str, Any]], reply: str | None, reasoning: str | None = None) -> None:
     """Report one request to the listener, if any; a listener that raises is logged and never fails the call."""
     listener = _LISTENER.get()
     if listener is None:
         return
     try:
-        listener(Sent(messages=tuple(dict(message) for message in messages), reply=reply))
+        listener(Sent(messages=tuple(dict(message) for message in messages), reply=reply, reasoning=reasoning))
     except Exception:
         logger.exception("a transcript listener failed; the call goes on")
 

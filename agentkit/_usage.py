@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass
 
-__all__ = ["USAGE_COUNTS", "Usage", "usage_counts", "usage_of_counts"]
+__all__ = ["USAGE_COUNTS", "Usage", "counting_runs", "run_spent", "usage_counts", "usage_of_counts"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -62,6 +65,28 @@ USAGE_COUNTS = (
 def usage_counts(usage: Usage) -> dict[str, int]:
     """The usage as a record's fields (`USAGE_COUNTS`)."""
     return {name: getattr(usage, name) for name in USAGE_COUNTS}
+
+
+_SPENT: ContextVar[list[Usage] | None] = ContextVar("agentkit_spent", default=None)
+
+
+@contextlib.contextmanager
+def counting_runs() -> Iterator[list[Usage]]:
+    """Collect the usage of every run that finishes in this context (this task, and what it awaits): how a loop
+    counts the model calls its `ContextWindow` summarizer makes through agentkit (`run_once_text`, say)."""
+    spent: list[Usage] = []
+    token = _SPENT.set(spent)
+    try:
+        yield spent
+    finally:
+        _SPENT.reset(token)
+
+
+def run_spent(usage: Usage) -> None:
+    """Report a finished run's usage to the `counting_runs` around it, if any (one read of a context variable)."""
+    spent = _SPENT.get()
+    if spent is not None:
+        spent.append(usage)
 
 
 def usage_of_counts(record: object) -> Usage:

@@ -18,6 +18,7 @@ from agentkit._copy import owned
 from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest, task_text, text_digest
 from agentkit._session import executor_failed
 from agentkit._state import Progress
+from agentkit._usage import Usage, counting_runs
 from agentkit.errors import ExecutorError
 
 __all__ = ["View", "Views"]
@@ -128,6 +129,8 @@ class Views:
         """What of the views each round shows (`LoopConfig.context`)."""
         self.summarized: tuple[str, int] | None = None
         """A summary the window made this round, for the round's entry (taken by `take_summary`)."""
+        self.summary_usage = Usage()
+        """What the runs the summarizer made this round spent (taken by `take_summary_usage`)."""
         self.recent: list[tuple[str, BaseModel]] = []
         self.recent_rounds: list[int] = []
         """The round of each entry of `recent`."""
@@ -214,6 +217,11 @@ class Views:
         summarized, self.summarized = self.summarized, None
         return summarized
 
+    def take_summary_usage(self) -> Usage:
+        """What the summarizer's own model calls spent since last taken, once (for the round's usage)."""
+        usage, self.summary_usage = self.summary_usage, Usage()
+        return usage
+
     async def infos(
         self, round: int, *, closing: bool = False, deadline: float | None = None
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | ExecutorError | SummaryCutOff:
@@ -221,7 +229,11 @@ class Views:
         error of a summarizer that failed, or the `SummaryCutOff` of one the run's `deadline` left behind."""
         before = self.window.summarized
         try:
-            start, omitted = await self.window.cut(self.shown.calls, self.shown.ran, deadline=deadline)
+            with counting_runs() as spent:
+                try:
+                    start, omitted = await self.window.cut(self.shown.calls, self.shown.ran, deadline=deadline)
+                finally:
+                    self.summary_usage = sum(spent, self.summary_usage)
         except SummaryCutOff as cut:
             return cut
         except ExecutorError as refused:  # every thread for summarizers is held (agentkit._tool_threads)

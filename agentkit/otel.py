@@ -52,6 +52,7 @@ from agentkit._otel_attributes import (
     text_of,
     text_part,
     usage_attributes,
+    usage_details,
     wire_message,
 )
 from agentkit._outcome import Outcome
@@ -293,6 +294,7 @@ class OTelObserver(Observer):
             GEN_AI_REQUEST_MODEL: event.model,
             GEN_AI_USAGE_INPUT_TOKENS: event.usage.input_tokens,
             GEN_AI_USAGE_OUTPUT_TOKENS: event.usage.output_tokens,
+            **usage_details(event.usage),
             "agentkit.duration": event.seconds,
         }
         if event.error is not None:
@@ -562,5 +564,9 @@ def _link(continues: events.Continued) -> Link | None:
 def _set_usage(span: Span, usage: Usage | None) -> None:
     if usage is not None:
         span.set_attributes(
-            {GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens, GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens}
+            {
+                GEN_AI_USAGE_INPUT_TOKENS: usage.input_tokens,
+                GEN_AI_USAGE_OUTPUT_TOKENS: usage.output_tokens,
+                **usage_details(usage),
+            }
         )

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_TOKENS_PER_REPLY",
     "Reply",
     "cause_of",
+    "detail_count",
     "dumps",
     "json_in_text",
     "on_this_machine",
@@ -63,6 +64,18 @@ class _Message(BaseModel):
     content: str | None = None
     refusal: str | None = None
     tool_calls: list[_ToolCall] | None = None
+    reasoning_content: object = None
+    """The reasoning a server returns beside the reply (vLLM's reasoning parsers, DeepSeek)."""
+    reasoning: object = None
+    """The same, as other servers name it (OpenRouter, Ollama, LM Studio); read only where it is text."""
+
+    @property
+    def reasoning_text(self) -> str | None:
+        """The reasoning the message carries as text (`reasoning_content`, else `reasoning`), if any."""
+        for said in (self.reasoning_content, self.reasoning):
+            if isinstance(said, str) and said:
+                return said
+        return None
 
 
 class _Choice(BaseModel):
@@ -76,6 +89,10 @@ class _UsageBlock(BaseModel):
     model_config = ConfigDict(frozen=True)
     prompt_tokens: object = None
     completion_tokens: object = None
+    prompt_tokens_details: object = None
+    """`{"cached_tokens": N}`: of the prompt tokens, those read from the prompt cache."""
+    completion_tokens_details: object = None
+    """`{"reasoning_tokens": N}`: of the completion tokens, those spent reasoning."""
 
 
 class Reply(BaseModel):
@@ -102,6 +119,29 @@ def token_count(value: object, field: str, model: str) -> int:
             status=200,
         )
     return value
+
+
+def detail_count(details: object, name: str, field: str, model: str, within: int) -> int:
+    """A count of a usage details block (`prompt_tokens_details.cached_tokens`, say): checked as `token_count`
+    does, and refused when it is more than the total it is part of (`within`). A details block that is not an
+    object is a broken report too; a missing block or count is 0."""
+    if details is None:
+        return 0
+    where = f"{field}.{name}"
+    if not isinstance(details, dict):
+        raise ProviderError(
+            f"model server reported usage.{field}={details!r} for model {model!r}: it must be an object of token "
+            "counts; the server's usage report is broken (the reply was not used)",
+            status=200,
+        )
+    count = token_count(details.get(name), where, model)
+    if count > within:
+        raise ProviderError(
+            f"model server reported usage.{where}={count} for model {model!r}, more than the {within} tokens it is "
+            "part of; the server's usage report is broken (the reply was not used)",
+            status=200,
+        )
+    return count
 
 
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)

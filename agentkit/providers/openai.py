@@ -77,6 +77,7 @@ from agentkit.providers._wire import (
     MAX_TOKENS_PER_REPLY,
     Reply,
     cause_of,
+    detail_count,
     dumps,
     json_in_text,
     on_this_machine,
@@ -389,7 +390,7 @@ class OpenAICaller:
             Truncated: the reply was cut off by the token limit (a `StructuredOutputError`).
         """
         plan = self._plan_for(schema)
-        kwargs = self._kwargs(request, _messages(plan, request))
+        kwargs = self._kwargs(request, _messages(plan, request), plan.extra)
         tally = _Tally()
         try:
             for asked in range(self.max_reasks + 1):
@@ -397,7 +398,7 @@ class OpenAICaller:
                 choice = _first_choice(reply, request.model)
                 raw = _raw_text(choice)
                 if choice.finish_reason == "length":
-                    raise _truncated(request, plan.name, raw)
+                    raise _truncated(request, plan.name, raw, tally)
                 try:
                     value = schema.model_validate_json(self._json_text(choice))
                 except (ValidationError, _InvalidReply) as invalid:
@@ -408,7 +409,12 @@ class OpenAICaller:
                 reasons = (choice.finish_reason,) if choice.finish_reason else ()
                 model = reply.model or request.model
                 return Completion(
-                    value=value, usage=tally.usage, model=model, response_id=reply.id, finish_reasons=reasons
+                    value=value,
+                    usage=tally.usage,
+                    model=model,
+                    response_id=reply.id,
+                    finish_reasons=reasons,
+                    reasoning=_reasoning(choice),
                 )
         except AgentkitError as error:
             error.usage = tally.usage
@@ -427,12 +433,13 @@ class OpenAICaller:
         messages.append({"role": "user", "content": content_parts(request.parts) if request.parts else request.dynamic})
         tally = _Tally()
         try:
-            reply = await self._send(self._kwargs(request, messages), "", tally)
+            reply = await self._send(self._kwargs(request, messages, {}), "", tally)
             choice = _first_choice(reply, request.model)
             if choice.finish_reason == "length":
                 raise Truncated(
                     f"the reply of model {request.model!r} was cut off by the token limit "
-                    f"(max_tokens={request.max_tokens}); raise max_tokens or ask for a shorter answer",
+                    f"(max_tokens={request.max_tokens}){_reasoned(tally)}; raise max_tokens or ask for a shorter "
+                    "answer",
                     raw=_raw_text(choice),
                     max_tokens=request.max_tokens,
                 )
@@ -446,16 +453,32 @@ class OpenAICaller:
             model=reply.model or request.model,
             response_id=reply.id,
             finish_reasons=reasons,
+            reasoning=_reasoning(choice),
         )
 
-    def _kwargs(self, request: StructuredRequest, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    def _kwargs(
+        self, request: StructuredRequest, messages: list[dict[str, Any]], planned: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The request's own fields (the mode's `planned` part is spliced in by `request_body`)."""
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
+        reasoning = request.reasoning
         if request.max_tokens is not None:
-            kwargs[self._max_tokens_field] = request.max_tokens
+            # a reasoning model takes its limit (hidden reasoning included) as max_completion_tokens only
+            kwargs["max_completion_tokens" if reasoning is not None else self._max_tokens_field] = request.max_tokens
         if request.seed is not None:
             kwargs["seed"] = request.seed
+        if reasoning is not None and reasoning.effort is not None:
+            kwargs["reasoning_effort"] = "none" if reasoning.off else reasoning.effort
+        if request.extra_body:
+            clash = sorted(set(request.extra_body) & set(planned))
+            if clash:
+                raise UsageError(
+                    f"RoleSpec.extra_body sets {', '.join(map(repr, clash))}, which OpenAICaller's mode "
+                    f"{self.mode.name} writes from the schema; choose the mode (OpenAICaller(mode=...)) instead"
+                )
+            kwargs.update(request.extra_body)
         return kwargs
 
     async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> Reply:
@@ -494,7 +517,8 @@ class OpenAICaller:
             raise
         if listened():
             choices = reply.choices
-            sent(kwargs["messages"], _raw_text(choices[0]) if choices else None)
+            first = choices[0] if choices else None
+            sent(kwargs["messages"], None if first is None else _raw_text(first), _reasoning(first))
         return reply
 
     def _failure(self, model: str, error: Exception) -> AgentkitError:
@@ -554,26 +578,44 @@ class OpenAICaller:
 
 
 class _Tally:
-    """Usage of one call, summed over every HTTP request it made."""
+    """Usage of one call, summed over every HTTP request it made (and the last reply's own counts)."""
 
-    __slots__ = ("input_tokens", "output_tokens", "requests")
+    __slots__ = ("cached", "input_tokens", "last_output", "last_reasoning", "output_tokens", "reasoning", "requests")
 
     def __init__(self) -> None:
         self.requests = 0
         self.input_tokens = 0
         self.output_tokens = 0
+        self.cached = 0
+        self.reasoning = 0
+        self.last_output = self.last_reasoning = 0
 
     def add(self, reply: Reply, model: str) -> None:
+        """Count the reply's usage; all of its counts are checked before any is added."""
         usage = reply.usage
+        self.last_output = self.last_reasoning = 0
         if usage is not None:
             prompt = token_count(usage.prompt_tokens, "prompt_tokens", model)
             completion = token_count(usage.completion_tokens, "completion_tokens", model)
+            cached = detail_count(usage.prompt_tokens_details, "cached_tokens", "prompt_tokens_details", model, prompt)
+            reasoning = detail_count(
+                usage.completion_tokens_details, "reasoning_tokens", "completion_tokens_details", model, completion
+            )
             self.input_tokens += prompt
             self.output_tokens += completion
+            self.cached += cached
+            self.reasoning += reasoning
+            self.last_output, self.last_reasoning = completion, reasoning
 
     @property
     def usage(self) -> Usage:
-        return Usage(requests=self.requests, input_tokens=self.input_tokens, output_tokens=self.output_tokens)
+        return Usage(
+            requests=self.requests,
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cached_input_tokens=self.cached,
+            reasoning_tokens=self.reasoning,
+        )
 
 
 def _build_client(
@@ -664,11 +706,27 @@ def _refusal(message: Any) -> str:
     return f" (the model refused: {refusal})" if refusal else ""
 
 
-def _truncated(request: StructuredRequest, name: str, raw: str) -> Truncated:
+def _reasoning(choice: Any) -> str | None:
+    """The reasoning a choice's message carries (`reasoning_content` or `reasoning`), if any."""
+    message = getattr(choice, "message", None)
+    return message.reasoning_text if message is not None else None
+
+
+def _reasoned(tally: _Tally) -> str:
+    """What a cut-off reply's message adds when the server says the model spent tokens reasoning: how many."""
+    if not tally.last_reasoning:
+        return ""
+    return (
+        f"; {tally.last_reasoning} of its {tally.last_output} completion tokens went to the model's reasoning "
+        "before it answered (raise max_tokens, or lower RoleSpec.reasoning's effort)"
+    )
+
+
+def _truncated(request: StructuredRequest, name: str, raw: str, tally: _Tally) -> Truncated:
     return Truncated(
         f"the reply of model {request.model!r} was cut off by the token limit (finish_reason='length', "
-        f"max_tokens={request.max_tokens}) before it was complete JSON for schema {name!r}; raise "
-        "RoleSpec.max_tokens or keep the reply short (LoopConfig.rationale_max_length)",
+        f"max_tokens={request.max_tokens}) before it was complete JSON for schema {name!r}{_reasoned(tally)}; "
+        "raise RoleSpec.max_tokens or keep the reply short (LoopConfig.rationale_max_length)",
         schema_name=name,
         raw=raw,
         max_tokens=request.max_tokens,

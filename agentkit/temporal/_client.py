@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar, overload
 
 from pydantic import BaseModel, JsonValue
@@ -78,6 +79,8 @@ class DurableResult(Generic[R]):
     decisions: tuple[DecisionRecord, ...]
     """Every decision and resolution the run accepted."""
     checkpoint: RunCheckpoint
+    cost: Decimal | None = None
+    """What the run's model calls cost (`LoopConfig.prices`), as in-process; `None` without prices."""
 
     def raise_for_error(self) -> Self:
         """Raise `error` if the run ended in error; otherwise return the result itself."""
@@ -411,6 +414,7 @@ class RunHandle(Generic[R]):
             error=error,
             rounds=outcome.rounds,
             usage=usage_of_counts(outcome),
+            cost=None if outcome.cost is None else Decimal(outcome.cost),
             proposed=tuple(outcome.proposals),
             decisions=tuple(outcome.decisions),
             checkpoint=outcome.checkpoint,

@@ -154,6 +154,8 @@ class DurableOutcome(BaseModel):
     cached_input_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    cost: str | None = None
+    """`result.cost`, as the decimal's text (`None` without prices)."""
     items: list[JsonValue]
     proposals: list[PendingProposal] = []
     """Proposals the run ended with (`AfterProposal.CONTINUE` runs end with them, undecided)."""

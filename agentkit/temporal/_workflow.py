@@ -317,6 +317,7 @@ class AgentRun:
             error_fields=error_fields(result.error) if result.error is not None else {},
             rounds=result.rounds,
             **usage_counts(result.usage),
+            cost=None if result.cost is None else str(result.cost),
             items=items,
             proposals=proposals,
             decisions=list(self.records),

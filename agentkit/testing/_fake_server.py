@@ -56,6 +56,12 @@ class ReplyOptions(TypedDict, total=False):
     """`usage.prompt_tokens` to report; estimated from the request when omitted."""
     completion_tokens: int | None
     """`usage.completion_tokens` to report; estimated from the reply when omitted."""
+    cached_tokens: int | None
+    """`usage.prompt_tokens_details.cached_tokens` to report (prompt tokens read from the prompt cache)."""
+    reasoning_tokens: int | None
+    """`usage.completion_tokens_details.reasoning_tokens` to report (completion tokens spent reasoning)."""
+    reasoning: str | None
+    """The reasoning the model wrote, sent as the message's `reasoning_content` (as vLLM and DeepSeek send it)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -85,6 +91,12 @@ class FakeReply:
     """`usage.prompt_tokens` to report; estimated from the request when omitted."""
     completion_tokens: int | None = None
     """`usage.completion_tokens` to report; estimated from the reply when omitted."""
+    cached_tokens: int | None = None
+    """`usage.prompt_tokens_details.cached_tokens` to report; no details block when omitted."""
+    reasoning_tokens: int | None = None
+    """`usage.completion_tokens_details.reasoning_tokens` to report; no details block when omitted."""
+    reasoning: str | None = None
+    """The reasoning the model wrote, sent as the message's `reasoning_content`; none when omitted."""
 
     @classmethod
     def text(cls, content: str, **options: Unpack[ReplyOptions]) -> FakeReply:
@@ -433,7 +445,8 @@ class _Answer:
     more_arguments: tuple[str, ...] = ()
     finish_reason: str = "stop"
     choices: bool = True
-    usage: dict[str, int] = field(default_factory=dict)
+    usage: dict[str, Any] = field(default_factory=dict)
+    reasoning: str | None = None
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -587,8 +600,13 @@ def _compose(request: dict[str, Any], reply: FakeReply) -> _Answer:
     prompt = reply.prompt_tokens if reply.prompt_tokens is not None else _estimate(json.dumps(request["messages"]))
     said = (answer.content or "") + (answer.arguments or "") + "".join(answer.more_arguments)
     completion = reply.completion_tokens if reply.completion_tokens is not None else _estimate(said)
-    usage = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-    return replace(answer, usage=usage)
+    usage: dict[str, Any] = {"prompt_tokens": prompt, "completion_tokens": completion}
+    usage["total_tokens"] = prompt + completion
+    if reply.cached_tokens is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": reply.cached_tokens}
+    if reply.reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
+    return replace(answer, usage=usage, reasoning=reply.reasoning)
 
 
 def _default(request: dict[str, Any], forced: str | None, value_json: str | None) -> _Answer:
@@ -618,6 +636,8 @@ def _estimate(text: str) -> int:
 
 def _completion(request: dict[str, Any], answer: _Answer) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": answer.content, "refusal": None}
+    if answer.reasoning is not None:
+        message["reasoning_content"] = answer.reasoning
     if answer.tool_name is not None:
         message["tool_calls"] = [
             {"id": f"call_fake_{number}", "type": "function", "function": {"name": answer.tool_name, "arguments": text}}
@@ -654,6 +674,8 @@ def _chunks(request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -
 
     if answer.choices:
         yield chunk(delta({"role": "assistant", "content": "" if answer.tool_name is None else None}))
+        for piece in _pieces(answer.reasoning) if answer.reasoning else ():
+            yield chunk(delta({"reasoning_content": piece}))
         if answer.tool_name is not None:
             for index, text in enumerate(_call_arguments(answer)):
                 for number, piece in enumerate(_pieces(text)):

@@ -401,6 +401,20 @@ def _check_options(body: Mapping[str, Any]) -> None:
         value = body.get(name)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise RequestRejected(f"Invalid '{name}': {value!r}; expected an integer >= 1.", name)
+    effort = body.get("reasoning_effort")
+    if effort is not None:
+        if effort not in REASONING_EFFORTS:
+            raise RequestRejected(
+                f"Invalid value for 'reasoning_effort': {effort!r}; supported values are "
+                f"{', '.join(repr(e) for e in REASONING_EFFORTS)}.",
+                "reasoning_effort",
+            )
+        if "max_tokens" in body:
+            raise RequestRejected(
+                "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' "
+                "instead.",
+                "max_tokens",
+            )
     seed = body.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise RequestRejected(f"Invalid 'seed': {seed!r}; expected an integer.", "seed")
@@ -413,6 +427,11 @@ def _check_options(body: Mapping[str, Any]) -> None:
         raise RequestRejected(
             "The 'stream_options' parameter is only allowed when 'stream' is enabled.", "stream_options"
         )
+
+
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh")
+"""The `reasoning_effort` values OpenAI's reasoning models take; a request with one is one to a reasoning model,
+which refuses `max_tokens` (its limit is `max_completion_tokens`, hidden reasoning included)."""
 
 
 def forced_tool(request: Mapping[str, Any]) -> str | None:

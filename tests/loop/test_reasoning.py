@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -12,15 +13,19 @@ from hypothesis import strategies as st
 from pydantic import TypeAdapter
 
 from agentkit import (
+    ContextWindow,
     LoopConfig,
+    PriorCall,
     Prompt,
     RoleSpec,
+    RoundInfo,
     RunCheckpoint,
     StopReason,
     StructuredRequest,
     Tier,
     ToolRoundInfo,
     Usage,
+    run_once_text,
     run_tool_loop,
     run_tool_loop_tiered,
 )
@@ -170,3 +175,50 @@ def test_reasoning_and_extra_body_are_checked() -> None:
         RoleSpec(model="m", extra_body={"top_k": float("nan")})
     assert Reasoning(effort="off").off
     assert not Reasoning(effort="low").off
+
+
+class Summariser:
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="summariser")
+
+    def render(self, ctx: str, info: RoundInfo) -> Prompt:
+        return Prompt(system="Summarise.", dynamic=ctx)
+
+
+async def test_the_summarizers_model_calls_are_counted_in_the_run() -> None:
+    """A `ContextWindow` summarizer that asks a model through agentkit (`run_once_text`) spends the run's tokens:
+    its usage is in `result.usage`, in the round whose window it made and in the state (so a resume keeps it)."""
+    said = Usage(requests=1, input_tokens=300, output_tokens=20, cached_input_tokens=100)
+
+    async def summarize(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:
+        told = ScriptedCaller([ScriptedReply(value="searched a and b", usage=said)])
+        return (await run_once_text(told, Summariser(), str(len(calls)))).unwrap()
+
+    step = Usage(requests=1, input_tokens=10, output_tokens=1)
+    script = [ScriptedReply(value=call_step(Query(query=q)), usage=step) for q in "abc"]
+    caller = ScriptedCaller([*script, ScriptedReply(value=done_step(), usage=step)])
+    config = LoopConfig(retry=NO_WAIT, context=ContextWindow(last=1, summarize=summarize))
+    result = await run_tool_loop(caller, Thinker(), search, "ctx", config)
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    summaries = sum(1 for record in result.trace if record.usage.requests == 2)
+    assert summaries == 2  # rounds 3 and 4 each left one more call out of the window
+    assert result.usage == Usage(requests=4, input_tokens=40, output_tokens=4) + said + said
+    assert sum((record.usage for record in result.trace), Usage()) == result.usage
+    assert result.checkpoint.usage == result.usage
+
+
+async def test_the_token_budget_counts_the_summarizers_calls() -> None:
+    """The budget sees the summarizer's tokens: a run whose summarizer spends them stops BUDGET_EXHAUSTED sooner."""
+
+    async def summarize(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:
+        told = ScriptedCaller([ScriptedReply(value="s", usage=Usage(requests=1, input_tokens=1000))])
+        return (await run_once_text(told, Summariser(), "x")).unwrap()
+
+    step = Usage(requests=1, input_tokens=10)
+    caller = ScriptedCaller([ScriptedReply(value=call_step(Query(query=q)), usage=step) for q in "abcdef"])
+    window = ContextWindow(last=1, summarize=summarize)
+    result = await run_tool_loop(
+        caller, Thinker(), search, "ctx", LoopConfig(retry=NO_WAIT, context=window, token_budget=1500, max_rounds=6)
+    )
+    assert result.stop_reason is StopReason.BUDGET_EXHAUSTED
+    assert result.rounds == 3

@@ -144,3 +144,39 @@ async def test_metrics_never_carry_content_even_with_capture(
     assert "gen_ai.client.operation.duration" in text
     assert [marker for marker in MARKERS if marker in text] == []
     meters.shutdown()
+
+
+async def test_usage_details_are_span_attributes_and_detail_token_points(telemetry: Telemetry) -> None:
+    """Cached, cache-written and reasoning tokens are the GenAI attributes on the chat and attempt spans, and points
+    of `agentkit.client.token.usage.details` by type; the conventions' `input`/`output` points are unchanged; the
+    reasoning text reaches no span, even with content capture on."""
+    from agentkit import Usage
+
+    usage = Usage(
+        requests=1,
+        input_tokens=100,
+        output_tokens=40,
+        cached_input_tokens=64,
+        cache_write_tokens=8,
+        reasoning_tokens=30,
+    )
+    caller = ScriptedCaller([ScriptedReply(value=done_step(), usage=usage, reasoning="SECRET-THOUGHT")])
+    await run_tool_loop(caller, Finder(), search, "ctx", CONFIG, observer=telemetry.observer(capture_content=True))
+    [chat] = telemetry.named("chat")
+    details = {
+        "gen_ai.usage.cache_read.input_tokens": 64,
+        "gen_ai.usage.cache_creation.input_tokens": 8,
+        "gen_ai.usage.reasoning.output_tokens": 30,
+    }
+    assert {k: v for k, v in (chat.attributes or {}).items() if k in details} == details
+    tokens = {
+        dict(p.attributes or {})["gen_ai.token.type"]: p.sum for p in telemetry.points("gen_ai.client.token.usage")
+    }
+    assert tokens == {"input": 100, "output": 40}
+    parts = telemetry.points("agentkit.client.token.usage.details")
+    assert {dict(p.attributes or {})["gen_ai.token.type"]: p.sum for p in parts} == {
+        "cache_read": 64,
+        "cache_creation": 8,
+        "reasoning": 30,
+    }
+    assert "SECRET-THOUGHT" not in everything_exported(telemetry)

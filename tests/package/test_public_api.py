@@ -103,7 +103,9 @@ def test_every_name_the_design_fixes_is_importable_where_documented(module: str,
 IN_A_PUBLIC_MODULE = {
     "agentkit.events": ["Event", "LoggingObserver", "RunEnding", "iter_tool_loop", "iter_tool_loop_tiered"],
     "agentkit.prompting": ["DocumentPart", "ImagePart", "PromptPart", "reflective_prompt"],
-    "agentkit.providers": ["Reasoning", "ReasoningEffort", "TextCaller", "TextCompletion", "TextResult"],
+    "agentkit.providers": [
+        "ModelPrice", "Prices", "Reasoning", "ReasoningEffort", "TextCaller", "TextCompletion", "TextResult",
+    ],
     "agentkit.providers.local": ["check_installed"],
 }  # fmt: skip
 """Names docs/api/index.md places in a public module rather than at the top level, which is full."""

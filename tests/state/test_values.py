@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import math
+from decimal import Decimal
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentkit import LoopConfig, Outcome, Prompt, StopReason, Tier
+from agentkit._cost import ModelPrice, Prices
 from agentkit._session import prompt_digest
 from agentkit._state import (
     DecisionEntry,
@@ -183,6 +185,7 @@ def test_an_entry_holding_a_value_not_of_its_fields_type_is_digested_through_its
     max_rounds=st.none() | st.integers(1, 100),
     deadline=st.none() | st.floats(min_value=0.001, max_value=1e6),
     loaded=st.booleans(),
+    priced=st.sampled_from([None, "table", "budget"]),
 )
 def test_a_states_digested_header_is_json_text_of_its_dump(
     run_id: str,
@@ -192,16 +195,22 @@ def test_a_states_digested_header_is_json_text_of_its_dump(
     max_rounds: int | None,
     deadline: float | None,
     loaded: bool,
+    priced: str | None,
 ) -> None:
     """The header's digest is written part by part (the config's and tools' text kept per object): byte for
-    byte `json_text` of its JSON dump (less `same` when it is `None`, as headers were digested before it was
-    recorded), for a fresh state and for one read back from JSON."""
+    byte `json_text` of its JSON dump (less `same`, and the config's `prices` and `cost_budget`, when they are
+    `None`, as headers were digested before they were recorded), for a fresh state and for one read back."""
     tools = (tool_entry("search", Tier.READ_ONLY, Query), tool_entry("delete", Tier.IRREVERSIBLE, Query))
-    config = LoopConfig(max_rounds=max_rounds, deadline=deadline)
+    prices = Prices({"m": ModelPrice(input=Decimal("0.5"), output=Decimal(2))}) if priced else None
+    budget = Decimal("0.10") if priced == "budget" else None
+    config = LoopConfig(max_rounds=max_rounds, deadline=deadline, prices=prices, cost_budget=budget)
     state = RunCheckpoint.start(run_id, config, tools, same=same, parent=parent, forked_at=forked_at)
     if loaded:
         state = RunCheckpoint.model_validate_json(state.model_dump_json())
-    left_out = {"entries", "digest"} | ({"same"} if same is None else set())
+    left_out: dict[str, Any] = dict.fromkeys({"entries", "digest"} | ({"same"} if same is None else set()), True)
+    unset = {name for name, value in (("prices", prices), ("cost_budget", budget)) if value is None}
+    if unset:
+        left_out["config"] = dict.fromkeys(unset, True)
     for _ in range(2):  # the second time from the kept texts
         assert _head(state) == json_text(state.model_dump(mode="json", exclude=left_out))
     state.verify()

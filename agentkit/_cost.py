@@ -1,0 +1,213 @@
+"""What a run's model calls cost in money: `ModelPrice`, a table of them (`Prices`), and the cost of a usage.
+
+A price table is a value, not a lookup service: a run keeps the one it started with in its state, so a
+resumed run, a replay and a Temporal run price every round at the same prices, whatever a price database
+says later. `Prices.from_genai_prices` fills one from `genai-prices` (the `prices` extra), priced once,
+at the base tier (the price of a prompt of a thousand tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from decimal import Decimal
+from types import MappingProxyType
+from typing import Any
+
+from agentkit._usage import Usage
+from agentkit.errors import UsageError
+
+__all__ = ["MILLION", "ModelPrice", "Prices", "check_cost_budget"]
+
+MILLION = Decimal(1_000_000)
+
+
+def _money(value: object, where: str, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
+        hint = (
+            f" (write Decimal({str(value)!r}): a float's binary fraction is not a price)"
+            if isinstance(value, float)
+            else ""
+        )
+        raise UsageError(f"{where} must be a finite Decimal >= 0{' or None' if optional else ''}; got {value!r}{hint}")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ModelPrice:
+    """One model's prices, in money per million tokens (`Decimal`, never `float`)."""
+
+    input: Decimal
+    """Per million input tokens, those neither read from nor written to the prompt cache."""
+    output: Decimal
+    """Per million output tokens (reasoning tokens included)."""
+    cached_input: Decimal | None = None
+    """Per million input tokens read from the prompt cache; `None`: the `input` price."""
+    cache_write: Decimal | None = None
+    """Per million input tokens written to the prompt cache; `None`: the `input` price."""
+
+    def __post_init__(self) -> None:
+        _money(self.input, "ModelPrice.input")
+        _money(self.output, "ModelPrice.output")
+        _money(self.cached_input, "ModelPrice.cached_input", optional=True)
+        _money(self.cache_write, "ModelPrice.cache_write", optional=True)
+
+    def cost(self, usage: Usage) -> Decimal:
+        """What `usage` costs at these prices (cached and cache-written tokens are parts of `input_tokens`)."""
+        cached, written = usage.cached_input_tokens, usage.cache_write_tokens
+        plain = max(usage.input_tokens - cached - written, 0)
+        total = (
+            plain * self.input
+            + cached * (self.input if self.cached_input is None else self.cached_input)
+            + written * (self.input if self.cache_write is None else self.cache_write)
+            + usage.output_tokens * self.output
+        )
+        return total / MILLION
+
+    def to_json(self) -> dict[str, str | None]:
+        """The prices as JSON text (as a run's state keeps them)."""
+        return {
+            "input": str(self.input),
+            "output": str(self.output),
+            "cached_input": None if self.cached_input is None else str(self.cached_input),
+            "cache_write": None if self.cache_write is None else str(self.cache_write),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Prices:
+    """A price table: each model's `ModelPrice`, in one currency (`LoopConfig(prices=...)`).
+
+    A model is found by its exact name, else by the longest name in the table that it extends with a
+    `-` (so `"gpt-5"` prices `"gpt-5-2025-08-07"`, the dated model a server says answered).
+
+    Example:
+        `Prices({"gpt-5-mini": ModelPrice(input=Decimal("0.25"), output=Decimal("2"), cached_input=Decimal("0.025"))})`
+    """
+
+    models: Mapping[str, ModelPrice]
+    """Each model's prices, by name."""
+    currency: str = "USD"
+    """The currency of every price (a label: nothing is converted)."""
+    _names: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.models, Mapping):
+            raise UsageError(f"Prices.models must be a mapping of model names to ModelPrice; got {self.models!r}")
+        for name, price in self.models.items():
+            if not isinstance(name, str) or not name:
+                raise UsageError(f"Prices.models: a model name must be a non-empty str; got {name!r}")
+            if not isinstance(price, ModelPrice):
+                raise UsageError(f"Prices.models[{name!r}] must be a ModelPrice; got {price!r}")
+        if not isinstance(self.currency, str) or not self.currency:
+            raise UsageError(f"Prices.currency must be a non-empty str; got {self.currency!r}")
+        object.__setattr__(self, "models", MappingProxyType(dict(self.models)))
+        object.__setattr__(self, "_names", tuple(sorted(self.models, key=len, reverse=True)))
+
+    def __hash__(self) -> int:
+        return hash((frozenset(self.models.items()), self.currency))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Prices):
+            return NotImplemented
+        return dict(self.models) == dict(other.models) and self.currency == other.currency
+
+    def price(self, model: str) -> ModelPrice | None:
+        """The prices of `model` (its own, else those of the longest name it extends with `-`); `None`: unknown."""
+        found = self.models.get(model)
+        if found is not None:
+            return found
+        for name in self._names:
+            if model.startswith(name + "-"):
+                return self.models[name]
+        return None
+
+    def cost(self, model: str, usage: Usage) -> Decimal | None:
+        """What `usage` of `model` costs; `None` when the table has no price for it."""
+        price = self.price(model)
+        return None if price is None else price.cost(usage)
+
+    def to_json(self) -> dict[str, Any]:
+        """The table as JSON (as a run's state keeps it)."""
+        return {"currency": self.currency, "models": {name: price.to_json() for name, price in self.models.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Prices:
+        """The table `to_json` wrote."""
+
+        def decimal(value: object) -> Decimal | None:
+            return None if value is None else Decimal(str(value))
+
+        models = {
+            name: ModelPrice(
+                input=Decimal(str(price["input"])),
+                output=Decimal(str(price["output"])),
+                cached_input=decimal(price.get("cached_input")),
+                cache_write=decimal(price.get("cache_write")),
+            )
+            for name, price in data["models"].items()
+        }
+        return cls(models, currency=str(data.get("currency", "USD")))
+
+    @classmethod
+    def from_genai_prices(cls, models: Iterable[str], *, provider_id: str | None = None) -> Prices:
+        """A table of `models`' prices today, from `genai-prices` (`pip install 'agentkit[prices]'`), in USD.
+
+        Each model is priced once, at the base tier (what a call of a thousand input tokens pays), through
+        `genai_prices.calc_price`; `provider_id` (`"openai"`, `"anthropic"`...) narrows the lookup.
+
+        Raises:
+            UsageError: `genai-prices` is not installed, or it has no price for a model (named).
+        """
+        try:
+            import genai_prices
+        except ImportError as missing:
+            raise UsageError("Prices.from_genai_prices needs genai-prices: pip install 'agentkit[prices]'") from missing
+        table: dict[str, ModelPrice] = {}
+        for model in models:
+
+            def per_million(counts: dict[str, int], model: str = model) -> Decimal:
+                return _genai_price(genai_prices, model, provider_id, counts)
+
+            table[model] = ModelPrice(
+                input=per_million({"input_tokens": _UNIT}),
+                output=per_million({"output_tokens": _UNIT}),
+                cached_input=per_million({"input_tokens": _UNIT, "cache_read_tokens": _UNIT}),
+                cache_write=per_million({"input_tokens": _UNIT, "cache_write_tokens": _UNIT}),
+            )
+        return cls(table)
+
+
+_UNIT = 1000
+"""The tokens `Prices.from_genai_prices` prices a model at: small enough for the base tier of a tiered price."""
+
+
+def _genai_price(module: Any, model: str, provider_id: str | None, counts: dict[str, int]) -> Decimal:
+    """What `counts` tokens of `model` cost per million, as `genai_prices.calc_price` says."""
+    try:
+        priced = module.calc_price(module.Usage(**counts), model_ref=model, provider_id=provider_id)
+    except LookupError as unknown:
+        raise UsageError(
+            f"genai-prices has no price for model {model!r} ({unknown}); give its ModelPrice yourself"
+        ) from None
+    return Decimal(priced.total_price) * (MILLION / _UNIT)
+
+
+def check_cost_budget(budget: object, prices: object) -> None:
+    """Refuse a cost budget that is not a positive Decimal, or one without a price table to keep it by.
+
+    Raises:
+        UsageError: naming the field and the fix.
+    """
+    if prices is not None and not isinstance(prices, Prices):
+        raise UsageError(f"LoopConfig.prices must be a Prices table or None; got {prices!r}")
+    if budget is None:
+        return
+    if not isinstance(budget, Decimal) or not budget.is_finite() or budget <= 0:
+        raise UsageError(f"LoopConfig.cost_budget must be a Decimal > 0 (money), or None for no budget; got {budget!r}")
+    if prices is None:
+        raise UsageError(
+            "LoopConfig.cost_budget needs LoopConfig.prices: a budget in money can only be kept with each model's "
+            "price (Prices({...}), or Prices.from_genai_prices([...]))"
+        )
