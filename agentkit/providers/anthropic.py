@@ -67,11 +67,11 @@ __all__ = ["DEFAULT_MAX_IN_FLIGHT", "DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "TH
 
 M = TypeVar("M", bound=BaseModel)
 
-DEFAULT_TIMEOUT = 120.0
+DEFAULT_TIMEOUT: float = 120.0
 """Seconds one HTTP request may take when `AnthropicCaller` builds the client itself."""
-DEFAULT_MAX_TOKENS = 4096
+DEFAULT_MAX_TOKENS: int = 4096
 """`max_tokens` sent for a role that sets none (the Messages API requires one)."""
-DEFAULT_MAX_IN_FLIGHT = 100
+DEFAULT_MAX_IN_FLIGHT: int = 100
 """Requests one `AnthropicCaller` has on the wire at once."""
 THINKING_BUDGETS: Mapping[ReasoningEffort, int] = MappingProxyType(
     {"minimal": 1024, "low": 2048, "medium": 8192, "high": 16384}

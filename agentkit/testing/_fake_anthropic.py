@@ -84,7 +84,10 @@ class FakeAnthropicServer(FakeServer):
     `FakeOpenAIServer`: a `FakeReply`, a string (a text block), or a dict or pydantic model (a value, sent as a
     `tool_use` block when the request forces or offers exactly one tool, else as JSON text). Unscripted, each
     request gets a minimal instance of its tool's schema (booleans true, so a `ToolStep` says it is done). A
-    request with thinking on gets a `thinking` block first. `FakeReply.error(529)` is an `overloaded_error`.
+    request with thinking on gets a `thinking` block first (its text `FakeReply(reasoning=...)` when scripted).
+    `FakeReply.error(529)` is an `overloaded_error`. A reply's `prompt_tokens` is reported as `input_tokens` (the
+    part after the last breakpoint), its `completion_tokens` as `output_tokens`, and its `cached_tokens` as
+    `cache_read_input_tokens`, in place of the simulated cache's counts.
 
     Args:
         replies: The script.
@@ -147,7 +150,8 @@ class FakeAnthropicServer(FakeServer):
             return
         content, stop = _content(request, reply)
         if (request.get("thinking") or {}).get("type") == "enabled" and reply.kind != "no_choices":
-            content.insert(0, {"type": "thinking", "thinking": _THOUGHT, "signature": _id("sig")})
+            thought = reply.reasoning or _THOUGHT
+            content.insert(0, {"type": "thinking", "thinking": thought, "signature": _id("sig")})
         usage = self._usage(request, reply, content)
         payload = {
             "id": _id("msg"),
@@ -180,6 +184,8 @@ class FakeAnthropicServer(FakeServer):
                     cached_up_to = end
             written = sum(sizes[:cached_up_to]) - read
         fresh = reply.prompt_tokens if reply.prompt_tokens is not None else total - read - written
+        if reply.cached_tokens is not None:  # scripted, as for FakeOpenAIServer: the count read from the cache
+            read = reply.cached_tokens
         said = sum(_estimate(json.dumps(block)) for block in content) if content else 0
         output = reply.completion_tokens if reply.completion_tokens is not None else max(said, 1)
         return {

@@ -67,6 +67,19 @@ class Wire:
                 blocks.append((given, usage["output_tokens"]))
         return blocks
 
+    def cached_counts(self) -> list[int]:
+        """Each answered reply's input tokens read from the prompt cache, in that provider's terms."""
+        counts: list[int] = []
+        for body in self.server.responses:
+            usage = body.get("usage") if body is not None else None
+            if not isinstance(usage, dict):
+                continue
+            if self.name == "openai":
+                counts.append((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+            else:
+                counts.append(usage["cache_read_input_tokens"])
+        return counts
+
 
 def message_text(message: dict[str, Any]) -> str:
     """The text of a message in either format: a string, or text and tool-result blocks joined."""

@@ -257,6 +257,19 @@ async def test_usage_of_a_failed_call_rides_on_the_error(wire: Wire, caller: Cal
     assert (given >= 10, taken) == (True, 3)
 
 
+async def test_cached_input_tokens_are_read_from_the_wire_and_summed(wire: Wire, caller: Caller) -> None:
+    """The prompt cache's reads each reply reports are summed into Usage.cached_input_tokens, a part of input."""
+    wire.server.add(
+        FakeReply.value(call_step(Query(query="a")), prompt_tokens=100, cached_tokens=40),
+        FakeReply.value(done_step(), prompt_tokens=100, cached_tokens=60),
+    )
+    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
+    assert result.outcome is Outcome.APPLIED
+    assert wire.cached_counts() == [40, 60]
+    assert result.usage.cached_input_tokens == 100
+    assert result.usage.input_tokens == sum(given for given, _ in wire.usage_blocks())
+
+
 # --- text replies ------------------------------------------------------------------------------------
 
 
