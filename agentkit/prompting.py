@@ -44,9 +44,8 @@ __all__ = [
 
 R = TypeVar("R")
 
-ImagePart.__module__ = DocumentPart.__module__ = (
-    __name__  # their home is private; this module is where they are imported from
-)
+# Their home is private; this module is where they are imported from.
+ImagePart.__module__ = DocumentPart.__module__ = __name__
 
 USE_THE_TOOL = (
     "Use the tool to find what the request needs; do not answer from memory, even when you think you "
