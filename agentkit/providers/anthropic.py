@@ -78,7 +78,7 @@ THINKING_BUDGETS: Mapping[ReasoningEffort, int] = MappingProxyType(
 )
 """The thinking budget (`budget_tokens`) of each `Reasoning.effort` that names no budget of its own; 1024, the
 least the API takes, for `"minimal"`."""
-MIN_THINKING_BUDGET = 1024
+_MIN_THINKING_BUDGET = 1024
 """The least `budget_tokens` the Messages API takes."""
 _SCHEMA_KEYS = frozenset({"tools", "tool_choice"})
 """The request's members that carry the schema: `RoleSpec.extra_body` may not name them."""
@@ -380,9 +380,9 @@ class AnthropicCaller:
             budget = THINKING_BUDGETS[reasoning.effort]
         else:
             return None
-        if budget < MIN_THINKING_BUDGET:
+        if budget < _MIN_THINKING_BUDGET:
             raise UsageError(
-                f"Reasoning.budget_tokens={budget} is below {MIN_THINKING_BUDGET}, the least thinking budget the "
+                f"Reasoning.budget_tokens={budget} is below {_MIN_THINKING_BUDGET}, the least thinking budget the "
                 "Messages API takes; raise it, or use Reasoning(effort='off') for no thinking"
             )
         return budget
