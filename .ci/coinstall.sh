@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # CI: agentkit installs next to what users already run. In a fresh venv (in /tmp): the newest openai,
-# pydantic-ai-slim[openai] and openai-agents first, then agentkit with the test tools only (no extras);
-# `pip check` must be clean and none of the three may have moved. Then a loop through OpenAICaller
-# against FakeOpenAIServer, and the provider tests, run there on the newest openai. A second venv
+# pydantic-ai-slim[openai] and openai-agents first, then agentkit with the test tools and its `anthropic` extra
+# (the provider contract tests run on both callers); `pip check` must be clean and none of the three may have
+# moved. Then a loop through OpenAICaller against FakeOpenAIServer, and the provider tests, run there on the
+# newest openai. A second venv
 # with the `instructor` extra (which holds openai at 3.3.0, the floor) runs the InstructorCaller tests
 # and the provider tests again on that openai. Fails on the first thing that does not hold.
 set -euo pipefail
@@ -11,8 +12,9 @@ root=$(pwd)
 work=$(mktemp -d /tmp/agentkit-coinstall.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 peers=(openai pydantic-ai-slim openai-agents)
-tests=(tests/providers/test_openai.py tests/providers/test_send.py tests/providers/test_wire.py
-       tests/providers/test_strict.py tests/providers/test_golden.py tests/testing/test_fake_server.py tests/package/test_private_names.py)
+tests=(tests/providers/test_openai.py tests/providers/test_contract.py tests/providers/test_anthropic.py
+       tests/providers/test_send.py tests/providers/test_wire.py tests/providers/test_strict.py tests/providers/test_golden.py
+       tests/testing/test_fake_server.py tests/testing/test_fake_anthropic.py tests/package/test_private_names.py)
 test_tools=("pytest>=9" "pytest-asyncio>=1.3" "pytest-xdist>=3.6" "hypothesis>=6.150" "jsonschema>=4.20")
 
 versions() { "$1/bin/python" - "${peers[@]}" <<'PY'
@@ -25,7 +27,7 @@ python3 -m venv "$work/peers"
 "$work/peers/bin/pip" install -q --upgrade pip
 "$work/peers/bin/pip" install -q openai 'pydantic-ai-slim[openai]' openai-agents
 before=$(versions "$work/peers")
-"$work/peers/bin/pip" install -q "$root" "${test_tools[@]}"
+"$work/peers/bin/pip" install -q "$root[anthropic]" "${test_tools[@]}"
 after=$(versions "$work/peers")
 echo "coinstall: before agentkit: $before"
 echo "coinstall: after agentkit:  $after"
@@ -77,7 +79,7 @@ PY
 
 python3 -m venv "$work/instructor"
 "$work/instructor/bin/pip" install -q --upgrade pip
-"$work/instructor/bin/pip" install -q "$root[instructor]" "${test_tools[@]}"
+"$work/instructor/bin/pip" install -q "$root[instructor,anthropic]" "${test_tools[@]}"
 "$work/instructor/bin/pip" check
 "$work/instructor/bin/python" -c 'import importlib.metadata as m
 print("coinstall: with the instructor extra:", *(f"{n}=={m.version(n)}" for n in ("openai", "instructor", "jiter")))'

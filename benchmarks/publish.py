@@ -552,6 +552,30 @@ def journal_workers(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", measured(results, files[0])])
 
 
+def anthropic_cache(files: Sequence[str]) -> str:
+    """The cached share of input over a 10-round run through AnthropicCaller, with its cache breakpoint and without."""
+    results = load(files[0])
+    lines = [
+        "| `AnthropicCaller` | input tokens | read from the cache | written to the cache | cached share of input |",
+        "|---|---|---|---|---|",
+    ]
+    for name, row in results["variants"].items():
+        cells = [
+            f"`{name}`",
+            _num(row["input_tokens"], 0),
+            _num(row["cached_input_tokens"], 0),
+            _num(row["cache_write_tokens"], 0),
+            f"{_num(100 * row['cached_share'], 1)}%",
+        ]
+        lines.append(_row(cells))
+    scope = (
+        f"One run of {next(iter(results['variants'].values()))['rounds']} rounds against `FakeAnthropicServer` "
+        f"(its simulated cache keeps prefixes of {results['min_cache_tokens']} tokens or more; tokens estimated "
+        f"from the JSON's bytes); a system prompt of {results['system_bytes']} bytes. "
+    )
+    return "\n".join([*lines, "", scope + measured(results, files[0])])
+
+
 RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "contenders": contenders,
     "contenders-short": contenders_short,
@@ -569,6 +593,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "temporal-rounds": temporal_rounds,
     "temporal-change": temporal_change,
     "journal-workers": journal_workers,
+    "anthropic-cache": anthropic_cache,
 }
 
 

@@ -1,7 +1,9 @@
-"""How `OpenAICaller`'s requests reach the server: through public interfaces only.
+"""How `OpenAICaller`'s and `AnthropicCaller`'s requests reach the server: through public interfaces only.
 
-Every request is a `POST {base_url}chat/completions` whose body `OpenAICaller` has already built
-(compact JSON, the schema's part serialised once per schema). There are two roads, both public:
+Every request is a `POST` (`{base_url}chat/completions`, `{base_url}/v1/messages`) whose body the caller has
+already built (compact JSON, the schema's part serialised once per schema). Both SDKs are built the same way
+(`AsyncOpenAI`, `AsyncAnthropic`: an httpx2 client, `auth_headers`, `default_headers`, a documented `post`),
+so both go the same two roads, both public (described for `openai`; `anthropic`'s names are the same):
 
 * **A client the caller builds** (`OpenAICaller(base_url=..., api_key=...)`) runs on an
   `httpx2.AsyncClient` the caller makes for it (`openai.DefaultAsyncHttpxClient`, the SDK's own
@@ -26,27 +28,51 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
 
 import httpx2
 import openai
 
-__all__ = ["OwnedHttpClient", "Send", "through_client", "through_http"]
+__all__ = ["ClosedWhenGarbage", "InFlight", "OwnedHttpClient", "SdkClient", "Send", "through_client", "through_http"]
 
 Send = Callable[[bytes], Awaitable[httpx2.Response]]
 """Send one request body: the response (or, through a client, its `openai.APIStatusError`), else
 `openai.APITimeoutError` or `openai.APIConnectionError`."""
 
 
-class OwnedHttpClient(openai.DefaultAsyncHttpxClient):
-    """The HTTP client a caller builds for its `openai` client: the SDK's defaults, and closed once it is garbage,
-    as the SDK closes the one it makes itself, so that a caller left unclosed leaves no connection open."""
+class ClosedWhenGarbage(httpx2.AsyncClient):
+    """An HTTP client closed once it is garbage, as an SDK closes the one it makes itself, so that a caller left
+    unclosed leaves no connection open (mixed into an SDK's default client class)."""
 
     def __del__(self) -> None:
         if self.is_closed:
             return
         with contextlib.suppress(Exception):  # no running loop: nothing can close it any more
             asyncio.get_running_loop().create_task(self.aclose())
+
+
+class OwnedHttpClient(ClosedWhenGarbage, openai.DefaultAsyncHttpxClient):
+    """The HTTP client a caller builds for its `openai` client: the SDK's defaults, closed once it is garbage."""
+
+
+class SdkClient(Protocol):
+    """What `through_http` reads of an SDK client (`openai.AsyncOpenAI` and `anthropic.AsyncAnthropic` alike)."""
+
+    @property
+    def api_key(self) -> object: ...
+    @property
+    def base_url(self) -> httpx2.URL: ...
+    @property
+    def auth_headers(self) -> Mapping[str, str]: ...
+    @property
+    def default_headers(self) -> Mapping[str, object]: ...
+
+
+class RequestError(Protocol):
+    """An SDK's error class for a request that failed on the way (`APITimeoutError`, `APIConnectionError`)."""
+
+    def __call__(self, *, request: httpx2.Request) -> Exception: ...
 
 
 def through_client(client: openai.AsyncOpenAI, path: str) -> Send:
@@ -58,18 +84,35 @@ def through_client(client: openai.AsyncOpenAI, path: str) -> Send:
     return send
 
 
-def through_http(client: openai.AsyncOpenAI, http: httpx2.AsyncClient, path: str) -> Send:
-    """`http.build_request` and `http.send`, with the `openai` client's URL and headers: for a client the caller
-    built on `http` itself (nothing per request but the key, read from `client.api_key`)."""
-    return _ThroughHttp(client, http, path)
+def through_http(
+    client: SdkClient,
+    http: httpx2.AsyncClient,
+    path: str,
+    *,
+    timeout_error: RequestError = openai.APITimeoutError,
+    connection_error: RequestError = openai.APIConnectionError,
+) -> Send:
+    """`http.build_request` and `http.send`, with the SDK client's URL and headers: for a client the caller
+    built on `http` itself (nothing per request but the key, read from `client.api_key`). A failure on the way
+    is raised as the SDK's own `timeout_error` or `connection_error`, as the SDK itself raises it."""
+    return _ThroughHttp(client, http, path, timeout_error, connection_error)
 
 
 class _ThroughHttp:
-    __slots__ = ("_client", "_headers", "_http", "_key", "_url")
+    __slots__ = ("_client", "_connection_error", "_headers", "_http", "_key", "_timeout_error", "_url")
 
-    def __init__(self, client: openai.AsyncOpenAI, http: httpx2.AsyncClient, path: str) -> None:
+    def __init__(
+        self,
+        client: SdkClient,
+        http: httpx2.AsyncClient,
+        path: str,
+        timeout_error: RequestError,
+        connection_error: RequestError,
+    ) -> None:
         self._client = client
         self._http = http
+        self._timeout_error = timeout_error
+        self._connection_error = connection_error
         self._url = client.base_url.join(path.lstrip("/"))
         self._key: object = None
         self._headers: dict[str, str] = {}
@@ -92,6 +135,30 @@ class _ThroughHttp:
         try:
             return await self._http.send(request)
         except httpx2.TimeoutException as error:
-            raise openai.APITimeoutError(request=request) from error
+            raise self._timeout_error(request=request) from error
         except Exception as error:  # as the SDK's rule: anything else on the way is a connection error
-            raise openai.APIConnectionError(request=request) from error
+            raise self._connection_error(request=request) from error
+
+
+class InFlight:
+    """The bound on a caller's requests on the wire (`max_in_flight`): `async with slot():` waits its turn, first
+    come first served, before the request reaches the HTTP pool (one semaphore per event loop); `None`: no bound.
+
+    httpx's pool scans every queued request and every connection on each request it starts or ends, so 10,000
+    concurrent runs handed to it at once cost quadratic CPU; behind the bound its work per request stays constant.
+    """
+
+    __slots__ = ("_bound", "_loop", "_semaphore")
+
+    def __init__(self, bound: int | None) -> None:
+        self._bound = bound
+        self._semaphore: asyncio.Semaphore | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def __call__(self) -> contextlib.AbstractAsyncContextManager[Any]:
+        if self._bound is None:
+            return contextlib.nullcontext()
+        loop = asyncio.get_running_loop()
+        if self._semaphore is None or self._loop is not loop:
+            self._semaphore, self._loop = asyncio.Semaphore(self._bound), loop
+        return self._semaphore

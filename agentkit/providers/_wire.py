@@ -10,22 +10,32 @@ message, never summed and never clamped.
 
 from __future__ import annotations
 
+import email.utils
+import ipaddress
 import json
 import re
+import time
+import urllib.parse
 from collections.abc import Mapping
 from typing import Any, cast
 
+import httpx2
 from pydantic import BaseModel, ConfigDict
 
-from agentkit.errors import ProviderError
+from agentkit.errors import AgentkitError, ProviderError, Throttled
 
 __all__ = [
     "MAX_TOKENS_PER_REPLY",
     "Reply",
+    "cause_of",
     "detail_count",
     "dumps",
     "json_in_text",
+    "on_this_machine",
     "request_body",
+    "retry_after",
+    "server_message",
+    "status_failure",
     "token_count",
     "transient_status",
 ]
@@ -192,3 +202,77 @@ def json_in_text(text: str) -> str:
         budget -= end - index
         found, consumed = text[index:end], end
     return found if found is not None else text
+
+
+def status_failure(model: str, response: httpx2.Response, hints: Mapping[int, str]) -> AgentkitError:
+    """The error of a reply with a status other than 2xx, for every caller: `Throttled` for 429 (at once, with its
+    `retry-after`), else a `ProviderError`, transient or not by `transient_status`, with the caller's hint."""
+    status = response.status_code
+    if status == 429:
+        return Throttled(
+            f"model server throttled model {model!r} (HTTP 429): {server_message(response)}",
+            retry_after=retry_after(response.headers),
+        )
+    transient = transient_status(status)
+    hint = "a server error; it is retried" if transient else hints.get(status, "the request was refused")
+    return ProviderError(
+        f"model server answered HTTP {status} for model {model!r}: {server_message(response)}; {hint}",
+        transient=transient,
+        status=status,
+    )
+
+
+def server_message(response: httpx2.Response) -> str:
+    """The server's own error message (OpenAI's and Anthropic's error bodies carry one under `error`), else the
+    start of the body."""
+    try:
+        body = json.loads(response.content)
+    except ValueError:
+        body = None
+    error = body.get("error", body) if isinstance(body, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    if message:
+        return str(message)
+    text = response.content[:200].decode("utf-8", "replace").strip()
+    return text or f"an empty body ({response.reason_phrase or 'no reason given'})"
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(float(millis) / 1000, 0.0)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(when.timestamp() - time.time(), 0.0)
+
+
+def cause_of(error: BaseException) -> str:
+    """What made a request fail on the way, for the message: the SDK error's cause, else the error itself."""
+    cause = error.__cause__ or error.__context__
+    return f"{type(cause).__name__}: {cause}" if cause is not None else str(error)
+
+
+def on_this_machine(url: str) -> bool:
+    """The URL's host is a loopback address (`127.0.0.0/8`, `::1`) or `localhost`: a server that takes any key."""
+    host = urllib.parse.urlsplit(url).hostname
+    if host is None:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

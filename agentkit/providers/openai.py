@@ -51,15 +51,9 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import email.utils
 import enum
-import ipaddress
-import json
 import math
 import os
-import time
-import urllib.parse
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -76,18 +70,20 @@ from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
-from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
-from agentkit.providers._send import OwnedHttpClient, through_client, through_http
+from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Truncated, UsageError
+from agentkit.providers._send import InFlight, OwnedHttpClient, through_client, through_http
 from agentkit.providers._strict import strict_schema
 from agentkit.providers._wire import (
     MAX_TOKENS_PER_REPLY,
     Reply,
+    cause_of,
     detail_count,
     dumps,
     json_in_text,
+    on_this_machine,
     request_body,
+    status_failure,
     token_count,
-    transient_status,
 )
 
 __all__ = [
@@ -362,9 +358,7 @@ class OpenAICaller:
         azure = url.host.endswith(".openai.azure.com")
         self.provider_name: str = "azure.ai.openai" if azure else _PROVIDERS.get(url.host, "openai")
         """The provider as tracing reports it (`gen_ai.provider.name`): known from the host, else `"openai"`."""
-        self._max_in_flight = max_in_flight
-        self._slots: asyncio.Semaphore | None = None
-        self._slots_loop: asyncio.AbstractEventLoop | None = None
+        self._slot = InFlight(max_in_flight)
         self._last_plan: tuple[type[BaseModel], StructuredMode, bool, _Plan] | None = None
         """The plan of the latest call's schema (a run asks with the same step model round after round)."""
 
@@ -543,7 +537,7 @@ class OpenAICaller:
                 transient=True,
             )
         return ProviderError(
-            f"could not reach the model server at {self._client.base_url} ({_cause(error)}); is it running?",
+            f"could not reach the model server at {self._client.base_url} ({cause_of(error)}); is it running?",
             transient=True,
         )
 
@@ -555,15 +549,6 @@ class OpenAICaller:
         plan = _plan(schema, mode, strict)
         self._last_plan = (schema, mode, strict, plan)
         return plan
-
-    def _slot(self) -> contextlib.AbstractAsyncContextManager[Any]:
-        """A place among the `max_in_flight` requests on the wire (one semaphore per event loop)."""
-        if self._max_in_flight is None:
-            return contextlib.nullcontext()
-        loop = asyncio.get_running_loop()
-        if self._slots is None or self._slots_loop is not loop:
-            self._slots, self._slots_loop = asyncio.Semaphore(self._max_in_flight), loop
-        return self._slots
 
     def _json_text(self, choice: Any) -> str:
         message = getattr(choice, "message", None)
@@ -639,7 +624,7 @@ def _build_client(
     """The `openai` client, on an HTTP client of the SDK's defaults made here (sent through by `through_http`)."""
     if api_key is None and not os.environ.get("OPENAI_API_KEY"):
         url = base_url or os.environ.get("OPENAI_BASE_URL")
-        if url is None or not _on_this_machine(url):
+        if url is None or not on_this_machine(url):
             # a remote server without a key would only answer 401, after a request; say so now
             raise UsageError(
                 f"no API key for the model server at {url or 'api.openai.com'}: pass api_key=... or set "
@@ -658,19 +643,6 @@ def _build_client(
             "or base_url=... for a local server"
         ) from error
     return client, http
-
-
-def _on_this_machine(url: str) -> bool:
-    """The URL's host is a loopback address (`127.0.0.0/8`, `::1`) or `localhost`."""
-    host = urllib.parse.urlsplit(url).hostname
-    if host is None:
-        return False
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
@@ -773,33 +745,7 @@ def _invalid(request: StructuredRequest, name: str, invalid: Exception, raw: str
 
 def _status_failure(model: str, response: httpx2.Response) -> AgentkitError:
     """The error of a reply with a status other than 2xx: `Throttled` for 429, else a `ProviderError`."""
-    status = response.status_code
-    if status == 429:
-        return Throttled(
-            f"model server throttled model {model!r} (HTTP 429): {_server_message(response)}",
-            retry_after=_retry_after(response.headers),
-        )
-    transient = transient_status(status)
-    hint = "a server error; it is retried" if transient else _STATUS_HINTS.get(status, "the request was refused")
-    return ProviderError(
-        f"model server answered HTTP {status} for model {model!r}: {_server_message(response)}; {hint}",
-        transient=transient,
-        status=status,
-    )
-
-
-def _server_message(response: httpx2.Response) -> str:
-    """The server's own error message (OpenAI-shaped bodies carry one), else the start of the body."""
-    try:
-        body = json.loads(response.content)
-    except ValueError:
-        body = None
-    error = body.get("error", body) if isinstance(body, dict) else None
-    message = error.get("message") if isinstance(error, dict) else None
-    if message:
-        return str(message)
-    text = response.content[:200].decode("utf-8", "replace").strip()
-    return text or f"an empty body ({response.reason_phrase or 'no reason given'})"
+    return status_failure(model, response, _STATUS_HINTS)
 
 
 def _reasked(kwargs: dict[str, Any], mode: StructuredMode, choice: Any, invalid: Exception) -> dict[str, Any]:
@@ -836,30 +782,3 @@ def _reasked(kwargs: dict[str, Any], mode: StructuredMode, choice: Any, invalid:
     else:
         added.append({"role": "user", "content": _REASK_JSON.format(error=invalid)})
     return {**kwargs, "messages": [*kwargs["messages"], *added]}
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds from `retry-after-ms` or `Retry-After` (seconds or an HTTP date)."""
-    millis = headers.get("retry-after-ms")
-    if millis is not None:
-        try:
-            return max(float(millis) / 1000, 0.0)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(when.timestamp() - time.time(), 0.0)
-
-
-def _cause(error: BaseException) -> str:
-    cause = error.__cause__ or error.__context__
-    return f"{type(cause).__name__}: {cause}" if cause is not None else str(error)

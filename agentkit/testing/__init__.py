@@ -1,6 +1,7 @@
-"""Test doubles for agents: the scripted and function callers, the replay of a recorded run, and a fake
-OpenAI-compatible HTTP server."""
+"""Test doubles for agents: the scripted and function callers, the replay of a recorded run, and fake HTTP
+servers that speak the OpenAI chat-completions API and Anthropic's Messages API."""
 
+from agentkit.testing._fake_anthropic import FakeAnthropicServer
 from agentkit.testing._fake_server import FakeOpenAIServer, FakeReply
 from agentkit.testing._function import Answer, AnswerFunction, FunctionCaller
 from agentkit.testing._replay import ReplayCaller, ReplayDiverged
@@ -9,6 +10,7 @@ from agentkit.testing._scripted import ScriptedCaller, ScriptedReply, ScriptExha
 __all__ = [
     "Answer",
     "AnswerFunction",
+    "FakeAnthropicServer",
     "FakeOpenAIServer",
     "FakeReply",
     "FunctionCaller",

@@ -14,6 +14,7 @@ standard library only: a `ThreadingHTTPServer` in a thread.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import socket
@@ -39,7 +40,7 @@ from agentkit.testing._fake_wire import (
     wants_fence,
 )
 
-__all__ = ["FakeOpenAIServer", "FakeReply", "ReplyOptions"]
+__all__ = ["FakeOpenAIServer", "FakeReply", "FakeServer", "ReplyOptions"]
 
 ReplyKind = Literal["text", "value", "tool_call", "error", "malformed", "truncated", "no_choices", "auto"]
 
@@ -180,25 +181,29 @@ def _as_reply(entry: Scripted) -> FakeReply:
     return FakeReply.value(entry)
 
 
-class FakeOpenAIServer:
-    """An OpenAI-compatible chat-completions server on `127.0.0.1` (an ephemeral port).
+class FakeServer:
+    """What every fake model server of `agentkit.testing` shares: a real HTTP server on `127.0.0.1` (an
+    ephemeral port) in a thread, the script of `FakeReply` answers (or `respond`), the recording of every
+    request, and the faults (status, delay, drip, malformed body).
 
-    Use it as a context manager (`with` or `async with`) and point a client at
-    `base_url`. Script answers with `add` (or the constructor): a `FakeReply`, a string
-    (message content), or a dict or pydantic model (a value, sent as the forced tool's arguments
-    or as content). Once the script is used up, each request gets a minimal instance of the
-    schema it carries (booleans true, so a `ToolStep` says it is done).
-
-    To serve several runs at once, answer as a function of the request instead: `respond` gets
-    each valid request's body (a dict, as sent) and returns the answer, or `None` to take the next
-    one from the script (then the minimal instance). It is called from the server's handler
-    threads, possibly at the same time for concurrent requests; what it raises is recorded in
-    `errors` and the client sees the connection dropped.
-
-    Example:
-        >>> with FakeOpenAIServer([FakeReply.error(429, retry_after=3)]) as server:
-        ...     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="x")  # doctest: +SKIP
+    A subclass serves one API: its route (`path`), its request checks (`check`, raising `RequestRejected`
+    with the status a real server answers), its error bodies (`error_payload`) and its replies (`serve`).
     """
+
+    path: str = ""
+    """The one route served (`POST`)."""
+
+    def check(self, body: object, headers: Mapping[str, str]) -> dict[str, Any]:
+        """The request body if the real API takes it, else `RequestRejected` (with its status and message)."""
+        raise NotImplementedError
+
+    def error_payload(self, status: int, message: str, param: str | None = None) -> dict[str, Any]:
+        """The body of an error reply, in the real API's format."""
+        raise NotImplementedError
+
+    def serve(self, handler: _Handler, request: dict[str, Any], reply: FakeReply, index: int) -> None:
+        """Answer a valid request with the scripted reply, through `handler`'s `send_json`, `send_raw`."""
+        raise NotImplementedError
 
     def __init__(
         self,
@@ -252,12 +257,12 @@ class FakeOpenAIServer:
             raise AssertionError(f"{len(self._script)} scripted answer(s) of the fake server never used")
 
     @property
-    def base_url(self) -> str:
-        """The OpenAI base URL of the running server (`http://127.0.0.1:PORT/v1`)."""
+    def address(self) -> str:
+        """The running server's address (`http://127.0.0.1:PORT`)."""
         if self._httpd is None:
             raise RuntimeError("the fake server is not running; use it as a context manager or call start()")
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
+        return f"http://{host!s}:{port}"
 
     def start(self) -> Self:
         """Start serving in a background thread."""
@@ -338,6 +343,62 @@ class FakeOpenAIServer:
             self._stopping.wait(seconds)
 
 
+class FakeOpenAIServer(FakeServer):
+    """An OpenAI-compatible chat-completions server on `127.0.0.1` (an ephemeral port).
+
+    Use it as a context manager (`with` or `async with`) and point a client at
+    `base_url`. Script answers with `add` (or the constructor): a `FakeReply`, a string
+    (message content), or a dict or pydantic model (a value, sent as the forced tool's arguments
+    or as content). Once the script is used up, each request gets a minimal instance of the
+    schema it carries (booleans true, so a `ToolStep` says it is done).
+
+    To serve several runs at once, answer as a function of the request instead: `respond` gets
+    each valid request's body (a dict, as sent) and returns the answer, or `None` to take the next
+    one from the script (then the minimal instance). It is called from the server's handler
+    threads, possibly at the same time for concurrent requests; what it raises is recorded in
+    `errors` and the client sees the connection dropped.
+
+    Example:
+        >>> with FakeOpenAIServer([FakeReply.error(429, retry_after=3)]) as server:
+        ...     client = openai.AsyncOpenAI(base_url=server.base_url, api_key="x")  # doctest: +SKIP
+    """
+
+    path = "/v1/chat/completions"
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI base URL of the running server (`http://127.0.0.1:PORT/v1`)."""
+        return f"{self.address}/v1"
+
+    def check(self, body: object, headers: Mapping[str, str]) -> dict[str, Any]:
+        """The chat-completions request, or `RequestRejected` where a real server answers 400."""
+        return validate_request(body)
+
+    def error_payload(self, status: int, message: str, param: str | None = None) -> dict[str, Any]:
+        """OpenAI's error body."""
+        return _error_body(message, _ERROR_CODES.get(status, "server_error"), param)
+
+    def serve(self, handler: _Handler, request: dict[str, Any], reply: FakeReply, index: int) -> None:
+        """A chat completion (or its stream) for the scripted reply."""
+        if reply.kind == "error":
+            headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
+            message = reply.body or f"fake server error {reply.status}"
+            error = _error_body(message, _ERROR_CODES.get(reply.status, "server_error"))
+            handler.send_json(reply.status, error, index, headers, drip=reply.drip)
+            return
+        if reply.kind == "malformed":
+            handler.send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json", drip=reply.drip)
+            return
+        answer = _compose(request, reply)
+        payload = _completion(request, answer)
+        self._answered(index, payload)
+        if request.get("stream"):
+            events = (f"data: {json.dumps(chunk)}\n\n".encode() for chunk in _chunks(request, answer, payload))
+            handler.stream_events(itertools.chain(events, [b"data: [DONE]\n\n"]))
+            return
+        handler.send_raw(200, json.dumps(payload).encode(), "application/json", drip=reply.drip)
+
+
 # A client may close its connection at any moment: openai's stream closes it at "data: [DONE]", before
 # the chunked body's last bytes are read, so the kernel resets it under the handler's next keep-alive read.
 _HANGUPS = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
@@ -345,7 +406,7 @@ _HANGUPS = (ConnectionResetError, ConnectionAbortedError, BrokenPipeError)
 
 class _Httpd(ThreadingHTTPServer):
     daemon_threads = False  # so server_close joins every handler thread: nothing outlives stop()
-    fake: FakeOpenAIServer
+    fake: FakeServer
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
         super().__init__(address, handler)
@@ -418,7 +479,7 @@ class _Handler(BaseHTTPRequestHandler):
         return answered
 
     def do_GET(self) -> None:
-        self._send_json(404, _error_body(f"no route GET {self.path}", "not_found"))
+        self.send_json(404, self.server.fake.error_payload(404, f"no route GET {self.path}"))
 
     def do_POST(self) -> None:
         with self.server.fake._handling_one():
@@ -432,46 +493,28 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         index = fake._record(body if isinstance(body, dict) else {}, len(raw))
-        if self.path.rstrip("/") != "/v1/chat/completions":
-            self._send_json(404, _error_body(f"no route POST {self.path}", "not_found"), fake, index)
+        if self.path.rstrip("/") != fake.path:
+            self.send_json(404, fake.error_payload(404, f"no route POST {self.path}"), index)
             return
         try:
-            request = validate_request(body)
+            request = fake.check(body, {name.lower(): value for name, value in self.headers.items()})
         except RequestRejected as rejected:
-            self._send_json(400, _error_body(str(rejected), "invalid_request_error", rejected.param), fake, index)
+            self.send_json(rejected.status, fake.error_payload(rejected.status, str(rejected), rejected.param), index)
             return
         reply = fake._next_reply(request)
         fake._wait(reply.delay)
         if fake._stopping.is_set():
             return
-        self._answer(request, reply, fake, index)
+        fake.serve(self, request, reply, index)
 
-    def _answer(self, request: dict[str, Any], reply: FakeReply, fake: FakeOpenAIServer, index: int) -> None:
-        if reply.kind == "error":
-            headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
-            message = reply.body or f"fake server error {reply.status}"
-            error = _error_body(message, _ERROR_CODES.get(reply.status, "server_error"))
-            self._send_json(reply.status, error, fake, index, headers, drip=reply.drip)
-            return
-        if reply.kind == "malformed":
-            self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json", drip=reply.drip)
-            return
-        answer = _compose(request, reply)
-        payload = _completion(request, answer)
-        fake._answered(index, payload)
-        if request.get("stream"):
-            self._stream(request, answer, payload)
-        else:
-            self._send_raw(200, json.dumps(payload).encode(), "application/json", drip=reply.drip)
-
-    def _stream(self, request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -> None:
+    def stream_events(self, events: Iterable[bytes]) -> None:
+        """A 200 stream of server-sent events, each written as it is made, then the end of the chunked body."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        for chunk in _chunks(request, answer, payload):
-            self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
-        self._write_chunk(b"data: [DONE]\n\n")
+        for event in events:
+            self._write_chunk(event)
         self.wfile.write(b"0\r\n\r\n")
 
     def _write_chunk(self, data: bytes) -> None:
@@ -479,21 +522,21 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def _send_json(
+    def send_json(
         self,
         status: int,
         payload: dict[str, Any],
-        fake: FakeOpenAIServer | None = None,
         index: int | None = None,
         headers: Mapping[str, str] | None = None,
         *,
         drip: float = 0.0,
     ) -> None:
-        if fake is not None and index is not None:
-            fake._answered(index, payload)
-        self._send_raw(status, json.dumps(payload).encode(), "application/json", headers, drip=drip)
+        """A JSON reply, recorded as the answer to request `index`."""
+        if index is not None:
+            self.server.fake._answered(index, payload)
+        self.send_raw(status, json.dumps(payload).encode(), "application/json", headers, drip=drip)
 
-    def _send_raw(
+    def send_raw(
         self,
         status: int,
         data: bytes,

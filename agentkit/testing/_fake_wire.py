@@ -44,11 +44,12 @@ _STRICT_FORMATS = frozenset({"date-time", "time", "date", "duration", "email", "
 
 
 class RequestRejected(ValueError):
-    """A request a real server answers with HTTP 400; the message says what is wrong, as OpenAI's do."""
+    """A request a real server refuses (HTTP 400 unless `status` says otherwise); the message says what is wrong."""
 
-    def __init__(self, message: str, param: str | None = None) -> None:
+    def __init__(self, message: str, param: str | None = None, *, status: int = 400) -> None:
         super().__init__(message)
         self.param = param
+        self.status = status
 
 
 def validate_request(body: object) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -22,11 +21,10 @@ from agentkit import (
     StructuredRequest,
     Tier,
     UsageError,
-    generate_structured,
     run_tool_loop,
     tool,
 )
-from agentkit.errors import ProviderError, StructuredOutputError, Throttled, Truncated
+from agentkit.errors import ProviderError, StructuredOutputError
 from agentkit.providers.openai import OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step, done_step
 from tests.support import Query, Searcher, corpus_search
@@ -102,15 +100,6 @@ async def test_each_mode_puts_the_schema_on_the_wire_its_own_way(
     assert isinstance(completion.value, Verdict)
     if mode in (StructuredMode.JSON, StructuredMode.MD_JSON):
         assert '"score"' in body["messages"][0]["content"]
-
-
-async def test_loop_without_a_script_runs_on_the_default_replies(
-    server: FakeOpenAIServer, caller: OpenAICaller
-) -> None:
-    """Unscripted, the fake answers a schema-valid step (done), so a loop ends cleanly."""
-    result = await run_tool_loop(caller, Searcher(), [corpus_search, lookup], "anything", FAST)
-    assert (result.outcome, result.stop_reason) == (Outcome.SILENT, StopReason.NOTHING_RETRIEVED)
-    assert result.error is None
 
 
 async def test_multi_tool_step_names_the_tool_it_calls(server: FakeOpenAIServer) -> None:
@@ -246,106 +235,7 @@ def test_the_per_schema_request_plan_is_built_once() -> None:
     assert _plan(Verdict, StructuredMode.JSON) is not first
 
 
-# --- throttling and provider errors -----------------------------------------------------------------
-
-
-async def test_throttle_ends_the_run_after_exactly_one_request(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """HTTP 429 ends the run THROTTLED after one request, with Retry-After, never failed over."""
-    server.add(FakeReply.error(429, retry_after=7))
-    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
-    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.THROTTLED)
-    assert isinstance(result.error, Throttled)
-    assert result.error.retry_after == 7
-    assert [body["model"] for body in server.requests] == ["primary-model"]
-    assert result.usage.requests == 1
-
-
-async def test_throttled_comes_straight_from_the_429(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """The caller raises Throttled from the 429 itself, after one request, wrapped in no other error."""
-    server.add(FakeReply.error(429))
-    with pytest.raises(Throttled) as raised:
-        await caller.complete(request(), Verdict)
-    assert raised.value.__cause__ is None or isinstance(raised.value.__cause__, openai.RateLimitError)
-    assert raised.value.retry_after is None
-    assert len(server.requests) == 1
-
-
-async def test_retry_after_as_an_http_date_becomes_seconds(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """A Retry-After given as an HTTP date is turned into seconds from now."""
-    server.add(FakeReply.error(429, retry_after="Wed, 21 Oct 2015 07:28:00 GMT"))
-    with pytest.raises(Throttled) as raised:
-        await caller.complete(request(), Verdict)
-    assert raised.value.retry_after == 0.0
-
-
-async def test_server_errors_are_retried_then_fail_over_to_the_fallback(
-    server: FakeOpenAIServer, caller: OpenAICaller
-) -> None:
-    """Two 500s on the primary model, then the fallback model answers and the run goes on."""
-    server.add(FakeReply.error(500), FakeReply.error(500), call_step(Query(query="x")), done_step())
-    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
-    assert result.outcome is Outcome.APPLIED
-    models = [body["model"] for body in server.requests]
-    assert models == ["primary-model", "primary-model", "fallback-model", "primary-model"]
-
-
-async def test_bad_request_is_not_retried(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """HTTP 400 ends the run LLM_ERROR after one request: no retry, no fallback."""
-    server.add(FakeReply.error(400, message="unsupported parameter"))
-    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
-    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
-    assert isinstance(result.error, ProviderError)
-    assert (result.error.transient, result.error.status) == (False, 400)
-    assert "unsupported parameter" in str(result.error)
-    assert len(server.requests) == 1
-
-
-@pytest.mark.parametrize(
-    ("status", "transient"),
-    [(401, False), (403, False), (404, False), (422, False), (408, True), (500, True), (502, True), (503, True)],
-)
-async def test_http_status_maps_to_transient_or_not(
-    server: FakeOpenAIServer, caller: OpenAICaller, status: int, transient: bool
-) -> None:
-    """5xx (and 408) are transient provider errors; other 4xx are not."""
-    server.add(FakeReply.error(status))
-    with pytest.raises(ProviderError) as raised:
-        await caller.complete(request(), Verdict)
-    assert (raised.value.transient, raised.value.status) == (transient, status)
-    assert raised.value.usage is not None
-    assert raised.value.usage.requests == 1
-    assert len(server.requests) == 1
-
-
-async def test_timeout_is_a_transient_provider_error(server: FakeOpenAIServer) -> None:
-    """A reply slower than the timeout is a transient ProviderError after one request."""
-    server.add(FakeReply.auto(delay=2))
-    async with OpenAICaller(base_url=server.base_url, timeout=0.2) as caller:
-        with pytest.raises(ProviderError, match="timed out") as raised:
-            await caller.complete(request(), Verdict)
-    assert raised.value.transient
-    assert len(server.requests) == 1
-
-
-async def test_refused_connection_is_a_transient_provider_error() -> None:
-    """A server that is not there gives a transient ProviderError naming the base URL."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    async with OpenAICaller(base_url=f"http://127.0.0.1:{port}/v1") as caller:
-        with pytest.raises(ProviderError, match=f"127.0.0.1:{port}") as raised:
-            await caller.complete(request(), Verdict)
-    assert raised.value.transient
-
-
-async def test_a_body_that_is_not_json_is_a_transient_provider_error(
-    server: FakeOpenAIServer, caller: OpenAICaller
-) -> None:
-    """A 200 whose body is not JSON is a transient ProviderError (retried, then failed over)."""
-    server.add(FakeReply.malformed())
-    with pytest.raises(ProviderError, match="unreadable") as raised:
-        await caller.complete(request(), Verdict)
-    assert raised.value.transient
+# --- provider errors (the ones every caller shares are in test_contract.py) ----------------------------
 
 
 async def test_empty_choices_is_an_error_with_a_clear_message(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
@@ -360,15 +250,6 @@ async def test_empty_choices_is_an_error_with_a_clear_message(server: FakeOpenAI
 # --- replies that are not a valid step ---------------------------------------------------------------
 
 
-async def test_truncated_reply_is_an_error_never_a_step(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """finish_reason "length" is a Truncated even when the cut text parses; it is not re-asked."""
-    server.add(FakeReply.truncated('{"score": 1}'))
-    with pytest.raises(Truncated, match="cut off by the token limit") as raised:
-        await caller.complete(request(max_tokens=5), Verdict)
-    assert (raised.value.raw, raised.value.max_tokens, raised.value.schema_name) == ('{"score": 1}', 5, "Verdict")
-    assert len(server.requests) == 1
-
-
 async def test_truncated_tool_call_is_an_error(server: FakeOpenAIServer) -> None:
     """A forced tool call cut off by the token limit is an error too."""
     server.add(FakeReply.truncated())
@@ -377,10 +258,10 @@ async def test_truncated_tool_call_is_an_error(server: FakeOpenAIServer) -> None
             await caller.complete(request(), Verdict)
 
 
-async def test_invalid_reply_is_reasked_with_the_validation_error(
+async def test_reask_echoes_the_rejected_reply_as_the_assistant_message(
     server: FakeOpenAIServer, caller: OpenAICaller
 ) -> None:
-    """A step that fails validation goes back to the model with the error text; the fixed reply is used."""
+    """The re-ask carries the rejected reply as the assistant's message, then the validation error."""
     server.add({"done": False}, call_step(Query(query="x")), done_step())
     result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
     assert result.items == ["doc:x"]
@@ -400,31 +281,6 @@ async def test_reask_in_tools_mode_answers_the_tool_call(server: FakeOpenAIServe
     assert follow_up[-1]["role"] == "tool"
     assert follow_up[-1]["tool_call_id"] == follow_up[-2]["tool_calls"][0]["id"]
     assert "score" in follow_up[-1]["content"]
-
-
-async def test_reply_still_invalid_after_reasks_names_the_schema_and_the_raw_reply(server: FakeOpenAIServer) -> None:
-    """After max_reasks the error is a StructuredOutputError with the schema name and the last raw reply."""
-    server.add("not json", '{"score": "many"}', '{"score": "still"}')
-    async with OpenAICaller(base_url=server.base_url, max_reasks=2) as caller:
-        with pytest.raises(StructuredOutputError) as raised:
-            await caller.complete(request(), Verdict)
-    error = raised.value
-    assert error.schema_name == "Verdict"
-    assert error.raw == '{"score": "still"}'
-    assert "'Verdict'" in str(error)
-    assert '{"score": "still"}' in str(error)
-    assert error.usage is not None
-    assert error.usage.requests == 3
-    assert len(server.requests) == 3
-
-
-async def test_zero_reasks_fails_on_the_first_invalid_reply(server: FakeOpenAIServer) -> None:
-    """``max_reasks=0`` makes one request per attempt."""
-    server.add("{}")
-    async with OpenAICaller(base_url=server.base_url, max_reasks=0) as caller:
-        with pytest.raises(StructuredOutputError):
-            await caller.complete(request(), Verdict)
-    assert len(server.requests) == 1
 
 
 async def test_empty_content_is_an_error_with_a_clear_message(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
@@ -479,46 +335,6 @@ async def test_several_tool_calls_every_time_fail_with_all_of_them_as_raw(server
         with pytest.raises(StructuredOutputError, match="made 2 calls") as raised:
             await caller.complete(request(), Verdict)
     assert raised.value.raw == '{"score": 4}\n{"score": 5}'
-
-
-async def test_structured_failure_fails_over_with_the_error_shown_to_the_fallback(server: FakeOpenAIServer) -> None:
-    """Invalid on every primary attempt: the fallback model gets its turn, told what was wrong."""
-    server.add("no", "no", "no", "no", {"score": 5})
-    async with OpenAICaller(base_url=server.base_url) as caller:
-        completion = await generate_structured(
-            caller, request(fallback_model="backup"), Verdict, RetryPolicy(wait_initial=0, wait_max=0)
-        )
-    assert completion.value.score == 5
-    assert [body["model"] for body in server.requests] == ["m", "m", "m", "m", "backup"]
-    assert "Your previous reply was rejected" in server.requests[2]["messages"][2]["content"]
-    assert completion.usage.requests == 5
-
-
-# --- usage -------------------------------------------------------------------------------------------
-
-
-async def test_usage_totals_equal_the_sum_of_the_server_usage_blocks(
-    server: FakeOpenAIServer, caller: OpenAICaller
-) -> None:
-    """Every request is counted and every usage block summed, failed attempts and re-asks included."""
-    server.add(FakeReply.error(503), {"done": False}, call_step(Query(query="x")), FakeReply.no_choices(), done_step())
-    result = await run_tool_loop(caller, Searcher(), corpus_search, "ctx", FAST)
-    assert result.outcome is Outcome.APPLIED
-    blocks = [body["usage"] for body in server.responses if body is not None and "usage" in body]
-    assert len(blocks) == 4
-    assert result.usage.requests == len(server.requests) == 5
-    assert result.usage.input_tokens == sum(block["prompt_tokens"] for block in blocks)
-    assert result.usage.output_tokens == sum(block["completion_tokens"] for block in blocks)
-
-
-async def test_usage_of_a_failed_call_rides_on_the_error(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """A call that re-asked and then hit a 429 reports both requests and the first reply's tokens."""
-    server.add(FakeReply.text("{}", prompt_tokens=10, completion_tokens=3), FakeReply.error(429))
-    with pytest.raises(Throttled) as raised:
-        await caller.complete(request(), Verdict)
-    usage = raised.value.usage
-    assert usage is not None
-    assert (usage.requests, usage.input_tokens, usage.output_tokens) == (2, 10, 3)
 
 
 # --- wiring ------------------------------------------------------------------------------------------
@@ -616,33 +432,21 @@ async def test_loopback_server_without_a_key_answers(server: FakeOpenAIServer, m
 # --- text replies ------------------------------------------------------------------------------------
 
 
-async def test_complete_text_returns_prose_without_json_mode(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """complete_text sends no response_format or tools and returns the text with its usage."""
-    server.add(FakeReply.text("Otters hold hands.", prompt_tokens=12, completion_tokens=4))
-    completion = await caller.complete_text(request())
-    assert completion.text == "Otters hold hands."
-    assert (completion.usage.requests, completion.usage.input_tokens, completion.usage.output_tokens) == (1, 12, 4)
+async def test_complete_text_sends_no_json_mode(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """complete_text sends no response_format or tools: the system and user messages only."""
+    server.add(FakeReply.text("Otters hold hands."))
+    await caller.complete_text(request())
     body = server.requests[0]
     assert "response_format" not in body
     assert "tools" not in body
     assert body["messages"] == [{"role": "system", "content": "Rate it."}, {"role": "user", "content": "the text"}]
 
 
-async def test_complete_text_maps_errors_like_complete(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
-    """429 is Throttled and a cut-off text is a Truncated carrying the text, as for complete."""
-    server.add(FakeReply.error(429), FakeReply.truncated("Otters ho"))
-    with pytest.raises(Throttled):
-        await caller.complete_text(request())
-    with pytest.raises(Truncated, match="cut off") as cut:
-        await caller.complete_text(request())
-    assert (cut.value.raw, cut.value.usage is not None and cut.value.usage.requests) == ("Otters ho", 1)
-
-
-def test_import_agentkit_does_not_import_openai_or_instructor() -> None:
-    """``import agentkit`` (and its testing helpers) pulls in neither openai nor instructor."""
+def test_import_agentkit_does_not_import_openai_instructor_or_anthropic() -> None:
+    """``import agentkit`` (and its testing helpers, both fake servers) pulls in no provider SDK."""
     code = (
         "import sys, agentkit, agentkit.testing; "
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'instructor')))"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('openai', 'instructor', 'anthropic')))"
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
