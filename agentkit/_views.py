@@ -131,6 +131,8 @@ class Views:
         """A summary the window made this round, for the round's entry (taken by `take_summary`)."""
         self.summary_usage = Usage()
         """What the runs the summarizer made this round spent (taken by `take_summary_usage`)."""
+        self.summarizes = config.context is not None and config.context.summarize is not None
+        """The window has a summarizer, whose runs are counted (`counting_runs`) while it runs."""
         self.recent: list[tuple[str, BaseModel]] = []
         self.recent_rounds: list[int] = []
         """The round of each entry of `recent`."""
@@ -229,11 +231,14 @@ class Views:
         error of a summarizer that failed, or the `SummaryCutOff` of one the run's `deadline` left behind."""
         before = self.window.summarized
         try:
-            with counting_runs() as spent:
-                try:
-                    start, omitted = await self.window.cut(self.shown.calls, self.shown.ran, deadline=deadline)
-                finally:
-                    self.summary_usage = sum(spent, self.summary_usage)
+            if self.summarizes:
+                with counting_runs() as spent:
+                    try:
+                        start, omitted = await self.window.cut(self.shown.calls, self.shown.ran, deadline=deadline)
+                    finally:
+                        self.summary_usage = sum(spent, self.summary_usage)
+            else:
+                start, omitted = await self.window.cut(self.shown.calls, self.shown.ran, deadline=deadline)
         except SummaryCutOff as cut:
             return cut
         except ExecutorError as refused:  # every thread for summarizers is held (agentkit._tool_threads)

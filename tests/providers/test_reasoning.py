@@ -152,6 +152,7 @@ async def test_a_cut_off_reply_says_how_much_went_to_reasoning() -> None:
         async with OpenAICaller(base_url=server.base_url) as caller:
             with pytest.raises(Truncated, match=r"50 of its 50 completion tokens went to the model's reasoning") as cut:
                 await caller.complete(rate(reasoning=Reasoning(effort="high")), Rated)
+    assert cut.value.usage is not None
     assert (cut.value.usage.output_tokens, cut.value.usage.reasoning_tokens) == (50, 50)
 
 

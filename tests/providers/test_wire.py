@@ -31,6 +31,7 @@ from agentkit.errors import ProviderError
 from agentkit.providers._wire import json_in_text, token_count
 from agentkit.providers.openai import MAX_TOKENS_PER_REPLY, OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step
+from agentkit.testing._fake_server import ReplyOptions
 from tests.support import NO_WAIT, corpus_search
 
 DRIP = 0.2
@@ -140,7 +141,7 @@ def test_a_timeout_that_is_not_a_positive_finite_number_is_a_usage_error(timeout
     ],
 )
 async def test_negative_or_absurd_token_counts_are_a_protocol_error(
-    server: FakeOpenAIServer, counts: dict[str, int]
+    server: FakeOpenAIServer, counts: ReplyOptions
 ) -> None:
     """A negative or absurd usage count is a non-transient ProviderError naming the field; nothing is summed."""
     server.add(FakeReply.value({"score": 1}, **counts))
