@@ -33,6 +33,7 @@ from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import SummaryCutOff
 from agentkit._copy import owned
 from agentkit._degeneration import SameFunc, repeat_of
+from agentkit._deltas import StepDeltas
 from agentkit._events import (
     Continued,
     Decided,
@@ -368,6 +369,8 @@ class _Run:
             self.config.retry,
             round=info.round,
             deadline=self.remaining(),
+            stream=self.config.stream,
+            deltas=StepDeltas.of(self.box.answer),
         )
         summarizing = self.views.take_summary_usage()
         if summarizing.requests:

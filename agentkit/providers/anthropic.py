@@ -533,7 +533,8 @@ def _build_client(
 def _through_client(client: anthropic.AsyncAnthropic) -> Send:
     """The client's documented `post`: its auth, headers, hooks and instrumentation apply."""
 
-    async def send(content: bytes) -> httpx2.Response:
+    async def send(content: bytes, stream: bool = False) -> httpx2.Response:
+        del stream  # AnthropicCaller reads whole bodies (it never asks the API to stream)
         return await client.post(_PATH, cast_to=httpx2.Response, content=content)
 
     return send

@@ -52,6 +52,12 @@ class ReplyOptions(TypedDict, total=False):
     """Seconds to wait before answering (a slow server, or a client timeout)."""
     drip: float
     """Seconds between bytes: the headers go at once, then the body one byte at a time (not for streams)."""
+    pace: float
+    """Seconds between a stream's chunks (a server that generates as it streams), for a request with
+    `stream: true`; the first chunk goes with the headers."""
+    chunk_chars: int | None
+    """Characters of text (content or a call's arguments) per stream chunk; each text in three pieces
+    when omitted."""
     prompt_tokens: int | None
     """`usage.prompt_tokens` to report; estimated from the request when omitted."""
     completion_tokens: int | None
@@ -87,6 +93,12 @@ class FakeReply:
 
     Each read then succeeds well within a per-read timeout, so only a bound on the whole request
     ends it."""
+    pace: float = 0.0
+    """Seconds between a stream's chunks (a server that generates as it streams), for a request with
+    `stream: true`; the first chunk goes with the headers."""
+    chunk_chars: int | None = None
+    """Characters of text (content or a call's arguments) per stream chunk; each text in three pieces
+    when omitted."""
     prompt_tokens: int | None = None
     """`usage.prompt_tokens` to report; estimated from the request when omitted."""
     completion_tokens: int | None = None
@@ -147,7 +159,8 @@ class FakeReply:
 
     @classmethod
     def malformed(cls, **options: Unpack[ReplyOptions]) -> FakeReply:
-        """A 200 whose body claims to be JSON and is not."""
+        """A 200 whose body claims to be JSON and is not (to a request with `stream: true`, a stream whose
+        chunk is not JSON)."""
         return cls(kind="malformed", **options)
 
     @classmethod
@@ -236,6 +249,18 @@ class FakeServer:
         """Append answers to the script, one per request to come."""
         with self._lock:
             self._script.extend(_as_reply(entry) for entry in replies)
+
+    @property
+    def handling(self) -> int:
+        """Chat-completion requests being handled at this moment (a stream counts until its last chunk is sent)."""
+        with self._lock:
+            return self._handling
+
+    @property
+    def connections(self) -> int:
+        """Connections the server has accepted so far (a client that keeps its connection alive opens one)."""
+        httpd = self._httpd
+        return 0 if httpd is None else httpd.accepted
 
     @property
     def remaining(self) -> int:
@@ -387,14 +412,18 @@ class FakeOpenAIServer(FakeServer):
             handler.send_json(reply.status, error, index, headers, drip=reply.drip)
             return
         if reply.kind == "malformed":
-            handler.send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json", drip=reply.drip)
+            if request.get("stream"):  # a stream whose one chunk is not JSON
+                handler.send_raw(200, b'data: {"id": "chatcmpl-broken", "choices": [\n\ndata: [DONE]\n\n', _SSE)
+            else:
+                handler.send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json", drip=reply.drip)
             return
         answer = _compose(request, reply)
         payload = _completion(request, answer)
         self._answered(index, payload)
         if request.get("stream"):
-            events = (f"data: {json.dumps(chunk)}\n\n".encode() for chunk in _chunks(request, answer, payload))
-            handler.stream_events(itertools.chain(events, [b"data: [DONE]\n\n"]))
+            chunks = _chunks(request, answer, payload, reply.chunk_chars)
+            events = (f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks)
+            handler.stream_events(itertools.chain(events, [b"data: [DONE]\n\n"]), reply.pace)
             return
         handler.send_raw(200, json.dumps(payload).encode(), "application/json", drip=reply.drip)
 
@@ -412,10 +441,12 @@ class _Httpd(ThreadingHTTPServer):
         super().__init__(address, handler)
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self.accepted = 0
 
     def track(self, connection: socket.socket, open_: bool) -> None:
         with self._connections_lock:
             if open_:
+                self.accepted += 1
                 self._connections.add(connection)
             else:
                 self._connections.discard(connection)
@@ -507,13 +538,19 @@ class _Handler(BaseHTTPRequestHandler):
             return
         fake.serve(self, request, reply, index)
 
-    def stream_events(self, events: Iterable[bytes]) -> None:
-        """A 200 stream of server-sent events, each written as it is made, then the end of the chunked body."""
+    def stream_events(self, events: Iterable[bytes], pace: float = 0.0) -> None:
+        """A 200 stream of server-sent events, each written as it is made (`pace` seconds apart), then the end of
+        the chunked body."""
+        fake = self.server.fake
         self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-type", _SSE)
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        for event in events:
+        for number, event in enumerate(events):
+            if number and pace > 0:
+                fake._wait(pace)
+                if fake._stopping.is_set():
+                    return
             self._write_chunk(event)
         self.wfile.write(b"0\r\n\r\n")
 
@@ -563,6 +600,8 @@ class _Handler(BaseHTTPRequestHandler):
             if fake._stopping.is_set():
                 return
 
+
+_SSE = "text/event-stream"
 
 _ERROR_CODES = {
     400: "invalid_request_error",
@@ -661,12 +700,14 @@ def _call_arguments(answer: _Answer) -> list[str]:
     return [answer.arguments or "", *answer.more_arguments]
 
 
-def _pieces(text: str, parts: int = 3) -> list[str]:
-    size = max(1, math.ceil(len(text) / parts))
+def _pieces(text: str, size: int | None) -> list[str]:
+    size = size if size is not None else max(1, math.ceil(len(text) / 3))
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
-def _chunks(request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -> Iterable[dict[str, Any]]:
+def _chunks(
+    request: dict[str, Any], answer: _Answer, payload: dict[str, Any], size: int | None
+) -> Iterable[dict[str, Any]]:
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         head = {key: payload[key] for key in ("id", "created", "model", "system_fingerprint")}
         return {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
@@ -676,18 +717,18 @@ def _chunks(request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -
 
     if answer.choices:
         yield chunk(delta({"role": "assistant", "content": "" if answer.tool_name is None else None}))
-        for piece in _pieces(answer.reasoning) if answer.reasoning else ():
+        for piece in _pieces(answer.reasoning, size) if answer.reasoning else ():
             yield chunk(delta({"reasoning_content": piece}))
         if answer.tool_name is not None:
             for index, text in enumerate(_call_arguments(answer)):
-                for number, piece in enumerate(_pieces(text)):
+                for number, piece in enumerate(_pieces(text, size)):
                     call: dict[str, Any] = {"index": index, "function": {"arguments": piece}}
                     if number == 0:
                         call.update(id=f"call_fake_{index}", type="function")
                         call["function"]["name"] = answer.tool_name
                     yield chunk(delta({"tool_calls": [call]}))
         else:
-            for piece in _pieces(answer.content or ""):
+            for piece in _pieces(answer.content or "", size):
                 yield chunk(delta({"content": piece}))
         yield chunk(delta({}, answer.finish_reason))
     options = request.get("stream_options") or {}

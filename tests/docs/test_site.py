@@ -40,6 +40,7 @@ PUBLIC_MODULES = (
     "agentkit.testing",
     "agentkit.providers",
     "agentkit.providers.openai",
+    "agentkit.providers.anthropic",
     "agentkit.providers.local",
     "agentkit.journal",
     "agentkit.temporal",

@@ -85,8 +85,10 @@ async def test_extra_body_may_not_name_what_the_mode_writes() -> None:
         assert server.requests == []
 
 
-async def test_reasoning_content_and_usage_details_are_read() -> None:
-    """The message's `reasoning_content` is the completion's `reasoning`; cached and reasoning tokens are counted."""
+@pytest.mark.parametrize("stream", [False, True], ids=["body", "streamed"])
+async def test_reasoning_content_and_usage_details_are_read(stream: bool) -> None:
+    """The message's `reasoning_content` is the completion's `reasoning`; cached and reasoning tokens are counted,
+    whether the reply came as one body or streamed (its reasoning then comes in pieces, the usage last)."""
     async with FakeOpenAIServer() as server:
         server.add(
             FakeReply.value(
@@ -99,9 +101,11 @@ async def test_reasoning_content_and_usage_details_are_read() -> None:
             ),
             FakeReply.text("hi", prompt_tokens=10, completion_tokens=5, reasoning="greet"),
         )
-        async with OpenAICaller(base_url=server.base_url) as caller:
+        async with OpenAICaller(base_url=server.base_url, stream=stream) as caller:
             completion = await caller.complete(rate(reasoning=Reasoning(effort="low")), Rated)
             text = await caller.complete_text(rate())
+        server.assert_no_errors()
+        assert all(request.get("stream", False) is stream for request in server.requests)
     assert completion.reasoning == "The text is fine, so 7."
     assert completion.usage == Usage(
         requests=1, input_tokens=1000, output_tokens=300, cached_input_tokens=768, reasoning_tokens=280
