@@ -18,6 +18,7 @@ from agentkit._results import RunEnding
 from agentkit._stream import RunStream
 
 __all__ = [
+    "AnswerDelta",
     "ApprovedCall",
     "Continued",
     "Decided",
@@ -26,6 +27,7 @@ __all__ = [
     "LLMCallFinished",
     "LoggingObserver",
     "ModelCall",
+    "PartialDiscarded",
     "ProposalCaptured",
     "RoundStarted",
     "RunAborted",
@@ -33,6 +35,8 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "RunStream",
+    "RationaleDelta",
+    "TextDelta",
     "ToolCallStarted",
     "ToolInvocation",
     "ToolResultReturned",
