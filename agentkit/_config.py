@@ -91,6 +91,16 @@ class LoopConfig:
     for the answer. It runs only within the budget and before the deadline (with a token budget,
     the tool rounds stop one round earlier to leave it room). `False` turns it off. Unused
     without `answer=`."""
+    stream: bool = False
+    """Ask the model to stream each step, and emit it as it arrives: `RationaleDelta` as the rationale
+    grows, `AnswerDelta` with the answer so far (validated as far as it goes), then the complete step,
+    validated as a step that did not stream (`PartialDiscarded` when it fails and is asked again).
+    It needs a caller that streams (`OpenAICaller`; `OpenAICaller(stream=True)` streams every run);
+    with any other, the run goes as without it. The deltas reach observers and `iter_tool_loop`,
+    never the journal, which records the complete step; a run with no observer is not streamed
+    (nobody would see the deltas). It is not part of a run's recorded state: a resumed or forked
+    run streams when its own config (or caller) says so. `False` (the default) sends the request
+    of a run that does not stream, byte for byte."""
 
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
@@ -111,6 +121,8 @@ class LoopConfig:
             raise UsageError(f"LoopConfig.context must be a ContextWindow or None; got {self.context!r}")
         if not isinstance(self.closing_round, bool):
             raise UsageError(f"LoopConfig.closing_round must be True or False; got {self.closing_round!r}")
+        if not isinstance(self.stream, bool):
+            raise UsageError(f"LoopConfig.stream must be True or False; got {self.stream!r}")
         if not isinstance(self.on_repeat, RepeatPolicy):
             raise UsageError(f"LoopConfig.on_repeat must be a RepeatPolicy; got {self.on_repeat!r}")
         if not isinstance(self.autonomy, Tier):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import TypeAdapter, computed_field
+from pydantic import JsonValue, TypeAdapter, computed_field
 
 from agentkit._agent import RoundInfo, ToolRoundInfo
 from agentkit._config import LoopConfig
@@ -22,14 +22,18 @@ __all__ = [
     "Continued",
     "Decided",
     "DegenerationDetected",
+    "AnswerDelta",
     "Event",
     "EventBase",
     "LLMCallFinished",
+    "PartialDiscarded",
     "ProposalCaptured",
     "RoundStarted",
     "RunAborted",
     "RunFinished",
     "RunStarted",
+    "RationaleDelta",
+    "TextDelta",
     "ToolCallStarted",
     "ToolResultReturned",
 ]
@@ -272,10 +276,80 @@ class RunAborted(EventBase):
     """The last round the run started (`0`: none)."""
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RationaleDelta(EventBase):
+    """A streamed step's rationale grew (streaming on: `LoopConfig(stream=True)` or a caller's `stream=True`).
+
+    It is what has arrived, not what was validated: the complete step follows (`ToolCallStarted`,
+    `ProposalCaptured`, `RunFinished`...), or, when the step fails validation, `PartialDiscarded`."""
+
+    kind: Literal["rationale_delta"] = "rationale_delta"
+    run_id: str
+    round: int
+    attempt: int
+    """1-based over the attempts of the round's call (as `LLMCallFinished.attempt`)."""
+    text: str
+    """The rationale so far."""
+    delta: str
+    """What this event added to it (the end of `text`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class AnswerDelta(EventBase):
+    """A streamed step's answer grew: the answer so far, validated as far as it goes.
+
+    `partial` is the JSON of the answer that has arrived (its last string may be cut short), and it
+    validates against the run's answer type with every member still missing left out (a model
+    answer's absent fields, a list's unfinished last item). A step that later fails validation is
+    followed by `PartialDiscarded`."""
+
+    kind: Literal["answer_delta"] = "answer_delta"
+    run_id: str
+    round: int
+    attempt: int
+    """1-based over the attempts of the round's call (as `LLMCallFinished.attempt`)."""
+    partial: JsonValue
+    """The answer so far, as JSON values (objects are dicts, arrays lists)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class TextDelta(EventBase):
+    """A streamed prose reply (`run_once_text` with streaming on) grew."""
+
+    kind: Literal["text_delta"] = "text_delta"
+    run_id: str
+    round: int
+    attempt: int
+    """1-based over the attempts of the round's call (as `LLMCallFinished.attempt`)."""
+    text: str
+    """The reply so far."""
+    delta: str
+    """What this event added to it (the end of `text`)."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class PartialDiscarded(EventBase):
+    """What was streamed of a reply is void: the reply failed (it did not validate and is re-asked, it was cut
+    off by the token limit, the request failed mid-stream). The deltas since the last `PartialDiscarded`
+    of the round (or its start) are to be dropped; the next ones start afresh."""
+
+    kind: Literal["partial_discarded"] = "partial_discarded"
+    run_id: str
+    round: int
+    attempt: int
+    """1-based over the attempts of the round's call (as `LLMCallFinished.attempt`)."""
+    reason: str
+    """Why, in words (the validation error, the truncation, the failure)."""
+
+
 Event = (
     RunStarted
     | RoundStarted
     | LLMCallFinished
+    | RationaleDelta
+    | AnswerDelta
+    | TextDelta
+    | PartialDiscarded
     | ToolCallStarted
     | ToolResultReturned
     | ProposalCaptured

@@ -32,6 +32,7 @@ from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import SummaryCutOff
 from agentkit._copy import owned
 from agentkit._degeneration import SameFunc, repeat_of
+from agentkit._deltas import StepDeltas
 from agentkit._events import (
     Continued,
     Decided,
@@ -338,6 +339,8 @@ class _Run:
             self.config.retry,
             round=info.round,
             deadline=self.remaining(),
+            stream=self.config.stream,
+            deltas=StepDeltas.of(self.box.answer),
         )
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
         rationale = reply.value.rationale if reply.value is not None else ""

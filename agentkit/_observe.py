@@ -20,14 +20,18 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agentkit._agent import ToolRoundInfo
 from agentkit._events import (
+    AnswerDelta,
     DegenerationDetected,
     Event,
     LLMCallFinished,
+    PartialDiscarded,
     ProposalCaptured,
+    RationaleDelta,
     RoundStarted,
     RunAborted,
     RunFinished,
     RunStarted,
+    TextDelta,
     ToolCallStarted,
     ToolResultReturned,
 )
@@ -173,6 +177,9 @@ class Observer:
     def on_run_abort(self, event: RunAborted) -> None:
         """A run was cancelled or raised; there is no result."""
 
+    def on_delta(self, event: RationaleDelta | AnswerDelta | TextDelta | PartialDiscarded) -> None:
+        """A streamed reply grew, or what it streamed was discarded (only in runs that stream)."""
+
     def around(self, call: ModelCall | ToolInvocation) -> contextlib.AbstractContextManager[object]:
         """A context the run enters around one model call or tool invocation, in the task that runs it.
 
@@ -267,6 +274,8 @@ def _on_hook(observer: Observer, event: Event) -> None:
             observer.on_run_end(event)
         case RunAborted():
             observer.on_run_abort(event)
+        case RationaleDelta() | AnswerDelta() | TextDelta() | PartialDiscarded():
+            observer.on_delta(event)
 
 
 def dispatch(observers: tuple[Observer, ...], event: Event) -> None:
@@ -403,6 +412,8 @@ def event_fields(event: Event, *, include_args: bool = True) -> dict[str, object
         case DegenerationDetected():
             fields |= {"round": event.round, "tool": event.tool_name}
             fields["args"] = event.args.model_dump_json() if include_args else None
+        case RationaleDelta() | AnswerDelta() | TextDelta() | PartialDiscarded():
+            fields |= _delta_fields(event)
         case RunFinished():
             result = event.result
             fields |= {"outcome": result.outcome.value, "stop_reason": result.stop_reason.value}
@@ -427,6 +438,20 @@ def _logfmt(value: object) -> str:
     if not text or any(c in text for c in ' ="\n'):
         return json.dumps(text, ensure_ascii=False)
     return text
+
+
+def _delta_fields(event: RationaleDelta | AnswerDelta | TextDelta | PartialDiscarded) -> dict[str, object]:
+    fields: dict[str, object] = {"round": event.round, "attempt": event.attempt}
+    if isinstance(event, RationaleDelta | TextDelta):
+        fields["chars"] = len(event.text)
+    elif isinstance(event, PartialDiscarded):
+        fields["reason"] = event.reason
+    return fields
+
+
+def is_delta(event: Event) -> bool:
+    """Whether `event` reports a streamed reply as it grows (or its discard): what no record of a run keeps."""
+    return isinstance(event, RationaleDelta | AnswerDelta | TextDelta | PartialDiscarded)
 
 
 def _is_failure(event: Event) -> bool:
@@ -470,8 +495,8 @@ class LoggingObserver(Observer):
         self.include_args = include_args
 
     def on_event(self, event: Event) -> None:
-        """Log `event` as one line."""
-        level = self.error_level if _is_failure(event) else self.level
+        """Log `event` as one line (a streamed delta at `DEBUG`: a reply streams many)."""
+        level = self.error_level if _is_failure(event) else logging.DEBUG if is_delta(event) else self.level
         if not self.logger.isEnabledFor(level):
             return
         fields = event_fields(event, include_args=self.include_args)

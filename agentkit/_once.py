@@ -13,6 +13,7 @@ from typing import ClassVar, Generic, Protocol, TypedDict, TypeVar, runtime_chec
 from pydantic import BaseModel
 
 from agentkit._agent import Prompt, RoleSpec, RoundInfo
+from agentkit._deltas import TextDeltas
 from agentkit._events import RoundStarted
 from agentkit._observe import ObserverArg, observers_of
 from agentkit._outcome import Outcome, StopReason
@@ -224,10 +225,15 @@ async def _single_shot(
     schema: type[M],
     retry: RetryPolicy | None,
     session: RunSession,
+    *,
+    stream: bool = False,
 ) -> Reply[M]:
     info = RoundInfo(round=1, max_rounds=1, is_final_round=True)
     session.emit(RoundStarted(run_id=session.run_id, info=info))
-    return await session.ask(caller, lambda: agent.render(ctx, info), schema, retry, round=1)
+    deltas = TextDeltas if schema is _Text else None
+    return await session.ask(
+        caller, lambda: agent.render(ctx, info), schema, retry, round=1, stream=stream, deltas=deltas
+    )
 
 
 class _Text(BaseModel):
@@ -263,6 +269,7 @@ async def run_once_text(
     *,
     observer: ObserverArg = None,
     retry: RetryPolicy | None = None,
+    stream: bool = False,
 ) -> TextResult:
     """Ask for one prose reply over the `TextCaller` seam (no JSON mode, no envelope).
 
@@ -277,11 +284,15 @@ async def run_once_text(
         ctx: The caller's data for `agent.render`.
         observer: One observer, several, or none.
         retry: Retry and fallback of the call; `RetryPolicy()` when omitted.
+        stream: Ask the caller to stream the reply, and emit it as it arrives (`TextDelta`, and
+            `PartialDiscarded` for a reply that then fails) to the observers. A caller set to
+            stream (`OpenAICaller(stream=True)`) streams without it; one that cannot stream
+            answers as without it.
     """
     role = agent.role()
     text_caller = _TextAsStructured(caller)
     async with RunSession(observers_of(observer), agent=agent, role=role, max_rounds=1, caller=text_caller) as session:
-        reply = await _single_shot(text_caller, agent, ctx, _Text, retry, session)
+        reply = await _single_shot(text_caller, agent, ctx, _Text, retry, session, stream=stream)
         if reply.value is None:
             return session.finish(TextResult(text=None, **_failed(reply, session)))
         text = reply.value.text

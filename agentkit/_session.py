@@ -8,6 +8,7 @@ shapes keep only what is theirs: rounds of tools, one verdict, drafts and review
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json.encoder
@@ -21,6 +22,7 @@ from pydantic import BaseModel
 
 from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
+from agentkit._deltas import Deltas, listening
 from agentkit._events import Continued, Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
 from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
@@ -48,6 +50,7 @@ M_co = TypeVar("M_co", bound=BaseModel, covariant=True)
 E = TypeVar("E", bound=RunEnding)
 
 _ROLE_FIELDS = tuple(field.name for field in dataclasses.fields(RoleSpec))
+_NOTHING: contextlib.nullcontext[None] = contextlib.nullcontext()
 
 
 def prompt_digest(prompt: Prompt) -> str:
@@ -212,9 +215,15 @@ class RunSession:
         *,
         round: int,
         deadline: float | None = None,
+        stream: bool = False,
+        deltas: Callable[[Callable[[Event], None], str, int, bool], Deltas] | None = None,
     ) -> Reply[M]:
         """Render the prompt, then make one model call through `generate_structured`, within
         `deadline` seconds when given.
+
+        With observers, a caller that streams reports the reply as it grows to `deltas` (made for this
+        call: the emitter, run id, round and `stream`), which emits the delta events; `stream` asks a
+        caller not set to stream to stream this call (`agentkit._deltas`).
 
         Failures become a `Reply` without a value: a `render` that raises is an
         `EXECUTOR_ERROR`; a failed call's usage counts every request sent, one cut off by the
@@ -233,20 +242,26 @@ class RunSession:
         counted = _Counted(caller)
         finished: list[Usage] = []
         # Attempts are reported to the observers, and counted for a call the deadline may cut short.
-        hook = self._attempt_hook(round, finished) if self.observers or deadline is not None else None
+        streamed = None if deltas is None or not self.observers else deltas(self.emit, self.run_id, round, stream)
+        hook = self._attempt_hook(round, finished, streamed) if self.observers or deadline is not None else None
         started = time.perf_counter()
         try:
-            async with timeout_scope(deadline):
-                work = generate_structured(counted, request, schema, policy, on_attempt=hook)
-                if self.wrappers:
-                    # Observers see the call while it runs (an OpenTelemetry span made current, say).
-                    call = ModelCall(run_id=self.run_id, round=round, role=self.label, request=request, caller=caller)
-                    work = observed(self.wrappers, call, work)
-                completion = await work
+            with listening(streamed) if streamed is not None else _NOTHING:
+                async with timeout_scope(deadline):
+                    work = generate_structured(counted, request, schema, policy, on_attempt=hook)
+                    if self.wrappers:
+                        # Observers see the call while it runs (an OpenTelemetry span made current, say).
+                        call = ModelCall(
+                            run_id=self.run_id, round=round, role=self.label, request=request, caller=caller
+                        )
+                        work = observed(self.wrappers, call, work)
+                    completion = await work
         except UsageError:
             raise
         except TimeoutError:
             # The deadline cut the call short: keep what the attempts spent, the one in flight included.
+            if streamed is not None and streamed.pending:
+                streamed.discard("the run's deadline cut the reply short")
             cut = Usage(requests=counted.started - len(finished))
             seconds = time.perf_counter() - started
             reply: Reply[M] = Reply(
@@ -270,9 +285,11 @@ class RunSession:
         self.usage += reply.usage
         return reply
 
-    def _attempt_hook(self, round: int, finished: list[Usage]) -> Callable[[Attempt], None]:
+    def _attempt_hook(self, round: int, finished: list[Usage], streamed: Deltas | None) -> Callable[[Attempt], None]:
         def hook(attempt: Attempt) -> None:
             finished.append(attempt.usage)
+            if streamed is not None:
+                streamed.finished(attempt.attempt, attempt.error)
             if self.observers:
                 self.emit(LLMCallFinished.of(attempt, run_id=self.run_id, role=self.label, round=round))
 

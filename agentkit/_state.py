@@ -188,7 +188,9 @@ class CheckpointConfig(BaseModel):
 
 @value_cache(maxsize=64)
 def _config_record(config: LoopConfig) -> CheckpointConfig:
-    apart = ("retry", "context")
+    # `stream` is how a leg shows its steps, not what the run does: it is not recorded (a state reads the same
+    # either way, and its digests stay those of states recorded before streaming existed)
+    apart = ("retry", "context", "stream")
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
     context = None if config.context is None else CheckpointContext.of(config.context)
     return CheckpointConfig(**fields, retry=dataclasses.asdict(config.retry), context=context)

@@ -58,6 +58,7 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "EVENT_SCHEMA",
+    "AnswerDelta",
     "ApprovedCall",
     "Continued",
     "Decided",
@@ -68,6 +69,7 @@ __all__ = [
     "LLMCallFinished",
     "LoggingObserver",
     "ModelCall",
+    "PartialDiscarded",
     "ProposalCaptured",
     "RoundStarted",
     "RunAborted",
@@ -75,6 +77,8 @@ __all__ = [
     "RunFinished",
     "RunStarted",
     "RunStream",
+    "RationaleDelta",
+    "TextDelta",
     "ToolCallStarted",
     "ToolInvocation",
     "ToolResultReturned",

@@ -86,6 +86,9 @@ def event_data(event: ev.Event) -> tuple[int | None, dict[str, Any]]:
             }
         case ev.RunAborted():
             return None, {"error": f"{type(event.error).__name__}: {said(event.error)}"}
+        case ev.RationaleDelta() | ev.AnswerDelta() | ev.TextDelta() | ev.PartialDiscarded():
+            # never written (the observer leaves a streamed reply's deltas out); said here so every event has a form
+            return event.round, {"kind": event.kind, "attempt": event.attempt}
         case _:
             assert_never(event)
 

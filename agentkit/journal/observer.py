@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
 from agentkit._events import Event, ProposalCaptured, RunAborted, RunFinished, RunStarted
-from agentkit._observe import Observer
+from agentkit._observe import Observer, is_delta
 from agentkit.errors import JournalError, UsageError
 from agentkit.journal._lease import DEFAULT_LEASE, Holds, check_lease
 from agentkit.journal._records import Checkpointed
@@ -141,7 +141,10 @@ class JournalObserver(Observer):
     # -- hooks ----------------------------------------------------------------------------------
 
     def on_event(self, event: Event) -> None:
-        """Queue the event for the writer thread (every kind: start, rounds, calls, proposals, the end)."""
+        """Queue the event for the writer thread (every kind: start, rounds, calls, proposals, the end), but a
+        streamed reply's deltas: the journal records the complete step, as in a run that does not stream."""
+        if is_delta(event):
+            return
         self._put(event)
 
     def on_checkpoint(self, run_id: str, checkpoint: RunCheckpoint) -> None:

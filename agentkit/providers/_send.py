@@ -16,6 +16,12 @@ Every request is a `POST {base_url}chat/completions` whose body `OpenAICaller` h
   key provider, a rotated key, custom auth), default query and headers, event hooks, logging and
   any instrumentation that wraps its request method all apply, as they do for `chat.completions`.
 
+Either road can also stream (`stream=True`, for a body that asks the server to): the response then
+comes back once its headers are in, its body unread, for the caller to read as it arrives
+(`aiter_lines`) and close (`aclose`); on the first road that is `send(..., stream=True)`, on the
+second the same `post` with `stream=True` (and the SDK's public `openai.AsyncStream` as its
+`stream_cls`, which a `cast_to` of `httpx2.Response` leaves unused: the raw response is returned).
+
 Either road yields the response or raises `openai.APITimeoutError` / `openai.APIConnectionError`;
 a status other than 2xx is the response itself on the first road and the client's
 `openai.APIStatusError` (which carries it) on the second. `OpenAICaller` maps both from the
@@ -26,16 +32,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import httpx2
 import openai
 
 __all__ = ["OwnedHttpClient", "Send", "through_client", "through_http"]
 
-Send = Callable[[bytes], Awaitable[httpx2.Response]]
-"""Send one request body: the response (or, through a client, its `openai.APIStatusError`), else
-`openai.APITimeoutError` or `openai.APIConnectionError`."""
+
+class Send(Protocol):
+    """Send one request body: the response (or, through a client, its `openai.APIStatusError`), else
+    `openai.APITimeoutError` or `openai.APIConnectionError`; with `stream`, the response with its body unread."""
+
+    async def __call__(self, content: bytes, stream: bool = False) -> httpx2.Response: ...
 
 
 class OwnedHttpClient(openai.DefaultAsyncHttpxClient):
@@ -52,8 +61,19 @@ class OwnedHttpClient(openai.DefaultAsyncHttpxClient):
 def through_client(client: openai.AsyncOpenAI, path: str) -> Send:
     """The client's documented `post`: everything the client does per request applies."""
 
-    async def send(content: bytes) -> httpx2.Response:
-        return await client.post(path, cast_to=httpx2.Response, content=content)
+    async def send(content: bytes, stream: bool = False) -> httpx2.Response:
+        if not stream:
+            return await client.post(path, cast_to=httpx2.Response, content=content)
+        response = await client.post(
+            path, cast_to=httpx2.Response, content=content, stream=True, stream_cls=openai.AsyncStream[object]
+        )
+        if not isinstance(response, httpx2.Response):  # the SDK returns the raw response for this cast_to
+            await response.close()
+            raise openai.APIConnectionError(
+                message=f"the openai client streamed {type(response).__name__}, not the raw response",
+                request=response.response.request,
+            )
+        return response
 
     return send
 
@@ -85,12 +105,12 @@ class _ThroughHttp:
             if isinstance(value, str) and not name.lower().startswith("x-stainless-")
         }
 
-    async def __call__(self, content: bytes) -> httpx2.Response:
+    async def __call__(self, content: bytes, stream: bool = False) -> httpx2.Response:
         if self._client.api_key is not self._key:
             self._refresh()
         request = self._http.build_request("POST", self._url, content=content, headers=self._headers)
         try:
-            return await self._http.send(request)
+            return await self._http.send(request, stream=stream)
         except httpx2.TimeoutException as error:
             raise openai.APITimeoutError(request=request) from error
         except Exception as error:  # as the SDK's rule: anything else on the way is a connection error

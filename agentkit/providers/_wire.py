@@ -21,7 +21,9 @@ from agentkit.errors import ProviderError
 
 __all__ = [
     "MAX_TOKENS_PER_REPLY",
+    "Chunk",
     "Reply",
+    "Streamed",
     "dumps",
     "json_in_text",
     "request_body",
@@ -76,6 +78,129 @@ class Reply(BaseModel):
     model: str | None = None
     choices: list[_Choice] | None = None
     usage: _UsageBlock | None = None
+
+
+class _CallDelta(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    index: int = 0
+    id: str | None = None
+    type: str | None = None
+    function: _Function | None = None
+
+
+class _Delta(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_CallDelta] | None = None
+
+
+class _ChunkChoice(BaseModel):
+    model_config = ConfigDict(frozen=True)
+    index: int = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class Chunk(BaseModel):
+    """The part of a streamed chat-completion chunk (one server-sent event's data) agentkit reads."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str | None = None
+    model: str | None = None
+    choices: list[_ChunkChoice] | None = None
+    usage: _UsageBlock | None = None
+    error: object = None
+    """An error the server reports in the stream, after its 200 (OpenAI sends `{"error": {...}}`)."""
+
+
+class _CallParts:
+    __slots__ = ("arguments", "id", "name", "type")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.type: str | None = None
+        self.name: str | None = None
+        self.arguments: list[str] = []
+
+
+class Streamed:
+    """A streamed reply folded chunk by chunk into the `Reply` a whole body would have been: the first choice's
+    content, refusal and tool calls (their arguments joined by `index`), its finish reason, and the usage
+    of the last chunk (`stream_options.include_usage`)."""
+
+    __slots__ = ("calls", "content", "finish_reason", "id", "model", "refusal", "seen", "usage")
+
+    def __init__(self) -> None:
+        self.id: str | None = None
+        self.model: str | None = None
+        self.seen = False
+        self.content: list[str] = []
+        self.refusal: list[str] = []
+        self.calls: dict[int, _CallParts] = {}
+        self.finish_reason: str | None = None
+        self.usage: _UsageBlock | None = None
+
+    def add(self, chunk: Chunk) -> bool:
+        """Fold `chunk` in; whether it added text (content or a call's arguments)."""
+        self.id = self.id or chunk.id
+        self.model = self.model or chunk.model
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        grew = False
+        for choice in chunk.choices or ():
+            if choice.index != 0:
+                continue  # agentkit asks for one choice and reads the first
+            self.seen = True
+            if choice.finish_reason is not None:
+                self.finish_reason = choice.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            if delta.content:
+                self.content.append(delta.content)
+                grew = True
+            if delta.refusal:
+                self.refusal.append(delta.refusal)
+            for call in delta.tool_calls or ():
+                parts = self.calls.get(call.index)
+                if parts is None:
+                    parts = self.calls[call.index] = _CallParts()
+                parts.id = parts.id or call.id
+                parts.type = parts.type or call.type
+                function = call.function
+                if function is not None:
+                    parts.name = parts.name or function.name
+                    if function.arguments:
+                        parts.arguments.append(function.arguments)
+                        grew = True
+        return grew
+
+    def text(self, tools: bool) -> str:
+        """The reply so far: the first call's arguments (`tools`), else the content."""
+        if tools:
+            return "".join(self.calls[min(self.calls)].arguments) if self.calls else ""
+        return "".join(self.content)
+
+    def reply(self) -> Reply:
+        """The whole reply, as a body would have carried it."""
+        if not self.seen:
+            return Reply(id=self.id, model=self.model, choices=[], usage=self.usage)
+        calls = [
+            _ToolCall(
+                id=parts.id,
+                type=parts.type or "function",
+                function=_Function(name=parts.name, arguments="".join(parts.arguments)),
+            )
+            for _, parts in sorted(self.calls.items())
+        ]
+        message = _Message(
+            content="".join(self.content) if self.content or not calls else None,
+            refusal="".join(self.refusal) or None,
+            tool_calls=calls or None,
+        )
+        choice = _Choice(message=message, finish_reason=self.finish_reason)
+        return Reply(id=self.id, model=self.model, choices=[choice], usage=self.usage)
 
 
 def token_count(value: object, field: str, model: str) -> int:

@@ -38,6 +38,12 @@ How the work is split, and why:
 * **Strict mode is this module's.** OpenAI enforces a schema only with `strict: true`, and
   then only a subset of JSON Schema; `_strict.strict_schema` rewrites the schema into it, once
   per schema, as part of the cached template.
+* **Streaming is the same exchange, read as it arrives.** With `stream=True` (or a run that asks for
+  it) the body also says `stream: true` and `stream_options: {"include_usage": true}`; the
+  response's server-sent events are folded chunk by chunk (`_wire.Streamed`) into the reply a
+  whole body would have been, so everything after the read (usage, truncation, re-asks,
+  validation) is unchanged, and the text so far is reported to the run (`agentkit._deltas`)
+  after every chunk that adds to it. The overall deadline covers the whole stream.
 * **Replies are validated with pydantic** against the exact schema class that was asked for,
   after the checks a raw reply needs first: no choices, a reply cut off by the token limit
   (`finish_reason == "length"`: its JSON may be truncated, so it is never parsed), an empty
@@ -70,6 +76,7 @@ import openai
 from pydantic import BaseModel, ValidationError
 
 from agentkit._cache import kept_on
+from agentkit._deltas import grew, rejected, started, wanted
 from agentkit._step import schema_name
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
@@ -80,7 +87,9 @@ from agentkit.providers._send import OwnedHttpClient, through_client, through_ht
 from agentkit.providers._strict import strict_schema
 from agentkit.providers._wire import (
     MAX_TOKENS_PER_REPLY,
+    Chunk,
     Reply,
+    Streamed,
     dumps,
     json_in_text,
     request_body,
@@ -290,6 +299,14 @@ class OpenAICaller:
             bounds a rationale), and some refuse the flag. Pass `True` for other servers that
             implement OpenAI's strict mode (Azure OpenAI). The reply is validated against the
             real model either way.
+        stream: Ask the server to stream every reply (`stream: true`, with
+            `stream_options: {"include_usage": true}` so that the last chunk carries the usage),
+            and report its text as it grows to the run, which emits `RationaleDelta` and
+            `AnswerDelta` (`TextDelta` for prose). `False` (the default) streams only the runs that
+            ask for it (`LoopConfig(stream=True)`, `run_once_text(stream=True)`); every other
+            request is sent as without streaming, byte for byte. A streamed reply is folded into
+            the reply a whole body would have been and checked exactly as one: the same errors,
+            re-asks, truncation (`finish_reason == "length"` in the last chunk) and usage.
 
     Raises:
         UsageError: `client` together with `base_url` or `api_key`, an unknown `mode`,
@@ -309,6 +326,7 @@ class OpenAICaller:
         max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens",
         strict: bool | None = None,
         max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
+        stream: bool = False,
     ) -> None:
         if not isinstance(mode, StructuredMode):
             raise UsageError(f"mode must be a StructuredMode, one of {[m.name for m in StructuredMode]}; got {mode!r}")
@@ -320,6 +338,8 @@ class OpenAICaller:
             )
         if strict is not None and not isinstance(strict, bool):
             raise UsageError(f"strict must be True, False or None (decided by the server's host); got {strict!r}")
+        if not isinstance(stream, bool):
+            raise UsageError(f"stream must be True or False; got {stream!r}")
         if max_in_flight is not None and (
             isinstance(max_in_flight, bool) or not isinstance(max_in_flight, int) or max_in_flight < 1
         ):
@@ -351,6 +371,8 @@ class OpenAICaller:
         """Schema-invalid replies re-asked within one attempt."""
         self.strict = client.base_url.host in _STRICT_HOSTS if strict is None else strict
         """Whether `JSON_SCHEMA` and `TOOLS` requests ask for OpenAI's strict mode."""
+        self.stream = stream
+        """Whether every request asks the server to stream (a run with `LoopConfig(stream=True)` streams anyway)."""
         self._max_tokens_field = max_tokens_field
         url = client.base_url
         self.server_address: str = url.host
@@ -408,6 +430,8 @@ class OpenAICaller:
                 except (ValidationError, _InvalidReply) as invalid:
                     if asked == self.max_reasks:
                         raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
+                    if "stream" in kwargs:
+                        rejected(f"the reply did not validate and is asked again: {invalid}")
                     kwargs = _reasked(kwargs, self.mode, choice, invalid)
                     continue
                 reasons = (choice.finish_reason,) if choice.finish_reason else ()
@@ -461,37 +485,58 @@ class OpenAICaller:
             kwargs[self._max_tokens_field] = request.max_tokens
         if request.seed is not None:
             kwargs["seed"] = request.seed
+        if self.stream or wanted():
+            kwargs["stream"] = True
+            kwargs["stream_options"] = {"include_usage": True}  # the last chunk then carries the usage
         return kwargs
 
     async def _send(self, kwargs: dict[str, Any], extra_json: str, tally: _Tally) -> Reply:
-        """One POST (`_send`): the reply validated from its bytes, reported with its messages to a transcript
-        listener (`agentkit._transcript`)."""
+        """One POST (`_send`): the reply validated from its bytes (or folded from its stream, when `kwargs` asks
+        for one), reported with its messages to a transcript listener (`agentkit._transcript`)."""
         tally.requests += 1
         model = str(kwargs["model"])
         content = request_body(kwargs, extra_json)
+        streaming = "stream" in kwargs
+        body = b""
+        reply: Reply | None = None
         try:
             async with self._slot():
                 async with asyncio.timeout(self._deadline):
-                    response = await self._post(content)
+                    if streaming:
+                        started()
+                        response = await self._post(content, True)
+                        try:
+                            if response.is_success:
+                                reply = await self._read_stream(response, model)
+                            else:
+                                await response.aread()
+                        finally:
+                            await response.aclose()
+                    else:
+                        response = await self._post(content)
         except (TimeoutError, openai.APIConnectionError) as error:
             sent(kwargs["messages"], None)
             raise self._failure(model, error) from error
         except openai.APIStatusError as error:  # a client you passed: its own error for the status
             sent(kwargs["messages"], None)
             raise _status_failure(model, error.response) from error
+        except ProviderError:
+            sent(kwargs["messages"], None)
+            raise
         if not response.is_success:
             sent(kwargs["messages"], None)
             raise _status_failure(model, response)
-        body = response.content
-        try:
-            reply = Reply.model_validate_json(body)
-        except ValidationError as error:
-            sent(kwargs["messages"], None)
-            raise ProviderError(
-                f"model server sent an unreadable reply for model {model!r} (not a chat completion: "
-                f"{error.errors(include_url=False)[0]['msg']}): {body[:200]!r}",
-                transient=True,
-            ) from error
+        if reply is None:
+            body = response.content
+            try:
+                reply = Reply.model_validate_json(body)
+            except ValidationError as error:
+                sent(kwargs["messages"], None)
+                raise ProviderError(
+                    f"model server sent an unreadable reply for model {model!r} (not a chat completion: "
+                    f"{error.errors(include_url=False)[0]['msg']}): {body[:200]!r}",
+                    transient=True,
+                ) from error
         try:
             tally.add(reply, model)
         except AgentkitError:
@@ -501,6 +546,44 @@ class OpenAICaller:
             choices = reply.choices
             sent(kwargs["messages"], _raw_text(choices[0]) if choices else None)
         return reply
+
+    async def _read_stream(self, response: httpx2.Response, model: str) -> Reply:
+        """A streamed reply (server-sent events, one chunk in each `data:` line, `[DONE]` last) folded into the
+        reply a whole body would have been, its text reported as it grows (`agentkit._deltas`).
+
+        The events are read line by line: OpenAI's stream is `data:` lines and blank lines only (a
+        comment line, starting with `:`, is skipped), so no SSE library is needed to read it."""
+        folded = Streamed()
+        tools = self.mode is StructuredMode.TOOLS
+        try:
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                try:
+                    chunk = Chunk.model_validate_json(data)
+                except ValidationError as error:
+                    raise ProviderError(
+                        f"model server sent an unreadable stream for model {model!r} (a chunk that is not a chat "
+                        f"completion chunk: {error.errors(include_url=False)[0]['msg']}): {data[:200]!r}",
+                        transient=True,
+                    ) from error
+                if chunk.error is not None:
+                    raise ProviderError(
+                        f"model server reported an error mid-stream for model {model!r}: {str(chunk.error)[:200]}; "
+                        "it is retried",
+                        transient=True,
+                        status=200,
+                    )
+                if folded.add(chunk):
+                    grew(folded.text(tools))
+        except httpx2.TimeoutException as error:
+            raise openai.APITimeoutError(request=response.request) from error
+        except httpx2.HTTPError as error:  # the connection broke mid-stream
+            raise openai.APIConnectionError(request=response.request) from error
+        return folded.reply()
 
     def _failure(self, model: str, error: Exception) -> AgentkitError:
         """The error of a request that failed on the way or with an HTTP status."""

@@ -51,6 +51,12 @@ class ReplyOptions(TypedDict, total=False):
     """Seconds to wait before answering (a slow server, or a client timeout)."""
     drip: float
     """Seconds between bytes: the headers go at once, then the body one byte at a time (not for streams)."""
+    pace: float
+    """Seconds between a stream's chunks (a server that generates as it streams), for a request with
+    `stream: true`; the first chunk goes with the headers."""
+    chunk_chars: int | None
+    """Characters of text (content or a call's arguments) per stream chunk; each text in three pieces
+    when omitted."""
     prompt_tokens: int | None
     """`usage.prompt_tokens` to report; estimated from the request when omitted."""
     completion_tokens: int | None
@@ -80,6 +86,12 @@ class FakeReply:
 
     Each read then succeeds well within a per-read timeout, so only a bound on the whole request
     ends it."""
+    pace: float = 0.0
+    """Seconds between a stream's chunks (a server that generates as it streams), for a request with
+    `stream: true`; the first chunk goes with the headers."""
+    chunk_chars: int | None = None
+    """Characters of text (content or a call's arguments) per stream chunk; each text in three pieces
+    when omitted."""
     prompt_tokens: int | None = None
     """`usage.prompt_tokens` to report; estimated from the request when omitted."""
     completion_tokens: int | None = None
@@ -218,6 +230,12 @@ class FakeOpenAIServer:
         """Append answers to the script, one per request to come."""
         with self._lock:
             self._script.extend(_as_reply(entry) for entry in replies)
+
+    @property
+    def handling(self) -> int:
+        """Chat-completion requests being handled at this moment (a stream counts until its last chunk is sent)."""
+        with self._lock:
+            return self._handling
 
     @property
     def remaining(self) -> int:
@@ -446,16 +464,21 @@ class _Handler(BaseHTTPRequestHandler):
         payload = _completion(request, answer)
         fake._answered(index, payload)
         if request.get("stream"):
-            self._stream(request, answer, payload)
+            self._stream(request, answer, payload, reply)
         else:
             self._send_raw(200, json.dumps(payload).encode(), "application/json", drip=reply.drip)
 
-    def _stream(self, request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -> None:
+    def _stream(self, request: dict[str, Any], answer: _Answer, payload: dict[str, Any], reply: FakeReply) -> None:
+        fake = self.server.fake
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        for chunk in _chunks(request, answer, payload):
+        for number, chunk in enumerate(_chunks(request, answer, payload, reply.chunk_chars)):
+            if number and reply.pace > 0:
+                fake._wait(reply.pace)
+                if fake._stopping.is_set():
+                    return
             self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
         self._write_chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
@@ -596,12 +619,14 @@ def _call_arguments(answer: _Answer) -> list[str]:
     return [answer.arguments or "", *answer.more_arguments]
 
 
-def _pieces(text: str, parts: int = 3) -> list[str]:
-    size = max(1, math.ceil(len(text) / parts))
+def _pieces(text: str, size: int | None) -> list[str]:
+    size = size if size is not None else max(1, math.ceil(len(text) / 3))
     return [text[i : i + size] for i in range(0, len(text), size)] or [""]
 
 
-def _chunks(request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -> Iterable[dict[str, Any]]:
+def _chunks(
+    request: dict[str, Any], answer: _Answer, payload: dict[str, Any], size: int | None
+) -> Iterable[dict[str, Any]]:
     def chunk(choices: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
         head = {key: payload[key] for key in ("id", "created", "model", "system_fingerprint")}
         return {**head, "object": "chat.completion.chunk", "choices": choices, **extra}
@@ -613,14 +638,14 @@ def _chunks(request: dict[str, Any], answer: _Answer, payload: dict[str, Any]) -
         yield chunk(delta({"role": "assistant", "content": "" if answer.tool_name is None else None}))
         if answer.tool_name is not None:
             for index, text in enumerate(_call_arguments(answer)):
-                for number, piece in enumerate(_pieces(text)):
+                for number, piece in enumerate(_pieces(text, size)):
                     call: dict[str, Any] = {"index": index, "function": {"arguments": piece}}
                     if number == 0:
                         call.update(id=f"call_fake_{index}", type="function")
                         call["function"]["name"] = answer.tool_name
                     yield chunk(delta({"tool_calls": [call]}))
         else:
-            for piece in _pieces(answer.content or ""):
+            for piece in _pieces(answer.content or "", size):
                 yield chunk(delta({"content": piece}))
         yield chunk(delta({}, answer.finish_reason))
     options = request.get("stream_options") or {}

@@ -1,0 +1,245 @@
+"""Streamed replies: how a caller that streams hands the text it has so far to the run, and how the run turns
+it into events (`RationaleDelta`, `AnswerDelta`, `TextDelta`, `PartialDiscarded`).
+
+The seam is a context variable, as for transcripts (`agentkit._transcript`): the run sets a `Listener`
+around its model call, and a caller that streams (`OpenAICaller`) reports each reply it starts
+(`started`), the reply's text as it grows (`grew`), and a reply it rejects and asks again (`rejected`).
+A caller that does not stream reports nothing, and the run gets the complete step as before. Without a
+listener each report costs one context-variable read. `wanted` tells a caller whether the run asked for
+streaming (`LoopConfig(stream=True)`), so a caller not set to stream streams for that run only. A run
+sets a listener only when it has observers (an `iter_tool_loop` stream is one): a run nobody watches is
+not streamed, since nobody would see its deltas.
+
+The text of a structured reply is JSON that is not finished yet. It is read with pydantic's partial
+JSON parser (`pydantic_core.from_json(..., allow_partial="trailing-strings")`, jiter's partial mode):
+a string cut short is kept as far as it goes, an unfinished object keeps the members it has. The
+answer so far is then validated against the run's answer type with pydantic's partial validation
+(`experimental_allow_partial`): a model answer is checked as a model whose fields may all still be
+missing, so what has arrived is validated as far as it goes, and a delta that does not validate
+is not emitted (the next may). The complete step is validated exactly as a reply that did not
+stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError, create_model
+from pydantic_core import from_json
+
+from agentkit._cache import kept_on
+from agentkit._events import AnswerDelta, Event, PartialDiscarded, RationaleDelta, TextDelta
+
+__all__ = ["Deltas", "Listener", "StepDeltas", "TextDeltas", "grew", "listening", "rejected", "started", "wanted"]
+
+logger = logging.getLogger("agentkit.observe")
+
+
+class Listener(Protocol):
+    """What a streaming caller reports to: each reply it starts, and its text as it grows."""
+
+    wanted: bool
+    """The run asked for streaming: a caller streams for it even when it is not set to stream."""
+
+    def started(self) -> None:
+        """A new reply starts (the first, or a re-ask): whatever was streamed before it is void."""
+
+    def grew(self, text: str) -> None:
+        """The reply's text so far (a structured reply's JSON, or prose)."""
+
+    def rejected(self, reason: str) -> None:
+        """The reply did not validate and is asked again (within the attempt): what it streamed is void."""
+
+
+_LISTENER: ContextVar[Listener | None] = ContextVar("agentkit_deltas", default=None)
+
+
+def wanted() -> bool:
+    """Whether the run asked its caller to stream (`LoopConfig(stream=True)`, `run_once_text(stream=True)`)."""
+    listener = _LISTENER.get()
+    return listener is not None and listener.wanted
+
+
+def started() -> None:
+    """Report that a new reply starts; a listener that raises is logged and never fails the call."""
+    listener = _LISTENER.get()
+    if listener is not None:
+        try:
+            listener.started()
+        except Exception:
+            logger.exception("a streaming listener failed; the call goes on")
+
+
+def grew(text: str) -> None:
+    """Report the reply's text so far; a listener that raises is logged and never fails the call."""
+    listener = _LISTENER.get()
+    if listener is not None:
+        try:
+            listener.grew(text)
+        except Exception:
+            logger.exception("a streaming listener failed; the call goes on")
+
+
+def rejected(reason: str) -> None:
+    """Report that the reply just read is rejected and asked again; a listener that raises is logged."""
+    listener = _LISTENER.get()
+    if listener is not None:
+        try:
+            listener.rejected(reason)
+        except Exception:
+            logger.exception("a streaming listener failed; the call goes on")
+
+
+@contextlib.contextmanager
+def listening(listener: Listener) -> Iterator[None]:
+    """Hand every streamed reply of this context (this task, and what it awaits) to `listener`."""
+    token = _LISTENER.set(listener)
+    try:
+        yield
+    finally:
+        _LISTENER.reset(token)
+
+
+class Deltas:
+    """What a listener of one model call shares: the run, the round, the attempt, and whether anything streamed
+    since the last reply started (then a failed reply is reported discarded)."""
+
+    def __init__(self, emit: Callable[[Event], None], run_id: str, round: int, wanted: bool) -> None:
+        self.emit = emit
+        self.run_id = run_id
+        self.round = round
+        self.wanted = wanted
+        self.attempt = 1
+        self.pending = False
+        """Deltas were emitted for the reply in flight, and it has not been accepted."""
+
+    def started(self) -> None:
+        if self.pending:
+            self.discard("the reply was abandoned and asked again")
+        self.reset()
+
+    def rejected(self, reason: str) -> None:
+        if self.pending:
+            self.discard(reason)
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget the reply in flight (the next one starts afresh)."""
+
+    def grew(self, text: str) -> None:
+        """The reply's text so far: emit what it adds."""
+
+    def finished(self, attempt: int, error: BaseException | None) -> None:
+        """An attempt ended: a failed one voids what it streamed; the next attempt's deltas carry the next number."""
+        if error is not None and self.pending:
+            self.discard(str(error))
+        self.pending = False
+        self.attempt = attempt + 1
+        self.reset()
+
+    def discard(self, reason: str) -> None:
+        self.pending = False
+        self.emit(PartialDiscarded(run_id=self.run_id, round=self.round, attempt=self.attempt, reason=reason))
+
+
+class StepDeltas(Deltas):
+    """A structured step as it streams: its rationale (`RationaleDelta`) and its answer (`AnswerDelta`).
+
+    Made per call by `StepDeltas.of(answer)` (the run's answer type, `None` for a run without one)."""
+
+    partial: TypeAdapter[Any] | None = None
+
+    def __init__(self, emit: Callable[[Event], None], run_id: str, round: int, wanted: bool) -> None:
+        super().__init__(emit, run_id, round, wanted)
+        self.rationale = ""
+        self.answer: object = None
+
+    @staticmethod
+    def of(answer: type[Any] | None) -> type[StepDeltas]:
+        """The listener class of steps whose answer is `answer` (made once per answer type)."""
+        if answer is None:
+            return StepDeltas
+        return kept_on(answer, ("step deltas",), lambda: _step_deltas(answer))
+
+    def reset(self) -> None:
+        self.rationale = ""
+        self.answer = None
+
+    def grew(self, text: str) -> None:
+        start = text.find("{")  # a fenced reply (MD_JSON) has prose before its JSON
+        if start < 0:
+            return
+        try:
+            value = from_json(text[start:] if start else text, allow_partial="trailing-strings")
+        except ValueError:
+            return  # not JSON (yet, or at all): validation of the complete reply says so
+        if not isinstance(value, dict):
+            return
+        rationale = value.get("rationale")
+        if isinstance(rationale, str) and len(rationale) > len(self.rationale) and rationale.startswith(self.rationale):
+            delta = rationale[len(self.rationale) :]
+            self.rationale = rationale
+            self.pending = True
+            event = RationaleDelta(
+                run_id=self.run_id, round=self.round, attempt=self.attempt, text=rationale, delta=delta
+            )
+            self.emit(event)
+        if self.partial is None:
+            return
+        decision = value.get("decision")
+        holder = decision if isinstance(decision, dict) else value
+        if "answer" not in holder or holder["answer"] is None or holder["answer"] == self.answer:
+            return
+        try:
+            checked = self.partial.validate_python(holder["answer"], experimental_allow_partial="trailing-strings")
+        except ValidationError:
+            return  # not valid as far as it goes: the complete step's validation says why, if it stays so
+        self.answer = holder["answer"]
+        self.pending = True
+        partial: JsonValue = self.partial.dump_python(checked, mode="json", exclude_unset=True)
+        self.emit(AnswerDelta(run_id=self.run_id, round=self.round, attempt=self.attempt, partial=partial))
+
+
+class TextDeltas(Deltas):
+    """A prose reply as it streams (`TextDelta`)."""
+
+    def __init__(self, emit: Callable[[Event], None], run_id: str, round: int, wanted: bool) -> None:
+        super().__init__(emit, run_id, round, wanted)
+        self.text = ""
+
+    def reset(self) -> None:
+        self.text = ""
+
+    def grew(self, text: str) -> None:
+        if len(text) <= len(self.text) or not text.startswith(self.text):
+            return
+        delta = text[len(self.text) :]
+        self.text = text
+        self.pending = True
+        self.emit(TextDelta(run_id=self.run_id, round=self.round, attempt=self.attempt, text=text, delta=delta))
+
+
+def _step_deltas(answer: type[Any]) -> type[StepDeltas]:
+    return type("StepDeltas", (StepDeltas,), {"partial": partial_adapter(answer)})
+
+
+def partial_adapter(answer: type[Any]) -> TypeAdapter[Any]:
+    """How an answer so far is validated: a model answer as a model whose fields may all be missing (kept on
+    the answer type, made once); any other type as it is, with pydantic's partial validation."""
+    return kept_on(answer, ("partial answer",), lambda: TypeAdapter(_partial_type(answer)))
+
+
+def _partial_type(answer: type[Any]) -> Any:
+    if not (isinstance(answer, type) and issubclass(answer, BaseModel)):
+        return answer
+    fields: dict[str, Any] = {
+        name: (info.annotation | None, None)  # type: ignore[operator]  # an annotation is a type form
+        for name, info in answer.model_fields.items()
+    }
+    config = ConfigDict(extra="forbid" if answer.model_config.get("extra") == "forbid" else "ignore")
+    partial: type[BaseModel] = create_model(f"Partial{answer.__name__}", __config__=config, **fields)
+    return partial
