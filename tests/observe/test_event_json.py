@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import BaseModel
 
 from agentkit import (
     AfterProposal,
@@ -32,12 +33,14 @@ from agentkit.events import (
     Event,
     EventArgs,
     LLMCallFinished,
+    RationaleDelta,
     RunAborted,
     ToolCallStarted,
     ToolResultReturned,
     parse_event,
 )
-from agentkit.testing import ScriptedCaller, call_step, done_step
+from agentkit.providers.openai import OpenAICaller
+from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, call_step, done_step
 from tests.support import NO_WAIT, Doc, Finder, Query, Recorder, delete, search
 
 _VALIDATOR = jsonschema.Draft202012Validator(EVENT_SCHEMA)
@@ -183,3 +186,23 @@ def test_text_that_is_not_an_event_is_refused_with_the_problem_named() -> None:
         parse_event('{"run_id": "r"}')
     with pytest.raises(UsageError, match="not an agentkit event"):
         parse_event('{"kind": "tool_call", "run_id": "r"}')
+
+
+async def test_a_streamed_run_has_json_forms_for_its_deltas(server: FakeOpenAIServer) -> None:
+    """A streamed run's RationaleDelta and AnswerDelta events (and the rest) have JSON forms that read back."""
+    look = {"rationale": "Nothing is known yet; I search.", "decision": {"done": False, "call": {"query": "tiers"}}}
+    done = {"rationale": "The results cover it.", "decision": {"done": True, "answer": {"text": "read only runs"}}}
+    server.add(FakeReply.value(look, chunk_chars=5), FakeReply.value(done, chunk_chars=5))
+    recorder = Recorder()
+    async with OpenAICaller(base_url=server.base_url) as caller:
+        config = LoopConfig(retry=NO_WAIT, stream=True)
+        await run_tool_loop(caller, Finder(), search, "ctx", config, answer=_Answer, observer=recorder)
+    kinds = {e.kind for e in recorder.events}
+    assert {"rationale_delta", "answer_delta"} <= kinds
+    assert_json_forms(recorder.events)
+    rationale = [json.loads(e.to_json()) for e in recorder.events if isinstance(e, RationaleDelta)]
+    assert rationale[-1]["text"] == "The results cover it."
+
+
+class _Answer(BaseModel):
+    text: str
