@@ -95,8 +95,12 @@ async def test_every_event_of_any_run_has_a_json_form_that_reads_back(
 def test_the_schema_covers_every_event_class() -> None:
     """EVENT_SCHEMA's discriminator maps the kind of every class of the Event union (none is left out)."""
     kinds = {cls.__dataclass_fields__["kind"].default for cls in typing.get_args(Event)}
-    assert set(EVENT_SCHEMA["discriminator"]["mapping"]) == kinds  # type: ignore[call-overload,index]
-    assert len(EVENT_SCHEMA["oneOf"]) == len(kinds)  # type: ignore[arg-type]
+    discriminator, variants = EVENT_SCHEMA["discriminator"], EVENT_SCHEMA["oneOf"]
+    assert isinstance(discriminator, dict)
+    assert isinstance(discriminator["mapping"], dict)
+    assert set(discriminator["mapping"]) == kinds
+    assert isinstance(variants, list)
+    assert len(variants) == len(kinds)
 
 
 async def test_tool_args_are_written_as_their_json_and_read_back_as_event_args() -> None:
