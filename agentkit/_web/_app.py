@@ -40,7 +40,7 @@ Start = Callable[[JsonValue, Observer], Awaitable[object]]
 """How the app starts a run: `start(body, observer)` runs it with `observer` (the feed, and what the app needs
 to learn the run's id) given as its observer, from the JSON `body` a `POST /runs` sent."""
 
-RETRY_MS = 1000
+RETRY_MS: int = 1000
 """How long a client waits before it reconnects (sent as the stream's `retry:`)."""
 
 _STATIC = {"watch.js": "text/javascript", "watch.css": "text/css"}

@@ -95,3 +95,27 @@ async def test_tool_call_event_counts_the_tools_calls_and_labels_them() -> None:
         (2, "Running search (call 2)"),
         (3, "Running search (call 3)"),
     ]
+
+
+async def test_a_resumed_run_counts_the_calls_of_its_earlier_legs() -> None:
+    """A run resumed after a proposal numbers its tool's calls on from the calls its first leg made."""
+    from agentkit import resume_tool_loop, run_tool_loop_tiered
+    from agentkit._approval import reject
+
+    tools = [search, wipe]
+    first = ScriptedCaller([call_step(Query(query="a"), tool=search), call_step(Query(query="x"), tool=wipe)])
+    paused = await run_tool_loop_tiered(first, Executor[Doc](), tools, "q", config())
+    decision = reject(paused.proposed[0], rejected_by="reviewer", reason="not now")
+    recorder = Recorder()
+    again = ScriptedCaller([call_step(Query(query="b"), tool=search), done_step()])
+    await resume_tool_loop(again, Executor[Doc](), tools, "q", paused.checkpoint, [decision], observer=recorder)
+    started = [event for event in recorder.events if isinstance(event, ToolCallStarted)]
+    assert [(event.tool_name, event.count, event.label) for event in started] == [
+        ("search", 2, "Running search (call 2)")
+    ]
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def wipe(args: Query) -> list[Doc]:
+    """Wipe (never runs live)."""
+    raise AssertionError("an irreversible call ran")
