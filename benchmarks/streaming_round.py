@@ -18,8 +18,8 @@ figure is the median run's client CPU per round. Each repeat takes one sample of
 shuffled order (the not-streamed way and one streamed way per chunk size), and each ratio is the
 median of the per-repeat ratios (streamed over not streamed), so that the load of a shared machine
 falls on both sides of each ratio alike. Writes
-``streaming-<date>.json`` and ``.md`` (with the date, the machine and its load) to ``--out``, and
-``streaming-latest.*`` beside them.
+``streaming-<date>.json`` and ``.md`` (with the date, the machine and its load) to ``--out``; the
+page that quotes it (``docs/providers.md``) names the dated file.
 """
 
 from __future__ import annotations
@@ -161,9 +161,9 @@ def main() -> None:
     report = {"environment": env, "command": command, **report}
     print(json.dumps(report))
     args.out.mkdir(parents=True, exist_ok=True)
-    for stem in (f"streaming-{env['date'][:10]}", "streaming-latest"):
-        (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-        (args.out / f"{stem}.md").write_text(markdown(report), encoding="utf-8")
+    stem = f"streaming-{env['date'][:10]}"
+    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    (args.out / f"{stem}.md").write_text(markdown(report), encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -95,6 +95,7 @@ async def test_a_streamed_answer_is_validated_as_far_as_it_goes(server: FakeOpen
     events, _ = await streamed_events(caller)
     partials = [e.partial for e in events if isinstance(e, AnswerDelta)]
     assert len(partials) > 3
+    assert all(partials)  # an answer object just opened (`{}`) is nothing yet: no delta
     assert partials[-1] == ANSWER
     for partial in partials:
         assert isinstance(partial, dict)
