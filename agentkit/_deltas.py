@@ -192,13 +192,14 @@ class StepDeltas(Deltas):
             return
         decision = value.get("decision")
         holder = decision if isinstance(decision, dict) else value
-        if "answer" not in holder or holder["answer"] is None or holder["answer"] == self.answer:
-            return
+        answer = holder.get("answer")
+        if answer is None or answer == self.answer or (isinstance(answer, str | list | dict) and not answer):
+            return  # nothing of it yet (an object or list just opened), or nothing new
         try:
-            checked = self.partial.validate_python(holder["answer"], experimental_allow_partial="trailing-strings")
+            checked = self.partial.validate_python(answer, experimental_allow_partial="trailing-strings")
         except ValidationError:
             return  # not valid as far as it goes: the complete step's validation says why, if it stays so
-        self.answer = holder["answer"]
+        self.answer = answer
         self.pending = True
         partial: JsonValue = self.partial.dump_python(checked, mode="json", exclude_unset=True)
         self.emit(AnswerDelta(run_id=self.run_id, round=self.round, attempt=self.attempt, partial=partial))

@@ -301,6 +301,16 @@ def sse_first_event(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", measured(results, files[0])])
 
 
+def streaming(files: Sequence[str]) -> str:
+    """The client CPU of a streamed round against a non-streamed one, per chunk size (`benchmarks.streaming_round`)."""
+    results = load(files[0])
+    lines = [f"| way | client CPU ms/round | {X} not streamed | events per run |", "|---|---|---|---|"]
+    for way, row in results["ways"].items():
+        cells = [way, _num(row["client_cpu_ms_per_round"], 3), _num(row["cpu_x"]), str(row["events_per_run"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
 def prompt_tokens(files: Sequence[str]) -> str:
     """Request bytes and the embedded model's tokens per round, against the raw openai loop."""
     results = load(files[0])
@@ -581,6 +591,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "imports": imports,
     "fake-server": fake_server,
     "sse-first-event": sse_first_event,
+    "streaming": streaming,
     "prompt-tokens": prompt_tokens,
     "schema-bytes": schema_bytes,
     "journal-checkpoint": journal_checkpoint,

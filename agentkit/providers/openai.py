@@ -549,36 +549,33 @@ class OpenAICaller:
 
     async def _read_stream(self, response: httpx2.Response, model: str) -> Reply:
         """A streamed reply (server-sent events, one chunk in each `data:` line, `[DONE]` last) folded into the
-        reply a whole body would have been, its text reported as it grows (`agentkit._deltas`).
+        reply a whole body would have been, its text reported after each chunk that adds to it
+        (`agentkit._deltas`).
 
-        The events are read line by line: OpenAI's stream is `data:` lines and blank lines only (a
-        comment line, starting with `:`, is skipped), so no SSE library is needed to read it."""
+        The body is read as bytes and cut into lines here: OpenAI's stream is `data:` lines and blank
+        lines only (a comment line, starting with `:`, and any other field are skipped), so no SSE
+        library is needed, and each chunk's JSON is validated from its bytes. It is read to its end,
+        past `[DONE]`: a body left unread closes the connection, and each streamed request would
+        then open a new one."""
         folded = Streamed()
         tools = self.mode is StructuredMode.TOOLS
+        done = False
+        rest = b""
         try:
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
+            async for block in response.aiter_bytes():
+                if done:
                     continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                try:
-                    chunk = Chunk.model_validate_json(data)
-                except ValidationError as error:
-                    raise ProviderError(
-                        f"model server sent an unreadable stream for model {model!r} (a chunk that is not a chat "
-                        f"completion chunk: {error.errors(include_url=False)[0]['msg']}): {data[:200]!r}",
-                        transient=True,
-                    ) from error
-                if chunk.error is not None:
-                    raise ProviderError(
-                        f"model server reported an error mid-stream for model {model!r}: {str(chunk.error)[:200]}; "
-                        "it is retried",
-                        transient=True,
-                        status=200,
-                    )
-                if folded.add(chunk):
-                    grew(folded.text(tools))
+                lines = (rest + block).split(b"\n") if rest else block.split(b"\n")
+                rest = lines.pop()  # the end of the block: a line still to be finished
+                for line in lines:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        done = True
+                        break
+                    if folded.add(_chunk(data, model)):
+                        grew(folded.text(tools))
         except httpx2.TimeoutException as error:
             raise openai.APITimeoutError(request=response.request) from error
         except httpx2.HTTPError as error:  # the connection broke mid-stream
@@ -728,6 +725,26 @@ def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
             }
         )
     return messages
+
+
+def _chunk(data: bytes, model: str) -> Chunk:
+    """One streamed chunk, validated from its bytes; a chunk that is not one, or an error the server streams
+    after its 200, is a transient `ProviderError` (retried)."""
+    try:
+        chunk = Chunk.model_validate_json(data)
+    except ValidationError as error:
+        raise ProviderError(
+            f"model server sent an unreadable stream for model {model!r} (a chunk that is not a chat "
+            f"completion chunk: {error.errors(include_url=False)[0]['msg']}): {data[:200]!r}",
+            transient=True,
+        ) from error
+    if chunk.error is not None:
+        raise ProviderError(
+            f"model server reported an error mid-stream for model {model!r}: {str(chunk.error)[:200]}; it is retried",
+            transient=True,
+            status=200,
+        )
+    return chunk
 
 
 def _first_choice(response: Reply, model: str) -> Any:

@@ -92,7 +92,9 @@ class DurableAgent(Generic[Ctx, R]):
     Raises:
         UsageError: a tool whose items cannot round-trip through JSON (their type travels between
             processes), a tool that takes the run's ctx, a `LoopConfig.deadline` (use the
-            workflow's execution timeout), or grants that do not fit the tools (`Grant.check`).
+            workflow's execution timeout), a `LoopConfig.stream` (no delta crosses from the model
+            activity into the workflow; `OpenAICaller(stream=True)` streams inside the activity), or
+            grants that do not fit the tools (`Grant.check`).
     """
 
     name: str
@@ -118,6 +120,13 @@ class DurableAgent(Generic[Ctx, R]):
             raise UsageError(
                 f"durable agent {self.name!r}: LoopConfig.deadline is measured on one process's clock; on Temporal "
                 "bound a run with start(..., execution_timeout=...) instead"
+            )
+        if self.config.stream:
+            raise UsageError(
+                f"durable agent {self.name!r}: LoopConfig.stream cannot stream a durable run's steps: the model "
+                "call is an activity whose reply enters the workflow whole, so no delta can cross into it (the "
+                "run's events come from its history); to stream on the wire inside the activity, give the agent "
+                "OpenAICaller(stream=True), which returns the complete step"
             )
         for candidate in self.box.tools.values():
             if takes_ctx(candidate):

@@ -145,7 +145,8 @@ class FakeReply:
 
     @classmethod
     def malformed(cls, **options: Unpack[ReplyOptions]) -> FakeReply:
-        """A 200 whose body claims to be JSON and is not."""
+        """A 200 whose body claims to be JSON and is not (to a request with `stream: true`, a stream whose
+        chunk is not JSON)."""
         return cls(kind="malformed", **options)
 
     @classmethod
@@ -236,6 +237,12 @@ class FakeOpenAIServer:
         """Chat-completion requests being handled at this moment (a stream counts until its last chunk is sent)."""
         with self._lock:
             return self._handling
+
+    @property
+    def connections(self) -> int:
+        """Connections the server has accepted so far (a client that keeps its connection alive opens one)."""
+        httpd = self._httpd
+        return 0 if httpd is None else httpd.accepted
 
     @property
     def remaining(self) -> int:
@@ -356,10 +363,12 @@ class _Httpd(ThreadingHTTPServer):
         super().__init__(address, handler)
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self.accepted = 0
 
     def track(self, connection: socket.socket, open_: bool) -> None:
         with self._connections_lock:
             if open_:
+                self.accepted += 1
                 self._connections.add(connection)
             else:
                 self._connections.discard(connection)
@@ -458,7 +467,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(reply.status, error, fake, index, headers, drip=reply.drip)
             return
         if reply.kind == "malformed":
-            self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json", drip=reply.drip)
+            if request.get("stream"):  # a stream whose one chunk is not JSON
+                self._send_raw(200, b'data: {"id": "chatcmpl-broken", "choices": [\n\ndata: [DONE]\n\n', _SSE)
+            else:
+                self._send_raw(200, b'{"id": "chatcmpl-broken", "choices": [', "application/json", drip=reply.drip)
             return
         answer = _compose(request, reply)
         payload = _completion(request, answer)
@@ -471,7 +483,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _stream(self, request: dict[str, Any], answer: _Answer, payload: dict[str, Any], reply: FakeReply) -> None:
         fake = self.server.fake
         self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-type", _SSE)
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         for number, chunk in enumerate(_chunks(request, answer, payload, reply.chunk_chars)):
@@ -529,6 +541,8 @@ class _Handler(BaseHTTPRequestHandler):
             if fake._stopping.is_set():
                 return
 
+
+_SSE = "text/event-stream"
 
 _ERROR_CODES = {
     400: "invalid_request_error",

@@ -103,6 +103,7 @@ STATED: dict[str, dict[str, str]] = {
         "2 s": "the example's timeout",
         "2.0s": "the error message that timeout gives",
         "120 s": "DEFAULT_TIMEOUT",
+        "1.3x": "a target (issue 49: a streamed round's client CPU against a non-streamed one)",
     },
     "docs/testing.md": {
         "10%": "cost_tolerance's default",

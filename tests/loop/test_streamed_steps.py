@@ -95,6 +95,7 @@ async def test_a_streamed_answer_is_validated_as_far_as_it_goes(server: FakeOpen
     events, _ = await streamed_events(caller)
     partials = [e.partial for e in events if isinstance(e, AnswerDelta)]
     assert len(partials) > 3
+    assert all(partials)  # an answer object just opened (`{}`) is nothing yet: no delta
     assert partials[-1] == ANSWER
     for partial in partials:
         assert isinstance(partial, dict)
@@ -296,3 +297,22 @@ async def test_a_tool_call_event_follows_the_streamed_step(server: FakeOpenAISer
     events, _ = await streamed_events(caller)
     [call] = [e for e in events if isinstance(e, ToolCallStarted)]
     assert call.args.model_dump() == {"query": "tiers"}
+
+
+async def test_streamed_requests_keep_their_connection_alive(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """Each stream is read to its end, past `[DONE]`, so the next request goes on the same connection."""
+    server.add(FakeReply.value(LOOK), FakeReply.value(DONE))
+    await streamed_events(caller)
+    assert len(server.requests) == 2
+    assert server.connections == 1
+
+
+async def test_an_unreadable_chunk_mid_stream_is_a_transient_failure(server: FakeOpenAIServer) -> None:
+    """A chunk that is not a chat-completion chunk fails the attempt as a retried `ProviderError`; the retry runs."""
+    server.add(FakeReply.malformed(), FakeReply.value(DONE))
+    async with OpenAICaller(base_url=server.base_url) as caller:
+        events, result = await streamed_events(caller)
+    assert result.answer == Summary.model_validate(ANSWER)
+    [first, second] = [e for e in events if isinstance(e, LLMCallFinished)]
+    assert "unreadable stream" in str(first.error)
+    assert second.error is None

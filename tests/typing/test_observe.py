@@ -41,6 +41,10 @@ async def stream_plain() -> None:
                     "run_start",
                     "round_start",
                     "llm_call",
+                    "rationale_delta",
+                    "answer_delta",
+                    "text_delta",
+                    "partial_discarded",
                     "tool_call",
                     "tool_result",
                     "proposal",
@@ -87,6 +91,22 @@ def describe(event: events.Event) -> str:
             return event.result.outcome.value
         case events.RunAborted():
             return type(event.error).__name__
+        case events.RationaleDelta() | events.AnswerDelta() | events.TextDelta() | events.PartialDiscarded():
+            return describe_delta(event)
+        case _:
+            assert_never(event)
+
+
+def describe_delta(
+    event: events.RationaleDelta | events.AnswerDelta | events.TextDelta | events.PartialDiscarded,
+) -> str:
+    match event:
+        case events.RationaleDelta() | events.TextDelta():
+            return event.delta
+        case events.AnswerDelta():
+            return str(event.partial)
+        case events.PartialDiscarded():
+            return event.reason
         case _:
             assert_never(event)
 
