@@ -282,7 +282,7 @@ def fake_server(files: Sequence[str]) -> str:
 
 
 def sse_first_event(files: Sequence[str]) -> str:
-    """The model server's first byte to the first `RationaleDelta` a browser's `EventSource` gets from `agentkit.web`."""
+    """The model server's first byte to the first `RationaleDelta` a browser's `EventSource` gets (`agentkit.web`)."""
     results = load(files[0])
     lines = [
         "| client | runs | median ms | p90 ms | fastest ms | slowest ms |",
