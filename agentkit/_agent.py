@@ -1,15 +1,18 @@
 """The executor seam: `ToolAgent`, the `Prompt` it renders and the `ToolRoundInfo` it sees."""
 
-from __future__ import annotations
+# Annotations are evaluated, not postponed: pydantic reads the round infos' (their JSON form in `RoundStarted`)
+# where their module is reported as `agentkit`, which does not hold the names they use.
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel
 
 from agentkit._context import Omitted
+from agentkit._jsonform import NOT_READ, JsonArgs, Unwritten
 from agentkit._media import PromptPart, split_parts
+from agentkit._outcome import StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._reasoning import JsonData, Reasoning, check_extra_body, check_reasoning
 
@@ -100,7 +103,7 @@ class PriorCall(Generic[R]):
     """The round of the call."""
     tool_name: str
     """The tool called."""
-    args: BaseModel
+    args: JsonArgs
     """The call's arguments."""
     batch: Sequence[R] = ()
     """What the tool returned (empty when it did not run)."""
@@ -127,12 +130,13 @@ class ToolRoundInfo(Generic[R]):
     """The ceiling; `None` when the caller asked for unlimited rounds."""
     is_final_round: bool
     """No call after this round's will run: commit to what you have."""
-    prior_results: tuple[Sequence[R], ...] = ()
-    """One batch per executed call, in order (those within `LoopConfig.context`, when it is set)."""
-    prior_calls: tuple[PriorCall[R], ...] = ()
+    prior_results: Annotated[tuple[Sequence[R], ...], NOT_READ, Unwritten] = ()
+    """One batch per executed call, in order (those within `LoopConfig.context`, when it is set).
+    Not in an event's JSON form, nor are `prior_calls` and `proposals`: earlier events said them."""
+    prior_calls: Annotated[tuple[PriorCall[R], ...], NOT_READ, Unwritten] = ()
     """Every earlier call with its batch or observation, in order (the latest ones, when
     `LoopConfig.context` bounds them; see `omitted`)."""
-    proposals: tuple[ProposedAction[Any], ...] = ()
+    proposals: Annotated[tuple[ProposedAction[Any], ...], NOT_READ, Unwritten] = ()
     """Calls proposed so far (with `AfterProposal.CONTINUE`)."""
     omitted: Omitted = field(default_factory=Omitted)
     """How many of the oldest calls `LoopConfig.context` left out of `prior_calls` and
@@ -140,6 +144,12 @@ class ToolRoundInfo(Generic[R]):
     closing_round: bool = False
     """The closing round of a run with an answer schema: the tools have stopped (round ceiling,
     budget or stalemate), no call can be made, and the step must be done with the answer."""
+    closed_by: StopReason | None = None
+    """On the closing round, why the tools stopped: `StopReason.ROUND_CEILING`, `BUDGET_EXHAUSTED` or
+    `DEGENERATION` (`repeated` is then the call that repeated)."""
+    repeated: PriorCall[R] | None = None
+    """On the closing round after a stalemate, the call that repeated an earlier one (`repeats` names that
+    call's round); it did not run."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,7 +164,7 @@ class RoundInfo:
     """No review follows this round's draft: commit to your best answer."""
     feedback: str | None = None
     """The verifier's objection to the previous draft (`pair` revisions only)."""
-    previous: BaseModel | None = None
+    previous: JsonArgs | None = None
     """The previous draft the feedback is about (`pair` revisions only)."""
 
 

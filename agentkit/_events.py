@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, JsonValue
+from pydantic import JsonValue, TypeAdapter, computed_field
 
 from agentkit._agent import RoundInfo, ToolRoundInfo
 from agentkit._config import LoopConfig
+from agentkit._jsonform import NOT_READ, JsonArgs, JsonCaller, JsonError, JsonException, Unwritten
+from agentkit._proposals import ProposedAction
 from agentkit._results import RunEnding
 from agentkit._tiers import Tier
 from agentkit._usage import Usage
 
 if TYPE_CHECKING:
-    from agentkit._proposals import ProposedAction
     from agentkit._structured import Attempt
-    from agentkit.errors import AgentkitError
 
 __all__ = [
     "Continued",
@@ -24,6 +24,7 @@ __all__ = [
     "DegenerationDetected",
     "AnswerDelta",
     "Event",
+    "EventBase",
     "LLMCallFinished",
     "PartialDiscarded",
     "ProposalCaptured",
@@ -67,8 +68,34 @@ class Continued:
     decisions: tuple[Decided, ...] = ()
 
 
+_WRITERS: dict[type[EventBase], TypeAdapter[Any]] = {}
+
+
+def _writer(cls: type[EventBase]) -> TypeAdapter[Any]:
+    """The adapter that writes events of `cls` (made on its first event: it reads every field's type)."""
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = TypeAdapter(cls)
+    return writer
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RunStarted:
+class EventBase:
+    """What every event has besides its own fields: its number in the run, and its JSON form."""
+
+    seq: int = 0
+    """The event's number in its run, from 0 (the `RunStarted`), one more for each event after it, as
+    delivered to the observers (a resumed leg numbers its own events from 0 again)."""
+
+    def to_json(self) -> str:
+        """The event as JSON: an object with its `kind`, `run_id`, `round` and `seq` first, then its own
+        fields (tool args as their JSON, an error as its class name and message), as
+        `agentkit.events.EVENT_SCHEMA` describes it; `agentkit.events.parse_event` reads it back."""
+        return _writer(type(self)).dump_json(self).decode()
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RunStarted(EventBase):
     """A run began."""
 
     kind: Literal["run_start"] = "run_start"
@@ -81,17 +108,24 @@ class RunStarted:
     """The tool names offered."""
     max_rounds: int | None
     """The round ceiling (`None`: unlimited)."""
-    config: LoopConfig | None = None
+    config: Annotated[LoopConfig | None, NOT_READ, Unwritten] = None
     """The run's full configuration (autonomy, budgets, deadline, after-proposal policy), when
-    the run is a tool loop."""
-    caller: object = None
-    """The caller the run asks (it may describe itself, as `ModelCall.caller` says)."""
+    the run is a tool loop. Not in the JSON form (it holds code: a summarizer, a comparator)."""
+    caller: JsonCaller = None
+    """The caller the run asks (it may describe itself, as `ModelCall.caller` says). In the JSON form,
+    its class name."""
     continues: Continued | None = None
     """A resumed run (or a fork): what this leg goes on from. `None` for a run's first leg."""
 
+    @computed_field  # type: ignore[prop-decorator]  # mypy rejects a decorator over @property; pydantic documents it
+    @property
+    def round(self) -> int:
+        """The round this leg goes on from (`0` for a run's first leg)."""
+        return 0 if self.continues is None else self.continues.round
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RoundStarted:
+class RoundStarted(EventBase):
     """A round began; `info` is what the executor renders from.
 
     A tool loop's round carries a `ToolRoundInfo`; a single shot's or a pair's a `RoundInfo`.
@@ -102,9 +136,15 @@ class RoundStarted:
     run_id: str
     info: ToolRoundInfo[Any] | RoundInfo
 
+    @computed_field  # type: ignore[prop-decorator]  # mypy rejects a decorator over @property; pydantic documents it
+    @property
+    def round(self) -> int:
+        """The round that began (`info.round`)."""
+        return self.info.round
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class LLMCallFinished:
+class LLMCallFinished(EventBase):
     """One model attempt finished (retries and fallbacks each get one)."""
 
     kind: Literal["llm_call"] = "llm_call"
@@ -117,7 +157,7 @@ class LLMCallFinished:
     """1-based over all attempts of the round's call, fallback included."""
     seconds: float
     usage: Usage
-    error: AgentkitError | None = None
+    error: JsonError | None = None
 
     @classmethod
     def of(cls, attempt: Attempt, *, run_id: str, role: str, round: int) -> LLMCallFinished:
@@ -135,7 +175,7 @@ class LLMCallFinished:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ToolCallStarted:
+class ToolCallStarted(EventBase):
     """The loop is about to run a tool."""
 
     kind: Literal["tool_call"] = "tool_call"
@@ -143,11 +183,21 @@ class ToolCallStarted:
     round: int
     tool_name: str
     tier: Tier
-    args: BaseModel
+    args: JsonArgs
+    count: int = 1
+    """The tool's how-manieth call in the run this is, from 1 (a resumed run counts its earlier legs'
+    calls too)."""
+    label: str = ""
+    """A status line a UI can show as it is, e.g. `"Running search"`, `"Running search (call 3)"`."""
+
+
+def status_label(tool_name: str, count: int) -> str:
+    """`ToolCallStarted.label`: what a UI shows while the call runs."""
+    return f"Running {tool_name}" if count <= 1 else f"Running {tool_name} (call {count})"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ToolResultReturned:
+class ToolResultReturned(EventBase):
     """A tool call finished (with a batch, a `ToolRetry` observation or an error)."""
 
     kind: Literal["tool_result"] = "tool_result"
@@ -157,20 +207,26 @@ class ToolResultReturned:
     batch_size: int
     seconds: float
     observation: str | None = None
-    error: AgentkitError | None = None
+    error: JsonError | None = None
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class ProposalCaptured:
+class ProposalCaptured(EventBase):
     """A call above the autonomy ceiling became a proposal (it did not run)."""
 
     kind: Literal["proposal"] = "proposal"
     run_id: str
     proposal: ProposedAction[Any]
 
+    @computed_field  # type: ignore[prop-decorator]  # mypy rejects a decorator over @property; pydantic documents it
+    @property
+    def round(self) -> int:
+        """The proposal's round."""
+        return self.proposal.round
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class DegenerationDetected:
+class DegenerationDetected(EventBase):
     """The executor repeated a recent call; the run ends STALEMATE, unless the call was refused
     under `RepeatPolicy.REFUSE` (`refused`) and the run goes on."""
 
@@ -178,13 +234,13 @@ class DegenerationDetected:
     run_id: str
     round: int
     tool_name: str
-    args: BaseModel
+    args: JsonArgs
     refused: bool = False
     """The repeated call was refused (not run) and the run goes on (`RepeatPolicy.REFUSE`)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RunFinished:
+class RunFinished(EventBase):
     """A run ended; `result` is what the caller gets (a copy of it, where it holds lists).
 
     Every run shape's result is a `RunEnding`: `outcome`, `stop_reason`, `error`,
@@ -195,10 +251,17 @@ class RunFinished:
     kind: Literal["run_end"] = "run_end"
     run_id: str
     result: RunEnding
+    """In the JSON form, the fields every result has (`RunEnding`'s)."""
+
+    @computed_field  # type: ignore[prop-decorator]  # mypy rejects a decorator over @property; pydantic documents it
+    @property
+    def round(self) -> int:
+        """The rounds the run started (`result.rounds`)."""
+        return self.result.rounds
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RunAborted:
+class RunAborted(EventBase):
     """A run was cancelled, or raised (a wiring mistake such as `UsageError`): no result exists.
 
     It lets an observer close what it opened for the run (spans, timers); the exception itself
@@ -207,12 +270,14 @@ class RunAborted:
 
     kind: Literal["run_abort"] = "run_abort"
     run_id: str
-    error: BaseException
+    error: JsonException
     """What ended the run: `asyncio.CancelledError`, a `UsageError`, ..."""
+    round: int = 0
+    """The last round the run started (`0`: none)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class RationaleDelta:
+class RationaleDelta(EventBase):
     """A streamed step's rationale grew (streaming on: `LoopConfig(stream=True)` or a caller's `stream=True`).
 
     It is what has arrived, not what was validated: the complete step follows (`ToolCallStarted`,
@@ -230,7 +295,7 @@ class RationaleDelta:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class AnswerDelta:
+class AnswerDelta(EventBase):
     """A streamed step's answer grew: the answer so far, validated as far as it goes.
 
     `partial` is the JSON of the answer that has arrived (its last string may be cut short), and it
@@ -248,7 +313,7 @@ class AnswerDelta:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class TextDelta:
+class TextDelta(EventBase):
     """A streamed prose reply (`run_once_text` with streaming on) grew."""
 
     kind: Literal["text_delta"] = "text_delta"
@@ -263,7 +328,7 @@ class TextDelta:
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
-class PartialDiscarded:
+class PartialDiscarded(EventBase):
     """What was streamed of a reply is void: the reply failed (it did not validate and is re-asked, it was cut
     off by the token limit, the request failed mid-stream). The deltas since the last `PartialDiscarded`
     of the round (or its start) are to be dropped; the next ones start afresh."""

@@ -42,6 +42,7 @@ from agentkit._events import (
     RoundStarted,
     ToolCallStarted,
     ToolResultReturned,
+    status_label,
 )
 from agentkit._grants import Grant, Grants, grant_actor
 from agentkit._invoke import Invocation, invoke, missing_tier
@@ -228,6 +229,8 @@ class _Run:
             return
         self.cost += cost
         self.largest_round_cost = max(self.largest_round_cost, cost)
+        self.repeated: PriorCall[Any] | None = None
+        """The call that repeated an earlier one and ended the run in a stalemate (its closing round names it)."""
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -346,11 +349,15 @@ class _Run:
             ) from wrong
 
     async def infos(
-        self, round: int, *, closing: bool = False
+        self, round: int, *, closing: Ending | None = None
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | Ending:
         """The round's info for the executor and for the observers (`Views.infos`); the run's deadline
-        bounds a summarizer too."""
-        infos = await self.views.infos(round, closing=closing, deadline=self.remaining())
+        bounds a summarizer too. A closing round's (`closing`: the tools' ending) says why the tools stopped."""
+        why = None if closing is None else closing.reason
+        repeated = self.repeated if why is StopReason.DEGENERATION else None
+        infos = await self.views.infos(
+            round, closing=closing is not None, deadline=self.remaining(), closed_by=why, repeated=repeated
+        )
         if not isinstance(infos, tuple):
             self.session.usage += self.views.take_summary_usage()  # no round follows to carry it
         if isinstance(infos, SummaryCutOff):
@@ -431,6 +438,8 @@ class _Run:
                 self.views.called(told, ran=False, args=entry.args)
                 return "refused"
             self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
+            earlier = self.views.recent_rounds[index]
+            self.repeated = PriorCall(round=this.round, tool_name=tool.name, args=args, repeats=earlier)
             return Ending(Outcome.STALEMATE, StopReason.DEGENERATION)
         self.views.counted(tool.name, args, this.round)
         return None
@@ -490,8 +499,17 @@ class _Run:
         if self.session.observers:
             # Observers get their own copy: nothing they do can change the call that runs.
             event_args = owned(args)
+            count = self.views.calls_of[tool.name] + 1
             self.session.emit(
-                ToolCallStarted(run_id=run_id, round=this.round, tool_name=tool.name, tier=tier, args=event_args)
+                ToolCallStarted(
+                    run_id=run_id,
+                    round=this.round,
+                    tool_name=tool.name,
+                    tier=tier,
+                    args=event_args,
+                    count=count,
+                    label=status_label(tool.name, count),
+                )
             )
             if self.session.wrappers:
                 around = wrapping(
@@ -566,7 +584,7 @@ class _Run:
         if self.box.step_for(self.views.executed, self.views.items, closing=True) is None:
             return self.finish(ending)  # too few calls ran, or nothing to cite: no answer can be asked for
         round = self.rounds + 1
-        if isinstance(infos := await self.infos(round, closing=True), Ending):
+        if isinstance(infos := await self.infos(round, closing=ending), Ending):
             return self.finish(ending)  # the summarizer failed or ran past the deadline: the tools' ending stands
         self.rounds = round
         shown, watched = infos

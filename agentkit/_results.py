@@ -1,6 +1,7 @@
 """What the loops return: results, round records and token usage."""
 
-from __future__ import annotations
+# Annotations are evaluated, not postponed: pydantic reads `RunEnding`'s (its JSON form in `RunFinished`) where
+# its module is reported as `agentkit`, which does not hold the names they use.
 
 import functools
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from typing_extensions import TypeVar as DefaultedTypeVar
 
 from agentkit._cites import resolve_citations
 from agentkit._config import LoopConfig
+from agentkit._jsonform import JsonError
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint
 from agentkit._tiers import Tier
@@ -21,7 +23,6 @@ if TYPE_CHECKING:
     from typing import Self
 
     from agentkit._proposals import ProposedAction
-    from agentkit.errors import AgentkitError
 
 __all__ = ["RoundRecord", "RunEnding", "TieredLoopResult", "ToolLoopResult", "Usage"]
 """`Usage` is defined in `agentkit._usage` (the state and the model seam need it without the results)."""
@@ -86,7 +87,7 @@ class RunEnding:
     """What the run produced."""
     stop_reason: StopReason
     """Why the run ended."""
-    error: AgentkitError | None = None
+    error: JsonError | None = None
     """Set exactly when `outcome` is `Outcome.ERROR`."""
     usage: Usage = field(default_factory=Usage)
     """Model usage summed over the run, every attempt (retries and fallback) included."""
@@ -98,7 +99,7 @@ class RunEnding:
     run_id: str = ""
     """A unique id for the run, as carried by its observer events (and stamped on its proposals)."""
 
-    def raise_for_error(self) -> Self:
+    def raise_for_error(self) -> "Self":
         """Raise `error` if the run ended in error; otherwise return the result itself."""
         if self.error is not None:
             raise self.error
@@ -136,5 +137,5 @@ class ToolLoopResult(RunEnding, Generic[R, Answer]):
 class TieredLoopResult(ToolLoopResult[R, Answer], Generic[Args, R, Answer]):
     """The ending of `run_tool_loop_tiered`: a `ToolLoopResult` plus the proposals."""
 
-    proposed: list[ProposedAction[Args]] = field(default_factory=list)
+    proposed: "list[ProposedAction[Args]]" = field(default_factory=list)
     """Calls above the autonomy ceiling, in the order the executor made them; none ran."""

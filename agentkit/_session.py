@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
 from agentkit._deltas import Deltas, listening
-from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
+from agentkit._events import Continued, Event, LLMCallFinished, RoundStarted, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
 from agentkit._media import media_digests, part_digest
 from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
@@ -155,6 +155,10 @@ class RunSession:
         self._settings: dict[str, Any] = {name: getattr(role, name) for name in _ROLE_FIELDS}
         """The role's part of every request (a request is the role plus the prompt)."""
         self._start: RunStarted | None = None
+        self._seq = 0
+        """The number the next event gets (`EventBase.seq`)."""
+        self._round = 0
+        """The last round an event of the run started (a `RunAborted` says it)."""
         if observers:
             self._start = RunStarted(
                 run_id=self.run_id,
@@ -175,16 +179,21 @@ class RunSession:
     async def __aexit__(
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
-        if error is not None:
-            self.emit(RunAborted(run_id=self.run_id, error=error))
+        if error is not None and self.observers:
+            self.emit(RunAborted(run_id=self.run_id, error=error, round=self._round))
         if self.observers:
             # Awaited after the end (or abort) was delivered, so an observer's record of the run (a
             # journal write) is complete when the run returns, without blocking the event loop.
             await settle(self.observers, self.run_id)
 
     def emit(self, event: Event) -> None:
-        """Deliver `event` to the observers (a no-op without them)."""
+        """Deliver `event` to the observers, numbered (`seq`) in the order they get it; a no-op without them."""
         if self.observers:
+            if self._seq:
+                event = dataclasses.replace(event, seq=self._seq)
+            self._seq += 1
+            if isinstance(event, RoundStarted):
+                self._round = event.info.round
             dispatch(self.observers, event)
 
     def traceparent(self) -> str | None:

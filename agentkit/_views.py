@@ -4,6 +4,8 @@ window, the repeat window and the items; built from the state's entries and kept
 from __future__ import annotations
 
 import copy
+import dataclasses
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +17,7 @@ from agentkit._codec import Codec, decoded_args, decoded_batch
 from agentkit._config import LoopConfig
 from agentkit._context import Omitted, SummaryCutOff, Window
 from agentkit._copy import owned
+from agentkit._outcome import StopReason
 from agentkit._proposals import CallSeen, Evidence, ProposedAction, call_digest, task_text, text_digest
 from agentkit._session import executor_failed
 from agentkit._state import Progress
@@ -92,15 +95,26 @@ class View:
             self.proposals.append(proposal.model_copy(deep=True))
 
     def info(
-        self, round: int, max_rounds: int | None, start: int, omitted: Omitted, *, closing: bool = False
+        self,
+        round: int,
+        max_rounds: int | None,
+        start: int,
+        omitted: Omitted,
+        *,
+        closing: bool = False,
+        closed_by: StopReason | None = None,
+        repeated: PriorCall[Any] | None = None,
     ) -> ToolRoundInfo[Any]:
-        """The round's info, showing the calls from `start` on (`LoopConfig.context`)."""
+        """The round's info, showing the calls from `start` on (`LoopConfig.context`); a closing round's says
+        why the tools stopped (`closed_by`, and the `repeated` call of a stalemate)."""
         first = self.results_before[start] if start < len(self.calls) else len(self.results)
         return ToolRoundInfo(
             round=round,
             max_rounds=max_rounds,
             is_final_round=closing or round == max_rounds,
             closing_round=closing,
+            closed_by=closed_by,
+            repeated=repeated,
             prior_results=tuple(self.results[first:]),
             prior_calls=tuple(self.calls[start:]),
             proposals=tuple(self.proposals),
@@ -144,6 +158,9 @@ class Views:
         text of its args, from which `evidence` takes its `call_digest` (only a proposal's evidence reads it)."""
         self.seen: list[CallSeen] = []
         """The calls of `evidence` so far (each made once, by the first proposal after it)."""
+        self.calls_of: Counter[str] = Counter()
+        """How many calls of each tool the run has made (run, retried, proposed or refused), its earlier legs'
+        included (`ToolCallStarted.count`)."""
 
     def load(self, progress: Progress) -> None:
         """The views, the items, the repeat window and the context window, from what the state's entries add up to."""
@@ -199,6 +216,7 @@ class Views:
         `args` the state's text of its args, which its digest is taken from where it can be.
         """
         tool, batch = call.tool_name, call.batch
+        self.calls_of[tool] += 1
         self.named.append((None if proposal is None else proposal.digest, args))
         self.shown.add(call, ran=ran, proposal=proposal, batch=_owned(self.codec, tool, batch, kept) if batch else ())
         self.window.add(call)
@@ -225,7 +243,13 @@ class Views:
         return usage
 
     async def infos(
-        self, round: int, *, closing: bool = False, deadline: float | None = None
+        self,
+        round: int,
+        *,
+        closing: bool = False,
+        deadline: float | None = None,
+        closed_by: StopReason | None = None,
+        repeated: PriorCall[Any] | None = None,
     ) -> tuple[ToolRoundInfo[Any], ToolRoundInfo[Any] | None] | ExecutorError | SummaryCutOff:
         """The round's info for the executor and for the observers, bounded by `LoopConfig.context`; the
         error of a summarizer that failed, or the `SummaryCutOff` of one the run's `deadline` left behind."""
@@ -250,10 +274,13 @@ class Views:
         ceiling = self.config.max_rounds
         watched = None
         if self.watched is not None:
-            watched = self.watched.info(round, ceiling, start, omitted, closing=closing)
+            watched = self.watched.info(round, ceiling, start, omitted, closing=closing, closed_by=closed_by)
         elif self.observers:
-            watched = UNSEEN.info(round, ceiling, 0, omitted, closing=closing)
-        return self.shown.info(round, ceiling, start, omitted, closing=closing), watched
+            watched = UNSEEN.info(round, ceiling, 0, omitted, closing=closing, closed_by=closed_by)
+        if watched is not None and repeated is not None:
+            watched = dataclasses.replace(watched, repeated=_own(repeated))  # the observers' own copy
+        shown = self.shown.info(round, ceiling, start, omitted, closing=closing, closed_by=closed_by, repeated=repeated)
+        return shown, watched
 
 
 def _digest(tool: str, args: BaseModel, digest: str | None, text: str | None) -> str:

@@ -33,7 +33,8 @@ AgentkitError                   root of every agentkit error; `usage` is what th
 │   ├── OutcomeNotRecorded      the tool ran, once; its outcome could not be recorded (never run it again)
 │   └── RunClaimed              another live process holds the run (it runs, or resumes it); nothing ran
 ├── McpServerError              an MCP server failed, hung, or changed a tool after it was wired
-└── RunEnded                    a durable run ended before the status waited for (`wait_for`)
+├── RunEnded                    a durable run ended before the status waited for (`wait_for`)
+└── ReportedError               an error read back from an event's JSON form: its class name and message
 
 ToolRetry                       not an error: a tool's signal that the call was wrong (see below)
 ```
@@ -73,6 +74,7 @@ __all__ = [
     "ProgramError",
     "ProviderError",
     "ReplayDiverged",
+    "ReportedError",
     "ResumeRefused",
     "RunClaimed",
     "RunEnded",
@@ -395,3 +397,13 @@ class RunEnded(AgentkitError):
         self.status = status
         """Where it stands: a `RunStatus` value (`finished`, `failed`, `refused`), or Temporal's own
         status of a run closed otherwise (`timed_out`, `terminated`, `canceled`)."""
+
+
+class ReportedError(AgentkitError):
+    """An error read back from an event's JSON form (`agentkit.events.parse_event`): the class name and
+    message the run's process wrote; the exception itself stays in that process."""
+
+    def __init__(self, message: str, *, type_name: str) -> None:
+        super().__init__(message)
+        self.type_name = type_name
+        """The class name of the error as raised (`ToolError`, `CancelledError`, ...)."""

@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from agentkit._agent import PriorCall, Prompt, ToolRoundInfo
 from agentkit._media import DocumentMediaType, DocumentPart, ImageMediaType, ImagePart, PromptPart
+from agentkit._outcome import StopReason
 from agentkit._proposals import ProposedAction, call_digest
 from agentkit._tools import AnyTool
 from agentkit.errors import UsageError
@@ -68,9 +69,14 @@ _FINAL_ROUND = (
     "true. Otherwise make the one call most likely to complete it; you will not see its results."
 )
 _CLOSING_ROUND = (
-    "The tools are done: no more calls can be made. Reply with done set to true and the answer, "
-    "taken from the results above only."
+    "Reply with done set to true and the answer, taken from the results above only. In the rationale, say what "
+    "the results above do not establish (the gaps), if anything."
 )
+_CLOSED_BY = {
+    StopReason.ROUND_CEILING: "The tools are done: the round limit is reached, so no more calls can be made.",
+    StopReason.BUDGET_EXHAUSTED: "The tools are done: the budget is spent, so no more calls can be made.",
+}
+"""Why the closing round's tools stopped, in its words (a stalemate names the call that repeated)."""
 _NEXT_ROUND = "Reflect on the results above, then reply with your next step."
 _FIRST_ROUND = (
     "Nothing is known yet, so unless the request needs no tool, call one (done: false). Reply with your first step."
@@ -123,7 +129,7 @@ def reflective_prompt(
     show = _showing_media(render_item or _default_item, shown)
     earlier = _earlier_calls(info, show)
     waiting = _unlisted_proposals(info)
-    closing = _CLOSING_ROUND if info.closing_round else _closing(info.is_final_round, bool(earlier or waiting), check)
+    closing = _closed(info) if info.closing_round else _closing(info.is_final_round, bool(earlier or waiting), check)
     dynamic = _round_text(request, earlier, waiting=waiting, budget=_budget_line(info), closing=closing)
     if shown:
         return Prompt(system="\n\n".join(system), parts=_with_media(dynamic, shown))
@@ -224,6 +230,20 @@ def _with_media(text: str, shown: Sequence[ImagePart | DocumentPart]) -> tuple[P
     for media, piece in zip(shown, pieces[1:], strict=True):
         parts += [media, piece]
     return tuple(parts)
+
+
+def _closed(info: ToolRoundInfo[Any]) -> str:
+    """The closing round's instruction: why the tools stopped (the call that repeated, named), then what to reply."""
+    repeated = info.repeated
+    if info.closed_by is StopReason.DEGENERATION and repeated is not None:
+        call = f"{repeated.tool_name} {_compact(_args_of(repeated.args))}"
+        earlier = "" if repeated.repeats is None else f" of round {repeated.repeats}"
+        why = f"The tools are done: the call {call} repeated the call{earlier}, so no more calls can be made."
+    elif info.closed_by is not None and info.closed_by in _CLOSED_BY:
+        why = _CLOSED_BY[info.closed_by]
+    else:
+        why = "The tools are done: no more calls can be made."
+    return f"{why} {_CLOSING_ROUND}"
 
 
 def _closing(final: bool, has_results: bool, check: str | None) -> str:

@@ -281,6 +281,26 @@ def fake_server(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", measured(results, files[0])])
 
 
+def sse_first_event(files: Sequence[str]) -> str:
+    """The model server's first byte to the first `RationaleDelta` a browser's `EventSource` gets (`agentkit.web`)."""
+    results = load(files[0])
+    lines = [
+        "| client | runs | median ms | p90 ms | fastest ms | slowest ms |",
+        "|---|---|---|---|---|---|",
+        _row(
+            [
+                results["client"],
+                len(results["samples_ms"]),
+                _num(results["median_ms"]),
+                _num(results["p90_ms"]),
+                _num(results["min_ms"]),
+                _num(results["max_ms"]),
+            ]
+        ),
+    ]
+    return "\n".join([*lines, "", measured(results, files[0])])
+
+
 def streaming(files: Sequence[str]) -> str:
     """The client CPU of a streamed round against a non-streamed one, per chunk size (`benchmarks.streaming_round`)."""
     results = load(files[0])
@@ -594,6 +614,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "loop-alone": loop_alone,
     "imports": imports,
     "fake-server": fake_server,
+    "sse-first-event": sse_first_event,
     "streaming": streaming,
     "prompt-tokens": prompt_tokens,
     "schema-bytes": schema_bytes,

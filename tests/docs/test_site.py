@@ -50,6 +50,7 @@ PUBLIC_MODULES = (
     "agentkit.prompting",
     "agentkit.decisions",
     "agentkit.evals",
+    "agentkit.web",
 )
 DIRECTIVE = re.compile(r"^::: (?P<module>[\w.]+)\s*$", re.MULTILINE)
 API_PAGES = sorted(API_DIR.glob("*.md"))

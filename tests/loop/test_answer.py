@@ -296,7 +296,7 @@ def test_reflective_prompt_asks_for_the_answer_in_the_closing_round() -> None:
     """The prompt helper's closing round says no call can be made and asks for the answer."""
     info: ToolRoundInfo[str] = ToolRoundInfo(round=3, max_rounds=2, is_final_round=True, closing_round=True)
     dynamic = reflective_prompt("Answer questions.", "q", info, check="If enough, set done to true.").dynamic
-    assert dynamic.endswith("taken from the results above only.")
+    assert "taken from the results above only." in dynamic
     assert "no more calls" in dynamic
 
 

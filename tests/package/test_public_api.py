@@ -30,7 +30,7 @@ TOP_LEVEL = {
 
 PUBLIC_MODULES = {
     "decisions", "errors", "evals", "events", "journal", "mcp", "otel", "program", "prompting", "providers", "temporal",
-    "testing",
+    "testing", "web",
 }  # fmt: skip
 
 DESIGNED = {
@@ -51,6 +51,7 @@ DESIGNED = {
     "agentkit.journal": ["Journal", "JournalError", "JournalObserver", "open_journal"],
     "agentkit.temporal": ["DurableAgent", "DurableRuns"],
     "agentkit.mcp": ["McpTool", "connect_stdio"],
+    "agentkit.events": ["EVENT_SCHEMA"],
 }  # fmt: skip
 """Names ../shared/DESIGN.md fixes, where its contract puts them (the top level, or the module it names)."""
 

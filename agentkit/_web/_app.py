@@ -1,0 +1,183 @@
+"""The SSE app: a run's events as Server-Sent Events, a page that shows them, and runs started over HTTP.
+
+Routes:
+
+- `GET /runs/{run_id}/events`: the run's events (`RunFeed`), one SSE message each: `id:` its number in the
+  run, `data:` its JSON form. A reconnecting client's `Last-Event-ID` header (or `?after=N`) resumes after
+  that event, so nothing is lost or repeated; once the run ended and every event was sent, a reconnect gets
+  `204 No Content`, which tells an `EventSource` to stop.
+- `GET /runs/{run_id}`: a page that follows the run in the browser (its script reads the events above).
+- `POST /runs` (when the app was given `start`): starts a run from the request's JSON body; answers
+  `201` with the run's id and where its events and page are.
+
+sse-starlette writes the stream (framing, keep-alive pings, the client going away); the app decides what
+is sent from where.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+from pydantic import JsonValue
+from sse_starlette import EventSourceResponse, ServerSentEvent
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from agentkit._events import Event, RunStarted
+from agentkit._observe import Observer
+from agentkit._web._feed import RunFeed
+
+__all__ = ["RETRY_MS", "Start", "create_app"]
+
+Start = Callable[[JsonValue, Observer], Awaitable[object]]
+"""How the app starts a run: `start(body, observer)` runs it with `observer` (the feed, and what the app needs
+to learn the run's id) given as its observer, from the JSON `body` a `POST /runs` sent."""
+
+RETRY_MS: int = 1000
+"""How long a client waits before it reconnects (sent as the stream's `retry:`)."""
+
+_STATIC = {"watch.js": "text/javascript", "watch.css": "text/css"}
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
+def create_app(feed: RunFeed, *, start: Start | None = None, ping: float = 15.0) -> Starlette:
+    """The ASGI app that serves the runs `feed` observes as Server-Sent Events (see the module docstring).
+
+    Args:
+        feed: The runs' events: give the same `RunFeed` to each run as its observer.
+        start: How `POST /runs` starts a run; without it, the app only follows runs started elsewhere
+            (on the same event loop: the app's server's).
+        ping: Seconds between keep-alive comments on a quiet stream.
+    """
+    app = _Routes(feed, start, ping)
+    routes = [
+        Route("/runs/{run_id}/events", app.events),
+        Route("/runs/{run_id}", app.page),
+        Route("/static/{name}", app.static),
+    ]
+    if start is not None:
+        routes.append(Route("/runs", app.begin, methods=["POST"]))
+    return Starlette(routes=routes)
+
+
+class _Routes:
+    def __init__(self, feed: RunFeed, start: Start | None, ping: float) -> None:
+        self.feed, self.start, self.ping = feed, start, ping
+        self.tasks: set[asyncio.Task[object]] = set()
+        """The runs `POST /runs` started (held, so that none is collected while it runs)."""
+
+    async def events(self, request: Request) -> Response:
+        run_id, feed = request.path_params["run_id"], self.feed
+        if run_id not in feed:
+            return PlainTextResponse(f"no run {run_id!r} here", status_code=404)
+        after = _after(request)
+        if after is None:
+            return PlainTextResponse("Last-Event-ID (or ?after=) is an event number: a whole number", 400)
+        if feed.ended(run_id) and after >= feed.count(run_id) - 1:
+            return Response(status_code=204)  # all sent: an EventSource stops reconnecting on 204
+        return EventSourceResponse(_stream(feed, run_id, after), ping=self.ping, headers=_HEADERS)
+
+    async def page(self, request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        if run_id not in self.feed:
+            return PlainTextResponse(f"no run {run_id!r} here", status_code=404)
+        return HTMLResponse(_page(run_id), headers=_HEADERS)
+
+    async def static(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in _STATIC:
+            return PlainTextResponse("not found", status_code=404)
+        text = resources.files("agentkit._web").joinpath("static", name).read_text(encoding="utf-8")
+        return Response(text, media_type=_STATIC[name], headers=_HEADERS)
+
+    async def begin(self, request: Request) -> Response:
+        assert self.start is not None
+        try:
+            body: JsonValue = json.loads(await request.body() or b"null")
+        except ValueError:
+            return PlainTextResponse("the body is not JSON", status_code=400)
+        first = _FirstRun(self.feed)
+        task: asyncio.Task[object] = asyncio.create_task(_run(self.start, body, first), name="agentkit-web-run")
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        waiting: list[asyncio.Future[Any]] = [first.started, task]
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not first.started.done() or first.started.cancelled():  # the run ended (or raised) before it started
+            error = None if not task.done() or task.cancelled() else task.exception()
+            return PlainTextResponse(f"the run did not start: {error!r}", status_code=500)
+        run_id = first.started.result()
+        links = {"run_id": run_id, "events": f"runs/{run_id}/events", "page": f"runs/{run_id}"}
+        return JSONResponse(links, status_code=201, headers={"Location": f"runs/{run_id}"})
+
+
+async def _run(start: Start, body: JsonValue, observer: _FirstRun) -> object:
+    try:
+        return await start(body, observer)
+    finally:
+        if not observer.started.done():
+            observer.started.cancel()
+
+
+class _FirstRun(Observer):
+    """The feed, plus the id of the first run it sees start (what `POST /runs` answers with)."""
+
+    def __init__(self, feed: RunFeed) -> None:
+        self.feed = feed
+        self.started: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+
+    def on_event(self, event: Event) -> None:
+        self.feed.on_event(event)
+        if isinstance(event, RunStarted) and not self.started.done():
+            self.started.set_result(event.run_id)
+
+
+async def _stream(feed: RunFeed, run_id: str, after: int) -> AsyncIterator[ServerSentEvent]:
+    first = True
+    async for number, text in feed.events(run_id, after=after):
+        yield ServerSentEvent(text, id=str(number), retry=RETRY_MS if first else None)
+        first = False
+
+
+def _after(request: Request) -> int | None:
+    """The last event the client has (`-1`: none yet); `None` when what it sent is not a number."""
+    given = request.headers.get("last-event-id") or request.query_params.get("after")
+    if given is None or given == "":
+        return -1
+    try:
+        after = int(given)
+    except ValueError:
+        return None
+    return after if after >= -1 else None
+
+
+def _page(run_id: str) -> str:
+    return _PAGE.format(run=html.escape(run_id, quote=True))
+
+
+_PAGE = """<!doctype html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>agentkit run {run}</title>
+<link rel="stylesheet" href="../static/watch.css">
+<script src="../static/watch.js" defer></script>
+</head>
+<body data-run="{run}">
+<header><h1>Run <code id="run-id"></code></h1><p id="status" class="status">connecting</p></header>
+<main id="rounds"></main>
+<section id="ending" hidden></section>
+</body>
+</html>
+"""

@@ -1,0 +1,98 @@
+"""The SSE app over HTTP: a run's events as Server-Sent Events with ids, resumed from Last-Event-ID."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx2 as httpx
+import pytest
+
+from agentkit.events import parse_event
+from tests.web.support import WAIT, WebServer, read_stream
+
+pytest.importorskip("sse_starlette", reason="the web extra is not installed")
+
+
+@pytest.fixture
+def server() -> Iterator[WebServer]:
+    with WebServer() as running:
+        yield running
+
+
+def _finished(server: WebServer) -> str:
+    run_id = server.start()
+    server.release()
+    assert read_stream(server.base, f"/runs/{run_id}/events")[0] == 200
+    assert server.ended(run_id)
+    return run_id
+
+
+def test_a_run_is_served_as_server_sent_events_numbered_from_zero(server: WebServer) -> None:
+    """Every event of a run comes as one message whose id is its number and whose data is its JSON form,
+    from run_start to run_end; the stream ends with the run."""
+    run_id = _finished(server)
+    status, messages = read_stream(server.base, f"/runs/{run_id}/events")
+    assert status == 200
+    assert [id for id, _ in messages] == [str(n) for n in range(server.count(run_id))]
+    kinds = [parse_event(data).kind for _, data in messages]
+    assert kinds[0] == "run_start"
+    assert kinds[-1] == "run_end"
+    assert {"tool_call", "tool_result", "proposal"} <= set(kinds)
+    assert all(json.loads(data)["run_id"] == run_id for _, data in messages)
+
+
+def test_a_reconnect_with_last_event_id_goes_on_after_that_event(server: WebServer) -> None:
+    """A client that reconnects with Last-Event-ID gets exactly the events after it: none lost, none twice."""
+    run_id = _finished(server)
+    _, everything = read_stream(server.base, f"/runs/{run_id}/events")
+    _, rest = read_stream(server.base, f"/runs/{run_id}/events", last_event_id="3")
+    assert rest == everything[4:]
+
+
+def test_a_reconnect_after_the_last_event_of_an_ended_run_gets_no_content(server: WebServer) -> None:
+    """Once a run ended and the client has its last event, a reconnect is answered 204, which stops an
+    EventSource from reconnecting again."""
+    run_id = _finished(server)
+    last = str(server.count(run_id) - 1)
+    status, messages = read_stream(server.base, f"/runs/{run_id}/events", last_event_id=last)
+    assert (status, messages) == (204, [])
+
+
+def test_a_stream_follows_a_run_while_it_runs(server: WebServer) -> None:
+    """A client connected while the run waits in its tool gets the rest of the events as they happen."""
+    run_id = server.start()
+    with (
+        httpx.Client(base_url=server.base, timeout=WAIT) as client,
+        client.stream("GET", f"/runs/{run_id}/events") as reply,
+    ):
+        lines = reply.iter_lines()
+        seen: list[str] = []
+        for line in lines:
+            if line.startswith("data:"):
+                seen.append(parse_event(line.removeprefix("data:").strip()).kind)
+                if seen[-1] == "tool_call":
+                    break
+        assert not server.ended(run_id)
+        server.release()
+        for line in lines:
+            if line.startswith("data:"):
+                seen.append(parse_event(line.removeprefix("data:").strip()).kind)
+    assert seen[0] == "run_start"
+    assert seen[-1] == "run_end"
+    assert "tool_result" in seen
+
+
+def test_unknown_runs_and_bad_event_ids_are_refused(server: WebServer) -> None:
+    """A run the feed never saw is 404; a Last-Event-ID that is not a number is 400."""
+    run_id = _finished(server)
+    assert read_stream(server.base, "/runs/nope/events")[0] == 404
+    assert read_stream(server.base, f"/runs/{run_id}/events", last_event_id="x")[0] == 400
+    with httpx.Client(base_url=server.base) as client:
+        assert client.get("/runs/nope").status_code == 404
+        page = client.get(f"/runs/{run_id}")
+        assert page.status_code == 200
+        assert "script-src" not in page.headers["content-security-policy"]
+        assert "default-src 'self'" in page.headers["content-security-policy"]
+        assert client.get("/static/watch.js").headers["content-type"].startswith("text/javascript")
+        assert client.get("/static/../web.py").status_code == 404
