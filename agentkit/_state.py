@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from agentkit._cache import kept_on, value_cache
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
@@ -172,6 +172,18 @@ class CheckpointConfig(BaseModel):
     retry: dict[str, float]
     context: CheckpointContext | None = None
     """The run's `ContextWindow`; `None`: the executor was shown every earlier call."""
+    max_calls_per_step: int = 1
+    max_parallel_calls: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without the fields of several calls per step at their defaults: a state of a one-call run is written,
+        and its header digested, as before they existed."""
+        dumped: dict[str, Any] = handler(self)
+        for name, default in _CALLS_DEFAULTS:
+            if dumped.get(name, default) == default:
+                dumped.pop(name, None)
+        return dumped
 
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
@@ -184,6 +196,9 @@ class CheckpointConfig(BaseModel):
         retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
         context = None if self.context is None else self.context.rebuild(summarize)
         return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
+
+
+_CALLS_DEFAULTS = (("max_calls_per_step", 1), ("max_parallel_calls", None))
 
 
 @value_cache(maxsize=64)
@@ -258,6 +273,10 @@ class RoundEntry(BaseModel):
     tool_seconds: float = 0.0
     elapsed: float = 0.0
     """The run's time so far (every leg), at this entry: the deadline goes on from it."""
+    position: int | None = None
+    """In a step of several calls (`LoopConfig.max_calls_per_step`): this call's place in the step, from 0. The
+    calls are recorded as each finishes and read back in the step's order. `None` for a one-call step; left out
+    of the digest then, as rounds were digested before it existed."""
     trace: str | None = None
     """The W3C `traceparent` of the round's span, from a tracing observer (`Observer.traceparent`), so
     that a later leg of the run, or a fork of it, links to it. Left out of the digest when `None`."""
@@ -329,6 +348,8 @@ class CallView:
     """The index of the entry that made the call."""
     amended: tuple[str, ...] = ()
     """The args fields an approver changed before the call ran (`args` are then the amended ones)."""
+    position: int = 0
+    """The call's place in its step (`RoundEntry.position`; 0 for a one-call step)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -360,6 +381,7 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
     """Each undecided proposal by (round, digest): its index in `calls`, and its entry."""
     rounds = requests = input_tokens = output_tokens = largest = refusals = summarized = 0
     elapsed, summary, ended, answer = 0.0, None, None, None
+    placed = False
     for index, entry in enumerate(entries):
         ended, elapsed = None, entry.elapsed
         if isinstance(entry, EndEntry):
@@ -390,11 +412,16 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
                 answer = entry.answer
             view = call_of(entry, index)
             if view is not None:
+                placed = placed or view.position > 0
                 refusals += entry.outcome is RoundOutcome.REFUSED
                 if entry.outcome is RoundOutcome.PROPOSED:
                     assert entry.call_digest is not None
                     pending[(entry.round, entry.call_digest)] = (len(calls), entry)
                 calls.append(view)
+    if placed:
+        # A step's calls are recorded as each finishes; they are read in the step's order (a stable sort: the
+        # calls of one-call steps, each alone in its round, stay where they are).
+        calls.sort(key=_step_order)
     usage = Usage(requests=requests, input_tokens=input_tokens, output_tokens=output_tokens)
     return Progress(
         calls=tuple(calls),
@@ -432,7 +459,12 @@ def call_of(entry: RoundEntry, index: int) -> CallView | None:
         repeats=entry.repeats,
         counted=entry.outcome is not RoundOutcome.REFUSED,
         entry=index,
+        position=entry.position or 0,
     )
+
+
+def _step_order(call: CallView) -> tuple[int, int]:
+    return call.round, call.position
 
 
 class RunCheckpoint(BaseModel):
@@ -717,6 +749,7 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], too
 _UNDIGESTED = frozenset({"digest"})
 _UNTRACED = frozenset({"digest", "trace"})
 _UNAMENDED = frozenset({"args", "amended"})
+_UNPLACED = frozenset({"position"})
 
 
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
@@ -731,6 +764,8 @@ def _content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     """What `chained` digests of `entry`: `json_text` of its JSON dump, less its digest (and what it leaves out)."""
     untraced = isinstance(entry, RoundEntry) and entry.trace is None
     exclude = _UNTRACED if untraced else _UNDIGESTED
+    if isinstance(entry, RoundEntry) and entry.position is None:
+        exclude = exclude | _UNPLACED  # a call of a one-call step digests as calls did before steps of several
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude = exclude | _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
     fast = _fast_content(entry, exclude)
@@ -825,6 +860,7 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "llm_seconds": _real,
         "tool_seconds": _real,
         "elapsed": _real,
+        "position": _whole,
         "trace": _plain_text,
         "digest": _plain_text,
     }

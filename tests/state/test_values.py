@@ -121,6 +121,8 @@ def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     exclude = {"digest"}
     if isinstance(entry, RoundEntry) and entry.trace is None:
         exclude.add("trace")
+    if isinstance(entry, RoundEntry) and entry.position is None:
+        exclude.add("position")
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude |= {"args", "amended"}
     return json_text(entry.model_dump(mode="json", exclude=exclude))
