@@ -148,7 +148,9 @@ async def _run_live(run: _Run, live: Sequence[_Live]) -> Ending | None:
                 return endings[0]
         return None
     finally:
-        for task in waiting:
+        # In the step's order, not the set's: on Temporal each cancellation is a command of the workflow's history.
+        still = [task for task in tasks if task in waiting]
+        for task in still:
             task.cancel()
-        if waiting:
-            await asyncio.gather(*waiting, return_exceptions=True)
+        if still:
+            await asyncio.gather(*still, return_exceptions=True)
