@@ -472,9 +472,8 @@ class _Run:
                 ToolCallStarted(run_id=run_id, round=this.round, tool_name=tool.name, tier=tier, args=event_args)
             )
             if self.session.wrappers:
-                around = wrapping(
-                    self.session.wrappers, ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args)
-                )
+                invoked = ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args, position=this.position)
+                around = wrapping(self.session.wrappers, invoked)
         outcome = await invoke(tool, args, ctx=self.ctx, limit=self.tool_limit(), around=around)
         encoded = None
         if outcome.ran:

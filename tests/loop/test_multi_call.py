@@ -277,3 +277,29 @@ async def test_no_gated_call_runs_without_its_approval_whatever_the_mix(
         assert sorted(RAN) == sorted({f"q{n}" for name, n in calls if name == "search"})
     wanted = {f"/p{n}" for name, n in calls if name == "delete"}
     assert {p.args.path for p in result.proposed} == wanted  # type: ignore[attr-defined]
+
+
+async def test_a_run_of_several_calls_per_step_replays_offline() -> None:
+    """A recorded run whose steps carry several calls (finished out of order) replays through ReplayCaller and
+    its stand-ins, each call played back with its own batch, and ends as the recording did."""
+    from agentkit.testing import ReplayCaller
+
+    release = asyncio.Event()
+
+    @tool(tier=Tier.READ_ONLY, name="search")
+    async def slow(args: Query) -> list[str]:
+        """Answer, the first call last."""
+        if args.query == "a":
+            await release.wait()
+        else:
+            release.set()
+        return [args.query.upper()]
+
+    step = calls_step(call_step(Query(query="a")), call_step(Query(query="b")), call_step(Query(query="retry")))
+    recorded = await run_tool_loop(ScriptedCaller([step, done_step()]), Executor[str](), slow, "q", several())
+    replay = ReplayCaller(recorded.checkpoint)
+    again = await run_tool_loop(replay, Executor[str](), replay.tools(slow), "q", several())
+    assert again.error is None, again.error
+    replay.assert_complete()
+    assert again.items == recorded.items == ["A", "B", "RETRY"]
+    assert (again.stop_reason, again.rounds, again.usage) == (recorded.stop_reason, 2, recorded.usage)
