@@ -388,11 +388,12 @@ def _build_calls_variant(calls: tuple[type[BaseModel], ...], most: int) -> type[
     # One variant for any mix of the tools: an array of 1..most calls, each one tool's (a bounded array, so
     # a constrained decoder cannot write more calls than the step may carry).
     names = "_".join(call.__name__ for call in calls)
+    items: Any = list[_union(*calls)]  # type: ignore[misc]  # a union built at run time
     model: type[BaseModel] = create_model(
         schema_name(f"StepCalls{most}_{names}"),
         __base__=_Wire,
         done=(Literal[False], ...),
-        calls=(list[_union(*calls)], Field(min_length=1, max_length=most)),
+        calls=(items, Field(min_length=1, max_length=most)),
     )
     return model
 

@@ -173,8 +173,8 @@ def worked_example(
     if answer is not None and then is not None:
         raise UsageError("worked_example: an answer goes with the done step, and `then` replaces it with a call")
     # The replies in the wire shape a constrained decoder writes (see agentkit._step).
+    made: list[BaseModel | Mapping[str, Any]] = [call] if isinstance(call, BaseModel | Mapping) else list(call)
     several = not isinstance(call, BaseModel | Mapping)
-    made: list[BaseModel | Mapping[str, Any]] = list(call) if several else [call]  # type: ignore[arg-type]  # a sequence here
     decided: dict[str, Any] = {"done": False, "call": _wire(made[0], tool)}
     if several:
         decided = {"done": False, "calls": [_wire(one, tool) for one in made]}

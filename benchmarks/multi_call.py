@@ -248,11 +248,29 @@ async def one_setting(caller: Any, model: str, max_calls: int) -> dict[str, Any]
 
 
 async def measure(
-    size: str, threads: int, settings: Sequence[int], request_seconds: float, out: Path | None
+    size: str, threads: int, settings: Sequence[int], request_seconds: float, out: Path | None, *, together: bool
 ) -> dict[str, Any]:
-    """Each setting in turn; with `out`, the results file is written again after each (a run cut short keeps
-    the settings it finished)."""
-    report: dict[str, Any] = {"model": size, "threads": threads, "settings": []}
+    """Each setting in turn, on one model server; `together`: all at once, each on a server of its own (on a
+    machine whose cores other work shares, each setting then gets its share of them). With `out`, the results
+    file is written again after each setting (a run cut short keeps the settings it finished)."""
+    report: dict[str, Any] = {"model": size, "threads": threads, "together": together, "settings": []}
+
+    finished: dict[int, dict[str, Any]] = {}
+
+    async def on_its_own(n: int) -> None:
+        async with LocalModel(MODELS[size], threads=threads) as local:
+            caller = local.caller(timeout=request_seconds)
+            try:
+                finished[n] = await one_setting(caller, local.model_name, n)
+            finally:
+                await caller.aclose()
+        report["settings"] = [finished[m] for m in settings if m in finished]
+        if out is not None:
+            write(report, out)
+
+    if together:
+        await asyncio.gather(*(on_its_own(n) for n in settings))
+        return report
     async with LocalModel(MODELS[size], threads=threads) as local:
         caller = local.caller(timeout=request_seconds)
         try:
@@ -289,9 +307,12 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--settings", type=int, nargs="+", default=[1, 3], help="max_calls_per_step values")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one model request may take")
+    parser.add_argument("--together", action="store_true", help="run the settings at once, a model server each")
     parser.add_argument("--out", type=Path, help="also write multi-call-<model>-<date>.json and .md here")
     args = parser.parse_args()
-    report = asyncio.run(measure(args.model, args.threads, args.settings, args.timeout, args.out))
+    report = asyncio.run(
+        measure(args.model, args.threads, args.settings, args.timeout, args.out, together=args.together)
+    )
     summary = [{k: v for k, v in setting.items() if k != "cases"} for setting in report["settings"]]
     print(json.dumps({k: v for k, v in report.items() if k != "settings"} | {"settings": summary}))
 

@@ -10,7 +10,7 @@ from datetime import timedelta
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentkit import AfterProposal, LoopConfig, RunCheckpoint, StopReason, Tier, tool
+from agentkit import AfterProposal, LoopConfig, RunCheckpoint, StopReason, Tier, Tool, tool
 from agentkit import run_tool_loop_tiered as tiered
 from agentkit.journal import Journal, JournalObserver, RunStatus
 from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
@@ -67,13 +67,13 @@ async def test_a_run_dead_mid_step_resumes_without_running_a_finished_call_again
     calls.clear()
     search = dying_free()
     again = ScriptedCaller([calls_step(*(call_step(Query(query=q), tool="search") for q in ("c", "d"))), done_step()])
-    result = await journal.resume(run_id, again, Executor[str](), [search, wipe], "c", config=config())
+    result = await journal.resume(run_id, again, Executor[str](), [search, wipe], "c")
     assert calls == ["c", "d"]
     assert result.items == [f"doc:{q}" for q in (*finished, "c", "d")]
     assert result.stop_reason is StopReason.EXECUTOR_DONE
 
 
-def dying_free() -> object:
+def dying_free() -> Tool[Query, str]:
     @tool(tier=Tier.READ_ONLY, name="search")
     def search(args: Query) -> list[str]:
         """Find documents."""
@@ -92,7 +92,7 @@ async def test_no_finished_call_reruns_after_a_crash_anywhere_in_a_step(journal:
     calls.clear()
     rest = [q for q in STEP if q not in finished]
     again = ScriptedCaller([calls_step(*(call_step(Query(query=q), tool="search") for q in rest)), done_step()])
-    result = await journal.resume(run_id, again, Executor[str](), [dying_free(), wipe], "c", config=config())
+    result = await journal.resume(run_id, again, Executor[str](), [dying_free(), wipe], "c")
     assert calls == rest
     assert sorted(result.items) == sorted(f"doc:{q}" for q in STEP)
     state: RunCheckpoint = result.checkpoint
@@ -137,3 +137,21 @@ async def test_after_proposal_continue_keeps_the_steps_other_calls(journal: Jour
     assert result.items == ["doc:b"]
     assert [p.tool_name for p in result.proposed] == ["wipe"]
     assert calls == ["b"]
+
+
+async def test_the_inbox_evidence_of_a_later_proposal_lists_every_call_of_a_step(journal: Journal) -> None:
+    """A proposal after a step of two searches carries both calls, in the step's order, in its evidence."""
+    calls.clear()
+    step = calls_step(call_step(Query(query="a"), tool="search"), call_step(Query(query="b"), tool="search"))
+    wiping = call_step(Target(path="/srv/z"), tool="wipe")
+    with JournalObserver(journal) as observer:
+        await tiered(
+            ScriptedCaller([step, wiping]), Executor[str](), [dying_free(), wipe], "c", config(), observer=observer
+        )
+    [pending] = await journal.pending()
+    assert pending.evidence is not None
+    assert [(seen.round, seen.tool_name, seen.ran) for seen in pending.evidence.calls] == [
+        (1, "search", True),
+        (1, "search", True),
+    ]
+    assert pending.evidence.rounds == (1,)

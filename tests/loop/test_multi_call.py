@@ -109,8 +109,8 @@ async def test_the_calls_of_one_step_run_and_their_results_keep_the_step_order()
     assert (result.stop_reason, result.rounds) == (StopReason.EXECUTOR_DONE, 2)
     assert result.items == ["A", "B", "C"]
     assert sorted(RAN) == ["a", "b", "c"]
-    assert [c.args.query for c in agent.infos[1].prior_calls] == ["a", "b", "c"]
-    assert [r.call.query for r in result.trace if r.call is not None] == ["a", "b", "c"]
+    assert [c.args.model_dump()["query"] for c in agent.infos[1].prior_calls] == ["a", "b", "c"]
+    assert [r.call.model_dump()["query"] for r in result.trace if r.call is not None] == ["a", "b", "c"]
 
 
 async def test_concurrent_calls_finish_out_of_order_and_are_read_back_in_step_order() -> None:
