@@ -19,19 +19,18 @@ finished. A proposal under `AfterProposal.STOP` ends the run after the live call
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from agentkit._outcome import StopReason
+from agentkit._outcome import Ending, StopReason
 from agentkit._toolbox import gate
 from agentkit._tools import Tool
 
 if TYPE_CHECKING:
-    from agentkit._loop import Ending, _Round, _Run
+    from agentkit._loop import _Round, _Run
     from agentkit._tiers import Tier
 
 __all__ = ["run_calls", "take_calls"]
@@ -50,8 +49,6 @@ class _Live:
 async def take_calls(run: _Run, this: _Round, calls: Sequence[BaseModel]) -> Ending | None:
     """The step's calls: one, as a one-call step's is taken (check for a repeat, gate by tier, dispatch), or
     several (`run_calls`); the ending of the run, if they end it."""
-    from agentkit._loop import Ending
-
     if run.box.max_calls > 1:
         return await run_calls(run, this, calls)
     tool, args = run.box.resolve(calls[0])
@@ -97,8 +94,6 @@ def _place(args: BaseModel | None, calls: Sequence[BaseModel]) -> int:
 
 
 async def _checked_and_run(run: _Run, this: _Round, calls: Sequence[BaseModel]) -> Ending | None:
-    from agentkit._loop import Ending
-
     live: list[_Live] = []
     stop: Ending | None = None
     for place, call in enumerate(calls):
@@ -129,6 +124,8 @@ async def _run_live(run: _Run, live: Sequence[_Live]) -> Ending | None:
     order among those through together, cancels the calls still running."""
     if not live:
         return None
+    import asyncio  # here: `import agentkit` stays light (tests/package)
+
     limit = asyncio.Semaphore(run.config.max_parallel_calls or len(live))
 
     async def one(call: _Live) -> Ending | None:

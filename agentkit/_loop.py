@@ -45,7 +45,7 @@ from agentkit._events import (
 from agentkit._grants import Grant, Grants, grant_actor
 from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, wants_checkpoints, wrapping
-from agentkit._outcome import Outcome, StopReason
+from agentkit._outcome import Ending, Outcome, StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._results import RoundRecord, TieredLoopResult
 from agentkit._session import Reply, RunSession, executor_failed
@@ -106,14 +106,6 @@ class Bound:
         if self.ask_grant is not None:
             return await self.ask_grant(proposal)
         return None if self.grants is None else self.grants.use(proposal)
-
-
-@dataclass(frozen=True, slots=True)
-class Ending:
-    outcome: Outcome | None
-    """`None`: decide by whether anything was gathered (APPLIED or SILENT)."""
-    reason: StopReason
-    error: AgentkitError | None = None
 
 
 @dataclass(frozen=True, slots=True)
