@@ -113,6 +113,16 @@ class LoopConfig:
     run streams when its own config (or caller) says so. `False` (the default) sends the request
     of a run that does not stream, byte for byte."""
 
+    max_calls_per_step: int = 1
+    """How many tool calls one step may carry. 1 (the default): a step is done or one call, its schema and
+    request bytes as they always were. Above 1, the call variant carries 1 to N calls, a bounded array in the
+    step schema (a constrained decoder cannot write more). Each call is checked on its own (tier, grants, the
+    repeat guard, counting the step's earlier calls), the calls that run live run concurrently, and their
+    results join the run in the step's order (docs/loops.md)."""
+    max_parallel_calls: int | None = None
+    """With `max_calls_per_step` above 1: how many of a step's calls run at once; `None` (the default): all
+    of them. Each call keeps its own `tool_timeout`."""
+
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
         whole_or_none("token_budget", self.token_budget, "an int >= 1 (tokens), or None for no budget")
@@ -122,6 +132,8 @@ class LoopConfig:
         whole_or_none("degeneration_window", self.degeneration_window, "an int >= 1", optional=False)
         whole_or_none("rationale_max_length", self.rationale_max_length, "an int >= 1 (characters), or None")
         whole_or_none("repeat_refusals", self.repeat_refusals, "an int >= 1", optional=False)
+        whole_or_none("max_calls_per_step", self.max_calls_per_step, "an int >= 1 (calls)", optional=False)
+        whole_or_none("max_parallel_calls", self.max_parallel_calls, "an int >= 1 (calls at once), or None for all")
         if isinstance(self.min_calls, bool) or not isinstance(self.min_calls, int) or self.min_calls < 0:
             raise UsageError(f"LoopConfig.min_calls must be an int >= 0; got {self.min_calls!r}")
         if self.max_rounds is not None and self.min_calls > self.max_rounds:

@@ -27,6 +27,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from agentkit._agent import PriorCall, ToolAgent, ToolRoundInfo
 from agentkit._cache import kept_on
+from agentkit._calls import take_calls
 from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
@@ -47,7 +48,7 @@ from agentkit._events import (
 from agentkit._grants import Grant, Grants, grant_actor
 from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, wants_checkpoints, wrapping
-from agentkit._outcome import Outcome, StopReason
+from agentkit._outcome import Ending, Outcome, StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._results import RoundRecord, TieredLoopResult
 from agentkit._session import Reply, RunSession, executor_failed
@@ -64,9 +65,9 @@ from agentkit._state import (
 from agentkit._step import ToolStep, step_answer
 from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
-from agentkit._toolbox import Toolbox, gate
+from agentkit._toolbox import Toolbox
 from agentkit._tools import Tool, declared_tier
-from agentkit._usage import usage_of_counts
+from agentkit._usage import Usage, usage_of_counts
 from agentkit._views import Views
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout
 
@@ -112,14 +113,6 @@ class Bound:
 
 
 @dataclass(frozen=True, slots=True)
-class Ending:
-    outcome: Outcome | None
-    """`None`: decide by whether anything was gathered (APPLIED or SILENT)."""
-    reason: StopReason
-    error: AgentkitError | None = None
-
-
-@dataclass(frozen=True, slots=True)
 class _Round:
     """One round's model call: what every entry of the round starts with."""
 
@@ -128,6 +121,8 @@ class _Round:
     schema: type[BaseModel]
     rationale: str = ""
     closing: bool = False
+    position: int | None = None
+    """In a step of several calls: the call's place in the step (`agentkit._calls`)."""
 
     def traced(self, entry: RoundEntry, args: BaseModel | None, batch_size: int) -> RoundRecord:
         """The round's record in the result's trace (its typed args, which the entry holds as JSON)."""
@@ -206,6 +201,13 @@ class _Run:
         """The observers that take the state at the end of each round (the journal's, to recover a crashed run)."""
         self.answer: Any = None
         self.answer_from_closing_round = False
+        self.repeated: PriorCall[Any] | None = None
+        """The call that repeated an earlier one and ended the run in a stalemate (its closing round names it)."""
+        self.charged = progress.rounds
+        """The last round whose reply's usage an entry carries: a step of several calls records its usage once."""
+        self.deferred: list[tuple[int, PriorCall[Any], dict[str, Any]]] | None = None
+        """While a step of several calls runs (`agentkit._calls`): its calls, to join the views in the step's
+        order once it is through (`show`); `None`: each joins at once."""
         self.cost: Decimal | None = None
         """What the run's rounds cost so far (`LoopConfig.prices`); `None` without prices or with a round unpriced."""
         self.largest_round_cost = Decimal(0)
@@ -229,8 +231,6 @@ class _Run:
             return
         self.cost += cost
         self.largest_round_cost = max(self.largest_round_cost, cost)
-        self.repeated: PriorCall[Any] | None = None
-        """The call that repeated an earlier one and ended the run in a stalemate (its closing round names it)."""
 
     def remaining(self) -> float | None:
         if self.config.deadline is None:
@@ -277,9 +277,13 @@ class _Run:
         answer: str | None = None,
         error: str | None = None,
     ) -> RoundEntry:
-        """Append the round's entry, and its record to the trace."""
+        """Append the round's entry, and its record to the trace. Of a step of several calls, the first entry
+        recorded carries the reply's usage and seconds; the others none."""
         reply, summarized = this.reply, self.views.take_summary()
         usage = reply.usage
+        charged = self.charged == this.round and this.position is not None
+        self.charged = this.round
+        counted = Usage() if charged else usage
         entry = made(
             RoundEntry,
             round=this.round,
@@ -296,14 +300,14 @@ class _Run:
             prompt=reply.prompt,
             schema_digest=schema_digest(this.schema),
             media=reply.media,
-            requests=usage.requests,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cached_input_tokens=usage.cached_input_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-            reasoning_tokens=usage.reasoning_tokens,
-            reasoning=reply.reasoning,
-            llm_seconds=reply.seconds,
+            requests=counted.requests,
+            input_tokens=counted.input_tokens,
+            output_tokens=counted.output_tokens,
+            cached_input_tokens=counted.cached_input_tokens,
+            cache_write_tokens=counted.cache_write_tokens,
+            reasoning_tokens=counted.reasoning_tokens,
+            reasoning=None if charged else reply.reasoning,
+            llm_seconds=0.0 if charged else reply.seconds,
             tool_seconds=tool_seconds,
             elapsed=self.elapsed(),
             observation=observation,
@@ -312,12 +316,21 @@ class _Run:
             call_digest=call_digest,
             answer=answer,
             error=error,
+            position=this.position,
             trace=self.session.traceparent() if self.session.tracers else None,
         )
         self.append(entry)
         self.priced(entry)
         self.trace.append(this.traced(entry, args, len(batch)))
         return entry
+
+    def show(self, this: _Round, call: PriorCall[Any], **how: Any) -> None:
+        """`call` joins the views (`Views.called` with `how`): at once, or in a step of several calls once the
+        step is through, in the step's order."""
+        if self.deferred is None or this.position is None:
+            self.views.called(call, **how)
+        else:
+            self.deferred.append((this.position, call, how))
 
     def no_tier(self) -> Ending | None:
         """A tool that declares no tier is refused before anything runs."""
@@ -435,7 +448,7 @@ class _Run:
                     observation=note,
                     repeats=earlier,
                 )
-                self.views.called(told, ran=False, args=entry.args)
+                self.show(this, told, ran=False, args=entry.args)
                 return "refused"
             self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
             earlier = self.views.recent_rounds[index]
@@ -486,7 +499,7 @@ class _Run:
         note: PriorCall[Any] = PriorCall(
             round=this.round, tool_name=tool.name, args=args, observation=PROPOSED_NOTE, proposed=True
         )
-        self.views.called(note, ran=False, proposal=proposal)
+        self.show(this, note, ran=False, proposal=proposal)
         if self.session.observers:
             self.session.emit(ProposalCaptured(run_id=self.session.run_id, proposal=proposal.model_copy(deep=True)))
         if self.config.after_proposal is AfterProposal.STOP:
@@ -512,9 +525,8 @@ class _Run:
                 )
             )
             if self.session.wrappers:
-                around = wrapping(
-                    self.session.wrappers, ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args)
-                )
+                invoked = ToolInvocation(run_id=run_id, round=this.round, tool=tool, args=args, position=this.position)
+                around = wrapping(self.session.wrappers, invoked)
         outcome = await invoke(tool, args, ctx=self.ctx, limit=self.tool_limit(), around=around)
         encoded = None
         if outcome.ran:
@@ -542,7 +554,7 @@ class _Run:
             prior = PriorCall(
                 round=this.round, tool_name=tool.name, args=args, batch=batch, observation=outcome.observation
             )
-            self.views.called(prior, ran=outcome.ran, kept=encoded, args=entry.args)
+            self.show(this, prior, ran=outcome.ran, kept=encoded, args=entry.args)
         if self.session.observers:
             self.session.emit(
                 ToolResultReturned(
@@ -655,7 +667,7 @@ async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant:
     call: PriorCall[Any] = PriorCall(
         round=this.round, tool_name=proposal.tool_name, args=proposal.args, batch=tuple(batch)
     )
-    run.views.called(call, ran=ending is None, args=entry.args)
+    run.show(this, call, ran=ending is None, args=entry.args)
     return ending
 
 
@@ -791,7 +803,8 @@ def continued(
 
 
 async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResult[Any, Any, Any]:
-    """The loop itself: ask, check for a repeat, gate by tier, dispatch; stop on the first ending."""
+    """The loop itself: ask, then take the step's calls (`agentkit._calls`: check for a repeat, gate by tier,
+    dispatch); stop on the first ending."""
     if (settled := await run.begin()) is not None:
         return run.finish(settled)
     run.kept()
@@ -810,21 +823,11 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
         if isinstance(asked, Ending):
             return run.finish(asked)
         step, this = asked
-        if step.done or step.call is None:
+        calls = step.step_calls()
+        if not calls:
             run.done(step, this)
             return run.finish(Ending(None, StopReason.EXECUTOR_DONE))
-        tool, args = box.resolve(step.call)
-        # A repeat refused under RepeatPolicy.REFUSE is neither None nor an Ending: the run goes on.
-        ending = run.repeat(this, tool, args)
-        if ending is None:
-            match gate(tool, config):
-                case "run", tier:
-                    ending = await run.dispatch(this, tool, tier, args)
-                case "propose", tier:
-                    ending = await run.propose(this, tool, tier, args)
-                case _:
-                    ending = run.refuse(this, tool, args)
-        if isinstance(ending, Ending):
+        if (ending := await take_calls(run, this, calls)) is not None:
             return await run.close(ending)
         run.kept()
     return await run.close(Ending(None, StopReason.ROUND_CEILING))

@@ -112,13 +112,16 @@ class ToolInvocation:
     """What the tool returned; `None` while it runs and when it raised."""
     approval: ApprovedCall | None = None
     """The approval the call runs under; `None` for a call the loop ran live."""
+    position: int | None = None
+    """In a step of several calls (`LoopConfig.max_calls_per_step`): the call's place in the step, from 0."""
 
     @property
     def call_id(self) -> str:
         """The call's id within its run: the run id and the round (a live call, or the approved call of that
-        round's proposal, which shares it)."""
+        round's proposal, which shares it), and in a step of several calls the call's place in it."""
         if self.run_id:
-            return f"{self.run_id}:{self.round}"
+            place = "" if self.position is None else f":{self.position}"
+            return f"{self.run_id}:{self.round}{place}"
         return self.approval.proposal_id or "" if self.approval is not None else ""
 
 

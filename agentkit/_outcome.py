@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import enum
+import typing
+from dataclasses import dataclass
 
-__all__ = ["Outcome", "StopReason"]
+if typing.TYPE_CHECKING:
+    from agentkit.errors import AgentkitError
+
+__all__ = ["Ending", "Outcome", "StopReason"]
 
 
 class Outcome(enum.StrEnum):
@@ -55,3 +60,13 @@ class StopReason(enum.StrEnum):
     """A pair's verifier approved the executor's draft."""
     VERIFIER_ERROR = "verifier_error"
     """A pair's verifier failed; the unverified draft was discarded."""
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """How the loop's run ends, as its steps decide it (`agentkit._loop`, `agentkit._calls`)."""
+
+    outcome: Outcome | None
+    """`None`: decide by whether anything was gathered (APPLIED or SILENT)."""
+    reason: StopReason
+    error: AgentkitError | None = None

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
 
 from agentkit._cache import kept_on, value_cache
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
@@ -179,6 +179,18 @@ class CheckpointConfig(BaseModel):
     `cost_budget`, so a state recorded before they were is digested as it was."""
     cost_budget: str | None = None
     """The run's budget in money, as the decimal's text."""
+    max_calls_per_step: int = 1
+    max_parallel_calls: int | None = None
+
+    @model_serializer(mode="wrap")
+    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Without the fields of several calls per step at their defaults: a state of a one-call run is written,
+        and its header digested, as before they existed."""
+        dumped: dict[str, Any] = handler(self)
+        for name, default in _CALLS_DEFAULTS:
+            if dumped.get(name, default) == default:
+                dumped.pop(name, None)
+        return dumped
 
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
@@ -193,6 +205,9 @@ class CheckpointConfig(BaseModel):
         prices = None if self.prices is None else Prices.from_json(self.prices)
         budget = None if self.cost_budget is None else Decimal(self.cost_budget)
         return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context, prices=prices, cost_budget=budget)  # type: ignore[arg-type]  # ints stored as float read back as ints
+
+
+_CALLS_DEFAULTS = (("max_calls_per_step", 1), ("max_parallel_calls", None))
 
 
 @value_cache(maxsize=64)
@@ -283,6 +298,10 @@ class RoundEntry(BaseModel):
     tool_seconds: float = 0.0
     elapsed: float = 0.0
     """The run's time so far (every leg), at this entry: the deadline goes on from it."""
+    position: int | None = None
+    """In a step of several calls (`LoopConfig.max_calls_per_step`): this call's place in the step, from 0. The
+    calls are recorded as each finishes and read back in the step's order. `None` for a one-call step; left out
+    of the digest then, as rounds were digested before it existed."""
     trace: str | None = None
     """The W3C `traceparent` of the round's span, from a tracing observer (`Observer.traceparent`), so
     that a later leg of the run, or a fork of it, links to it. Left out of the digest when `None`."""
@@ -354,6 +373,8 @@ class CallView:
     """The index of the entry that made the call."""
     amended: tuple[str, ...] = ()
     """The args fields an approver changed before the call ran (`args` are then the amended ones)."""
+    position: int = 0
+    """The call's place in its step (`RoundEntry.position`; 0 for a one-call step)."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -386,6 +407,7 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
     rounds = requests = input_tokens = output_tokens = largest = refusals = summarized = 0
     cached = written = reasoned = 0
     elapsed, summary, ended, answer = 0.0, None, None, None
+    placed = False
     for index, entry in enumerate(entries):
         ended, elapsed = None, entry.elapsed
         if isinstance(entry, EndEntry):
@@ -419,11 +441,16 @@ def fold(entries: Iterable[RoundEntry | DecisionEntry | EndEntry]) -> Progress:
                 answer = entry.answer
             view = call_of(entry, index)
             if view is not None:
+                placed = placed or view.position > 0
                 refusals += entry.outcome is RoundOutcome.REFUSED
                 if entry.outcome is RoundOutcome.PROPOSED:
                     assert entry.call_digest is not None
                     pending[(entry.round, entry.call_digest)] = (len(calls), entry)
                 calls.append(view)
+    if placed:
+        # A step's calls are recorded as each finishes; they are read in the step's order (a stable sort: the
+        # calls of one-call steps, each alone in its round, stay where they are).
+        calls.sort(key=_step_order)
     usage = Usage(
         requests=requests,
         input_tokens=input_tokens,
@@ -468,7 +495,12 @@ def call_of(entry: RoundEntry, index: int) -> CallView | None:
         repeats=entry.repeats,
         counted=entry.outcome is not RoundOutcome.REFUSED,
         entry=index,
+        position=entry.position or 0,
     )
+
+
+def _step_order(call: CallView) -> tuple[int, int]:
+    return call.round, call.position
 
 
 class RunCheckpoint(BaseModel):
@@ -752,6 +784,7 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], too
 
 _UNDIGESTED = frozenset({"digest"})
 _UNAMENDED = frozenset({"args", "amended"})
+_UNPLACED = frozenset({"position"})
 
 
 def _round_exclusions(entry: RoundEntry) -> frozenset[str]:
@@ -765,7 +798,14 @@ def _empty(value: object) -> bool:
     return value is None or value == () or (type(value) is int and value == 0)
 
 
-_LATER_ROUND_FIELDS = ("trace", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "reasoning", "media")
+_LATER_ROUND_FIELDS = (
+    "trace",
+    "cached_input_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "reasoning",
+    "media",
+)
 """A round's fields that later versions record, each left out of its digest while `None` (0 for a count, `()`
 for the media)."""
 
@@ -788,6 +828,8 @@ def _content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     exclude = _UNDIGESTED
     if isinstance(entry, RoundEntry):
         exclude = _round_exclusions(entry)
+        if entry.position is None:
+            exclude = exclude | _UNPLACED  # a call of a one-call step digests as calls did before steps of several
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude = exclude | _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
     fast = _fast_content(entry, exclude)
@@ -887,6 +929,7 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "llm_seconds": _real,
         "tool_seconds": _real,
         "elapsed": _real,
+        "position": _whole,
         "trace": _plain_text,
         "digest": _plain_text,
     }

@@ -83,7 +83,7 @@ def _require_every_field_unclosed(schema: dict[str, Any]) -> None:
     schema.pop("additionalProperties", None)
 
 
-_DECISION_KEYS = frozenset({"done", "call", "answer"})
+_DECISION_KEYS = frozenset({"done", "call", "calls", "answer"})
 
 
 class ToolStep(BaseModel, Generic[Args]):
@@ -99,6 +99,8 @@ class ToolStep(BaseModel, Generic[Args]):
 
     _calls_first: ClassVar[bool] = False
     """A step that cannot be done: the run must call a tool first (`LoopConfig.min_calls`)."""
+    _max_calls: ClassVar[int] = 1
+    """How many calls one step may carry (`LoopConfig.max_calls_per_step`); above 1 they come as `calls`."""
 
     rationale: str = Field(default="", description="What is known, what is missing.")
     done: bool = Field(description="true when the gathered results are enough (or nothing is needed).")
@@ -158,13 +160,26 @@ class ToolStep(BaseModel, Generic[Args]):
         fields = type(self).model_fields
         if self.done and type(self)._calls_first:
             raise ValueError('a tool call comes first: this round cannot be done; reply {"done": false, "call": ...}')
-        if not self.done and self.call is None:
+        several = getattr(self, "calls", None)
+        if several is not None and self.call is not None:
+            raise ValueError('a step carries its calls in "calls" only; leave "call" out')
+        if not self.done and self.call is None and not several:
             if not _members(fields["call"].annotation):
                 raise ValueError("this round allows no tool call; set done=true and give the answer")
             raise ValueError("a step with done=false must carry a call; set done=true to stop")
         if self.done and "answer" in fields and getattr(self, "answer", None) is None:
             raise ValueError("a step with done=true must carry the answer")
         return self
+
+    def step_calls(self) -> tuple[Args, ...]:
+        """The calls this step makes, in its order: none for a done step, one, or up to
+        `LoopConfig.max_calls_per_step` of them."""
+        if self.done:
+            return ()
+        several: Sequence[Args] | None = getattr(self, "calls", None)
+        if several:
+            return tuple(several)
+        return () if self.call is None else (self.call,)
 
     @classmethod
     def model_parametrized_name(cls, params: tuple[Any, ...]) -> str:
@@ -308,7 +323,10 @@ def _build_wire_model(step: type[ToolStep[Any]]) -> type[BaseModel] | None:
     answer = fields.get("answer")
     answers = _members(answer.annotation) if answer is not None else []
     variants: list[Any] = [] if step._calls_first else [_done_variant(answers[0] if answers else None)]
-    variants += [_call_variant(call) for call in calls]
+    if step._max_calls > 1 and calls:
+        variants.append(_calls_variant(tuple(calls), step._max_calls))
+    else:
+        variants += [_call_variant(call) for call in calls]
     decision: Any = _union(*variants)
     # The anyOf spells out each variant's shape; the description only says when to stop, briefly.
     described = "Done once the results suffice, else a tool call."
@@ -362,6 +380,24 @@ def _build_call_variant(call: type[BaseModel]) -> type[BaseModel]:
     return model
 
 
+def _calls_variant(calls: tuple[type[BaseModel], ...], most: int) -> type[BaseModel]:
+    return kept_on(calls[0], ("calls variant", calls, most), lambda: _build_calls_variant(calls, most))
+
+
+def _build_calls_variant(calls: tuple[type[BaseModel], ...], most: int) -> type[BaseModel]:
+    # One variant for any mix of the tools: an array of 1..most calls, each one tool's (a bounded array, so
+    # a constrained decoder cannot write more calls than the step may carry).
+    names = "_".join(call.__name__ for call in calls)
+    items: Any = list[_union(*calls)]  # type: ignore[misc]  # a union built at run time
+    model: type[BaseModel] = create_model(
+        schema_name(f"StepCalls{most}_{names}"),
+        __base__=_Wire,
+        done=(Literal[False], ...),
+        calls=(items, Field(min_length=1, max_length=most)),
+    )
+    return model
+
+
 class ToolCall(BaseModel):
     """Base of the wire shape of a call in a multi-tool step: `{"tool": name, "args": {...}}`."""
 
@@ -399,6 +435,7 @@ def build_step_model(
     answer: type[Any] | None = None,
     closing: bool = False,
     calls_first: bool = False,
+    max_calls: int = 1,
 ) -> type[ToolStep[Any]]:
     """The step model for one tool's args type, or for a set of `(name, args_type)` pairs.
 
@@ -407,6 +444,8 @@ def build_step_model(
     `tool`. With `answer`, a done step carries `answer`, validated as that type (and
     required); with `closing` too, the step allows no call at all: only done with the answer.
     With `calls_first`, the step cannot be done at all: only a call (`LoopConfig.min_calls`).
+    With `max_calls` above 1, a step that calls carries 1 to `max_calls` calls, as `calls`
+    (`LoopConfig.max_calls_per_step`); 1 gives the one-call step, schema and all, as before.
 
     Built once per distinct input, so a loop never rebuilds schemas per round, and kept on a type
     it is built from (`agentkit._cache.kept_on`): on `answer` when there is one (a citing answer
@@ -420,22 +459,32 @@ def build_step_model(
         owner = answer
     elif isinstance(tools, tuple):
         owner = tools[0][1] if tools else ToolStep
-    key = ("step", tools, rationale_max_length, answer, closing, calls_first)
-    return kept_on(owner, key, lambda: _build_step_model(tools, rationale_max_length, answer, closing, calls_first))
+    key: tuple[Any, ...] = ("step", tools, rationale_max_length, answer, closing, calls_first)
+    if max_calls != 1:
+        key += (max_calls,)
+    return kept_on(
+        owner, key, lambda: _build_step_model(tools, rationale_max_length, answer, closing, calls_first, max_calls)
+    )
 
 
 def _build_step_model(
-    tools: StepTools, rationale_max_length: int | None, answer: type[Any] | None, closing: bool, calls_first: bool
+    tools: StepTools,
+    rationale_max_length: int | None,
+    answer: type[Any] | None,
+    closing: bool,
+    calls_first: bool,
+    max_calls: int,
 ) -> type[ToolStep[Any]]:
     if calls_first:
-        plain = build_step_model(tools, rationale_max_length=rationale_max_length)
+        plain = build_step_model(tools, rationale_max_length=rationale_max_length, max_calls=max_calls)
         calling = typing.cast(
             "type[ToolStep[Any]]", create_model(schema_name(f"{plain.__name__}_call"), __base__=plain)
         )
         calling._calls_first = True
         return calling
     if answer is not None:
-        return _answer_step(build_step_model(tools, rationale_max_length=rationale_max_length), answer, closing)
+        plain = build_step_model(tools, rationale_max_length=rationale_max_length, max_calls=max_calls)
+        return _answer_step(plain, answer, closing)
     described = "The tool call to make when done is false."
     calls: list[type[BaseModel]]
     if isinstance(tools, tuple):
@@ -455,7 +504,22 @@ def _build_step_model(
                 description="What is known, what is missing.",
             ),
         )
+    if max_calls > 1:
+        label += f"_x{max_calls}"
+        one: Any = _union(*calls)
+        if isinstance(tools, tuple) and len(calls) > 1:
+            one = Annotated[one, Field(discriminator="tool")]
+        fields["calls"] = (
+            list[one] | None,
+            Field(
+                default=None,
+                min_length=1,
+                max_length=max_calls,
+                description="The tool calls to make when done is false.",
+            ),
+        )
     model: type[ToolStep[Any]] = create_model(schema_name(label), __base__=_STEP_BASE, **fields)
+    model._max_calls = max_calls
     return model
 
 
@@ -465,6 +529,8 @@ def _answer_step(base: type[ToolStep[Any]], answer: type[Any], closing: bool) ->
     }
     if closing:
         fields["call"] = (None, Field(default=None, description="No call: this round only gives the answer."))
+        if base._max_calls > 1:
+            fields["calls"] = (None, Field(default=None, description="No call: this round only gives the answer."))
     name = f"{base.__name__}_{getattr(answer, '__name__', 'answer')}{'_closing' if closing else ''}"
     model: type[ToolStep[Any]] = create_model(schema_name(name), __base__=base, **fields)
     return model

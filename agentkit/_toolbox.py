@@ -62,6 +62,8 @@ class Toolbox:
     """The answer's fields that cite retrieved items (`Cites`): restricted each round to their ids."""
     spec: Any = None
     bound: int | None = None
+    max_calls: int = 1
+    """How many calls a step may carry (`LoopConfig.max_calls_per_step`)."""
 
     @classmethod
     def build(
@@ -82,17 +84,27 @@ class Toolbox:
         validate_tool_names(tools)
         spec: tuple[tuple[str, type[BaseModel]], ...] | type[BaseModel]
         spec = single.args_type if single is not None else tuple((t.name, t.args_type) for t in tools)
-        bound = config.rationale_max_length
-        step_model = build_step_model(spec, rationale_max_length=bound, answer=answer)
+        bound, most = config.rationale_max_length, config.max_calls_per_step
+        step_model = build_step_model(spec, rationale_max_length=bound, answer=answer, max_calls=most)
         closing = None
         if answer is not None:
-            closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True)
+            closing = build_step_model(spec, rationale_max_length=bound, answer=answer, closing=True, max_calls=most)
         cites = citing(answer) if answer is not None else ()
         first = None
         if config.min_calls or cites:
-            first = build_step_model(spec, rationale_max_length=bound, calls_first=True)
+            first = build_step_model(spec, rationale_max_length=bound, calls_first=True, max_calls=most)
         return cls(
-            {t.name: t for t in tools}, step_model, single, closing, answer, first, config.min_calls, cites, spec, bound
+            {t.name: t for t in tools},
+            step_model,
+            single,
+            closing,
+            answer,
+            first,
+            config.min_calls,
+            cites,
+            spec,
+            bound,
+            most,
         )
 
     def step_for(self, executed: int, items: Sequence[Any], *, closing: bool = False) -> type[ToolStep[Any]] | None:
@@ -108,7 +120,9 @@ class Toolbox:
         answer = restricted(self.answer, retrieved_ids(items, self.citing))
         if answer is None:
             return None if closing else self.calls_first
-        return build_step_model(self.spec, rationale_max_length=self.bound, answer=answer, closing=closing)
+        return build_step_model(
+            self.spec, rationale_max_length=self.bound, answer=answer, closing=closing, max_calls=self.max_calls
+        )
 
     def entries(self) -> tuple[ToolEntry, ...]:
         """The tool set as the run's state records it (tiers read now)."""

@@ -64,6 +64,22 @@ far answer the request, or nothing is needed, it is {"done": true}.
 - A call marked as proposed did not run; it awaits a human's approval. Do not propose it again.
 - Rounds are limited; each prompt says which round this is. On the final round, commit."""
 
+_HOW_SEVERAL_CALLS_WORK = """\
+How each round works:
+- Reply with exactly one step. Write its "rationale" first: one short sentence on what the \
+earlier results establish and what is still missing. Then the "decision".
+- To call tools, the decision is {{"done": false, "calls": [...]}} with 1 to {most} calls, made \
+together: when the request names several things to look up, make one call for each in the same \
+step. When the results so far answer the request, or nothing is needed, it is {{"done": true}}.
+- Do not repeat a call you have already made: a repeated call ends the run.
+- A call marked as proposed did not run; it awaits a human's approval. Do not propose it again.
+- Rounds are limited; each prompt says which round this is. On the final round, commit."""
+
+
+def _how_a_round_works(max_calls: int) -> str:
+    return _HOW_A_ROUND_WORKS if max_calls <= 1 else _HOW_SEVERAL_CALLS_WORK.format(most=max_calls)
+
+
 _FINAL_ROUND = (
     "This is the final round: commit now. If the results above answer the request, set done to "
     "true. Otherwise make the one call most likely to complete it; you will not see its results."
@@ -97,6 +113,7 @@ def reflective_prompt(
     example: str | None = None,
     tools: Sequence[AnyTool] = (),
     check: str | None = None,
+    max_calls: int = 1,
 ) -> Prompt:
     """The standard reflect-on-results prompt for one tool-loop round.
 
@@ -114,11 +131,13 @@ def reflective_prompt(
         check: What to check this round, the last line of every round that has results and is
             not the final one, e.g. "If a passage above states the answer, set done to true;
             otherwise search with new keywords." The default asks to reflect on the results.
+        max_calls: The loop's `LoopConfig.max_calls_per_step`: above 1, the rules say a step carries
+            its calls as `calls`, one for each thing the request names (1: the rules as before).
 
     Returns:
         A `Prompt` whose `system` depends only on `doctrine`, `example` and `tools`.
     """
-    system = [doctrine.strip(), _HOW_A_ROUND_WORKS]
+    system = [doctrine.strip(), _how_a_round_works(max_calls)]
     if tools:
         system.append("Tools:\n" + "\n".join(f"- {t.name}: {t.description.strip()}" for t in tools))
     if example:
@@ -138,8 +157,8 @@ def reflective_prompt(
 
 def worked_example(
     request: str,
-    call: BaseModel | Mapping[str, Any],
-    results: Sequence[str],
+    call: BaseModel | Mapping[str, Any] | Sequence[BaseModel | Mapping[str, Any]],
+    results: Sequence[str] | Sequence[Sequence[str]],
     *,
     tool: str | None = None,
     tool_name: str | None = None,
@@ -161,8 +180,10 @@ def worked_example(
     Args:
         request: The example request (a different one from the real requests, so the model
             cannot copy the answer).
-        call: The example call's arguments.
-        results: The example results, rendered as `render_item` renders real ones.
+        call: The example call's arguments; a list of them for a loop whose steps carry several
+            calls (`LoopConfig.max_calls_per_step`): round 1 then makes them all, as `calls`.
+        results: The example results, rendered as `render_item` renders real ones; with a list
+            of calls, one list of results for each.
         tool: The tool's name when the loop has a set of tools (the call is then
             `{"tool": name, "args": {...}}`); omit it for a single tool.
         tool_name: The name the earlier call is shown under (default: `tool`, else
@@ -177,15 +198,27 @@ def worked_example(
     if answer is not None and then is not None:
         raise UsageError("worked_example: an answer goes with the done step, and `then` replaces it with a call")
     # The replies in the wire shape a constrained decoder writes (see agentkit._step).
-    first = {"rationale": search_rationale, "decision": {"done": False, "call": _wire(call, tool)}}
+    made: list[BaseModel | Mapping[str, Any]] = [call] if isinstance(call, BaseModel | Mapping) else list(call)
+    several = not isinstance(call, BaseModel | Mapping)
+    decided: dict[str, Any] = {"done": False, "call": _wire(made[0], tool)}
+    if several:
+        decided = {"done": False, "calls": [_wire(one, tool) for one in made]}
+    first = {"rationale": search_rationale, "decision": decided}
     finish: dict[str, Any] = {"done": True} if then is None else {"done": False, "call": _wire(then, then_tool)}
     if answer is not None:
         finish["answer"] = _args_of(answer)
     second = {"rationale": done_rationale, "decision": finish}
-    shown = f"{tool_name or tool or 'search'} {_compact(_args_of(call))}"
-    found = _batch(f"1. Round 1: {shown}", results, str)
+    batches: list[Sequence[str]] = list(results) if several else [results]  # type: ignore[list-item]  # per call
+    if several and (len(batches) != len(made) or any(isinstance(batch, str) for batch in batches)):
+        raise UsageError("worked_example: with a list of calls, give `results` as one list of results for each call")
+    name = tool_name or tool or "search"
+    found = "\n".join(
+        _batch(f"{n}. Round 1: {name} {_compact(_args_of(one))}", batch, str)
+        for n, (one, batch) in enumerate(zip(made, batches, strict=True), 1)
+    )
     lines = [
-        f"Example of a good exchange ({'a call, then another' if then is not None else 'a call, then done'}), "
+        f"Example of a good exchange ({'several calls' if several else 'a call'}, "
+        f"{'then another' if then is not None else 'then done'}), "
         "for a different request:",
         "",
         "Round 1 prompt:",

@@ -493,6 +493,31 @@ def grounded(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", model + measured(results, files[0])])
 
 
+def multi_call(files: Sequence[str]) -> str:
+    """Several calls in one step on the embedded model: a row per ``max_calls_per_step``
+    (``benchmarks/multi_call.py``)."""
+    results = load(files[0])
+    lines = [
+        "| calls per step | every needed passage retrieved | answer correct | answer cites every needed passage "
+        "| first step made several calls | rounds per answer | s per answer |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in results["settings"]:
+        runs = row["runs"]
+        cells = [
+            str(row["max_calls_per_step"]),
+            f"{row['all_retrieved']}/{runs}",
+            f"{row['correct']}/{runs}",
+            f"{row['cites_all']}/{runs}",
+            f"{row['several_calls_first_round']}/{runs}",
+            _num(row["rounds_per_answer"]),
+            _num(row["seconds_per_answer"]),
+        ]
+        lines.append(_row(cells))
+    model = f"The embedded {results['model']} model, {results['threads']} generation threads. "
+    return "\n".join([*lines, "", model + measured(results, files[0])])
+
+
 def temporal_rounds(files: Sequence[str]) -> str:
     """A round on Temporal against in process and pydantic-ai's ``TemporalAgent``, and many runs at once:
     a row per results file of ``benchmarks/temporal_rounds.py``."""
@@ -622,6 +647,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "long-run": long_run,
     "otel-metrics": otel_metrics,
     "grounded": grounded,
+    "multi-call": multi_call,
     "temporal-rounds": temporal_rounds,
     "temporal-change": temporal_change,
     "journal-workers": journal_workers,

@@ -7,6 +7,7 @@ schedule activities and read their recorded results, nothing else."""
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
@@ -51,20 +52,31 @@ class OutcomeLost(ToolError):
 class InFlight(Observer):
     """The call the run makes now, as the loop core shows it to its observers (run id, round, approval):
     what the activities are told of it, for the worker's observers. Deterministic like the rest of the
-    workflow: it records, it never acts."""
+    workflow: it records, it never acts.
+
+    The call is held in a context variable: the calls of a step of several (`LoopConfig.max_calls_per_step`)
+    run at once, each in a task of its own, and each tool's activity must be told its own call.
+    """
 
     sees_calls = False
 
-    def __init__(self) -> None:
-        self.call: Asked | ToolInvocation | None = None
+    @property
+    def call(self) -> Asked | ToolInvocation | None:
+        """The call the task at hand makes now (`None`: none)."""
+        return _IN_FLIGHT.get()
 
     @contextlib.contextmanager
     def around(self, call: Asked | ToolInvocation) -> Iterator[None]:
-        self.call = call
+        token = _IN_FLIGHT.set(call)
         try:
             yield
         finally:
-            self.call = None
+            _IN_FLIGHT.reset(token)
+
+
+_IN_FLIGHT: contextvars.ContextVar[Asked | ToolInvocation | None] = contextvars.ContextVar(
+    "agentkit_temporal_in_flight", default=None
+)
 
 
 class Carried:

@@ -5,7 +5,14 @@ from agentkit.testing._fake_anthropic import FakeAnthropicServer
 from agentkit.testing._fake_server import FakeOpenAIServer, FakeReply
 from agentkit.testing._function import Answer, AnswerFunction, FunctionCaller
 from agentkit.testing._replay import ReplayCaller, ReplayDiverged
-from agentkit.testing._scripted import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
+from agentkit.testing._scripted import (
+    ScriptedCaller,
+    ScriptedReply,
+    ScriptExhausted,
+    call_step,
+    calls_step,
+    done_step,
+)
 
 __all__ = [
     "Answer",
@@ -20,5 +27,6 @@ __all__ = [
     "ScriptedCaller",
     "ScriptedReply",
     "call_step",
+    "calls_step",
     "done_step",
 ]

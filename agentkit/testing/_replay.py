@@ -83,8 +83,10 @@ class ReplayCaller:
             raise ReplayDiverged(f"the cassette cannot be replayed: {refused}", round=0, what="cassette") from None
         self.cassette = cassette
         self.strict, self.fallback = strict, fallback
+        self._steps = _steps(cassette)
+        """Each recorded model call's entries (by the identity of the first): one, or a step's calls in its order."""
         self._rounds: deque[RoundEntry] = deque(
-            e for e in cassette.entries if isinstance(e, RoundEntry) and e.prompt is not None
+            e for e in cassette.entries if isinstance(e, RoundEntry) and e.prompt is not None and id(e) in self._steps
         )
         self._ends = {_index_of(cassette, e): e for e in cassette.entries if isinstance(e, EndEntry)}
         self._stand_ins: dict[str, _StandIn] = {}
@@ -164,7 +166,10 @@ class ReplayCaller:
         if entry.outcome is RoundOutcome.FAILED:
             raise self._failure(entry, usage)
         return Completion(
-            value=_step(entry, schema), usage=usage, model=entry.model or request.model, reasoning=entry.reasoning
+            value=_step(self._steps[id(entry)], schema),
+            usage=usage,
+            model=entry.model or request.model,
+            reasoning=entry.reasoning,
         )
 
     @overload
@@ -184,8 +189,14 @@ class ReplayCaller:
         stand_ins: list[Tool[Any, Any]] = list(made)
         return stand_ins if isinstance(tools, Sequence) else stand_ins[0]
 
-    def _retiered(self, entry: RoundEntry) -> ReplayDiverged | None:
-        """The recorded round's call is of a tool whose tier changed since: the run gates it otherwise (or may)."""
+    def _retiered(self, first: RoundEntry) -> ReplayDiverged | None:
+        """A recorded call of the round is of a tool whose tier changed since: the run gates it otherwise (or may)."""
+        for entry in self._steps[id(first)]:
+            if (diverged := self._retiered_call(entry)) is not None:
+                return diverged
+        return None
+
+    def _retiered_call(self, entry: RoundEntry) -> ReplayDiverged | None:
         stand_in = self._stand_ins.get(entry.tool or "")
         if stand_in is None or entry.tier is None or entry.outcome not in _GATED:
             return None
@@ -204,9 +215,16 @@ class ReplayCaller:
         )
 
     def _unplayed(self) -> ReplayDiverged | None:
-        """The last recorded round's call ran in the recording but not in the run (its stand-in was not called)."""
-        entry = self._current
-        if entry is None or entry.outcome not in _CALLS or id(entry) in self._played:
+        """A call of the last recorded round ran in the recording but not in the run (its stand-in was not called)."""
+        if self._current is None:
+            return None
+        for entry in self._steps[id(self._current)]:
+            if (diverged := self._unplayed_call(entry)) is not None:
+                return diverged
+        return None
+
+    def _unplayed_call(self, entry: RoundEntry) -> ReplayDiverged | None:
+        if entry.outcome not in _CALLS or id(entry) in self._played:
             return None
         stand_in = self._stand_ins.get(entry.tool or "")
         if stand_in is None:
@@ -228,12 +246,13 @@ class ReplayCaller:
     def _live_call(self, stand_in: _StandIn, recorded: RoundEntry | DecisionEntry | None) -> None:
         """A stand-in is called to run its tool live (`recorded`: the next recorded execution of it): refuse a call
         the recording did not run in the round the replay is at (it proposed or refused it)."""
-        entry = self._current
-        if isinstance(recorded, DecisionEntry) or entry is None or self.diverged is not None:
+        if isinstance(recorded, DecisionEntry) or self._current is None or self.diverged is not None:
             return  # an approved call's batch, played back; or no round to compare with
-        if entry is recorded and entry.outcome in _CALLS:
+        step = self._steps[id(self._current)]
+        if any(entry is recorded and entry.outcome in _CALLS for entry in step):
             return
-        if entry.tool != stand_in.name:
+        entry = next((entry for entry in step if entry.tool == stand_in.name), None)
+        if entry is None:
             return  # a call of another tool than the recorded step's: its args are compared as it is played
         tier = declared_tier(stand_in)
         match entry.outcome:
@@ -362,19 +381,26 @@ def _prompt_of(request: StructuredRequest) -> Prompt:
     return Prompt(system=request.system, dynamic=request.dynamic, parts=request.parts)
 
 
-def _step(entry: RoundEntry, schema: type[M]) -> M:
-    """The recorded step, validated through JSON against the schema as a real reply is."""
+def _step(calls: tuple[RoundEntry, ...], schema: type[M]) -> M:
+    """The recorded step (one entry, or the entries of a step of several calls, in its order), validated through
+    JSON against the schema as a real reply is."""
+    entry = calls[0]
     step: dict[str, Any] = {"rationale": entry.rationale, "done": entry.outcome is RoundOutcome.DONE, "call": None}
     if entry.answer is not None:
         step["answer"] = json.loads(entry.answer)
-    shapes: list[Any] = [None]
+    steps: list[dict[str, Any]] = [step]
     if entry.tool is not None and entry.args is not None and entry.outcome is not RoundOutcome.DONE:
-        args = json.loads(entry.args)
-        shapes = [{"tool": entry.tool, "args": args}, args]  # a tool set's step, then a single tool's
+        made = [(call.tool, json.loads(call.args or "null")) for call in calls]
+        named = [{"tool": tool, "args": args} for tool, args in made]  # a tool set's step, then a single tool's
+        bare = [args for _, args in made]
+        if entry.position is None:
+            steps = [{**step, "call": named[0]}, {**step, "call": bare[0]}]
+        else:
+            steps = [{**step, "calls": named}, {**step, "calls": bare}]
     problems: list[str] = []
-    for shape in shapes:
+    for shaped in steps:
         try:
-            return schema.model_validate_json(json.dumps({**step, "call": shape}, allow_nan=True))
+            return schema.model_validate_json(json.dumps(shaped, allow_nan=True))
         except ValidationError as invalid:
             problems.append(str(invalid))
     raise ReplayDiverged(
@@ -384,11 +410,56 @@ def _step(entry: RoundEntry, schema: type[M]) -> M:
     )
 
 
+def _steps(cassette: RunCheckpoint) -> dict[int, tuple[RoundEntry, ...]]:
+    """Each recorded model call's entries, by the identity of the first (the one with the reply's usage): a
+    round's entry, or the entries of a step of several calls (`RoundEntry.position`) in the step's order."""
+    steps: dict[int, tuple[RoundEntry, ...]] = {}
+    first: RoundEntry | None = None
+    for entry in cassette.entries:
+        if isinstance(entry, DecisionEntry):
+            continue  # a standing grant's approval, run inside the step: the step goes on after it
+        if not isinstance(entry, RoundEntry) or entry.prompt is None:
+            first = None
+            continue
+        if entry.position is not None and first is not None and first.round == entry.round:
+            step = sorted((*steps[id(first)], entry), key=lambda e: e.position or 0)
+            steps[id(first)] = tuple(step)
+            continue
+        steps[id(entry)] = (entry,)
+        first = entry if entry.position is not None else None
+    return steps
+
+
+def _in_step_order(cassette: RunCheckpoint) -> list[RoundEntry | DecisionEntry | EndEntry]:
+    """The cassette's entries with each step's calls in the step's order (they are recorded as each finished)."""
+    ordered: list[RoundEntry | DecisionEntry | EndEntry] = []
+    for entry in cassette.entries:
+        ordered.append(entry)
+        at = len(ordered) - 1
+        while at > 0 and _before(ordered[at], ordered[at - 1]):
+            ordered[at - 1], ordered[at] = ordered[at], ordered[at - 1]
+            at -= 1
+    return ordered
+
+
+def _before(entry: object, earlier: object) -> bool:
+    """`entry`, a call of a step, comes before `earlier` in that step."""
+    return (
+        isinstance(entry, RoundEntry)
+        and isinstance(earlier, RoundEntry)
+        and entry.position is not None
+        and earlier.position is not None
+        and entry.round == earlier.round
+        and entry.position < earlier.position
+    )
+
+
 def _executions(cassette: RunCheckpoint) -> dict[str, deque[RoundEntry | DecisionEntry]]:
-    """The recorded executions of each tool, in order: rounds whose tool ran, and approved calls that ran."""
+    """The recorded executions of each tool, in order: rounds whose tool ran (a step's in the step's order), and
+    approved calls that ran."""
     by_tool: dict[str, deque[RoundEntry | DecisionEntry]] = {}
     proposed = {(e.round, e.call_digest): e for e in cassette.entries if isinstance(e, RoundEntry)}
-    for entry in cassette.entries:
+    for entry in _in_step_order(cassette):
         if isinstance(entry, RoundEntry) and entry.outcome in _CALLS and entry.tool is not None:
             by_tool.setdefault(entry.tool, deque()).append(entry)
         elif isinstance(entry, DecisionEntry) and entry.approved and entry.batch is not None:

@@ -16,7 +16,7 @@ from agentkit._text import TextCompletion
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ScriptExhausted, StructuredOutputError, UsageError
 
-__all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "done_step"]
+__all__ = ["ScriptExhausted", "ScriptedCaller", "ScriptedReply", "call_step", "calls_step", "done_step"]
 
 if TYPE_CHECKING:
     from agentkit._tools import AnyTool, ContextTool, Tool
@@ -171,6 +171,16 @@ def call_step(
     if name is None:
         return {"rationale": rationale, "done": False, "call": payload}
     return _NamedCallStep(name, {"rationale": rationale, "done": False, "call": {"tool": name, "args": payload}})
+
+
+def calls_step(*calls: Mapping[str, Any], rationale: str = "") -> dict[str, Any]:
+    """A scripted step that makes several calls at once (`LoopConfig.max_calls_per_step` above 1): each
+    one a `call_step(...)`, in the step's order.
+
+    Example:
+        >>> calls_step(call_step(Query(query="a")), call_step(Query(query="b")))
+    """
+    return {"rationale": rationale, "done": False, "calls": [dict(one)["call"] for one in calls]}
 
 
 class _NamedCallStep(dict[str, Any]):

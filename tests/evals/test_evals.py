@@ -577,3 +577,36 @@ async def test_a_dataset_runs_as_one_test_per_case(case: Case[str], request: pyt
     (
         await evaluate_case(dataset(FINDS, Case(name="finds-again", ctx="finds")), case, loop(scripted()).run)
     ).assert_passed()
+
+
+async def test_a_case_whose_step_searches_and_proposes_is_judged_on_both() -> None:
+    """Under max_calls_per_step, one step's search is retrieved and its two sends are both in the report's proposals."""
+    several = {
+        "rationale": "",
+        "decision": {
+            "done": False,
+            "calls": [
+                {"tool": "search", "args": {"ids": ["a"]}},
+                {"tool": "send", "args": {"to": "ops@example.com"}},
+                {"tool": "send", "args": {"to": "dev@example.com"}},
+            ],
+        },
+    }
+    config = LoopConfig(max_rounds=4, max_calls_per_step=3)
+    runs = ToolLoop(scripted(scripts={"mixed": [several]}), Executor[Doc](), [search, send], config, answer=Found)
+    case = Case(
+        name="mixed",
+        ctx="mixed",
+        expect=Expect(
+            stop_reason=StopReason.PROPOSED,
+            retrieved=["a"],
+            proposes=[
+                ExpectedProposal(tool="send", args={"to": "ops@example.com"}),
+                ExpectedProposal(tool="send", args={"to": "dev@example.com"}),
+            ],
+        ),
+    )
+    report = await evaluate(dataset(case), runs.run)
+    [judged] = report.cases
+    assert judged.passed
+    assert [p.tool for p in judged.runs[0].proposals] == ["send", "send"]

@@ -529,3 +529,25 @@ async def test_capture_content_records_every_planted_marker(
     assert "MARKER-ARGS" in attrs(tools[1])["gen_ai.tool.call.arguments"]
     assert "MARKER-RESULT" in attrs(tools[1])["gen_ai.tool.call.result"]
     assert "MARKER-ERROR" in exceptions(tools[2])[0]["exception.message"]
+
+
+async def test_each_call_of_a_step_has_its_own_tool_span_under_the_round(
+    observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """A step of three calls makes three execute_tool spans, each under the round's span, each with its own call id."""
+    from dataclasses import replace
+
+    from agentkit.testing import calls_step
+
+    step = calls_step(*(call_step(Query(query=q)) for q in "abc"))
+    caller = ScriptedCaller([reply(step, 100, 10), reply(done_step(), 120, 12)])
+    config = replace(CONFIG, max_calls_per_step=3)
+    await run_tool_loop(caller, Finder(), search, "ctx", config, observer=observer)
+    spans = exporter.get_finished_spans()
+    rounds = by_name(spans, "agentkit.round")
+    tools = by_name(spans, "execute_tool")
+    assert len(tools) == 3
+    assert {parent_of(t) for t in tools} == {span_id(rounds[0])}
+    ids = [attrs(t)["gen_ai.tool.call.id"] for t in tools]
+    assert len(set(ids)) == 3
+    assert sorted(i.rsplit(":", 1)[1] for i in ids) == ["0", "1", "2"]

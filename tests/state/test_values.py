@@ -130,6 +130,8 @@ def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
         # each field recorded later than the first states is left out while empty (so old states still verify)
         later = ("trace", "reasoning", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "media")
         exclude |= {name for name in later if getattr(entry, name) in (None, 0, ())}
+        if entry.position is None:
+            exclude.add("position")
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude |= {"args", "amended"}
     return json_text(entry.model_dump(mode="json", exclude=exclude))

@@ -98,7 +98,8 @@ def _log(path: Path, line: str) -> None:
 def make_agents(
     model_url: str, log: Path, *, heartbeat: float = 1.0, redeploy: str | None = None
 ) -> list[DurableAgent[Any, Any]]:
-    """The agents: ``research`` (search, send), ``lookup`` (search only) and ``editor`` (search, note, send).
+    """The agents: ``research`` (search, send), ``lookup`` (search only), ``editor`` (search, note, send) and
+    ``gather`` (the editor's tools, up to three calls a step).
 
     ``redeploy`` builds ``research`` as a later deploy might: ``"retiered"`` declares ``send``
     READ_ONLY, ``"added"`` adds a tool, ``"removed"`` drops ``send``.
@@ -164,6 +165,15 @@ def make_agents(
             config=LoopConfig(max_rounds=6),
             policy=policy,
         ),
+        DurableAgent(
+            name="gather",
+            agent=Researcher(),
+            tools=[search, note, send],
+            caller=caller,
+            ctx_type=Brief,
+            config=LoopConfig(max_rounds=6, max_calls_per_step=3),
+            policy=policy,
+        ),
     ]
 
 
@@ -192,6 +202,7 @@ SPECS = [
     AgentSpec(name="research", ctx_type=Brief, item_type=Doc),
     AgentSpec(name="lookup", ctx_type=Brief, item_type=Doc),
     AgentSpec(name="editor", ctx_type=Brief, item_type=Doc),
+    AgentSpec(name="gather", ctx_type=Brief, item_type=Doc),
 ]
 """What a client knows of ``AGENTS``: names, ctx type, item type (no caller, no tools)."""
 

@@ -71,6 +71,10 @@ class TemporalTest:
     def editor(self) -> DurableAgent[Any, Any]:
         return self.agents[2]
 
+    @property
+    def gather(self) -> DurableAgent[Any, Any]:
+        return self.agents[3]
+
     def worker(
         self,
         agents: DurableAgent[Any, Any] | Sequence[DurableAgent[Any, Any]] | None = None,

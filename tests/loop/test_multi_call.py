@@ -1,0 +1,305 @@
+"""Several calls in one step (`LoopConfig.max_calls_per_step`): the schema, and each call checked and run on its own."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from agentkit import (
+    AfterProposal,
+    LoopConfig,
+    Outcome,
+    RepeatPolicy,
+    StopReason,
+    Tier,
+    ToolRetry,
+    UsageError,
+    run_tool_loop,
+    run_tool_loop_tiered,
+    tool,
+)
+from agentkit._state import RoundOutcome, RunCheckpoint
+from agentkit._step import build_step_model
+from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
+from tests.support import NO_WAIT, Executor, PathArgs, Query
+
+RAN: list[str] = []
+
+
+@tool(tier=Tier.READ_ONLY)
+def search(args: Query) -> list[str]:
+    """Look a query up."""
+    RAN.append(args.query)
+    if args.query == "retry":
+        raise ToolRetry("say it otherwise")
+    if args.query == "boom":
+        raise RuntimeError("the index is gone")
+    return [args.query.upper()]
+
+
+@tool(tier=Tier.IRREVERSIBLE)
+def delete(args: PathArgs) -> list[str]:
+    """Delete a path."""
+    RAN.append(f"delete {args.path}")
+    return [args.path]
+
+
+@pytest.fixture(autouse=True)
+def _clear() -> None:
+    RAN.clear()
+
+
+def several(n: int = 3, **changes: Any) -> LoopConfig:
+    return LoopConfig(retry=NO_WAIT, max_calls_per_step=n, **changes)
+
+
+def test_one_call_per_step_keeps_the_step_schema_byte_for_byte() -> None:
+    """max_calls_per_step=1 (the default) builds the very step schema a loop built before it existed."""
+    assert LoopConfig().max_calls_per_step == 1
+    for tools in (Query, (("search", Query), ("delete", PathArgs))):
+        plain = build_step_model(tools).model_json_schema()
+        assert plain == build_step_model(tools, max_calls=1).model_json_schema()
+        assert "calls" not in json.dumps(plain)
+
+
+@pytest.mark.parametrize("tools", [Query, (("search", Query), ("delete", PathArgs))], ids=["one tool", "union"])
+def test_several_calls_are_a_bounded_array_in_the_schema(tools: Any) -> None:
+    """With N > 1 the call variant carries 1..N calls: minItems 1 and maxItems N, so a decoder cannot write more."""
+    schema = build_step_model(tools, max_calls=3).model_json_schema()
+    variants = schema["properties"]["decision"]["anyOf"]
+    calling = [v for v in variants if "calls" in v["properties"]]
+    assert len(calling) == 1
+    array = calling[0]["properties"]["calls"]
+    assert (array["type"], array["minItems"], array["maxItems"]) == ("array", 1, 3)
+    done = [v for v in variants if v["properties"]["done"] == {"const": True}]
+    assert len(done) == 1
+    assert done[0]["additionalProperties"] is False
+
+
+def test_a_step_of_more_calls_than_allowed_is_invalid() -> None:
+    """Four calls where three are allowed, or none, is refused by validation; a done step carries no calls."""
+    step = build_step_model(Query, max_calls=3)
+    call = {"query": "a"}
+    assert len(step.model_validate({"done": False, "calls": [call] * 3}).step_calls()) == 3
+    for wrong in ([call] * 4, []):
+        with pytest.raises(ValidationError):
+            step.model_validate({"done": False, "calls": wrong})
+    wire = {"rationale": "r", "decision": {"done": False, "calls": [call, {"query": "b"}]}}
+    assert [c.query for c in step.model_validate(wire).step_calls()] == ["a", "b"]
+
+
+def test_max_calls_per_step_and_max_parallel_calls_are_checked() -> None:
+    """A count below 1, or not an int, is a UsageError naming the field."""
+    for bad in ({"max_calls_per_step": 0}, {"max_calls_per_step": True}, {"max_parallel_calls": 0}):
+        with pytest.raises(UsageError, match=next(iter(bad))):
+            LoopConfig(**bad)
+
+
+async def test_the_calls_of_one_step_run_and_their_results_keep_the_step_order() -> None:
+    """Three calls in one round all run; the items and the executor's view follow the step's order."""
+    agent = Executor[str]()
+    script = [calls_step(call_step(Query(query="a")), call_step(Query(query="b")), call_step(Query(query="c")))]
+    result = await run_tool_loop(ScriptedCaller([*script, done_step()]), agent, search, "q", several())
+    assert (result.stop_reason, result.rounds) == (StopReason.EXECUTOR_DONE, 2)
+    assert result.items == ["A", "B", "C"]
+    assert sorted(RAN) == ["a", "b", "c"]
+    assert [c.args.model_dump()["query"] for c in agent.infos[1].prior_calls] == ["a", "b", "c"]
+    assert [r.call.model_dump()["query"] for r in result.trace if r.call is not None] == ["a", "b", "c"]
+
+
+async def test_concurrent_calls_finish_out_of_order_and_are_read_back_in_step_order() -> None:
+    """The step's first call finishes last; the state's entries are in finishing order, the views in the step's."""
+    release: dict[str, asyncio.Event] = {}
+
+    @tool(tier=Tier.READ_ONLY)
+    async def slow(args: Query) -> list[str]:
+        """Wait for the call after it."""
+        if args.query == "first":
+            await release["first"].wait()
+        else:
+            release["first"].set()
+        return [args.query]
+
+    release["first"] = asyncio.Event()
+    script = [calls_step(call_step(Query(query="first")), call_step(Query(query="second"))), done_step()]
+    result = await run_tool_loop(ScriptedCaller(script), Executor[str](), slow, "q", several(2))
+    assert result.items == ["first", "second"]
+    rounds = [e for e in result.checkpoint.entries if e.kind == "round" and e.outcome is RoundOutcome.RAN]
+    assert [(e.position, json.loads(e.args or "{}")["query"]) for e in rounds] == [(1, "second"), (0, "first")]
+    again = RunCheckpoint.model_validate_json(result.checkpoint.model_dump_json())
+    assert [c.position for c in again.progress.calls] == [0, 1]
+    assert sum(e.requests for e in rounds) == 1
+
+
+async def test_max_parallel_calls_bounds_how_many_run_at_once() -> None:
+    """With max_parallel_calls=2, no more than two of a step's four calls run at the same time."""
+    running, most = [0], [0]
+
+    @tool(tier=Tier.READ_ONLY)
+    async def counted(args: Query) -> list[str]:
+        """Count the calls running."""
+        running[0] += 1
+        most[0] = max(most[0], running[0])
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        running[0] -= 1
+        return [args.query]
+
+    step = calls_step(*(call_step(Query(query=q)) for q in "abcd"))
+    config = several(4, max_parallel_calls=2)
+    result = await run_tool_loop(ScriptedCaller([step, done_step()]), Executor[str](), counted, "q", config)
+    assert result.items == ["a", "b", "c", "d"]
+    assert most[0] == 2
+
+
+async def test_each_call_has_its_own_tool_timeout() -> None:
+    """A call that runs past tool_timeout ends the run; the call that finished keeps its batch."""
+
+    @tool(tier=Tier.READ_ONLY)
+    async def sleepy(args: Query) -> list[str]:
+        """Sleep when asked."""
+        if args.query == "slow":
+            await asyncio.sleep(30)
+        return [args.query]
+
+    step = calls_step(call_step(Query(query="fast")), call_step(Query(query="slow")))
+    config = several(2, tool_timeout=0.2)
+    result = await run_tool_loop(ScriptedCaller([step, done_step()]), Executor[str](), sleepy, "q", config)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.TOOL_ERROR)
+    assert result.items == ["fast"]
+
+
+async def test_a_tool_retry_is_that_calls_observation_only() -> None:
+    """One call's ToolRetry is its own observation; the other calls of the step run and the run goes on."""
+    agent = Executor[str]()
+    step = calls_step(call_step(Query(query="a")), call_step(Query(query="retry")), call_step(Query(query="c")))
+    result = await run_tool_loop(ScriptedCaller([step, done_step()]), agent, search, "q", several())
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert result.items == ["A", "C"]
+    shown = agent.infos[1].prior_calls
+    assert [c.observation for c in shown] == [None, "say it otherwise", None]
+
+
+async def test_a_fatal_error_cancels_the_calls_still_running_and_keeps_the_finished_ones() -> None:
+    """A failing call ends the run; a finished call's batch is kept, a call still running is cancelled."""
+    cancelled = asyncio.Event()
+
+    @tool(tier=Tier.READ_ONLY)
+    async def mixed(args: Query) -> list[str]:
+        """Fail, hang, or answer."""
+        if args.query == "boom":
+            await asyncio.sleep(0.01)
+            raise RuntimeError("the index is gone")
+        if args.query == "hang":
+            try:
+                await asyncio.sleep(30)
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
+        return [args.query]
+
+    step = calls_step(*(call_step(Query(query=q)) for q in ("ok", "boom", "hang")))
+    result = await run_tool_loop(ScriptedCaller([step, done_step()]), Executor[str](), mixed, "q", several())
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.TOOL_ERROR)
+    assert result.items == ["ok"]
+    assert cancelled.is_set()
+
+
+async def test_a_repeat_inside_the_step_counts() -> None:
+    """The same call twice in one step is a repeat: under REFUSE the second is refused, the first runs."""
+    agent = Executor[str]()
+    step = calls_step(call_step(Query(query="a")), call_step(Query(query="a")))
+    config = several(2, on_repeat=RepeatPolicy.REFUSE)
+    await run_tool_loop(ScriptedCaller([step, done_step()]), agent, search, "q", config)
+    assert RAN == ["a"]
+    assert [c.repeats for c in agent.infos[1].prior_calls] == [None, 1]
+
+
+async def test_a_repeat_inside_the_step_under_stop_ends_the_run_before_anything_runs() -> None:
+    """Under STOP, a step repeating its own call ends STALEMATE and none of its calls run."""
+    step = calls_step(call_step(Query(query="a")), call_step(Query(query="a")))
+    result = await run_tool_loop(ScriptedCaller([step]), Executor[str](), search, "q", several(2))
+    assert (result.outcome, result.stop_reason) == (Outcome.STALEMATE, StopReason.DEGENERATION)
+    assert RAN == []
+
+
+async def test_a_step_may_run_some_calls_and_propose_others() -> None:
+    """A read runs live and a delete in the same step becomes a proposal; the run stops at the proposal."""
+    step = calls_step(call_step(Query(query="a"), tool=search), call_step(PathArgs(path="/tmp/x"), tool=delete))
+    result = await run_tool_loop_tiered(ScriptedCaller([step]), Executor[str](), [search, delete], "q", several(2))
+    assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.PROPOSED)
+    assert RAN == ["a"]
+    assert result.items == ["A"]
+    assert [p.tool_name for p in result.proposed] == ["delete"]
+
+
+async def test_min_calls_counts_every_call_of_a_step() -> None:
+    """Two calls that ran in one step satisfy min_calls=2: the next round may be done."""
+    step = calls_step(call_step(Query(query="a")), call_step(Query(query="b")))
+    config = several(2, min_calls=2)
+    result = await run_tool_loop(ScriptedCaller([step, done_step()]), Executor[str](), search, "q", config)
+    assert (result.stop_reason, result.rounds) == (StopReason.EXECUTOR_DONE, 2)
+
+
+calls_strategy = st.lists(
+    st.tuples(st.sampled_from(["search", "delete"]), st.integers(min_value=0, max_value=3)), min_size=1, max_size=4
+)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(calls=calls_strategy, proceed=st.booleans())
+async def test_no_gated_call_runs_without_its_approval_whatever_the_mix(
+    calls: list[tuple[str, int]], proceed: bool
+) -> None:
+    """Whatever mix of live and gated calls a step carries, no gated call runs; every live one (not a repeat) does,
+    and every gated one is proposed."""
+    RAN.clear()
+    made: list[dict[str, Any]] = []
+    for name, n in calls:
+        made.append(
+            call_step(Query(query=f"q{n}"), tool=search)
+            if name == "search"
+            else call_step(PathArgs(path=f"/p{n}"), tool=delete)
+        )
+    config = several(
+        4, on_repeat=RepeatPolicy.REFUSE, after_proposal=AfterProposal.CONTINUE if proceed else AfterProposal.STOP
+    )
+    caller = ScriptedCaller([calls_step(*made), done_step()])
+    result = await run_tool_loop_tiered(caller, Executor[str](), [search, delete], "q", config)
+    assert not any(ran.startswith("delete") for ran in RAN)
+    if result.stop_reason is not StopReason.DEGENERATION:  # a repeat past repeat_refusals ends the step unrun
+        assert sorted(RAN) == sorted({f"q{n}" for name, n in calls if name == "search"})
+    wanted = {f"/p{n}" for name, n in calls if name == "delete"}
+    assert {p.args.path for p in result.proposed} == wanted  # type: ignore[attr-defined]
+
+
+async def test_a_run_of_several_calls_per_step_replays_offline() -> None:
+    """A recorded run whose steps carry several calls (finished out of order) replays through ReplayCaller and
+    its stand-ins, each call played back with its own batch, and ends as the recording did."""
+    from agentkit.testing import ReplayCaller
+
+    release = asyncio.Event()
+
+    @tool(tier=Tier.READ_ONLY, name="search")
+    async def slow(args: Query) -> list[str]:
+        """Answer, the first call last."""
+        if args.query == "a":
+            await release.wait()
+        else:
+            release.set()
+        return [args.query.upper()]
+
+    step = calls_step(call_step(Query(query="a")), call_step(Query(query="b")), call_step(Query(query="retry")))
+    recorded = await run_tool_loop(ScriptedCaller([step, done_step()]), Executor[str](), slow, "q", several())
+    replay = ReplayCaller(recorded.checkpoint)
+    again = await run_tool_loop(replay, Executor[str](), replay.tools(slow), "q", several())
+    assert again.error is None, again.error
+    replay.assert_complete()
+    assert again.items == recorded.items == ["A", "B", "RETRY"]
+    assert (again.stop_reason, again.rounds, again.usage) == (recorded.stop_reason, 2, recorded.usage)
