@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, TypeAdapter
 
-from agentkit._agent import PriorCall, ToolAgent, ToolRoundInfo
+from agentkit._agent import ASKING, PriorCall, ToolAgent, ToolRoundInfo
 from agentkit._cache import kept_on
 from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
@@ -330,14 +330,18 @@ class _Run:
     async def ask(self, info: ToolRoundInfo[Any], closing: bool = False) -> tuple[ToolStep[Any], _Round] | Ending:
         schema = self.box.step_for(self.views.executed, self.views.items, closing=closing)
         assert schema is not None  # ``close`` asks a closing round only when it can be asked
-        reply = await self.session.ask(
-            self.bound.caller,
-            lambda: self.bound.agent.render(self.ctx, info),
-            schema,
-            self.config.retry,
-            round=info.round,
-            deadline=self.remaining(),
-        )
+        asking = ASKING.set(info)  # what a test double may read of the round (FunctionCaller)
+        try:
+            reply = await self.session.ask(
+                self.bound.caller,
+                lambda: self.bound.agent.render(self.ctx, info),
+                schema,
+                self.config.retry,
+                round=info.round,
+                deadline=self.remaining(),
+            )
+        finally:
+            ASKING.reset(asking)
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
         rationale = reply.value.rationale if reply.value is not None else ""
         this = _Round(info.round, reply, schema, rationale, closing=closing)

@@ -2,7 +2,7 @@
 OpenAI-compatible HTTP server."""
 
 from agentkit.testing._fake_server import FakeOpenAIServer, FakeReply
-from agentkit.testing._function import Answer, AnswerFunction, FunctionCaller
+from agentkit.testing._function import Answer, AnswerFunction, FunctionCaller, RoundAnswerFunction
 from agentkit.testing._replay import ReplayCaller, ReplayDiverged
 from agentkit.testing._scripted import ScriptedCaller, ScriptedReply, ScriptExhausted, call_step, done_step
 
@@ -14,6 +14,7 @@ __all__ = [
     "FunctionCaller",
     "ReplayCaller",
     "ReplayDiverged",
+    "RoundAnswerFunction",
     "ScriptExhausted",
     "ScriptedCaller",
     "ScriptedReply",

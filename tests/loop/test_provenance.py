@@ -309,3 +309,44 @@ class _Log(list[BaseModel]):
         self.log.append((self.name, self.tainted()))
         self.seen.append(self.name)
         super().append(call)
+
+
+# --- wrapping a third party's functions (issue 50, goal 5) ---------------------------------------------
+
+
+def test_tool_takes_the_args_and_item_types_as_arguments() -> None:
+    """A function made at run time, without annotations, becomes a tool with `args_type=` and `result_type=`."""
+
+    def third_party(args):  # type: ignore[no-untyped-def]  # a run-time function has no annotations
+        return [Doc(id=args.url)]
+
+    made = tool(tier=Tier.READ_ONLY, name="get_page", args_type=Url, result_type=Doc)(third_party)
+    assert (made.name, made.args_type, made.result_type) == ("get_page", Url, Doc)
+    from agentkit._codec import item_type_of
+
+    assert item_type_of(made) is Doc
+
+
+def test_tool_refuses_an_args_type_that_disagrees_with_the_annotation() -> None:
+    """`args_type=` and the annotation must agree; a non-model args_type is refused."""
+
+    def annotated(args: Folder) -> list[Doc]:
+        return []
+
+    with pytest.raises(UsageError, match="annotated"):
+        tool(tier=Tier.READ_ONLY, args_type=Url)(annotated)
+    with pytest.raises(UsageError, match="pydantic model class"):
+        tool(tier=Tier.READ_ONLY, args_type=dict)  # type: ignore[arg-type]  # the wrong type, on purpose
+
+
+async def test_a_repeat_exempt_tool_may_repeat_a_call() -> None:
+    """`LoopConfig(repeat_exempt=...)`: a tool whose legitimate use repeats a read is not stopped as degenerate."""
+    tools = world()
+    again = ("read_notes", Folder(folder="notes"))
+    caller = steps(again, again, again)
+    result = await tiered(
+        caller, Executor[Doc](), list(tools.values()), TASK, config(repeat_exempt=frozenset({"read_notes"}))
+    )
+    assert (len(tools["read_notes"].calls), result.stop_reason) == (3, StopReason.EXECUTOR_DONE)
+    stopped = await tiered(steps(again, again), Executor[Doc](), list(world().values()), TASK, config())
+    assert stopped.stop_reason is StopReason.DEGENERATION
