@@ -591,7 +591,8 @@ class RunCheckpoint(BaseModel):
         ends, so it goes on from there. A proposal of those rounds that this state does not hold
         decided stops the fork at it again: it is the same call, and `journal.fork` gives the fork the
         run's inbox entry for it (decided once, run at most once, its recorded outcome inherited), never
-        a new one. `config` replaces the run's config.
+        a new one. `config` replaces the run's config, except that a config without a `ProvenancePolicy` keeps
+        the run's: a fork keeps its parent's taint.
 
         Raises:
             UsageError: `at_round` is not a round this run reached (`0` forks before round 1).
@@ -608,9 +609,11 @@ class RunCheckpoint(BaseModel):
             for e in self.entries
             if isinstance(e, RoundEntry) and e.round <= at_round and e.outcome is RoundOutcome.PROPOSED
         }
-        state = RunCheckpoint.start(
-            run_id, config or self.config, self.tools, same=self.same, parent=self.run_id, forked_at=at_round
-        )
+        record = self.config if config is None else CheckpointConfig.of(config)
+        if record.provenance is None and self.config.provenance is not None:
+            # A fork keeps its parent's taint, and so the policy that enforces it: a config without one keeps the run's.
+            record = record.model_copy(update={"provenance": self.config.provenance})
+        state = RunCheckpoint.start(run_id, record, self.tools, same=self.same, parent=self.run_id, forked_at=at_round)
         for entry in self.entries:
             if (isinstance(entry, RoundEntry) and entry.round <= at_round) or (
                 isinstance(entry, DecisionEntry) and (entry.round, entry.call_digest) in proposed
