@@ -49,7 +49,7 @@ from agentkit._trust import (
 if typing.TYPE_CHECKING:
     from agentkit._views import Views
 
-__all__ = ["Tracker", "run_provenance", "task_source", "with_provenance"]
+__all__ = ["Tracker", "provenance_at", "run_provenance", "task_source", "with_provenance"]
 
 _VALUE_LIMIT = 200
 
@@ -251,3 +251,21 @@ def run_provenance(tracker: Tracker, state: RunCheckpoint, views: Views, answer:
 
 def _jsonable(value: object) -> object:
     return TypeAdapter(type(value)).dump_python(value, mode="json")
+
+
+def provenance_at(state: RunCheckpoint, entry: RoundEntry, tools: Mapping[str, object]) -> CallProvenance | None:
+    """The provenance of the call `entry` (one of `state`'s entries) proposed, folded from the entries before
+    it, for a proposal rebuilt from a stored state (a Temporal run's pending proposals); `None`: the run has
+    no policy. Its marks are those its entry recorded (`RoundEntry.from_untrusted`), which were judged with
+    the run's task in view."""
+    record = state.config.provenance
+    if record is None or entry.tool is None or entry.args is None:
+        return None
+    policy = record.rebuild()
+    index = next(i for i, candidate in enumerate(state.entries) if candidate is entry)
+    tracker = Tracker.start(policy, tools, None, state.config.autonomy)
+    tracker.catch_up(state.entries[:index])
+    marks = tuple(m for m in tracker.origins(json.loads(entry.args)) if m.path in entry.from_untrusted)
+    tier = entry.tier
+    held = tier is not None and runs_live(tier, state.config.autonomy) and tracker.held(tools.get(entry.tool), tier)
+    return CallProvenance(untrusted=tuple(tracker.untrusted), from_untrusted=marks, held=held)
