@@ -208,8 +208,8 @@ class CheckpointConfig(BaseModel):
         context = None if self.context is None else self.context.rebuild(summarize)
         provenance = None if self.provenance is None else self.provenance.rebuild()
         return LoopConfig(
-            **fields,  # type: ignore[arg-type]  # ints stored as float read back as ints
-            retry=RetryPolicy(**retry),
+            **fields,
+            retry=RetryPolicy(**retry),  # type: ignore[arg-type]  # ints stored as float read back as ints
             context=context,
             provenance=provenance,
             repeat_exempt=frozenset(self.repeat_exempt),

@@ -237,10 +237,10 @@ def wire(
                 f"the trust given to tool {tool_name!r} of MCP server {server!r} is {said!r}; give Trust.TRUSTED "
                 "or Trust.UNTRUSTED"
             )
-    for tool_name, said in (egress or {}).items():
-        if not isinstance(said, bool):
+    for tool_name, sends in (egress or {}).items():
+        if not isinstance(sends, bool):
             raise UsageError(
-                f"the egress given to tool {tool_name!r} of MCP server {server!r} is {said!r}; give True or False"
+                f"the egress given to tool {tool_name!r} of MCP server {server!r} is {sends!r}; give True or False"
             )
     chosen = [by_name[name] for name in include] if include is not None else list(by_name.values())
     wired: list[McpTool] = []

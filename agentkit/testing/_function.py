@@ -139,3 +139,4 @@ def _check_parameters(function: Callable[..., Any]) -> bool:
             f"schema, info); {name}{signature} does not: add the schema parameter (None for a prose request), e.g. "
             "def answer(request: StructuredRequest, schema: type[BaseModel] | None) -> Answer"
         ) from None
+    return False

@@ -4,9 +4,12 @@ pending proposals show it, and a replay reaches the same decisions."""
 from __future__ import annotations
 
 import dataclasses
+import typing
+from typing import Any
 
 import pytest
 
+from agentkit import FunctionTool
 from agentkit.provenance import Trust
 from agentkit.temporal import RunStatus
 from tests.temporal.agents import DONE, Brief, step, until
@@ -18,7 +21,7 @@ pytestmark = pytest.mark.slow
 async def test_a_reversible_call_after_an_untrusted_result_waits_in_the_workflow(temporal: TemporalTest) -> None:
     """The search is declared untrusted: the reversible note after it is a pending proposal (held by the policy,
     not its tier), nothing runs, and the legs replay."""
-    search, note, send = temporal.editor.tools  # type: ignore[misc]  # the editor's three tools
+    search, note, send = typing.cast("list[FunctionTool[Any, Any]]", temporal.editor.tools)
     editor = dataclasses.replace(
         temporal.editor, tools=[dataclasses.replace(search, trust=Trust.UNTRUSTED), note, send]
     )
