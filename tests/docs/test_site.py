@@ -48,6 +48,7 @@ PUBLIC_MODULES = (
     "agentkit.program",
     "agentkit.prompting",
     "agentkit.decisions",
+    "agentkit.provenance",
     "agentkit.evals",
 )
 DIRECTIVE = re.compile(r"^::: (?P<module>[\w.]+)\s*$", re.MULTILINE)
