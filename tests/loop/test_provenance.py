@@ -350,3 +350,48 @@ async def test_a_repeat_exempt_tool_may_repeat_a_call() -> None:
     assert (len(tools["read_notes"].calls), result.stop_reason) == (3, StopReason.EXECUTOR_DONE)
     stopped = await tiered(steps(again, again), Executor[Doc](), list(world().values()), TASK, config())
     assert stopped.stop_reason is StopReason.DEGENERATION
+
+
+@settings(max_examples=40, deadline=None)
+@given(order=st.lists(st.sampled_from(NAMES), min_size=1, max_size=7), ceiling=st.sampled_from(list(Tier)))
+async def test_no_call_above_the_ceiling_runs_unapproved_after_untrusted_content_across_resumes(
+    order: list[str], ceiling: Tier
+) -> None:
+    """The same invariant over legs: the run stops at each proposal, a person approves it, and the run resumes
+    from its checkpoint. A call that ran after untrusted content above the ceiling, or egress, is one a person
+    approved; the taint crosses every resume (it comes back from the state, not from the process)."""
+    from collections import Counter
+
+    from agentkit import approve, resume_tool_loop
+
+    tools = world()
+    log: list[tuple[str, bool]] = []
+    seen: list[str] = []
+
+    def tainted_now() -> bool:
+        return any(tools[name].trust is Trust.UNTRUSTED for name in seen)
+
+    for t in tools.values():
+        t.calls = _Log(log, t.name, tainted_now, seen)
+    steps_left = [call_step(ARGS[n], tool=n) for n in order]
+    run_config = LoopConfig(
+        retry=NO_WAIT,
+        max_rounds=len(order) + 1,
+        provenance=ProvenancePolicy(ceiling=ceiling),
+        repeat_exempt=frozenset(NAMES),
+    )
+    caller = ScriptedCaller([*steps_left, done_step()])
+    result = await tiered(caller, Executor[Doc](), list(tools.values()), TASK, run_config)
+    approved: Counter[str] = Counter()
+    while result.stop_reason is StopReason.PROPOSED:
+        approvals = [approve(p, approved_by="alice") for p in result.proposed]
+        approved.update(p.tool_name for p in result.proposed)
+        result = await resume_tool_loop(
+            caller, Executor[Doc](), list(tools.values()), TASK, result.checkpoint, approvals
+        )
+    unapproved = Counter(
+        name
+        for name, was_tainted in log
+        if was_tainted and (tools[name].tier > ceiling or tools[name].egress or tools[name].tier > Tier.REVERSIBLE)
+    )
+    assert unapproved - approved == Counter(), (order, ceiling)
