@@ -12,7 +12,7 @@ from agentkit._grants import Grant
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint, ToolEntry
 from agentkit._tiers import Tier
-from agentkit._trust import ArgOrigin, CallProvenance
+from agentkit._trust import ArgOrigin, CallProvenance, RunProvenance
 
 __all__ = [
     "SETTLED",
@@ -160,6 +160,9 @@ class DurableOutcome(BaseModel):
     """Proposals the run ended with (`AfterProposal.CONTINUE` runs end with them, undecided)."""
     decisions: list[DecisionRecord] = []
     checkpoint: RunCheckpoint
+    provenance: RunProvenance | None = None
+    """What the run read that a third party could write, and whether it preceded the answer (`None`: no
+    `ProvenancePolicy`, or a run recorded before provenance)."""
 
 
 class Leg(BaseModel):

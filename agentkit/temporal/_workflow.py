@@ -326,6 +326,7 @@ class AgentRun:
             proposals=proposals,
             decisions=list(self.records),
             checkpoint=result.checkpoint,
+            provenance=result.provenance,
         )
 
     @workflow.query(name="state")

@@ -35,6 +35,8 @@ async def test_a_reversible_call_after_an_untrusted_result_waits_in_the_workflow
         assert [o.tool_name for o in held.provenance.untrusted] == ["search"]
         temporal.fake.add(DONE)
         await handle.reject(held, by="alice", reason="injected")
-        await handle.result()
+        result = await handle.result()
     assert temporal.tool_log() == ["search mallory"]
+    assert result.provenance is not None
+    assert [(o.tool_name, o.trust) for o in result.provenance.items] == [("search", Trust.UNTRUSTED)]
     await temporal.replay(*await temporal.legs(handle.run_id), agents=[editor])
