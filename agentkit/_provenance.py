@@ -114,10 +114,6 @@ class Tracker:
         return tracker
 
     @property
-    def on(self) -> bool:
-        return self.policy is not None
-
-    @property
     def tainted(self) -> bool:
         """Untrusted content has entered the run."""
         return bool(self.untrusted)

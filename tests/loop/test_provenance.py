@@ -395,3 +395,15 @@ async def test_no_call_above_the_ceiling_runs_unapproved_after_untrusted_content
         if was_tainted and (tools[name].tier > ceiling or tools[name].egress or tools[name].tier > Tier.REVERSIBLE)
     )
     assert unapproved - approved == Counter(), (order, ceiling)
+
+
+def test_a_declaration_of_the_wrong_type_fails_closed() -> None:
+    """A hand-made tool's `trust` that is not a `Trust` counts as untrusted, an `egress` that is not `False`
+    as egress; a tool that declares neither is trusted and sends nothing out (tools written before provenance)."""
+    from types import SimpleNamespace
+
+    from agentkit.provenance import declared_egress, declared_trust
+
+    assert declared_trust(SimpleNamespace(trust="trusted")) is Trust.UNTRUSTED
+    assert declared_egress(SimpleNamespace(egress=0)) is True
+    assert (declared_trust(SimpleNamespace()), declared_egress(SimpleNamespace())) == (Trust.TRUSTED, False)
