@@ -10,6 +10,7 @@ from typing import Any, Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from agentkit._context import Omitted
+from agentkit._media import PromptPart, split_parts
 from agentkit._proposals import ProposedAction
 
 __all__ = ["PriorCall", "Prompt", "RoleSpec", "RoundInfo", "ToolAgent", "ToolRoundInfo"]
@@ -26,8 +27,25 @@ class Prompt:
 
     system: str
     """Stable rules and instructions: byte-identical across rounds and runs."""
-    dynamic: str
-    """This run's data: the request, prior results, where the round sits in the budget."""
+    dynamic: str = ""
+    """This run's data: the request, prior results, where the round sits in the budget. With `parts`, its
+    text view (filled in from them when left empty): each image or document a bracketed placeholder with
+    its digest, for code that reads the prompt as text."""
+    parts: tuple[PromptPart, ...] = ()
+    """The dynamic part with images and documents: text, `ImagePart`s and `DocumentPart`s in reading order
+    (adjacent strings merged). Sent in place of `dynamic` by callers that send images. Parts of text only
+    are joined into `dynamic`, so a prompt of text only is the string it always was."""
+
+    def __post_init__(self) -> None:
+        if self.parts:
+            dynamic, parts = split_parts(self.dynamic, self.parts)
+            object.__setattr__(self, "dynamic", dynamic)
+            object.__setattr__(self, "parts", parts)
+
+
+# The field's type as the object it is: the class reports `agentkit` as its module, where pydantic would look
+# the annotation's names up and not find them.
+Prompt.__dataclass_fields__["parts"].type = tuple[PromptPart, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

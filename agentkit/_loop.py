@@ -268,6 +268,7 @@ class _Run:
             summarized=None if summarized is None else summarized[1],
             prompt=reply.prompt,
             schema_digest=schema_digest(this.schema),
+            media=reply.media,
             requests=usage.requests,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,

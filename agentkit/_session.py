@@ -23,6 +23,7 @@ from agentkit._agent import Prompt, RoleSpec
 from agentkit._config import LoopConfig
 from agentkit._events import Continued, Event, LLMCallFinished, RunAborted, RunFinished, RunStarted
 from agentkit._invoke import describe
+from agentkit._media import media_digests, part_digest
 from agentkit._observe import ModelCall, Observer, dispatch, logger, observed, settle, traces, wraps
 from agentkit._outcome import StopReason
 from agentkit._results import RunEnding
@@ -52,9 +53,14 @@ _ROLE_FIELDS = tuple(field.name for field in dataclasses.fields(RoleSpec))
 
 def prompt_digest(prompt: Prompt) -> str:
     """SHA-256 of a rendered prompt's two parts (what a replay compares a request by): `json_text` of the
-    pair, which for two strings is each one's ASCII JSON in brackets."""
+    pair, which for two strings is each one's ASCII JSON in brackets. An image or document counts by its
+    own digest (`part_digest`: kind, media type, SHA-256), never by its bytes, so the same image gives the
+    same digest and a changed one another; a prompt of text only digests as it always did."""
     system, dynamic = prompt.system, prompt.dynamic
-    if type(system) is str and type(dynamic) is str:
+    if prompt.parts:
+        shown = [part if isinstance(part, str) else part_digest(part) for part in prompt.parts]
+        text = json_text([system, shown])
+    elif type(system) is str and type(dynamic) is str:
         text = f"[{_ascii(system)},{_ascii(dynamic)}]"
     else:
         text = json_text([system, dynamic])
@@ -91,6 +97,8 @@ class Reply(Generic[M_co]):
     """Why there is no value: `LLM_ERROR`, `THROTTLED`, `MAX_TOKENS`, `DEADLINE` or `EXECUTOR_ERROR`."""
     prompt: str | None = None
     """SHA-256 of the rendered prompt (`prompt_digest`); `None` when `render` raised."""
+    media: tuple[str, ...] = ()
+    """The prompt's images and documents by digest (`media_digests`)."""
 
 
 class _Counted:
@@ -219,8 +227,14 @@ class RunSession:
         except Exception as raised:
             error = executor_failed("render", raised)
             return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
-        request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **self._settings)
+        if prompt.parts:
+            request = StructuredRequest(
+                system=prompt.system, dynamic=prompt.dynamic, parts=prompt.parts, **self._settings
+            )
+        else:
+            request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **self._settings)
         digest = prompt_digest(prompt)
+        media = media_digests(prompt.parts)
         counted = _Counted(caller)
         finished: list[Usage] = []
         # Attempts are reported to the observers, and counted for a call the deadline may cut short.
@@ -241,7 +255,12 @@ class RunSession:
             cut = Usage(requests=counted.started - len(finished))
             seconds = time.perf_counter() - started
             reply: Reply[M] = Reply(
-                value=None, usage=sum(finished, cut), stop_reason=StopReason.DEADLINE, seconds=seconds, prompt=digest
+                value=None,
+                usage=sum(finished, cut),
+                stop_reason=StopReason.DEADLINE,
+                seconds=seconds,
+                prompt=digest,
+                media=media,
             )
         except AgentkitError as error:
             seconds = time.perf_counter() - started
@@ -252,11 +271,17 @@ class RunSession:
                 stop_reason=failure_reason(error),
                 seconds=seconds,
                 prompt=digest,
+                media=media,
             )
         else:
             seconds = time.perf_counter() - started
             reply = Reply(
-                value=completion.value, usage=completion.usage, model=completion.model, seconds=seconds, prompt=digest
+                value=completion.value,
+                usage=completion.usage,
+                model=completion.model,
+                seconds=seconds,
+                prompt=digest,
+                media=media,
             )
         self.usage += reply.usage
         return reply

@@ -303,6 +303,9 @@ class RoundEntry(BaseModel):
     """SHA-256 of the prompt the executor rendered (system and dynamic), for replays."""
     schema_digest: str | None = None
     """SHA-256 of the step schema the model was asked to follow, for replays."""
+    media: tuple[str, ...] = ()
+    """The images and documents of the prompt, in order, each as `kind:media_type:sha256` (by digest, never
+    by bytes), so that a replay tells a changed image from the same one. Left out of the digest when empty."""
     requests: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -781,6 +784,7 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], too
 _UNDIGESTED = frozenset({"digest"})
 _UNTRACED = frozenset({"digest", "trace"})
 _UNAMENDED = frozenset({"args", "amended"})
+_TEXT_ONLY = frozenset({"media"})
 _TRUSTED = frozenset({"untrusted"})
 _UNMARKED = frozenset({"from_untrusted"})
 
@@ -797,6 +801,8 @@ def _content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     """What `chained` digests of `entry`: `json_text` of its JSON dump, less its digest (and what it leaves out)."""
     untraced = isinstance(entry, RoundEntry) and entry.trace is None
     exclude = _UNTRACED if untraced else _UNDIGESTED
+    if isinstance(entry, RoundEntry) and not entry.media:
+        exclude = exclude | _TEXT_ONLY  # a prompt of text only digests as rounds did before media
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude = exclude | _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
     if not isinstance(entry, EndEntry):
@@ -891,6 +897,7 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "summarized": _whole,
         "prompt": _plain_text,
         "schema_digest": _plain_text,
+        "media": _texts,
         "requests": _whole,
         "input_tokens": _whole,
         "output_tokens": _whole,

@@ -24,6 +24,7 @@ from typing import Generic, Protocol, TypeVar
 from pydantic import BaseModel
 
 from agentkit._agent import RoleSpec
+from agentkit._media import PromptPart, split_parts
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled, Truncated, UsageError
 
@@ -49,10 +50,27 @@ class StructuredRequest(RoleSpec):
 
     system: str
     """Stable instructions (kept byte-identical across rounds so provider prompt caching works)."""
-    dynamic: str
-    """This run's data: the request, prior results, the round's position in the budget."""
+    dynamic: str = ""
+    """This run's data: the request, prior results, the round's position in the budget. When the prompt holds
+    images or documents, its text view: each shown as a bracketed placeholder with its digest (filled in from
+    `parts` when left empty), for callers that send text only."""
+    parts: tuple[PromptPart, ...] = ()
+    """The dynamic part in full, in reading order, when it holds images or documents (`ImagePart`,
+    `DocumentPart`): what a caller that sends them sends in place of `dynamic`. Empty for a prompt of text
+    only (parts of text only are joined into `dynamic`)."""
     reask: str | None = None
     """The validation error of the previous attempt, to be shown to the model."""
+
+    def __post_init__(self) -> None:
+        if self.parts:
+            dynamic, parts = split_parts(self.dynamic, self.parts)
+            object.__setattr__(self, "dynamic", dynamic)
+            object.__setattr__(self, "parts", parts)
+
+
+# The field's type as the object it is: the class reports `agentkit` as its module, where pydantic (a Temporal
+# payload) would look the annotation's names up and not find them.
+StructuredRequest.__dataclass_fields__["parts"].type = tuple[PromptPart, ...]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -26,13 +26,26 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from agentkit._agent import PriorCall, Prompt, ToolRoundInfo
+from agentkit._media import DocumentMediaType, DocumentPart, ImageMediaType, ImagePart, PromptPart
 from agentkit._proposals import ProposedAction, call_digest
 from agentkit._tools import AnyTool
 from agentkit.errors import UsageError
 
-__all__ = ["USE_THE_TOOL", "reflective_prompt", "worked_example"]
+__all__ = [
+    "USE_THE_TOOL",
+    "DocumentMediaType",
+    "DocumentPart",
+    "ImageMediaType",
+    "ImagePart",
+    "PromptPart",
+    "reflective_prompt",
+    "worked_example",
+]
 
 R = TypeVar("R")
+
+# Their home is private; this module is where they are imported from.
+ImagePart.__module__ = DocumentPart.__module__ = __name__
 
 USE_THE_TOOL = (
     "Use the tool to find what the request needs; do not answer from memory, even when you think you "
@@ -71,7 +84,7 @@ _EARLIER = "Earlier calls and what came of them:"
 
 def reflective_prompt(
     doctrine: str,
-    request: str,
+    request: str | Sequence[PromptPart],
     info: ToolRoundInfo[R],
     *,
     render_item: Callable[[R], str] | None = None,
@@ -84,7 +97,8 @@ def reflective_prompt(
     Args:
         doctrine: The agent's stable rules: its job, what counts as enough, what to avoid
             (`USE_THE_TOOL` is a ready line for retrieval agents).
-        request: What this run is asked to do.
+        request: What this run is asked to do: text, or text with images and documents (`ImagePart`,
+            `DocumentPart`), which the prompt's dynamic part then holds where the request is.
         info: The round, as the loop passes it to `render`.
         render_item: One result item as prompt text; pydantic items default to compact JSON,
             anything else to `str`.
@@ -103,11 +117,16 @@ def reflective_prompt(
         system.append("Tools:\n" + "\n".join(f"- {t.name}: {t.description.strip()}" for t in tools))
     if example:
         system.append(example.strip())
-    show = render_item or _default_item
+    shown: list[ImagePart | DocumentPart] = []
+    if not isinstance(request, str):  # the request's images come first in the text, then the results'
+        request = "".join(part if isinstance(part, str) else _mark(part, shown) for part in request)
+    show = _showing_media(render_item or _default_item, shown)
     earlier = _earlier_calls(info, show)
     waiting = _unlisted_proposals(info)
     closing = _CLOSING_ROUND if info.closing_round else _closing(info.is_final_round, bool(earlier or waiting), check)
     dynamic = _round_text(request, earlier, waiting=waiting, budget=_budget_line(info), closing=closing)
+    if shown:
+        return Prompt(system="\n\n".join(system), parts=_with_media(dynamic, shown))
     return Prompt(system="\n\n".join(system), dynamic=dynamic)
 
 
@@ -172,6 +191,39 @@ def worked_example(
         f"Round 2 reply: {_json(second)}",
     ]
     return "\n".join(lines)
+
+
+_MEDIA_MARK = "\x00agentkit-media\x00"
+"""Where a tool's image or document item goes in the round's text, until the text is split into parts."""
+
+
+def _showing_media(show: Callable[[R], str], shown: list[ImagePart | DocumentPart]) -> Callable[[R], str]:
+    """`show`, except that an item that is an `ImagePart` or a `DocumentPart` is kept for the prompt's parts
+    (the model sees the image itself), with a line that says what it is in the text."""
+
+    def showing(item: R) -> str:
+        if isinstance(item, ImagePart | DocumentPart):
+            what = f"an image ({item.media_type or 'by URL'})" if isinstance(item, ImagePart) else "a PDF document"
+            return f"{what}:\n{_mark(item, shown)}"
+        return show(item)
+
+    return showing
+
+
+def _mark(part: ImagePart | DocumentPart, shown: list[ImagePart | DocumentPart]) -> str:
+    shown.append(part)
+    return _MEDIA_MARK
+
+
+def _with_media(text: str, shown: Sequence[ImagePart | DocumentPart]) -> tuple[PromptPart, ...]:
+    """The round's text as parts: each media mark replaced by the image or document it stands for."""
+    pieces = text.split(_MEDIA_MARK)
+    if len(pieces) != len(shown) + 1:  # a mark in the request or in an item's own text: never a prompt of ours
+        raise UsageError("reflective_prompt: the request or a result's text holds agentkit's media mark (a NUL byte)")
+    parts: list[PromptPart] = [pieces[0]]
+    for media, piece in zip(shown, pieces[1:], strict=True):
+        parts += [media, piece]
+    return tuple(parts)
 
 
 def _closing(final: bool, has_results: bool, check: str | None) -> str:

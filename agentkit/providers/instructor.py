@@ -73,6 +73,11 @@ class InstructorCaller:
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         """Ask `request.model` for one reply that validates against `schema`."""
+        if request.parts:
+            raise UsageError(
+                "InstructorCaller sends prompts of text only, and this prompt holds an image or a document; "
+                "use OpenAICaller (or AnthropicCaller), which send them in the provider's wire format"
+            )
         messages: list[dict[str, str]] = [{"role": "system", "content": request.system}] if request.system else []
         messages.append({"role": "user", "content": request.dynamic})
         if request.reask:

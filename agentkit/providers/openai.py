@@ -60,7 +60,7 @@ import math
 import os
 import time
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Literal, Self, TypeVar
@@ -70,6 +70,7 @@ import openai
 from pydantic import BaseModel, ValidationError
 
 from agentkit._cache import kept_on
+from agentkit._media import ImagePart, PromptPart, parts_of
 from agentkit._step import schema_name
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
@@ -428,8 +429,8 @@ class OpenAICaller:
             ProviderError: the server failed.
             Truncated: the reply was cut off by the token limit.
         """
-        messages = [{"role": "system", "content": request.system}] if request.system else []
-        messages.append({"role": "user", "content": request.dynamic})
+        messages: list[dict[str, Any]] = [{"role": "system", "content": request.system}] if request.system else []
+        messages.append({"role": "user", "content": content_parts(request.parts) if request.parts else request.dynamic})
         tally = _Tally()
         try:
             reply = await self._send(self._kwargs(request, messages), "", tally)
@@ -633,6 +634,9 @@ def _on_this_machine(url: str) -> bool:
 def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     for slot in plan.template:
+        if slot.field == "dynamic" and request.parts:
+            messages.append({"role": slot.role, "content": content_parts((slot.prefix, *request.parts, slot.suffix))})
+            continue
         text = request.system if slot.field == "system" else request.dynamic if slot.field == "dynamic" else ""
         content = slot.prefix + text + slot.suffix
         if content or slot.role != "system":
@@ -645,6 +649,22 @@ def _messages(plan: _Plan, request: StructuredRequest) -> list[dict[str, Any]]:
             }
         )
     return messages
+
+
+def content_parts(parts: Sequence[PromptPart]) -> list[dict[str, Any]]:
+    """A dynamic part with images or documents as chat-completions content parts, in order: `text`, `image_url`
+    (a `data:` URL of the bytes, or the image's URL) and `file` (a PDF's bytes as `file_data`, with its
+    `filename`); adjacent text is one part."""
+    content: list[dict[str, Any]] = []
+    normal = parts_of(parts)
+    for part in (normal,) if isinstance(normal, str) else normal:
+        if isinstance(part, str):
+            content.append({"type": "text", "text": part})
+        elif isinstance(part, ImagePart):
+            content.append({"type": "image_url", "image_url": {"url": part.data_url}})
+        else:
+            content.append({"type": "file", "file": {"filename": part.filename, "file_data": part.data_url}})
+    return content
 
 
 def _first_choice(response: Reply, model: str) -> Any:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -29,7 +29,14 @@ from agentkit._structured import Completion, StructuredRequest
 from agentkit._tiers import Tier
 from agentkit._trust import Trust, declared_egress, declared_trust
 from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolTimeout
-from agentkit.temporal._activities import GRANT_ACTIVITY, MODEL_ACTIVITY, REQUEST, TOOL_ACTIVITY, decode_error
+from agentkit.temporal._activities import (
+    _ENVELOPE,
+    GRANT_ACTIVITY,
+    MODEL_ACTIVITY,
+    REQUEST,
+    TOOL_ACTIVITY,
+    decode_error,
+)
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._values import GrantAsk, GrantReply, ModelCall, ModelReply, ToolCallInput, ToolReply
 
@@ -111,12 +118,31 @@ class ActivityCaller:
     def __init__(self, agent: str, durable: DurableAgent[Any, Any], in_flight: InFlight, *, local: bool) -> None:
         self.agent, self.policy, self.in_flight, self.local = agent, durable.policy, in_flight, local
 
+    def _check_media(self, dumped: Mapping[str, Any]) -> None:
+        """A request whose images and documents (their bytes in base64) outgrow one payload is refused before it is
+        scheduled: its activity could not start, and a workflow task that fails is retried forever."""
+        size = len(json.dumps(dumped, separators=(",", ":")).encode())
+        payload = self.policy.payload_limit
+        limit = payload - _ENVELOPE
+        if size > limit:
+            raise ProviderError(
+                f"the prompt's images and documents take the model call's request to {size:,} bytes as JSON, more "
+                f"than one Temporal payload holds ({limit:,}: ActivityPolicy.payload_limit {payload:,}"
+                f", less {_ENVELOPE:,} for what surrounds it); it is not sent. Give large images by URL "
+                "(ImagePart(url=...): the URL travels, bytes travel in base64 in every round's request), or raise the "
+                "server's limit.blobSize.error and payload_limit together",
+                transient=False,
+            )
+
     async def complete(self, request: StructuredRequest, schema: type[Any]) -> Completion[Any]:
         asked = self.in_flight.call
+        dumped = REQUEST.dump_python(request, mode="json")
+        if request.parts:
+            self._check_media(dumped)
         call = ModelCall(
             agent=self.agent,
             schema_name=schema.__name__,
-            request=REQUEST.dump_python(request, mode="json"),
+            request=dumped,
             run_id=workflow.info().workflow_id,
             round=asked.round if isinstance(asked, Asked) else 0,
             role=asked.role if isinstance(asked, Asked) else "executor",

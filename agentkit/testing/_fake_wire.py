@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -85,7 +87,7 @@ def _check_messages(messages: object) -> None:
                     where,
                 )
             awaiting.discard(call_id)
-            _check_content(message.get("content"), where)
+            _check_content(message.get("content"), where, role)
             continue
         if awaiting:
             raise RequestRejected(
@@ -97,23 +99,129 @@ def _check_messages(messages: object) -> None:
         if role == "assistant" and calls is not None:
             awaiting = _check_tool_calls(calls, where)
             if message.get("content") not in (None, ""):
-                _check_content(message.get("content"), where)
+                _check_content(message.get("content"), where, role)
             continue
-        _check_content(message.get("content"), where)
+        _check_content(message.get("content"), where, role)
     if awaiting:
         raise RequestRejected(f"Invalid 'messages': tool calls {sorted(awaiting)} have no tool message.", "messages")
 
 
-def _check_content(content: object, where: str) -> None:
+def _check_content(content: object, where: str, role: object = "user") -> None:
     if isinstance(content, str):
         return
     if not isinstance(content, list) or not content:
         raise RequestRejected(f"Invalid '{where}.content': expected a string or a non-empty array of parts.", where)
-    for part in content:
+    allowed = _PARTS_OF_ROLE.get(str(role), ("text",))
+    for index, part in enumerate(content):
+        at = f"{where}.content[{index}]"
         if not isinstance(part, dict) or part.get("type") not in _PART_TYPES:
             raise RequestRejected(f"Invalid content part in '{where}': {part!r}.", where)
-        if part["type"] == "text" and not isinstance(part.get("text"), str):
+        kind = part["type"]
+        if kind not in allowed:
+            raise RequestRejected(
+                f"Invalid '{at}': a message with role {role!r} cannot hold content parts of type '{kind}' "
+                f"(it takes {', '.join(repr(a) for a in allowed)}).",
+                at,
+            )
+        extra = set(part) - {"type", kind}
+        if extra:
+            raise RequestRejected(f"Invalid '{at}': unrecognized keys {sorted(extra)} in a '{kind}' part.", at)
+        _check_part(kind, part, where, at)
+
+
+def _check_part(kind: str, part: Mapping[str, Any], where: str, at: str) -> None:
+    """One content part's own shape, by its type."""
+    if kind == "text":
+        if not isinstance(part.get("text"), str):
             raise RequestRejected(f"Invalid text part in '{where}': 'text' must be a string.", where)
+    elif kind == "image_url":
+        _check_image_url(part.get("image_url"), f"{at}.image_url")
+    elif kind == "file":
+        _check_file(part.get("file"), f"{at}.file")
+    elif kind == "input_audio":
+        audio = part.get("input_audio")
+        if not isinstance(audio, dict) or audio.get("format") not in ("wav", "mp3") or set(audio) != {"data", "format"}:
+            raise RequestRejected(f"Invalid '{at}.input_audio': expected an object with 'data' and 'format'.", at)
+        _base64(audio.get("data"), f"{at}.input_audio.data")
+    elif not isinstance(part.get("refusal"), str):
+        raise RequestRejected(f"Invalid '{at}.refusal': expected a string.", at)
+
+
+_PARTS_OF_ROLE: dict[str, tuple[str, ...]] = {
+    "system": ("text",),
+    "developer": ("text",),
+    "user": ("text", "image_url", "input_audio", "file"),
+    "assistant": ("text", "refusal"),
+    "tool": ("text",),
+}
+"""The content part types each role may send (OpenAI's chat completions)."""
+_IMAGE_MAGIC = {
+    "image/png": (b"\x89PNG\r\n\x1a\n",),
+    "image/jpeg": (b"\xff\xd8\xff",),
+    "image/gif": (b"GIF87a", b"GIF89a"),
+    "image/webp": (b"RIFF",),
+}
+_DATA_URL = re.compile(r"\Adata:([a-z]+/[a-z0-9.+-]+);base64,(.*)\Z", re.DOTALL)
+
+
+def _check_image_url(spec: object, at: str) -> None:
+    if not isinstance(spec, dict) or not isinstance(spec.get("url"), str):
+        raise RequestRejected(f"Invalid '{at}': expected an object with a string 'url'.", at)
+    extra = set(spec) - {"url", "detail"}
+    if extra:
+        raise RequestRejected(f"Invalid '{at}': unrecognized keys {sorted(extra)}.", at)
+    if spec.get("detail", "auto") not in ("auto", "low", "high"):
+        raise RequestRejected(f"Invalid '{at}.detail': expected 'auto', 'low' or 'high'; got {spec['detail']!r}.", at)
+    url: str = spec["url"]
+    if url.startswith(("https://", "http://")):
+        return
+    match = _DATA_URL.match(url)
+    if match is None or match.group(1) not in _IMAGE_MAGIC:
+        raise RequestRejected(
+            f"Invalid '{at}.url': expected an http(s) URL or a base64-encoded data URL with an image MIME type "
+            f"({', '.join(sorted(_IMAGE_MAGIC))}), e.g. 'data:image/png;base64,...'; got {url[:40]!r}.",
+            at,
+        )
+    data = _base64(match.group(2), f"{at}.url")
+    if not data.startswith(_IMAGE_MAGIC[match.group(1)]) or (match.group(1) == "image/webp" and data[8:12] != b"WEBP"):
+        raise RequestRejected(
+            f"Invalid '{at}.url': you uploaded an unsupported image; its bytes are not a valid {match.group(1)}.", at
+        )
+
+
+def _check_file(spec: object, at: str) -> None:
+    if not isinstance(spec, dict):
+        raise RequestRejected(f"Invalid '{at}': expected an object.", at)
+    extra = set(spec) - {"file_data", "file_id", "filename"}
+    if extra:
+        raise RequestRejected(f"Invalid '{at}': unrecognized keys {sorted(extra)}.", at)
+    if ("file_data" in spec) == ("file_id" in spec):
+        raise RequestRejected(f"Invalid '{at}': expected exactly one of 'file_data' and 'file_id'.", at)
+    if "file_id" in spec:
+        if not isinstance(spec["file_id"], str) or not spec["file_id"]:
+            raise RequestRejected(f"Invalid '{at}.file_id': expected a non-empty string.", at)
+        return
+    if not isinstance(spec.get("filename"), str) or not spec["filename"]:
+        raise RequestRejected(f"Invalid '{at}': 'filename' is required with 'file_data'.", at)
+    data_url = spec["file_data"]
+    match = _DATA_URL.match(data_url) if isinstance(data_url, str) else None
+    if match is None or match.group(1) != "application/pdf":
+        raise RequestRejected(
+            f"Invalid '{at}.file_data': expected a base64-encoded data URL of a PDF "
+            "('data:application/pdf;base64,...').",
+            at,
+        )
+    if not _base64(match.group(2), f"{at}.file_data").startswith(b"%PDF-"):
+        raise RequestRejected(f"Invalid '{at}.file_data': the file is not a valid PDF.", at)
+
+
+def _base64(text: object, at: str) -> bytes:
+    try:
+        if not isinstance(text, str) or not text:
+            raise ValueError("empty")
+        return base64.b64decode(text, validate=True)
+    except (ValueError, binascii.Error):
+        raise RequestRejected(f"Invalid '{at}': the data is not valid base64.", at) from None
 
 
 def _check_tool_calls(calls: object, where: str) -> set[str]:
@@ -328,9 +436,17 @@ def schema_of(request: Mapping[str, Any]) -> dict[str, Any] | None:
     if response_format.get("type") == "json_schema":
         return dict(response_format["json_schema"].get("schema") or {})
     for message in request["messages"]:
-        if isinstance(message.get("content"), str) and (found := _schema_in_text(message["content"])) is not None:
+        if (found := _schema_in_text(_text_of(message))) is not None:
             return found
     return None
+
+
+def _text_of(message: Mapping[str, Any]) -> str:
+    """A message's text: its content, or its text parts joined."""
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(part["text"] for part in content if isinstance(part, dict) and part.get("type") == "text")
+    return content if isinstance(content, str) else ""
 
 
 def _schema_in_text(text: str) -> dict[str, Any] | None:
@@ -350,11 +466,7 @@ def _schema_in_text(text: str) -> dict[str, Any] | None:
 
 def wants_fence(request: Mapping[str, Any]) -> bool:
     """The prompt asks for the JSON inside a fenced ```json block (instructor's MD_JSON mode)."""
-    return any(
-        isinstance(message.get("content"), str) and "```json" in message["content"]
-        for message in request["messages"]
-        if message.get("role") == "user"
-    )
+    return any("```json" in _text_of(message) for message in request["messages"] if message.get("role") == "user")
 
 
 def auto_text(request: Mapping[str, Any]) -> str:

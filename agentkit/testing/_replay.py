@@ -28,6 +28,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from agentkit._codec import item_type_of
 from agentkit._loop import schema_digest
+from agentkit._media import media_digests
 from agentkit._outcome import StopReason
 from agentkit._session import prompt_digest
 from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint
@@ -330,16 +331,34 @@ def _difference(entry: RoundEntry, request: StructuredRequest, schema: type[Base
     """What differs between a request and the recorded one, in words; `None`: nothing."""
     prompt: Prompt = _prompt_of(request)
     if entry.prompt != prompt_digest(prompt):
+        media = media_digests(prompt.parts)
+        if media != entry.media:
+            return (
+                f"the prompt's images or documents differ from the recorded ones ({_media_change(entry.media, media)})"
+            )
         return "the prompt differs from the recorded one (the executor rendered another system or dynamic text)"
     if entry.schema_digest is not None and entry.schema_digest != schema_digest(schema):
         return f"the step schema {schema.__name__} differs from the recorded one (another tool set, or answer type)"
     return None
 
 
+def _media_change(recorded: tuple[str, ...], now: tuple[str, ...]) -> str:
+    """The first image or document that differs, in words: `kind:media_type:sha256` as recorded and as now."""
+    if len(recorded) != len(now):
+        return f"{len(now)} now, {len(recorded)} recorded"
+    index, (was, new) = next((i, pair) for i, pair in enumerate(zip(recorded, now, strict=True)) if pair[0] != pair[1])
+    return f"part {index + 1} is {_short(new)}, recorded as {_short(was)}"
+
+
+def _short(digest: str) -> str:
+    kind, media_type, sha = digest.split(":")
+    return f"{kind} {media_type} sha256:{sha[:12]}" if media_type else f"{kind} sha256:{sha[:12]}"
+
+
 def _prompt_of(request: StructuredRequest) -> Prompt:
     from agentkit._agent import Prompt
 
-    return Prompt(system=request.system, dynamic=request.dynamic)
+    return Prompt(system=request.system, dynamic=request.dynamic, parts=request.parts)
 
 
 def _step(entry: RoundEntry, schema: type[M]) -> M:

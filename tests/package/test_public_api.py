@@ -102,7 +102,7 @@ def test_every_name_the_design_fixes_is_importable_where_documented(module: str,
 
 IN_A_PUBLIC_MODULE = {
     "agentkit.events": ["Event", "LoggingObserver", "RunEnding", "iter_tool_loop", "iter_tool_loop_tiered"],
-    "agentkit.prompting": ["reflective_prompt"],
+    "agentkit.prompting": ["DocumentPart", "ImagePart", "PromptPart", "reflective_prompt"],
     "agentkit.provenance": [
         "ArgOrigin", "CallProvenance", "ItemOrigin", "Origin", "ProvenancePolicy", "RunProvenance", "Trust",
     ],

@@ -53,17 +53,25 @@ SCENARIOS = [
 ]
 
 
-async def _bodies(mode: StructuredMode, strict: bool) -> list[tuple[dict[str, Any], int]]:
+class PartsSearcher(Searcher):
+    """`Searcher`, its dynamic part given as a tuple of text parts."""
+
+    def render(self, ctx: str, info: ToolRoundInfo[str]) -> Prompt:
+        return Prompt(system="You search a corpus.", parts=(f"round {info.round}: ", ctx))
+
+
+async def _bodies(mode: StructuredMode, strict: bool, *, parts: bool = False) -> list[tuple[dict[str, Any], int]]:
     async with FakeOpenAIServer() as server:
         async with OpenAICaller(base_url=server.base_url, mode=mode, strict=strict) as caller:
             server.add(FakeReply.value({"score": "high"}), FakeReply.value({"score": 7}))
-            await caller.complete(
-                StructuredRequest(system="Rate it.", dynamic="the text", model="m", max_tokens=50), Rated
-            )
+            text = {"dynamic": "", "parts": ("the ", "text")} if parts else {"dynamic": "the text"}
+            await caller.complete(StructuredRequest(system="Rate it.", model="m", max_tokens=50, **text), Rated)
             await caller.complete(StructuredRequest(system="", dynamic="just this", model="m"), Verdict)
             server.add(call_step(Query(query="otters")), done_step("enough"))
-            await run_tool_loop(caller, Searcher(), corpus_search, "find otters", FAST)
-            await caller.complete_text(StructuredRequest(system="Be brief.", dynamic="hello", model="m"))
+            searcher = PartsSearcher() if parts else Searcher()
+            await run_tool_loop(caller, searcher, corpus_search, "find otters", FAST)
+            hello = {"dynamic": "", "parts": ("hel", "lo")} if parts else {"dynamic": "hello"}
+            await caller.complete_text(StructuredRequest(system="Be brief.", model="m", **hello))
         server.assert_complete()
         return list(zip(server.requests, server.request_bytes, strict=True))
 
@@ -82,3 +90,13 @@ async def test_request_bodies_match_the_golden_files(mode: StructuredMode, stric
     for (body, size), want in zip(bodies, golden, strict=True):
         assert body == want["body"]
         assert size <= want["bytes"]
+
+
+@pytest.mark.parametrize(("mode", "strict"), SCENARIOS)
+async def test_a_prompt_of_text_parts_sends_the_golden_bodies(mode: StructuredMode, strict: bool) -> None:
+    """A dynamic part given as a tuple of text (no image or document) sends exactly the golden bytes."""
+    path = GOLDEN / f"{mode.value}{'-strict' if strict else ''}.json"
+    golden = json.loads(path.read_text())
+    bodies = await _bodies(mode, strict, parts=True)
+    assert [body for body, _ in bodies] == [want["body"] for want in golden]
+    assert [size for _, size in bodies] == [want["bytes"] for want in golden]

@@ -28,7 +28,16 @@ from agentkit import (
     tool,
 )
 from agentkit._outcome import Outcome
-from agentkit._state import STATE_VERSION, DecisionEntry, EndEntry, RoundEntry, RoundOutcome, json_text, tool_entry
+from agentkit._state import (
+    STATE_VERSION,
+    DecisionEntry,
+    EndEntry,
+    RoundEntry,
+    RoundOutcome,
+    _content,
+    json_text,
+    tool_entry,
+)
 from agentkit.errors import ResumeRefused
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Executor, PathArgs, Query, Target, rechained
@@ -119,6 +128,21 @@ def test_an_edit_to_an_entry_is_refused_naming_it(field: str, value: Any) -> Non
     edited = RunCheckpoint.model_validate(data)
     with pytest.raises(ResumeRefused, match="from entry 0 on"):
         edited.verify()
+
+
+def test_a_rounds_media_digests_are_sealed_and_a_round_without_media_digests_as_before() -> None:
+    """A round of text only digests without a ``media`` key (states written before it verify); a round's media
+    digests are part of its digest, so editing one in the JSON is refused."""
+    plain = RoundEntry(round=1, outcome=RoundOutcome.DONE)
+    assert "media" not in _content(plain)
+    unrecorded = {"digest", "trace", "media", "untrusted", "from_untrusted"}  # provenance, too, left out when none
+    assert _content(plain) == json_text(plain.model_dump(mode="json", exclude=unrecorded))
+    seen = RoundEntry(round=1, outcome=RoundOutcome.DONE, media=("image:image/png:" + "a" * 64,))
+    assert _content(seen) != _content(plain)
+    data = json.loads(state_of([seen]).model_dump_json())
+    data["entries"][0]["media"] = ["image:image/png:" + "b" * 64]
+    with pytest.raises(ResumeRefused, match="from entry 0 on"):
+        RunCheckpoint.model_validate(data).verify()
 
 
 def test_an_edit_from_null_to_infinity_is_seen() -> None:

@@ -55,6 +55,7 @@ round_fields = st.fixed_dictionaries(
         "llm_seconds": seconds,
         "elapsed": seconds,
         "trace": maybe_str,
+        "media": st.lists(st.text(max_size=8), max_size=2).map(tuple),
         "untrusted": st.booleans(),
         "from_untrusted": st.tuples(text),
     },
@@ -130,6 +131,8 @@ def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     exclude = {"digest"}
     if isinstance(entry, RoundEntry) and entry.trace is None:
         exclude.add("trace")
+    if isinstance(entry, RoundEntry) and not entry.media:
+        exclude.add("media")  # a round of text only, as rounds were before media
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude |= {"args", "amended"}
     if not isinstance(entry, EndEntry) and not entry.untrusted:

@@ -21,10 +21,12 @@ from agentkit import LoopConfig, Outcome, Prompt, RoleSpec, StopReason, Tier, To
 from agentkit._structured import Completion, StructuredCaller, StructuredRequest
 from agentkit._usage import Usage
 from agentkit.errors import ProviderError, ToolError, UsageError
+from agentkit.prompting import ImagePart
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import ActivityPolicy, DurableAgent, RunStatus
 from agentkit.temporal._activities import _carried
 from agentkit.temporal._values import ToolReply
+from tests.media_support import PNG
 from tests.temporal.agents import DONE, Brief, until
 from tests.temporal.support import BOUND, TemporalTest, patches
 
@@ -374,3 +376,60 @@ def test_a_batch_is_measured_as_its_payload_writes_it(text: str) -> None:
     size, lossy = _carried(batch)
     assert lossy is None
     assert 0 < len(payload.data) - size < 64
+
+
+class Viewer(Reader):
+    """`Reader`, with an image of `kib` KiB after its text."""
+
+    def __init__(self, kib: int) -> None:
+        self.image = ImagePart(data=PNG + b"\0" * (kib * 1024), media_type="image/png")
+
+    def render(self, ctx: Brief, info: ToolRoundInfo[Page]) -> Prompt:
+        return Prompt(system="read", parts=(super().render(ctx, info).dynamic, self.image))
+
+
+def viewer(
+    temporal: TemporalTest, caller: OpenAICaller, kib: int, limit: int | None = None
+) -> DurableAgent[Brief, Page]:
+    @tool(tier=Tier.READ_ONLY)
+    async def fetch(args: Fetch) -> list[Page]:
+        """Fetch a page."""
+        return [Page(id="page", text="x")]
+
+    return DurableAgent(
+        name="reader",
+        agent=Viewer(kib),
+        tools=fetch,
+        caller=caller,
+        ctx_type=Brief,
+        config=LoopConfig(max_rounds=3),
+        policy=ActivityPolicy() if limit is None else ActivityPolicy(payload_limit=limit),
+    )
+
+
+async def test_a_prompts_image_reaches_the_model_through_the_model_activity(temporal: TemporalTest) -> None:
+    """On Temporal the prompt's image travels in the model activity's request (base64) and is sent as an image_url
+    part, every round."""
+    async with OpenAICaller(base_url=temporal.fake.base_url, api_key="k") as caller:
+        durable = viewer(temporal, caller, kib=1)
+        temporal.fake.add(read(1), DONE)
+        async with temporal.worker(durable):
+            result = await asyncio.wait_for((await temporal.runs.start(durable, Brief(topic="t"))).result(), BOUND)
+    assert (result.stop_reason, result.rounds) == (StopReason.EXECUTOR_DONE, 2)
+    for request in temporal.fake.requests:
+        [user] = [m for m in request["messages"] if m["role"] == "user"]
+        assert [part["type"] for part in user["content"]] == ["text", "image_url"]
+
+
+async def test_a_prompts_images_too_large_for_a_payload_end_the_run_before_asking(temporal: TemporalTest) -> None:
+    """An image that takes the request past the payload limit is refused before the activity is scheduled: the
+    run ends LLM_ERROR with a ProviderError naming the sizes and the URL alternative, the model never asked."""
+    async with OpenAICaller(base_url=temporal.fake.base_url, api_key="k") as caller:
+        durable = viewer(temporal, caller, kib=80, limit=SMALL)
+        async with temporal.worker(durable):
+            result = await asyncio.wait_for((await temporal.runs.start(durable, Brief(topic="t"))).result(), BOUND)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
+    assert isinstance(result.error, ProviderError)
+    assert "images and documents take the model call's request to" in str(result.error)
+    assert "ImagePart(url=...)" in str(result.error)
+    assert temporal.fake.requests == []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import http.client
 import json
 import socket
@@ -22,6 +23,7 @@ from agentkit._step import build_step_model
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step
 from agentkit.testing._fake_wire import instance_of
+from tests.media_support import PDF, PNG
 
 
 class Color(Enum):
@@ -661,3 +663,56 @@ def test_every_accepted_connection_sends_small_writes_at_once(server: FakeOpenAI
     finally:
         for connection in connections:
             connection.close()
+
+
+# --- content parts: images and documents ---------------------------------------------------------------
+
+PNG_URL = "data:image/png;base64," + base64.b64encode(PNG).decode()
+PDF_DATA = "data:application/pdf;base64," + base64.b64encode(PDF).decode()
+GOOD_PARTS: list[dict[str, Any]] = [
+    {"type": "text", "text": "look"},
+    {"type": "image_url", "image_url": {"url": PNG_URL}},
+    {"type": "image_url", "image_url": {"url": "https://example.com/a.png", "detail": "low"}},
+    {"type": "file", "file": {"filename": "a.pdf", "file_data": PDF_DATA}},
+    {"type": "file", "file": {"file_id": "file-abc"}},
+]
+BAD_PARTS: dict[str, tuple[str, list[dict[str, Any]]]] = {
+    "an image in a system message": ("system", [{"type": "image_url", "image_url": {"url": PNG_URL}}]),
+    "an image_url that is a bare string": ("user", [{"type": "image_url", "image_url": PNG_URL}]),
+    "a data URL of another type": ("user", [{"type": "image_url", "image_url": {"url": PDF_DATA}}]),
+    "a data URL without base64": ("user", [{"type": "image_url", "image_url": {"url": "data:image/png,abc"}}]),
+    "bytes that are not base64": ("user", [{"type": "image_url", "image_url": {"url": "data:image/png;base64,@@"}}]),
+    "bytes that are not the image type": (
+        "user",
+        [{"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(PNG).decode()}}],
+    ),
+    "an unknown detail": ("user", [{"type": "image_url", "image_url": {"url": PNG_URL, "detail": "max"}}]),
+    "an unknown key in a part": ("user", [{"type": "image_url", "image_url": {"url": PNG_URL}, "cache": 1}]),
+    "a file without a filename": ("user", [{"type": "file", "file": {"file_data": PDF_DATA}}]),
+    "a file that is not a PDF": (
+        "user",
+        [{"type": "file", "file": {"filename": "a.pdf", "file_data": "data:application/pdf;base64,aGk="}}],
+    ),
+    "a file with both data and an id": (
+        "user",
+        [{"type": "file", "file": {"filename": "a.pdf", "file_data": PDF_DATA, "file_id": "f"}}],
+    ),
+    "a file in an assistant message": ("assistant", [{"type": "file", "file": {"file_id": "f"}}]),
+}
+
+
+def test_well_formed_image_and_file_parts_are_accepted(server: FakeOpenAIServer) -> None:
+    """Text, image_url (data URL or http URL) and file (data or id) parts in a user message are answered 200."""
+    status, _, _ = post(server, {"model": "m", "messages": [{"role": "user", "content": GOOD_PARTS}]})
+    assert status == 200
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PARTS))
+def test_content_parts_of_a_wrong_shape_get_400_naming_the_part(server: FakeOpenAIServer, case: str) -> None:
+    """A content part a real server refuses (its role, its shape, its data) is answered 400 with the part's path."""
+    role, content = BAD_PARTS[case]
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}, {"role": role, "content": content}]}
+    status, _, raw = post(server, body)
+    error = json.loads(raw)["error"]
+    assert (status, error["type"]) == (400, "invalid_request_error"), case
+    assert error["param"].startswith("messages[1]"), case

@@ -4,7 +4,9 @@ that is not the recorded one raises ``ReplayDiverged`` naming the round and what
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -33,7 +35,9 @@ from agentkit import (
 from agentkit._state import RoundEntry, RoundOutcome
 from agentkit.errors import ReplayDiverged, Throttled, UsageError
 from agentkit.journal import JournalObserver, SQLiteJournal
+from agentkit.prompting import ImagePart
 from agentkit.testing import ReplayCaller, ScriptedCaller, call_step, done_step
+from tests.media_support import OTHER_PNG, PNG
 from tests.support import Doc, Query, Target
 
 ran: list[str] = []
@@ -394,6 +398,37 @@ async def test_a_replay_with_search_re_tiered_diverges_at_the_first_round_that_c
     with pytest.raises(ReplayDiverged, match=f"tool 'search' is Tier.{tier.name} now, Tier.READ_ONLY when") as diverged:
         await run_tool_loop_tiered(replay, Planner(), tools, "clean up", config)
     assert (diverged.value.round, ran) == (called[0], [])
+
+
+class Viewer(Planner):
+    """`Planner` with an image next to its text: the image the run is asked about."""
+
+    def __init__(self, image: bytes) -> None:
+        super().__init__()
+        self.image = ImagePart(data=image, media_type="image/png")
+
+    def render(self, ctx: str, info: ToolRoundInfo[Doc]) -> Prompt:
+        return Prompt(system=self.system, parts=(super().render(ctx, info).dynamic, self.image))
+
+
+async def test_a_run_with_the_same_image_replays_and_a_changed_image_diverges_naming_it() -> None:
+    """The journal keeps the prompt's image by digest: the same image replays; another one diverges at round 1,
+    the replay naming the part that changed and both digests' starts."""
+    first = await run_tool_loop_tiered(ScriptedCaller([*searches("a"), done_step()]), Viewer(PNG), TOOLS, "clean up")
+    ran.clear()
+    [entry, *_] = [e for e in first.checkpoint.entries if isinstance(e, RoundEntry)]
+    assert entry.media == (f"image:image/png:{hashlib.sha256(PNG).hexdigest()}",)
+    assert base64.b64encode(PNG).decode() not in first.checkpoint.model_dump_json()
+    replay = ReplayCaller(first.checkpoint)
+    again = await run_tool_loop_tiered(replay, Viewer(PNG), replay.tools(TOOLS), "clean up")
+    assert (again.stop_reason, again.items) == (first.stop_reason, first.items)
+    replay = ReplayCaller(first.checkpoint)
+    changed = hashlib.sha256(OTHER_PNG).hexdigest()[:12]
+    with pytest.raises(
+        ReplayDiverged, match=f"images or documents differ .*part 1 is image image/png sha256:{changed}"
+    ):
+        await run_tool_loop_tiered(replay, Viewer(OTHER_PNG), replay.tools(TOOLS), "clean up")
+    assert ran == []
 
 
 async def test_a_replayed_run_is_tainted_and_gated_as_the_recording_was() -> None:
