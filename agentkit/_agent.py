@@ -4,6 +4,7 @@
 # where their module is reported as `agentkit`, which does not hold the names they use.
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Generic, Protocol, TypeVar
 
@@ -178,3 +179,8 @@ class ToolAgent(Protocol[Ctx_contra, Args_co, R]):
     def render(self, ctx: Ctx_contra, info: ToolRoundInfo[R]) -> Prompt:
         """Build the round's prompt from the caller's context and the results so far."""
         ...
+
+
+ASKING: ContextVar[ToolRoundInfo[Any] | None] = ContextVar("agentkit_round", default=None)
+"""The round a tool loop is asking the model about, while it asks (its executor's `ToolRoundInfo`); `None`
+outside one. A test double (`FunctionCaller`) reads it to answer from the round rather than the prompt."""

@@ -55,7 +55,7 @@ async def take_calls(run: _Run, this: _Round, calls: Sequence[BaseModel]) -> End
     # A repeat refused under RepeatPolicy.REFUSE is neither None nor an Ending: the run goes on.
     ending = run.repeat(this, tool, args)
     if ending is None:
-        match gate(tool, run.config):
+        match gate(tool, run.config, run.provenance):
             case "run", tier:
                 ending = await run.dispatch(this, tool, tier, args)
             case "propose", tier:
@@ -104,7 +104,7 @@ async def _checked_and_run(run: _Run, this: _Round, calls: Sequence[BaseModel]) 
             return checked
         if checked is not None:  # a repeat refused (RepeatPolicy.REFUSE): the step goes on
             continue
-        match gate(tool, run.config):
+        match gate(tool, run.config, run.provenance):
             case "run", tier:
                 live.append(_Live(one, tool, tier, args))
             case "propose", tier:

@@ -28,6 +28,7 @@ from agentkit._proposals import ProposedAction
 from agentkit._state import json_text
 from agentkit._tiers import Tier
 from agentkit._tools import AnyTool
+from agentkit._trust import ArgOrigin
 from agentkit.errors import UsageError
 
 __all__ = ["Constraint", "Equals", "Grant", "Grants", "OneOf", "PathPrefix", "Prefix", "Range", "grant_actor"]
@@ -249,6 +250,12 @@ class Grant(BaseModel):
     allow_irreversible: bool = False
     """Whether it may approve `IRREVERSIBLE` calls (it never does otherwise)."""
     granted_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    from_untrusted: dict[str, tuple[str, ...]] = Field(default_factory=dict)
+    """Per args field, the tools whose untrusted results its value may have come from. A grant never
+    approves a call one of whose argument values first appeared in untrusted content (the proposal's
+    `evidence.provenance.from_untrusted`) unless it allows that field from that tool here, or pins the
+    field's value itself (`Equals`, `OneOf`): the provenance policy is widened only explicitly, field by
+    field (see docs/provenance.md)."""
 
     @model_validator(mode="after")
     def _complete(self) -> Grant:
@@ -259,6 +266,12 @@ class Grant(BaseModel):
                 raise ValueError(f"a grant says {'who gave it' if name == 'granted_by' else 'why'} ({name}); got none")
         if self.expires_at is not None and self.expires_at.tzinfo is None:
             raise ValueError("expires_at must carry a time zone (UTC, say)")
+        for name, tools in self.from_untrusted.items():
+            if not tools or not all(isinstance(t, str) and t.strip() for t in tools):
+                raise ValueError(
+                    f"from_untrusted[{name!r}] names the tools its value may come from; got {tools!r} (a grant "
+                    "allows untrusted values only from the tools it names)"
+                )
         return self
 
     @classmethod
@@ -272,6 +285,7 @@ class Grant(BaseModel):
         reason: str,
         expires_at: datetime | None = None,
         allow_irreversible: bool = False,
+        from_untrusted: Mapping[str, Iterable[str]] | None = None,
     ) -> Grant:
         """A grant for `tool`'s calls, checked against it (`check`).
 
@@ -288,6 +302,7 @@ class Grant(BaseModel):
                 reason=reason,
                 expires_at=expires_at,
                 allow_irreversible=allow_irreversible,
+                from_untrusted={name: tuple(tools) for name, tools in (from_untrusted or {}).items()},
             )
         except ValidationError as invalid:
             raise UsageError(f"invalid grant for {tool.name!r}: {invalid}") from None
@@ -304,7 +319,7 @@ class Grant(BaseModel):
         if tool.name != self.tool_name:
             raise UsageError(f"grant {self.id} is for tool {self.tool_name!r}, not {tool.name!r}")
         fields = tool.args_type.model_fields
-        unknown = sorted(name for name in self.where if name not in fields)
+        unknown = sorted(name for name in {*self.where, *self.from_untrusted} if name not in fields)
         if unknown:
             raise UsageError(
                 f"grant {self.id} constrains {', '.join(map(repr, unknown))}, which {tool.args_type.__name__} "
@@ -332,7 +347,26 @@ class Grant(BaseModel):
         if proposal.tier is Tier.IRREVERSIBLE and not self.allow_irreversible:
             return False
         args = proposal.args.model_dump(mode="json")
-        return all(name in args and rule.allows(args[name]) for name, rule in self.where.items())
+        if not all(name in args and rule.allows(args[name]) for name, rule in self.where.items()):
+            return False
+        return all(self.allows_origin(mark) for mark in untrusted_marks(proposal))
+
+    def allows_origin(self, mark: ArgOrigin) -> bool:
+        """Whether this grant explicitly allows an argument value that first appeared in untrusted content:
+        its field is pinned by an `Equals` or `OneOf` constraint, or `from_untrusted` names the field with the
+        tool it came from."""
+        field = mark.path.split(".", 1)[0]
+        if isinstance(self.where.get(field), Equals | OneOf):
+            return True
+        return mark.origin.tool_name in self.from_untrusted.get(field, ())
+
+
+def untrusted_marks(proposal: ProposedAction[Any]) -> tuple[ArgOrigin, ...]:
+    """The argument values of a proposal that first appeared in untrusted content (none recorded: empty)."""
+    evidence = proposal.evidence
+    if evidence is None or evidence.provenance is None:
+        return ()
+    return evidence.provenance.from_untrusted
 
 
 class Grants:

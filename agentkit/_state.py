@@ -42,11 +42,13 @@ from agentkit._degeneration import same_args
 from agentkit._lossless import Text, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._structured import RetryPolicy
-from agentkit._tiers import Tier
+from agentkit._tiers import AutonomyRung, Tier
+from agentkit._trust import ProvenancePolicy
 from agentkit._usage import Usage
 from agentkit.errors import ResumeRefused
 
 __all__ = [
+    "READ_VERSIONS",
     "STATE_VERSION",
     "CallView",
     "CheckpointConfig",
@@ -64,8 +66,14 @@ __all__ = [
     "json_text",
 ]
 
-STATE_VERSION = 2
-"""The state schema this agentkit writes and reads; a state of another version is refused."""
+STATE_VERSION = 3
+"""The state schema this agentkit writes; it reads it and `READ_VERSIONS`, and refuses any other. Version 3
+records provenance (`RoundEntry.untrusted`, `RoundEntry.from_untrusted`, `DecisionEntry.untrusted`,
+`CheckpointConfig.provenance`); a version 2 state has none of it, and is read, verified and resumed as it
+was written (its runs had no provenance policy, and go on without one)."""
+
+READ_VERSIONS = frozenset({2, STATE_VERSION})
+"""The state schema versions this agentkit reads."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -179,6 +187,11 @@ class CheckpointConfig(BaseModel):
     `cost_budget`, so a state recorded before they were is digested as it was."""
     cost_budget: str | None = None
     """The run's budget in money, as the decimal's text."""
+    provenance: CheckpointProvenance | None = None
+    """The run's `ProvenancePolicy`; `None`: none (off, or a state written before provenance). Left out of
+    the header's digest when `None`, as headers were digested before it was recorded."""
+    repeat_exempt: tuple[Text, ...] = ()
+    """`LoopConfig.repeat_exempt`, sorted. Left out of the header's digest when empty."""
     max_calls_per_step: int = 1
     max_parallel_calls: int | None = None
 
@@ -192,6 +205,16 @@ class CheckpointConfig(BaseModel):
                 dumped.pop(name, None)
         return dumped
 
+    def unrecorded(self) -> set[str]:
+        """The fields left out of the header's digest: those added since, at the value a state without
+        them means."""
+        left_out = {name for name in ("prices", "cost_budget") if getattr(self, name) is None}
+        if self.provenance is None:
+            left_out.add("provenance")
+        if not self.repeat_exempt:
+            left_out.add("repeat_exempt")
+        return left_out
+
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
         """The config's fields (once per config: a service runs many runs with one; the value is frozen)."""
@@ -199,28 +222,60 @@ class CheckpointConfig(BaseModel):
 
     def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
         """The `LoopConfig` again, with `summarize` as its context window's summarizer."""
-        fields = self.model_dump(exclude={"retry", "context", "prices", "cost_budget"})
+        apart = {"retry", "context", "prices", "cost_budget", "provenance", "repeat_exempt"}
+        fields = self.model_dump(exclude=apart)
         retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
         context = None if self.context is None else self.context.rebuild(summarize)
         prices = None if self.prices is None else Prices.from_json(self.prices)
         budget = None if self.cost_budget is None else Decimal(self.cost_budget)
-        return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context, prices=prices, cost_budget=budget)  # type: ignore[arg-type]  # ints stored as float read back as ints
+        provenance = None if self.provenance is None else self.provenance.rebuild()
+        return LoopConfig(
+            **fields,
+            retry=RetryPolicy(**retry),  # type: ignore[arg-type]  # ints stored as float read back as ints
+            context=context,
+            prices=prices,
+            cost_budget=budget,
+            provenance=provenance,
+            repeat_exempt=frozenset(self.repeat_exempt),
+        )
 
 
 _CALLS_DEFAULTS = (("max_calls_per_step", 1), ("max_parallel_calls", None))
+
+
+class CheckpointProvenance(BaseModel):
+    """The run's `ProvenancePolicy`, field by field."""
+
+    model_config = _FROZEN
+    ceiling: Tier
+    egress: AutonomyRung
+    min_match: int
+
+    def rebuild(self) -> ProvenancePolicy:
+        return ProvenancePolicy(ceiling=self.ceiling, egress=self.egress, min_match=self.min_match)
 
 
 @value_cache(maxsize=64)
 def _config_record(config: LoopConfig) -> CheckpointConfig:
     # `stream` is how a leg shows its steps, not what the run does: it is not recorded (a state reads the same
     # either way, and its digests stay those of states recorded before streaming existed)
-    apart = ("retry", "context", "prices", "cost_budget", "stream")
+    apart = ("retry", "context", "prices", "cost_budget", "stream", "provenance", "repeat_exempt")
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
     context = None if config.context is None else CheckpointContext.of(config.context)
     prices = None if config.prices is None else config.prices.to_json()
     budget = None if config.cost_budget is None else str(config.cost_budget)
+    policy = config.provenance
+    provenance = None
+    if policy is not None:
+        provenance = CheckpointProvenance(ceiling=policy.ceiling, egress=policy.egress, min_match=policy.min_match)
     return CheckpointConfig(
-        **fields, retry=dataclasses.asdict(config.retry), context=context, prices=prices, cost_budget=budget
+        **fields,
+        retry=dataclasses.asdict(config.retry),
+        context=context,
+        prices=prices,
+        cost_budget=budget,
+        provenance=provenance,
+        repeat_exempt=tuple(sorted(config.repeat_exempt)),
     )
 
 
@@ -305,6 +360,12 @@ class RoundEntry(BaseModel):
     trace: str | None = None
     """The W3C `traceparent` of the round's span, from a tracing observer (`Observer.traceparent`), so
     that a later leg of the run, or a fork of it, links to it. Left out of the digest when `None`."""
+    untrusted: bool = False
+    """`RAN` or `RETRIED`: the tool declares `Trust.UNTRUSTED`, so its result brought untrusted content into
+    the run (recorded under a `ProvenancePolicy`). Left out of the digest when `False`."""
+    from_untrusted: tuple[Text, ...] = ()
+    """The call's args (dotted paths) whose values first appeared in untrusted content. Left out of the
+    digest when empty."""
     digest: str = ""
     """SHA-256 of the previous entry's digest (the header's, first) and this entry's content."""
 
@@ -334,6 +395,9 @@ class DecisionEntry(BaseModel):
     proposed). Left out of the digest when `None`."""
     amended: tuple[Text, ...] = ()
     """The args fields the approver changed."""
+    untrusted: bool = False
+    """The approved call's tool declares `Trust.UNTRUSTED`: its result brought untrusted content into the
+    run. Left out of the digest when `False`."""
     digest: str = ""
 
 
@@ -541,7 +605,7 @@ class RunCheckpoint(BaseModel):
     @classmethod
     def _of_this_version(cls, data: Any) -> Any:
         # A state of another version is refused by what names the problem, not by its first unknown field.
-        if isinstance(data, Mapping) and data.get("version", STATE_VERSION) != STATE_VERSION:
+        if isinstance(data, Mapping) and data.get("version", STATE_VERSION) not in READ_VERSIONS:
             raise ValueError(
                 f"a state of schema version {data.get('version')!r} (run {data.get('run_id')!r}); this agentkit reads "
                 f"version {STATE_VERSION}"
@@ -598,7 +662,8 @@ class RunCheckpoint(BaseModel):
         ends, so it goes on from there. A proposal of those rounds that this state does not hold
         decided stops the fork at it again: it is the same call, and `journal.fork` gives the fork the
         run's inbox entry for it (decided once, run at most once, its recorded outcome inherited), never
-        a new one. `config` replaces the run's config.
+        a new one. `config` replaces the run's config, except that a config without a `ProvenancePolicy` keeps
+        the run's: a fork keeps its parent's taint.
 
         Raises:
             UsageError: `at_round` is not a round this run reached (`0` forks before round 1).
@@ -615,9 +680,11 @@ class RunCheckpoint(BaseModel):
             for e in self.entries
             if isinstance(e, RoundEntry) and e.round <= at_round and e.outcome is RoundOutcome.PROPOSED
         }
-        state = RunCheckpoint.start(
-            run_id, config or self.config, self.tools, same=self.same, parent=self.run_id, forked_at=at_round
-        )
+        record = self.config if config is None else CheckpointConfig.of(config)
+        if record.provenance is None and self.config.provenance is not None:
+            # A fork keeps its parent's taint, and so the policy that enforces it: a config without one keeps the run's.
+            record = record.model_copy(update={"provenance": self.config.provenance})
+        state = RunCheckpoint.start(run_id, record, self.tools, same=self.same, parent=self.run_id, forked_at=at_round)
         for entry in self.entries:
             if (isinstance(entry, RoundEntry) and entry.round <= at_round) or (
                 isinstance(entry, DecisionEntry) and (entry.round, entry.call_digest) in proposed
@@ -634,7 +701,7 @@ class RunCheckpoint(BaseModel):
         Raises:
             ResumeRefused: naming the problem (and the entry, for an altered one); nothing ran.
         """
-        if self.version != STATE_VERSION:
+        if self.version not in READ_VERSIONS:
             raise ResumeRefused(
                 f"the state of run {self.run_id!r} has schema version {self.version}; this agentkit reads "
                 f"version {STATE_VERSION}. Nothing ran"
@@ -815,6 +882,10 @@ def _excluded(empty: tuple[bool, ...]) -> frozenset[str]:
     return _UNDIGESTED | {name for name, left in zip(_LATER_ROUND_FIELDS, empty, strict=True) if left}
 
 
+_TRUSTED = frozenset({"untrusted"})
+_UNMARKED = frozenset({"from_untrusted"})
+
+
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     """The digest of `entry` after the entry (or header) whose digest is `previous`.
 
@@ -832,6 +903,12 @@ def _content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
             exclude = exclude | _UNPLACED  # a call of a one-call step digests as calls did before steps of several
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude = exclude | _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
+    if not isinstance(entry, EndEntry):
+        # An entry without provenance digests as entries did before it was recorded (a version 2 state verifies).
+        if not entry.untrusted:
+            exclude = exclude | _TRUSTED
+        if isinstance(entry, RoundEntry) and not entry.from_untrusted:
+            exclude = exclude | _UNMARKED
     fast = _fast_content(entry, exclude)
     if fast is not None:
         return fast
@@ -931,6 +1008,8 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "elapsed": _real,
         "position": _whole,
         "trace": _plain_text,
+        "untrusted": _truth,
+        "from_untrusted": _texts,
         "digest": _plain_text,
     }
     decisions: dict[str, _Writer] = {
@@ -947,6 +1026,7 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "elapsed": _real,
         "args": _plain_text,
         "amended": _texts,
+        "untrusted": _truth,
         "digest": _plain_text,
     }
     ends: dict[str, _Writer] = {
@@ -978,12 +1058,11 @@ def _head(state: RunCheckpoint) -> str:
     written = [_whole(state.forked_at), _free_text(state.parent), _free_text(state.run_id), _whole(state.version)]
     same = _free_text(state.same)
     if type(state.config) is not CheckpointConfig or type(state.tools) is not tuple or None in written or same is None:
-        left_out: dict[str, Any] = {"entries": True, "digest": True}
-        if state.same is None:
-            left_out["same"] = True
-        unpriced = config_left_out(state.config)
-        if unpriced:
-            left_out["config"] = dict.fromkeys(unpriced, True)
+        left_out: dict[str, Any] = dict.fromkeys(
+            ("entries", "digest") if state.same is not None else ("entries", "digest", "same"), True
+        )
+        if isinstance(state.config, CheckpointConfig) and state.config.unrecorded():
+            left_out["config"] = state.config.unrecorded()
         return json_text(state.model_dump(mode="json", exclude=left_out))
     forked_at, parent, run_id, version = written
     tools = ",".join(_shared_text(tool) for tool in state.tools)
@@ -999,20 +1078,14 @@ _SHARED_TEXTS: dict[int, tuple[BaseModel, str]] = {}
 _SHARED_SIZE = 256
 
 
-def config_left_out(config: object) -> set[str]:
-    """The fields of a state's config its header's digest leaves out: those recorded later than the first states
-    were, while `None` (so a state recorded before them digests as it was)."""
-    if not isinstance(config, CheckpointConfig):
-        return set()
-    return {name for name in ("prices", "cost_budget") if getattr(config, name) is None}
-
-
 def _shared_text(value: BaseModel) -> str:
     """`json_text` of a frozen config or tool entry's JSON dump, worked out once per object while it is recent."""
     found = _SHARED_TEXTS.get(id(value))
     if found is not None and found[0] is value:
         return found[1]
-    text = json_text(value.model_dump(mode="json", exclude=config_left_out(value)))
+    # A config digests without the fields added since, where it holds what a state without them means.
+    left_out = value.unrecorded() if isinstance(value, CheckpointConfig) else None
+    text = json_text(value.model_dump(mode="json", exclude=left_out or None))
     if len(_SHARED_TEXTS) >= _SHARED_SIZE:
         _SHARED_TEXTS.clear()
     _SHARED_TEXTS[id(value)] = (value, text)

@@ -8,7 +8,7 @@ The span tree of one run (a resumed leg, too: it links to the round it continues
 ```text
 invoke_agent <Agent>              gen_ai.provider.name, gen_ai.conversation.id, agentkit.outcome, agentkit.usage.*
 ├── execute_tool <tool>           a resumed leg's approved call: agentkit.approved, agentkit.approval.approved_by
-├── agentkit.round                agentkit.round; a proposal's tool and tier
+├── agentkit.round                agentkit.round; a proposal's tool, tier and provenance
 │   ├── chat <model>              one per logical call; its attempts are agentkit.attempt events
 │   │   └── (the HTTP client's spans, one per attempt)
 │   └── execute_tool <tool>       gen_ai.tool.name, gen_ai.tool.call.id, gen_ai.tool.type, agentkit.tier
@@ -312,10 +312,24 @@ class OTelObserver(Observer):
         span = spans.round if spans is not None else None
         if span is None:
             return
-        attributes = {"agentkit.proposal.tool_name": proposal.tool_name, "agentkit.proposal.tier": proposal.tier.name}
+        attributes: dict[str, Any] = {
+            "agentkit.proposal.tool_name": proposal.tool_name,
+            "agentkit.proposal.tier": proposal.tier.name,
+        }
+        provenance = proposal.evidence.provenance if proposal.evidence is not None else None
+        if provenance is not None:
+            # Whether untrusted content preceded the call, and which argument fields first appeared in it
+            # (field names, not values: values are content).
+            attributes["agentkit.proposal.after_untrusted"] = provenance.tainted
+            attributes["agentkit.proposal.held_by_provenance"] = provenance.held
+            attributes["agentkit.proposal.from_untrusted"] = [mark.path for mark in provenance.from_untrusted]
         if self.capture_content:
             attributes["agentkit.proposal.arguments"] = proposal.args.model_dump_json()
             attributes["agentkit.proposal.digest"] = proposal.digest
+            if provenance is not None:
+                attributes["agentkit.proposal.untrusted_sources"] = [
+                    f"round {o.round} {o.tool_name}" for o in provenance.untrusted
+                ]
         span.set_attributes(attributes)
         span.add_event("agentkit.proposal", attributes=attributes)
 
@@ -347,6 +361,9 @@ class OTelObserver(Observer):
         )
         if isinstance(result, ToolLoopResult):
             span.set_attribute("agentkit.items", len(result.items))
+            if result.provenance is not None:
+                span.set_attribute("agentkit.untrusted_reads", len(result.provenance.untrusted))
+                span.set_attribute("agentkit.answer_after_untrusted", result.provenance.answer_after_untrusted)
         if isinstance(result, TieredLoopResult) and result.proposed:
             span.set_attribute("agentkit.proposals", len(result.proposed))
             if self.capture_content:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
 
 from agentkit._cli import positive_int, working_folder_importable
+from agentkit._trust import CallProvenance
 from agentkit.errors import AgentkitError, UsageError
 from agentkit.journal._contract import Journal, open_journal
 from agentkit.journal._executions import DEFAULT_STUCK_AFTER
@@ -456,6 +457,25 @@ def _print_evidence(p: ProposalRecord, out: TextIO) -> None:
         what = "ran" if call.ran else "did not run"
         items = f", items {', '.join(call.item_ids)}" if call.item_ids else ""
         line = f"  round {call.round}: {call.tool_name} ({what}{items}) digest {call.digest[:12]}"
+        print(_printable(line), file=out)
+    _print_provenance(evidence.provenance, out)
+
+
+def _print_provenance(provenance: CallProvenance | None, out: TextIO) -> None:
+    """Whether untrusted content preceded the call, and which of its argument values first appeared there."""
+    if provenance is None:
+        return  # the run had no provenance policy
+    if not provenance.untrusted:
+        print(f"{'untrusted:':<11}none read before it", file=out)
+        return
+    read = ", ".join(f"round {o.round} {o.tool_name}" for o in provenance.untrusted)
+    held = " (held by the provenance policy; its tier alone would have run it)" if provenance.held else ""
+    print(_printable(f"{'untrusted:':<11}read before it: {read}{held}"), file=out)
+    for mark in provenance.from_untrusted:
+        line = (
+            f"  WARNING {mark.path} = {mark.value!r} first appeared in untrusted content "
+            f"(round {mark.origin.round} {mark.origin.tool_name}), not in the task"
+        )
         print(_printable(line), file=out)
 
 

@@ -22,8 +22,9 @@ from agentkit._codec import Codec
 from agentkit._invoke import invoke
 from agentkit._observe import ApprovedCall, Observer, ToolInvocation, observed, wrapping
 from agentkit._observe import ModelCall as Asked
-from agentkit._proposals import ProposedAction
+from agentkit._proposals import Evidence, ProposedAction
 from agentkit._structured import StructuredRequest
+from agentkit._trust import CallProvenance
 from agentkit._usage import USAGE_COUNTS, Usage, usage_counts
 from agentkit.errors import AgentkitError, ProviderError, ToolError
 from agentkit.temporal._agent import DurableAgent
@@ -253,8 +254,13 @@ class Activities:
         if agent.grants is None or tool is None:
             return GrantReply()
         args = self.codecs[ask.agent].args[ask.tool_name].model_validate(ask.args)
+        # The argument values that came from untrusted content travel with the ask: without them a grant could
+        # approve what the provenance policy would not.
+        evidence = (
+            Evidence(provenance=CallProvenance(from_untrusted=ask.from_untrusted)) if ask.from_untrusted else None
+        )
         proposal = ProposedAction[Any].create(
-            tool_name=ask.tool_name, tier=ask.tier, args=args, round=ask.round, run_id=ask.run_id
+            tool_name=ask.tool_name, tier=ask.tier, args=args, round=ask.round, run_id=ask.run_id, evidence=evidence
         )
         return GrantReply(grant=agent.grants.use(proposal, key=f"{ask.run_id}/{ask.round}/{ask.digest}"))
 

@@ -23,6 +23,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint
+from agentkit._trust import RunProvenance
 from agentkit._usage import Usage, usage_of_counts
 from agentkit.errors import AgentkitError, RunEnded, UsageError
 from agentkit.temporal._agent import DurableAgent
@@ -81,6 +82,9 @@ class DurableResult(Generic[R]):
     checkpoint: RunCheckpoint
     cost: Decimal | None = None
     """What the run's model calls cost (`LoopConfig.prices`), as in-process; `None` without prices."""
+    provenance: RunProvenance | None = None
+    """What the run read that a third party could write, where each item came from, and whether untrusted
+    content preceded the answer (`None`: the agent's config has no `ProvenancePolicy`)."""
 
     def raise_for_error(self) -> Self:
         """Raise `error` if the run ended in error; otherwise return the result itself."""
@@ -418,6 +422,7 @@ class RunHandle(Generic[R]):
             proposed=tuple(outcome.proposals),
             decisions=tuple(outcome.decisions),
             checkpoint=outcome.checkpoint,
+            provenance=outcome.provenance,
         )
 
 

@@ -19,7 +19,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 from agentkit._codec import item_type_of
-from agentkit._grants import Grant
+from agentkit._grants import Grant, untrusted_marks
 from agentkit._invoke import Relayed
 from agentkit._observe import ModelCall as Asked
 from agentkit._observe import Observer, ToolInvocation
@@ -27,6 +27,7 @@ from agentkit._proposals import ProposedAction
 from agentkit._state import RunCheckpoint, json_text
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._tiers import Tier
+from agentkit._trust import Trust, declared_egress, declared_trust
 from agentkit._usage import usage_of_counts
 from agentkit.errors import ProviderError, ToolError, ToolRetry, ToolTimeout
 from agentkit.temporal._activities import (
@@ -227,6 +228,7 @@ class ActivityGrants:
             run_id=workflow.info().workflow_id,
             round=proposal.round,
             digest=proposal.digest,
+            from_untrusted=untrusted_marks(proposal),
         )
         try:
             reply: GrantReply = await workflow.execute_activity(
@@ -264,6 +266,9 @@ class ActivityTool:
         self.description: str = real.description
         self.args_type: type[BaseModel] = real.args_type
         self.tier: Tier = real.tier
+        self.trust: Trust = declared_trust(real)
+        """The real tool's trust and egress: the workflow's loop keeps the run's taint by them."""
+        self.egress: bool = declared_egress(real)
         self.result_type = item_type_of(real)
         self.items: TypeAdapter[list[Any]] = TypeAdapter(list[self.result_type])  # type: ignore[name-defined]  # a run-time type
 

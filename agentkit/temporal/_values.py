@@ -12,6 +12,7 @@ from agentkit._grants import Grant
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint, ToolEntry
 from agentkit._tiers import Tier
+from agentkit._trust import ArgOrigin, CallProvenance, RunProvenance
 
 __all__ = [
     "SETTLED",
@@ -87,6 +88,9 @@ class PendingProposal(BaseModel):
     """`call_digest(tool_name, args)`: a decision must quote it."""
     proposed_at: datetime
     """Workflow time when the run stopped at it."""
+    provenance: CallProvenance | None = None
+    """Whether untrusted content preceded it, and which argument values first appeared there (`None`: the
+    agent's config has no `ProvenancePolicy`)."""
 
 
 class Decision(BaseModel):
@@ -161,6 +165,9 @@ class DurableOutcome(BaseModel):
     """Proposals the run ended with (`AfterProposal.CONTINUE` runs end with them, undecided)."""
     decisions: list[DecisionRecord] = []
     checkpoint: RunCheckpoint
+    provenance: RunProvenance | None = None
+    """What the run read that a third party could write, and whether it preceded the answer (`None`: no
+    `ProvenancePolicy`, or a run recorded before provenance)."""
 
 
 class Leg(BaseModel):
@@ -266,6 +273,9 @@ class GrantAsk(BaseModel):
     round: int
     digest: str
     """The proposal's digest; with the run and round, the key its one use is counted under."""
+    from_untrusted: tuple[ArgOrigin, ...] = ()
+    """The proposal's argument values that first appeared in untrusted content: a grant approves it only if
+    it allows each of them explicitly (`Grant.from_untrusted`)."""
 
 
 class GrantReply(BaseModel):

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, ClassVar, NoReturn
 
@@ -28,6 +29,7 @@ from agentkit._admission import admit_tools, tool_entries
 from agentkit._approval import Approval, Rejection, amended, approve, reject
 from agentkit._codec import Codec
 from agentkit._proposals import ProposedAction, validate_args
+from agentkit._provenance import provenance_at
 from agentkit._results import TieredLoopResult
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
@@ -249,7 +251,8 @@ class AgentRun:
     def waiting(self, checkpoint: RunCheckpoint) -> None:
         """The run stopped at the checkpoint's proposals: they wait for decisions."""
         now = workflow.now()
-        self.pending = {entry.round: _pending(entry, now) for entry in checkpoint.proposals}
+        tools = self.agents[self.agent].box.tools
+        self.pending = {entry.round: _pending(entry, now, checkpoint, tools) for entry in checkpoint.proposals}
         self.decided, self.rounds, self.requests = {}, checkpoint.rounds, checkpoint.usage.requests
         self.status = RunStatus.WAITING
 
@@ -305,6 +308,7 @@ class AgentRun:
                 rationale=p.rationale,
                 digest=p.digest,
                 proposed_at=now,
+                provenance=None if p.evidence is None else p.evidence.provenance,
             )
             for p in result.proposed
         ]
@@ -322,6 +326,7 @@ class AgentRun:
             proposals=proposals,
             decisions=list(self.records),
             checkpoint=result.checkpoint,
+            provenance=result.provenance,
         )
 
     @workflow.query(name="state")
@@ -452,7 +457,7 @@ def workflow_for(agents: dict[str, DurableAgent[Any, Any]]) -> type[AgentRun]:
     return defined
 
 
-def _pending(stored: RoundEntry, now: Any) -> PendingProposal:
+def _pending(stored: RoundEntry, now: Any, state: RunCheckpoint, tools: Mapping[str, object]) -> PendingProposal:
     assert stored.tool is not None
     assert stored.tier is not None
     assert stored.args is not None
@@ -464,6 +469,7 @@ def _pending(stored: RoundEntry, now: Any) -> PendingProposal:
         rationale=stored.rationale,
         digest=stored.call_digest or "",
         proposed_at=now,
+        provenance=provenance_at(state, stored, tools),
     )
 
 

@@ -3,7 +3,7 @@ servers that speak the OpenAI chat-completions API and Anthropic's Messages API.
 
 from agentkit.testing._fake_anthropic import FakeAnthropicServer
 from agentkit.testing._fake_server import FakeOpenAIServer, FakeReply
-from agentkit.testing._function import Answer, AnswerFunction, FunctionCaller
+from agentkit.testing._function import Answer, AnswerFunction, FunctionCaller, RoundAnswerFunction
 from agentkit.testing._replay import ReplayCaller, ReplayDiverged
 from agentkit.testing._scripted import (
     ScriptedCaller,
@@ -23,6 +23,7 @@ __all__ = [
     "FunctionCaller",
     "ReplayCaller",
     "ReplayDiverged",
+    "RoundAnswerFunction",
     "ScriptExhausted",
     "ScriptedCaller",
     "ScriptedReply",

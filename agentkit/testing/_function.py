@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import inspect
+import typing
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeAlias, TypeVar
 
 from pydantic import BaseModel
 
+from agentkit._agent import ASKING, ToolRoundInfo
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, UsageError
 from agentkit.testing._scripted import ScriptedReply, structured_answer, text_answer
 
-__all__ = ["Answer", "AnswerFunction", "FunctionCaller"]
+__all__ = ["Answer", "AnswerFunction", "FunctionCaller", "RoundAnswerFunction"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -24,6 +26,12 @@ Answer: TypeAlias = BaseModel | Mapping[str, Any] | str | ScriptedReply | TextCo
 
 AnswerFunction: TypeAlias = Callable[[StructuredRequest, "type[BaseModel] | None"], Answer | Awaitable[Answer]]
 """The function: the request, and the schema asked for (`None` for a prose request)."""
+
+RoundAnswerFunction: TypeAlias = Callable[
+    [StructuredRequest, "type[BaseModel] | None", "ToolRoundInfo[Any] | None"], Answer | Awaitable[Answer]
+]
+"""A function that also gets the round being asked: the tool loop's `ToolRoundInfo` for this request (what the
+executor was shown: prior calls and results, proposals, the round), or `None` outside a tool loop's round."""
 
 
 class FunctionCaller:
@@ -48,14 +56,16 @@ class FunctionCaller:
             schema)` (one of a single parameter, say); `*args`` is accepted.
     """
 
-    def __init__(self, function: AnswerFunction) -> None:
+    def __init__(self, function: AnswerFunction | RoundAnswerFunction) -> None:
         if not callable(function):
             raise UsageError(f"FunctionCaller needs a function of (request, schema); got {function!r}")
-        _check_parameters(function)
+        self._with_round = _check_parameters(function)
         self.function = function
         """The function that answers."""
         self.requests: list[StructuredRequest] = []
         """Every request made, in order."""
+        self.rounds: list[ToolRoundInfo[Any] | None] = []
+        """The round each request was made for (a tool loop's `ToolRoundInfo`; `None` outside one), in order."""
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         """Validate the function's answer for `request` against `schema` and return it."""
@@ -82,8 +92,13 @@ class FunctionCaller:
 
     async def _answer(self, request: StructuredRequest, schema: type[BaseModel] | None) -> Answer:
         self.requests.append(request)
+        info = ASKING.get()
+        self.rounds.append(info)
         try:
-            answer = self.function(request, schema)
+            if self._with_round:
+                answer = typing.cast("RoundAnswerFunction", self.function)(request, schema, info)
+            else:
+                answer = typing.cast("AnswerFunction", self.function)(request, schema)
             if inspect.isawaitable(answer):
                 answer = await answer
         except AgentkitError as error:
@@ -98,8 +113,9 @@ class FunctionCaller:
         return answer
 
 
-def _check_parameters(function: Callable[..., Any]) -> None:
-    """Refuse a function that cannot be called as `function(request, schema)` (`*args` can).
+def _check_parameters(function: Callable[..., Any]) -> bool:
+    """Whether `function` takes the round too (`function(request, schema, info)`, three positional
+    parameters); refuse one that cannot be called as `function(request, schema)` (`*args` can).
 
     Raises:
         UsageError: naming the function, its parameters and the fix.
@@ -107,13 +123,20 @@ def _check_parameters(function: Callable[..., Any]) -> None:
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):  # no signature to read (some builtins): it is judged when called
-        return
+        return False
     try:
         signature.bind(None, None)
     except TypeError:
+        try:
+            signature.bind(None, None, None)
+        except TypeError:
+            pass
+        else:
+            return True  # (request, schema, info): it takes the round too
         name = getattr(function, "__qualname__", None) or repr(function)
         raise UsageError(
-            f"FunctionCaller's function must take two positional parameters, (request, schema); {name}{signature} "
-            "does not: add the schema parameter (None for a prose request), e.g. "
+            f"FunctionCaller's function must take two positional parameters, (request, schema), or three, (request, "
+            f"schema, info); {name}{signature} does not: add the schema parameter (None for a prose request), e.g. "
             "def answer(request: StructuredRequest, schema: type[BaseModel] | None) -> Answer"
         ) from None
+    return False

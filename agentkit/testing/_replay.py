@@ -35,6 +35,7 @@ from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, R
 from agentkit._structured import Completion, StructuredCaller, StructuredRequest
 from agentkit._tiers import Tier, runs_live
 from agentkit._tools import AnyTool, ContextTool, Tool, declared_tier
+from agentkit._trust import declared_egress, declared_trust
 from agentkit._usage import Usage, usage_of_counts
 from agentkit.errors import ProviderError, ReplayDiverged, ResumeRefused, Throttled, ToolRetry, Truncated, UsageError
 
@@ -479,6 +480,9 @@ class _StandIn:
         self.description: str = tool.description
         self.args_type: type[BaseModel] = tool.args_type
         self.tier = tool.tier
+        self.trust = declared_trust(tool)
+        """The real tool's trust and egress: a replayed run is tainted, and gated, as the recording was."""
+        self.egress = declared_egress(tool)
         self.result_type = item_type_of(tool)
         self._items: TypeAdapter[list[Any]] | None = (
             None if self.result_type is None else TypeAdapter(list[self.result_type])  # type: ignore[name-defined]  # a run-time type

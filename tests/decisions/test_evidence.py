@@ -15,6 +15,7 @@ from agentkit._cli import main
 from agentkit._proposals import TASK_LIMIT, call_digest, task_text
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import JournalObserver, open_journal
+from agentkit.provenance import CallProvenance, Trust
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Doc, Executor, PathArgs, Query, Recording
 
@@ -46,6 +47,7 @@ async def test_a_proposal_records_the_rounds_and_calls_before_it_by_reference() 
             CallSeen(round=2, tool_name="search", digest=call_digest("search", Query(query="older")), ran=True,
                      item_ids=("search:2",)),
         ),
+        provenance=CallProvenance(),  # the run's policy read no untrusted content before it
     )  # fmt: skip
     assert ProposedAction[PathArgs].model_validate_json(proposal.model_dump_json()) == proposal
 
@@ -124,3 +126,27 @@ def test_a_ctx_that_is_not_plain_data_is_not_kept_and_a_long_task_is_cut() -> No
     assert task_text("x" * TASK_LIMIT) == "x" * TASK_LIMIT
     assert task_text("a\udc80b") == "a\ufffdb"
     Evidence(task=task_text("a\udc80b")).model_dump_json()
+
+
+async def test_proposals_show_warns_of_values_that_first_appeared_in_untrusted_content(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agentkit proposals show` names the untrusted results read before the call and warns, field by field, of
+    the values that first appeared in them rather than in the task."""
+    url = str(tmp_path / "journal.db")
+    search, delete = Recording("search", Tier.READ_ONLY), Recording("delete", Tier.IRREVERSIBLE, PathArgs)
+    search.trust = Trust.UNTRUSTED  # type: ignore[attr-defined]  # a declaration set on a hand-made tool
+    script = [call_step(Query(query="q"), tool="search"), call_step(PathArgs(path="search:1"), tool="delete")]
+    journal = open_journal(url)
+    try:
+        with JournalObserver(journal) as observer:
+            await run_tool_loop_tiered(
+                ScriptedCaller(script), Executor[Doc](), [search, delete], "tidy up", NO_WAIT, observer=observer
+            )
+        [entry] = await journal.pending()
+    finally:
+        await journal.close()
+    assert await asyncio.to_thread(main, ["proposals", "show", entry.id, "--db", url]) == 0
+    shown = capsys.readouterr().out
+    assert "untrusted: read before it: round 1 search" in shown
+    assert "WARNING path = 'search:1' first appeared in untrusted content (round 1 search), not in the task" in shown

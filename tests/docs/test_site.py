@@ -49,6 +49,7 @@ PUBLIC_MODULES = (
     "agentkit.program",
     "agentkit.prompting",
     "agentkit.decisions",
+    "agentkit.provenance",
     "agentkit.evals",
     "agentkit.web",
 )

@@ -465,3 +465,25 @@ def test_a_journal_requiring_verified_approvers_accepts_the_inbox_reviewer(serve
         assert bob.post(f"/proposals/{id}/approve", data={"csrf": csrf_of(bob.get("/").text)}).status_code == 303
     assert (server.get(id).state, server.get(other).state) == (ProposalState.APPROVED, ProposalState.PENDING)
     assert server.history(id)[-1].verified == "bob"
+
+
+def test_the_page_shows_where_a_proposals_values_came_from_escaped(server: InboxServer) -> None:
+    """A proposal whose address first appeared in untrusted content says so, by field and source, and held by
+    the policy; the value (written by a third party) shows as escaped text."""
+    from agentkit.provenance import ArgOrigin, CallProvenance, Origin
+
+    origin = Origin(round=1, tool_name="read_inbox", digest="d" * 64)
+    marked = ArgOrigin(path="to", value=HOSTILE, origin=origin)
+    provenance = CallProvenance(untrusted=(origin,), from_untrusted=(marked,), held=True)
+    id = server.propose("ops@example.com", evidence=Evidence(rounds=(1,), provenance=provenance))
+    with server.client() as http:
+        page = http.get("/").text
+    shown = section(page, id)
+    assert '<div class="provenance tainted">' in shown
+    assert "untrusted content read before this call: round 1 read_inbox" in shown
+    assert "held by the provenance policy" in shown
+    assert "first appeared in untrusted content (round 1 read_inbox), not in the task" in shown
+    assert "<script>window" not in page
+    clean = server.propose("bob@example.com", evidence=Evidence(rounds=(1,), provenance=CallProvenance()))
+    with server.client() as http:
+        assert "no untrusted content was read before this call" in section(http.get("/").text, clean)

@@ -35,7 +35,9 @@ from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import NO_WAIT, Executor
 
 SERVERS = Path(__file__).with_name("servers.py")
-FAST = LoopConfig(retry=NO_WAIT)
+FAST = LoopConfig(retry=NO_WAIT, provenance=None)
+"""These tests are about the protocol (results, errors, schemas); the provenance policy, which holds a second
+call of an MCP tool after the first one's untrusted result, is tested in test_provenance.py."""
 TIERS = {
     "search": Tier.READ_ONLY,
     "echo": Tier.READ_ONLY,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -551,3 +552,31 @@ async def test_each_call_of_a_step_has_its_own_tool_span_under_the_round(
     ids = [attrs(t)["gen_ai.tool.call.id"] for t in tools]
     assert len(set(ids)) == 3
     assert sorted(i.rsplit(":", 1)[1] for i in ids) == ["0", "1", "2"]
+
+
+async def test_a_proposal_after_untrusted_content_carries_its_provenance(
+    observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """The round of a proposal made after an untrusted result says so, whether the policy held it, and which
+    argument fields first appeared in untrusted content (names, never values); the run counts its untrusted reads."""
+    from agentkit import AfterProposal
+    from agentkit.provenance import Trust
+    from tests.support import PathArgs, Recording
+
+    reader = Recording("read_mail", Tier.READ_ONLY)
+    reader.trust = Trust.UNTRUSTED  # type: ignore[attr-defined]  # a declaration set on a hand-made tool
+    archive = Recording("archive", Tier.REVERSIBLE, PathArgs)
+    caller = ScriptedCaller(
+        [call_step(Query(query="inbox"), tool="read_mail"), call_step(PathArgs(path="read_mail:1"), tool="archive")]
+    )
+    config = dataclasses.replace(CONFIG, after_proposal=AfterProposal.STOP)
+    await run_tool_loop_tiered(caller, Finder(), [reader, archive], "ctx", config, observer=observer)
+    spans = exporter.get_finished_spans()
+    proposing = [s for s in by_name(spans, "agentkit.round") if "agentkit.proposal.tool_name" in attrs(s)]
+    [round_span] = proposing
+    assert attrs(round_span)["agentkit.proposal.after_untrusted"] is True
+    assert attrs(round_span)["agentkit.proposal.held_by_provenance"] is True
+    assert tuple(attrs(round_span)["agentkit.proposal.from_untrusted"]) == ("path",)
+    assert all("read_mail:1" not in str(value) for s in spans for value in attrs(s).values())
+    (run,) = by_name(spans, "invoke_agent")
+    assert attrs(run)["agentkit.untrusted_reads"] == 1

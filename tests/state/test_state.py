@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -135,7 +136,8 @@ def test_a_rounds_media_digests_are_sealed_and_a_round_without_media_digests_as_
     plain = RoundEntry(round=1, outcome=RoundOutcome.DONE)
     assert "media" not in _content(plain)
     later = {"trace", "media", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "reasoning"}
-    assert _content(plain) == json_text(plain.model_dump(mode="json", exclude={"digest", *later}))
+    unrecorded = {"digest", "untrusted", "from_untrusted", *later}  # provenance, too, left out when none
+    assert _content(plain) == json_text(plain.model_dump(mode="json", exclude=unrecorded))
     seen = RoundEntry(round=1, outcome=RoundOutcome.DONE, media=("image:image/png:" + "a" * 64,))
     assert _content(seen) != _content(plain)
     data = json.loads(state_of([seen]).model_dump_json())
@@ -292,3 +294,34 @@ def test_a_state_resealed_with_another_elapsed_time_verifies() -> None:
     """``rechained`` (the tests' hand edit with fresh digests) makes a state whose digests check out."""
     state = state_of(rounds(["a"], [1.0]))
     rechained(state, entry=3, elapsed=99.0).verify()
+
+
+VERSION_2 = Path(__file__).with_name("version2_state.json")
+"""A state an agentkit of state schema version 2 wrote (before provenance): a search, then a proposed delete."""
+
+
+async def test_a_version_2_state_still_verifies_and_resumes_without_a_provenance_policy() -> None:
+    """A state written before provenance reads, verifies (its digests unchanged) and resumes as it ran: without a
+    policy, its result recording none, the entries it appends chained to its own."""
+    from agentkit import reject, resume_tool_loop
+    from agentkit._codec import Codec
+    from agentkit._runner import pending_proposals
+    from agentkit.testing import ScriptedCaller, done_step
+    from tests.support import Executor, delete, search
+
+    state = RunCheckpoint.model_validate_json(VERSION_2.read_text())
+    state.verify()
+    assert (state.version, state.config.provenance) == (2, None)
+    [(_, proposal)] = pending_proposals(state, Codec({"search": search, "delete": delete}))
+    assert proposal.tool_name == "delete"
+    result = await resume_tool_loop(
+        ScriptedCaller([done_step()]),
+        Executor(),
+        [search, delete],
+        "find and delete",
+        state,
+        [reject(proposal, rejected_by="ops", reason="no")],
+    )
+    assert result.provenance is None
+    assert result.checkpoint.version == 2
+    result.checkpoint.verify()

@@ -62,11 +62,20 @@ round_fields = st.fixed_dictionaries(
         "cache_write_tokens": st.integers(0, 10**6),
         "reasoning_tokens": st.integers(0, 10**6),
         "reasoning": maybe_text,
+        "untrusted": st.booleans(),
+        "from_untrusted": st.tuples(text),
     },
 )
 decision_fields = st.fixed_dictionaries(
     {"round": st.integers(1, 100), "call_digest": st.text(), "approved": st.booleans(), "by": text},
-    optional={"reason": text, "batch": maybe_str, "args": maybe_str, "amended": st.tuples(text), "elapsed": seconds},
+    optional={
+        "reason": text,
+        "batch": maybe_str,
+        "args": maybe_str,
+        "amended": st.tuples(text),
+        "elapsed": seconds,
+        "untrusted": st.booleans(),
+    },
 )
 end_fields = st.fixed_dictionaries(
     {"stop_reason": st.sampled_from(StopReason), "outcome": st.sampled_from(Outcome)},
@@ -134,6 +143,10 @@ def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
             exclude.add("position")
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude |= {"args", "amended"}
+    if not isinstance(entry, EndEntry) and not entry.untrusted:
+        exclude.add("untrusted")  # provenance is left out where there is none, as entries were before it
+    if isinstance(entry, RoundEntry) and not entry.from_untrusted:
+        exclude.add("from_untrusted")
     return json_text(entry.model_dump(mode="json", exclude=exclude))
 
 
@@ -199,7 +212,8 @@ def test_a_states_digested_header_is_json_text_of_its_dump(
 ) -> None:
     """The header's digest is written part by part (the config's and tools' text kept per object): byte for
     byte `json_text` of its JSON dump (less `same`, and the config's `prices` and `cost_budget`, when they are
-    `None`, as headers were digested before they were recorded), for a fresh state and for one read back."""
+    `None`, and `repeat_exempt` when empty, as headers were digested before they were recorded), for a fresh
+    state and for one read back."""
     tools = (tool_entry("search", Tier.READ_ONLY, Query), tool_entry("delete", Tier.IRREVERSIBLE, Query))
     prices = Prices({"m": ModelPrice(input=Decimal("0.5"), output=Decimal(2))}) if priced else None
     budget = Decimal("0.10") if priced == "budget" else None
@@ -209,8 +223,7 @@ def test_a_states_digested_header_is_json_text_of_its_dump(
         state = RunCheckpoint.model_validate_json(state.model_dump_json())
     left_out: dict[str, Any] = dict.fromkeys({"entries", "digest"} | ({"same"} if same is None else set()), True)
     unset = {name for name, value in (("prices", prices), ("cost_budget", budget)) if value is None}
-    if unset:
-        left_out["config"] = dict.fromkeys(unset, True)
+    left_out["config"] = dict.fromkeys({"repeat_exempt"} | unset, True)  # fields added since, at their defaults
     for _ in range(2):  # the second time from the kept texts
         assert _head(state) == json_text(state.model_dump(mode="json", exclude=left_out))
     state.verify()

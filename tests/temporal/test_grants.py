@@ -111,3 +111,22 @@ def test_a_durable_agent_refuses_grants_that_do_not_fit_its_tools(
     bad = to_bob().model_copy(update=changes)
     with pytest.raises(UsageError, match=complaint):
         dataclasses.replace(temporal.research, grants=Grants([bad]))
+
+
+async def test_a_grant_ask_carries_the_values_from_untrusted_content(temporal: TemporalTest) -> None:
+    """The grant activity judges the proposal with its provenance: a value that first appeared in untrusted
+    content is approved only by a grant that allows it explicitly, as in process."""
+    from agentkit.provenance import ArgOrigin, Origin
+
+    grants = Grants([to_bob()])
+    activities = Activities({"research": dataclasses.replace(temporal.research, grants=grants)})
+    mark = ArgOrigin(path="to", value="bob", origin=Origin(round=1, tool_name="search", digest="d"))
+    plain = GrantAsk(
+        agent="research", tool_name="send", tier=Tier.IRREVERSIBLE, args={"to": "bob", "text": "/notes/1"},
+        run_id="r", round=2, digest="d",
+    )  # fmt: skip
+    pinned = await activities.use_grant(plain.model_copy(update={"from_untrusted": (mark,)}))
+    assert pinned.grant is not None  # `to` is pinned by an Equals constraint: the person chose the value
+    text_mark = mark.model_copy(update={"path": "text", "value": "/notes/1"})
+    unpinned = await activities.use_grant(plain.model_copy(update={"round": 3, "from_untrusted": (text_mark,)}))
+    assert unpinned.grant is None  # `text` is only a PathPrefix: not allowed from untrusted content

@@ -57,7 +57,7 @@ def test_a_function_of_one_parameter_is_refused_at_construction() -> None:
     def request_only(request: StructuredRequest) -> dict[str, Any]:
         return {"ok": True}
 
-    for wrong in (request_only, lambda: {"ok": True}, lambda request, schema, extra: {"ok": True}):
+    for wrong in (request_only, lambda: {"ok": True}, lambda request, schema, info, extra: {"ok": True}):
         with pytest.raises(UsageError, match=r"two positional parameters, \(request, schema\)"):
             FunctionCaller(wrong)  # type: ignore[arg-type]  # the point of the test
 
@@ -134,7 +134,7 @@ async def test_wrong_kind_of_answer_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="return a str"):
         await FunctionCaller(lambda request, schema: {"ok": True}).complete_text(ask())
     with pytest.raises(UsageError, match="int"):
-        await FunctionCaller(lambda request, schema: 7).complete(ask(), Verdict)  # type: ignore[arg-type,return-value]  # the wrong answer under test
+        await FunctionCaller(lambda request, schema: 7).complete(ask(), Verdict)  # type: ignore[arg-type]  # the wrong answer under test
 
 
 def test_a_non_callable_is_refused() -> None:
@@ -187,3 +187,23 @@ async def test_a_bug_in_the_function_ends_the_run_llm_error_with_it_as_the_cause
     assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.LLM_ERROR)
     assert isinstance(result.error, ProviderError)
     assert isinstance(result.error.__cause__, KeyError)
+
+
+async def test_a_function_of_three_parameters_gets_the_round_it_answers() -> None:
+    """`FunctionCaller(function(request, schema, info))`: the tool loop's `ToolRoundInfo` of each request."""
+    from agentkit import LoopConfig, Tier, ToolRoundInfo, run_tool_loop
+    from agentkit.testing import call_step, done_step
+    from tests.support import NO_WAIT, Doc, Executor, Query, Recording
+
+    seen: list[tuple[int, int]] = []
+
+    def answer(request: object, schema: object, info: ToolRoundInfo[Any] | None) -> dict[str, Any]:
+        assert info is not None
+        seen.append((info.round, len(info.prior_calls)))
+        return call_step(Query(query="q")) if info.round == 1 else done_step()
+
+    caller = FunctionCaller(answer)
+    search = Recording("search", Tier.READ_ONLY)
+    await run_tool_loop(caller, Executor[Doc](), search, "ctx", LoopConfig(retry=NO_WAIT))
+    assert seen == [(1, 0), (2, 1)]
+    assert [info.round if info else None for info in caller.rounds] == [1, 2]

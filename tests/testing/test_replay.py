@@ -429,3 +429,31 @@ async def test_a_run_with_the_same_image_replays_and_a_changed_image_diverges_na
     ):
         await run_tool_loop_tiered(replay, Viewer(OTHER_PNG), replay.tools(TOOLS), "clean up")
     assert ran == []
+
+
+async def test_a_replayed_run_is_tainted_and_gated_as_the_recording_was() -> None:
+    """The stand-ins carry the real tools' trust and egress: after the recorded untrusted read, the replay holds
+    the reversible call the recording held, with the same provenance, and runs nothing."""
+    from agentkit.provenance import Trust
+    from tests.provenance_support import Folder, world
+
+    tools = world()
+    inbox, archive_tool = tools["read_inbox"], tools["archive"]
+    script = [
+        call_step(Folder(folder="inbox"), tool="read_inbox"),
+        call_step(Folder(folder="inbox"), tool="archive"),
+        done_step(),
+    ]
+    config = LoopConfig(after_proposal=AfterProposal.CONTINUE)
+    first = await run_tool_loop_tiered(ScriptedCaller(script), Planner(), [inbox, archive_tool], "tidy", config)
+    replay = ReplayCaller(first.checkpoint)
+    stand_ins = replay.tools([inbox, archive_tool])
+    assert [getattr(t, "trust", None) for t in stand_ins] == [Trust.UNTRUSTED, Trust.TRUSTED]
+    inbox.calls.clear()
+    again = await run_tool_loop_tiered(replay, Planner(), stand_ins, "tidy", config)
+    assert [p.evidence.provenance for p in again.proposed if p.evidence] == [
+        p.evidence.provenance for p in first.proposed if p.evidence
+    ]
+    assert [p.tool_name for p in again.proposed] == ["archive"]
+    assert (inbox.calls, archive_tool.calls) == ([], [])
+    replay.assert_complete()

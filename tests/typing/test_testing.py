@@ -15,7 +15,15 @@ from agentkit._once import TextResult, run_once_text
 from agentkit._structured import Completion
 from agentkit._text import TextCompletion
 from agentkit.journal import Journal
-from agentkit.testing import Answer, AnswerFunction, FunctionCaller, ReplayCaller, ReplayDiverged, done_step
+from agentkit.testing import (
+    Answer,
+    AnswerFunction,
+    FunctionCaller,
+    ReplayCaller,
+    ReplayDiverged,
+    RoundAnswerFunction,
+    done_step,
+)
 from tests.typing.models import Doc, Finder, SearchArgs, Triager, fetch, search
 
 
@@ -33,7 +41,7 @@ def wrong(request: StructuredRequest) -> str:
 
 async def check() -> None:
     caller = FunctionCaller(answer)
-    assert_type(caller.function, AnswerFunction)
+    assert_type(caller.function, AnswerFunction | RoundAnswerFunction)
     assert_type(caller.requests, list[StructuredRequest])
     assert_type(FunctionCaller(answer_later), FunctionCaller)
     FunctionCaller(wrong)  # type: ignore[arg-type]  # a function must take the request and the schema
