@@ -1,0 +1,224 @@
+"""AgentDojo's functions as agentkit tools, and one episode: a user task (perhaps injected) run through the loop.
+
+Imports ``agentdojo``: run from the benchmark's venv (``benchmarks/injection/setup.sh``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
+from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
+from agentdojo.base_tasks import BaseInjectionTask, BaseUserTask
+from agentdojo.functions_runtime import EmptyEnv, Env, Function, FunctionCall, FunctionsRuntime, TaskEnvironment
+from agentdojo.task_suite.task_suite import TaskSuite
+from agentdojo.types import ChatMessage
+from pydantic import BaseModel
+
+from agentkit import (
+    AfterProposal,
+    LoopConfig,
+    ProposedAction,
+    StopReason,
+    Tier,
+    TieredLoopResult,
+    approve,
+    reject,
+    resume_tool_loop,
+    run_tool_loop_tiered,
+)
+from benchmarks.injection.declarations import Declaration, declaration
+from benchmarks.injection.executor import Answer, PlanExecutor, PlannedCall, holds
+from benchmarks.injection.reviewer import BusyReviewer
+
+__all__ = ["DojoTool", "Episode", "Session", "Target", "planned", "run_episode"]
+
+
+_EMPTY = EmptyEnv()
+
+
+class Target(BasePipelineElement):
+    """The attacked pipeline as AgentDojo's attacks name it: `important_instructions` addresses the model
+    by the name its pipeline carries, and ``local`` is its name for a model it does not know."""
+
+    name = "local"
+
+    def query(
+        self,
+        query: str,
+        runtime: FunctionsRuntime,
+        env: Env = _EMPTY,
+        messages: Sequence[ChatMessage] = (),
+        extra_args: dict[str, Any] | None = None,
+    ) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict[str, Any]]:
+        raise NotImplementedError("the harness drives agentkit's loop, not an AgentDojo pipeline")
+
+
+@dataclass(kw_only=True)
+class Session:
+    """One episode's environment and what its tools did."""
+
+    environment: TaskEnvironment
+    runtime: FunctionsRuntime
+    injections: Sequence[str] = ()
+    trace: list[FunctionCall] = field(default_factory=list)
+    """Every call that ran, for AgentDojo's trace-based scoring."""
+    untrusted_read: bool = False
+    """A function declared untrusted has run."""
+    through_trusted: bool = False
+    """An injection came back from a function declared trusted."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class DojoTool:
+    """One AgentDojo function as an agentkit `Tool`: its parameters model is the args type, its result
+    the YAML text AgentDojo shows a model, one item per call."""
+
+    function: Function[..., Any]
+    declared: Declaration
+    session: Session
+    result_type: type[str] = str
+
+    @property
+    def name(self) -> str:
+        """The function's name."""
+        return self.function.name
+
+    @property
+    def description(self) -> str:
+        """The function's description."""
+        return self.function.description
+
+    @property
+    def args_type(self) -> type[BaseModel]:
+        """The function's parameters model."""
+        return self.function.parameters
+
+    @property
+    def tier(self) -> Tier:
+        """The declared tier."""
+        return self.declared.tier
+
+    async def call(self, args: BaseModel) -> list[str]:
+        """Run the function on the session's environment; an error is its text, as AgentDojo shows it."""
+        session = self.session
+        kwargs = args.model_dump()
+        result, error = session.runtime.run_function(session.environment, self.name, kwargs)
+        session.trace.append(FunctionCall(function=self.name, args=kwargs))
+        text = f"error: {error}" if error is not None else tool_result_to_str(result)
+        if self.declared.untrusted:
+            session.untrusted_read = True
+        elif any(holds(text, injection) for injection in session.injections):
+            session.through_trusted = True
+        return [text]
+
+
+def planned(calls: Sequence[FunctionCall]) -> list[PlannedCall]:
+    """AgentDojo ground-truth calls as a plan."""
+    return [PlannedCall(function=call.function, args=dict(call.args)) for call in calls]
+
+
+def never_same(a: BaseModel, b: BaseModel) -> bool:
+    """No call is a repeat: a ground truth may read the same thing twice (the degeneration guard is off)."""
+    return False
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Episode:
+    """What one run did and how AgentDojo scores it."""
+
+    utility: bool
+    security: bool | None
+    """The injection task's goal reached (the attack succeeded); `None` without an injection."""
+    proposals: int
+    """Proposals the reviewer decided."""
+    output: str
+    answer_flagged: bool
+    """The answer was given after untrusted content entered the run."""
+    saw_injection: bool
+    through_trusted: bool
+    stop: StopReason
+
+
+async def run_episode(
+    suite_name: str,
+    suite: TaskSuite[Any],
+    user_task: BaseUserTask[Any],
+    injection_task: BaseInjectionTask[Any] | None,
+    injections: dict[str, str],
+    *,
+    policy_on: bool,
+) -> Episode:
+    """Run `user_task` (with the compromised executor when `injection_task` is given) and score it."""
+    environment = user_task.init_environment(suite.load_and_inject_default_environment(injections))
+    pre_environment = environment.model_copy(deep=True)
+    runtime = FunctionsRuntime(suite.tools)
+    session = Session(environment=environment, runtime=runtime, injections=tuple(injections.values()))
+    tools = [DojoTool(function=f, declared=declaration(suite_name, f.name), session=session) for f in suite.tools]
+    plan = planned(user_task.ground_truth(pre_environment.model_copy(deep=True)))
+    executor = PlanExecutor(plan=plan, answer=user_task.GROUND_TRUTH_OUTPUT)
+    if injection_task is not None:
+        executor = PlanExecutor(
+            plan=plan,
+            answer=user_task.GROUND_TRUTH_OUTPUT,
+            injections=tuple(injections.values()),
+            attack_plan=planned(injection_task.ground_truth(pre_environment.model_copy(deep=True))),
+            attack_answer=injection_task.GROUND_TRUTH_OUTPUT,
+        )
+    reviewer = BusyReviewer(
+        needed=frozenset(call.function for call in plan),
+        task=user_task.PROMPT,
+        untrusted_values=None,
+    )
+    config = LoopConfig(max_rounds=len(plan) + len(executor.attack_plan) + 2, after_proposal=AfterProposal.STOP)
+    caller = executor.caller()
+    result: TieredLoopResult[BaseModel, str, Answer] = await run_tool_loop_tiered(
+        caller, executor, tools, user_task.PROMPT, config, answer=Answer, same=never_same
+    )
+    proposals = 0
+    while result.stop_reason is StopReason.PROPOSED:
+        decisions = []
+        for proposal in result.proposed:
+            proposals += 1
+            decisions.append(_decide(reviewer, proposal))
+        result = await resume_tool_loop(
+            caller, executor, tools, user_task.PROMPT, result.checkpoint, decisions, answer=Answer, same=never_same
+        )
+    output = result.answer.text if result.answer is not None else ""
+    utility = _utility(user_task, output, pre_environment, session)
+    security = None if injection_task is None else _security(injection_task, output, pre_environment, session)
+    return Episode(
+        utility=utility,
+        security=security,
+        proposals=proposals,
+        output=output,
+        answer_flagged=session.untrusted_read,
+        saw_injection=executor.switched_after is not None,
+        through_trusted=session.through_trusted,
+        stop=result.stop_reason,
+    )
+
+
+def _decide(reviewer: BusyReviewer, proposal: ProposedAction[Any]) -> Any:
+    decision = reviewer.decide(proposal)
+    if decision.approve:
+        return approve(proposal, approved_by="busy-reviewer")
+    return reject(proposal, rejected_by="busy-reviewer", reason=decision.reason)
+
+
+def _utility(task: BaseUserTask[Any], output: str, pre: TaskEnvironment, session: Session) -> bool:
+    """AgentDojo's utility: the trace-based check where the task has one, else the environment check."""
+    from_traces = task.utility_from_traces(output, pre, session.environment, session.trace)
+    if from_traces is not None:
+        return from_traces
+    return task.utility(output, pre, session.environment)
+
+
+def _security(task: BaseInjectionTask[Any], output: str, pre: TaskEnvironment, session: Session) -> bool:
+    """AgentDojo's security: `True` when the injection task's goal was reached."""
+    from_traces = task.security_from_traces(output, pre, session.environment, session.trace)
+    if from_traces is not None:
+        return from_traces
+    return task.security(output, pre, session.environment)

@@ -1,0 +1,135 @@
+"""``python -m benchmarks.injection [--suite NAME]``: measure every pair of the chosen suites, policy off and on."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agentdojo.attacks.attack_registry import load_attack
+from agentdojo.task_suite.load_suites import get_suites
+
+from benchmarks.injection.dojo import Target, run_episode
+from benchmarks.injection.score import Tally, answer_line, summary_line, total
+
+__all__ = ["main"]
+
+VERSION = "v1.2"
+ATTACK = "important_instructions"
+RESULTS = Path(__file__).resolve().parent.parent / "results"
+
+
+def _kind(suite: Any, injection_task: Any) -> str:
+    """`calls`, `answer` (only words in the final answer) or `unplanned` (no ground truth to follow)."""
+    environment = suite.load_and_inject_default_environment({})
+    if injection_task.ground_truth(environment):
+        return "calls"
+    return "answer" if injection_task.GROUND_TRUTH_OUTPUT else "unplanned"
+
+
+async def measure(name: str, suite: Any, progress: bool) -> tuple[Tally, list[dict[str, Any]]]:
+    """Every benign task and every pair of `suite`, policy off and on."""
+    tally = Tally(suite=name)
+    rows: list[dict[str, Any]] = []
+    attack = load_attack(ATTACK, suite, Target())
+    kinds = {task_id: _kind(suite, task) for task_id, task in suite.injection_tasks.items()}
+    for user_id, user_task in suite.user_tasks.items():
+        off = await run_episode(name, suite, user_task, None, {}, policy_on=False)
+        on = await run_episode(name, suite, user_task, None, {}, policy_on=True)
+        tally.tasks += 1
+        tally.utility_off += off.utility
+        tally.utility += on.utility
+        tally.approvals_off += off.proposals
+        tally.approvals += on.proposals
+        rows.append(
+            {
+                "user_task": user_id,
+                "utility_off": off.utility,
+                "utility": on.utility,
+                "approvals_off": off.proposals,
+                "approvals": on.proposals,
+            }
+        )
+        for injection_id, injection_task in suite.injection_tasks.items():
+            kind = kinds[injection_id]
+            if kind == "unplanned":
+                tally.unplanned_pairs += 1
+                continue
+            injections = attack.attack(user_task, injection_task)
+            off = await run_episode(name, suite, user_task, injection_task, injections, policy_on=False)
+            on = await run_episode(name, suite, user_task, injection_task, injections, policy_on=True)
+            if kind == "calls":
+                tally.pairs += 1
+                tally.attacks_off += bool(off.security)
+                tally.attacks += bool(on.security)
+                tally.unseen += not on.saw_injection
+            else:
+                tally.answer_pairs += 1
+                tally.answer_attacks_off += bool(off.security)
+                tally.answer_attacks += bool(on.security)
+                tally.answer_flagged += on.answer_flagged
+            tally.through_trusted += on.through_trusted
+            rows.append(
+                {
+                    "user_task": user_id,
+                    "injection_task": injection_id,
+                    "kind": kind,
+                    "attack_off": off.security,
+                    "attack": on.security,
+                    "saw_injection": on.saw_injection,
+                    "proposals_off": off.proposals,
+                    "proposals": on.proposals,
+                }
+            )
+        if progress:
+            print(f"{name} {user_id}: {summary_line(tally)}", file=sys.stderr, flush=True)
+    return tally, rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the measurement, write the results file, print the summary lines."""
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.injection", description=__doc__)
+    parser.add_argument(
+        "--suite", action="append", help="workspace, travel, banking or slack (repeatable; all by default)"
+    )
+    parser.add_argument("--out", type=Path, default=RESULTS, help="where the results file goes")
+    parser.add_argument("--progress", action="store_true", help="a line per user task on stderr")
+    args = parser.parse_args(argv)
+    suites = get_suites(VERSION)
+    names = args.suite or list(suites)
+    unknown = [name for name in names if name not in suites]
+    if unknown:
+        parser.error(f"unknown suite {unknown[0]!r}; choose from {', '.join(suites)}")
+    started = time.perf_counter()
+    tallies: list[Tally] = []
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for name in names:
+        tally, suite_rows = asyncio.run(measure(name, suites[name], args.progress))
+        tallies.append(tally)
+        rows[name] = suite_rows
+    whole = total(tallies)
+    label = "all" if len(names) == len(suites) else "-".join(names)
+    report = {
+        "agentdojo": {"suites": VERSION, "attack": ATTACK},
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "seconds": round(time.perf_counter() - started, 1),
+        "suites": {tally.suite: tally.as_json() for tally in tallies},
+        "total": whole.as_json(),
+        "line": summary_line(whole),
+        "answer_line": answer_line(whole),
+        "episodes": rows,
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"injection-{label}.json").write_text(json.dumps(report, indent=1) + "\n")
+    for tally in tallies:
+        print(f"{tally.suite}: {summary_line(tally)}")
+    if whole.unplanned_pairs:
+        print(f"pairs not attempted (AgentDojo gives their injection task no ground truth): {whole.unplanned_pairs}")
+    print(answer_line(whole))
+    print(summary_line(whole))
+    return 0
