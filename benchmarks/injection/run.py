@@ -9,12 +9,12 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from agentdojo.attacks.attack_registry import load_attack
 from agentdojo.task_suite.load_suites import get_suites
 
-from benchmarks.injection.dojo import Target, run_episode
+from benchmarks.injection.dojo import Seat, Target, run_episode
 from benchmarks.injection.score import Tally, answer_line, summary_line, total
 
 __all__ = ["main"]
@@ -32,15 +32,23 @@ def _kind(suite: Any, injection_task: Any) -> str:
     return "answer" if injection_task.GROUND_TRUTH_OUTPUT else "unplanned"
 
 
-async def measure(name: str, suite: Any, progress: bool) -> tuple[Tally, list[dict[str, Any]]]:
-    """Every benign task and every pair of `suite`, policy off and on."""
+async def measure(
+    name: str,
+    suite: Any,
+    progress: bool,
+    seat: Seat | None = None,
+    log: TextIO | None = None,
+    tasks: int | None = None,
+) -> tuple[Tally, list[dict[str, Any]]]:
+    """Every benign task and every pair of `suite`, policy off and on; each row also to `log` as it is done."""
     tally = Tally(suite=name)
     rows: list[dict[str, Any]] = []
     attack = load_attack(ATTACK, suite, Target())
     kinds = {task_id: _kind(suite, task) for task_id, task in suite.injection_tasks.items()}
-    for user_id, user_task in suite.user_tasks.items():
-        off = await run_episode(name, suite, user_task, None, {}, policy_on=False)
-        on = await run_episode(name, suite, user_task, None, {}, policy_on=True)
+    clean = suite.load_and_inject_default_environment({})
+    for user_id, user_task in list(suite.user_tasks.items())[:tasks]:
+        off = await run_episode(name, suite, user_task, None, {}, clean, policy_on=False, seat=seat)
+        on = await run_episode(name, suite, user_task, None, {}, clean, policy_on=True, seat=seat)
         tally.tasks += 1
         tally.utility_off += off.utility
         tally.utility += on.utility
@@ -61,8 +69,13 @@ async def measure(name: str, suite: Any, progress: bool) -> tuple[Tally, list[di
                 tally.unplanned_pairs += 1
                 continue
             injections = attack.attack(user_task, injection_task)
-            off = await run_episode(name, suite, user_task, injection_task, injections, policy_on=False)
-            on = await run_episode(name, suite, user_task, injection_task, injections, policy_on=True)
+            loaded = suite.load_and_inject_default_environment(injections)
+            off = await run_episode(
+                name, suite, user_task, injection_task, injections, loaded, policy_on=False, seat=seat
+            )
+            on = await run_episode(
+                name, suite, user_task, injection_task, injections, loaded, policy_on=True, seat=seat
+            )
             if kind == "calls":
                 tally.pairs += 1
                 tally.attacks_off += bool(off.security)
@@ -91,6 +104,31 @@ async def measure(name: str, suite: Any, progress: bool) -> tuple[Tally, list[di
     return tally, rows
 
 
+def _row(rows: list[dict[str, Any]], log: TextIO | None, row: dict[str, Any]) -> None:
+    rows.append(row)
+    if log is not None:
+        log.write(json.dumps(row) + "\n")
+        log.flush()
+
+
+async def measure_all(
+    names: list[str], suites: dict[str, Any], args: argparse.Namespace
+) -> list[tuple[Tally, list[dict[str, Any]]]]:
+    """`measure` each suite named, with the model-free executors or the embedded model."""
+    if args.executor == "model-free":
+        return [await measure(name, suites[name], args.progress, tasks=args.tasks) for name in names]
+    from agentkit.providers.local import LocalModel
+
+    measured = []
+    log_path = args.out / "injection-local.jsonl"
+    with log_path.open("w") as log:
+        async with LocalModel(threads=args.threads) as local:
+            seat = Seat(caller=local.caller(), model=local.model_name)
+            for name in names:
+                measured.append(await measure(name, suites[name], args.progress, seat, log, args.tasks))
+    return measured
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the measurement, write the results file, print the summary lines."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.injection", description=__doc__)
@@ -99,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=RESULTS, help="where the results file goes")
     parser.add_argument("--progress", action="store_true", help="a line per user task on stderr")
+    parser.add_argument(
+        "--executor",
+        choices=("model-free", "local"),
+        default="model-free",
+        help="the model-free executors (the default), or the embedded model (the `local` extra)",
+    )
+    parser.add_argument("--tasks", type=int, default=None, help="only the first N user tasks of each suite")
+    parser.add_argument("--threads", type=int, default=1, help="the embedded model's CPU threads")
     args = parser.parse_args(argv)
     suites = get_suites(VERSION)
     names = args.suite or list(suites)
@@ -108,14 +154,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     tallies: list[Tally] = []
     rows: dict[str, list[dict[str, Any]]] = {}
-    for name in names:
-        tally, suite_rows = asyncio.run(measure(name, suites[name], args.progress))
+    args.out.mkdir(parents=True, exist_ok=True)
+    for tally, suite_rows in asyncio.run(measure_all(names, suites, args)):
         tallies.append(tally)
-        rows[name] = suite_rows
+        rows[tally.suite] = suite_rows
     whole = total(tallies)
     label = "all" if len(names) == len(suites) else "-".join(names)
+    if args.executor == "local":
+        label = f"{label}-local"
+
     report = {
         "agentdojo": {"suites": VERSION, "attack": ATTACK},
+        "executor": args.executor,
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
         "seconds": round(time.perf_counter() - started, 1),
         "suites": {tally.suite: tally.as_json() for tally in tallies},
@@ -124,7 +174,6 @@ def main(argv: list[str] | None = None) -> int:
         "answer_line": answer_line(whole),
         "episodes": rows,
     }
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"injection-{label}.json").write_text(json.dumps(report, indent=1) + "\n")
     for tally in tallies:
         print(f"{tally.suite}: {summary_line(tally)}")
