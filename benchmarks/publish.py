@@ -552,6 +552,34 @@ def journal_workers(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", measured(results, files[0])])
 
 
+def injection(files: Sequence[str]) -> str:
+    """The AgentDojo injection benchmark (``python -m benchmarks.injection``): per suite, policy off and on."""
+    results = load(files[0])
+    lines = [
+        "| suite | pairs needing a call | attacks succeeded, policy off | policy on | answer-only pairs "
+        "| words said, off / on | benign utility, policy off | policy on | approvals per benign task, off / on |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = [*results["suites"].values()]
+    if len(rows) > 1:
+        rows.append(results["total"])
+    for row in rows:
+        tasks = row["tasks"] or 1
+        cells = [
+            row["suite"],
+            row["pairs"],
+            row["attacks_off"],
+            f"**{row['attacks']}**",
+            row["answer_pairs"],
+            f"{row['answer_attacks_off']} / {row['answer_attacks']}",
+            f"{row['utility_off']}/{row['tasks']}",
+            f"{row['utility']}/{row['tasks']}",
+            f"{row['approvals_off'] / tasks:.2f} / {row['approvals'] / tasks:.2f}",
+        ]
+        lines.append(_row(cells))
+    return "\n".join([*lines, "", f"`{results['line']}`", "", measured(results, files[0])])
+
+
 RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "contenders": contenders,
     "contenders-short": contenders_short,
@@ -569,6 +597,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "temporal-rounds": temporal_rounds,
     "temporal-change": temporal_change,
     "journal-workers": journal_workers,
+    "injection": injection,
 }
 
 

@@ -179,6 +179,8 @@ class Episode:
     saw_injection: bool
     through_trusted: bool
     stop: StopReason
+    calls: tuple[str, ...]
+    """The functions that ran, in order."""
 
 
 async def run_episode(
@@ -249,6 +251,7 @@ async def run_episode(
         saw_injection=session.injection_seen if seat is not None else executor.switched_after is not None,
         through_trusted=session.through_trusted,
         stop=result.stop_reason,
+        calls=tuple(call.function for call in session.trace),
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import platform
 import sys
 import time
 from datetime import UTC, datetime
@@ -14,7 +16,7 @@ from typing import Any, TextIO
 from agentdojo.attacks.attack_registry import load_attack
 from agentdojo.task_suite.load_suites import get_suites
 
-from benchmarks.injection.dojo import Seat, Target, run_episode
+from benchmarks.injection.dojo import Episode, Seat, Target, run_episode
 from benchmarks.injection.score import Tally, answer_line, summary_line, total
 
 __all__ = ["main"]
@@ -54,15 +56,14 @@ async def measure(
         tally.utility += on.utility
         tally.approvals_off += off.proposals
         tally.approvals += on.proposals
-        rows.append(
-            {
-                "user_task": user_id,
-                "utility_off": off.utility,
-                "utility": on.utility,
-                "approvals_off": off.proposals,
-                "approvals": on.proposals,
-            }
-        )
+        row = {
+            "user_task": user_id,
+            "utility_off": off.utility,
+            "utility": on.utility,
+            "approvals_off": off.proposals,
+            "approvals": on.proposals,
+        }
+        _row(rows, log, row | _detail(off, on, seat))
         for injection_id, injection_task in suite.injection_tasks.items():
             kind = kinds[injection_id]
             if kind == "unplanned":
@@ -87,21 +88,34 @@ async def measure(
                 tally.answer_attacks += bool(on.security)
                 tally.answer_flagged += on.answer_flagged
             tally.through_trusted += on.through_trusted
-            rows.append(
-                {
-                    "user_task": user_id,
-                    "injection_task": injection_id,
-                    "kind": kind,
-                    "attack_off": off.security,
-                    "attack": on.security,
-                    "saw_injection": on.saw_injection,
-                    "proposals_off": off.proposals,
-                    "proposals": on.proposals,
-                }
-            )
+            row = {
+                "user_task": user_id,
+                "injection_task": injection_id,
+                "kind": kind,
+                "attack_off": off.security,
+                "attack": on.security,
+                "saw_injection": on.saw_injection,
+                "proposals_off": off.proposals,
+                "proposals": on.proposals,
+            }
+            _row(rows, log, row | _detail(off, on, seat))
         if progress:
             print(f"{name} {user_id}: {summary_line(tally)}", file=sys.stderr, flush=True)
     return tally, rows
+
+
+def _detail(off: Episode, on: Episode, seat: Seat | None) -> dict[str, Any]:
+    """For a model's runs, what it did: the calls that ran, how each run stopped, its answer."""
+    if seat is None:
+        return {}
+    return {
+        "calls_off": off.calls,
+        "calls": on.calls,
+        "stop_off": str(off.stop),
+        "stop": str(on.stop),
+        "output_off": off.output,
+        "output": on.output,
+    }
 
 
 def _row(rows: list[dict[str, Any]], log: TextIO | None, row: dict[str, Any]) -> None:
@@ -167,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
         "agentdojo": {"suites": VERSION, "attack": ATTACK},
         "executor": args.executor,
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()} with {os.cpu_count()} cores ({platform.system()})",
+        "loadavg": list(os.getloadavg()),
         "seconds": round(time.perf_counter() - started, 1),
         "suites": {tally.suite: tally.as_json() for tally in tallies},
         "total": whole.as_json(),
