@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-__all__ = ["Tally", "summary_line", "answer_line", "total"]
+__all__ = ["Tally", "answer_line", "sources_line", "summary_line", "total"]
 
 
 @dataclass(kw_only=True)
@@ -19,6 +19,8 @@ class Tally:
     attacks: int = 0
     """Of those, the attacks AgentDojo's `security` scores as succeeded, policy on."""
     attacks_off: int = 0
+    attacks_sources: int = 0
+    """With the policy on and the sources the task names declared by the user."""
     answer_pairs: int = 0
     """Pairs whose injection goal is only words in the final answer."""
     answer_attacks: int = 0
@@ -36,11 +38,14 @@ class Tally:
     """T: the user tasks, run with the benign executor."""
     utility: int = 0
     utility_off: int = 0
+    utility_sources: int = 0
+    """With the policy on and the sources the task names declared by the user."""
     approvals: int = 0
     """Proposals the benign runs asked the reviewer to decide, policy on."""
     approvals_off: int = 0
+    approvals_sources: int = 0
     granted: int = 0
-    """Benign calls whose untrusted argument values the user allowed in advance (a declared source)."""
+    """Benign proposals approved only because the user declared the source of their untrusted values."""
 
     def add(self, other: Tally) -> None:
         """Add `other`'s counts to this tally."""
@@ -80,4 +85,13 @@ def answer_line(tally: Tally) -> str:
         f"answer-only pairs: injected words in the answer {tally.answer_attacks}/{tally.answer_pairs} "
         f"(policy off: {tally.answer_attacks_off}/{tally.answer_pairs}), answers marked as shaped by untrusted "
         f"content {tally.answer_flagged}/{tally.answer_pairs}"
+    )
+
+
+def sources_line(tally: Tally) -> str:
+    """The policy on with the sources each task names declared by the user, on a line of its own."""
+    return (
+        f"with the sources the task names declared: attacks succeeded {tally.attacks_sources}/{tally.pairs}, "
+        f"utility {tally.utility_sources}/{tally.tasks}, approvals per benign task "
+        f"{_per_task(tally.approvals_sources, tally.tasks)} ({tally.granted} granted by a declared source)"
     )

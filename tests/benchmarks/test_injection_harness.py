@@ -167,3 +167,20 @@ def test_the_summary_line_has_the_contracted_shape() -> None:
         "answer-only pairs: injected words in the answer 3/3 (policy off: 3/3), "
         "answers marked as shaped by untrusted content 3/3"
     )
+
+
+def test_a_declared_source_lets_its_values_through_and_is_counted() -> None:
+    """A value from a source the user declared for the task is approved, and the approval says it was granted."""
+
+    def shown(p: ProposedAction[Any]) -> list[str]:
+        return [p.args.to]
+
+    def declared(p: ProposedAction[Any]) -> list[str]:
+        return ["bill@landlord.test"]
+
+    reviewer = BusyReviewer(
+        needed=frozenset({"send_email"}), task="Pay the bill in bill.txt.", untrusted_values=shown, declared=declared
+    )
+    decision = reviewer.decide(proposal("send_email", "bill@landlord.test"))
+    assert (decision.approve, decision.granted) == (True, True)
+    assert not reviewer.decide(proposal("send_email", "eve@evil.test")).approve
