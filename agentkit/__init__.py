@@ -7,6 +7,7 @@ The top level holds what a typical agent needs; the public modules carry the res
 - `agentkit.testing`: the scripted and function callers, the fake OpenAI server;
 - `agentkit.providers`: `openai` (`OpenAICaller`), `local` (the embedded model), the prose seam
   (`TextCaller`, `TextCompletion` and `run_once_text`'s `TextResult`);
+- `agentkit.provenance`: trust declarations, the provenance policy and what runs record of it;
 - `agentkit.journal`, `agentkit.temporal`, `agentkit.mcp`, `agentkit.otel`, `agentkit.program`
   and `agentkit.prompting`.
 

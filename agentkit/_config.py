@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from agentkit._context import ContextWindow
 from agentkit._structured import RetryPolicy
 from agentkit._tiers import Tier
+from agentkit._trust import ProvenancePolicy
 from agentkit.errors import UsageError
 
 __all__ = ["DEFAULT_MAX_ROUNDS", "AfterProposal", "LoopConfig", "RepeatPolicy"]
@@ -91,6 +92,14 @@ class LoopConfig:
     for the answer. It runs only within the budget and before the deadline (with a token budget,
     the tool rounds stop one round earlier to leave it room). `False` turns it off. Unused
     without `answer=`."""
+    provenance: ProvenancePolicy | None = field(default_factory=ProvenancePolicy)
+    """What the run may still do on its own once a tool declared `Trust.UNTRUSTED` has returned something
+    (see `ProvenancePolicy` and docs/provenance.md): by default nothing above `READ_ONLY` runs live, and no
+    egress call does. A run that reads no untrusted content is gated by its tiers alone. `None` turns it
+    off: no taint, no marks, tiers only."""
+    repeat_exempt: frozenset[str] = frozenset()
+    """Tools the repeat guard never stops or refuses (a read whose legitimate use repeats, such as polling
+    a queue or re-reading a page that changes); their calls do not join the repeat window either."""
 
     def __post_init__(self) -> None:
         whole_or_none("max_rounds", self.max_rounds, "an int >= 1, or None for unlimited")
@@ -117,6 +126,10 @@ class LoopConfig:
             raise UsageError(f"LoopConfig.autonomy must be a Tier; got {self.autonomy!r}")
         if not isinstance(self.retry, RetryPolicy):
             raise UsageError(f"LoopConfig.retry must be a RetryPolicy; got {self.retry!r}")
+        if self.provenance is not None and not isinstance(self.provenance, ProvenancePolicy):
+            raise UsageError(f"LoopConfig.provenance must be a ProvenancePolicy or None; got {self.provenance!r}")
+        if not isinstance(self.repeat_exempt, frozenset) or not all(isinstance(n, str) for n in self.repeat_exempt):
+            raise UsageError(f"LoopConfig.repeat_exempt must be a frozenset of tool names; got {self.repeat_exempt!r}")
         if not isinstance(self.after_proposal, AfterProposal):
             raise UsageError(f"LoopConfig.after_proposal must be an AfterProposal; got {self.after_proposal!r}")
 

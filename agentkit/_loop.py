@@ -46,6 +46,7 @@ from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, wants_checkpoints, wrapping
 from agentkit._outcome import Outcome, StopReason
 from agentkit._proposals import ProposedAction
+from agentkit._provenance import Tracker, run_provenance, task_source, with_provenance
 from agentkit._results import RoundRecord, TieredLoopResult
 from agentkit._session import Reply, RunSession, executor_failed
 from agentkit._state import (
@@ -199,6 +200,9 @@ class _Run:
         """This leg's rounds."""
         self.keepers = tuple(o for o in session.observers if wants_checkpoints(o))
         """The observers that take the state at the end of each round (the journal's, to recover a crashed run)."""
+        self.provenance = Tracker.start(self.config.provenance, self.box.tools, task_source(ctx), self.config.autonomy)
+        """Which calls brought untrusted content in, folded from the state's entries (`agentkit._provenance`)."""
+        self.provenance.catch_up(state.entries)
         self.answer: Any = None
         self.answer_from_closing_round = False
 
@@ -223,8 +227,10 @@ class _Run:
         return None
 
     def append(self, entry: RoundEntry | DecisionEntry | EndEntry) -> None:
-        """Add one entry to the state (the only way the state changes)."""
+        """Add one entry to the state (the only way the state changes), its provenance stamped on it."""
+        entry = self.provenance.stamp(entry)
         self.state = self.state.appended(entry)
+        self.provenance.absorb(len(self.state.entries) - 1, entry)
 
     def record(
         self,
@@ -352,6 +358,9 @@ class _Run:
         self.record(this, RoundOutcome.DONE, answer=answer)
 
     def repeat(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending | Literal["refused"] | None:
+        if tool.name in self.config.repeat_exempt:
+            self.views.counted(tool.name, args, this.round)
+            return None
         try:
             index = repeat_of(tool.name, args, self.views.recent, self.bound.same, self.config.degeneration_window)
         except Exception as raised:
@@ -397,15 +406,19 @@ class _Run:
 
     async def propose(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
         if not self.bound.may_propose:
+            why = f"under autonomy Tier.{self.config.autonomy.name}"
+            if self.provenance.held(tool, tier):
+                why = "once untrusted content has entered the run (LoopConfig.provenance)"
             error = ToolError(
-                f"tool {tool.name!r} (Tier.{tier.name}) cannot run live under autonomy "
-                f"Tier.{self.config.autonomy.name}; use run_tool_loop_tiered for tools that need approval",
+                f"tool {tool.name!r} (Tier.{tier.name}) cannot run live {why}; use run_tool_loop_tiered for tools "
+                "that need approval",
                 tool_name=tool.name,
             )
             self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=tier, error=str(error))
             return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
         # The proposal gets its own copy: the executor's view of the call (prior calls, trace) must
         # not be able to change what a human approves.
+        evidence = with_provenance(self.views.evidence(this.round, self.ctx), self.provenance, tool, tier, args)
         proposal = ProposedAction[Any].create(
             tool_name=tool.name,
             tier=tier,
@@ -413,7 +426,7 @@ class _Run:
             rationale=this.rationale,
             round=this.round,
             run_id=self.session.run_id,
-            evidence=self.views.evidence(this.round, self.ctx),
+            evidence=evidence,
         )
         grant = await self.bound.grant_for(proposal)
         if grant is not None:
@@ -556,6 +569,7 @@ class _Run:
             checkpoint=self.state,
             answer=self.answer,
             answer_from_closing_round=self.answer_from_closing_round,
+            provenance=run_provenance(self.provenance, self.state, self.views, self.answer),
         )
         seen = None
         if self.session.observers:
@@ -753,7 +767,7 @@ async def _rounds(run: _Run, box: Toolbox, config: LoopConfig) -> TieredLoopResu
         # A repeat refused under RepeatPolicy.REFUSE is neither None nor an Ending: the run goes on.
         ending = run.repeat(this, tool, args)
         if ending is None:
-            match gate(tool, config):
+            match gate(tool, config, run.provenance):
                 case "run", tier:
                     ending = await run.dispatch(this, tool, tier, args)
                 case "propose", tier:

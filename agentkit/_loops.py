@@ -76,6 +76,7 @@ async def run_tool_loop(
         answer=result.answer,
         answer_from_closing_round=result.answer_from_closing_round,
         checkpoint=result.checkpoint,
+        provenance=result.provenance,
     )
 
 

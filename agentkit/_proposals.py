@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentkit._tiers import Tier
 from agentkit._tools import AnyTool, ContextTool, Tool
+from agentkit._trust import CallProvenance
 from agentkit.errors import UsageError
 
 __all__ = [
@@ -108,6 +109,10 @@ class Evidence(BaseModel):
     (a `SecretStr` field masked), at most 4000 characters (a longer one cut, ending in an ellipsis). `None`:
     a ctx of another type (which may hold the tools' clients and credentials), or a proposal recorded
     before it was kept."""
+    provenance: CallProvenance | None = None
+    """Whether untrusted content had entered the run before the call, which of its results, and which
+    argument values first appeared in them (`None`: the run had no `ProvenancePolicy`, or the proposal
+    was recorded before provenance)."""
 
 
 def task_text(ctx: object) -> str | None:

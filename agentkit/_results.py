@@ -14,6 +14,7 @@ from agentkit._config import LoopConfig
 from agentkit._outcome import Outcome, StopReason
 from agentkit._state import RunCheckpoint
 from agentkit._tiers import Tier
+from agentkit._trust import RunProvenance
 from agentkit._usage import Usage
 
 if TYPE_CHECKING:
@@ -113,6 +114,9 @@ class ToolLoopResult(RunEnding, Generic[R, Answer]):
     answer_from_closing_round: bool = False
     """The answer came from the closing round: the tools stopped at the round ceiling, the budget
     or a stalemate (`stop_reason` says which), and the executor was then asked for the answer."""
+    provenance: RunProvenance | None = None
+    """What the run read that a third party could write, where each item came from, and whether untrusted
+    content preceded the answer (`None`: the run had no `ProvenancePolicy`)."""
     checkpoint: RunCheckpoint = field(default_factory=_unrecorded)
     """The run's state, a frozen JSON-native value: `resume_tool_loop` (or `ToolLoop.resume`)
     continues a run that stopped at a proposal from it, and `journal.resume` a run whose process

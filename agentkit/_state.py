@@ -40,11 +40,13 @@ from agentkit._degeneration import same_args
 from agentkit._lossless import Text, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._structured import RetryPolicy
-from agentkit._tiers import Tier
+from agentkit._tiers import AutonomyRung, Tier
+from agentkit._trust import ProvenancePolicy
 from agentkit._usage import Usage
 from agentkit.errors import ResumeRefused
 
 __all__ = [
+    "READ_VERSIONS",
     "STATE_VERSION",
     "CallView",
     "CheckpointConfig",
@@ -62,8 +64,14 @@ __all__ = [
     "json_text",
 ]
 
-STATE_VERSION = 2
-"""The state schema this agentkit writes and reads; a state of another version is refused."""
+STATE_VERSION = 3
+"""The state schema this agentkit writes; it reads it and `READ_VERSIONS`, and refuses any other. Version 3
+records provenance (`RoundEntry.untrusted`, `RoundEntry.from_untrusted`, `DecisionEntry.untrusted`,
+`CheckpointConfig.provenance`); a version 2 state has none of it, and is read, verified and resumed as it
+was written (its runs had no provenance policy, and go on without one)."""
+
+READ_VERSIONS = frozenset({2, STATE_VERSION})
+"""The state schema versions this agentkit reads."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -172,6 +180,21 @@ class CheckpointConfig(BaseModel):
     retry: dict[str, float]
     context: CheckpointContext | None = None
     """The run's `ContextWindow`; `None`: the executor was shown every earlier call."""
+    provenance: CheckpointProvenance | None = None
+    """The run's `ProvenancePolicy`; `None`: none (off, or a state written before provenance). Left out of
+    the header's digest when `None`, as headers were digested before it was recorded."""
+    repeat_exempt: tuple[Text, ...] = ()
+    """`LoopConfig.repeat_exempt`, sorted. Left out of the header's digest when empty."""
+
+    def unrecorded(self) -> set[str]:
+        """The fields left out of the header's digest: those added since, at the value a state without
+        them means."""
+        left_out = set()
+        if self.provenance is None:
+            left_out.add("provenance")
+        if not self.repeat_exempt:
+            left_out.add("repeat_exempt")
+        return left_out
 
     @classmethod
     def of(cls, config: LoopConfig) -> CheckpointConfig:
@@ -180,18 +203,47 @@ class CheckpointConfig(BaseModel):
 
     def rebuild(self, summarize: Summarizer | None = None) -> LoopConfig:
         """The `LoopConfig` again, with `summarize` as its context window's summarizer."""
-        fields = self.model_dump(exclude={"retry", "context"})
+        fields = self.model_dump(exclude={"retry", "context", "provenance", "repeat_exempt"})
         retry = {name: int(value) if name.endswith("_attempts") else value for name, value in self.retry.items()}
         context = None if self.context is None else self.context.rebuild(summarize)
-        return LoopConfig(**fields, retry=RetryPolicy(**retry), context=context)  # type: ignore[arg-type]  # ints stored as float read back as ints
+        provenance = None if self.provenance is None else self.provenance.rebuild()
+        return LoopConfig(
+            **fields,  # type: ignore[arg-type]  # ints stored as float read back as ints
+            retry=RetryPolicy(**retry),
+            context=context,
+            provenance=provenance,
+            repeat_exempt=frozenset(self.repeat_exempt),
+        )
+
+
+class CheckpointProvenance(BaseModel):
+    """The run's `ProvenancePolicy`, field by field."""
+
+    model_config = _FROZEN
+    ceiling: Tier
+    egress: AutonomyRung
+    min_match: int
+
+    def rebuild(self) -> ProvenancePolicy:
+        return ProvenancePolicy(ceiling=self.ceiling, egress=self.egress, min_match=self.min_match)
 
 
 @value_cache(maxsize=64)
 def _config_record(config: LoopConfig) -> CheckpointConfig:
-    apart = ("retry", "context")
+    apart = ("retry", "context", "provenance", "repeat_exempt")
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in apart}
     context = None if config.context is None else CheckpointContext.of(config.context)
-    return CheckpointConfig(**fields, retry=dataclasses.asdict(config.retry), context=context)
+    policy = config.provenance
+    provenance = None
+    if policy is not None:
+        provenance = CheckpointProvenance(ceiling=policy.ceiling, egress=policy.egress, min_match=policy.min_match)
+    return CheckpointConfig(
+        **fields,
+        retry=dataclasses.asdict(config.retry),
+        context=context,
+        provenance=provenance,
+        repeat_exempt=tuple(sorted(config.repeat_exempt)),
+    )
 
 
 class RoundOutcome(enum.StrEnum):
@@ -261,6 +313,12 @@ class RoundEntry(BaseModel):
     trace: str | None = None
     """The W3C `traceparent` of the round's span, from a tracing observer (`Observer.traceparent`), so
     that a later leg of the run, or a fork of it, links to it. Left out of the digest when `None`."""
+    untrusted: bool = False
+    """`RAN` or `RETRIED`: the tool declares `Trust.UNTRUSTED`, so its result brought untrusted content into
+    the run (recorded under a `ProvenancePolicy`). Left out of the digest when `False`."""
+    from_untrusted: tuple[Text, ...] = ()
+    """The call's args (dotted paths) whose values first appeared in untrusted content. Left out of the
+    digest when empty."""
     digest: str = ""
     """SHA-256 of the previous entry's digest (the header's, first) and this entry's content."""
 
@@ -290,6 +348,9 @@ class DecisionEntry(BaseModel):
     proposed). Left out of the digest when `None`."""
     amended: tuple[Text, ...] = ()
     """The args fields the approver changed."""
+    untrusted: bool = False
+    """The approved call's tool declares `Trust.UNTRUSTED`: its result brought untrusted content into the
+    run. Left out of the digest when `False`."""
     digest: str = ""
 
 
@@ -473,7 +534,7 @@ class RunCheckpoint(BaseModel):
     @classmethod
     def _of_this_version(cls, data: Any) -> Any:
         # A state of another version is refused by what names the problem, not by its first unknown field.
-        if isinstance(data, Mapping) and data.get("version", STATE_VERSION) != STATE_VERSION:
+        if isinstance(data, Mapping) and data.get("version", STATE_VERSION) not in READ_VERSIONS:
             raise ValueError(
                 f"a state of schema version {data.get('version')!r} (run {data.get('run_id')!r}); this agentkit reads "
                 f"version {STATE_VERSION}"
@@ -566,7 +627,7 @@ class RunCheckpoint(BaseModel):
         Raises:
             ResumeRefused: naming the problem (and the entry, for an altered one); nothing ran.
         """
-        if self.version != STATE_VERSION:
+        if self.version not in READ_VERSIONS:
             raise ResumeRefused(
                 f"the state of run {self.run_id!r} has schema version {self.version}; this agentkit reads "
                 f"version {STATE_VERSION}. Nothing ran"
@@ -717,6 +778,8 @@ def _inconsistency(entries: Sequence[RoundEntry | DecisionEntry | EndEntry], too
 _UNDIGESTED = frozenset({"digest"})
 _UNTRACED = frozenset({"digest", "trace"})
 _UNAMENDED = frozenset({"args", "amended"})
+_TRUSTED = frozenset({"untrusted"})
+_UNMARKED = frozenset({"from_untrusted"})
 
 
 def chained(previous: str, entry: RoundEntry | DecisionEntry | EndEntry) -> str:
@@ -733,6 +796,12 @@ def _content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     exclude = _UNTRACED if untraced else _UNDIGESTED
     if isinstance(entry, DecisionEntry) and entry.args is None:
         exclude = exclude | _UNAMENDED  # a decision without an amendment digests as decisions did before amendments
+    if not isinstance(entry, EndEntry):
+        # An entry without provenance digests as entries did before it was recorded (a version 2 state verifies).
+        if not entry.untrusted:
+            exclude = exclude | _TRUSTED
+        if isinstance(entry, RoundEntry) and not entry.from_untrusted:
+            exclude = exclude | _UNMARKED
     fast = _fast_content(entry, exclude)
     if fast is not None:
         return fast
@@ -826,6 +895,8 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "tool_seconds": _real,
         "elapsed": _real,
         "trace": _plain_text,
+        "untrusted": _truth,
+        "from_untrusted": _texts,
         "digest": _plain_text,
     }
     decisions: dict[str, _Writer] = {
@@ -842,6 +913,7 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "elapsed": _real,
         "args": _plain_text,
         "amended": _texts,
+        "untrusted": _truth,
         "digest": _plain_text,
     }
     ends: dict[str, _Writer] = {
@@ -873,7 +945,11 @@ def _head(state: RunCheckpoint) -> str:
     written = [_whole(state.forked_at), _free_text(state.parent), _free_text(state.run_id), _whole(state.version)]
     same = _free_text(state.same)
     if type(state.config) is not CheckpointConfig or type(state.tools) is not tuple or None in written or same is None:
-        left_out = {"entries", "digest"} if state.same is not None else {"entries", "digest", "same"}
+        left_out: dict[str, Any] = dict.fromkeys(
+            ("entries", "digest") if state.same is not None else ("entries", "digest", "same"), True
+        )
+        if isinstance(state.config, CheckpointConfig) and state.config.unrecorded():
+            left_out["config"] = state.config.unrecorded()
         return json_text(state.model_dump(mode="json", exclude=left_out))
     forked_at, parent, run_id, version = written
     tools = ",".join(_shared_text(tool) for tool in state.tools)
@@ -894,7 +970,9 @@ def _shared_text(value: BaseModel) -> str:
     found = _SHARED_TEXTS.get(id(value))
     if found is not None and found[0] is value:
         return found[1]
-    text = json_text(value.model_dump(mode="json"))
+    # A config digests without the fields added since, where it holds what a state without them means.
+    left_out = value.unrecorded() if isinstance(value, CheckpointConfig) else None
+    text = json_text(value.model_dump(mode="json", exclude=left_out or None))
     if len(_SHARED_TEXTS) >= _SHARED_SIZE:
         _SHARED_TEXTS.clear()
     _SHARED_TEXTS[id(value)] = (value, text)

@@ -15,32 +15,49 @@ from agentkit._state import ToolEntry, tool_entry
 from agentkit._step import ToolStep, build_step_model, step_call_parts
 from agentkit._tiers import Tier, runs_live
 from agentkit._tools import AnyTool, Tool, declared_tier, validate_tool_names
+from agentkit._trust import Trust, declared_trust, held_by_policy
 from agentkit.errors import UsageError
+
+if typing.TYPE_CHECKING:
+    from agentkit._provenance import Tracker
 
 __all__ = ["Toolbox", "Verdict", "gate", "may_stop_at_a_proposal"]
 
 Verdict = Literal["run", "propose", "no_tier"]
 
 
-def gate(tool: Tool[Any, Any], config: LoopConfig) -> tuple[Verdict, Tier]:
-    """Decide by declared tier whether a call runs live, becomes a proposal, or is refused.
+def gate(tool: Tool[Any, Any], config: LoopConfig, provenance: Tracker | None = None) -> tuple[Verdict, Tier]:
+    """Decide by declared tier, and by the run's provenance, whether a call runs live, becomes a proposal,
+    or is refused.
 
-    The tier is read from the tool at the moment of the call, never cached, so nothing set on
-    the tool after wiring can slip a call past the gate.
+    The tier (and the tool's trust and egress) are read from the tool at the moment of the call, never
+    cached, so nothing set on the tool after wiring can slip a call past the gate. A call the tier lets
+    run live becomes a proposal all the same once untrusted content has entered the run and the
+    `ProvenancePolicy` holds it (`Tracker.held`).
     """
     tier = declared_tier(tool)
     if tier is None:
         return "no_tier", Tier.IRREVERSIBLE
-    if runs_live(tier, config.autonomy):
+    if runs_live(tier, config.autonomy) and (provenance is None or not provenance.held(tool, tier)):
         return "run", tier
     return "propose", tier
 
 
 def may_stop_at_a_proposal(tools: dict[str, Tool[Any, Any]], config: LoopConfig) -> bool:
     """The run may stop at a proposal (and so must be resumable): `AfterProposal.STOP` and a tool
-    whose tier does not run live."""
+    whose tier does not run live, or that the provenance policy may hold once a tool declared
+    untrusted has returned something."""
     tiers = [declared_tier(candidate) for candidate in tools.values()]
     gated = any(tier is not None and not runs_live(tier, config.autonomy) for tier in tiers)
+    if (
+        not gated
+        and config.provenance is not None
+        and any(declared_trust(t) is Trust.UNTRUSTED for t in tools.values())
+    ):
+        gated = any(
+            tier is not None and held_by_policy(candidate, tier, config.provenance, tainted=True)
+            for candidate, tier in zip(tools.values(), tiers, strict=True)
+        )
     return config.after_proposal is AfterProposal.STOP and gated
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from agentkit._step import VALID_NAME
 from agentkit._tiers import Tier, tier_choices
+from agentkit._trust import Trust, check_declarations
 from agentkit.errors import UsageError
 
 __all__ = [
@@ -143,6 +144,13 @@ class FunctionTool(Generic[Args, R]):
     description: str
     args_type: type[Args]
     tier: Tier
+    trust: Trust = Trust.TRUSTED
+    """What its results are: the user's own data, or text a third party can write (see `ProvenancePolicy`)."""
+    egress: bool = False
+    """It sends data out (an email, an HTTP request, a post, a share, an invite)."""
+    result_type: object = None
+    """The type of one item it returns, where the function's return annotation does not say it (`None`: read
+    from the annotation)."""
     fn: Callable[[Args], Sequence[R]] | Callable[[Args], Awaitable[Sequence[R]]]
     """The decorated function."""
     in_thread: bool = False
@@ -169,6 +177,13 @@ class ContextFunctionTool(Generic[Args, R, Ctx]):
     description: str
     args_type: type[Args]
     tier: Tier
+    trust: Trust = Trust.TRUSTED
+    """What its results are: the user's own data, or text a third party can write (see `ProvenancePolicy`)."""
+    egress: bool = False
+    """It sends data out (an email, an HTTP request, a post, a share, an invite)."""
+    result_type: object = None
+    """The type of one item it returns, where the function's return annotation does not say it (`None`: read
+    from the annotation)."""
     fn: Callable[[Args, Ctx], Sequence[R]] | Callable[[Args, Ctx], Awaitable[Sequence[R]]]
     """The decorated function."""
     in_thread: bool = False
@@ -201,12 +216,16 @@ async def _run(fn: Callable[[Any], Any], args: BaseModel, *, in_thread: bool, na
     return result
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
 class _ToolDecorator:
-    def __init__(self, tier: Tier, name: str | None, description: str | None, in_thread: bool) -> None:
-        self._tier = tier
-        self._name = name
-        self._description = description
-        self._in_thread = in_thread
+    tier: Tier
+    name: str | None
+    description: str | None
+    in_thread: bool
+    trust: Trust
+    egress: bool
+    args_type: type[BaseModel] | None
+    result_type: object
 
     # A function that can be called with the args alone is a plain tool (a second parameter with a
     # default stays the function's own); one whose second parameter has no default takes the ctx.
@@ -219,12 +238,20 @@ class _ToolDecorator:
     @overload
     def __call__(self, fn: Callable[[Args, Ctx], Sequence[R]]) -> ContextFunctionTool[Args, R, Ctx]: ...
     def __call__(self, fn: Callable[..., Any]) -> FunctionTool[Any, Any] | ContextFunctionTool[Any, Any, Any]:
-        name = self._name or fn.__name__
-        description = self._description or inspect.cleandoc(fn.__doc__ or "") or name
-        args_type = args_type_of(fn)
+        name = self.name or getattr(fn, "__name__", None) or repr(fn)
+        description = self.description or inspect.cleandoc(getattr(fn, "__doc__", None) or "") or name
+        args_type = args_type_of(fn, given=self.args_type)
         made = ContextFunctionTool if wants_ctx(fn) else FunctionTool
         return made(
-            name=name, description=description, args_type=args_type, tier=self._tier, fn=fn, in_thread=self._in_thread
+            name=name,
+            description=description,
+            args_type=args_type,
+            tier=self.tier,
+            fn=fn,
+            in_thread=self.in_thread,
+            trust=self.trust,
+            egress=self.egress,
+            result_type=self.result_type,
         )
 
 
@@ -234,12 +261,24 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     in_thread: bool = False,
+    trust: Trust = Trust.TRUSTED,
+    egress: bool = False,
+    args_type: type[BaseModel] | None = None,
+    result_type: object = None,
 ) -> _ToolDecorator:
     """Turn a typed function `(args: Args) -> Sequence[R]` (sync or async) into a `Tool`.
 
     The name comes from the function, the description from its docstring, the arguments' type
     from its first parameter's annotation (a pydantic model). `tier` is required: there is no
     default tier.
+
+    `trust` says what its results are (`Trust.UNTRUSTED`: anything a third party can write, such as a
+    web page, an email or a message) and `egress` whether it sends data out; once an untrusted result
+    has entered a run, `LoopConfig.provenance` lowers what still runs live (see docs/provenance.md).
+
+    `args_type` and `result_type` give the arguments' model and the item type where the function's
+    annotations do not (a function made at run time, a third party's function wrapped as it is); an
+    annotation that disagrees with `args_type` is a `UsageError`.
 
     A function `(args: Args, ctx: Ctx) -> Sequence[R]` (a second parameter without a default)
     becomes a `ContextTool`: each call gets the run's `ctx`, and a loop type-checks that `Ctx`
@@ -255,20 +294,52 @@ def tool(
     """
     if not isinstance(tier, Tier):
         raise UsageError(f"@tool(tier=...) needs a Tier, got {tier!r}; choose one of {tier_choices()}")
-    return _ToolDecorator(tier, name, description, in_thread)
+    check_declarations(trust, egress, "@tool")
+    if args_type is not None and not (inspect.isclass(args_type) and issubclass(args_type, BaseModel)):
+        raise UsageError(f"@tool(args_type=...) needs a pydantic model class, got {args_type!r}")
+    return _ToolDecorator(
+        tier=tier,
+        name=name,
+        description=description,
+        in_thread=in_thread,
+        trust=trust,
+        egress=egress,
+        args_type=args_type,
+        result_type=result_type,
+    )
 
 
-def args_type_of(fn: Callable[..., Any], decorator: str = "@tool") -> type[Any]:
-    """The pydantic model a tool function's first parameter is annotated with.
+def args_type_of(
+    fn: Callable[..., Any], decorator: str = "@tool", *, given: type[BaseModel] | None = None
+) -> type[Any]:
+    """The pydantic model a tool function's first parameter is annotated with (or `given`, which an
+    annotation, where there is one, must agree with).
 
     Raises:
-        UsageError: the function has no annotated parameter, or its annotation is not a pydantic model.
+        UsageError: the function has no annotated parameter and none is given, its annotation is not a
+            pydantic model, or it is another model than `given`.
     """
     name = getattr(fn, "__name__", repr(fn))
     params = list(inspect.signature(fn).parameters.values())
-    hints = typing.get_type_hints(fn)
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation that cannot be resolved: only a given type can say it
+        if given is None:
+            raise
+        hints = {}
+    if given is not None:
+        annotated = hints.get(params[0].name) if params else None
+        if annotated is not None and annotated is not given:
+            raise UsageError(
+                f"{decorator} function {name!r}: its parameter is annotated {annotated!r} but args_type is "
+                f"{given.__name__}; give one of them, or make them agree"
+            )
+        return given
     if not params or params[0].name not in hints:
-        raise UsageError(f"{decorator} function {name!r} needs one annotated parameter, (args: YourArgsModel)")
+        raise UsageError(
+            f"{decorator} function {name!r} needs one annotated parameter, (args: YourArgsModel), or "
+            "args_type=YourArgsModel"
+        )
     annotation = hints[params[0].name]
     if not (inspect.isclass(annotation) and issubclass(annotation, BaseModel)):
         raise UsageError(

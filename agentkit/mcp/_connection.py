@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import mcp
     import mcp.types
 
+    from agentkit._trust import Trust
     from agentkit.mcp._tools import McpTool, TierSource
 
 __all__ = ["McpConnection", "McpServerError", "connect_http", "connect_stdio"]
@@ -208,6 +209,8 @@ class McpConnection:
         trust_annotations: bool = False,
         include: Sequence[str] | None = None,
         names: Mapping[str, str] | None = None,
+        trust: Mapping[str, Trust] | None = None,
+        egress: Mapping[str, bool] | None = None,
     ) -> list[McpTool]:
         """List the server's tools and wire each one as an agentkit `Tool`, its tier fixed now.
 
@@ -222,6 +225,10 @@ class McpConnection:
             include: Wire only these tools (the server's names). Default: every listed tool.
             names: The agentkit name of a server tool, where the server's name is not usable
                 (agentkit names match `^[a-zA-Z0-9_-]{1,64}$`, and cannot be a step field).
+            trust: The trust of a tool's results, by the server's name; a tool it does not name is
+                `Trust.UNTRUSTED` (a server is a third party: see docs/provenance.md).
+            egress: Whether a tool sends data out, by the server's name; a tool it does not name is
+                egress (its arguments reach the server).
 
         Raises:
             McpServerError: the server failed, or listed two tools under one name.
@@ -231,7 +238,7 @@ class McpConnection:
         """
         from agentkit.mcp._tools import wire
 
-        return wire(self, await self.list_tools(), tiers, trust_annotations, include, names)
+        return wire(self, await self.list_tools(), tiers, trust_annotations, include, names, trust, egress)
 
 
 def connect_stdio(

@@ -5,6 +5,8 @@ The rules, in one place:
 * **Tier.** From the caller (`tiers=`), or, only with `trust_annotations=True`, from the
   server's annotations (`tier_from_annotations`). Fixed when the tool is wired; nothing the
   server says later changes it. A tool without one is wired without one, and a loop refuses it.
+* **Provenance.** An MCP tool's results are `Trust.UNTRUSTED` and it is egress (it sends its arguments
+  to a server), unless the caller says otherwise (`trust=`, `egress=`): a server is a third party.
 * **Arguments.** Validated against the input schema listed at wiring before anything is sent.
 * **Schema drift.** Before each call the tool lists the server's tools again; if the tool is gone,
   listed twice, or its input schema is not the one wired, the call is refused and not sent.
@@ -26,6 +28,7 @@ import mcp.types
 
 from agentkit._tiers import Tier, tier_choices
 from agentkit._tools import validate_tool_names
+from agentkit._trust import Trust
 from agentkit.errors import ToolRetry, UsageError
 from agentkit.mcp._args import McpArgs, UnusableSchema, args_model
 
@@ -74,7 +77,17 @@ class McpTool:
     `tier`, so every loop, gate and approval path sees "declares no tier" and refuses it.
     """
 
-    __slots__ = ("_args_type", "_connection", "_definition", "_description", "_name", "_schema_key", "_tier")
+    __slots__ = (
+        "_args_type",
+        "_connection",
+        "_definition",
+        "_description",
+        "_egress",
+        "_name",
+        "_schema_key",
+        "_tier",
+        "_trust",
+    )
 
     def __init__(
         self,
@@ -84,7 +97,11 @@ class McpTool:
         args_type: type[McpArgs],
         tier: Tier | None,
         connection: McpConnection,
+        trust: Trust = Trust.UNTRUSTED,
+        egress: bool = True,
     ) -> None:
+        self._trust = trust
+        self._egress = egress
         self._name = name
         self._definition = definition
         self._description = definition.description or definition.title or definition.name
@@ -121,6 +138,16 @@ class McpTool:
                 f"tools(tiers=...), choosing one of {tier_choices()}"
             )
         return self._tier
+
+    @property
+    def trust(self) -> Trust:
+        """What its results are: `Trust.UNTRUSTED` unless the caller said otherwise when wiring (`trust=`)."""
+        return self._trust
+
+    @property
+    def egress(self) -> bool:
+        """It sends data out: `True` unless the caller said otherwise when wiring (`egress=`)."""
+        return self._egress
 
     @property
     def server(self) -> str:
@@ -182,6 +209,8 @@ def wire(
     trust_annotations: bool,
     include: Sequence[str] | None,
     names: Mapping[str, str] | None,
+    trust: Mapping[str, Trust] | None = None,
+    egress: Mapping[str, bool] | None = None,
 ) -> list[McpTool]:
     """The listed tools as `McpTool` values; see `McpConnection.tools`."""
     server = connection.name
@@ -200,6 +229,19 @@ def wire(
     _check_known(server, by_name, "names", names or {})
     if isinstance(tiers, Mapping):
         _check_known(server, by_name, "tiers", tiers)
+    _check_known(server, by_name, "trust", trust or {})
+    _check_known(server, by_name, "egress", egress or {})
+    for tool_name, said in (trust or {}).items():
+        if not isinstance(said, Trust):
+            raise UsageError(
+                f"the trust given to tool {tool_name!r} of MCP server {server!r} is {said!r}; give Trust.TRUSTED "
+                "or Trust.UNTRUSTED"
+            )
+    for tool_name, said in (egress or {}).items():
+        if not isinstance(said, bool):
+            raise UsageError(
+                f"the egress given to tool {tool_name!r} of MCP server {server!r} is {said!r}; give True or False"
+            )
     chosen = [by_name[name] for name in include] if include is not None else list(by_name.values())
     wired: list[McpTool] = []
     seen: dict[str, str] = {}
@@ -213,7 +255,15 @@ def wire(
                 "include=[...]"
             ) from unusable
         tier = _tier_of(server, definition, tiers, trust_annotations)
-        tool = McpTool(name=name, definition=definition, args_type=args_type, tier=tier, connection=connection)
+        tool = McpTool(
+            name=name,
+            definition=definition,
+            args_type=args_type,
+            tier=tier,
+            connection=connection,
+            trust=(trust or {}).get(definition.name, Trust.UNTRUSTED),
+            egress=(egress or {}).get(definition.name, True),
+        )
         _check_name(server, tool, seen)
         seen[name] = definition.name
         wired.append(tool)

@@ -29,8 +29,8 @@ TOP_LEVEL = {
 }  # fmt: skip
 
 PUBLIC_MODULES = {
-    "decisions", "errors", "evals", "events", "journal", "mcp", "otel", "program", "prompting", "providers", "temporal",
-    "testing",
+    "decisions", "errors", "evals", "events", "journal", "mcp", "otel", "program", "prompting", "providers",
+    "provenance", "temporal", "testing",
 }  # fmt: skip
 
 DESIGNED = {
@@ -103,6 +103,9 @@ def test_every_name_the_design_fixes_is_importable_where_documented(module: str,
 IN_A_PUBLIC_MODULE = {
     "agentkit.events": ["Event", "LoggingObserver", "RunEnding", "iter_tool_loop", "iter_tool_loop_tiered"],
     "agentkit.prompting": ["reflective_prompt"],
+    "agentkit.provenance": [
+        "ArgOrigin", "CallProvenance", "ItemOrigin", "Origin", "ProvenancePolicy", "RunProvenance", "Trust",
+    ],
     "agentkit.providers": ["TextCaller", "TextCompletion", "TextResult"],
     "agentkit.providers.local": ["check_installed"],
 }  # fmt: skip

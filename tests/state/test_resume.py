@@ -93,7 +93,12 @@ async def test_checkpoint_holds_the_run_state_and_round_trips_through_json() -> 
     _, _, _, result = await proposed_run([search_step("a"), delete_step("/x")], config(max_rounds=5))
     checkpoint = result.checkpoint
     assert RunCheckpoint.model_validate_json(checkpoint.model_dump_json()) == checkpoint
-    assert (checkpoint.version, checkpoint.finished, checkpoint.rounds, checkpoint.usage.requests) == (2, False, 2, 2)
+    assert (checkpoint.version, checkpoint.finished, checkpoint.rounds, checkpoint.usage.requests) == (
+        CHECKPOINT_VERSION,
+        False,
+        2,
+        2,
+    )
     assert [(c.tool, c.ran, c.proposed, c.batch, c.counted) for c in checkpoint.progress.calls] == [
         ("search", True, False, '[{"id":"search:1"}]', True),
         ("delete", False, True, None, True),

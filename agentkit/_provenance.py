@@ -1,0 +1,253 @@
+"""Provenance tracking: which calls of a run brought untrusted content in, and where its values came from.
+
+The run records, entry by entry, which calls returned untrusted content (`RoundEntry.untrusted`,
+`DecisionEntry.untrusted`, stamped by `Tracker.stamp` as each entry is appended); once one has, the run
+is *tainted* and its `ProvenancePolicy` (`agentkit._trust`) lowers its autonomy: no call above
+`ProvenancePolicy.ceiling` runs live, and no egress call does at all. Such calls become proposals, as
+calls above the tier ceiling are.
+
+Every call's arguments are also matched against what the run has read (`Tracker.origins`): a value
+(or a word of it) of at least `ProvenancePolicy.min_match` characters whose *first* appearance, in
+the order the run read things (the task first, then each result), is in untrusted content, is marked
+with that content's call. A proposal records the untrusted results that preceded it and those marks
+(`CallProvenance`, in its `Evidence`), so a person deciding it sees that an IBAN came from a
+document and not from the task.
+
+Everything here is folded from the run's state entries (`Tracker.absorb`, `Tracker.catch_up`), so a
+resumed, forked, journaled or Temporal run keeps its taint: the entries are the record.
+"""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter
+
+from agentkit._proposals import Evidence, text_digest
+from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome, RunCheckpoint
+from agentkit._tiers import Tier, runs_live
+from agentkit._trust import (
+    ArgOrigin,
+    CallProvenance,
+    ItemOrigin,
+    Origin,
+    ProvenancePolicy,
+    RunProvenance,
+    Trust,
+    declared_trust,
+    held_by_policy,
+    leaves,
+    normalised,
+    pieces,
+    texts_of,
+)
+
+if typing.TYPE_CHECKING:
+    from agentkit._views import Views
+
+__all__ = ["Tracker", "run_provenance", "task_source", "with_provenance"]
+
+_VALUE_LIMIT = 200
+
+
+@dataclass(slots=True)
+class _Source:
+    text: str
+    """Normalised."""
+    origin: Origin | None
+    """`None`: trusted content (the task, a trusted tool's result)."""
+
+
+def _digest_of(tool: str, args: str | None) -> str:
+    """`call_digest` of a call from the state's `json_text` of its args."""
+    if args is None:
+        return ""
+    if "\\u" not in args:
+        return text_digest(tool, args)
+    canonical = json.dumps(json.loads(args), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return text_digest(tool, canonical)
+
+
+def _content(*texts: str | None) -> str:
+    """The text of a result as matching reads it: every string of its JSON (a batch), or the text itself."""
+    parts: list[str] = []
+    for text in texts:
+        if not text:
+            continue
+        try:
+            parts.extend(texts_of(json.loads(text)))
+        except ValueError:
+            parts.append(text)
+    return normalised("\n".join(parts))
+
+
+@dataclass(slots=True)
+class Tracker:
+    """One run's provenance, folded from its state's entries as they are appended (`absorb`): which calls
+    brought untrusted content in, what the run read in order (for `origins`), and whether it is tainted."""
+
+    policy: ProvenancePolicy | None
+    tools: Mapping[str, object]
+    """The run's tools by name: each one's trust is read when its result is recorded."""
+    autonomy: Tier = Tier.REVERSIBLE
+    """The run's `LoopConfig.autonomy` (whether a proposal was held by the policy or by its tier)."""
+    sources: list[_Source] = field(default_factory=list)
+    untrusted: list[Origin] = field(default_factory=list)
+    untrusted_entries: set[int] = field(default_factory=set)
+    """The indices of the entries whose call brought untrusted content in (a decided proposal: its round entry's)."""
+    proposed: dict[tuple[int, str], tuple[int, str, str | None]] = field(default_factory=dict)
+    """Each proposal by (round, digest): its entry's index, its tool and its args text."""
+    seen: int = 0
+    """How many of the state's entries have been absorbed."""
+
+    @classmethod
+    def start(
+        cls, policy: ProvenancePolicy | None, tools: Mapping[str, object], task: str | None, autonomy: Tier
+    ) -> Tracker:
+        tracker = cls(policy, tools, autonomy)
+        if task:
+            tracker.sources.append(_Source(normalised(task), None))
+        return tracker
+
+    @property
+    def on(self) -> bool:
+        return self.policy is not None
+
+    @property
+    def tainted(self) -> bool:
+        """Untrusted content has entered the run."""
+        return bool(self.untrusted)
+
+    def stamp(self, entry: RoundEntry | DecisionEntry | EndEntry) -> RoundEntry | DecisionEntry | EndEntry:
+        """`entry` with its provenance set (before it is appended): whether its call brought untrusted content
+        in, and which of its args first appeared in untrusted content."""
+        if self.policy is None:
+            return entry
+        changes: dict[str, Any] = {}
+        if isinstance(entry, RoundEntry) and entry.tool is not None:
+            if entry.outcome in (RoundOutcome.RAN, RoundOutcome.RETRIED) and self._untrusted(entry.tool):
+                changes["untrusted"] = True
+            if entry.args is not None and entry.outcome is not RoundOutcome.DONE:
+                paths = tuple(dict.fromkeys(o.path for o in self.origins(json.loads(entry.args))))
+                if paths:
+                    changes["from_untrusted"] = paths
+        elif isinstance(entry, DecisionEntry) and entry.approved and entry.error is None:
+            proposed = self.proposed.get((entry.round, entry.call_digest))
+            if proposed is not None and self._untrusted(proposed[1]):
+                changes["untrusted"] = True
+        return entry.model_copy(update=changes) if changes else entry
+
+    def _untrusted(self, tool: str) -> bool:
+        return tool not in self.tools or declared_trust(self.tools[tool]) is Trust.UNTRUSTED
+
+    def absorb(self, index: int, entry: RoundEntry | DecisionEntry | EndEntry) -> None:
+        """Take in the state's entry at `index` (appended, or read back from a stored state)."""
+        self.seen = max(self.seen, index + 1)
+        if isinstance(entry, RoundEntry) and entry.tool is not None:
+            if entry.outcome is RoundOutcome.PROPOSED and entry.call_digest is not None:
+                self.proposed[(entry.round, entry.call_digest)] = (index, entry.tool, entry.args)
+            if entry.outcome in (RoundOutcome.RAN, RoundOutcome.RETRIED):
+                self._read(index, entry.round, entry.tool, entry.args, entry.untrusted, entry.batch, entry.observation)
+        elif isinstance(entry, DecisionEntry) and entry.approved:
+            proposed = self.proposed.get((entry.round, entry.call_digest))
+            if proposed is not None:
+                at, tool, args = proposed
+                args = entry.args if entry.args is not None else args
+                self._read(at, entry.round, tool, args, entry.untrusted, entry.batch, entry.observation)
+
+    def _read(self, index: int, round: int, tool: str, args: str | None, untrusted: bool, *texts: str | None) -> None:
+        origin = None
+        if untrusted:
+            origin = Origin(round=round, tool_name=tool, digest=_digest_of(tool, args))
+            self.untrusted.append(origin)
+            self.untrusted_entries.add(index)
+        text = _content(*texts)
+        if text:
+            self.sources.append(_Source(text, origin))
+
+    def catch_up(self, entries: typing.Sequence[RoundEntry | DecisionEntry | EndEntry]) -> None:
+        """Absorb the entries of a stored state not absorbed yet (a resumed or forked run's)."""
+        for index in range(self.seen, len(entries)):
+            self.absorb(index, entries[index])
+
+    def origins(self, value: object, policy: ProvenancePolicy | None = None) -> tuple[ArgOrigin, ...]:
+        """The pieces of a JSON value (a call's args, an answer) whose first appearance in what the run read
+        was in untrusted content; empty for a run that read none."""
+        policy = policy or self.policy
+        if policy is None or not self.untrusted:
+            return ()
+        found: list[ArgOrigin] = []
+        for path, text in leaves(value):
+            for piece in pieces(text, policy.min_match):
+                key = normalised(piece)
+                first = next((source for source in self.sources if key in source.text), None)
+                if first is not None and first.origin is not None:
+                    found.append(ArgOrigin(path=path, value=piece[:_VALUE_LIMIT], origin=first.origin))
+                    break  # the whole value, or its first word that matched: one mark per value
+        return tuple(found)
+
+    def held(self, tool: object, tier: Tier) -> bool:
+        """Whether the policy keeps this call from running live now."""
+        return held_by_policy(tool, tier, self.policy, self.tainted)
+
+    def call(self, args: object, *, held: bool) -> CallProvenance | None:
+        """A proposal's provenance (`None`: the policy is off)."""
+        if self.policy is None:
+            return None
+        return CallProvenance(untrusted=tuple(self.untrusted), from_untrusted=self.origins(args), held=held)
+
+
+def task_source(ctx: object) -> str | None:
+    """A run's task as matching reads it (trusted, read first): a `str` ctx, or a pydantic model's JSON;
+    `None` for any other ctx (then every value is judged by the tool results alone)."""
+    if isinstance(ctx, str):
+        return ctx
+    if isinstance(ctx, BaseModel):
+        try:
+            return ctx.model_dump_json()
+        except ValueError:
+            return None
+    return None
+
+
+def with_provenance(evidence: Evidence, tracker: Tracker, tool: object, tier: Tier, args: BaseModel) -> Evidence:
+    """A proposal's evidence with its provenance (unchanged when the policy is off)."""
+    if tracker.policy is None:
+        return evidence
+    autonomy = tracker.autonomy
+    held = runs_live(tier, autonomy) and tracker.held(tool, tier)
+    provenance = tracker.call(args.model_dump(mode="json"), held=held)
+    return evidence.model_copy(update={"provenance": provenance})
+
+
+def run_provenance(tracker: Tracker, state: RunCheckpoint, views: Views, answer: object) -> RunProvenance | None:
+    """What the run's result says of its provenance (`None`: the policy is off)."""
+    if tracker.policy is None:
+        return None
+    found: list[ItemOrigin] = []
+    shown = views.shown
+    for view, call, ran in zip(state.progress.calls, shown.calls, shown.ran, strict=False):
+        if ran:
+            trust = Trust.UNTRUSTED if view.entry in tracker.untrusted_entries else Trust.TRUSTED
+            found += [ItemOrigin(round=view.round, tool_name=view.tool, trust=trust)] * len(call.batch)
+    answered = answer is not None and tracker.tainted
+    marks: tuple[ArgOrigin, ...] = ()
+    if answered:
+        try:
+            marks = tracker.origins(_jsonable(answer))
+        except (TypeError, ValueError):  # an answer JSON cannot carry: its text is not matched
+            marks = ()
+    return RunProvenance(
+        untrusted=tuple(tracker.untrusted),
+        items=tuple(found),
+        answer_after_untrusted=answered,
+        answer_from_untrusted=marks,
+    )
+
+
+def _jsonable(value: object) -> object:
+    return TypeAdapter(type(value)).dump_python(value, mode="json")
