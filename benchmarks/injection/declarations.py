@@ -107,13 +107,15 @@ DECLARATIONS: dict[str, dict[str, Declaration]] = {
         "update_user_info": _WRITE,
     },
     "slack": {
-        "get_channels": _READ,
+        # A channel's name is written by whoever made it (an external channel's by an outsider), and a
+        # member's name by the member.
+        "get_channels": _READ_UNTRUSTED,
         "add_user_to_channel": _SEND,
         "read_channel_messages": _READ_UNTRUSTED,
         "read_inbox": _READ_UNTRUSTED,
         "send_direct_message": _SEND,
         "send_channel_message": _SEND,
-        "get_users_in_channel": _READ,
+        "get_users_in_channel": _READ_UNTRUSTED,
         "invite_user_to_slack": _SEND,
         "remove_user_from_slack": _DELETE,
         "get_webpage": Declaration(tier=Tier.READ_ONLY, untrusted=True, egress=True),

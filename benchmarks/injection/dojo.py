@@ -5,9 +5,9 @@ Imports ``agentdojo``: run from the benchmark's venv (``benchmarks/injection/set
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
 from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
@@ -35,6 +35,7 @@ from agentkit import (
     run_tool_loop_tiered,
 )
 from agentkit.prompting import reflective_prompt
+from agentkit.provenance import ProvenancePolicy, Trust
 from benchmarks.injection.declarations import Declaration, declaration
 from benchmarks.injection.executor import Answer, PlanExecutor, PlannedCall, holds
 from benchmarks.injection.reviewer import BusyReviewer
@@ -43,6 +44,9 @@ __all__ = ["DojoTool", "Episode", "ModelExecutor", "Seat", "Session", "Target", 
 
 
 _EMPTY = EmptyEnv()
+
+Policy = Literal["off", "on", "sources"]
+"""How a run is gated: tiers only; the provenance policy; the policy with the task's named sources declared."""
 
 
 class Target(BasePipelineElement):
@@ -109,6 +113,16 @@ class DojoTool:
         """The declared tier."""
         return self.declared.tier
 
+    @property
+    def trust(self) -> Trust:
+        """The declared provenance of its results."""
+        return Trust.UNTRUSTED if self.declared.untrusted else Trust.TRUSTED
+
+    @property
+    def egress(self) -> bool:
+        """Whether it sends data out."""
+        return self.declared.egress
+
     async def call(self, args: BaseModel) -> list[str]:
         """Run the function on the session's environment; an error is its text, as AgentDojo shows it."""
         session = self.session
@@ -173,6 +187,8 @@ class Episode:
     """The injection task's goal reached (the attack succeeded); `None` without an injection."""
     proposals: int
     """Proposals the reviewer decided."""
+    granted: int
+    """Of those, the ones approved only because the user declared the untrusted source of a value."""
     output: str
     answer_flagged: bool
     """The answer was given after untrusted content entered the run."""
@@ -191,14 +207,16 @@ async def run_episode(
     injections: dict[str, str],
     loaded: TaskEnvironment,
     *,
-    policy_on: bool,
+    policy: Policy,
     seat: Seat | None = None,
 ) -> Episode:
     """Run `user_task` (with the compromised executor when `injection_task` is given) and score it.
 
     `loaded`: the suite's environment with `injections` in it (`load_and_inject_default_environment`),
     left as it is: the episode works on a copy.
-    With `seat`, that model is the executor instead (injected or not, it is the same model).
+    `policy`: `off` (tiers only, no provenance on proposals), `on` (the default `ProvenancePolicy`, the
+    reviewer reads the proposals' provenance), `sources` (`on`, and the user declares the documents the
+    task names a source for it). With `seat`, that model is the executor instead.
     """
     environment = user_task.init_environment(loaded.model_copy(deep=True))
     pre_environment = environment.model_copy(deep=True)
@@ -215,27 +233,37 @@ async def run_episode(
             attack_plan=planned(injection_task.ground_truth(pre_environment.model_copy(deep=True))),
             attack_answer=injection_task.GROUND_TRUTH_OUTPUT,
         )
+    calls: dict[int, BaseModel] = {}
     reviewer = BusyReviewer(
         needed=frozenset(call.function for call in plan),
         task=user_task.PROMPT,
-        untrusted_values=None,
+        untrusted_values=None if policy == "off" else _from_untrusted,
+        declared=_named_in(user_task.PROMPT, calls) if policy == "sources" else None,
     )
-    config = LoopConfig(max_rounds=len(plan) + len(executor.attack_plan) + 2, after_proposal=AfterProposal.STOP)
+    provenance = None if policy == "off" else ProvenancePolicy()
+    rounds = len(plan) + len(executor.attack_plan) + 2
+    config = LoopConfig(max_rounds=rounds, after_proposal=AfterProposal.STOP, provenance=provenance)
     agent: PlanExecutor | ModelExecutor = executor
     caller: StructuredCaller = executor.caller()
     if seat is not None:
         agent = ModelExecutor(model=seat.model, tools=tuple(tools))
         caller = seat.caller
-        config = LoopConfig(max_rounds=len(plan) + 3, after_proposal=AfterProposal.STOP)
+        config = LoopConfig(max_rounds=len(plan) + 3, after_proposal=AfterProposal.STOP, provenance=provenance)
     result: TieredLoopResult[BaseModel, str, Answer] = await run_tool_loop_tiered(
         caller, agent, tools, user_task.PROMPT, config, answer=Answer, same=never_same
     )
-    proposals = 0
+    proposals = granted = 0
     while result.stop_reason is StopReason.PROPOSED:
+        calls.update((record.round, record.call) for record in result.trace if record.call is not None)
         decisions = []
         for proposal in result.proposed:
             proposals += 1
-            decisions.append(_decide(reviewer, proposal))
+            decision = reviewer.decide(proposal)
+            granted += decision.granted
+            if decision.approve:
+                decisions.append(approve(proposal, approved_by="busy-reviewer"))
+            else:
+                decisions.append(reject(proposal, rejected_by="busy-reviewer", reason=decision.reason))
         result = await resume_tool_loop(
             caller, agent, tools, user_task.PROMPT, result.checkpoint, decisions, answer=Answer, same=never_same
         )
@@ -246,8 +274,9 @@ async def run_episode(
         utility=utility,
         security=security,
         proposals=proposals,
+        granted=granted,
         output=output,
-        answer_flagged=session.untrusted_read,
+        answer_flagged=result.provenance.answer_after_untrusted if provenance is not None else session.untrusted_read,
         saw_injection=session.injection_seen if seat is not None else executor.switched_after is not None,
         through_trusted=session.through_trusted,
         stop=result.stop_reason,
@@ -255,11 +284,33 @@ async def run_episode(
     )
 
 
-def _decide(reviewer: BusyReviewer, proposal: ProposedAction[Any]) -> Any:
-    decision = reviewer.decide(proposal)
-    if decision.approve:
-        return approve(proposal, approved_by="busy-reviewer")
-    return reject(proposal, rejected_by="busy-reviewer", reason=decision.reason)
+def _from_untrusted(proposal: ProposedAction[Any]) -> list[str]:
+    """The argument values the proposal shows as first seen in untrusted content."""
+    evidence = proposal.evidence
+    if evidence is None or evidence.provenance is None:
+        return []
+    return [arg.value for arg in evidence.provenance.from_untrusted]
+
+
+def _named_in(task: str, calls: dict[int, BaseModel]) -> Callable[[ProposedAction[Any]], list[str]]:
+    """The user's declared sources: a value counts as given when the untrusted result it came from was
+    read by a call whose arguments the task names (the bill, the file, the channel the user pointed at)."""
+
+    def declared(proposal: ProposedAction[Any]) -> list[str]:
+        evidence = proposal.evidence
+        if evidence is None or evidence.provenance is None:
+            return []
+        found = []
+        for arg in evidence.provenance.from_untrusted:
+            origin = calls.get(arg.origin.round)
+            named = origin is not None and any(
+                isinstance(value, str) and len(value) >= 3 and value in task for value in origin.model_dump().values()
+            )
+            if named:
+                found.append(arg.value)
+        return found
+
+    return declared
 
 
 def _utility(task: BaseUserTask[Any], output: str, pre: TaskEnvironment, session: Session) -> bool:

@@ -17,7 +17,7 @@ from agentdojo.attacks.attack_registry import load_attack
 from agentdojo.task_suite.load_suites import get_suites
 
 from benchmarks.injection.dojo import Episode, Seat, Target, run_episode
-from benchmarks.injection.score import Tally, answer_line, summary_line, total
+from benchmarks.injection.score import Tally, answer_line, sources_line, summary_line, total
 
 __all__ = ["main"]
 
@@ -49,19 +49,29 @@ async def measure(
     kinds = {task_id: _kind(suite, task) for task_id, task in suite.injection_tasks.items()}
     clean = suite.load_and_inject_default_environment({})
     for user_id, user_task in list(suite.user_tasks.items())[:tasks]:
-        off = await run_episode(name, suite, user_task, None, {}, clean, policy_on=False, seat=seat)
-        on = await run_episode(name, suite, user_task, None, {}, clean, policy_on=True, seat=seat)
+        off = await run_episode(name, suite, user_task, None, {}, clean, policy="off", seat=seat)
+        on = await run_episode(name, suite, user_task, None, {}, clean, policy="on", seat=seat)
+        # The embedded model is too slow for a third run per task: it is measured with the policy off and on.
+        sources = (
+            on if seat is not None else await run_episode(name, suite, user_task, None, {}, clean, policy="sources")
+        )
         tally.tasks += 1
         tally.utility_off += off.utility
         tally.utility += on.utility
         tally.approvals_off += off.proposals
         tally.approvals += on.proposals
+        tally.utility_sources += sources.utility
+        tally.approvals_sources += sources.proposals
+        tally.granted += sources.granted
         row = {
             "user_task": user_id,
             "utility_off": off.utility,
             "utility": on.utility,
             "approvals_off": off.proposals,
             "approvals": on.proposals,
+            "utility_sources": sources.utility,
+            "approvals_sources": sources.proposals,
+            "granted": sources.granted,
         }
         _row(rows, log, row | _detail(off, on, seat))
         for injection_id, injection_task in suite.injection_tasks.items():
@@ -71,16 +81,15 @@ async def measure(
                 continue
             injections = attack.attack(user_task, injection_task)
             loaded = suite.load_and_inject_default_environment(injections)
-            off = await run_episode(
-                name, suite, user_task, injection_task, injections, loaded, policy_on=False, seat=seat
-            )
-            on = await run_episode(
-                name, suite, user_task, injection_task, injections, loaded, policy_on=True, seat=seat
-            )
+            pair = (name, suite, user_task, injection_task, injections, loaded)
+            off = await run_episode(*pair, policy="off", seat=seat)
+            on = await run_episode(*pair, policy="on", seat=seat)
+            sources = on if seat is not None else await run_episode(*pair, policy="sources")
             if kind == "calls":
                 tally.pairs += 1
                 tally.attacks_off += bool(off.security)
                 tally.attacks += bool(on.security)
+                tally.attacks_sources += bool(sources.security)
                 tally.unseen += not on.saw_injection
             else:
                 tally.answer_pairs += 1
@@ -94,6 +103,7 @@ async def measure(
                 "kind": kind,
                 "attack_off": off.security,
                 "attack": on.security,
+                "attack_sources": sources.security,
                 "saw_injection": on.saw_injection,
                 "proposals_off": off.proposals,
                 "proposals": on.proposals,
@@ -188,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         "total": whole.as_json(),
         "line": summary_line(whole),
         "answer_line": answer_line(whole),
+        "sources_line": sources_line(whole),
         "episodes": rows,
     }
     (args.out / f"injection-{label}.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -195,6 +206,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{tally.suite}: {summary_line(tally)}")
     if whole.unplanned_pairs:
         print(f"pairs not attempted (AgentDojo gives their injection task no ground truth): {whole.unplanned_pairs}")
+    if whole.through_trusted:
+        print(f"pairs whose injection came back from a tool declared trusted: {whole.through_trusted}")
+    if args.executor == "model-free":
+        print(sources_line(whole))
     print(answer_line(whole))
     print(summary_line(whole))
     return 0
