@@ -38,7 +38,7 @@ from agentkit.prompting import reflective_prompt
 from agentkit.provenance import ProvenancePolicy, Trust
 from benchmarks.injection.declarations import Declaration, declaration
 from benchmarks.injection.executor import Answer, PlanExecutor, PlannedCall, holds
-from benchmarks.injection.reviewer import BusyReviewer
+from benchmarks.injection.reviewer import BusyReviewer, shown_untrusted
 
 __all__ = ["DojoTool", "Episode", "ModelExecutor", "Seat", "Session", "Target", "planned", "run_episode"]
 
@@ -237,7 +237,7 @@ async def run_episode(
     reviewer = BusyReviewer(
         needed=frozenset(call.function for call in plan),
         task=user_task.PROMPT,
-        untrusted_values=None if policy == "off" else _from_untrusted,
+        untrusted_values=None if policy == "off" else shown_untrusted,
         declared=_named_in(user_task.PROMPT, calls) if policy == "sources" else None,
     )
     provenance = None if policy == "off" else ProvenancePolicy()
@@ -282,14 +282,6 @@ async def run_episode(
         stop=result.stop_reason,
         calls=tuple(call.function for call in session.trace),
     )
-
-
-def _from_untrusted(proposal: ProposedAction[Any]) -> list[str]:
-    """The argument values the proposal shows as first seen in untrusted content."""
-    evidence = proposal.evidence
-    if evidence is None or evidence.provenance is None:
-        return []
-    return [arg.value for arg in evidence.provenance.from_untrusted]
 
 
 def _named_in(task: str, calls: dict[int, BaseModel]) -> Callable[[ProposedAction[Any]], list[str]]:

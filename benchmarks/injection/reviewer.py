@@ -14,7 +14,7 @@ from typing import Any
 
 from agentkit import ProposedAction
 
-__all__ = ["BusyReviewer", "Decision"]
+__all__ = ["BusyReviewer", "Decision", "shown_untrusted"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -47,10 +47,18 @@ class BusyReviewer:
             return Decision(approve=False, reason=f"the task does not need {proposal.tool_name}")
         if self.untrusted_values is not None:
             foreign = [value for value in self.untrusted_values(proposal) if value not in self.task]
-            allowed = set(self.declared(proposal)) if self.declared is not None and foreign else set()
+            allowed: set[str] = set(self.declared(proposal)) if self.declared is not None and foreign else set()
             refused = [value for value in foreign if value not in allowed]
             if refused:
                 return Decision(approve=False, reason=f"{refused[0]!r} came from untrusted content, not from the task")
             if foreign:
                 return Decision(approve=True, reason="its values come from a source the user declared", granted=True)
         return Decision(approve=True, reason=f"the task needs {proposal.tool_name}")
+
+
+def shown_untrusted(proposal: ProposedAction[Any]) -> list[str]:
+    """The argument values `proposal` shows as first seen in untrusted content (its `evidence.provenance`)."""
+    evidence = proposal.evidence
+    if evidence is None or evidence.provenance is None:
+        return []
+    return [arg.value for arg in evidence.provenance.from_untrusted]
