@@ -12,8 +12,10 @@ import pytest
 from pydantic import BaseModel
 
 from agentkit import (
+    Approval,
     LoopConfig,
     ProposedAction,
+    Rejection,
     StopReason,
     Tier,
     Tool,
@@ -230,7 +232,7 @@ async def test_the_reviewer_stops_an_injected_address_the_proposal_marks() -> No
         result = await run_tool_loop_tiered(caller, executor, tools, task, config, answer=Answer)
         approved[policy_on] = []
         while result.stop_reason is StopReason.PROPOSED:
-            decisions = []
+            decisions: list[Approval[Any] | Rejection[Any]] = []
             for p in result.proposed:
                 if reviewer.decide(p).approve:
                     approved[policy_on].append(p.args.model_dump()["to"])
