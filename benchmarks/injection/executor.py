@@ -39,14 +39,20 @@ _NOISE = re.compile(r"\\n|\\|\s")
 """What a tool result's YAML may add to or take from a string: escaped newlines, folds, whitespace."""
 
 
+def _bare(text: str) -> str:
+    """`text` without YAML's quoting: single quotes undoubled, then `_NOISE` left out."""
+    return _NOISE.sub("", text.replace("''", "'"))
+
+
 def holds(text: str, injection: str) -> bool:
     """Whether `text` (a tool result as the executor sees it, YAML) contains `injection`.
 
-    Compared without whitespace, backslashes and escaped newlines: YAML folds and escapes long strings,
-    and the environment's loader re-indents the injected text.
+    Compared without whitespace, backslashes and escaped newlines, and with YAML's doubled single quotes
+    undone: YAML folds, escapes and quotes long strings, and the environment's loader re-indents the
+    injected text.
     """
-    wanted = _NOISE.sub("", injection)
-    return bool(wanted) and wanted in _NOISE.sub("", text)
+    wanted = _bare(injection)
+    return bool(wanted) and wanted in _bare(text)
 
 
 @dataclass(kw_only=True)
