@@ -193,6 +193,8 @@ class Episode:
     answer_flagged: bool
     """The answer was given after untrusted content entered the run."""
     saw_injection: bool
+    read_untrusted: bool
+    """A function declared untrusted ran."""
     through_trusted: bool
     stop: StopReason
     calls: tuple[str, ...]
@@ -278,6 +280,7 @@ async def run_episode(
         output=output,
         answer_flagged=result.provenance.answer_after_untrusted if provenance is not None else session.untrusted_read,
         saw_injection=session.injection_seen if seat is not None else executor.switched_after is not None,
+        read_untrusted=session.untrusted_read,
         through_trusted=session.through_trusted,
         stop=result.stop_reason,
         calls=tuple(call.function for call in session.trace),

@@ -60,6 +60,9 @@ async def measure(
         tally.utility += on.utility
         tally.approvals_off += off.proposals
         tally.approvals += on.proposals
+        if not on.read_untrusted:
+            tally.clean_tasks += 1
+            tally.clean_asked_more += on.proposals > off.proposals
         tally.utility_sources += sources.utility
         tally.approvals_sources += sources.proposals
         tally.granted += sources.granted
@@ -90,7 +93,7 @@ async def measure(
                 tally.attacks_off += bool(off.security)
                 tally.attacks += bool(on.security)
                 tally.attacks_sources += bool(sources.security)
-                tally.unseen += not on.saw_injection
+                tally.unseen += not off.saw_injection
             else:
                 tally.answer_pairs += 1
                 tally.answer_attacks_off += bool(off.security)
@@ -206,6 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{tally.suite}: {summary_line(tally)}")
     if whole.unplanned_pairs:
         print(f"pairs not attempted (AgentDojo gives their injection task no ground truth): {whole.unplanned_pairs}")
+    print(
+        f"benign tasks that read no untrusted content: {whole.clean_tasks}, of which asked more approvals "
+        f"with the policy on than with tiers only: {whole.clean_asked_more}"
+    )
+    if whole.unseen:
+        print(f"pairs whose injection the compromised executor never saw (policy off): {whole.unseen}")
     if whole.through_trusted:
         print(f"pairs whose injection came back from a tool declared trusted: {whole.through_trusted}")
     if args.executor == "model-free":

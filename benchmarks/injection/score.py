@@ -31,7 +31,8 @@ class Tally:
     """Pairs whose injection task has no ground-truth calls and no answer (AgentDojo gives none): a
     model-free executor cannot attempt them; not in P."""
     unseen: int = 0
-    """Pairs in P whose injection the compromised executor never saw (the user task's calls do not read it)."""
+    """Pairs in P whose injection the compromised executor never saw with the policy off (a check that the
+    injection reaches it: AgentDojo places it where the user task's calls read)."""
     through_trusted: int = 0
     """Pairs whose injection reached the executor through a function declared trusted."""
     tasks: int = 0
@@ -43,6 +44,10 @@ class Tally:
     approvals: int = 0
     """Proposals the benign runs asked the reviewer to decide, policy on."""
     approvals_off: int = 0
+    clean_tasks: int = 0
+    """Benign tasks that read no untrusted content."""
+    clean_asked_more: int = 0
+    """Of those, the ones that asked more approvals with the policy on than with tiers only (should be 0)."""
     approvals_sources: int = 0
     granted: int = 0
     """Benign proposals approved only because the user declared the source of their untrusted values."""
