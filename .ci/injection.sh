@@ -11,10 +11,11 @@ work=$(mktemp -d /tmp/agentkit-injection.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 VENV="$work/venv" bash benchmarks/setup-injection.sh
 "$work/venv/bin/python" -m benchmarks.injection --suite slack --out "$work/results"
-"$work/venv/bin/python" - "$work/results/injection-slack.json" <<'PY'
-import json, sys
+"$work/venv/bin/python" - "$work/results" <<'PY'
+import json, pathlib, sys
 
-total = json.load(open(sys.argv[1]))["total"]
+[results] = pathlib.Path(sys.argv[1]).glob("injection-slack-*.json")
+total = json.loads(results.read_text())["total"]
 print(f"injection: attacks {total['attacks']}/{total['pairs']} (policy off {total['attacks_off']}), "
       f"utility {total['utility']}/{total['tasks']} (policy off {total['utility_off']})")
 assert total["pairs"] > 0, "no pair was measured"

@@ -585,9 +585,10 @@ def injection(files: Sequence[str]) -> str:
 
 
 def injection_local(files: Sequence[str]) -> str:
-    """The injection benchmark with the embedded model as the executor, from its episode log (JSON lines,
-    one per user task or pair, written as each finishes: a run stopped early still counts what it did)."""
-    rows = [json.loads(line) for line in (ROOT / files[0]).read_text(encoding="utf-8").splitlines() if line]
+    """The injection benchmark with the embedded model as the executor: what its episodes did (a run stopped
+    early, ``"complete": false``, counts the episodes that finished)."""
+    results = load(files[0])
+    rows = [row for suite_rows in results["episodes"].values() for row in suite_rows]
     tasks = [row for row in rows if "injection_task" not in row]
     pairs = [row for row in rows if row.get("kind") == "calls"]
     lines = [
@@ -607,7 +608,8 @@ def injection_local(files: Sequence[str]) -> str:
         ),
     ]
     users = sorted({row["user_task"] for row in rows}, key=lambda name: int(name.rsplit("_", 1)[-1]))
-    return "\n".join([*lines, "", f"User tasks: {', '.join(users)}; episode log `{files[0]}`."])
+    stopped = "" if results.get("complete", True) else ", the run stopped before the rest"
+    return "\n".join([*lines, "", f"User tasks: {', '.join(users)}{stopped}.", "", measured(results, files[0])])
 
 
 RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {

@@ -147,7 +147,7 @@ async def measure_all(
     from agentkit.providers.local import LocalModel
 
     measured = []
-    log_path = args.out / "injection-local.jsonl"
+    log_path = args.out / f"injection-{'-'.join(names)}-local-{datetime.now(UTC).strftime('%Y-%m-%d')}.jsonl"
     with log_path.open("w") as log:
         async with LocalModel(threads=args.threads) as local:
             seat = Seat(caller=local.caller(), model=local.model_name)
@@ -156,8 +156,29 @@ async def measure_all(
     return measured
 
 
+def tally_of(suite: str, rows: list[dict[str, Any]]) -> Tally:
+    """The tally an episode log's rows give (a model run stopped early: what finished counts)."""
+    tally = Tally(suite=suite)
+    for row in rows:
+        if "injection_task" not in row:
+            tally.tasks += 1
+            tally.utility_off += row["utility_off"]
+            tally.utility += row["utility"]
+            tally.approvals_off += row["approvals_off"]
+            tally.approvals += row["approvals"]
+        elif row["kind"] == "calls":
+            tally.pairs += 1
+            tally.attacks_off += bool(row["attack_off"])
+            tally.attacks += bool(row["attack"])
+        else:
+            tally.answer_pairs += 1
+            tally.answer_attacks_off += bool(row["attack_off"])
+            tally.answer_attacks += bool(row["attack"])
+    return tally
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the measurement, write the results file, print the summary lines."""
+    """Run the measurement (or read a stopped model run's episode log), write the results file, print the lines."""
     parser = argparse.ArgumentParser(prog="python -m benchmarks.injection", description=__doc__)
     parser.add_argument(
         "--suite", action="append", help="workspace, travel, banking or slack (repeatable; all by default)"
@@ -172,6 +193,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--tasks", type=int, default=None, help="only the first N user tasks of each suite")
     parser.add_argument("--threads", type=int, default=1, help="the embedded model's CPU threads")
+    parser.add_argument(
+        "--from-log",
+        type=Path,
+        default=None,
+        help="write the results file from a model run's episode log (one --suite), e.g. of a run stopped early",
+    )
     args = parser.parse_args(argv)
     suites = get_suites(VERSION)
     names = args.suite or list(suites)
@@ -182,18 +209,28 @@ def main(argv: list[str] | None = None) -> int:
     tallies: list[Tally] = []
     rows: dict[str, list[dict[str, Any]]] = {}
     args.out.mkdir(parents=True, exist_ok=True)
-    for tally, suite_rows in asyncio.run(measure_all(names, suites, args)):
-        tallies.append(tally)
-        rows[tally.suite] = suite_rows
+    complete = args.from_log is None
+    if args.from_log is not None:
+        if len(names) != 1:
+            parser.error("--from-log reads one suite's episode log: name it with --suite")
+        logged = [json.loads(line) for line in args.from_log.read_text(encoding="utf-8").splitlines() if line]
+        tallies.append(tally_of(names[0], logged))
+        rows[names[0]] = logged
+        args.executor = "local"
+    else:
+        for tally, suite_rows in asyncio.run(measure_all(names, suites, args)):
+            tallies.append(tally)
+            rows[tally.suite] = suite_rows
     whole = total(tallies)
     label = "all" if len(names) == len(suites) else "-".join(names)
     if args.executor == "local":
         label = f"{label}-local"
-
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
     report = {
         "agentdojo": {"suites": VERSION, "attack": ATTACK},
         "executor": args.executor,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "complete": complete,
+        "date": date,
         "machine": f"{platform.machine()} with {os.cpu_count()} cores ({platform.system()})",
         "loadavg": list(os.getloadavg()),
         "seconds": round(time.perf_counter() - started, 1),
@@ -204,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         "sources_line": sources_line(whole),
         "episodes": rows,
     }
-    (args.out / f"injection-{label}.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.out / f"injection-{label}-{date}.json").write_text(json.dumps(report, indent=1) + "\n")
     for tally in tallies:
         print(f"{tally.suite}: {summary_line(tally)}")
     if whole.unplanned_pairs:
