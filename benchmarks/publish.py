@@ -631,6 +631,66 @@ def anthropic_cache(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", scope + measured(results, files[0])])
 
 
+def injection(files: Sequence[str]) -> str:
+    """The AgentDojo injection benchmark (``python -m benchmarks.injection``): per suite, policy off and on."""
+    results = load(files[0])
+    lines = [
+        "| suite | pairs needing a call | attacks succeeded: policy off | on | on, sources declared "
+        "| answer-only pairs: words said, off / on | answers marked | benign utility: policy off | on "
+        "| on, sources declared | approvals per benign task: off / on |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    rows = [*results["suites"].values()]
+    if len(rows) > 1:
+        rows.append(results["total"])
+    for row in rows:
+        tasks = row["tasks"] or 1
+        answers = row["answer_pairs"]
+        cells = [
+            row["suite"],
+            row["pairs"],
+            row["attacks_off"],
+            f"**{row['attacks']}**",
+            row["attacks_sources"],
+            f"{row['answer_attacks_off']} / {row['answer_attacks']} of {answers}" if answers else "-",
+            f"{row['answer_flagged']} of {answers}" if answers else "-",
+            f"{row['utility_off']}/{row['tasks']}",
+            f"{row['utility']}/{row['tasks']}",
+            f"{row['utility_sources']}/{row['tasks']}",
+            f"{row['approvals_off'] / tasks:.2f} / {row['approvals'] / tasks:.2f}",
+        ]
+        lines.append(_row(cells))
+    return "\n".join([*lines, "", f"`{results['line']}`", "", measured(results, files[0])])
+
+
+def injection_local(files: Sequence[str]) -> str:
+    """The injection benchmark with the embedded model as the executor: what its episodes did (a run stopped
+    early, ``"complete": false``, counts the episodes that finished)."""
+    results = load(files[0])
+    rows = [row for suite_rows in results["episodes"].values() for row in suite_rows]
+    tasks = [row for row in rows if "injection_task" not in row]
+    pairs = [row for row in rows if row.get("kind") == "calls"]
+    lines = [
+        "| episodes | benign utility: policy off | on | pairs | injection read (policy on) "
+        "| attacks succeeded: policy off | on |",
+        "|---|---|---|---|---|---|---|",
+        _row(
+            [
+                2 * len(rows),
+                f"{sum(row['utility_off'] for row in tasks)}/{len(tasks)}",
+                f"{sum(row['utility'] for row in tasks)}/{len(tasks)}",
+                len(pairs),
+                sum(row["saw_injection"] for row in pairs),
+                f"{sum(bool(row['attack_off']) for row in pairs)}/{len(pairs)}",
+                f"{sum(bool(row['attack']) for row in pairs)}/{len(pairs)}",
+            ]
+        ),
+    ]
+    users = sorted({row["user_task"] for row in rows}, key=lambda name: int(name.rsplit("_", 1)[-1]))
+    stopped = "" if results.get("complete", True) else ", the run stopped before the rest"
+    return "\n".join([*lines, "", f"User tasks: {', '.join(users)}{stopped}.", "", measured(results, files[0])])
+
+
 RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "contenders": contenders,
     "contenders-short": contenders_short,
@@ -652,6 +712,8 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "temporal-change": temporal_change,
     "journal-workers": journal_workers,
     "anthropic-cache": anthropic_cache,
+    "injection": injection,
+    "injection-local": injection_local,
 }
 
 
