@@ -21,19 +21,30 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
-from agentkit._outcome import Ending, StopReason
+from agentkit._agent import PriorCall
+from agentkit._config import AfterProposal, RepeatPolicy
+from agentkit._copy import owned
+from agentkit._degeneration import repeat_of
+from agentkit._events import DegenerationDetected, ProposalCaptured
+from agentkit._invoke import missing_tier
+from agentkit._outcome import Ending, Outcome, StopReason
+from agentkit._proposals import ProposedAction
+from agentkit._provenance import with_provenance
+from agentkit._session import executor_failed
+from agentkit._state import RoundOutcome
 from agentkit._toolbox import gate
-from agentkit._tools import Tool
+from agentkit._tools import Tool, declared_tier
+from agentkit.errors import ToolError
 
 if TYPE_CHECKING:
     from agentkit._loop import _Round, _Run
     from agentkit._tiers import Tier
 
-__all__ = ["run_calls", "take_calls"]
+__all__ = ["PROPOSED_NOTE", "check_repeat", "propose", "refuse", "run_calls", "take_calls"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,15 +64,15 @@ async def take_calls(run: _Run, this: _Round, calls: Sequence[BaseModel]) -> End
         return await run_calls(run, this, calls)
     tool, args = run.box.resolve(calls[0])
     # A repeat refused under RepeatPolicy.REFUSE is neither None nor an Ending: the run goes on.
-    ending = run.repeat(this, tool, args)
+    ending = check_repeat(run, this, tool, args)
     if ending is None:
         match gate(tool, run.config, run.provenance):
             case "run", tier:
                 ending = await run.dispatch(this, tool, tier, args)
             case "propose", tier:
-                ending = await run.propose(this, tool, tier, args)
+                ending = await propose(run, this, tool, tier, args)
             case _:
-                ending = run.refuse(this, tool, args)
+                ending = refuse(run, this, tool, args)
     return ending if isinstance(ending, Ending) else None
 
 
@@ -99,7 +110,7 @@ async def _checked_and_run(run: _Run, this: _Round, calls: Sequence[BaseModel]) 
     for place, call in enumerate(calls):
         one = dataclasses.replace(this, position=place)
         tool, args = run.box.resolve(call)
-        checked = run.repeat(one, tool, args)
+        checked = check_repeat(run, one, tool, args)
         if isinstance(checked, Ending):
             return checked
         if checked is not None:  # a repeat refused (RepeatPolicy.REFUSE): the step goes on
@@ -108,13 +119,13 @@ async def _checked_and_run(run: _Run, this: _Round, calls: Sequence[BaseModel]) 
             case "run", tier:
                 live.append(_Live(one, tool, tier, args))
             case "propose", tier:
-                ending = await run.propose(one, tool, tier, args)
+                ending = await propose(run, one, tool, tier, args)
                 if ending is not None and ending.reason is StopReason.PROPOSED:
                     stop = stop or ending
                 elif ending is not None:
                     return ending
             case _:
-                return run.refuse(one, tool, args)
+                return refuse(run, one, tool, args)
     ending = await _run_live(run, live)
     return ending if ending is not None else stop
 
@@ -151,3 +162,112 @@ async def _run_live(run: _Run, live: Sequence[_Live]) -> Ending | None:
             task.cancel()
         if still:
             await asyncio.gather(*still, return_exceptions=True)
+
+
+PROPOSED_NOTE = "proposed for human approval; not executed"
+
+
+def check_repeat(run: _Run, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending | Literal["refused"] | None:
+    """The repeat guard on one call: `None` (it counts, and may run), `"refused"` (not run, under
+    `RepeatPolicy.REFUSE`: the executor is told which round answers it) or the ending of the run (a stalemate,
+    or the comparator that raised)."""
+    if tool.name in run.config.repeat_exempt:
+        run.views.counted(tool.name, args, this.round)
+        return None
+    try:
+        index = repeat_of(tool.name, args, run.views.recent, run.bound.same, run.config.degeneration_window)
+    except Exception as raised:
+        error = executor_failed("repeat comparator (same=)", raised)
+        run.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool), error=str(error))
+        return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
+    if index is not None:
+        refuse = run.config.on_repeat is RepeatPolicy.REFUSE and run.views.refusals < run.config.repeat_refusals
+        if run.session.observers:
+            copied = owned(args)
+            event = DegenerationDetected(
+                run_id=run.session.run_id, round=this.round, tool_name=tool.name, args=copied, refused=refuse
+            )
+            run.session.emit(event)
+        if refuse:
+            # Not run; the executor is told which earlier round's results answer it.
+            run.views.refusals += 1
+            earlier = run.views.recent_rounds[index]
+            note = f"not run: it repeats the call of round {earlier}; that round's results answer it"
+            told: PriorCall[Any] = PriorCall(
+                round=this.round, tool_name=tool.name, args=args, observation=note, repeats=earlier
+            )
+            entry = run.record(
+                this,
+                RoundOutcome.REFUSED,
+                tool=tool.name,
+                args=args,
+                tier=declared_tier(tool),
+                observation=note,
+                repeats=earlier,
+            )
+            run.show(this, told, ran=False, args=entry.args)
+            return "refused"
+        run.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
+        earlier = run.views.recent_rounds[index]
+        run.repeated = PriorCall(round=this.round, tool_name=tool.name, args=args, repeats=earlier)
+        return Ending(Outcome.STALEMATE, StopReason.DEGENERATION)
+    run.views.counted(tool.name, args, this.round)
+    return None
+
+
+def refuse(run: _Run, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending:
+    """A call of a tool that declares no tier: never run; the run ends in an error."""
+    error = missing_tier(tool.name)
+    run.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, error=str(error))
+    return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, error)
+
+
+async def propose(run: _Run, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
+    """A call above the autonomy ceiling (or held by the provenance policy): a proposal, never run here (a
+    standing grant may approve it: it then runs once, `granted`); the ending of the run, if it stops there."""
+    if not run.bound.may_propose:
+        why = f"under autonomy Tier.{run.config.autonomy.name}"
+        if run.provenance.held(tool, tier):
+            why = "once untrusted content has entered the run (LoopConfig.provenance)"
+        error = ToolError(
+            f"tool {tool.name!r} (Tier.{tier.name}) cannot run live {why}; use run_tool_loop_tiered for tools "
+            "that need approval",
+            tool_name=tool.name,
+        )
+        run.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=tier, error=str(error))
+        return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
+    # The proposal gets its own copy: the executor's view of the call (prior calls, trace) must
+    # not be able to change what a human approves.
+    evidence = with_provenance(run.views.evidence(this.round, run.ctx), run.provenance, tool, tier, args)
+    proposal = ProposedAction[Any].create(
+        tool_name=tool.name,
+        tier=tier,
+        args=owned(args),
+        rationale=this.rationale,
+        round=this.round,
+        run_id=run.session.run_id,
+        evidence=evidence,
+    )
+    grant = await run.bound.grant_for(proposal)
+    if grant is not None:
+        return await run.granted(this, proposal, grant)
+    run.proposals.append(proposal)
+    run.record(
+        this,
+        RoundOutcome.PROPOSED,
+        tool=tool.name,
+        args=args,
+        tier=tier,
+        observation=PROPOSED_NOTE,
+        proposed_at=proposal.created_at.isoformat(),
+        call_digest=proposal.digest,
+    )
+    note: PriorCall[Any] = PriorCall(
+        round=this.round, tool_name=tool.name, args=args, observation=PROPOSED_NOTE, proposed=True
+    )
+    run.show(this, note, ran=False, proposal=proposal)
+    if run.session.observers:
+        run.session.emit(ProposalCaptured(run_id=run.session.run_id, proposal=proposal.model_copy(deep=True)))
+    if run.config.after_proposal is AfterProposal.STOP:
+        return Ending(Outcome.APPLIED, StopReason.PROPOSED)
+    return None

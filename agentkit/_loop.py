@@ -21,25 +21,23 @@ import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, TypeAdapter
 
 from agentkit._agent import ASKING, PriorCall, ToolAgent, ToolRoundInfo
 from agentkit._cache import kept_on
-from agentkit._calls import take_calls
+from agentkit._calls import PROPOSED_NOTE, take_calls
 from agentkit._cites import as_answer
 from agentkit._codec import Codec, Unencodable
-from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
+from agentkit._config import LoopConfig
 from agentkit._context import SummaryCutOff
 from agentkit._copy import owned
-from agentkit._degeneration import SameFunc, repeat_of
+from agentkit._degeneration import SameFunc
 from agentkit._deltas import StepDeltas
 from agentkit._events import (
     Continued,
     Decided,
-    DegenerationDetected,
-    ProposalCaptured,
     RoundStarted,
     ToolCallStarted,
     ToolResultReturned,
@@ -50,9 +48,9 @@ from agentkit._invoke import Invocation, invoke, missing_tier
 from agentkit._observe import Observer, ToolInvocation, deliver_checkpoint, wants_checkpoints, wrapping
 from agentkit._outcome import Ending, Outcome, StopReason
 from agentkit._proposals import ProposedAction
-from agentkit._provenance import Tracker, run_provenance, task_source, with_provenance
+from agentkit._provenance import Tracker, run_provenance, task_source
 from agentkit._results import RoundRecord, TieredLoopResult
-from agentkit._session import Reply, RunSession, executor_failed
+from agentkit._session import Reply, RunSession
 from agentkit._state import (
     DecisionEntry,
     EndEntry,
@@ -75,7 +73,6 @@ from agentkit.errors import AgentkitError, ToolError, ToolTimeout
 if typing.TYPE_CHECKING:
     from agentkit._approval import Approval, Rejection
 
-PROPOSED_NOTE = "proposed for human approval; not executed"
 
 CLOSABLE = frozenset({StopReason.ROUND_CEILING, StopReason.BUDGET_EXHAUSTED, StopReason.DEGENERATION})
 """Endings of a run with an answer schema that get a closing round (`LoopConfig.closing_round`)."""
@@ -426,103 +423,6 @@ class _Run:
             answer = json_text(_answer_adapter(self.box.answer).dump_python(self.answer, mode="json"))
         self.record(this, RoundOutcome.DONE, answer=answer)
 
-    def repeat(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending | Literal["refused"] | None:
-        if tool.name in self.config.repeat_exempt:
-            self.views.counted(tool.name, args, this.round)
-            return None
-        try:
-            index = repeat_of(tool.name, args, self.views.recent, self.bound.same, self.config.degeneration_window)
-        except Exception as raised:
-            error = executor_failed("repeat comparator (same=)", raised)
-            self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool), error=str(error))
-            return Ending(Outcome.ERROR, StopReason.EXECUTOR_ERROR, error)
-        if index is not None:
-            refuse = self.config.on_repeat is RepeatPolicy.REFUSE and self.views.refusals < self.config.repeat_refusals
-            if self.session.observers:
-                copied = owned(args)
-                event = DegenerationDetected(
-                    run_id=self.session.run_id, round=this.round, tool_name=tool.name, args=copied, refused=refuse
-                )
-                self.session.emit(event)
-            if refuse:
-                # Not run; the executor is told which earlier round's results answer it.
-                self.views.refusals += 1
-                earlier = self.views.recent_rounds[index]
-                note = f"not run: it repeats the call of round {earlier}; that round's results answer it"
-                told: PriorCall[Any] = PriorCall(
-                    round=this.round, tool_name=tool.name, args=args, observation=note, repeats=earlier
-                )
-                entry = self.record(
-                    this,
-                    RoundOutcome.REFUSED,
-                    tool=tool.name,
-                    args=args,
-                    tier=declared_tier(tool),
-                    observation=note,
-                    repeats=earlier,
-                )
-                self.show(this, told, ran=False, args=entry.args)
-                return "refused"
-            self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
-            earlier = self.views.recent_rounds[index]
-            self.repeated = PriorCall(round=this.round, tool_name=tool.name, args=args, repeats=earlier)
-            return Ending(Outcome.STALEMATE, StopReason.DEGENERATION)
-        self.views.counted(tool.name, args, this.round)
-        return None
-
-    def refuse(self, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> Ending:
-        error = missing_tier(tool.name)
-        self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, error=str(error))
-        return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, error)
-
-    async def propose(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
-        if not self.bound.may_propose:
-            why = f"under autonomy Tier.{self.config.autonomy.name}"
-            if self.provenance.held(tool, tier):
-                why = "once untrusted content has entered the run (LoopConfig.provenance)"
-            error = ToolError(
-                f"tool {tool.name!r} (Tier.{tier.name}) cannot run live {why}; use run_tool_loop_tiered for tools "
-                "that need approval",
-                tool_name=tool.name,
-            )
-            self.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=tier, error=str(error))
-            return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
-        # The proposal gets its own copy: the executor's view of the call (prior calls, trace) must
-        # not be able to change what a human approves.
-        evidence = with_provenance(self.views.evidence(this.round, self.ctx), self.provenance, tool, tier, args)
-        proposal = ProposedAction[Any].create(
-            tool_name=tool.name,
-            tier=tier,
-            args=owned(args),
-            rationale=this.rationale,
-            round=this.round,
-            run_id=self.session.run_id,
-            evidence=evidence,
-        )
-        grant = await self.bound.grant_for(proposal)
-        if grant is not None:
-            return await granted(self, this, proposal, grant)
-        self.proposals.append(proposal)
-        self.record(
-            this,
-            RoundOutcome.PROPOSED,
-            tool=tool.name,
-            args=args,
-            tier=tier,
-            observation=PROPOSED_NOTE,
-            proposed_at=proposal.created_at.isoformat(),
-            call_digest=proposal.digest,
-        )
-        note: PriorCall[Any] = PriorCall(
-            round=this.round, tool_name=tool.name, args=args, observation=PROPOSED_NOTE, proposed=True
-        )
-        self.show(this, note, ran=False, proposal=proposal)
-        if self.session.observers:
-            self.session.emit(ProposalCaptured(run_id=self.session.run_id, proposal=proposal.model_copy(deep=True)))
-        if self.config.after_proposal is AfterProposal.STOP:
-            return Ending(Outcome.APPLIED, StopReason.PROPOSED)
-        return None
-
     async def dispatch(self, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
         run_id = self.session.run_id
         around = None
@@ -658,6 +558,10 @@ class _Run:
                 result, items=list(self.views.items), proposed=[p.model_copy(deep=True) for p in self.proposals]
             )
         return self.session.finish(result, seen=seen)
+
+    async def granted(self, this: _Round, proposal: ProposedAction[Any], grant: Grant) -> Ending | None:
+        """A proposal a standing grant approves, run once (`granted`)."""
+        return await granted(self, this, proposal, grant)
 
     def kept(self) -> None:
         """Hand the observers that want one the state so far (a round ended; the run goes on)."""

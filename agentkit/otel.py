@@ -71,6 +71,7 @@ try:
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
     from agentkit._otel_metrics import Metrics
+    from agentkit._proposals import ProposedAction
 except ImportError as missing:  # pragma: no cover - exercised only without the extra
     raise ImportError("agentkit.otel needs OpenTelemetry; install the extra: pip install 'agentkit[otel]'") from missing
 
@@ -312,24 +313,7 @@ class OTelObserver(Observer):
         span = spans.round if spans is not None else None
         if span is None:
             return
-        attributes: dict[str, Any] = {
-            "agentkit.proposal.tool_name": proposal.tool_name,
-            "agentkit.proposal.tier": proposal.tier.name,
-        }
-        provenance = proposal.evidence.provenance if proposal.evidence is not None else None
-        if provenance is not None:
-            # Whether untrusted content preceded the call, and which argument fields first appeared in it
-            # (field names, not values: values are content).
-            attributes["agentkit.proposal.after_untrusted"] = provenance.tainted
-            attributes["agentkit.proposal.held_by_provenance"] = provenance.held
-            attributes["agentkit.proposal.from_untrusted"] = [mark.path for mark in provenance.from_untrusted]
-        if self.capture_content:
-            attributes["agentkit.proposal.arguments"] = proposal.args.model_dump_json()
-            attributes["agentkit.proposal.digest"] = proposal.digest
-            if provenance is not None:
-                attributes["agentkit.proposal.untrusted_sources"] = [
-                    f"round {o.round} {o.tool_name}" for o in provenance.untrusted
-                ]
+        attributes = _proposal_attributes(proposal, capture_content=self.capture_content)
         span.set_attributes(attributes)
         span.add_event("agentkit.proposal", attributes=attributes)
 
@@ -554,6 +538,31 @@ class OTelObserver(Observer):
     def _end_run(self, spans: _RunSpans) -> None:
         _detach(spans.run_token)
         spans.run.end()
+
+
+def _proposal_attributes(proposal: ProposedAction[Any], *, capture_content: bool) -> dict[str, Any]:
+    """What a proposal's round span says of it: the tool and tier; whether untrusted content preceded the call
+    and which argument fields first appeared in it (field names, not values: values are content); with
+    `capture_content`, the arguments, the digest and the untrusted sources."""
+    attributes: dict[str, Any] = {
+        "agentkit.proposal.tool_name": proposal.tool_name,
+        "agentkit.proposal.tier": proposal.tier.name,
+    }
+    provenance = proposal.evidence.provenance if proposal.evidence is not None else None
+    if provenance is not None:
+        # Whether untrusted content preceded the call, and which argument fields first appeared in it
+        # (field names, not values: values are content).
+        attributes["agentkit.proposal.after_untrusted"] = provenance.tainted
+        attributes["agentkit.proposal.held_by_provenance"] = provenance.held
+        attributes["agentkit.proposal.from_untrusted"] = [mark.path for mark in provenance.from_untrusted]
+    if capture_content:
+        attributes["agentkit.proposal.arguments"] = proposal.args.model_dump_json()
+        attributes["agentkit.proposal.digest"] = proposal.digest
+        if provenance is not None:
+            attributes["agentkit.proposal.untrusted_sources"] = [
+                f"round {o.round} {o.tool_name}" for o in provenance.untrusted
+            ]
+    return attributes
 
 
 def _detach(token: object) -> None:
