@@ -35,12 +35,55 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Mapping
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Generic, Protocol, Self, TypeVar
 
 import httpx2
 import openai
 
-__all__ = ["ClosedWhenGarbage", "InFlight", "OwnedHttpClient", "SdkClient", "Send", "through_client", "through_http"]
+__all__ = [
+    "ClientOwner",
+    "ClosedWhenGarbage",
+    "InFlight",
+    "OwnedHttpClient",
+    "SdkClient",
+    "Send",
+    "through_client",
+    "through_http",
+]
+
+
+class _Closable(Protocol):
+    async def close(self) -> None: ...
+
+
+C = TypeVar("C", bound=_Closable)
+
+
+class ClientOwner(Generic[C]):
+    """What a caller over an SDK client shares: `client`, and `aclose` (also on leaving `async with`), which
+    closes the client only when the caller built it (`_owns_client`); a client passed in stays its owner's."""
+
+    _client: C
+    _owns_client: bool
+
+    @property
+    def client(self) -> C:
+        """The client requests go through (its own retries are off)."""
+        return self._client
+
+    async def aclose(self) -> None:
+        """Close the client if this caller built it; a client you passed stays yours to close."""
+        if self._owns_client:
+            await self._client.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
 
 
 class Send(Protocol):

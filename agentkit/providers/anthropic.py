@@ -44,8 +44,8 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import MappingProxyType, TracebackType
-from typing import Any, Self, TypeVar
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 import anthropic
 import httpx2
@@ -60,7 +60,7 @@ from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Truncated, UsageError
-from agentkit.providers._send import ClosedWhenGarbage, InFlight, Send, through_http
+from agentkit.providers._send import ClientOwner, ClosedWhenGarbage, InFlight, Send, through_http
 from agentkit.providers._wire import cause_of, dumps, on_this_machine, request_body, status_failure, token_count
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "THINKING_BUDGETS", "AnthropicCaller"]
@@ -169,7 +169,7 @@ class _InvalidReply(ValueError):
     """A reply that carries no answer to validate (no tool call, several, an empty reply); re-asked."""
 
 
-class AnthropicCaller:
+class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
     """`StructuredCaller` and `TextCaller` over Anthropic's Messages API, through the official `anthropic` SDK.
 
     Each `complete` is one attempt: one HTTP request, plus up to `max_reasks` more when the reply does not
@@ -275,24 +275,6 @@ class AnthropicCaller:
         self.provider_name: str = "anthropic"
         """The provider as tracing reports it (`gen_ai.provider.name`)."""
         self._slot = InFlight(max_in_flight)
-
-    @property
-    def client(self) -> anthropic.AsyncAnthropic:
-        """The client requests go through (its own retries are off)."""
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the client if this caller built it; a client you passed stays yours to close."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         """Ask `request.model` for one reply that validates against `schema`, through the schema's tool.

@@ -62,8 +62,7 @@ import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, Literal, Self, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx2
 import openai
@@ -78,7 +77,7 @@ from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Truncated, UsageError
-from agentkit.providers._send import InFlight, OwnedHttpClient, through_client, through_http
+from agentkit.providers._send import ClientOwner, InFlight, OwnedHttpClient, through_client, through_http
 from agentkit.providers._strict import strict_schema
 from agentkit.providers._wire import (
     MAX_TOKENS_PER_REPLY,
@@ -250,7 +249,7 @@ class _InvalidReply(ValueError):
     """A reply that carries no JSON to validate (empty, a refusal, no tool call); re-asked like a schema error."""
 
 
-class OpenAICaller:
+class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
     """`StructuredCaller` and `TextCaller` for any OpenAI-compatible chat-completions server.
 
     Each `complete` is one attempt: one HTTP request, plus up to `max_reasks` more when the
@@ -383,24 +382,6 @@ class OpenAICaller:
         self._slot = InFlight(max_in_flight)
         self._last_plan: tuple[type[BaseModel], StructuredMode, bool, _Plan] | None = None
         """The plan of the latest call's schema (a run asks with the same step model round after round)."""
-
-    @property
-    def client(self) -> openai.AsyncOpenAI:
-        """The client requests go through (its own retries are off)."""
-        return self._client
-
-    async def aclose(self) -> None:
-        """Close the client if this caller built it; a client you passed stays yours to close."""
-        if self._owns_client:
-            await self._client.close()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         """Ask `request.model` for one reply that validates against `schema`.
