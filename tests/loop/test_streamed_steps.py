@@ -316,3 +316,30 @@ async def test_an_unreadable_chunk_mid_stream_is_a_transient_failure(server: Fak
     [first, second] = [e for e in events if isinstance(e, LLMCallFinished)]
     assert "unreadable stream" in str(first.error)
     assert second.error is None
+
+
+async def test_a_streamed_step_of_several_calls_runs_each_call_once_as_a_whole_step_would(
+    server: FakeOpenAIServer, caller: OpenAICaller
+) -> None:
+    """Streaming and several calls per step: the rationale streams, then the step's calls run, each once, in the
+    step's order, and the run ends as the same script ends without streaming."""
+    several = {
+        "rationale": "Two things are asked; I search for both at once.",
+        "decision": {"done": False, "calls": [{"query": "tiers"}, {"query": "grants"}]},
+    }
+
+    async def run(config: LoopConfig) -> tuple[list[Event], Any]:
+        server.add(FakeReply.value(several, chunk_chars=5), FakeReply.value(DONE, chunk_chars=5))
+        return await streamed_events(caller, config)
+
+    streamed, result = await run(LoopConfig(retry=NO_WAIT, stream=True, max_calls_per_step=2))
+    plain, expected = await run(LoopConfig(retry=NO_WAIT, max_calls_per_step=2))
+    assert [e.args for e in streamed if isinstance(e, ToolCallStarted)] == [
+        e.args for e in plain if isinstance(e, ToolCallStarted)
+    ]
+    assert [getattr(e.args, "query", None) for e in streamed if isinstance(e, ToolCallStarted)] == ["tiers", "grants"]
+    assert any(isinstance(e, RationaleDelta) and e.round == 1 for e in streamed)
+    assert not any(isinstance(e, RationaleDelta) for e in plain)
+    assert result.items == expected.items
+    assert result.answer == expected.answer == Summary.model_validate(ANSWER)
+    assert all(request.get("stream") is True for request in server.requests[:2])
