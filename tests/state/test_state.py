@@ -136,7 +136,7 @@ def test_a_rounds_media_digests_are_sealed_and_a_round_without_media_digests_as_
     plain = RoundEntry(round=1, outcome=RoundOutcome.DONE)
     assert "media" not in _content(plain)
     later = {"trace", "media", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "reasoning"}
-    unrecorded = {"digest", "untrusted", "from_untrusted", *later}  # provenance, too, left out when none
+    unrecorded = {"digest", "untrusted", "from_untrusted", "position", *later}  # provenance, too, left out when none
     assert _content(plain) == json_text(plain.model_dump(mode="json", exclude=unrecorded))
     seen = RoundEntry(round=1, outcome=RoundOutcome.DONE, media=("image:image/png:" + "a" * 64,))
     assert _content(seen) != _content(plain)
