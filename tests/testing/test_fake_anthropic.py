@@ -186,7 +186,7 @@ def test_a_request_without_a_key_is_refused_401(server: FakeAnthropicServer) -> 
         ({"thinking": {"type": "enabled", "budget_tokens": 4096}}, "`max_tokens` must be greater"),
         ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "temperature": 0.2}, "only be set to 1"),
         ({"temperature": 1.5}, "temperature"),
-        ({"stream": True}, "does not stream"),
+        ({"stream": "yes"}, "stream: Input should be a valid boolean"),
     ],
 )
 def test_malformed_requests_are_refused_with_the_field_named(
