@@ -95,6 +95,7 @@ async def test_a_run_streamed_through_anthropic_ends_as_the_run_that_does_not_st
     anthropic_server.clear_cache()  # the second run writes the cache as the first did
     anthropic_server.add(*replies)
     _, plain = await streamed_events(caller, PLAIN)
+    assert anthropic_server.requests[0]["stream"] is True
     assert "stream" not in anthropic_server.requests[2]
     fields = ("outcome", "stop_reason", "answer", "rounds", "items", "usage")
     assert [getattr(streamed, name) for name in fields] == [getattr(plain, name) for name in fields]
@@ -167,7 +168,7 @@ async def test_a_streamed_anthropic_step_cut_off_ends_the_run_at_the_token_limit
     events, result = await streamed_events(caller)
     assert result.stop_reason is StopReason.MAX_TOKENS
     assert [e for e in events if isinstance(e, TextDelta)] == []  # a step's text block is not its tool input
-    assert len(anthropic_server.requests) == 1
+    assert [body["stream"] for body in anthropic_server.requests] == [True]
 
 
 async def test_a_run_nobody_watches_sends_todays_anthropic_request(
