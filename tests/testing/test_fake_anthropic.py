@@ -272,14 +272,15 @@ def test_an_error_mid_stream_is_an_error_event_the_sdk_raises(
 ) -> None:
     """`FakeReply.error(529, mid_stream=True)` starts a 200 stream, then sends Anthropic's `error` event."""
     server.add(FakeReply.error(529, mid_stream=True, message="Overloaded"))
-    stream = client.messages.stream(model="claude-test", max_tokens=2000, messages=user("hi"))
+    body: dict[str, Any] = {"model": "claude-test", "max_tokens": 2000, "messages": user("hi")}
+    stream = client.messages.stream(**body)
     with stream as events, pytest.raises(anthropic.APIStatusError) as raised:
         for _ in events:
             pass
     assert raised.value.status_code == 200
-    body = raised.value.body
-    assert isinstance(body, dict)
-    assert (body["type"], body["error"]) == ("error", {"type": "overloaded_error", "message": "Overloaded"})
+    sent = raised.value.body
+    assert isinstance(sent, dict)
+    assert (sent["type"], sent["error"]) == ("error", {"type": "overloaded_error", "message": "Overloaded"})
 
 
 def test_a_malformed_stream_is_an_event_that_is_not_json(server: FakeAnthropicServer) -> None:
