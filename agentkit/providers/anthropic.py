@@ -68,14 +68,7 @@ from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Truncated, UsageError
 from agentkit.providers._messages import STATUS_HINTS, Message, read_stream
 from agentkit.providers._send import ClosedWhenGarbage, InFlight, Send, through_http
-from agentkit.providers._wire import (
-    cause_of,
-    dumps,
-    on_this_machine,
-    request_body,
-    status_failure,
-    token_count,
-)
+from agentkit.providers._wire import cause_of, dumps, on_this_machine, request_body, status_failure, token_count
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "THINKING_BUDGETS", "AnthropicCaller"]
 
@@ -154,7 +147,9 @@ class AnthropicCaller:
 
     * HTTP 429 -> `Throttled` (with `retry_after` from `retry-after`), after one request;
     * 5xx (529 `overloaded_error` included), 408, 409, timeouts (the whole request past `timeout`
-      included), lost connections, an unreadable body -> `ProviderError` with `transient=True`;
+      included), lost connections, an unreadable body or stream -> `ProviderError` with `transient=True`;
+    * an `error` event in a stream, after the 200 -> the error of its type's status (`overloaded_error`: 529,
+      `rate_limit_error`: 429, `invalid_request_error`: 400, ...), as above;
     * a `usage` token count that is negative, not a whole number or above `MAX_TOKENS_PER_REPLY` ->
       `ProviderError` with `transient=False`;
     * 400, 401, 403, 404, 413 and other 4xx -> `ProviderError` with `transient=False`;
