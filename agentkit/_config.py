@@ -107,8 +107,8 @@ class LoopConfig:
     """Ask the model to stream each step, and emit it as it arrives: `RationaleDelta` as the rationale
     grows, `AnswerDelta` with the answer so far (validated as far as it goes), then the complete step,
     validated as a step that did not stream (`PartialDiscarded` when it fails and is asked again).
-    It needs a caller that streams (`OpenAICaller`; `OpenAICaller(stream=True)` streams every run);
-    with any other, the run goes as without it. The deltas reach observers and `iter_tool_loop`,
+    It needs a caller that streams (`OpenAICaller`, `AnthropicCaller`; either with `stream=True`
+    streams every run); with any other, the run goes as without it. The deltas reach observers and `iter_tool_loop`,
     never the journal, which records the complete step; a run with no observer is not streamed
     (nobody would see the deltas). It is not part of a run's recorded state: a resumed or forked
     run streams when its own config (or caller) says so. `False` (the default) sends the request

@@ -2,7 +2,7 @@
 it into events (`RationaleDelta`, `AnswerDelta`, `TextDelta`, `PartialDiscarded`).
 
 The seam is a context variable, as for transcripts (`agentkit._transcript`): the run sets a `Listener`
-around its model call, and a caller that streams (`OpenAICaller`) reports each reply it starts
+around its model call, and a caller that streams (`OpenAICaller`, `AnthropicCaller`) reports each reply it starts
 (`started`), the reply's text as it grows (`grew`), and a reply it rejects and asks again (`rejected`).
 A caller that does not stream reports nothing, and the run gets the complete step as before. Without a
 listener each report costs one context-variable read. `wanted` tells a caller whether the run asked for

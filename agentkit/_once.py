@@ -286,8 +286,8 @@ async def run_once_text(
         retry: Retry and fallback of the call; `RetryPolicy()` when omitted.
         stream: Ask the caller to stream the reply, and emit it as it arrives (`TextDelta`, and
             `PartialDiscarded` for a reply that then fails) to the observers. A caller set to
-            stream (`OpenAICaller(stream=True)`) streams without it; one that cannot stream
-            answers as without it.
+            stream (`OpenAICaller(stream=True)`, `AnthropicCaller(stream=True)`) streams without it;
+            one that cannot stream answers as without it.
     """
     role = agent.role()
     text_caller = _TextAsStructured(caller)

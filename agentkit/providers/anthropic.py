@@ -30,6 +30,11 @@ It is built like `OpenAICaller`, from the same pieces:
 * **Truncation.** `stop_reason: "max_tokens"` is `Truncated`, never parsed. The Messages API requires
   `max_tokens`, so a role without one sends `default_max_tokens`.
 * **Usage from the wire is checked** by `_wire.token_count`: a negative or absurd count is a `ProviderError`.
+* **Streaming is the same exchange, read as it arrives.** With `stream=True` (or a run that asks for it) the body
+  also says `stream: true`; the server-sent events are folded (`_messages.Streamed`) into the message a whole
+  body would have been, so usage, truncation, re-asks and validation are unchanged, and the tool's input (or the
+  text) so far is reported to the run (`agentkit._deltas`) after every event that adds to it. An `error` event
+  after the 200 is the error its HTTP status would have been. The overall deadline covers the whole stream.
 
 Example:
     >>> caller = AnthropicCaller(api_key="sk-ant-...")  # doctest: +SKIP
@@ -49,9 +54,10 @@ from typing import Any, TypeVar
 
 import anthropic
 import httpx2
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agentkit._cache import kept_on
+from agentkit._deltas import rejected, started, wanted
 from agentkit._media import ImagePart, PromptPart, parts_of
 from agentkit._reasoning import ReasoningEffort
 from agentkit._step import schema_name
@@ -60,6 +66,7 @@ from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Truncated, UsageError
+from agentkit.providers._messages import STATUS_HINTS, Message, read_stream
 from agentkit.providers._send import ClientOwner, ClosedWhenGarbage, InFlight, Send, through_http
 from agentkit.providers._wire import cause_of, dumps, on_this_machine, request_body, status_failure, token_count
 
@@ -86,50 +93,10 @@ _SCHEMA_KEYS = frozenset({"tools", "tool_choice"})
 _PATH = "/v1/messages"
 _RAW_IN_MESSAGE = 1000
 _EPHEMERAL = {"type": "ephemeral"}
-_STATUS_HINTS = {
-    400: "the Messages API rejected the request (its message says which field)",
-    401: "check the API key (api_key=... or ANTHROPIC_API_KEY)",
-    403: "the API key is not allowed to use this model",
-    404: "check the model name and base_url",
-    413: "the request is larger than the API takes; shorten the prompt",
-}
 _CALL_IT = "\n\nAnswer by calling the tool `{name}` once, with the whole answer in its input."
 """Added to the user's turn when thinking is on: the API then refuses a forced tool, so the call is asked for."""
 _REASK_TOOL = "Validation Error found:\n{error}\nRecall the function correctly, fix the errors"
 _REASK_TEXT = "Your previous reply was rejected:\n{reask}\nReply again, fixing these errors."
-
-
-class _Block(BaseModel):
-    """One content block of a reply; every field the API sends is kept, to send the block back as it came."""
-
-    model_config = ConfigDict(frozen=True, extra="allow")
-    type: str
-    text: str | None = None
-    id: str | None = None
-    name: str | None = None
-    input: object = None
-    thinking: str | None = None
-
-
-class _UsageBlock(BaseModel):
-    # Read as sent and checked by ``token_count``, so a bad count is named in a protocol error of its own.
-    model_config = ConfigDict(frozen=True)
-    input_tokens: object = None
-    output_tokens: object = None
-    cache_creation_input_tokens: object = None
-    cache_read_input_tokens: object = None
-
-
-class _Message(BaseModel):
-    """The part of a Messages API reply agentkit reads; every other field is ignored."""
-
-    model_config = ConfigDict(frozen=True)
-    type: str
-    id: str | None = None
-    model: str | None = None
-    content: list[_Block]
-    stop_reason: str | None = None
-    usage: _UsageBlock | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +147,9 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
 
     * HTTP 429 -> `Throttled` (with `retry_after` from `retry-after`), after one request;
     * 5xx (529 `overloaded_error` included), 408, 409, timeouts (the whole request past `timeout`
-      included), lost connections, an unreadable body -> `ProviderError` with `transient=True`;
+      included), lost connections, an unreadable body or stream -> `ProviderError` with `transient=True`;
+    * an `error` event in a stream, after the 200 -> the error of its type's status (`overloaded_error`: 529,
+      `rate_limit_error`: 429, `invalid_request_error`: 400, ...), as above;
     * a `usage` token count that is negative, not a whole number or above `MAX_TOKENS_PER_REPLY` ->
       `ProviderError` with `transient=False`;
     * 400, 401, 403, 404, 413 and other 4xx -> `ProviderError` with `transient=False`;
@@ -201,6 +170,14 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
         cache_system: Mark the system prompt (and with it the tool before it) as a prompt-cache
             breakpoint (`cache_control: {"type": "ephemeral"}`). On by default.
         default_max_tokens: `max_tokens` for a role that sets none.
+        stream: Ask the API to stream every reply (`stream: true`) and report its tool input (or text) as it
+            grows to the run, which emits `RationaleDelta` and `AnswerDelta` (`TextDelta` for prose). `False`
+            (the default) streams only the runs that ask for it (`LoopConfig(stream=True)`,
+            `run_once_text(stream=True)`); every other request is sent as without streaming, byte for byte. A
+            streamed reply is folded into the message a whole body would have been and checked exactly as one:
+            the same errors, re-asks, truncation (`stop_reason: "max_tokens"` in `message_delta`), thinking and
+            usage (the cache's counts included); an `error` event mid-stream is the error of its status
+            (`overloaded_error` as a 529, `rate_limit_error` as a 429).
 
     A role's `RoleSpec.reasoning` turns thinking on (`THINKING_BUDGETS`); its `RoleSpec.extra_body` is merged
     into the top level of each request body (it may not name `tools` or `tool_choice`, the schema's part).
@@ -221,6 +198,7 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
         max_in_flight: int | None = DEFAULT_MAX_IN_FLIGHT,
         cache_system: bool = True,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        stream: bool = False,
     ) -> None:
         if isinstance(max_reasks, bool) or not isinstance(max_reasks, int) or max_reasks < 0:
             raise UsageError(f"max_reasks must be an int >= 0; got {max_reasks!r}")
@@ -236,6 +214,8 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
             raise UsageError(f"cache_system must be True or False; got {cache_system!r}")
         if isinstance(default_max_tokens, bool) or not isinstance(default_max_tokens, int) or default_max_tokens < 1:
             raise UsageError(f"default_max_tokens must be an int >= 1; got {default_max_tokens!r}")
+        if not isinstance(stream, bool):
+            raise UsageError(f"stream must be True or False; got {stream!r}")
         self._owns_client = client is None
         self._post: Send
         if client is None:
@@ -267,6 +247,8 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
         """Whether the system prompt is a prompt-cache breakpoint."""
         self.default_max_tokens = default_max_tokens
         """`max_tokens` for a role that sets none."""
+        self.stream = stream
+        """Whether every request asks the API to stream (a run with `LoopConfig(stream=True)` streams anyway)."""
         url = client.base_url
         self.server_address: str = url.host
         """The server's host, as tracing reports it (`server.address`)."""
@@ -302,6 +284,8 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
                 except (ValidationError, _InvalidReply) as invalid:
                     if asked == self.max_reasks:
                         raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
+                    if "stream" in body:
+                        rejected(f"the reply did not validate and is asked again: {invalid}")
                     body = _reasked(body, reply, invalid)
                     continue
                 return Completion(
@@ -395,37 +379,56 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
                     "the request"
                 )
             body.update(request.extra_body)
+        if self.stream or wanted():
+            body["stream"] = True
         return body
 
-    async def _send(self, body: dict[str, Any], tools_json: str, tally: _Tally) -> _Message:
-        """One POST: the reply validated from its bytes, reported with its messages to a transcript listener."""
+    async def _send(self, body: dict[str, Any], tools_json: str, tally: _Tally) -> Message:
+        """One POST: the reply validated from its bytes (or folded from its stream, when `body` asks for one),
+        reported with its messages to a transcript listener."""
         tally.requests += 1
         model = str(body["model"])
         content = request_body(body, tools_json)
         messages = body["messages"]
+        reply: Message | None = None
         try:
             async with self._slot():
                 async with asyncio.timeout(self._deadline):
-                    response = await self._post(content)
+                    if "stream" in body:
+                        started()
+                        response = await self._post(content, True)
+                        try:
+                            if response.is_success:
+                                reply = await read_stream(response, model, tools=bool(tools_json))
+                            else:
+                                await response.aread()
+                        finally:
+                            await response.aclose()
+                    else:
+                        response = await self._post(content)
         except (TimeoutError, anthropic.APIConnectionError) as error:
             sent(messages, None)
             raise self._failure(model, error) from error
         except anthropic.APIStatusError as error:  # a client you passed: its own error for the status
             sent(messages, None)
-            raise status_failure(model, error.response, _STATUS_HINTS) from error
+            raise status_failure(model, error.response, STATUS_HINTS) from error
+        except AgentkitError:  # the stream broke, or reported an error after its 200
+            sent(messages, None)
+            raise
         if not response.is_success:
             sent(messages, None)
-            raise status_failure(model, response, _STATUS_HINTS)
-        data = response.content
-        try:
-            reply = _Message.model_validate_json(data)
-        except ValidationError as error:
-            sent(messages, None)
-            raise ProviderError(
-                f"model server sent an unreadable reply for model {model!r} (not a Messages API message: "
-                f"{error.errors(include_url=False)[0]['msg']}): {data[:200]!r}",
-                transient=True,
-            ) from error
+            raise status_failure(model, response, STATUS_HINTS)
+        if reply is None:
+            data = response.content
+            try:
+                reply = Message.model_validate_json(data)
+            except ValidationError as error:
+                sent(messages, None)
+                raise ProviderError(
+                    f"model server sent an unreadable reply for model {model!r} (not a Messages API message: "
+                    f"{error.errors(include_url=False)[0]['msg']}): {data[:200]!r}",
+                    transient=True,
+                ) from error
         try:
             tally.add(reply, model)
         except AgentkitError:
@@ -461,7 +464,7 @@ class _Tally:
         self.cache_read = 0
         self.cache_write = 0
 
-    def add(self, reply: _Message, model: str) -> None:
+    def add(self, reply: Message, model: str) -> None:
         usage = reply.usage
         if usage is None:
             return
@@ -513,11 +516,23 @@ def _build_client(
 
 
 def _through_client(client: anthropic.AsyncAnthropic) -> Send:
-    """The client's documented `post`: its auth, headers, hooks and instrumentation apply."""
+    """The client's documented `post`: its auth, headers, hooks and instrumentation apply. With `stream`, the same
+    `post` with `stream=True` (and the SDK's public `anthropic.AsyncStream` as its `stream_cls`, which a `cast_to`
+    of `httpx2.Response` leaves unused): the raw response, its body unread."""
 
     async def send(content: bytes, stream: bool = False) -> httpx2.Response:
-        del stream  # AnthropicCaller reads whole bodies (it never asks the API to stream)
-        return await client.post(_PATH, cast_to=httpx2.Response, content=content)
+        if not stream:
+            return await client.post(_PATH, cast_to=httpx2.Response, content=content)
+        response = await client.post(
+            _PATH, cast_to=httpx2.Response, content=content, stream=True, stream_cls=anthropic.AsyncStream[object]
+        )
+        if not isinstance(response, httpx2.Response):  # the SDK returns the raw response for this cast_to
+            await response.close()
+            raise anthropic.APIConnectionError(
+                message=f"the anthropic client streamed {type(response).__name__}, not the raw response",
+                request=response.response.request,
+            )
+        return response
 
     return send
 
@@ -561,7 +576,7 @@ def _base64(data: bytes) -> str:
     return base64.b64encode(data).decode("ascii")
 
 
-def _tool_input(reply: _Message, name: str) -> object:
+def _tool_input(reply: Message, name: str) -> object:
     calls = [block for block in reply.content if block.type == "tool_use"]
     if len(calls) > 1:
         raise _InvalidReply(
@@ -575,23 +590,23 @@ def _tool_input(reply: _Message, name: str) -> object:
     return calls[0].input
 
 
-def _text(reply: _Message) -> str:
+def _text(reply: Message) -> str:
     return "".join(block.text or "" for block in reply.content if block.type == "text")
 
 
-def _raw_text(reply: _Message) -> str:
+def _raw_text(reply: Message) -> str:
     """The reply as text, for errors and transcripts: each tool call's input as JSON, else the text."""
     calls = [dumps(block.input) for block in reply.content if block.type == "tool_use"]
     return "\n".join(calls) if calls else _text(reply)
 
 
-def _reasoning(reply: _Message) -> str | None:
+def _reasoning(reply: Message) -> str | None:
     """The reply's thinking, as text (redacted thinking carries none); `None` when it has no thinking block."""
     thoughts = [block.thinking or "" for block in reply.content if block.type == "thinking"]
     return "\n".join(thoughts) if thoughts else None
 
 
-def _reasked(body: dict[str, Any], reply: _Message, invalid: Exception) -> dict[str, Any]:
+def _reasked(body: dict[str, Any], reply: Message, invalid: Exception) -> dict[str, Any]:
     """The request again, with the rejected reply (thinking blocks included: the API requires them before a tool
     result) and a `tool_result` per call carrying the error; without a call, a user turn with it."""
     said = [block.model_dump(exclude_unset=True) for block in reply.content]

@@ -93,7 +93,8 @@ class DurableAgent(Generic[Ctx, R]):
         UsageError: a tool whose items cannot round-trip through JSON (their type travels between
             processes), a tool that takes the run's ctx, a `LoopConfig.deadline` (use the
             workflow's execution timeout), a `LoopConfig.stream` (no delta crosses from the model
-            activity into the workflow; `OpenAICaller(stream=True)` streams inside the activity), or
+            activity into the workflow; `OpenAICaller(stream=True)` or `AnthropicCaller(stream=True)` streams
+            inside the activity), or
             grants that do not fit the tools (`Grant.check`).
     """
 
@@ -126,7 +127,7 @@ class DurableAgent(Generic[Ctx, R]):
                 f"durable agent {self.name!r}: LoopConfig.stream cannot stream a durable run's steps: the model "
                 "call is an activity whose reply enters the workflow whole, so no delta can cross into it (the "
                 "run's events come from its history); to stream on the wire inside the activity, give the agent "
-                "OpenAICaller(stream=True), which returns the complete step"
+                "OpenAICaller(stream=True) or AnthropicCaller(stream=True), which returns the complete step"
             )
         for candidate in self.box.tools.values():
             if takes_ctx(candidate):

@@ -23,15 +23,16 @@ one serves the other. Standard library only.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from agentkit.testing._fake_server import FakeReply, FakeServer, Scripted, _Handler
+from agentkit.testing._fake_server import FakeReply, FakeServer, Scripted, _Handler, _pieces
 from agentkit.testing._fake_wire import RequestRejected, instance_of
 
 __all__ = ["FakeAnthropicServer"]
@@ -139,21 +140,43 @@ class FakeAnthropicServer(FakeServer):
         return {"type": "error", "error": {"type": kind, "message": message}, "request_id": _id("req")}
 
     def serve(self, handler: _Handler, request: dict[str, Any], reply: FakeReply, index: int) -> None:
-        """A Messages API message for the scripted reply (or its error)."""
+        """A Messages API message for the scripted reply (or its error); to a request with `stream: true`, the
+        message as the API streams it (`message_start`, each block's start, deltas and stop, `message_delta`,
+        `message_stop`)."""
+        streamed = bool(request.get("stream"))
         if reply.kind == "error":
             headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
             message = reply.body or f"fake server error {reply.status}"
-            handler.send_json(reply.status, self.error_payload(reply.status, message), index, headers, drip=reply.drip)
+            error = self.error_payload(reply.status, message)
+            if streamed and reply.mid_stream:  # the message starts, then the error comes as an `error` event
+                self._answered(index, error)
+                started = self._message(request, FakeReply.auto())
+                events = [*itertools.islice(_events(started, reply.chunk_chars), 4), _event(error)]
+                handler.stream_events(events, reply.pace)
+                return
+            handler.send_json(reply.status, error, index, headers, drip=reply.drip)
             return
         if reply.kind == "malformed":
-            handler.send_raw(200, b'{"id": "msg_broken", "type": "message", "content": [', "application/json")
+            if streamed:  # a stream whose first event is not JSON
+                handler.stream_events([b'event: message_start\ndata: {"type": "message_start", "message": {\n\n'])
+            else:
+                handler.send_raw(200, b'{"id": "msg_broken", "type": "message", "content": [', "application/json")
             return
+        payload = self._message(request, reply)
+        self._answered(index, payload)
+        if streamed:
+            handler.stream_events(_events(payload, reply.chunk_chars), reply.pace)
+            return
+        handler.send_raw(200, json.dumps(payload).encode(), "application/json", drip=reply.drip)
+
+    def _message(self, request: dict[str, Any], reply: FakeReply) -> dict[str, Any]:
+        """The message that answers `request` (its usage counted against the simulated cache)."""
         content, stop = _content(request, reply)
         if (request.get("thinking") or {}).get("type") == "enabled" and reply.kind != "no_choices":
             thought = reply.reasoning or _THOUGHT
             content.insert(0, {"type": "thinking", "thinking": thought, "signature": _id("sig")})
         usage = self._usage(request, reply, content)
-        payload = {
+        return {
             "id": _id("msg"),
             "type": "message",
             "role": "assistant",
@@ -163,8 +186,6 @@ class FakeAnthropicServer(FakeServer):
             "stop_sequence": None,
             "usage": usage,
         }
-        self._answered(index, payload)
-        handler.send_raw(200, json.dumps(payload).encode(), "application/json", drip=reply.drip)
 
     def _usage(self, request: Mapping[str, Any], reply: FakeReply, content: list[dict[str, Any]]) -> dict[str, int]:
         segments = _segments(request)
@@ -194,6 +215,51 @@ class FakeAnthropicServer(FakeServer):
             "cache_read_input_tokens": read,
             "output_tokens": output,
         }
+
+
+def _event(data: Mapping[str, Any]) -> bytes:
+    """One server-sent event, named by its data's `type` as the API names it."""
+    return f"event: {data['type']}\ndata: {json.dumps(data)}\n\n".encode()
+
+
+_EMPTY: dict[str, dict[str, Any]] = {
+    "text": {"text": ""},
+    "thinking": {"thinking": "", "signature": ""},
+    "tool_use": {"input": {}},
+}
+"""What a block's `content_block_start` carries in place of what its deltas will add."""
+
+
+def _events(message: Mapping[str, Any], size: int | None) -> Iterator[bytes]:
+    """`message` as the Messages API streams it: `message_start` (its usage with one output token so far), a
+    `ping`, then per block its start, its deltas (text in pieces of `size` characters, each in three when
+    `None`) and its stop, then `message_delta` (the stop reason and the output tokens) and `message_stop`."""
+    usage = message["usage"]
+    start = {**message, "content": [], "stop_reason": None, "stop_sequence": None}
+    start["usage"] = {**usage, "output_tokens": 1}
+    yield _event({"type": "message_start", "message": start})
+    yield _event({"type": "ping"})
+    for index, block in enumerate(message["content"]):
+        kind = block["type"]
+        yield _event({"type": "content_block_start", "index": index, "content_block": {**block, **_EMPTY[kind]}})
+        for delta in _deltas(block, size):
+            yield _event({"type": "content_block_delta", "index": index, "delta": delta})
+        yield _event({"type": "content_block_stop", "index": index})
+    end = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    yield _event({"type": "message_delta", "delta": end, "usage": {"output_tokens": usage["output_tokens"]}})
+    yield _event({"type": "message_stop"})
+
+
+def _deltas(block: Mapping[str, Any], size: int | None) -> Iterator[dict[str, Any]]:
+    kind = block["type"]
+    if kind == "text":
+        yield from ({"type": "text_delta", "text": piece} for piece in _pieces(block["text"], size))
+    elif kind == "thinking":
+        yield from ({"type": "thinking_delta", "thinking": piece} for piece in _pieces(block["thinking"], size))
+        yield {"type": "signature_delta", "signature": block["signature"]}
+    else:
+        text = json.dumps(block["input"])
+        yield from ({"type": "input_json_delta", "partial_json": piece} for piece in _pieces(text, size))
 
 
 def _id(prefix: str) -> str:
@@ -299,8 +365,8 @@ def validate_messages_request(body: object) -> dict[str, Any]:
     max_tokens = body.get("max_tokens")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise RequestRejected("max_tokens: Field required (an integer >= 1)", "max_tokens")
-    if body.get("stream"):
-        raise RequestRejected("stream: FakeAnthropicServer does not stream; send stream=false", "stream")
+    if "stream" in body and not isinstance(body["stream"], bool):
+        raise RequestRejected("stream: Input should be a valid boolean", "stream")
     breakpoints = _check_system(body.get("system"))
     tools = _check_tools(body.get("tools"))
     breakpoints += sum("cache_control" in tool for tool in body.get("tools") or [])

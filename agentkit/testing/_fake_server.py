@@ -86,6 +86,8 @@ class FakeReply:
     """The HTTP status of an `error`."""
     retry_after: str | None = None
     """The `Retry-After` header of an `error`, when set."""
+    mid_stream: bool = False
+    """An `error` reported in the stream after a 200 (to a request with `stream: true`), not as an HTTP status."""
     delay: float = 0.0
     """Seconds to wait before answering (a slow server, or a client timeout)."""
     drip: float = 0.0
@@ -151,11 +153,17 @@ class FakeReply:
         *,
         retry_after: float | str | None = None,
         message: str | None = None,
+        mid_stream: bool = False,
         **options: Unpack[ReplyOptions],
     ) -> FakeReply:
-        """An HTTP error with an OpenAI-shaped error body and an optional `Retry-After`."""
+        """An HTTP error with the API's error body and an optional `Retry-After`.
+
+        With `mid_stream=True`, a request with `stream: true` gets a 200 stream that starts the reply and then
+        reports the error in the stream, as a server that fails while it generates does (an `error` chunk for
+        OpenAI's format, an `error` event for Anthropic's); a request without `stream` gets the HTTP error.
+        """
         header = None if retry_after is None else str(retry_after)
-        return cls(kind="error", status=status, retry_after=header, body=message, **options)
+        return cls(kind="error", status=status, retry_after=header, body=message, mid_stream=mid_stream, **options)
 
     @classmethod
     def malformed(cls, **options: Unpack[ReplyOptions]) -> FakeReply:
@@ -409,6 +417,13 @@ class FakeOpenAIServer(FakeServer):
             headers = {"retry-after": reply.retry_after} if reply.retry_after is not None else {}
             message = reply.body or f"fake server error {reply.status}"
             error = _error_body(message, _ERROR_CODES.get(reply.status, "server_error"))
+            if reply.mid_stream and request.get("stream"):  # the reply starts, then the error comes as a chunk
+                self._answered(index, error)
+                answer = _compose(request, FakeReply.auto())
+                first = next(iter(_chunks(request, answer, _completion(request, answer), None)))
+                events = (f"data: {json.dumps(chunk)}\n\n".encode() for chunk in (first, error))
+                handler.stream_events(events, reply.pace)
+                return
             handler.send_json(reply.status, error, index, headers, drip=reply.drip)
             return
         if reply.kind == "malformed":

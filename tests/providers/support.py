@@ -67,6 +67,12 @@ class Wire:
                 blocks.append((given, usage["output_tokens"]))
         return blocks
 
+    def forget_cache(self) -> None:
+        """Empty the fake server's simulated prompt cache (Anthropic's), so that a request writes what it wrote
+        before; OpenAI's fake reports only scripted cache counts."""
+        if isinstance(self.server, FakeAnthropicServer):
+            self.server.clear_cache()
+
     def cached_counts(self) -> list[int]:
         """Each answered reply's input tokens read from the prompt cache, in that provider's terms."""
         counts: list[int] = []

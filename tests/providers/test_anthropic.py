@@ -419,6 +419,7 @@ async def test_a_rotated_key_is_the_one_sent() -> None:
         {"timeout": 0},
         {"cache_system": "yes"},
         {"default_max_tokens": 0},
+        {"stream": "yes"},
     ],
 )
 def test_wiring_mistakes_are_usage_errors(kwargs: dict[str, Any]) -> None:

@@ -186,7 +186,7 @@ def test_a_request_without_a_key_is_refused_401(server: FakeAnthropicServer) -> 
         ({"thinking": {"type": "enabled", "budget_tokens": 4096}}, "`max_tokens` must be greater"),
         ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "temperature": 0.2}, "only be set to 1"),
         ({"temperature": 1.5}, "temperature"),
-        ({"stream": True}, "does not stream"),
+        ({"stream": "yes"}, "stream: Input should be a valid boolean"),
     ],
 )
 def test_malformed_requests_are_refused_with_the_field_named(
@@ -237,3 +237,59 @@ def test_a_wrong_route_is_a_404_in_anthropics_format(server: FakeAnthropicServer
     """Only POST /v1/messages is served."""
     response = httpx2.post(f"{server.base_url}/v1/complete", content=b"{}", headers={"x-api-key": "k"})
     assert (response.status_code, response.json()["error"]["type"]) == (404, "not_found_error")
+
+
+# --- streaming -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("thinking", [False, True])
+def test_a_streamed_reply_is_the_message_the_sdks_stream_accumulates(
+    server: FakeAnthropicServer, client: anthropic.Anthropic, thinking: bool
+) -> None:
+    """The SDK's own stream reader folds the fake's events into the message the fake answered (recorded whole)."""
+    server.add(FakeReply.value({"score": 7}, chunk_chars=2, reasoning="Think it over."))
+    body: dict[str, Any] = {"model": "claude-test", "max_tokens": 2000, "messages": user("hi"), "tools": [TOOL]}
+    if thinking:
+        body["thinking"] = {"type": "enabled", "budget_tokens": 1024}
+    else:
+        body["tool_choice"] = {"type": "tool", "name": "Score"}
+    with client.messages.stream(**body) as stream:
+        kinds = [event.type for event in stream]
+        message = stream.get_final_message()
+    answered = server.responses[0]
+    assert answered is not None
+    assert message.model_dump(exclude_none=True, include={"id", "model", "content", "stop_reason", "usage"}) == {
+        key: answered[key] for key in ("id", "model", "content", "stop_reason", "usage")
+    }
+    assert server.requests[0]["stream"] is True
+    assert kinds[0] == "message_start"
+    assert kinds[-1] == "message_stop"
+    assert kinds.count("input_json") >= 4  # the SDK's event per input_json_delta: `{"score": 7}` in pieces
+
+
+def test_an_error_mid_stream_is_an_error_event_the_sdk_raises(
+    server: FakeAnthropicServer, client: anthropic.Anthropic
+) -> None:
+    """`FakeReply.error(529, mid_stream=True)` starts a 200 stream, then sends Anthropic's `error` event."""
+    server.add(FakeReply.error(529, mid_stream=True, message="Overloaded"))
+    body: dict[str, Any] = {"model": "claude-test", "max_tokens": 2000, "messages": user("hi")}
+    stream = client.messages.stream(**body)
+    with stream as events, pytest.raises(anthropic.APIStatusError) as raised:
+        for _ in events:
+            pass
+    assert raised.value.status_code == 200
+    sent = raised.value.body
+    assert isinstance(sent, dict)
+    assert (sent["type"], sent["error"]) == ("error", {"type": "overloaded_error", "message": "Overloaded"})
+
+
+def test_a_malformed_stream_is_an_event_that_is_not_json(server: FakeAnthropicServer) -> None:
+    """`FakeReply.malformed()` to a streamed request is a 200 stream whose first event's data is cut short."""
+    server.add(FakeReply.malformed())
+    response = post(server, {"model": "m", "max_tokens": 2000, "messages": user("hi"), "stream": True})
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "text/event-stream"
+    event, data = response.text.split("\n")[:2]
+    assert event == "event: message_start"
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(data.removeprefix("data: "))

@@ -196,6 +196,19 @@ def test_streamed_content_arrives_in_chunks_with_a_usage_chunk(server: FakeOpenA
     assert (chunks[-1].usage.prompt_tokens, chunks[-1].usage.completion_tokens) == (8, 9)
 
 
+def test_an_error_mid_stream_is_an_error_chunk_after_the_first(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
+    """``FakeReply.error(500, mid_stream=True)`` starts a 200 stream, then sends an ``{"error": ...}`` chunk; a
+    request without ``stream`` gets the HTTP error."""
+    server.add(
+        FakeReply.error(500, mid_stream=True, message="the model crashed"), FakeReply.error(500, mid_stream=True)
+    )
+    stream = chat(client, stream=True)
+    with pytest.raises(openai.APIError, match="the model crashed"):
+        list(stream)
+    with pytest.raises(openai.InternalServerError):
+        chat(client)
+
+
 def test_streamed_tool_call_arguments_join_to_the_call(server: FakeOpenAIServer, client: openai.OpenAI) -> None:
     """A streamed tool call sends its name first and its arguments in pieces."""
     server.add({"score": 12345})

@@ -7,8 +7,9 @@ from typing import Literal, assert_type
 from pydantic import JsonValue
 
 from agentkit import LoopConfig, Observer, events, run_once_text
+from agentkit.providers.anthropic import AnthropicCaller
 from agentkit.providers.openai import OpenAICaller
-from agentkit.testing import FakeOpenAIServer, FakeReply
+from agentkit.testing import FakeAnthropicServer, FakeOpenAIServer, FakeReply
 from tests.typing.models import Finder, Triager, search
 
 Delta = events.RationaleDelta | events.AnswerDelta | events.TextDelta | events.PartialDiscarded
@@ -44,6 +45,19 @@ async def text() -> None:
     caller = OpenAICaller(base_url="http://127.0.0.1:8000/v1")
     result = await run_once_text(caller, Triager(), "thread", stream=True)
     assert_type(result.text, str | None)
+
+
+async def anthropic_streamed() -> None:
+    caller = AnthropicCaller(base_url="http://127.0.0.1:8080", stream=True)
+    assert_type(caller.stream, bool)
+    async with events.iter_tool_loop(caller, Finder(), search, "ctx", LoopConfig(stream=True)) as run:
+        async for event in run:
+            if isinstance(event, events.RationaleDelta):
+                assert_type(event.delta, str)
+    prose = await run_once_text(caller, Triager(), "thread", stream=True)
+    assert_type(prose.text, str | None)
+    with FakeAnthropicServer([FakeReply.error(529, mid_stream=True), FakeReply.value({"a": 1}, chunk_chars=4)]):
+        pass
 
 
 def fake() -> None:
