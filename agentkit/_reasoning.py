@@ -86,12 +86,22 @@ def check_extra_body(value: object, where: str) -> None:
     body = cast("Mapping[object, object]", value)
     if any(not isinstance(key, str) for key in body):
         raise UsageError(f"{where} must be a mapping of str to JSON values, or None; got {value!r}")
+    streaming = sorted(key for key in _STREAM_KEYS if key in body)
+    if streaming:
+        raise UsageError(
+            f"{where} may not set {', '.join(map(repr, streaming))}: whether a call streams is the caller's "
+            "(stream=True) or the run's (LoopConfig(stream=True)), which read the reply as a stream"
+        )
     try:
         json.dumps(dict(body), allow_nan=False, default=_not_json)
     except (TypeError, ValueError) as error:
         raise UsageError(
             f"{where} must hold JSON values only (str, int, finite float, bool, None, lists, dicts of str): {error}"
         ) from None
+
+
+_STREAM_KEYS = ("stream", "stream_options")
+"""Keys of a request body that decide how its reply is read: never from `extra_body`."""
 
 
 def _not_json(value: object) -> JsonData:

@@ -173,6 +173,10 @@ def test_reasoning_and_extra_body_are_checked() -> None:
         RoleSpec(model="m", extra_body={"when": object()})  # type: ignore[dict-item]  # not JSON
     with pytest.raises(UsageError, match=r"RoleSpec.extra_body must hold JSON values only"):
         RoleSpec(model="m", extra_body={"top_k": float("nan")})
+    with pytest.raises(UsageError, match=r"RoleSpec.extra_body may not set 'stream': whether a call streams"):
+        RoleSpec(model="m", extra_body={"stream": True})  # the reply would be read as a body
+    with pytest.raises(UsageError, match=r"may not set 'stream_options'"):
+        RoleSpec(model="m", extra_body={"stream_options": {"include_usage": True}})
     assert Reasoning(effort="off").off
     assert not Reasoning(effort="low").off
 
