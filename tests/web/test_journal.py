@@ -1,0 +1,171 @@
+"""The SSE app over a journal: a journaled run's events derived from its state, followed by any process.
+
+The runs are recorded through the test's journal handle (`journal`, on SQLite and PostgreSQL); the app reads
+them through a handle of its own, as a process that did not run them would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Iterator
+
+import httpx2 as httpx
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from agentkit._state import RunCheckpoint
+from agentkit._web._journal import derived_events
+from agentkit.events import EVENT_SCHEMA, parse_event
+from agentkit.journal import Journal, RunRecord, UnknownId, open_journal
+from agentkit.web import JournalFeed
+from tests.web.support import WAIT, WebServer, approve_and_resume, proposed_run, read_stream
+
+pytest.importorskip("sse_starlette", reason="the web extra is not installed")
+
+
+@pytest.fixture
+def web(journal_url: str) -> Iterator[WebServer]:
+    with WebServer(journal_url=journal_url) as running:
+        yield running
+
+
+def _checked(messages: list[tuple[str, str]], run_id: str) -> list[str]:
+    """The kinds of `messages`, having checked that each is an event's JSON form (as EVENT_SCHEMA describes it,
+    read back by parse_event) of the run, whose `seq` is its message's id."""
+    import jsonschema
+
+    validator = jsonschema.Draft202012Validator(EVENT_SCHEMA)
+    kinds: list[str] = []
+    for id, data in messages:
+        validator.validate(json.loads(data))
+        event = parse_event(data)
+        assert event.to_json() == data
+        assert (event.run_id, str(event.seq)) == (run_id, id)
+        kinds.append(event.kind)
+    return kinds
+
+
+async def test_a_run_journaled_elsewhere_is_followed_and_a_reconnect_after_a_restart_loses_nothing(
+    journal: Journal, web: WebServer
+) -> None:
+    """A run recorded by another journal handle is followed over HTTP while it runs; the app goes down and comes
+    back meanwhile, and a client that reconnects with the Last-Event-ID it had gets every later event, once."""
+    gate = asyncio.Event()
+    running = asyncio.create_task(proposed_run(journal, gate))
+    run_id = ""
+    while not run_id:  # the run's start is recorded before its first round
+        await asyncio.sleep(0.01)
+        run_id = next((run.id for run in await journal.runs()), "")
+    async with (
+        httpx.AsyncClient(base_url=web.base, timeout=WAIT) as client,
+        client.stream("GET", f"/runs/{run_id}/events") as reply,
+    ):
+        assert reply.status_code == 200
+        lines = reply.aiter_lines()
+        first = await anext(line async for line in lines if line.startswith("data:"))
+    assert parse_event(first.removeprefix("data:").strip()).kind == "run_start"
+    assert not running.done()  # it waits in its search: the client was following a live run
+
+    await asyncio.to_thread(web.stop)
+    gate.set()
+    await running
+    await asyncio.to_thread(web.serve)
+
+    status, rest = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events", last_event_id="0")
+    _, everything = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events")
+    assert status == 200
+    assert rest == everything[1:]
+    assert [id for id, _ in everything] == [str(n) for n in range(len(everything))]
+    kinds = _checked(everything, run_id)
+    round_1 = ["rationale_delta", "tool_call", "tool_result"]
+    assert kinds == ["run_start", *round_1, "rationale_delta", "proposal", "run_end"]
+    for last in range(len(everything) - 1):
+        _, after = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events", last_event_id=str(last))
+        assert after == everything[last + 1 :]
+
+
+async def test_a_resumed_runs_events_keep_one_increasing_seq_across_legs(journal: Journal, web: WebServer) -> None:
+    """A resumed run's second leg goes on numbering after its first: the first leg's events read the same as
+    before, and a client that had the first leg's last event gets the second leg from the next number."""
+    run_id = await proposed_run(journal)
+    _, first_leg = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events")
+    await approve_and_resume(journal, run_id)
+    last = first_leg[-1][0]
+    _, second_leg = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events", last_event_id=last)
+    _, everything = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events")
+    assert everything == first_leg + second_leg
+    assert [int(id) for id, _ in everything] == list(range(len(everything)))
+    kinds = _checked(everything, run_id)
+    assert kinds.count("run_start") == kinds.count("run_end") == 2
+    resumed = parse_event(second_leg[0][1])
+    assert resumed.kind == "run_start"
+    assert resumed.continues is not None
+    assert [(d.tool_name, d.approved, d.by) for d in resumed.continues.decisions] == [("mail", True, "ops@example.com")]
+    assert _checked(second_leg, run_id)[1:3] == ["tool_call", "tool_result"]  # the approved mail ran
+
+
+async def test_an_ended_journaled_run_answers_no_content_once_sent_in_full(journal: Journal, web: WebServer) -> None:
+    """Once a journaled run ended and the client has its last event, a reconnect is answered 204; a client one
+    event short gets that event; a run the journal never saw is 404."""
+    run_id = await proposed_run(journal)
+    _, everything = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events")
+    last = len(everything) - 1
+    assert await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events", last_event_id=str(last)) == (
+        204,
+        [],
+    )
+    one_short = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events", last_event_id=str(last - 1))
+    assert one_short == (200, everything[-1:])
+    assert (await asyncio.to_thread(read_stream, web.base, "/runs/nope/events"))[0] == 404
+    with httpx.Client(base_url=web.base) as client:
+        assert client.get(f"/runs/{run_id}").status_code == 200  # the page of a run only the journal holds
+
+
+async def test_every_read_of_a_journaled_run_begins_with_the_events_of_the_earlier_reads(journal: Journal) -> None:
+    """The events derived from a run's state as it grows, leg after leg, always begin with those derived before:
+    an event's number means the same event in every read."""
+    feed = JournalFeed(journal)
+    with pytest.raises(UnknownId):
+        await feed.read("nope")
+    run_id = await proposed_run(journal)
+    first = await feed.read(run_id)
+    assert first.ended
+    await approve_and_resume(journal, run_id)
+    second = await feed.read(run_id)
+    assert second.texts[: len(first.texts)] == first.texts
+    assert len(second.texts) > len(first.texts)
+    assert second.ended
+    streamed = [(number, text) async for number, text in feed.events(run_id, after=len(first.texts) - 1)]
+    assert streamed == list(enumerate(second.texts))[len(first.texts) :]
+
+
+@functools.cache
+def _recorded() -> tuple[RunRecord, RunCheckpoint]:
+    """A run of two legs (a search, a proposal; approved, then a search and done) as a journal records it."""
+
+    async def record() -> tuple[RunRecord, RunCheckpoint]:
+        journal = open_journal(":memory:", in_memory=True)
+        try:
+            run_id = await proposed_run(journal)
+            await approve_and_resume(journal, run_id)
+            return await journal.run(run_id), await journal.state(run_id)
+        finally:
+            await journal.close()
+
+    return asyncio.run(record())
+
+
+@given(cut=st.integers(min_value=0, max_value=20))
+def test_the_events_of_any_prefix_of_a_state_are_the_first_events_of_the_whole(cut: int) -> None:
+    """For a run's state cut after any of its entries, the events derived are the first events derived from
+    the whole state: numbers never move as the state grows."""
+    record, state = _recorded()
+    whole = [event.to_json() for event in derived_events(record, state)]
+    part = [
+        event.to_json() for event in derived_events(record, state.model_copy(update={"entries": state.entries[:cut]}))
+    ]
+    assert whole[: len(part)] == part
+    assert len(part) < len(whole) or cut >= len(state.entries)
