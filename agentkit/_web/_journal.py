@@ -147,12 +147,15 @@ class _Derivation:
         self.record = record
         self.run_id = record.id
         self.entries: Sequence[RoundEntry | DecisionEntry | EndEntry] = () if state is None else state.entries
+        self.stateless = state is None
+        """The journal holds no state of the run: it is not a tool loop (a finished tool loop's state holds its end)."""
         self.proposals: dict[tuple[int, str], RoundEntry] = {}
         self.calls: dict[str, int] = {}
         """How many calls of each tool the events so far started (`ToolCallStarted.count`)."""
         self.rationale_of = 0
         """The last round whose rationale was given (a step of several calls records one entry per call)."""
         self.last_round = 0
+        self.last_trace: str | None = None
 
     def run(self) -> Iterator[Event]:
         tools: object = self.record.config.get("tools")
@@ -165,6 +168,9 @@ class _Derivation:
             max_rounds=ceiling if isinstance(ceiling, int) else None,
         )
         yield start
+        if self.stateless and self.record.state is RunState.FINISHED and self.record.outcome is not None:
+            yield self.recorded_end()  # a run with no state (not a tool loop): its end, as the journal recorded it
+            return
         leg_ended = False
         for index, entry in enumerate(self.entries):
             if leg_ended:
@@ -195,10 +201,10 @@ class _Derivation:
                     by=entry.by,
                 )
             )
-        return Continued(run_id=self.run_id, round=self.last_round, decisions=tuple(decisions))
+        return Continued(run_id=self.run_id, round=self.last_round, trace=self.last_trace, decisions=tuple(decisions))
 
     def round(self, entry: RoundEntry, index: int) -> Iterator[Event]:
-        self.last_round = max(self.last_round, entry.round)
+        self.last_round, self.last_trace = max(self.last_round, entry.round), entry.trace
         if entry.rationale and entry.round != self.rationale_of:
             self.rationale_of = entry.round
             text = str(entry.rationale)
@@ -207,7 +213,9 @@ class _Derivation:
         if outcome is RoundOutcome.PROPOSED:
             assert entry.call_digest is not None
             self.proposals[(entry.round, entry.call_digest)] = entry
-            if not self.granted(entry, index):  # a standing grant's approval follows at once: no proposal is shown
+            # A standing grant's approval follows at once (stored with it: a round's entries are stored together), and
+            # the run shows no proposal for it, only the call that ran.
+            if not self.granted(entry, index):
                 yield self.proposal(entry)
         elif outcome is RoundOutcome.RAN or outcome is RoundOutcome.RETRIED:
             yield from self.call(entry, entry.args, batch=entry.batch, observation=entry.observation)
@@ -250,7 +258,7 @@ class _Derivation:
             run_id=self.run_id,
             round=entry.round,
             tool_name=tool,
-            tier=entry.tier if entry.tier is not None else Tier.IRREVERSIBLE,
+            tier=entry.tier if entry.tier is not None else Tier.IRREVERSIBLE,  # a call that ran declares one
             args=_args(args),
             count=count,
             label=status_label(tool, count),
@@ -285,12 +293,26 @@ class _Derivation:
             run_id=self.run_id, round=entry.round, tool_name=str(entry.tool), args=_args(entry.args), refused=refused
         )
 
+    def recorded_end(self) -> RunFinished:
+        record = self.record
+        assert record.outcome is not None
+        assert record.stop_reason is not None
+        ending = RunEnding(
+            outcome=record.outcome,
+            stop_reason=record.stop_reason,
+            error=None if record.error is None else _ended_by(record.error),
+            usage=record.usage,
+            rounds=record.rounds,
+            run_id=self.run_id,
+        )
+        return RunFinished(run_id=self.run_id, result=ending)
+
     def finished(self, entry: EndEntry, index: int) -> RunFinished:
         progress = fold(self.entries[: index + 1])
         ending = RunEnding(
             outcome=entry.outcome,
             stop_reason=entry.stop_reason,
-            error=None if entry.error is None else ReportedError(str(entry.error), type_name="AgentkitError"),
+            error=None if entry.error is None else _ended_by(str(entry.error)),
             usage=progress.usage,
             rounds=progress.rounds,
             run_id=self.run_id,
@@ -315,3 +337,8 @@ def _size(batch: str | None) -> int:
 def _error(text: str) -> ReportedError:
     # The state keeps an error's message, not its class: a failed call's reads back as a `ToolError`.
     return ReportedError(text, type_name="ToolError")
+
+
+def _ended_by(text: str) -> ReportedError:
+    # As `_error`: what ended the run is named by its message; its class is the root's.
+    return ReportedError(text, type_name="AgentkitError")

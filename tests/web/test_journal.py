@@ -16,11 +16,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from agentkit import run_once
 from agentkit._state import RunCheckpoint
 from agentkit._web._journal import derived_events
-from agentkit.events import EVENT_SCHEMA, parse_event
-from agentkit.journal import Journal, RunRecord, UnknownId, open_journal
+from agentkit.events import EVENT_SCHEMA, RunFinished, parse_event
+from agentkit.journal import Journal, JournalObserver, RunRecord, UnknownId, open_journal
+from agentkit.testing import ScriptedCaller
 from agentkit.web import JournalFeed
+from tests.support import Classifier, Label
 from tests.web.support import WAIT, WebServer, approve_and_resume, proposed_run, read_stream
 
 pytest.importorskip("sse_starlette", reason="the web extra is not installed")
@@ -169,3 +172,23 @@ def test_the_events_of_any_prefix_of_a_state_are_the_first_events_of_the_whole(c
     ]
     assert whole[: len(part)] == part
     assert len(part) < len(whole) or cut >= len(state.entries)
+
+
+async def test_a_journaled_run_without_state_is_served_as_its_start_and_its_end(journal: Journal) -> None:
+    """A run the journal holds no state for (a single shot) gives its start, then, once it ended, its end as
+    the journal recorded it: outcome, stop reason, rounds."""
+    with JournalObserver(journal) as observer:
+        result = await run_once(
+            ScriptedCaller([{"label": "billing"}]), Classifier(), "text", schema=Label, observer=observer
+        )
+    read = await JournalFeed(journal).read(result.run_id)
+    events = [parse_event(text) for text in read.texts]
+    assert read.ended
+    assert [event.kind for event in events] == ["run_start", "run_end"]
+    end = events[-1]
+    assert isinstance(end, RunFinished)
+    assert (end.result.outcome, end.result.stop_reason, end.result.rounds) == (
+        result.outcome,
+        result.stop_reason,
+        result.rounds,
+    )
