@@ -199,10 +199,14 @@ async def approve_and_resume(journal: Journal, run_id: str) -> None:
     [pending] = await journal.pending()
     await journal.approve(pending.id, "ops@example.com")
     caller = ScriptedCaller([call_step(Query(query="more"), tool="search"), done_step()])
-    await _resumed(journal, run_id, caller)
+    await resume_with(journal, run_id, caller)
 
 
-async def _resumed(journal: Journal, run_id: str, caller: ScriptedCaller) -> None:
+async def resume_with(
+    journal: Journal, run_id: str, caller: ScriptedCaller, *, observer: Observer | None = None
+) -> None:
+    """`journal.resume` of a run `start_run` began, with its tools (here the mail runs, once approved)."""
+
     @tool(tier=Tier.READ_ONLY)
     async def search(args: Query) -> list[Doc]:
         """Search."""
@@ -213,7 +217,7 @@ async def _resumed(journal: Journal, run_id: str, caller: ScriptedCaller) -> Non
         """Mail."""
         return [Doc(id="mailed")]
 
-    await journal.resume(run_id, caller, Executor[Doc](), [search, mail], "ctx")
+    await journal.resume(run_id, caller, Executor[Doc](), [search, mail], "ctx", observer=observer)
 
 
 async def _cancel_the_rest() -> None:

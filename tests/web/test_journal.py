@@ -16,15 +16,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentkit import run_once
+from agentkit import LoopConfig, RepeatPolicy, Tier, run_once, run_tool_loop, tool
 from agentkit._state import RunCheckpoint
 from agentkit._web._journal import derived_events
-from agentkit.events import EVENT_SCHEMA, RunFinished, parse_event
+from agentkit.errors import ToolError
+from agentkit.events import EVENT_SCHEMA, RunFinished, RunStarted, parse_event
 from agentkit.journal import Journal, JournalObserver, RunRecord, UnknownId, open_journal
-from agentkit.testing import ScriptedCaller
+from agentkit.testing import ScriptedCaller, call_step, done_step
 from agentkit.web import JournalFeed
-from tests.support import Classifier, Label
-from tests.web.support import WAIT, WebServer, approve_and_resume, proposed_run, read_stream
+from tests.support import NO_WAIT, Classifier, Doc, Executor, Label, Query, Recorder
+from tests.web.support import WAIT, WebServer, approve_and_resume, proposed_run, read_stream, resume_with
 
 pytest.importorskip("sse_starlette", reason="the web extra is not installed")
 
@@ -192,3 +193,78 @@ async def test_a_journaled_run_without_state_is_served_as_its_start_and_its_end(
         result.stop_reason,
         result.rounds,
     )
+
+
+_SHARED = ("run_start", "tool_call", "tool_result", "proposal", "degeneration", "run_end")
+"""The kinds of event both a live run and its journal give (the journal has no deltas, model calls or round starts)."""
+
+
+def _comparable(texts: list[str]) -> list[dict[str, object]]:
+    """The events of the shared kinds, without what only the process that ran them knows: the numbering (each
+    counts its own), the caller, the time a call took, the classes of errors."""
+    kept = []
+    for text in texts:
+        data = json.loads(text)
+        if data["kind"] not in _SHARED:
+            continue
+        for field in ("seq", "caller", "seconds"):
+            data.pop(field, None)
+        if isinstance(data.get("error"), dict):
+            data["error"] = data["error"]["message"]
+        if data["kind"] == "run_end":
+            data["result"]["error"] = (data["result"]["error"] or {}).get("message")
+        kept.append(data)
+    return kept
+
+
+@pytest.mark.parametrize("ending", ["stalemate", "tool_error"])
+async def test_the_events_derived_from_the_journal_are_the_live_runs_own(journal: Journal, ending: str) -> None:
+    """A run's events derived from its journal match, field by field, those its observers got live (of the kinds
+    the journal records): a refused repeat and a stalemate, a call that ran, a tool that failed, the ending."""
+
+    @tool(tier=Tier.READ_ONLY)
+    def search(args: Query) -> list[Doc]:
+        """Search."""
+        if args.query == "broken":
+            raise ToolError("the index is down", tool_name="search")
+        return [Doc(id=args.query), Doc(id="more")]
+
+    steps = [call_step(Query(query="a"), tool=search, rationale="look")]
+    if ending == "stalemate":
+        steps += [call_step(Query(query="a"), tool=search, rationale="again")] * 2  # refused once, then a stalemate
+    else:
+        steps += [call_step(Query(query="broken"), tool=search, rationale="break")]
+    config = LoopConfig(retry=NO_WAIT, on_repeat=RepeatPolicy.REFUSE, repeat_refusals=1)
+    live = Recorder()
+    with JournalObserver(journal) as observer:
+        result = await run_tool_loop(
+            ScriptedCaller(steps), Executor[Doc](), [search], "ctx", config, observer=[observer, live]
+        )
+    read = await JournalFeed(journal).read(result.run_id)
+    _checked([(str(n), text) for n, text in enumerate(read.texts)], result.run_id)
+    derived = _comparable(list(read.texts))
+    assert derived == _comparable([event.to_json() for event in live.events])
+    kinds = [data["kind"] for data in derived]
+    if ending == "stalemate":
+        assert kinds == ["run_start", "tool_call", "tool_result", "degeneration", "degeneration", "run_end"]
+    else:
+        assert kinds == ["run_start", "tool_call", "tool_result", "tool_call", "tool_result", "run_end"]
+
+
+async def test_a_rejected_proposal_is_the_resumed_legs_decision_and_nothing_runs(journal: Journal) -> None:
+    """A run resumed after its proposal was rejected: its second leg starts with that decision (as the live leg's
+    start has it), no call of the rejected tool follows, and the leg's events match the live leg's."""
+    run_id = await proposed_run(journal)
+    first = await JournalFeed(journal).read(run_id)
+    [pending] = await journal.pending()
+    await journal.reject(pending.id, "ops@example.com", "not today")
+    live = Recorder()
+    await resume_with(journal, run_id, ScriptedCaller([done_step()]), observer=live)
+    read = await JournalFeed(journal).read(run_id)
+    second = list(read.texts[len(first.texts) :])
+    assert _comparable(second) == _comparable([event.to_json() for event in live.events])
+    start = parse_event(second[0])
+    assert isinstance(start, RunStarted)
+    assert start.continues is not None
+    assert [(d.tool_name, d.approved, d.by) for d in start.continues.decisions] == [("mail", False, "ops@example.com")]
+    assert [parse_event(text).kind for text in second] == ["run_start", "run_end"]
