@@ -268,3 +268,26 @@ async def test_a_rejected_proposal_is_the_resumed_legs_decision_and_nothing_runs
     assert start.continues is not None
     assert [(d.tool_name, d.approved, d.by) for d in start.continues.decisions] == [("mail", False, "ops@example.com")]
     assert [parse_event(text).kind for text in second] == ["run_start", "run_end"]
+
+
+def test_a_call_a_standing_grant_approved_shows_as_the_call_that_ran_not_as_a_proposal() -> None:
+    """A proposal a standing grant approved at once (its decision follows it in the same round) is shown as the call
+    that ran, with its result, as the live run shows it: no proposal awaits anyone."""
+    from agentkit import Outcome, StopReason
+    from agentkit._state import DecisionEntry, EndEntry, RoundEntry, RoundOutcome
+    from agentkit.journal import RunState
+
+    args = '{"to":"team@example.com"}'
+    proposed = RoundEntry(
+        round=1, outcome=RoundOutcome.PROPOSED, tool="mail", tier=Tier.IRREVERSIBLE, args=args, call_digest="d"
+    )
+    granted = DecisionEntry(round=1, call_digest="d", approved=True, by="grant:g1", batch='["sent"]')
+    state = RunCheckpoint.start("r", LoopConfig(), ())
+    for entry in (proposed, granted, EndEntry(stop_reason=StopReason.EXECUTOR_DONE, outcome=Outcome.APPLIED)):
+        state = state.appended(entry)
+    record = RunRecord(id="r", state=RunState.FINISHED, agent="A", model="m", config={}, started_at=None)
+    events = derived_events(record, state)
+    assert [event.kind for event in events] == ["run_start", "tool_call", "tool_result", "run_end"]
+    assert [parse_event(event.to_json()).seq for event in events] == [0, 1, 2, 3]
+    without_grant = derived_events(record, state.model_copy(update={"entries": state.entries[:1]}))
+    assert [event.kind for event in without_grant] == ["run_start", "proposal"]  # a decision yet to come
