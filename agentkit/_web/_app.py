@@ -34,7 +34,7 @@ from starlette.routing import Route
 from agentkit._events import Event, RunStarted
 from agentkit._observe import Observer
 from agentkit._web._feed import RunFeed
-from agentkit._web._journal import FeedRead, JournalFeed
+from agentkit._web._journal import JournalFeed
 from agentkit.errors import ResumeRefused, UnknownId
 
 if TYPE_CHECKING:
@@ -107,24 +107,25 @@ class _Routes:
             return PlainTextResponse(f"no run {run_id!r} here", status_code=404)
         if after is None:
             return PlainTextResponse("Last-Event-ID (or ?after=) is an event number: a whole number", 400)
-        if journaled is not None:
-            assert self.journal is not None
-            ended, count, events = journaled.ended, len(journaled.texts), self.journal.events(run_id, after=after)
-        else:
-            ended, count, events = feed.ended(run_id), feed.count(run_id), feed.events(run_id, after=after)
+        ended, count = (feed.ended(run_id), feed.count(run_id)) if journaled is None else journaled
         if ended and after >= count - 1:
             return Response(status_code=204)  # all sent: an EventSource stops reconnecting on 204
+        if journaled is None or self.journal is None:
+            events = feed.events(run_id, after=after)
+        else:
+            events = self.journal.events(run_id, after=after)
         return EventSourceResponse(_stream(events), ping=self.ping, headers=_HEADERS)
 
-    async def journaled(self, run_id: str) -> FeedRead | None:
-        """The run as the journal holds it (every process that serves it numbers its events alike, so it comes
-        before the feed); `None`: no journal, or it does not hold the run."""
+    async def journaled(self, run_id: str) -> tuple[bool, int] | None:
+        """Whether the run is over and how many events it has, as the journal holds it (every process that serves
+        it numbers its events alike, so it comes before the feed); `None`: no journal, or it does not hold the run."""
         if self.journal is None:
             return None
         try:
-            return await self.journal.read(run_id)
+            read = await self.journal.read(run_id)
         except UnknownId:
             return None
+        return read.ended, len(read.texts)
 
     async def page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
