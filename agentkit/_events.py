@@ -85,7 +85,8 @@ class EventBase:
 
     seq: int = 0
     """The event's number in its run, from 0 (the `RunStarted`), one more for each event after it, as
-    delivered to the observers (a resumed leg numbers its own events from 0 again)."""
+    delivered to the observers (a resumed leg numbers its own events from 0 again; the events of a journaled run
+    that `agentkit.web.JournalFeed` derives from its journal are numbered once across all its legs)."""
 
     def to_json(self) -> str:
         """The event as JSON: an object with its `kind`, `run_id`, `round` and `seq` first, then its own

@@ -2,9 +2,10 @@
 
 Routes:
 
-- `GET /runs/{run_id}/events`: the run's events (`RunFeed`), one SSE message each: `id:` its number in the
-  run, `data:` its JSON form. A reconnecting client's `Last-Event-ID` header (or `?after=N`) resumes after
-  that event, so nothing is lost or repeated; once the run ended and every event was sent, a reconnect gets
+- `GET /runs/{run_id}/events`: the run's events, one SSE message each: `id:` its number in the run, `data:`
+  its JSON form; from the journal (`JournalFeed`) for a run the app's journal holds, else from the feed
+  (`RunFeed`). A reconnecting client's `Last-Event-ID` header (or `?after=N`) resumes after that event, so
+  nothing is lost or repeated; once the run ended and every event was sent, a reconnect gets
   `204 No Content`, which tells an `EventSource` to stop.
 - `GET /runs/{run_id}`: a page that follows the run in the browser (its script reads the events above).
 - `POST /runs` (when the app was given `start`): starts a run from the request's JSON body; answers
@@ -21,7 +22,7 @@ import html
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import JsonValue
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -33,6 +34,11 @@ from starlette.routing import Route
 from agentkit._events import Event, RunStarted
 from agentkit._observe import Observer
 from agentkit._web._feed import RunFeed
+from agentkit._web._journal import JournalFeed
+from agentkit.errors import ResumeRefused, UnknownId
+
+if TYPE_CHECKING:
+    from agentkit.journal import Journal
 
 __all__ = ["RETRY_MS", "Start", "create_app"]
 
@@ -51,16 +57,29 @@ _HEADERS = {
 }
 
 
-def create_app(feed: RunFeed, *, start: Start | None = None, ping: float = 15.0) -> Starlette:
-    """The ASGI app that serves the runs `feed` observes as Server-Sent Events (see the module docstring).
+def create_app(
+    feed: RunFeed | None = None,
+    *,
+    journal: Journal | None = None,
+    poll: float = 0.5,
+    start: Start | None = None,
+    ping: float = 15.0,
+) -> Starlette:
+    """The ASGI app that serves the runs `feed` observes, and those `journal` holds, as Server-Sent Events
+    (see the module docstring).
 
     Args:
-        feed: The runs' events: give the same `RunFeed` to each run as its observer.
+        feed: The runs' events: give the same `RunFeed` to each run as its observer (default: a new one).
+        journal: Where journaled runs are followed from: a run it holds is served from its state there
+            (`JournalFeed`), wherever it runs (this process, a worker, a resumed leg, a process gone since),
+            numbered the same by every process that serves it; the feed serves the runs it does not hold.
+        poll: Seconds between reads of the journal while a journaled run goes on.
         start: How `POST /runs` starts a run; without it, the app only follows runs started elsewhere
-            (on the same event loop: the app's server's).
+            (on the same event loop: the app's server's, for the feed's runs).
         ping: Seconds between keep-alive comments on a quiet stream.
     """
-    app = _Routes(feed, start, ping)
+    followed = None if journal is None else JournalFeed(journal, poll=poll)
+    app = _Routes(RunFeed() if feed is None else feed, followed, start, ping)
     routes = [
         Route("/runs/{run_id}/events", app.events),
         Route("/runs/{run_id}", app.page),
@@ -72,27 +91,56 @@ def create_app(feed: RunFeed, *, start: Start | None = None, ping: float = 15.0)
 
 
 class _Routes:
-    def __init__(self, feed: RunFeed, start: Start | None, ping: float) -> None:
-        self.feed, self.start, self.ping = feed, start, ping
+    def __init__(self, feed: RunFeed, journal: JournalFeed | None, start: Start | None, ping: float) -> None:
+        self.feed, self.journal, self.start, self.ping = feed, journal, start, ping
         self.tasks: set[asyncio.Task[object]] = set()
         """The runs `POST /runs` started (held, so that none is collected while it runs)."""
 
     async def events(self, request: Request) -> Response:
         run_id, feed = request.path_params["run_id"], self.feed
-        if run_id not in feed:
-            return PlainTextResponse(f"no run {run_id!r} here", status_code=404)
         after = _after(request)
+        try:
+            journaled = await self.journaled(run_id)
+        except ResumeRefused as unreadable:
+            return PlainTextResponse(f"run {run_id!r} cannot be followed from the journal: {unreadable}", 500)
+        if journaled is None and run_id not in feed:
+            return PlainTextResponse(f"no run {run_id!r} here", status_code=404)
         if after is None:
             return PlainTextResponse("Last-Event-ID (or ?after=) is an event number: a whole number", 400)
-        if feed.ended(run_id) and after >= feed.count(run_id) - 1:
+        ended, count = (feed.ended(run_id), feed.count(run_id)) if journaled is None else journaled
+        if ended and after >= count - 1:
             return Response(status_code=204)  # all sent: an EventSource stops reconnecting on 204
-        return EventSourceResponse(_stream(feed, run_id, after), ping=self.ping, headers=_HEADERS)
+        if journaled is None or self.journal is None:
+            events = feed.events(run_id, after=after)
+        else:
+            events = self.journal.events(run_id, after=after)
+        return EventSourceResponse(_stream(events), ping=self.ping, headers=_HEADERS)
+
+    async def journaled(self, run_id: str) -> tuple[bool, int] | None:
+        """Whether the run is over and how many events it has, as the journal holds it (every process that serves
+        it numbers its events alike, so it comes before the feed); `None`: no journal, or it does not hold the run."""
+        if self.journal is None:
+            return None
+        try:
+            read = await self.journal.read(run_id)
+        except UnknownId:
+            return None
+        return read.ended, len(read.texts)
 
     async def page(self, request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        if run_id not in self.feed:
+        if run_id not in self.feed and not await self.holds(run_id):
             return PlainTextResponse(f"no run {run_id!r} here", status_code=404)
         return HTMLResponse(_page(run_id), headers=_HEADERS)
+
+    async def holds(self, run_id: str) -> bool:
+        if self.journal is None:
+            return False
+        try:
+            await self.journal.journal.run(run_id)
+        except UnknownId:
+            return False
+        return True
 
     async def static(self, request: Request) -> Response:
         name = request.path_params["name"]
@@ -142,9 +190,9 @@ class _FirstRun(Observer):
             self.started.set_result(event.run_id)
 
 
-async def _stream(feed: RunFeed, run_id: str, after: int) -> AsyncIterator[ServerSentEvent]:
+async def _stream(events: AsyncIterator[tuple[int, str]]) -> AsyncIterator[ServerSentEvent]:
     first = True
-    async for number, text in feed.events(run_id, after=after):
+    async for number, text in events:
         yield ServerSentEvent(text, id=str(number), retry=RETRY_MS if first else None)
         first = False
 

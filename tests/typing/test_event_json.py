@@ -9,7 +9,8 @@ from starlette.applications import Starlette
 
 from agentkit import PriorCall, StopReason, ToolRoundInfo, events
 from agentkit.errors import ReportedError
-from agentkit.web import RETRY_MS, RunFeed, Start, create_app
+from agentkit.journal import Journal
+from agentkit.web import RETRY_MS, FeedRead, JournalFeed, RunFeed, Start, create_app
 from tests.typing.models import Doc
 
 
@@ -41,6 +42,18 @@ async def web(start: Start) -> None:
     assert_type(RETRY_MS, int)
     assert_type(feed.ended("r"), bool)
     assert_type(feed.count("r"), int)
+    async for number, text in feed.events("r", after=3):
+        assert_type(number, int)
+        assert_type(text, str)
+
+
+async def journaled(journal: Journal) -> None:
+    assert_type(create_app(journal=journal, poll=0.1), Starlette)
+    feed = JournalFeed(journal, poll=0.1)
+    read = await feed.read("r")
+    assert_type(read, FeedRead)
+    assert_type(read.texts, tuple[str, ...])
+    assert_type(read.ended, bool)
     async for number, text in feed.events("r", after=3):
         assert_type(number, int)
         assert_type(text, str)

@@ -13,8 +13,10 @@ from typing import Any, TypeVar
 import httpx2 as httpx
 
 from agentkit import AfterProposal, LoopConfig, Observer, StructuredCaller, Tier, run_tool_loop_tiered, tool
+from agentkit.events import RunEnding
+from agentkit.journal import Journal, JournalObserver, open_journal
 from agentkit.providers.openai import OpenAICaller
-from agentkit.testing import ScriptedCaller, call_step
+from agentkit.testing import ScriptedCaller, call_step, done_step
 from agentkit.web import RunFeed, create_app
 from tests.support import NO_WAIT, Doc, Executor, Mail, Query
 
@@ -22,6 +24,9 @@ T = TypeVar("T")
 
 WAIT = 15.0
 """Seconds a wait may take before the test fails (never a measured time)."""
+
+POLL = 0.02
+"""Seconds between the app's reads of the journal while a journaled run goes on."""
 
 RATIONALES = ("Nothing is known yet; I look up the release date.", "The date is found; I mail it to the team.")
 
@@ -34,8 +39,12 @@ class WebServer:
     the same port; the event loop, the feed and the runs go on meanwhile.
     """
 
-    def __init__(self, *, model_url: str | None = None) -> None:
+    def __init__(self, *, model_url: str | None = None, journal_url: str | None = None) -> None:
         self.feed = RunFeed()
+        self._journal_url = journal_url
+        """A journal to follow runs from (`create_app(journal=...)`), opened by the server itself: another handle
+        than the one that records the runs, as in another process."""
+        self._journal: Journal | None = None
         self._model_url = model_url
         """A model server to stream the steps from (`FakeOpenAIServer`); without one, the steps are scripted."""
         self._loop = asyncio.new_event_loop()
@@ -51,12 +60,16 @@ class WebServer:
     def __enter__(self) -> WebServer:
         self._thread.start()
         self._gate = self.run(_event)
+        if self._journal_url is not None:
+            self._journal = open_journal(self._journal_url)
         self.serve()
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
         self.run(_cancel_the_rest)  # what outlives the server: a run still waiting, sse-starlette's watcher
+        if self._journal is not None:
+            self.run(self._journal.close)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(WAIT)
         self._loop.close()
@@ -76,7 +89,7 @@ class WebServer:
                 await super().startup(sockets)
                 started.set()
 
-        app = create_app(self.feed, start=self._start)
+        app = create_app(self.feed, journal=self._journal, poll=POLL, start=self._start)
         config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
         self._server = Server(config)
 
@@ -168,6 +181,43 @@ async def start_run(caller: StructuredCaller, gate: asyncio.Event, observer: Obs
 
     config = LoopConfig(retry=NO_WAIT, after_proposal=AfterProposal.STOP)
     return await run_tool_loop_tiered(caller, Executor[Doc](), [search, mail], "ctx", config, observer=observer)
+
+
+async def proposed_run(journal: Journal, gate: asyncio.Event | None = None) -> str:
+    """A run recorded in `journal`: a search, then a mail (a proposal: the run stops at it); its id."""
+    if gate is None:
+        gate = asyncio.Event()
+        gate.set()
+    with JournalObserver(journal) as observer:
+        result = await start_run(ScriptedCaller(script()), gate, observer)
+    assert isinstance(result, RunEnding)
+    return result.run_id
+
+
+async def approve_and_resume(journal: Journal, run_id: str) -> None:
+    """The run's proposal approved, and the run resumed: it searches again, then says done."""
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops@example.com")
+    caller = ScriptedCaller([call_step(Query(query="more"), tool="search"), done_step()])
+    await resume_with(journal, run_id, caller)
+
+
+async def resume_with(
+    journal: Journal, run_id: str, caller: ScriptedCaller, *, observer: Observer | None = None
+) -> None:
+    """`journal.resume` of a run `start_run` began, with its tools (here the mail runs, once approved)."""
+
+    @tool(tier=Tier.READ_ONLY)
+    async def search(args: Query) -> list[Doc]:
+        """Search."""
+        return [Doc(id="release:2026-12-10")]
+
+    @tool(tier=Tier.IRREVERSIBLE)
+    def mail(args: Mail) -> list[Doc]:
+        """Mail."""
+        return [Doc(id="mailed")]
+
+    await journal.resume(run_id, caller, Executor[Doc](), [search, mail], "ctx", observer=observer)
 
 
 async def _cancel_the_rest() -> None:

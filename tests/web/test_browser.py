@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from agentkit.journal import Journal
 from agentkit.testing import FakeOpenAIServer, FakeReply
 from tests.inbox.support import chromium
-from tests.web.support import RATIONALES, WAIT, WebServer, wire_steps
+from tests.web.support import RATIONALES, WAIT, WebServer, approve_and_resume, proposed_run, read_stream, wire_steps
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -81,3 +82,21 @@ def test_the_page_shows_the_run_as_it_streams_and_a_reconnect_loses_nothing(web:
     everything = list(range(web.count(run_id)))
     assert browser.execute_script("return window.agentkitReceived") == everything  # the server sent none twice
     assert browser.execute_script("return window.agentkitSeen") == everything
+
+
+async def test_the_page_follows_a_run_from_its_journal(journal: Journal, journal_url: str, browser: WebDriver) -> None:
+    """A run recorded through another journal handle, stopped at its proposal, then approved and resumed: the
+    page shows both legs from the journal's events (the call and its result, the proposal, the approved call
+    and the ending), each event received once, and stops."""
+    run_id = await proposed_run(journal)
+    await approve_and_resume(journal, run_id)
+    with WebServer(journal_url=journal_url) as web:
+        browser.get(f"{web.base}/runs/{run_id}")
+        wait_until(browser, "document.body.dataset.closed === 'true'")
+        _, everything = read_stream(web.base, f"/runs/{run_id}/events")
+    assert text(browser, "#round-1 .rationale") == RATIONALES[0]
+    assert text(browser, "#round-1 .call .result") == "1 result"
+    assert "Proposed: mail" in text(browser, "#round-2 .proposal")
+    assert text(browser, "#round-2 .call .result") == "1 result"  # the approved mail, run by the resumed leg
+    assert "Ended: applied" in text(browser, "#ending")
+    assert browser.execute_script("return window.agentkitReceived") == list(range(len(everything)))
