@@ -96,6 +96,10 @@ class Tracker:
     autonomy: Tier = Tier.REVERSIBLE
     """The run's `LoopConfig.autonomy` (whether a proposal was held by the policy or by its tier)."""
     sources: list[_Source] = field(default_factory=list)
+    """What the run read, in order, as matching reads it (`_content`), up to the reads still `unread`."""
+    unread: list[tuple[tuple[str | None, ...], Origin | None]] = field(default_factory=list)
+    """Reads whose text is not made yet: made in order, only when a call's args are matched (`origins`), which
+    happens only once untrusted content entered the run; a run that never reads any never pays for it."""
     untrusted: list[Origin] = field(default_factory=list)
     untrusted_entries: set[int] = field(default_factory=set)
     """The indices of the entries whose call brought untrusted content in (a decided proposal: its round entry's)."""
@@ -127,7 +131,7 @@ class Tracker:
         if isinstance(entry, RoundEntry) and entry.tool is not None:
             if entry.outcome in (RoundOutcome.RAN, RoundOutcome.RETRIED) and self._untrusted(entry.tool):
                 changes["untrusted"] = True
-            if entry.args is not None and entry.outcome is not RoundOutcome.DONE:
+            if self.untrusted and entry.args is not None and entry.outcome is not RoundOutcome.DONE:
                 paths = tuple(dict.fromkeys(o.path for o in self.origins(json.loads(entry.args))))
                 if paths:
                     changes["from_untrusted"] = paths
@@ -161,9 +165,16 @@ class Tracker:
             origin = Origin(round=round, tool_name=tool, digest=_digest_of(tool, args))
             self.untrusted.append(origin)
             self.untrusted_entries.add(index)
-        text = _content(*texts)
-        if text:
-            self.sources.append(_Source(text, origin))
+        self.unread.append((texts, origin))
+
+    def _sources(self) -> list[_Source]:
+        """`sources`, with the reads still unread made (in the order they were read)."""
+        for texts, origin in self.unread:
+            text = _content(*texts)
+            if text:
+                self.sources.append(_Source(text, origin))
+        self.unread.clear()
+        return self.sources
 
     def catch_up(self, entries: typing.Sequence[RoundEntry | DecisionEntry | EndEntry]) -> None:
         """Absorb the entries of a stored state not absorbed yet (a resumed or forked run's)."""
@@ -177,10 +188,11 @@ class Tracker:
         if policy is None or not self.untrusted:
             return ()
         found: list[ArgOrigin] = []
+        sources = self._sources()
         for path, text in leaves(value):
             for piece in pieces(text, policy.min_match):
                 key = normalised(piece)
-                first = next((source for source in self.sources if key in source.text), None)
+                first = next((source for source in sources if key in source.text), None)
                 if first is not None and first.origin is not None:
                     found.append(ArgOrigin(path=path, value=piece[:_VALUE_LIMIT], origin=first.origin))
                     break  # the whole value, or its first word that matched: one mark per value

@@ -160,7 +160,7 @@ class ToolStep(BaseModel, Generic[Args]):
         fields = type(self).model_fields
         if self.done and type(self)._calls_first:
             raise ValueError('a tool call comes first: this round cannot be done; reply {"done": false, "call": ...}')
-        several = getattr(self, "calls", None)
+        several = self.__dict__.get("calls")  # a field of steps of several calls only (no AttributeError raised)
         if several is not None and self.call is not None:
             raise ValueError('a step carries its calls in "calls" only; leave "call" out')
         if not self.done and self.call is None and not several:
@@ -176,7 +176,7 @@ class ToolStep(BaseModel, Generic[Args]):
         `LoopConfig.max_calls_per_step` of them."""
         if self.done:
             return ()
-        several: Sequence[Args] | None = getattr(self, "calls", None)
+        several: Sequence[Args] | None = self.__dict__.get("calls")
         if several:
             return tuple(several)
         return () if self.call is None else (self.call,)
