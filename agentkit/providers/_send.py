@@ -20,9 +20,10 @@ so both go the same two roads, both public (described for `openai`; `anthropic`'
 
 Either road can also stream (`stream=True`, for a body that asks the server to): the response then
 comes back once its headers are in, its body unread, for the caller to read as it arrives
-(`aiter_lines`) and close (`aclose`); on the first road that is `send(..., stream=True)`, on the
-second the same `post` with `stream=True` (and the SDK's public `openai.AsyncStream` as its
-`stream_cls`, which a `cast_to` of `httpx2.Response` leaves unused: the raw response is returned).
+(`aiter_bytes`) and close (`aclose`); on the first road that is `send(..., stream=True)`, on the
+second the same `post` with `stream=True` (and the SDK's public stream class, `openai.AsyncStream` or
+`anthropic.AsyncStream`, as its `stream_cls`, which a `cast_to` of `httpx2.Response` leaves unused: the raw
+response is returned).
 
 Either road yields the response or raises `openai.APITimeoutError` / `openai.APIConnectionError`;
 a status other than 2xx is the response itself on the first road and the client's
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from types import TracebackType
 from typing import Any, Generic, Protocol, Self, TypeVar
 
@@ -127,22 +128,41 @@ class RequestError(Protocol):
     def __call__(self, *, request: httpx2.Request) -> Exception: ...
 
 
-def through_client(client: openai.AsyncOpenAI, path: str) -> Send:
-    """The client's documented `post`: everything the client does per request applies."""
+class Posting(Protocol):
+    """An SDK client's documented `post` (`openai.AsyncOpenAI` and `anthropic.AsyncAnthropic` alike)."""
+
+    def post(
+        self, path: str, *, cast_to: type[httpx2.Response], content: bytes, stream: bool, stream_cls: Any = ...
+    ) -> Awaitable[Any]: ...
+
+
+class StreamFailed(Protocol):
+    """An SDK's `APIConnectionError`, made with a message."""
+
+    def __call__(self, *, message: str, request: httpx2.Request) -> Exception: ...
+
+
+def through_client(client: Posting, path: str, *, stream_cls: type[Any], failed: StreamFailed) -> Send:
+    """The client's documented `post`: everything the client does per request applies. With `stream`, the same
+    `post` with `stream=True` and the SDK's public stream class as `stream_cls` (which a `cast_to` of
+    `httpx2.Response` leaves unused): the raw response, its body unread; anything else is `failed`."""
 
     async def send(content: bytes, stream: bool = False) -> httpx2.Response:
-        if not stream:
-            return await client.post(path, cast_to=httpx2.Response, content=content)
-        response = await client.post(
-            path, cast_to=httpx2.Response, content=content, stream=True, stream_cls=openai.AsyncStream[object]
-        )
-        if not isinstance(response, httpx2.Response):  # the SDK returns the raw response for this cast_to
-            await response.close()
-            raise openai.APIConnectionError(
-                message=f"the openai client streamed {type(response).__name__}, not the raw response",
-                request=response.response.request,
+        if stream:
+            response: object = await client.post(
+                path, cast_to=httpx2.Response, content=content, stream=True, stream_cls=stream_cls
             )
-        return response
+        else:
+            response = await client.post(path, cast_to=httpx2.Response, content=content, stream=False)
+        if isinstance(response, httpx2.Response):  # the SDK returns the raw response for this cast_to
+            return response
+        close = getattr(response, "close", None)
+        if close is not None:
+            await close()
+        raise failed(
+            message=f"the client returned {type(response).__name__}, not the raw response",
+            request=getattr(getattr(response, "response", None), "request", None) or httpx2.Request("POST", path),
+        )
 
     return send
 

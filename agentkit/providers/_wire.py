@@ -22,7 +22,7 @@ from typing import Any, cast
 import httpx2
 from pydantic import BaseModel, ConfigDict
 
-from agentkit.errors import AgentkitError, ProviderError, Throttled
+from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Throttled
 
 __all__ = [
     "MAX_TOKENS_PER_REPLY",
@@ -33,6 +33,7 @@ __all__ = [
     "detail_count",
     "dumps",
     "json_in_text",
+    "mismatch",
     "on_this_machine",
     "request_body",
     "retry_after",
@@ -61,23 +62,28 @@ class _ToolCall(BaseModel):
     function: _Function | None = None
 
 
-class _Message(BaseModel):
+class _Reasoned(BaseModel):
+    """A message, or a streamed chunk's delta, with the reasoning a server may return beside the reply."""
+
     model_config = ConfigDict(frozen=True)
-    content: str | None = None
-    refusal: str | None = None
-    tool_calls: list[_ToolCall] | None = None
     reasoning_content: object = None
-    """The reasoning a server returns beside the reply (vLLM's reasoning parsers, DeepSeek)."""
+    """The reasoning (vLLM's reasoning parsers, DeepSeek); in a delta, what the chunk adds to it."""
     reasoning: object = None
     """The same, as other servers name it (OpenRouter, Ollama, LM Studio); read only where it is text."""
 
     @property
     def reasoning_text(self) -> str | None:
-        """The reasoning the message carries as text (`reasoning_content`, else `reasoning`), if any."""
+        """The reasoning carried as text (`reasoning_content`, else `reasoning`), if any."""
         for said in (self.reasoning_content, self.reasoning):
             if isinstance(said, str) and said:
                 return said
         return None
+
+
+class _Message(_Reasoned):
+    content: str | None = None
+    refusal: str | None = None
+    tool_calls: list[_ToolCall] | None = None
 
 
 class _Choice(BaseModel):
@@ -115,21 +121,10 @@ class _CallDelta(BaseModel):
     function: _Function | None = None
 
 
-class _Delta(BaseModel):
-    model_config = ConfigDict(frozen=True)
+class _Delta(_Reasoned):
     content: str | None = None
     refusal: str | None = None
     tool_calls: list[_CallDelta] | None = None
-    reasoning_content: object = None
-    reasoning: object = None
-
-    @property
-    def reasoning_text(self) -> str | None:
-        """The reasoning this chunk adds, as text (`reasoning_content`, else `reasoning`), if any."""
-        for said in (self.reasoning_content, self.reasoning):
-            if isinstance(said, str) and said:
-                return said
-        return None
 
 
 class _ChunkChoice(BaseModel):
@@ -422,3 +417,18 @@ def on_this_machine(url: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+_RAW_IN_MESSAGE = 1000
+"""The most characters of the last reply a `mismatch` message quotes (the whole reply is on the error)."""
+
+
+def mismatch(model: str, name: str, invalid: Exception, raw: str, tries: int) -> StructuredOutputError:
+    """The error of a reply that still did not match schema `name` after `tries` tries (the last reply quoted)."""
+    shown = raw if len(raw) <= _RAW_IN_MESSAGE else raw[:_RAW_IN_MESSAGE] + "..."
+    return StructuredOutputError(
+        f"the reply of model {model!r} does not match schema {name!r} "
+        f"after {tries} tr{'y' if tries == 1 else 'ies'}: {invalid}\nlast reply: {shown!r}",
+        schema_name=name,
+        raw=raw,
+    )

@@ -65,10 +65,18 @@ from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
-from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Truncated, UsageError
+from agentkit.errors import AgentkitError, ProviderError, Truncated, UsageError
 from agentkit.providers._messages import STATUS_HINTS, Message, read_stream
-from agentkit.providers._send import ClientOwner, ClosedWhenGarbage, InFlight, Send, through_http
-from agentkit.providers._wire import cause_of, dumps, on_this_machine, request_body, status_failure, token_count
+from agentkit.providers._send import ClientOwner, ClosedWhenGarbage, InFlight, Send, through_client, through_http
+from agentkit.providers._wire import (
+    cause_of,
+    dumps,
+    mismatch,
+    on_this_machine,
+    request_body,
+    status_failure,
+    token_count,
+)
 
 __all__ = ["DEFAULT_MAX_IN_FLIGHT", "DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "THINKING_BUDGETS", "AnthropicCaller"]
 
@@ -91,7 +99,6 @@ _SCHEMA_KEYS = frozenset({"tools", "tool_choice"})
 """The request's members that carry the schema: `RoleSpec.extra_body` may not name them."""
 
 _PATH = "/v1/messages"
-_RAW_IN_MESSAGE = 1000
 _EPHEMERAL = {"type": "ephemeral"}
 _CALL_IT = "\n\nAnswer by calling the tool `{name}` once, with the whole answer in its input."
 """Added to the user's turn when thinking is on: the API then refuses a forced tool, so the call is asked for."""
@@ -235,7 +242,9 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
                 if timeout is None
                 else client.with_options(max_retries=0, timeout=timeout)
             )
-            self._post = _through_client(client)
+            self._post = through_client(
+                client, _PATH, stream_cls=anthropic.AsyncStream[object], failed=anthropic.APIConnectionError
+            )
         self._client = client
         bound = client.timeout if timeout is None else timeout
         self._deadline: float | None = (
@@ -283,7 +292,7 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
                     value = schema.model_validate(_tool_input(reply, plan.name))
                 except (ValidationError, _InvalidReply) as invalid:
                     if asked == self.max_reasks:
-                        raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
+                        raise mismatch(request.model, plan.name, invalid, raw, asked + 1) from invalid
                     if "stream" in body:
                         rejected(f"the reply did not validate and is asked again: {invalid}")
                     body = _reasked(body, reply, invalid)
@@ -515,28 +524,6 @@ def _build_client(
     return client, http
 
 
-def _through_client(client: anthropic.AsyncAnthropic) -> Send:
-    """The client's documented `post`: its auth, headers, hooks and instrumentation apply. With `stream`, the same
-    `post` with `stream=True` (and the SDK's public `anthropic.AsyncStream` as its `stream_cls`, which a `cast_to`
-    of `httpx2.Response` leaves unused): the raw response, its body unread."""
-
-    async def send(content: bytes, stream: bool = False) -> httpx2.Response:
-        if not stream:
-            return await client.post(_PATH, cast_to=httpx2.Response, content=content)
-        response = await client.post(
-            _PATH, cast_to=httpx2.Response, content=content, stream=True, stream_cls=anthropic.AsyncStream[object]
-        )
-        if not isinstance(response, httpx2.Response):  # the SDK returns the raw response for this cast_to
-            await response.close()
-            raise anthropic.APIConnectionError(
-                message=f"the anthropic client streamed {type(response).__name__}, not the raw response",
-                request=response.response.request,
-            )
-        return response
-
-    return send
-
-
 def _user_turn(dynamic: str | Sequence[PromptPart], reask: str | None, asked_for: str) -> dict[str, Any]:
     """The user's turn: the dynamic part as content blocks in reading order (text, `image` and `document` blocks,
     their bytes as a base64 source), then what the call asks for, then the previous attempt's error."""
@@ -634,14 +621,4 @@ def _truncated(request: StructuredRequest, name: str, raw: str, max_tokens: int)
         schema_name=name,
         raw=raw,
         max_tokens=max_tokens,
-    )
-
-
-def _invalid(request: StructuredRequest, name: str, invalid: Exception, raw: str, tries: int) -> StructuredOutputError:
-    shown = raw if len(raw) <= _RAW_IN_MESSAGE else raw[:_RAW_IN_MESSAGE] + "..."
-    return StructuredOutputError(
-        f"the reply of model {request.model!r} does not match schema {name!r} "
-        f"after {tries} tr{'y' if tries == 1 else 'ies'}: {invalid}\nlast reply: {shown!r}",
-        schema_name=name,
-        raw=raw,
     )

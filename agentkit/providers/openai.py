@@ -76,7 +76,7 @@ from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
-from agentkit.errors import AgentkitError, ProviderError, StructuredOutputError, Truncated, UsageError
+from agentkit.errors import AgentkitError, ProviderError, Truncated, UsageError
 from agentkit.providers._send import ClientOwner, InFlight, OwnedHttpClient, through_client, through_http
 from agentkit.providers._strict import strict_schema
 from agentkit.providers._wire import (
@@ -88,6 +88,7 @@ from agentkit.providers._wire import (
     detail_count,
     dumps,
     json_in_text,
+    mismatch,
     on_this_machine,
     request_body,
     status_failure,
@@ -112,7 +113,6 @@ DEFAULT_MAX_REASKS = 1
 DEFAULT_MAX_IN_FLIGHT: int = 100
 """Requests one `OpenAICaller` has on the wire at once (the `openai` client keeps 100 connections alive)."""
 
-_RAW_IN_MESSAGE = 1000
 _PATH = "/chat/completions"
 _STRICT_HOSTS = frozenset({"api.openai.com"})
 """Hosts `strict=None` sends strict schemas to: the ones known to implement OpenAI's strict mode."""
@@ -356,7 +356,9 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
         else:
             client = client.with_options(max_retries=0)
         if not self._owns_client:
-            self._post = through_client(client, _PATH)
+            self._post = through_client(
+                client, _PATH, stream_cls=openai.AsyncStream[object], failed=openai.APIConnectionError
+            )
         self._client = client
         bound = client.timeout if timeout is None else timeout
         self._deadline: float | None = (
@@ -406,7 +408,7 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
                     value = schema.model_validate_json(self._json_text(choice))
                 except (ValidationError, _InvalidReply) as invalid:
                     if asked == self.max_reasks:
-                        raise _invalid(request, plan.name, invalid, raw, asked + 1) from invalid
+                        raise mismatch(request.model, plan.name, invalid, raw, asked + 1) from invalid
                     if "stream" in kwargs:
                         rejected(f"the reply did not validate and is asked again: {invalid}")
                     kwargs = _reasked(kwargs, self.mode, choice, invalid)
@@ -496,7 +498,6 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
         model = str(kwargs["model"])
         content = request_body(kwargs, extra_json)
         streaming = "stream" in kwargs
-        body = b""
         reply: Reply | None = None
         try:
             async with self._slot():
@@ -811,16 +812,6 @@ def _truncated(request: StructuredRequest, name: str, raw: str, tally: _Tally) -
         schema_name=name,
         raw=raw,
         max_tokens=request.max_tokens,
-    )
-
-
-def _invalid(request: StructuredRequest, name: str, invalid: Exception, raw: str, tries: int) -> StructuredOutputError:
-    shown = raw if len(raw) <= _RAW_IN_MESSAGE else raw[:_RAW_IN_MESSAGE] + "..."
-    return StructuredOutputError(
-        f"the reply of model {request.model!r} does not match schema {name!r} "
-        f"after {tries} tr{'y' if tries == 1 else 'ies'}: {invalid}\nlast reply: {shown!r}",
-        schema_name=name,
-        raw=raw,
     )
 
 
