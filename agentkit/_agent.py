@@ -47,11 +47,6 @@ class Prompt:
             object.__setattr__(self, "parts", parts)
 
 
-# The field's type as the object it is: the class reports `agentkit` as its module, where pydantic would look
-# the annotation's names up and not find them.
-Prompt.__dataclass_fields__["parts"].type = tuple[PromptPart, ...]
-
-
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RoleSpec:
     """Which model plays the executor, and how it is asked."""
@@ -86,14 +81,6 @@ class RoleSpec:
             check_reasoning(self.reasoning)
         if self.extra_body is not None:
             check_extra_body(self.extra_body, "RoleSpec.extra_body")
-
-
-# The annotations of the fields whose types are not builtins, as the types themselves: pydantic reads a dataclass's
-# annotations in the namespace of its `__module__`, which `agentkit` sets to the package (`TypeAdapter(RoleSpec)`,
-# a request as a Temporal payload).
-for _name, _type in (("reasoning", Reasoning | None), ("extra_body", Mapping[str, JsonData] | None)):
-    RoleSpec.__annotations__[_name] = RoleSpec.__dataclass_fields__[_name].type = _type
-del _name, _type
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

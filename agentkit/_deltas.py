@@ -64,34 +64,29 @@ def wanted() -> bool:
     return listener is not None and listener.wanted
 
 
-def started() -> None:
-    """Report that a new reply starts; a listener that raises is logged and never fails the call."""
+def _report(call: Callable[[Listener], None]) -> None:
+    """Hand a report to this context's listener, if any; a listener that raises is logged, never fails the call."""
     listener = _LISTENER.get()
     if listener is not None:
         try:
-            listener.started()
+            call(listener)
         except Exception:
             logger.exception("a streaming listener failed; the call goes on")
+
+
+def started() -> None:
+    """Report that a new reply starts."""
+    _report(lambda listener: listener.started())
 
 
 def grew(text: str) -> None:
-    """Report the reply's text so far; a listener that raises is logged and never fails the call."""
-    listener = _LISTENER.get()
-    if listener is not None:
-        try:
-            listener.grew(text)
-        except Exception:
-            logger.exception("a streaming listener failed; the call goes on")
+    """Report the reply's text so far."""
+    _report(lambda listener: listener.grew(text))
 
 
 def rejected(reason: str) -> None:
-    """Report that the reply just read is rejected and asked again; a listener that raises is logged."""
-    listener = _LISTENER.get()
-    if listener is not None:
-        try:
-            listener.rejected(reason)
-        except Exception:
-            logger.exception("a streaming listener failed; the call goes on")
+    """Report that the reply just read is rejected and asked again."""
+    _report(lambda listener: listener.rejected(reason))
 
 
 @contextlib.contextmanager

@@ -31,10 +31,6 @@ _UNION: TypeAdapter[Event] = TypeAdapter(
 """Reads any event: the discriminator makes reading one a lookup of its `kind`, not a trial of each class."""
 
 
-def _union() -> TypeAdapter[Event]:
-    return _UNION
-
-
 def parse_event(text: str | bytes) -> Event:
     """An event from its JSON form (`event.to_json()`).
 
@@ -46,7 +42,7 @@ def parse_event(text: str | bytes) -> Event:
         UsageError: the text is not an event's JSON form; the message names what is wrong.
     """
     try:
-        return _union().validate_json(text)
+        return _UNION.validate_json(text)
     except ValidationError as wrong:
         raise UsageError(
             f"not an agentkit event's JSON form ({wrong.error_count()} problem(s): {_first(wrong)}); "
@@ -63,7 +59,7 @@ def _first(wrong: ValidationError) -> str:
 @functools.cache
 def event_schema() -> dict[str, JsonValue]:
     """The JSON Schema (draft 2020-12) of every event's JSON form: a `oneOf` discriminated by `kind`."""
-    schema = _union().json_schema(mode="serialization")
+    schema = _UNION.json_schema(mode="serialization")
     schema["title"] = _SCHEMA_TITLE
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return typing.cast("dict[str, JsonValue]", schema)  # pydantic types its schema dict[str, Any]

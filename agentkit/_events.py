@@ -89,8 +89,8 @@ class EventBase:
     that `agentkit.web.JournalFeed` derives from its journal are numbered once across all its legs)."""
 
     def to_json(self) -> str:
-        """The event as JSON: an object with its `kind`, `run_id`, `round` and `seq` first, then its own
-        fields (tool args as their JSON, an error as its class name and message), as
+        """The event as JSON: an object with its `seq`, `kind`, `run_id`, `round` and its own fields (tool args
+        as their JSON, an error as its class name and message), as
         `agentkit.events.EVENT_SCHEMA` describes it; `agentkit.events.parse_event` reads it back."""
         return _writer(type(self)).dump_json(self).decode()
 

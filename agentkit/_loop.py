@@ -66,7 +66,7 @@ from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
 from agentkit._toolbox import Toolbox
 from agentkit._tools import Tool, declared_tier
-from agentkit._usage import Usage, usage_of_counts
+from agentkit._usage import Usage, usage_counts, usage_of_counts
 from agentkit._views import Views
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout
 
@@ -202,6 +202,8 @@ class _Run:
         self.provenance.catch_up(state.entries)
         self.answer: Any = None
         self.answer_from_closing_round = False
+        self.step_deltas = StepDeltas.of(self.box.answer)
+        """How a streamed step of this run becomes delta events (its answer type's listener class)."""
         self.repeated: PriorCall[Any] | None = None
         """The call that repeated an earlier one and ended the run in a stalemate (its closing round names it)."""
         self.charged = progress.rounds
@@ -303,12 +305,7 @@ class _Run:
             prompt=reply.prompt,
             schema_digest=schema_digest(this.schema),
             media=reply.media,
-            requests=counted.requests,
-            input_tokens=counted.input_tokens,
-            output_tokens=counted.output_tokens,
-            cached_input_tokens=counted.cached_input_tokens,
-            cache_write_tokens=counted.cache_write_tokens,
-            reasoning_tokens=counted.reasoning_tokens,
+            **usage_counts(counted),
             reasoning=None if charged else reply.reasoning,
             llm_seconds=0.0 if charged else reply.seconds,
             tool_seconds=tool_seconds,
@@ -395,7 +392,7 @@ class _Run:
                 round=info.round,
                 deadline=self.remaining(),
                 stream=self.config.stream,
-                deltas=StepDeltas.of(self.box.answer),
+                deltas=self.step_deltas,
             )
         finally:
             ASKING.reset(asking)

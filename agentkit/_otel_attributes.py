@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from agentkit._usage import Usage
+from agentkit._usage import Usage, written_counts
 from agentkit.errors import AgentkitError, ProviderError
 
 __all__ = [
@@ -46,16 +46,7 @@ def server(caller: object) -> dict[str, str | int]:
 
 
 def usage_attributes(usage: Usage) -> dict[str, int]:
-    attributes = {
-        "agentkit.usage.requests": usage.requests,
-        "agentkit.usage.input_tokens": usage.input_tokens,
-        "agentkit.usage.output_tokens": usage.output_tokens,
-    }
-    for name in ("cached_input_tokens", "cache_write_tokens", "reasoning_tokens"):
-        count = getattr(usage, name)
-        if count:
-            attributes[f"agentkit.usage.{name}"] = count
-    return attributes
+    return {f"agentkit.usage.{name}": count for name, count in written_counts(usage).items()}
 
 
 USAGE_DETAILS = (

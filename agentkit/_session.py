@@ -248,12 +248,7 @@ class RunSession:
         except Exception as raised:
             error = executor_failed("render", raised)
             return Reply(value=None, usage=Usage(), error=error, stop_reason=StopReason.EXECUTOR_ERROR)
-        if prompt.parts:
-            request = StructuredRequest(
-                system=prompt.system, dynamic=prompt.dynamic, parts=prompt.parts, **self._settings
-            )
-        else:
-            request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, **self._settings)
+        request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, parts=prompt.parts, **self._settings)
         digest = prompt_digest(prompt)
         media = media_digests(prompt.parts)
         counted = _Counted(caller)

@@ -252,7 +252,7 @@ class CheckpointProvenance(BaseModel):
     min_match: int
 
     def rebuild(self) -> ProvenancePolicy:
-        return ProvenancePolicy(ceiling=self.ceiling, egress=self.egress, min_match=self.min_match)
+        return ProvenancePolicy(**dict(self))
 
 
 @value_cache(maxsize=64)
@@ -267,7 +267,7 @@ def _config_record(config: LoopConfig) -> CheckpointConfig:
     policy = config.provenance
     provenance = None
     if policy is not None:
-        provenance = CheckpointProvenance(ceiling=policy.ceiling, egress=policy.egress, min_match=policy.min_match)
+        provenance = CheckpointProvenance(**dataclasses.asdict(policy))
     return CheckpointConfig(
         **fields,
         retry=dataclasses.asdict(config.retry),

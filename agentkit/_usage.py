@@ -7,7 +7,7 @@ from collections.abc import Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-__all__ = ["USAGE_COUNTS", "Usage", "counting_runs", "run_spent", "usage_counts", "usage_of_counts"]
+__all__ = ["USAGE_COUNTS", "Usage", "counting_runs", "run_spent", "usage_counts", "usage_of_counts", "written_counts"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -65,6 +65,16 @@ USAGE_COUNTS = (
 def usage_counts(usage: Usage) -> dict[str, int]:
     """The usage as a record's fields (`USAGE_COUNTS`)."""
     return {name: getattr(usage, name) for name in USAGE_COUNTS}
+
+
+def written_counts(usage: Usage) -> dict[str, int]:
+    """The usage as a record that predates its detail counts writes it: `requests`, `input_tokens` and
+    `output_tokens` always, each detail count only where not 0 (so a record without them, an old one
+    included, reads back as the same usage)."""
+    return {name: count for name, count in usage_counts(usage).items() if count or name in _ALWAYS}
+
+
+_ALWAYS = frozenset(USAGE_COUNTS[:3])
 
 
 _SPENT: ContextVar[list[Usage] | None] = ContextVar("agentkit_spent", default=None)

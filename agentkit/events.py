@@ -10,10 +10,10 @@ run shape. An `Observer` (`agentkit.Observer`) gets them through its hooks;
 an invocation runs under); `RunStarted.continues` (a `Continued`, with its `Decided` decisions) what
 a resumed leg goes on from.
 
-Every event has one JSON form, for a UI or a log to take as it is: `event.to_json()` writes it (its
-`kind`, `run_id`, `round` and `seq`, then its own fields; tool args as their JSON, an error as its class name
-and message), `parse_event` reads it back, and `EVENT_SCHEMA` is the JSON Schema of the union of them all,
-discriminated by `kind`. Args read back are an `EventArgs`; errors a `ReportedError`.
+Every event has one JSON form, for a UI or a log to take as it is: `event.to_json()` writes it (an
+object with every field: `seq`, `kind`, `run_id`, `round` and its own; tool args as their JSON, an error
+as its class name and message), `parse_event` reads it back, and `EVENT_SCHEMA` is the JSON Schema of the
+union of them all, discriminated by `kind`. Args read back are an `EventArgs`; errors a `ReportedError`.
 """
 
 from typing import TYPE_CHECKING

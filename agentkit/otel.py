@@ -550,8 +550,6 @@ def _proposal_attributes(proposal: ProposedAction[Any], *, capture_content: bool
     }
     provenance = proposal.evidence.provenance if proposal.evidence is not None else None
     if provenance is not None:
-        # Whether untrusted content preceded the call, and which argument fields first appeared in it
-        # (field names, not values: values are content).
         attributes["agentkit.proposal.after_untrusted"] = provenance.tainted
         attributes["agentkit.proposal.held_by_provenance"] = provenance.held
         attributes["agentkit.proposal.from_untrusted"] = [mark.path for mark in provenance.from_untrusted]

@@ -96,12 +96,16 @@ class JournalFeed:
             UnknownId: the journal never saw the run.
             ResumeRefused: the journal's state of the run cannot be read, or does not verify.
         """
+        events, ended = await self._derived(run_id)
+        return FeedRead(texts=tuple(event.to_json() for event in events), ended=ended)
+
+    async def _derived(self, run_id: str) -> tuple[list[Event], bool]:
+        """The run's events as the journal holds them now, and whether the run is over."""
         # The record first: a run it shows over has every entry of its end stored already, so the state read
         # after it holds them (read the other way round, an end recorded in between would be missed).
         record = await self.journal.run(run_id)
         state = await _state(self.journal, run_id)
-        texts = tuple(event.to_json() for event in derived_events(record, state))
-        return FeedRead(texts=texts, ended=record.state is not RunState.UNFINISHED)
+        return derived_events(record, state), record.state is not RunState.UNFINISHED
 
     async def events(self, run_id: str, *, after: int = -1) -> AsyncIterator[tuple[int, str]]:
         """The run's events numbered past `after` (`-1`: from its first), as `(number, JSON text)`; it reads
@@ -113,11 +117,11 @@ class JournalFeed:
         """
         position = max(after + 1, 0)
         while True:
-            read = await self.read(run_id)
-            for number in range(position, len(read.texts)):
-                yield number, read.texts[number]
-            position = max(position, len(read.texts))
-            if read.ended:
+            events, ended = await self._derived(run_id)  # only the events not sent yet are written as JSON
+            for number in range(position, len(events)):
+                yield number, events[number].to_json()
+            position = max(position, len(events))
+            if ended:
                 return
             await asyncio.sleep(self.poll)
 

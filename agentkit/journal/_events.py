@@ -11,7 +11,7 @@ from agentkit import _events as ev
 from agentkit._config import LoopConfig
 from agentkit._proposals import canonical_json
 from agentkit._tiers import Tier
-from agentkit._usage import Usage
+from agentkit._usage import Usage, written_counts
 from agentkit.journal._records import RoundEntry
 
 __all__ = ["event_data", "fold_events", "loop_config_data", "said"]
@@ -53,15 +53,7 @@ def said(error: BaseException | None) -> str | None:
 def _usage(usage: Usage) -> dict[str, int]:
     """The usage as an event records it: the detail counts only where not 0 (so a record without them, an old
     one included, reads back as the same usage)."""
-    data = {"requests": usage.requests, "input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens}
-    for name in _DETAILS:
-        count = getattr(usage, name)
-        if count:
-            data[name] = count
-    return data
-
-
-_DETAILS = ("cached_input_tokens", "cache_write_tokens", "reasoning_tokens")
+    return written_counts(usage)
 
 
 def event_data(event: ev.Event) -> tuple[int | None, dict[str, Any]]:

@@ -25,7 +25,7 @@ from agentkit._observe import ModelCall as Asked
 from agentkit._proposals import Evidence, ProposedAction
 from agentkit._structured import StructuredRequest
 from agentkit._trust import CallProvenance
-from agentkit._usage import USAGE_COUNTS, Usage, usage_counts
+from agentkit._usage import USAGE_COUNTS, Usage, usage_counts, written_counts
 from agentkit.errors import AgentkitError, ProviderError, ToolError
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import error_fields, error_kind, rebuild_error
@@ -82,8 +82,6 @@ def _deepest(value: object) -> int:
     return deepest
 
 
-_FIRST_COUNTS = ("requests", "input_tokens", "output_tokens")
-"""The counts an error's details always carry; the later ones only when not 0 (as details were before them)."""
 _MODEL_ERRORS = frozenset({"Throttled", "Truncated", "StructuredOutputError", "ProviderError"})
 """The errors a model attempt reports as themselves; any other is the attempt's `ProviderError`."""
 
@@ -92,7 +90,7 @@ def encode_error(error: AgentkitError) -> ApplicationError:
     """An agentkit error as a non-retryable activity failure the workflow can rebuild: its type's name, its
     message, and as details its usage and its own fields (`_errors`)."""
     usage = getattr(error, "usage", None) or Usage(requests=1)
-    counts = {name: count for name, count in usage_counts(usage).items() if count or name in _FIRST_COUNTS}
+    counts = written_counts(usage)
     details: dict[str, JsonValue] = {**counts, **error_fields(error)}
     return ApplicationError(str(error), details, type=error_kind(error), non_retryable=True)
 
