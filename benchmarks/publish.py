@@ -304,9 +304,17 @@ def sse_first_event(files: Sequence[str]) -> str:
 def streaming(files: Sequence[str]) -> str:
     """The client CPU of a streamed round against a non-streamed one, per chunk size (`benchmarks.streaming_round`)."""
     results = load(files[0])
-    lines = [f"| way | client CPU ms/round | {X} not streamed | events per run |", "|---|---|---|---|"]
-    for way, row in results["ways"].items():
-        cells = [way, _num(row["client_cpu_ms_per_round"], 3), _num(row["cpu_x"]), str(row["events_per_run"])]
+    ways = results["ways"]
+    floored = any("floor" in row for row in ways.values())
+    head = f"| way | client CPU ms/round | {X} its own not-streamed way |"
+    if floored:
+        head += f" {X} bare `httpx2`'s same way |"
+    lines = [f"{head} events per run |", "|---" * (5 if floored else 4) + "|"]
+    for way, row in ways.items():
+        cells = [way, _num(row["client_cpu_ms_per_round"], 3), _num(row["cpu_x"])]
+        if floored:
+            cells.append(_num(row["cpu_x_floor"]) if "cpu_x_floor" in row else "-")
+        cells.append("-" if row.get("events_per_run") is None else str(row["events_per_run"]))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", measured(results, files[0])])
 
