@@ -126,12 +126,13 @@ async def floor_round(client: httpx2.AsyncClient, body: dict[str, Any], streamed
 async def floor_run(client: httpx2.AsyncClient, question: str, streamed: bool) -> int:
     """The scenario's run on bare httpx2; its rounds."""
     items: list[scenario.Item] = []
-    for round in range(1, CONFIG.max_rounds + 1):
+    rounds = CONFIG.max_rounds or scenario.ROUNDS
+    for round in range(1, rounds + 1):
         body: dict[str, Any] = {
             "model": scenario.MODEL,
             "messages": [
                 {"role": "system", "content": scenario.SYSTEM},
-                {"role": "user", "content": scenario.step_prompt(question, items, round, CONFIG.max_rounds)},
+                {"role": "user", "content": scenario.step_prompt(question, items, round, rounds)},
             ],
             "response_format": {"type": "json_schema", "json_schema": {"name": "Step", "schema": SCHEMA}},
         }
@@ -142,7 +143,7 @@ async def floor_run(client: httpx2.AsyncClient, question: str, streamed: bool) -
             scenario.check_items(len(items))
             return round
         items.extend(scenario.search_items(step.call.query))
-    raise scenario.WrongResult(f"the floor's run did not end in {CONFIG.max_rounds} rounds")
+    raise scenario.WrongResult(f"the floor's run did not end in {rounds} rounds")
 
 
 SCHEMA = STEP.model_json_schema()
