@@ -699,6 +699,32 @@ def injection_local(files: Sequence[str]) -> str:
     return "\n".join([*lines, "", f"User tasks: {', '.join(users)}{stopped}.", "", measured(results, files[0])])
 
 
+def round_split(files: Sequence[str]) -> str:
+    """Where a round's client CPU goes: the wire, the loop alone and interleaved (`benchmarks.round_split`)."""
+    results = load(files[0])
+    cpu = results["cpu_us"]
+    rows = [
+        ("the wire: one request built, sent, read and validated", "wire: OpenAICaller.complete", "wire: bare httpx2"),
+        ("the whole round (the scenario's runs, per round)", "round: run_tool_loop", "round: bare httpx2 loop"),
+        ("the loop alone, over the completions recorded", "loop alone: recorded completions", None),
+        ("the loop beside the floor's request, interleaved", "loop beside the floor's request", None),
+    ]
+    ratios = {"wire: OpenAICaller.complete": results["wire_x_floor"], "round: run_tool_loop": results["round_x_floor"]}
+    lines = [f"| part | agentkit, CPU µs | bare `httpx2`, CPU µs | {X} bare `httpx2` |", "|---|---|---|---|"]
+    for label, mine, floor in rows:
+        cells = [label, _num(cpu[mine], 1), "-" if floor is None else _num(cpu[floor], 1)]
+        cells.append(_num(ratios[mine]) if mine in ratios else "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    summary = (
+        f"The round less the wire: {_num(results['loop_in_place_us'], 1)} µs. The loop alone plus the floor's "
+        f"request, measured apart: {_num(results['apart_us'], 1)} µs; interleaved, {_num(results['sharing_us'], 1)} "
+        f"µs more. {results['repeats']} interleaved repeats of {results['requests_per_sample']} requests or "
+        f"{results['runs_per_sample']} runs."
+    )
+    stamp = {key: value for key, value in results.items() if key != "repeats"}  # said in the summary
+    return "\n".join([*lines, "", summary, "", measured(stamp, files[0])])
+
+
 RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "contenders": contenders,
     "contenders-short": contenders_short,
@@ -709,6 +735,7 @@ RENDERERS: dict[str, Callable[[Sequence[str]], str]] = {
     "fake-server": fake_server,
     "sse-first-event": sse_first_event,
     "streaming": streaming,
+    "round-split": round_split,
     "prompt-tokens": prompt_tokens,
     "schema-bytes": schema_bytes,
     "journal-checkpoint": journal_checkpoint,

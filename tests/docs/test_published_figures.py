@@ -27,6 +27,7 @@ LATEST = {
     "imports": "benchmarks/results/latest.json",
     "fake-server": "benchmarks/results/fake-server-latest.json",
     "prompt-tokens": "benchmarks/results/prompt-tokens-latest.json",
+    "round-split": "benchmarks/results/round-split-2026-12-07.json",
 }
 """The results file each kind of block on a headline page must quote: the latest of its benchmark."""
 BEFORE_AND_AFTER = {
