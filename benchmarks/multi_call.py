@@ -45,6 +45,20 @@ class Question:
     """The ids of the passages the answer needs."""
     answer: str
     """A pattern the correct answer matches (case-insensitive)."""
+    others: tuple[str, ...] = ()
+    """Patterns of the question's wrong candidates (of "which of these"): a correct answer names the right one
+    before any of them (an answer that lists every candidate, or leads with a wrong one, picks none)."""
+
+    def graded(self, answer: str | None) -> bool:
+        """Whether `answer` is correct: it matches `answer`, and names no other candidate before it."""
+        if answer is None:
+            return False
+        right = re.search(self.answer, answer, re.IGNORECASE)
+        if right is None:
+            return False
+        return all(
+            (other := re.search(o, answer, re.IGNORECASE)) is None or other.start() > right.start() for o in self.others
+        )
 
 
 QUESTIONS = (
@@ -53,30 +67,35 @@ QUESTIONS = (
         text="Which was launched first, Voyager 1 or Voyager 2?",
         passages=("space-01", "space-02"),
         answer=r"voyager 2",
+        others=(r"voyager 1",),
     ),
     Question(
         name="deeper",
         text="Which is deeper: the Challenger Deep in the Mariana Trench, or Lake Baikal?",
         passages=("geo-02", "geo-03"),
         answer=r"challenger|mariana",
+        others=(r"baikal",),
     ),
     Question(
         name="eniac-transistor",
         text="Which came first: the completion of ENIAC or the invention of the transistor?",
         passages=("comp-02", "comp-03"),
         answer=r"eniac",
+        others=(r"transistor",),
     ),
     Question(
         name="web-python",
         text="Which came first: Tim Berners-Lee's proposal of the World Wide Web, or the first release of Python?",
         passages=("comp-04", "comp-05"),
         answer=r"web|berners|1989",
+        others=(r"python",),
     ),
     Question(
         name="flight-penicillin",
         text="Which happened earlier: the Wright brothers' first powered flight, or Fleming's discovery of penicillin?",
         passages=("hist-03", "bio-03"),
         answer=r"flight|wright|1903",
+        others=(r"penicillin|fleming",),
     ),
     Question(
         name="apollo-hubble-years",
@@ -89,6 +108,7 @@ QUESTIONS = (
         text="Which is older: Iceland's parliament, the Althing, or Gutenberg's printing with movable type?",
         passages=("geo-06", "hist-01"),
         answer=r"althing|parliament|930",
+        others=(r"gutenberg|printing",),
     ),
     Question(
         name="earliest-of-three",
@@ -96,6 +116,7 @@ QUESTIONS = (
         "Hubble Space Telescope's launch?",
         passages=("space-01", "space-03", "space-07"),
         answer=r"apollo",
+        others=(r"voyager", r"hubble"),
     ),
     Question(
         name="python-kernel",
@@ -109,6 +130,7 @@ QUESTIONS = (
         text="Which of these was discovered or invented first: penicillin, the structure of DNA, or the transistor?",
         passages=("bio-03", "bio-01", "comp-03"),
         answer=r"penicillin",
+        others=(r"\bdna\b", r"transistor"),
     ),
 )
 """Each answer needs two or three passages of the demo's corpus."""
@@ -227,11 +249,16 @@ async def one_setting(caller: Any, model: str, max_calls: int) -> dict[str, Any]
             "answered": given is not None,
             "answer": None if given is None else given.answer,
             "cited": [] if given is None else list(given.passage_ids),
-            "correct": given is not None and re.search(question.answer, given.answer, re.IGNORECASE) is not None,
+            "correct": question.graded(None if given is None else given.answer),
             "cites_all": given is not None and needed <= set(given.passage_ids),
         }
         print(f"max_calls_per_step={max_calls} {json.dumps(run)}", file=sys.stderr, flush=True)
         runs.append(run)
+    return summed(max_calls, runs)
+
+
+def summed(max_calls: int, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A setting's counts over its runs."""
     n = len(runs)
     return {
         "max_calls_per_step": max_calls,
@@ -283,6 +310,17 @@ async def measure(
     return report
 
 
+def regraded(report: dict[str, Any]) -> dict[str, Any]:
+    """`report` with each case's answer graded again by its question's `graded` (the answers as the model gave
+    them), and each setting's counts summed again; it says so (`regraded`)."""
+    questions = {question.name: question for question in QUESTIONS}
+    settings = []
+    for setting in report["settings"]:
+        cases = [case | {"correct": questions[case["case"]].graded(case["answer"])} for case in setting["cases"]]
+        settings.append(summed(setting["max_calls_per_step"], cases))
+    return report | {"settings": settings, "regraded": time.strftime("%Y-%m-%d")}
+
+
 def write(report: dict[str, Any], out: Path) -> None:
     report |= {
         "date": time.strftime("%Y-%m-%d"),
@@ -309,7 +347,16 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds one model request may take")
     parser.add_argument("--together", action="store_true", help="run the settings at once, a model server each")
     parser.add_argument("--out", type=Path, help="also write multi-call-<model>-<date>.json and .md here")
+    parser.add_argument(
+        "--regrade", type=Path, metavar="FILE", help="grade a results file's answers again (no model run) and write it"
+    )
     args = parser.parse_args()
+    if args.regrade is not None:
+        report = regraded(json.loads(args.regrade.read_text()))
+        args.regrade.write_text(json.dumps(report, indent=2) + "\n")
+        args.regrade.with_suffix(".md").write_text(markdown(args.regrade))
+        print(json.dumps([{k: v for k, v in setting.items() if k != "cases"} for setting in report["settings"]]))
+        return
     report = asyncio.run(
         measure(args.model, args.threads, args.settings, args.timeout, args.out, together=args.together)
     )
