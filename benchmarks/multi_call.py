@@ -334,9 +334,11 @@ def write(report: dict[str, Any], out: Path) -> None:
 
 
 def markdown(path: Path) -> str:
+    """The table of the results file at `path` (named from the repository root when it is in it, else whole)."""
     from benchmarks.publish import ROOT, multi_call
 
-    return multi_call([path.resolve().relative_to(ROOT).as_posix()]) + "\n"
+    whole = path.resolve()
+    return multi_call([whole.relative_to(ROOT).as_posix() if whole.is_relative_to(ROOT) else str(whole)]) + "\n"
 
 
 def main() -> None:
