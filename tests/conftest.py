@@ -17,7 +17,7 @@ from urllib.parse import quote
 import pytest
 
 from agentkit.journal import Journal, open_journal
-from agentkit.testing import FakeOpenAIServer
+from agentkit.testing import FakeAnthropicServer, FakeOpenAIServer
 
 # A suite started as a background job of a script (`cmd &`) inherits SIGINT ignored, and so would every
 # process it starts: the Ctrl-C tests (in process and in child processes) need it delivered.
@@ -35,6 +35,14 @@ def server() -> Iterator[FakeOpenAIServer]:
     """A ``FakeOpenAIServer`` for the test, unscripted (a test that serves something else overrides it)."""
     with FakeOpenAIServer() as fake:
         yield fake
+
+
+@pytest.fixture
+def anthropic_server() -> Iterator[FakeAnthropicServer]:
+    """A ``FakeAnthropicServer`` for the test; the test fails if the server saw a request it could not answer."""
+    with FakeAnthropicServer() as fake:
+        yield fake
+        fake.assert_no_errors()
 
 
 @pytest.fixture

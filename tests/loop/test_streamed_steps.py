@@ -9,7 +9,6 @@ from typing import Any
 
 import openai
 import pytest
-from pydantic import BaseModel
 
 from agentkit import (
     LoopConfig,
@@ -31,43 +30,18 @@ from agentkit.events import (
     RationaleDelta,
     TextDelta,
     ToolCallStarted,
-    iter_tool_loop,
 )
 from agentkit.journal import Journal, JournalObserver
 from agentkit.providers.openai import OpenAICaller, StructuredMode
 from agentkit.testing import FakeOpenAIServer, FakeReply
+from tests.loop.support import ANSWER, DONE, LOOK, PLAIN, STREAM, Summary, streamed_events
 from tests.support import NO_WAIT, Finder, Recorder, search
-
-STREAM = LoopConfig(retry=NO_WAIT, stream=True)
-PLAIN = LoopConfig(retry=NO_WAIT)
-
-
-class Summary(BaseModel):
-    title: str
-    points: list[str]
-
-
-LOOK = {
-    "rationale": "Nothing is known yet; I search for tiers first.",
-    "decision": {"done": False, "call": {"query": "tiers"}},
-}
-ANSWER: dict[str, Any] = {
-    "title": "Tiers explained",
-    "points": ["read only runs", "irreversible waits", "reversible runs"],
-}
-DONE = {"rationale": "The results cover it.", "decision": {"done": True, "answer": ANSWER}}
 
 
 @pytest.fixture
 async def caller(server: FakeOpenAIServer) -> AsyncIterator[OpenAICaller]:
     async with OpenAICaller(base_url=server.base_url) as built:
         yield built
-
-
-async def streamed_events(caller: OpenAICaller, config: LoopConfig = STREAM) -> tuple[list[Event], Any]:
-    async with iter_tool_loop(caller, Finder(), search, "ctx", config, answer=Summary) as run:
-        events = [event async for event in run]
-    return events, run.result
 
 
 async def test_a_streamed_step_emits_its_rationale_as_it_grows_then_the_complete_step(

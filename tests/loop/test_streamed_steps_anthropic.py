@@ -4,64 +4,29 @@ the run emits the step as it arrives, then ends as the run that did not stream."
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator
 
 import pytest
-from pydantic import BaseModel
 
-from agentkit import LoopConfig, OnceAgent, Prompt, RoleSpec, RoundInfo, StopReason, run_once_text, run_tool_loop
+from agentkit import OnceAgent, Prompt, RoleSpec, RoundInfo, StopReason, run_once_text, run_tool_loop
 from agentkit.events import (
     AnswerDelta,
-    Event,
     LLMCallFinished,
     PartialDiscarded,
     RationaleDelta,
     TextDelta,
-    iter_tool_loop,
 )
 from agentkit.journal import Journal, JournalObserver
 from agentkit.providers.anthropic import AnthropicCaller
 from agentkit.testing import FakeAnthropicServer, FakeReply
-from tests.support import NO_WAIT, Finder, Recorder, search
-
-STREAM = LoopConfig(retry=NO_WAIT, stream=True)
-PLAIN = LoopConfig(retry=NO_WAIT)
-
-
-class Summary(BaseModel):
-    title: str
-    points: list[str]
-
-
-LOOK = {
-    "rationale": "Nothing is known yet; I search for tiers first.",
-    "decision": {"done": False, "call": {"query": "tiers"}},
-}
-ANSWER: dict[str, Any] = {
-    "title": "Tiers explained",
-    "points": ["read only runs", "irreversible waits", "reversible runs"],
-}
-DONE = {"rationale": "The results cover it.", "decision": {"done": True, "answer": ANSWER}}
-
-
-@pytest.fixture
-def anthropic_server() -> Iterator[FakeAnthropicServer]:
-    with FakeAnthropicServer() as fake:
-        yield fake
-        fake.assert_no_errors()
+from tests.loop.support import ANSWER, DONE, LOOK, PLAIN, STREAM, Summary, streamed_events
+from tests.support import Finder, Recorder, search
 
 
 @pytest.fixture
 async def caller(anthropic_server: FakeAnthropicServer) -> AsyncIterator[AnthropicCaller]:
     async with AnthropicCaller(base_url=anthropic_server.base_url) as built:
         yield built
-
-
-async def streamed_events(caller: AnthropicCaller, config: LoopConfig = STREAM) -> tuple[list[Event], Any]:
-    async with iter_tool_loop(caller, Finder(), search, "ctx", config, answer=Summary) as run:
-        events = [event async for event in run]
-    return events, run.result
 
 
 async def test_a_run_streamed_through_anthropic_emits_its_rationale_and_answer_as_they_grow(

@@ -12,11 +12,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from agentkit import StructuredCaller
+from pydantic import BaseModel
+
+from agentkit import StructuredCaller, StructuredRequest
 from agentkit.providers import TextCaller
 from agentkit.providers.anthropic import AnthropicCaller
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeAnthropicServer, FakeOpenAIServer
+
+
+class Verdict(BaseModel):
+    """A score for the text."""
+
+    score: int
+
+
+def request(**fields: Any) -> StructuredRequest:
+    """A request to rate "the text" with model "m", with `fields` of `StructuredRequest` over those."""
+    return StructuredRequest(**{"system": "Rate it.", "dynamic": "the text", "model": "m", **fields})
+
 
 WIRES = ("openai", "anthropic")
 """The providers the contract tests run on, by name (the `wire` fixture's params)."""

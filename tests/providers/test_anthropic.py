@@ -8,19 +8,17 @@ from __future__ import annotations
 import base64
 import http.server
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
 import pytest
-from pydantic import BaseModel
 
 from agentkit import (
     LoopConfig,
     Outcome,
     Prompt,
     RetryPolicy,
-    StructuredRequest,
     ToolRoundInfo,
     UsageError,
     run_tool_loop,
@@ -31,27 +29,16 @@ from agentkit.providers import Reasoning
 from agentkit.providers.anthropic import DEFAULT_MAX_TOKENS, THINKING_BUDGETS, AnthropicCaller
 from agentkit.testing import FakeAnthropicServer, FakeReply, call_step, done_step
 from tests.media_support import JPEG, PDF, PNG
-from tests.providers.support import message_text
+from tests.providers.support import Verdict, message_text, request
 from tests.support import Query, Searcher, corpus_search, http_server
 
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 
 
-class Verdict(BaseModel):
-    """A score for the text."""
-
-    score: int
-
-
-def request(**fields: Any) -> StructuredRequest:
-    return StructuredRequest(**{"system": "Rate it.", "dynamic": "the text", "model": "m", **fields})
-
-
 @pytest.fixture
-def server() -> Iterator[FakeAnthropicServer]:
-    with FakeAnthropicServer() as fake:
-        yield fake
-        fake.assert_no_errors()
+def server(anthropic_server: FakeAnthropicServer) -> FakeAnthropicServer:
+    """This module's server is Anthropic's (`anthropic_server`)."""
+    return anthropic_server
 
 
 @pytest.fixture

@@ -6,40 +6,27 @@ from __future__ import annotations
 
 import http.server
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import anthropic
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
 
-from agentkit import StructuredRequest
 from agentkit.errors import AgentkitError, ProviderError, Throttled
 from agentkit.providers import Reasoning
 from agentkit.providers._messages import BrokenStream, Event, Message, Streamed, StreamFailed
 from agentkit.providers.anthropic import AnthropicCaller
 from agentkit.testing import FakeAnthropicServer, FakeReply
 from agentkit.testing._fake_anthropic import _events
+from tests.providers.support import Verdict, request
 from tests.support import http_server
 
 
-class Verdict(BaseModel):
-    """A score for the text."""
-
-    score: int
-
-
-def request(**fields: Any) -> StructuredRequest:
-    return StructuredRequest(**{"system": "Rate it.", "dynamic": "the text", "model": "m", **fields})
-
-
 @pytest.fixture
-def server() -> Iterator[FakeAnthropicServer]:
-    with FakeAnthropicServer() as fake:
-        yield fake
-        fake.assert_no_errors()
+def server(anthropic_server: FakeAnthropicServer) -> FakeAnthropicServer:
+    """This module's server is Anthropic's (`anthropic_server`)."""
+    return anthropic_server
 
 
 def fold(events: list[dict[str, Any]]) -> Message:

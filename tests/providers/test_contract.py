@@ -7,23 +7,14 @@ import socket
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
-from pydantic import BaseModel
 
-from agentkit import LoopConfig, Outcome, RetryPolicy, StopReason, StructuredRequest, generate_structured, run_tool_loop
+from agentkit import LoopConfig, Outcome, RetryPolicy, StopReason, generate_structured, run_tool_loop
 from agentkit.errors import ProviderError, StructuredOutputError, Throttled, Truncated
 from agentkit.testing import FakeReply, call_step, done_step
-from tests.providers.support import WIRES, Caller, Wire, fake_server, open_wire
+from tests.providers.support import WIRES, Caller, Verdict, Wire, fake_server, open_wire, request
 from tests.support import Query, Searcher, corpus_search
 
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
-
-
-class Verdict(BaseModel):
-    score: int
-
-
-def request(**fields: object) -> StructuredRequest:
-    return StructuredRequest(**{"system": "Rate it.", "dynamic": "the text", "model": "m", **fields})  # type: ignore[arg-type]  # the fields are StructuredRequest's, given by the test
 
 
 @pytest.fixture(params=WIRES)

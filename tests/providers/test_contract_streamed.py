@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 from pydantic import BaseModel
 
-from agentkit import LoopConfig, Outcome, RetryPolicy, StructuredRequest, run_tool_loop
+from agentkit import LoopConfig, Outcome, RetryPolicy, run_tool_loop
 from agentkit._deltas import listening
 from agentkit.errors import ProviderError, Throttled, Truncated
 from agentkit.testing import FakeReply, call_step, done_step
-from tests.providers.support import WIRES, Caller, Wire, fake_server, open_wire
+from tests.providers.support import WIRES, Caller, Wire, fake_server, open_wire, request
 from tests.support import Query, Searcher, corpus_search
 
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
@@ -23,10 +23,6 @@ FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 class Verdict(BaseModel):
     score: int
     note: str = ""
-
-
-def request(**fields: object) -> StructuredRequest:
-    return StructuredRequest(**{"system": "Rate it.", "dynamic": "the text", "model": "m", **fields})  # type: ignore[arg-type]  # the fields are StructuredRequest's, given by the test
 
 
 class Heard:

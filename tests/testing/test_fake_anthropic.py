@@ -25,10 +25,9 @@ TOOL = {"name": "Score", "input_schema": Score.model_json_schema()}
 
 
 @pytest.fixture
-def server() -> Iterator[FakeAnthropicServer]:
-    with FakeAnthropicServer() as fake:
-        yield fake
-        fake.assert_no_errors()
+def server(anthropic_server: FakeAnthropicServer) -> FakeAnthropicServer:
+    """This module's server is Anthropic's (`anthropic_server`)."""
+    return anthropic_server
 
 
 @pytest.fixture
