@@ -53,13 +53,33 @@ def first_prompt() -> str:
     return scenario.step_prompt(scenario.question(scenario.new_run_id()), [], 1, 6)
 
 
+class FloorRequest:
+    """The floor's one request: the step request's JSON posted through `httpx2`, the reply read with
+    `json.loads`, the step validated with pydantic (as `benchmarks.contenders.floor_httpx` does each round)."""
+
+    def __init__(self, base_url: str) -> None:
+        headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
+        self.client = httpx2.AsyncClient(base_url=base_url, headers=headers, timeout=600)
+        step = {"name": "Step", "schema": scenario.Step.model_json_schema()}
+        self.response_format = {"type": "json_schema", "json_schema": step}
+
+    async def __call__(self, system: str, prompt: str) -> None:
+        body = {
+            "model": scenario.MODEL,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+            "response_format": self.response_format,
+        }
+        response = await self.client.post("/chat/completions", content=json.dumps(body).encode())
+        response.raise_for_status()
+        reply = json.loads(response.content)
+        scenario.Step.model_validate_json(reply["choices"][0]["message"]["content"] or "")
+
+
 def wire_sides(base_url: str) -> tuple[Sample, Sample, Callable[[], Awaitable[None]]]:
     """The caller's and the floor's one request, each a sample of `n` requests (CPU seconds per request)."""
     step = build_step_model(scenario.SearchArgs)
     caller = OpenAICaller(base_url=base_url, api_key="bench")
-    headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
-    client = httpx2.AsyncClient(base_url=base_url, headers=headers, timeout=600)
-    schema = {"type": "json_schema", "json_schema": {"name": "Step", "schema": scenario.Step.model_json_schema()}}
+    bare = FloorRequest(base_url)
 
     async def agentkit(n: int) -> float:
         prompts = [first_prompt() for _ in range(n)]
@@ -72,20 +92,12 @@ def wire_sides(base_url: str) -> tuple[Sample, Sample, Callable[[], Awaitable[No
         prompts = [first_prompt() for _ in range(n)]
         started = time.process_time()
         for prompt in prompts:
-            body = {
-                "model": scenario.MODEL,
-                "messages": [{"role": "system", "content": scenario.SYSTEM}, {"role": "user", "content": prompt}],
-                "response_format": schema,
-            }
-            response = await client.post("/chat/completions", content=json.dumps(body).encode())
-            response.raise_for_status()
-            reply = json.loads(response.content)
-            scenario.Step.model_validate_json(reply["choices"][0]["message"]["content"] or "")
+            await bare(scenario.SYSTEM, prompt)
         return (time.process_time() - started) / n
 
     async def close() -> None:
         await caller.aclose()
-        await client.aclose()
+        await bare.client.aclose()
 
     return agentkit, floor, close
 
@@ -140,20 +152,10 @@ class Replayed:
 def loop_sides(base_url: str) -> tuple[Callable[[int], Awaitable[None]], Sample, Sample, Callable[[], Awaitable[None]]]:
     """The loop over recorded completions, alone and beside the floor's request, each a sample of `n` runs
     (CPU per round); the first is the recording, done once before the samples."""
-    headers = {"Authorization": "Bearer bench", "Content-Type": "application/json"}
-    client = httpx2.AsyncClient(base_url=base_url, headers=headers, timeout=600)
-    schema = {"type": "json_schema", "json_schema": {"name": "Step", "schema": scenario.Step.model_json_schema()}}
+    bare = FloorRequest(base_url)
 
     async def beside(request: StructuredRequest) -> None:
-        body = {
-            "model": scenario.MODEL,
-            "messages": [{"role": "system", "content": request.system}, {"role": "user", "content": request.dynamic}],
-            "response_format": schema,
-        }
-        response = await client.post("/chat/completions", content=json.dumps(body).encode())
-        response.raise_for_status()
-        reply = json.loads(response.content)
-        scenario.Step.model_validate_json(reply["choices"][0]["message"]["content"] or "")
+        await bare(request.system, request.dynamic)
 
     caller = OpenAICaller(base_url=base_url, api_key="bench")
     replayed = Replayed(caller, beside)
@@ -188,7 +190,7 @@ def loop_sides(base_url: str) -> tuple[Callable[[int], Awaitable[None]], Sample,
 
     async def close() -> None:
         await caller.aclose()
-        await client.aclose()
+        await bare.client.aclose()
 
     return record, timed(False), timed(True), close
 
