@@ -3,12 +3,13 @@ and the run that collects its events."""
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from pydantic import BaseModel
 
 from agentkit import LoopConfig, StructuredCaller
-from agentkit.events import Event, iter_tool_loop
+from agentkit.events import Event, RationaleDelta, iter_tool_loop
 from tests.support import NO_WAIT, Finder, search
 
 STREAM = LoopConfig(retry=NO_WAIT, stream=True)
@@ -20,7 +21,7 @@ class Summary(BaseModel):
     points: list[str]
 
 
-LOOK = {
+LOOK: dict[str, Any] = {
     "rationale": "Nothing is known yet; I search for tiers first.",
     "decision": {"done": False, "call": {"query": "tiers"}},
 }
@@ -36,3 +37,13 @@ async def streamed_events(caller: StructuredCaller, config: LoopConfig = STREAM)
     async with iter_tool_loop(caller, Finder(), search, "ctx", config, answer=Summary) as run:
         events = [event async for event in run]
     return events, run.result
+
+
+def assert_rationale_grew(events: list[Event], round: int, rationale: str) -> None:
+    """The round's rationale arrived in several `RationaleDelta`s, each text the one before it and more, the
+    last the whole rationale, their deltas adding up to it."""
+    grown = [e for e in events if isinstance(e, RationaleDelta) and e.round == round]
+    assert len(grown) > 3
+    assert grown[-1].text == rationale
+    assert all(later.text.startswith(earlier.text) for earlier, later in itertools.pairwise(grown))
+    assert "".join(e.delta for e in grown) == rationale

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -34,7 +33,16 @@ from agentkit.events import (
 from agentkit.journal import Journal, JournalObserver
 from agentkit.providers.openai import OpenAICaller, StructuredMode
 from agentkit.testing import FakeOpenAIServer, FakeReply
-from tests.loop.support import ANSWER, DONE, LOOK, PLAIN, STREAM, Summary, streamed_events
+from tests.loop.support import (
+    ANSWER,
+    DONE,
+    LOOK,
+    PLAIN,
+    STREAM,
+    Summary,
+    assert_rationale_grew,
+    streamed_events,
+)
 from tests.support import NO_WAIT, Finder, Recorder, search
 
 
@@ -51,11 +59,7 @@ async def test_a_streamed_step_emits_its_rationale_as_it_grows_then_the_complete
     server.add(FakeReply.value(LOOK, chunk_chars=6), FakeReply.value(DONE, chunk_chars=6))
     events, result = await streamed_events(caller)
     assert result.answer == Summary.model_validate(ANSWER)
-    first = [e for e in events if isinstance(e, RationaleDelta) and e.round == 1]
-    assert len(first) > 3
-    assert first[-1].text == LOOK["rationale"]
-    assert all(later.text.startswith(earlier.text) for earlier, later in itertools.pairwise(first))
-    assert "".join(e.delta for e in first) == LOOK["rationale"]
+    assert_rationale_grew(events, 1, LOOK["rationale"])
     kinds = [e.kind for e in events]
     assert kinds.index("rationale_delta") < kinds.index("llm_call") < kinds.index("tool_call")
     assert not any(isinstance(e, PartialDiscarded) for e in events)

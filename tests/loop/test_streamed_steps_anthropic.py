@@ -3,7 +3,6 @@ the run emits the step as it arrives, then ends as the run that did not stream."
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator
 
 import pytest
@@ -19,7 +18,16 @@ from agentkit.events import (
 from agentkit.journal import Journal, JournalObserver
 from agentkit.providers.anthropic import AnthropicCaller
 from agentkit.testing import FakeAnthropicServer, FakeReply
-from tests.loop.support import ANSWER, DONE, LOOK, PLAIN, STREAM, Summary, streamed_events
+from tests.loop.support import (
+    ANSWER,
+    DONE,
+    LOOK,
+    PLAIN,
+    STREAM,
+    Summary,
+    assert_rationale_grew,
+    streamed_events,
+)
 from tests.support import Finder, Recorder, search
 
 
@@ -36,11 +44,7 @@ async def test_a_run_streamed_through_anthropic_emits_its_rationale_and_answer_a
     anthropic_server.add(FakeReply.value(LOOK, chunk_chars=6), FakeReply.value(DONE, chunk_chars=5))
     events, result = await streamed_events(caller)
     assert result.answer == Summary.model_validate(ANSWER)
-    first = [e for e in events if isinstance(e, RationaleDelta) and e.round == 1]
-    assert len(first) > 3
-    assert first[-1].text == LOOK["rationale"]
-    assert all(later.text.startswith(earlier.text) for earlier, later in itertools.pairwise(first))
-    assert "".join(e.delta for e in first) == LOOK["rationale"]
+    assert_rationale_grew(events, 1, LOOK["rationale"])
     partials = [e.partial for e in events if isinstance(e, AnswerDelta)]
     assert len(partials) > 3
     assert partials[-1] == ANSWER
