@@ -7,9 +7,11 @@ is *tainted* and its `ProvenancePolicy` (`agentkit._trust`) lowers its autonomy:
 calls above the tier ceiling are.
 
 Every call's arguments are also matched against what the run has read (`Tracker.origins`): a value
-(or a word of it) of at least `ProvenancePolicy.min_match` characters whose *first* appearance, in
-the order the run read things (the task first, then each result), is in untrusted content, is marked
-with that content's call. A proposal records the untrusted results that preceded it and those marks
+(or a word of it) of at least `ProvenancePolicy.min_match` characters, or a shorter value found whole,
+whose *first* appearance, in the order the run read things (the task first, then each result), is in
+untrusted content, is marked with that content's call; so is one that first appeared in a trusted result
+of a call made after untrusted content entered the run (`ArgOrigin.steered`): that content may have
+chosen the call. A proposal records the untrusted results that preceded it and those marks
 (`CallProvenance`, in its `Evidence`), so a person deciding it sees that an IBAN came from a
 document and not from the task.
 
@@ -44,6 +46,7 @@ from agentkit._trust import (
     normalised,
     pieces,
     texts_of,
+    words,
 )
 
 if typing.TYPE_CHECKING:
@@ -56,10 +59,24 @@ _VALUE_LIMIT = 200
 
 @dataclass(slots=True)
 class _Source:
-    text: str
-    """Normalised."""
+    parts: list[str]
+    """Its strings, as read."""
     origin: Origin | None
-    """`None`: trusted content (the task, a trusted tool's result)."""
+    """`None`: trusted content (the task, a trusted tool's result) read before any untrusted content."""
+    steered: bool = False
+    """A trusted result of a call made after untrusted content entered the run."""
+    text: str = ""
+    """`parts`, normalised and joined: what a value of `min_match` characters or more is found in."""
+    whole: frozenset[str] | None = None
+    """Its whole words and values (made the first time a short value is matched)."""
+
+    def __post_init__(self) -> None:
+        self.text = normalised("\n".join(self.parts))
+
+    def words(self) -> frozenset[str]:
+        if self.whole is None:
+            self.whole = words(self.parts)
+        return self.whole
 
 
 def _digest_of(tool: str, args: str | None) -> str:
@@ -72,8 +89,8 @@ def _digest_of(tool: str, args: str | None) -> str:
     return text_digest(tool, canonical)
 
 
-def _content(*texts: str | None) -> str:
-    """The text of a result as matching reads it: every string of its JSON (a batch), or the text itself."""
+def _content(*texts: str | None) -> list[str]:
+    """The strings of a result as matching reads them: every string of its JSON (a batch), or the text itself."""
     parts: list[str] = []
     for text in texts:
         if not text:
@@ -82,7 +99,7 @@ def _content(*texts: str | None) -> str:
             parts.extend(texts_of(json.loads(text)))
         except ValueError:
             parts.append(text)
-    return normalised("\n".join(parts))
+    return parts
 
 
 @dataclass(slots=True)
@@ -97,10 +114,12 @@ class Tracker:
     """The run's `LoopConfig.autonomy` (whether a proposal was held by the policy or by its tier)."""
     sources: list[_Source] = field(default_factory=list)
     """What the run read, in order, as matching reads it (`_content`), up to the reads still `unread`."""
-    unread: list[tuple[tuple[str | None, ...], Origin | None]] = field(default_factory=list)
+    unread: list[tuple[tuple[str | None, ...], Origin | None, bool]] = field(default_factory=list)
     """Reads whose text is not made yet: made in order, only when a call's args are matched (`origins`), which
     happens only once untrusted content entered the run; a run that never reads any never pays for it."""
     untrusted: list[Origin] = field(default_factory=list)
+    tainted_at: int | None = None
+    """The first round whose call brought untrusted content in."""
     untrusted_entries: set[int] = field(default_factory=set)
     """The indices of the entries whose call brought untrusted content in (a decided proposal: its round entry's)."""
     proposed: dict[tuple[int, str], tuple[int, str, str | None]] = field(default_factory=dict)
@@ -114,7 +133,7 @@ class Tracker:
     ) -> Tracker:
         tracker = cls(policy, tools, autonomy)
         if task:
-            tracker.sources.append(_Source(normalised(task), None))
+            tracker.sources.append(_Source([task], None))
         return tracker
 
     @property
@@ -160,19 +179,29 @@ class Tracker:
                 self._read(at, entry.round, tool, args, entry.untrusted, entry.batch, entry.observation)
 
     def _read(self, index: int, round: int, tool: str, args: str | None, untrusted: bool, *texts: str | None) -> None:
-        origin = None
         if untrusted:
             origin = Origin(round=round, tool_name=tool, digest=_digest_of(tool, args))
             self.untrusted.append(origin)
             self.untrusted_entries.add(index)
-        self.unread.append((texts, origin))
+            self.tainted_at = round if self.tainted_at is None else min(self.tainted_at, round)
+            self.unread.append((texts, origin, False))
+        elif self._steered(round):
+            # chosen in a round after untrusted content entered the run (a call of the same step was chosen
+            # before any of the step's results were read)
+            self.unread.append((texts, Origin(round=round, tool_name=tool, digest=_digest_of(tool, args)), True))
+        else:
+            self.unread.append((texts, None, False))
+
+    def _steered(self, round: int) -> bool:
+        policy = self.policy
+        return policy is not None and policy.steered and self.tainted_at is not None and self.tainted_at < round
 
     def _sources(self) -> list[_Source]:
         """`sources`, with the reads still unread made (in the order they were read)."""
-        for texts, origin in self.unread:
-            text = _content(*texts)
-            if text:
-                self.sources.append(_Source(text, origin))
+        for texts, origin, steered in self.unread:
+            parts = _content(*texts)
+            if parts:
+                self.sources.append(_Source(parts, origin, steered))
         self.unread.clear()
         return self.sources
 
@@ -190,12 +219,11 @@ class Tracker:
         found: list[ArgOrigin] = []
         sources = self._sources()
         for path, text in leaves(value):
-            for piece in pieces(text, policy.min_match):
-                key = normalised(piece)
-                first = next((source for source in sources if key in source.text), None)
-                if first is not None and first.origin is not None:
-                    found.append(ArgOrigin(path=path, value=piece[:_VALUE_LIMIT], origin=first.origin))
-                    break  # the whole value, or its first word that matched: one mark per value
+            mark = _first_untrusted(text, policy, sources)
+            if mark is not None:
+                piece, source = mark
+                assert source.origin is not None
+                found.append(ArgOrigin(path=path, value=piece, origin=source.origin, steered=source.steered))
         return tuple(found)
 
     def held(self, tool: object, tier: Tier) -> bool:
@@ -207,6 +235,22 @@ class Tracker:
         if self.policy is None:
             return None
         return CallProvenance(untrusted=tuple(self.untrusted), from_untrusted=self.origins(args), held=held)
+
+
+def _first_untrusted(text: str, policy: ProvenancePolicy, sources: list[_Source]) -> tuple[str, _Source] | None:
+    """The piece of one argument value that first appeared in untrusted (or steered) content, and that content:
+    the whole value or its first word that matched (one mark per value); a short value only whole."""
+    for piece in pieces(text, policy.min_match):
+        key = normalised(piece)
+        first = next((source for source in sources if key in source.text), None)
+        if first is not None and first.origin is not None:
+            return piece[:_VALUE_LIMIT], first
+    key = normalised(text)
+    if policy.short_values and 0 < len(key) < policy.min_match:
+        first = next((source for source in sources if key in source.words()), None)
+        if first is not None and first.origin is not None:
+            return text, first
+    return None
 
 
 def task_source(ctx: object) -> str | None:

@@ -244,12 +244,23 @@ _CALLS_DEFAULTS = (("max_calls_per_step", 1), ("max_parallel_calls", None))
 
 
 class CheckpointProvenance(BaseModel):
-    """The run's `ProvenancePolicy`, field by field."""
+    """The run's `ProvenancePolicy`, field by field. `short_values` and `steered` came later: a state without
+    them was recorded by a run that had neither, and goes on without them; each is written only when on."""
 
     model_config = _FROZEN
     ceiling: Tier
     egress: AutonomyRung
     min_match: int
+    short_values: bool = False
+    steered: bool = False
+
+    @model_serializer(mode="wrap")
+    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        for name in ("short_values", "steered"):
+            if dumped.get(name) is False:
+                dumped.pop(name)
+        return dumped
 
     def rebuild(self) -> ProvenancePolicy:
         return ProvenancePolicy(**dict(self))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 import re
 import unicodedata
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
@@ -31,6 +31,7 @@ __all__ = [
     "leaves",
     "normalised",
     "pieces",
+    "words",
     "texts_of",
 ]
 
@@ -94,8 +95,18 @@ class ProvenancePolicy:
     `AUTO`: egress calls are gated by `ceiling` like any other."""
     min_match: int = 8
     """The fewest characters (whitespace left out) a value, or a word of it, must have to be matched
-    against what the run read: shorter ones (an amount, a date, a yes) are too common to say where they
-    came from."""
+    anywhere in what the run read: shorter ones (an amount, a date, a yes) are too common to say where
+    they came from, unless `short_values` matches them whole."""
+    short_values: bool = False
+    """Stricter: also match a value shorter than `min_match` (a file id `13`, an amount, a name `Bob`), but
+    only as a whole word or value of what the run read, never inside a longer one (`13` is not found in
+    `2013`). It marks the short values an injection supplies, and as many that a listing the run needed
+    holds (ids and names in an untrusted file list or channel list): more for a person to check."""
+    steered: bool = False
+    """Stricter: also mark a value that first appeared in a *trusted* result of a call made after untrusted
+    content had entered the run (`ArgOrigin.steered`): that content may have chosen the call, and so the
+    value (an injected "book the most expensive hotel" picks a name from a trusted hotel list). A value
+    read before the untrusted content is not marked, nor one from a call of the step that first read it."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.ceiling, Tier):
@@ -106,6 +117,9 @@ class ProvenancePolicy:
             )
         if isinstance(self.min_match, bool) or not isinstance(self.min_match, int) or self.min_match < 4:
             raise UsageError(f"ProvenancePolicy.min_match must be an int >= 4 (characters); got {self.min_match!r}")
+        for name in ("short_values", "steered"):
+            if not isinstance(getattr(self, name), bool):
+                raise UsageError(f"ProvenancePolicy.{name} must be True or False; got {getattr(self, name)!r}")
 
 
 def held_by_policy(tool: object, tier: Tier, policy: ProvenancePolicy | None, tainted: bool) -> bool:
@@ -139,7 +153,11 @@ class ArgOrigin(BaseModel):
     value: str
     """The text that matched, as the argument has it (at most 200 characters)."""
     origin: Origin
-    """The untrusted result it first appeared in."""
+    """The result it first appeared in: untrusted content, or (`steered`) a trusted result of a call made
+    after untrusted content had entered the run."""
+    steered: bool = False
+    """It first appeared in a trusted result, of a call the model chose after it had read untrusted content
+    (`ProvenancePolicy.steered`): that content may have chosen which value was found."""
 
 
 class CallProvenance(BaseModel):
@@ -149,7 +167,8 @@ class CallProvenance(BaseModel):
     untrusted: tuple[Origin, ...] = ()
     """The calls whose untrusted results the run had read before this call, in order (empty: none)."""
     from_untrusted: tuple[ArgOrigin, ...] = ()
-    """The argument values that first appeared in one of them, not in the task or a trusted result."""
+    """The argument values that first appeared in one of them, not in the task or a trusted result read
+    before them; or in a trusted result read after them (`ArgOrigin.steered`)."""
     held: bool = False
     """The policy, not the tier, made the call a proposal: without untrusted content it would have run."""
 
@@ -241,3 +260,14 @@ def pieces(text: str, min_match: int) -> list[str]:
         if len(normalised(piece)) >= min_match and piece not in found:
             found.append(piece)
     return found
+
+
+def words(parts: Iterable[str]) -> frozenset[str]:
+    """The whole words of `parts`, and each part whole, as matching compares them (`normalised`, punctuation
+    around a word left off): what a short value is matched against (`ProvenancePolicy.short_values`)."""
+    found: set[str] = set()
+    for part in parts:
+        found.add(normalised(part))
+        found.update(normalised(word.strip(_PUNCTUATION)) for word in part.split())
+    found.discard("")
+    return frozenset(found)

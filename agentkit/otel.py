@@ -553,6 +553,9 @@ def _proposal_attributes(proposal: ProposedAction[Any], *, capture_content: bool
         attributes["agentkit.proposal.after_untrusted"] = provenance.tainted
         attributes["agentkit.proposal.held_by_provenance"] = provenance.held
         attributes["agentkit.proposal.from_untrusted"] = [mark.path for mark in provenance.from_untrusted]
+        steered = [mark.path for mark in provenance.from_untrusted if mark.steered]
+        if steered:
+            attributes["agentkit.proposal.steered"] = steered
     if capture_content:
         attributes["agentkit.proposal.arguments"] = proposal.args.model_dump_json()
         attributes["agentkit.proposal.digest"] = proposal.digest

@@ -472,10 +472,16 @@ def _print_provenance(provenance: CallProvenance | None, out: TextIO) -> None:
     held = " (held by the provenance policy; its tier alone would have run it)" if provenance.held else ""
     print(_printable(f"{'untrusted:':<11}read before it: {read}{held}"), file=out)
     for mark in provenance.from_untrusted:
-        line = (
-            f"  WARNING {mark.path} = {mark.value!r} first appeared in untrusted content "
-            f"(round {mark.origin.round} {mark.origin.tool_name}), not in the task"
-        )
+        where = f"round {mark.origin.round} {mark.origin.tool_name}"
+        if mark.steered:
+            line = (
+                f"  WARNING {mark.path} = {mark.value!r} first appeared in a trusted result read after untrusted "
+                f"content ({where}): that content may have chosen it"
+            )
+        else:
+            line = (
+                f"  WARNING {mark.path} = {mark.value!r} first appeared in untrusted content ({where}), not in the task"
+            )
         print(_printable(line), file=out)
 
 

@@ -4,6 +4,7 @@ kept and shown."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from agentkit._cli import main
 from agentkit._proposals import TASK_LIMIT, call_digest, task_text
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import JournalObserver, open_journal
-from agentkit.provenance import CallProvenance, Trust
+from agentkit.provenance import CallProvenance, ProvenancePolicy, Trust
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.support import Doc, Executor, PathArgs, Query, Recording
 
@@ -150,3 +151,35 @@ async def test_proposals_show_warns_of_values_that_first_appeared_in_untrusted_c
     shown = capsys.readouterr().out
     assert "untrusted: read before it: round 1 search" in shown
     assert "WARNING path = 'search:1' first appeared in untrusted content (round 1 search), not in the task" in shown
+
+
+async def test_proposals_show_says_a_steered_value_came_from_a_read_made_after_untrusted_content(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Under `ProvenancePolicy(steered=True)`, a value first read in a trusted result after the untrusted one is
+    shown as such: from which read, and that the untrusted content may have chosen it."""
+    url = str(tmp_path / "journal.db")
+    search, lookup = Recording("search", Tier.READ_ONLY), Recording("lookup", Tier.READ_ONLY)
+    delete = Recording("delete", Tier.IRREVERSIBLE, PathArgs)
+    search.trust = Trust.UNTRUSTED  # type: ignore[attr-defined]  # a declaration set on a hand-made tool
+    script = [
+        call_step(Query(query="q"), tool="search"),
+        call_step(Query(query="q"), tool="lookup"),
+        call_step(PathArgs(path="lookup:1"), tool="delete"),
+    ]
+    config = dataclasses.replace(NO_WAIT, provenance=ProvenancePolicy(steered=True))
+    journal = open_journal(url)
+    try:
+        with JournalObserver(journal) as observer:
+            await run_tool_loop_tiered(
+                ScriptedCaller(script), Executor[Doc](), [search, lookup, delete], "tidy up", config, observer=observer
+            )
+        [entry] = await journal.pending()
+    finally:
+        await journal.close()
+    assert await asyncio.to_thread(main, ["proposals", "show", entry.id, "--db", url]) == 0
+    shown = capsys.readouterr().out
+    assert (
+        "WARNING path = 'lookup:1' first appeared in a trusted result read after untrusted content "
+        "(round 2 lookup): that content may have chosen it"
+    ) in shown

@@ -487,3 +487,18 @@ def test_the_page_shows_where_a_proposals_values_came_from_escaped(server: Inbox
     clean = server.propose("bob@example.com", evidence=Evidence(rounds=(1,), provenance=CallProvenance()))
     with server.client() as http:
         assert "no untrusted content was read before this call" in section(http.get("/").text, clean)
+
+
+def test_the_page_shows_a_steered_value_as_read_after_untrusted_content(server: InboxServer) -> None:
+    """A value marked steered says which trusted read it came from, and that untrusted content preceded it."""
+    from agentkit.provenance import ArgOrigin, CallProvenance, Origin
+
+    untrusted = Origin(round=1, tool_name="read_inbox", digest="d" * 64)
+    hotels = Origin(round=2, tool_name="list_hotels", digest="e" * 64)
+    marked = ArgOrigin(path="hotel", value="Luxury Palace", origin=hotels, steered=True)
+    provenance = CallProvenance(untrusted=(untrusted,), from_untrusted=(marked,))
+    id = server.propose("ops@example.com", evidence=Evidence(rounds=(2,), provenance=provenance))
+    with server.client() as http:
+        shown = section(http.get("/").text, id)
+    assert '<li class="mark steered">' in shown
+    assert "first appeared in a trusted result read after untrusted content (round 2 list_hotels)" in shown

@@ -577,6 +577,36 @@ async def test_a_proposal_after_untrusted_content_carries_its_provenance(
     assert attrs(round_span)["agentkit.proposal.after_untrusted"] is True
     assert attrs(round_span)["agentkit.proposal.held_by_provenance"] is True
     assert tuple(attrs(round_span)["agentkit.proposal.from_untrusted"]) == ("path",)
+    assert "agentkit.proposal.steered" not in attrs(round_span)
     assert all("read_mail:1" not in str(value) for s in spans for value in attrs(s).values())
     (run,) = by_name(spans, "invoke_agent")
     assert attrs(run)["agentkit.untrusted_reads"] == 1
+
+
+async def test_a_proposal_names_the_fields_of_steered_values(
+    observer: OTelObserver, exporter: InMemorySpanExporter
+) -> None:
+    """Under `ProvenancePolicy(steered=True)`, the fields whose values came from a trusted read made after the
+    untrusted one are named apart, as `agentkit.proposal.steered` (they are in `from_untrusted` too)."""
+    from agentkit import AfterProposal
+    from agentkit.provenance import ProvenancePolicy, Trust
+    from tests.support import PathArgs, Recording
+
+    reader = Recording("read_mail", Tier.READ_ONLY)
+    reader.trust = Trust.UNTRUSTED  # type: ignore[attr-defined]  # a declaration set on a hand-made tool
+    lookup = Recording("lookup", Tier.READ_ONLY)
+    archive = Recording("archive", Tier.REVERSIBLE, PathArgs)
+    caller = ScriptedCaller(
+        [
+            call_step(Query(query="inbox"), tool="read_mail"),
+            call_step(Query(query="folders"), tool="lookup"),
+            call_step(PathArgs(path="lookup:1"), tool="archive"),
+        ]
+    )
+    config = dataclasses.replace(CONFIG, after_proposal=AfterProposal.STOP, provenance=ProvenancePolicy(steered=True))
+    await run_tool_loop_tiered(caller, Finder(), [reader, lookup, archive], "ctx", config, observer=observer)
+    [round_span] = [
+        s for s in by_name(exporter.get_finished_spans(), "agentkit.round") if "agentkit.proposal.tool_name" in attrs(s)
+    ]
+    assert tuple(attrs(round_span)["agentkit.proposal.from_untrusted"]) == ("path",)
+    assert tuple(attrs(round_span)["agentkit.proposal.steered"]) == ("path",)

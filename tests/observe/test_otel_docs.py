@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode, Tracer
 
 from agentkit import (
+    AfterProposal,
     LoopConfig,
     RoleSpec,
     StopReason,
@@ -30,6 +31,7 @@ from agentkit import (
 from agentkit.errors import Throttled
 from agentkit.journal import JournalObserver, open_journal
 from agentkit.otel import OTelObserver
+from agentkit.provenance import ProvenancePolicy, Trust
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, FakeReply, ScriptedCaller, call_step, done_step
 from tests.observe.support import (  # noqa: F401  # the fixture telemetry
@@ -126,6 +128,35 @@ async def journaled_arc(tmp_path: Path, watcher: OTelObserver, traced: Tracer) -
     await journal.close()
 
 
+async def steered_run(watcher: OTelObserver) -> None:
+    """Under `ProvenancePolicy(steered=True)`: an untrusted read, a trusted one, then a removal of what the trusted
+    one returned, a proposal whose value is marked steered."""
+
+    @tool(tier=Tier.READ_ONLY, trust=Trust.UNTRUSTED)
+    def inbox(args: Query) -> list[Doc]:
+        """Mail someone else wrote."""
+        return [Doc(id="mail")]
+
+    @tool(tier=Tier.READ_ONLY)
+    def lookup(args: Query) -> list[Doc]:
+        """The user's own records."""
+        return [Doc(id=f"found-{args.query}")]
+
+    @tool(tier=Tier.IRREVERSIBLE)
+    def remove(args: Query) -> list[Doc]:
+        """Remove a record."""
+        return [Doc(id=args.query)]
+
+    script = [
+        call_step(Query(query="a"), tool="inbox"),
+        call_step(Query(query="bravo"), tool="lookup"),
+        call_step(Query(query="found-bravo"), tool="remove"),
+    ]
+    config = LoopConfig(provenance=ProvenancePolicy(steered=True), after_proposal=AfterProposal.STOP)
+    tools = [inbox, lookup, remove]
+    await run_tool_loop_tiered(ScriptedCaller(script), Documented(), tools, "ctx", config, observer=watcher)
+
+
 SHOWN = {
     "invoke_agent": ("gen_ai.provider.name", "agentkit.continues.round", "agentkit.outcome", "agentkit.stop_reason"),
     "agentkit.round": ("agentkit.round", "agentkit.proposal.tool_name"),
@@ -214,6 +245,7 @@ async def test_every_span_attribute_is_the_documented_one(
         await documented_run(traced_caller, server, observer, telemetry.tracer)
         await planted_run(traced_caller, server, observer)
         await journaled_arc(tmp_path, observer, telemetry.tracer)
+        await steered_run(observer)
         await run_tool_loop(ScriptedCaller([Throttled()]), Finder(), search, "ctx", CONFIG, observer=observer)
         await run_tool_loop(
             ScriptedCaller([done_step()]), Finder(), search, "c", LoopConfig(max_rounds=None), observer=observer
