@@ -640,13 +640,18 @@ def anthropic_cache(files: Sequence[str]) -> str:
 
 
 def injection(files: Sequence[str]) -> str:
-    """The AgentDojo injection benchmark (``python -m benchmarks.injection``): per suite, policy off and on."""
+    """The AgentDojo injection benchmark (``python -m benchmarks.injection``): per suite, the attacks and the
+    benign runs with the policy off, on, and strict, each of the last two also with the task's sources declared."""
     results = load(files[0])
-    lines = [
-        "| suite | pairs needing a call | attacks succeeded: policy off | on | on, sources declared "
-        "| answer-only pairs: words said, off / on | answers marked | benign utility: policy off | on "
-        "| on, sources declared | approvals per benign task: off / on |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+    attacks = [
+        "| suite | pairs needing a call | attacks succeeded: policy off | on | on, sources declared | strict "
+        "| strict, sources declared | answer-only pairs: words said, off / on | answers marked |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    benign = [
+        "| suite | benign tasks | utility: policy off | on | on, sources declared | strict | strict, sources declared "
+        "| approvals per benign task: off / on / strict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     rows = [*results["suites"].values()]
     if len(rows) > 1:
@@ -654,21 +659,32 @@ def injection(files: Sequence[str]) -> str:
     for row in rows:
         tasks = row["tasks"] or 1
         answers = row["answer_pairs"]
-        cells = [
+        attack_cells = [
             row["suite"],
             row["pairs"],
             row["attacks_off"],
             f"**{row['attacks']}**",
             row["attacks_sources"],
+            f"**{row['attacks_strict']}**",
+            row["attacks_strict_sources"],
             f"{row['answer_attacks_off']} / {row['answer_attacks']} of {answers}" if answers else "-",
             f"{row['answer_flagged']} of {answers}" if answers else "-",
-            f"{row['utility_off']}/{row['tasks']}",
-            f"{row['utility']}/{row['tasks']}",
-            f"{row['utility_sources']}/{row['tasks']}",
-            f"{row['approvals_off'] / tasks:.2f} / {row['approvals'] / tasks:.2f}",
         ]
-        lines.append(_row(cells))
-    return "\n".join([*lines, "", f"`{results['line']}`", "", measured(results, files[0])])
+        attacks.append(_row(attack_cells))
+        per_task = " / ".join(f"{row[name] / tasks:.2f}" for name in ("approvals_off", "approvals", "approvals_strict"))
+        benign_cells = [
+            row["suite"],
+            row["tasks"],
+            row["utility_off"],
+            f"**{row['utility']}**",
+            row["utility_sources"],
+            f"**{row['utility_strict']}**",
+            row["utility_strict_sources"],
+            per_task,
+        ]
+        benign.append(_row(benign_cells))
+    lines = [*attacks, "", *benign, "", f"`{results['line']}`", "", f"`{results['strict_line']}`"]
+    return "\n".join([*lines, "", measured(results, files[0])])
 
 
 def injection_local(files: Sequence[str]) -> str:

@@ -40,13 +40,29 @@ from benchmarks.injection.declarations import Declaration, declaration
 from benchmarks.injection.executor import Answer, PlanExecutor, PlannedCall, holds
 from benchmarks.injection.reviewer import BusyReviewer, shown_untrusted
 
-__all__ = ["DojoTool", "Episode", "ModelExecutor", "Seat", "Session", "Target", "planned", "run_episode"]
+__all__ = [
+    "STRICT",
+    "DojoTool",
+    "Episode",
+    "ModelExecutor",
+    "Policy",
+    "Seat",
+    "Session",
+    "Target",
+    "planned",
+    "run_episode",
+]
 
 
 _EMPTY = EmptyEnv()
 
-Policy = Literal["off", "on", "sources"]
-"""How a run is gated: tiers only; the provenance policy; the policy with the task's named sources declared."""
+Policy = Literal["off", "on", "sources", "strict", "strict-sources"]
+"""How a run is gated: tiers only; the provenance policy; the policy with the task's named sources declared;
+its strict reading (`STRICT`), without and with them."""
+
+STRICT = ProvenancePolicy(short_values=True, steered=True)
+"""The policy's strict reading: short values matched whole, and values first read after untrusted content
+marked as steered."""
 
 
 class Target(BasePipelineElement):
@@ -218,7 +234,8 @@ async def run_episode(
     left as it is: the episode works on a copy.
     `policy`: `off` (tiers only, no provenance on proposals), `on` (the default `ProvenancePolicy`, the
     reviewer reads the proposals' provenance), `sources` (`on`, and the user declares the documents the
-    task names a source for it). With `seat`, that model is the executor instead.
+    task names a source for it), `strict` and `strict-sources` (the same with `STRICT`). With `seat`,
+    that model is the executor instead.
     """
     environment = user_task.init_environment(loaded.model_copy(deep=True))
     pre_environment = environment.model_copy(deep=True)
@@ -240,9 +257,9 @@ async def run_episode(
         needed=frozenset(call.function for call in plan),
         task=user_task.PROMPT,
         untrusted_values=None if policy == "off" else shown_untrusted,
-        declared=_named_in(user_task.PROMPT, calls) if policy == "sources" else None,
+        declared=_named_in(user_task.PROMPT, calls) if policy.endswith("sources") else None,
     )
-    provenance = None if policy == "off" else ProvenancePolicy()
+    provenance = None if policy == "off" else STRICT if policy.startswith("strict") else ProvenancePolicy()
     rounds = len(plan) + len(executor.attack_plan) + 2
     config = LoopConfig(max_rounds=rounds, after_proposal=AfterProposal.STOP, provenance=provenance)
     agent: PlanExecutor | ModelExecutor = executor

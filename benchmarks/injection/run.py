@@ -16,8 +16,8 @@ from typing import Any, TextIO
 from agentdojo.attacks.attack_registry import load_attack
 from agentdojo.task_suite.load_suites import get_suites
 
-from benchmarks.injection.dojo import Episode, Seat, Target, run_episode
-from benchmarks.injection.score import Tally, answer_line, sources_line, summary_line, total
+from benchmarks.injection.dojo import Episode, Policy, Seat, Target, run_episode
+from benchmarks.injection.score import Tally, answer_line, sources_line, strict_line, summary_line, total
 
 __all__ = ["main"]
 
@@ -49,12 +49,7 @@ async def measure(
     kinds = {task_id: _kind(suite, task) for task_id, task in suite.injection_tasks.items()}
     clean = suite.load_and_inject_default_environment({})
     for user_id, user_task in list(suite.user_tasks.items())[:tasks]:
-        off = await run_episode(name, suite, user_task, None, {}, clean, policy="off", seat=seat)
-        on = await run_episode(name, suite, user_task, None, {}, clean, policy="on", seat=seat)
-        # The embedded model is too slow for a third run per task: it is measured with the policy off and on.
-        sources = (
-            on if seat is not None else await run_episode(name, suite, user_task, None, {}, clean, policy="sources")
-        )
+        off, on, sources, strict, strict_sources = await _runs(name, suite, user_task, None, {}, clean, seat)
         tally.tasks += 1
         tally.utility_off += off.utility
         tally.utility += on.utility
@@ -66,6 +61,11 @@ async def measure(
         tally.utility_sources += sources.utility
         tally.approvals_sources += sources.proposals
         tally.granted += sources.granted
+        tally.utility_strict += strict.utility
+        tally.approvals_strict += strict.proposals
+        tally.utility_strict_sources += strict_sources.utility
+        tally.approvals_strict_sources += strict_sources.proposals
+        tally.granted_strict += strict_sources.granted
         row = {
             "user_task": user_id,
             "utility_off": off.utility,
@@ -75,6 +75,10 @@ async def measure(
             "utility_sources": sources.utility,
             "approvals_sources": sources.proposals,
             "granted": sources.granted,
+            "utility_strict": strict.utility,
+            "approvals_strict": strict.proposals,
+            "utility_strict_sources": strict_sources.utility,
+            "granted_strict": strict_sources.granted,
         }
         _row(rows, log, row | _detail(off, on, seat))
         for injection_id, injection_task in suite.injection_tasks.items():
@@ -84,15 +88,16 @@ async def measure(
                 continue
             injections = attack.attack(user_task, injection_task)
             loaded = suite.load_and_inject_default_environment(injections)
-            pair = (name, suite, user_task, injection_task, injections, loaded)
-            off = await run_episode(*pair, policy="off", seat=seat)
-            on = await run_episode(*pair, policy="on", seat=seat)
-            sources = on if seat is not None else await run_episode(*pair, policy="sources")
+            off, on, sources, strict, strict_sources = await _runs(
+                name, suite, user_task, injection_task, injections, loaded, seat
+            )
             if kind == "calls":
                 tally.pairs += 1
                 tally.attacks_off += bool(off.security)
                 tally.attacks += bool(on.security)
                 tally.attacks_sources += bool(sources.security)
+                tally.attacks_strict += bool(strict.security)
+                tally.attacks_strict_sources += bool(strict_sources.security)
                 tally.unseen += not off.saw_injection
             else:
                 tally.answer_pairs += 1
@@ -107,6 +112,8 @@ async def measure(
                 "attack_off": off.security,
                 "attack": on.security,
                 "attack_sources": sources.security,
+                "attack_strict": strict.security,
+                "attack_strict_sources": strict_sources.security,
                 "saw_injection": on.saw_injection,
                 "proposals_off": off.proposals,
                 "proposals": on.proposals,
@@ -115,6 +122,27 @@ async def measure(
         if progress:
             print(f"{name} {user_id}: {summary_line(tally)}", file=sys.stderr, flush=True)
     return tally, rows
+
+
+async def _runs(
+    name: str,
+    suite: Any,
+    user_task: Any,
+    injection_task: Any,
+    injections: dict[str, str],
+    loaded: Any,
+    seat: Seat | None,
+) -> tuple[Episode, Episode, Episode, Episode, Episode]:
+    """One task (or pair) run with the policy off, on, on with the task's sources declared, strict, and strict
+    with them. The embedded model is too slow for five runs: it is measured off and on (the others are `on`)."""
+    pair = (name, suite, user_task, injection_task, injections, loaded)
+    off = await run_episode(*pair, policy="off", seat=seat)
+    on = await run_episode(*pair, policy="on", seat=seat)
+    if seat is not None:
+        return off, on, on, on, on
+    policies: tuple[Policy, ...] = ("sources", "strict", "strict-sources")
+    sources, strict, strict_sources = [await run_episode(*pair, policy=policy) for policy in policies]
+    return off, on, sources, strict, strict_sources
 
 
 def _detail(off: Episode, on: Episode, seat: Seat | None) -> dict[str, Any]:
@@ -239,6 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         "line": summary_line(whole),
         "answer_line": answer_line(whole),
         "sources_line": sources_line(whole),
+        "strict_line": strict_line(whole),
         "episodes": rows,
     }
     (args.out / f"injection-{label}-{date}.json").write_text(json.dumps(report, indent=1) + "\n")
@@ -256,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"pairs whose injection came back from a tool declared trusted: {whole.through_trusted}")
     if args.executor == "model-free":
         print(sources_line(whole))
+        print(strict_line(whole))
     print(answer_line(whole))
     print(summary_line(whole))
     return 0

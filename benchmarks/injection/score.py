@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-__all__ = ["Tally", "answer_line", "sources_line", "summary_line", "total"]
+__all__ = ["Tally", "answer_line", "sources_line", "strict_line", "summary_line", "total"]
 
 
 @dataclass(kw_only=True)
@@ -21,6 +21,10 @@ class Tally:
     attacks_off: int = 0
     attacks_sources: int = 0
     """With the policy on and the sources the task names declared by the user."""
+    attacks_strict: int = 0
+    """With the policy's strict reading (short values, steered values)."""
+    attacks_strict_sources: int = 0
+    """With the strict reading and the sources the task names declared."""
     answer_pairs: int = 0
     """Pairs whose injection goal is only words in the final answer."""
     answer_attacks: int = 0
@@ -41,6 +45,8 @@ class Tally:
     utility_off: int = 0
     utility_sources: int = 0
     """With the policy on and the sources the task names declared by the user."""
+    utility_strict: int = 0
+    utility_strict_sources: int = 0
     approvals: int = 0
     """Proposals the benign runs asked the reviewer to decide, policy on."""
     approvals_off: int = 0
@@ -51,6 +57,9 @@ class Tally:
     approvals_sources: int = 0
     granted: int = 0
     """Benign proposals approved only because the user declared the source of their untrusted values."""
+    approvals_strict: int = 0
+    approvals_strict_sources: int = 0
+    granted_strict: int = 0
 
     def add(self, other: Tally) -> None:
         """Add `other`'s counts to this tally."""
@@ -99,4 +108,15 @@ def sources_line(tally: Tally) -> str:
         f"with the sources the task names declared: attacks succeeded {tally.attacks_sources}/{tally.pairs}, "
         f"utility {tally.utility_sources}/{tally.tasks}, approvals per benign task "
         f"{_per_task(tally.approvals_sources, tally.tasks)} ({tally.granted} granted by a declared source)"
+    )
+
+
+def strict_line(tally: Tally) -> str:
+    """The policy's strict reading, without and with the declared sources, on a line of its own."""
+    return (
+        f"strict (short values, steered values): attacks succeeded {tally.attacks_strict}/{tally.pairs}, "
+        f"utility {tally.utility_strict}/{tally.tasks}, approvals per benign task "
+        f"{_per_task(tally.approvals_strict, tally.tasks)}; with the sources declared: attacks succeeded "
+        f"{tally.attacks_strict_sources}/{tally.pairs}, utility {tally.utility_strict_sources}/{tally.tasks} "
+        f"({tally.granted_strict} granted by a declared source)"
     )
