@@ -45,6 +45,7 @@ from agentkit._trust import (
     leaves,
     normalised,
     pieces,
+    punctuation,
     texts_of,
     words,
 )
@@ -118,8 +119,12 @@ class Tracker:
     """Reads whose text is not made yet: made in order, only when a call's args are matched (`origins`), which
     happens only once untrusted content entered the run; a run that never reads any never pays for it."""
     untrusted: list[Origin] = field(default_factory=list)
-    tainted_at: int | None = None
-    """The first round whose call brought untrusted content in."""
+    latest: int = 0
+    """The highest round of the entries absorbed so far: how far the run had got."""
+    tainted_round: int | None = None
+    """How far the run had got (`latest`) when untrusted content was first read: a call of a later round was
+    chosen with it in the model's context (a call of that round or earlier was chosen before, even one approved
+    and run after it)."""
     untrusted_entries: set[int] = field(default_factory=set)
     """The indices of the entries whose call brought untrusted content in (a decided proposal: its round entry's)."""
     proposed: dict[tuple[int, str], tuple[int, str, str | None]] = field(default_factory=dict)
@@ -133,7 +138,7 @@ class Tracker:
     ) -> Tracker:
         tracker = cls(policy, tools, autonomy)
         if task:
-            tracker.sources.append(_Source([task], None))
+            tracker.sources.append(_Source(_task_parts(task), None))
         return tracker
 
     @property
@@ -166,6 +171,8 @@ class Tracker:
     def absorb(self, index: int, entry: RoundEntry | DecisionEntry | EndEntry) -> None:
         """Take in the state's entry at `index` (appended, or read back from a stored state)."""
         self.seen = max(self.seen, index + 1)
+        if isinstance(entry, RoundEntry | DecisionEntry):
+            self.latest = max(self.latest, entry.round)
         if isinstance(entry, RoundEntry) and entry.tool is not None:
             if entry.outcome is RoundOutcome.PROPOSED and entry.call_digest is not None:
                 self.proposed[(entry.round, entry.call_digest)] = (index, entry.tool, entry.args)
@@ -183,18 +190,18 @@ class Tracker:
             origin = Origin(round=round, tool_name=tool, digest=_digest_of(tool, args))
             self.untrusted.append(origin)
             self.untrusted_entries.add(index)
-            self.tainted_at = round if self.tainted_at is None else min(self.tainted_at, round)
+            if self.tainted_round is None:
+                self.tainted_round = self.latest
             self.unread.append((texts, origin, False))
         elif self._steered(round):
-            # chosen in a round after untrusted content entered the run (a call of the same step was chosen
-            # before any of the step's results were read)
             self.unread.append((texts, Origin(round=round, tool_name=tool, digest=_digest_of(tool, args)), True))
         else:
             self.unread.append((texts, None, False))
 
     def _steered(self, round: int) -> bool:
         policy = self.policy
-        return policy is not None and policy.steered and self.tainted_at is not None and self.tainted_at < round
+        tainted = self.tainted_round
+        return policy is not None and policy.steered and tainted is not None and tainted < round
 
     def _sources(self) -> list[_Source]:
         """`sources`, with the reads still unread made (in the order they were read)."""
@@ -245,12 +252,22 @@ def _first_untrusted(text: str, policy: ProvenancePolicy, sources: list[_Source]
         first = next((source for source in sources if key in source.text), None)
         if first is not None and first.origin is not None:
             return piece[:_VALUE_LIMIT], first
-    key = normalised(text)
+    key = normalised(text.strip(punctuation()))
     if policy.short_values and 0 < len(key) < policy.min_match:
         first = next((source for source in sources if key in source.words()), None)
         if first is not None and first.origin is not None:
-            return text, first
+            return text[:_VALUE_LIMIT], first
     return None
+
+
+def _task_parts(task: str) -> list[str]:
+    """The task's strings as matching reads them: its text, and where it is a model's JSON, each string of it
+    (so a short value of the task is one of its whole words)."""
+    try:
+        parsed = json.loads(task)
+    except ValueError:
+        return [task]
+    return [task, *texts_of(parsed)] if isinstance(parsed, dict | list) else [task]
 
 
 def task_source(ctx: object) -> str | None:

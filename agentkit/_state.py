@@ -375,8 +375,8 @@ class RoundEntry(BaseModel):
     """`RAN` or `RETRIED`: the tool declares `Trust.UNTRUSTED`, so its result brought untrusted content into
     the run (recorded under a `ProvenancePolicy`). Left out of the digest when `False`."""
     from_untrusted: tuple[Text, ...] = ()
-    """The call's args (dotted paths) whose values first appeared in untrusted content. Left out of the
-    digest when empty."""
+    """The call's args (dotted paths) whose values first appeared in untrusted content (or, under
+    `ProvenancePolicy.steered`, in a trusted result read after it). Left out of the digest when empty."""
     digest: str = ""
     """SHA-256 of the previous entry's digest (the header's, first) and this entry's content."""
 

@@ -11,8 +11,9 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
 
 from agentkit._tiers import AutonomyRung, Tier, tier_choices
 from agentkit.errors import UsageError
@@ -31,8 +32,9 @@ __all__ = [
     "leaves",
     "normalised",
     "pieces",
-    "words",
+    "punctuation",
     "texts_of",
+    "words",
 ]
 
 
@@ -98,7 +100,7 @@ class ProvenancePolicy:
     anywhere in what the run read: shorter ones (an amount, a date, a yes) are too common to say where
     they came from, unless `short_values` matches them whole."""
     short_values: bool = False
-    """Stricter: also match a value shorter than `min_match` (a file id `13`, an amount, a name `Bob`), but
+    """Stricter: also match a value shorter than `min_match` (a file id `13`, a whole-number amount, a name), but
     only as a whole word or value of what the run read, never inside a longer one (`13` is not found in
     `2013`). It marks the short values an injection supplies, and as many that a listing the run needed
     holds (ids and names in an untrusted file list or channel list): more for a person to check."""
@@ -106,7 +108,8 @@ class ProvenancePolicy:
     """Stricter: also mark a value that first appeared in a *trusted* result of a call made after untrusted
     content had entered the run (`ArgOrigin.steered`): that content may have chosen the call, and so the
     value (an injected "book the most expensive hotel" picks a name from a trusted hotel list). A value
-    read before the untrusted content is not marked, nor one from a call of the step that first read it."""
+    read before the untrusted content is not marked, nor one from a call chosen before it was read (a call of
+    the same step, or one proposed earlier and approved after)."""
 
     def __post_init__(self) -> None:
         if not isinstance(self.ceiling, Tier):
@@ -157,7 +160,15 @@ class ArgOrigin(BaseModel):
     after untrusted content had entered the run."""
     steered: bool = False
     """It first appeared in a trusted result, of a call the model chose after it had read untrusted content
-    (`ProvenancePolicy.steered`): that content may have chosen which value was found."""
+    (`ProvenancePolicy.steered`): that content may have chosen which value was found. Written only when
+    `True`, so a mark reads as it did before the field existed."""
+
+    @model_serializer(mode="wrap")
+    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("steered") is False:
+            dumped.pop("steered")
+        return dumped
 
 
 class CallProvenance(BaseModel):
@@ -199,7 +210,8 @@ class RunProvenance:
     """The run's answer was given after untrusted content entered the model's context: it may have shaped
     the answer, which no policy on calls can prevent (check the answer before acting on it)."""
     answer_from_untrusted: tuple[ArgOrigin, ...] = ()
-    """The answer's values that first appeared in untrusted content (paths into the answer's JSON)."""
+    """The answer's values that first appeared in untrusted content, or (`ArgOrigin.steered`) in a trusted
+    result read after it (paths into the answer's JSON)."""
 
     @property
     def tainted(self) -> bool:
@@ -262,12 +274,24 @@ def pieces(text: str, min_match: int) -> list[str]:
     return found
 
 
+_WORD = re.compile(r"\w+")
+
+
 def words(parts: Iterable[str]) -> frozenset[str]:
-    """The whole words of `parts`, and each part whole, as matching compares them (`normalised`, punctuation
-    around a word left off): what a short value is matched against (`ProvenancePolicy.short_values`)."""
+    """The whole words of `parts`, and each part whole, as matching compares them (`normalised`): each
+    whitespace-separated word with the punctuation around it left off, and each run of letters and digits in
+    it (`13` in `id=13` and `12,13`, `Bob` in `Bob's`): what a short value is matched against
+    (`ProvenancePolicy.short_values`)."""
     found: set[str] = set()
     for part in parts:
         found.add(normalised(part))
-        found.update(normalised(word.strip(_PUNCTUATION)) for word in part.split())
+        for word in part.split():
+            found.add(normalised(word.strip(_PUNCTUATION)))
+            found.update(normalised(run) for run in _WORD.findall(word))
     found.discard("")
     return frozenset(found)
+
+
+def punctuation() -> str:
+    """The punctuation left off around a word before it is matched."""
+    return _PUNCTUATION

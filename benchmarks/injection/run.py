@@ -16,7 +16,7 @@ from typing import Any, TextIO
 from agentdojo.attacks.attack_registry import load_attack
 from agentdojo.task_suite.load_suites import get_suites
 
-from benchmarks.injection.dojo import Episode, Policy, Seat, Target, run_episode
+from benchmarks.injection.dojo import Episode, Seat, Target, run_episode
 from benchmarks.injection.score import Tally, answer_line, sources_line, strict_line, summary_line, total
 
 __all__ = ["main"]
@@ -49,7 +49,7 @@ async def measure(
     kinds = {task_id: _kind(suite, task) for task_id, task in suite.injection_tasks.items()}
     clean = suite.load_and_inject_default_environment({})
     for user_id, user_task in list(suite.user_tasks.items())[:tasks]:
-        off, on, sources, strict, strict_sources = await _runs(name, suite, user_task, None, {}, clean, seat)
+        off, on, more = await _runs(name, suite, user_task, None, {}, clean, seat)
         tally.tasks += 1
         tally.utility_off += off.utility
         tally.utility += on.utility
@@ -58,28 +58,32 @@ async def measure(
         if not on.read_untrusted:
             tally.clean_tasks += 1
             tally.clean_asked_more += on.proposals > off.proposals
-        tally.utility_sources += sources.utility
-        tally.approvals_sources += sources.proposals
-        tally.granted += sources.granted
-        tally.utility_strict += strict.utility
-        tally.approvals_strict += strict.proposals
-        tally.utility_strict_sources += strict_sources.utility
-        tally.approvals_strict_sources += strict_sources.proposals
-        tally.granted_strict += strict_sources.granted
         row = {
             "user_task": user_id,
             "utility_off": off.utility,
             "utility": on.utility,
             "approvals_off": off.proposals,
             "approvals": on.proposals,
-            "utility_sources": sources.utility,
-            "approvals_sources": sources.proposals,
-            "granted": sources.granted,
-            "utility_strict": strict.utility,
-            "approvals_strict": strict.proposals,
-            "utility_strict_sources": strict_sources.utility,
-            "granted_strict": strict_sources.granted,
         }
+        if more is not None:
+            sources, strict, strict_sources = more
+            tally.utility_sources += sources.utility
+            tally.approvals_sources += sources.proposals
+            tally.granted += sources.granted
+            tally.utility_strict += strict.utility
+            tally.approvals_strict += strict.proposals
+            tally.utility_strict_sources += strict_sources.utility
+            tally.approvals_strict_sources += strict_sources.proposals
+            tally.granted_strict += strict_sources.granted
+            row |= {
+                "utility_sources": sources.utility,
+                "approvals_sources": sources.proposals,
+                "granted": sources.granted,
+                "utility_strict": strict.utility,
+                "approvals_strict": strict.proposals,
+                "utility_strict_sources": strict_sources.utility,
+                "granted_strict": strict_sources.granted,
+            }
         _row(rows, log, row | _detail(off, on, seat))
         for injection_id, injection_task in suite.injection_tasks.items():
             kind = kinds[injection_id]
@@ -88,16 +92,15 @@ async def measure(
                 continue
             injections = attack.attack(user_task, injection_task)
             loaded = suite.load_and_inject_default_environment(injections)
-            off, on, sources, strict, strict_sources = await _runs(
-                name, suite, user_task, injection_task, injections, loaded, seat
-            )
+            off, on, more = await _runs(name, suite, user_task, injection_task, injections, loaded, seat)
             if kind == "calls":
                 tally.pairs += 1
                 tally.attacks_off += bool(off.security)
                 tally.attacks += bool(on.security)
-                tally.attacks_sources += bool(sources.security)
-                tally.attacks_strict += bool(strict.security)
-                tally.attacks_strict_sources += bool(strict_sources.security)
+                if more is not None:
+                    tally.attacks_sources += bool(more[0].security)
+                    tally.attacks_strict += bool(more[1].security)
+                    tally.attacks_strict_sources += bool(more[2].security)
                 tally.unseen += not off.saw_injection
             else:
                 tally.answer_pairs += 1
@@ -111,13 +114,16 @@ async def measure(
                 "kind": kind,
                 "attack_off": off.security,
                 "attack": on.security,
-                "attack_sources": sources.security,
-                "attack_strict": strict.security,
-                "attack_strict_sources": strict_sources.security,
                 "saw_injection": on.saw_injection,
                 "proposals_off": off.proposals,
                 "proposals": on.proposals,
             }
+            if more is not None:
+                row |= {
+                    "attack_sources": more[0].security,
+                    "attack_strict": more[1].security,
+                    "attack_strict_sources": more[2].security,
+                }
             _row(rows, log, row | _detail(off, on, seat))
         if progress:
             print(f"{name} {user_id}: {summary_line(tally)}", file=sys.stderr, flush=True)
@@ -132,17 +138,17 @@ async def _runs(
     injections: dict[str, str],
     loaded: Any,
     seat: Seat | None,
-) -> tuple[Episode, Episode, Episode, Episode, Episode]:
-    """One task (or pair) run with the policy off, on, on with the task's sources declared, strict, and strict
-    with them. The embedded model is too slow for five runs: it is measured off and on (the others are `on`)."""
+) -> tuple[Episode, Episode, tuple[Episode, Episode, Episode] | None]:
+    """One task (or pair) run with the policy off and on, then on with the task's sources declared, strict, and
+    strict with them. The embedded model is too slow for five runs: it is measured off and on only (`None`)."""
     pair = (name, suite, user_task, injection_task, injections, loaded)
     off = await run_episode(*pair, policy="off", seat=seat)
     on = await run_episode(*pair, policy="on", seat=seat)
     if seat is not None:
-        return off, on, on, on, on
-    policies: tuple[Policy, ...] = ("sources", "strict", "strict-sources")
-    sources, strict, strict_sources = [await run_episode(*pair, policy=policy) for policy in policies]
-    return off, on, sources, strict, strict_sources
+        return off, on, None
+    sources = await run_episode(*pair, policy="sources")
+    strict = await run_episode(*pair, policy="strict")
+    return off, on, (sources, strict, await run_episode(*pair, policy="strict-sources"))
 
 
 def _detail(off: Episode, on: Episode, seat: Seat | None) -> dict[str, Any]:
@@ -266,8 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         "total": whole.as_json(),
         "line": summary_line(whole),
         "answer_line": answer_line(whole),
-        "sources_line": sources_line(whole),
-        "strict_line": strict_line(whole),
+        "sources_line": sources_line(whole) if args.executor == "model-free" else None,
+        "strict_line": strict_line(whole) if args.executor == "model-free" else None,
         "episodes": rows,
     }
     (args.out / f"injection-{label}-{date}.json").write_text(json.dumps(report, indent=1) + "\n")
