@@ -962,9 +962,17 @@ def _truth(value: object) -> str | None:
 
 
 def _texts(value: object) -> str | None:
+    """A tuple of `Text` (stored losslessly: `to_stored`, as its dump writes it)."""
     if type(value) is not tuple or any(type(part) is not str for part in value):
         return None
     return f"[{','.join(_ascii(to_stored(part)) for part in value)}]"
+
+
+def _plain_texts(value: object) -> str | None:
+    """A tuple of plain `str`, written as its dump writes it (no `to_stored`)."""
+    if type(value) is not tuple or any(type(part) is not str for part in value):
+        return None
+    return f"[{','.join(_ascii(part) for part in value)}]"
 
 
 def _member(kind: type[enum.Enum]) -> Callable[[object], str | None]:
@@ -1006,7 +1014,7 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "summarized": _whole,
         "prompt": _plain_text,
         "schema_digest": _plain_text,
-        "media": _texts,
+        "media": _plain_texts,
         "requests": _whole,
         "input_tokens": _whole,
         "output_tokens": _whole,
