@@ -45,8 +45,8 @@ from agentkit._trust import (
     leaves,
     normalised,
     pieces,
-    punctuation,
     texts_of,
+    word_key,
     words,
 )
 
@@ -66,9 +66,9 @@ class _Source:
     """`None`: trusted content (the task, a trusted tool's result) read before any untrusted content."""
     steered: bool = False
     """A trusted result of a call made after untrusted content entered the run."""
-    text: str = ""
+    text: str = field(init=False)
     """`parts`, normalised and joined: what a value of `min_match` characters or more is found in."""
-    whole: frozenset[str] | None = None
+    whole: frozenset[str] | None = field(default=None, init=False)
     """Its whole words and values (made the first time a short value is matched)."""
 
     def __post_init__(self) -> None:
@@ -134,11 +134,11 @@ class Tracker:
 
     @classmethod
     def start(
-        cls, policy: ProvenancePolicy | None, tools: Mapping[str, object], task: str | None, autonomy: Tier
+        cls, policy: ProvenancePolicy | None, tools: Mapping[str, object], task: list[str] | None, autonomy: Tier
     ) -> Tracker:
         tracker = cls(policy, tools, autonomy)
         if task:
-            tracker.sources.append(_Source(_task_parts(task), None))
+            tracker.sources.append(_Source(task, None))
         return tracker
 
     @property
@@ -186,22 +186,17 @@ class Tracker:
                 self._read(at, entry.round, tool, args, entry.untrusted, entry.batch, entry.observation)
 
     def _read(self, index: int, round: int, tool: str, args: str | None, untrusted: bool, *texts: str | None) -> None:
-        if untrusted:
-            origin = Origin(round=round, tool_name=tool, digest=_digest_of(tool, args))
-            self.untrusted.append(origin)
-            self.untrusted_entries.add(index)
-            if self.tainted_round is None:
-                self.tainted_round = self.latest
-            self.unread.append((texts, origin, False))
-        elif self._steered(round):
-            self.unread.append((texts, Origin(round=round, tool_name=tool, digest=_digest_of(tool, args)), True))
-        else:
-            self.unread.append((texts, None, False))
-
-    def _steered(self, round: int) -> bool:
         policy = self.policy
         tainted = self.tainted_round
-        return policy is not None and policy.steered and tainted is not None and tainted < round
+        steered = not untrusted and policy is not None and policy.steered and tainted is not None and tainted < round
+        origin = Origin(round=round, tool_name=tool, digest=_digest_of(tool, args)) if untrusted or steered else None
+        if untrusted:
+            assert origin is not None
+            self.untrusted.append(origin)
+            self.untrusted_entries.add(index)
+            if tainted is None:
+                self.tainted_round = self.latest
+        self.unread.append((texts, origin, steered))
 
     def _sources(self) -> list[_Source]:
         """`sources`, with the reads still unread made (in the order they were read)."""
@@ -252,7 +247,7 @@ def _first_untrusted(text: str, policy: ProvenancePolicy, sources: list[_Source]
         first = next((source for source in sources if key in source.text), None)
         if first is not None and first.origin is not None:
             return piece[:_VALUE_LIMIT], first
-    key = normalised(text.strip(punctuation()))
+    key = word_key(text)
     if policy.short_values and 0 < len(key) < policy.min_match:
         first = next((source for source in sources if key in source.words()), None)
         if first is not None and first.origin is not None:
@@ -260,24 +255,15 @@ def _first_untrusted(text: str, policy: ProvenancePolicy, sources: list[_Source]
     return None
 
 
-def _task_parts(task: str) -> list[str]:
-    """The task's strings as matching reads them: its text, and where it is a model's JSON, each string of it
-    (so a short value of the task is one of its whole words)."""
-    try:
-        parsed = json.loads(task)
-    except ValueError:
-        return [task]
-    return [task, *texts_of(parsed)] if isinstance(parsed, dict | list) else [task]
-
-
-def task_source(ctx: object) -> str | None:
-    """A run's task as matching reads it (trusted, read first): a `str` ctx, or a pydantic model's JSON;
-    `None` for any other ctx (then every value is judged by the tool results alone)."""
+def task_source(ctx: object) -> list[str] | None:
+    """A run's task as matching reads it (trusted, read first): a `str` ctx; or a pydantic model's JSON and each
+    string of it (so a short value of the task is one of its whole words); `None` for any other ctx (then every
+    value is judged by the tool results alone)."""
     if isinstance(ctx, str):
-        return ctx
+        return [ctx]
     if isinstance(ctx, BaseModel):
         try:
-            return ctx.model_dump_json()
+            return [ctx.model_dump_json(), *texts_of(ctx.model_dump(mode="json"))]
         except ValueError:
             return None
     return None

@@ -243,6 +243,10 @@ class CheckpointConfig(BaseModel):
 _CALLS_DEFAULTS = (("max_calls_per_step", 1), ("max_parallel_calls", None))
 
 
+def _off(value: bool) -> bool:
+    return value is False
+
+
 class CheckpointProvenance(BaseModel):
     """The run's `ProvenancePolicy`, field by field. `short_values` and `steered` came later: a state without
     them was recorded by a run that had neither, and goes on without them; each is written only when on."""
@@ -251,16 +255,8 @@ class CheckpointProvenance(BaseModel):
     ceiling: Tier
     egress: AutonomyRung
     min_match: int
-    short_values: bool = False
-    steered: bool = False
-
-    @model_serializer(mode="wrap")
-    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
-        for name in ("short_values", "steered"):
-            if dumped.get(name) is False:
-                dumped.pop(name)
-        return dumped
+    short_values: bool = Field(default=False, exclude_if=_off)
+    steered: bool = Field(default=False, exclude_if=_off)
 
     def rebuild(self) -> ProvenancePolicy:
         return ProvenancePolicy(**dict(self))
@@ -961,18 +957,21 @@ def _truth(value: object) -> str | None:
     return "true" if value is True else "false" if value is False else None
 
 
-def _texts(value: object) -> str | None:
-    """A tuple of `Text` (stored losslessly: `to_stored`, as its dump writes it)."""
-    if type(value) is not tuple or any(type(part) is not str for part in value):
-        return None
-    return f"[{','.join(_ascii(to_stored(part)) for part in value)}]"
+def _tuple_of(part: Callable[[str], str]) -> Callable[[object], str | None]:
+    """The writer of a tuple of `str`, each part written by `part`."""
+
+    def written(value: object) -> str | None:
+        if type(value) is not tuple or any(type(item) is not str for item in value):
+            return None
+        return f"[{','.join(map(part, value))}]"
+
+    return written
 
 
-def _plain_texts(value: object) -> str | None:
-    """A tuple of plain `str`, written as its dump writes it (no `to_stored`)."""
-    if type(value) is not tuple or any(type(part) is not str for part in value):
-        return None
-    return f"[{','.join(_ascii(part) for part in value)}]"
+_texts = _tuple_of(lambda part: _ascii(to_stored(part)))
+"""A tuple of `Text`: each part stored losslessly (`to_stored`), as its dump writes it."""
+_plain_texts = _tuple_of(_ascii)
+"""A tuple of plain `str` (a round's media), written as its dump writes it."""
 
 
 def _member(kind: type[enum.Enum]) -> Callable[[object], str | None]:

@@ -11,9 +11,8 @@ import re
 import unicodedata
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from pydantic import BaseModel, ConfigDict, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentkit._tiers import AutonomyRung, Tier, tier_choices
 from agentkit.errors import UsageError
@@ -32,8 +31,8 @@ __all__ = [
     "leaves",
     "normalised",
     "pieces",
-    "punctuation",
     "texts_of",
+    "word_key",
     "words",
 ]
 
@@ -158,17 +157,10 @@ class ArgOrigin(BaseModel):
     origin: Origin
     """The result it first appeared in: untrusted content, or (`steered`) a trusted result of a call made
     after untrusted content had entered the run."""
-    steered: bool = False
+    steered: bool = Field(default=False, exclude_if=lambda steered: steered is False)
     """It first appeared in a trusted result, of a call the model chose after it had read untrusted content
     (`ProvenancePolicy.steered`): that content may have chosen which value was found. Written only when
     `True`, so a mark reads as it did before the field existed."""
-
-    @model_serializer(mode="wrap")
-    def _as_before(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        dumped: dict[str, Any] = handler(self)
-        if dumped.get("steered") is False:
-            dumped.pop("steered")
-        return dumped
 
 
 class CallProvenance(BaseModel):
@@ -286,12 +278,12 @@ def words(parts: Iterable[str]) -> frozenset[str]:
     for part in parts:
         found.add(normalised(part))
         for word in part.split():
-            found.add(normalised(word.strip(_PUNCTUATION)))
+            found.add(word_key(word))
             found.update(normalised(run) for run in _WORD.findall(word))
     found.discard("")
     return frozenset(found)
 
 
-def punctuation() -> str:
-    """The punctuation left off around a word before it is matched."""
-    return _PUNCTUATION
+def word_key(text: str) -> str:
+    """`text` as a whole word is matched: the punctuation around it left off, `normalised`."""
+    return normalised(text.strip(_PUNCTUATION))

@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from agentkit import Tier
 from agentkit.provenance import Trust
+from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
 from tests.support import Doc
 
 ATTACKER_IBAN = "DE89 3704 0044 0532 0130 00"
@@ -86,3 +87,19 @@ def world() -> dict[str, WorldTool]:
 def ran(tools: dict[str, WorldTool]) -> dict[str, list[Any]]:
     """The calls that ran, by tool (tools that ran nothing left out)."""
     return {name: t.calls for name, t in tools.items() if t.calls}
+
+
+INBOX = ("read_inbox", Folder(folder="inbox"))
+NOTES = ("read_notes", Folder(folder="notes"))
+
+
+def steps(*calls: tuple[str, BaseModel]) -> ScriptedCaller:
+    """A script of one call a step, then done."""
+    return ScriptedCaller([*(call_step(args, tool=name) for name, args in calls), done_step()])
+
+
+def multi(*step_calls: tuple[tuple[str, BaseModel], ...]) -> ScriptedCaller:
+    """A script of steps of several calls each, then done."""
+    return ScriptedCaller(
+        [*(calls_step(*(call_step(args, tool=name) for name, args in calls)) for calls in step_calls), done_step()]
+    )

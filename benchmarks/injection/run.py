@@ -9,6 +9,7 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
@@ -66,7 +67,7 @@ async def measure(
             "approvals": on.proposals,
         }
         if more is not None:
-            sources, strict, strict_sources = more
+            sources, strict, strict_sources = more.sources, more.strict, more.strict_sources
             tally.utility_sources += sources.utility
             tally.approvals_sources += sources.proposals
             tally.granted += sources.granted
@@ -98,9 +99,9 @@ async def measure(
                 tally.attacks_off += bool(off.security)
                 tally.attacks += bool(on.security)
                 if more is not None:
-                    tally.attacks_sources += bool(more[0].security)
-                    tally.attacks_strict += bool(more[1].security)
-                    tally.attacks_strict_sources += bool(more[2].security)
+                    tally.attacks_sources += bool(more.sources.security)
+                    tally.attacks_strict += bool(more.strict.security)
+                    tally.attacks_strict_sources += bool(more.strict_sources.security)
                 tally.unseen += not off.saw_injection
             else:
                 tally.answer_pairs += 1
@@ -120,14 +121,23 @@ async def measure(
             }
             if more is not None:
                 row |= {
-                    "attack_sources": more[0].security,
-                    "attack_strict": more[1].security,
-                    "attack_strict_sources": more[2].security,
+                    "attack_sources": more.sources.security,
+                    "attack_strict": more.strict.security,
+                    "attack_strict_sources": more.strict_sources.security,
                 }
             _row(rows, log, row | _detail(off, on, seat))
         if progress:
             print(f"{name} {user_id}: {summary_line(tally)}", file=sys.stderr, flush=True)
     return tally, rows
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Readings:
+    """One task's (or pair's) runs beyond off and on: the task's sources declared, strict, strict with them."""
+
+    sources: Episode
+    strict: Episode
+    strict_sources: Episode
 
 
 async def _runs(
@@ -138,7 +148,7 @@ async def _runs(
     injections: dict[str, str],
     loaded: Any,
     seat: Seat | None,
-) -> tuple[Episode, Episode, tuple[Episode, Episode, Episode] | None]:
+) -> tuple[Episode, Episode, Readings | None]:
     """One task (or pair) run with the policy off and on, then on with the task's sources declared, strict, and
     strict with them. The embedded model is too slow for five runs: it is measured off and on only (`None`)."""
     pair = (name, suite, user_task, injection_task, injections, loaded)
@@ -146,9 +156,15 @@ async def _runs(
     on = await run_episode(*pair, policy="on", seat=seat)
     if seat is not None:
         return off, on, None
-    sources = await run_episode(*pair, policy="sources")
-    strict = await run_episode(*pair, policy="strict")
-    return off, on, (sources, strict, await run_episode(*pair, policy="strict-sources"))
+    return (
+        off,
+        on,
+        Readings(
+            sources=await run_episode(*pair, policy="sources"),
+            strict=await run_episode(*pair, policy="strict"),
+            strict_sources=await run_episode(*pair, policy="strict-sources"),
+        ),
+    )
 
 
 def _detail(off: Episode, on: Episode, seat: Seat | None) -> dict[str, Any]:

@@ -13,18 +13,22 @@ from pydantic import BaseModel
 from agentkit import AfterProposal, LoopConfig, Outcome, StopReason, Tier, UsageError, run_tool_loop, tool
 from agentkit import run_tool_loop_tiered as tiered
 from agentkit.provenance import ProvenancePolicy, Trust
-from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
+from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.provenance_support import (
     ATTACKER_IBAN,
     ATTACKER_MAIL,
     ATTACKER_URL,
+    INBOX,
+    NOTES,
     TASK,
     USER_MAIL,
     Email,
     Folder,
     Payment,
     Url,
+    multi,
     ran,
+    steps,
     world,
 )
 from tests.support import NO_WAIT, Doc, Executor
@@ -32,14 +36,6 @@ from tests.support import NO_WAIT, Doc, Executor
 
 def config(**kwargs: Any) -> LoopConfig:
     return LoopConfig(retry=NO_WAIT, after_proposal=AfterProposal.CONTINUE, max_rounds=8, **kwargs)
-
-
-def steps(*calls: tuple[str, BaseModel]) -> ScriptedCaller:
-    return ScriptedCaller([*(call_step(args, tool=name) for name, args in calls), done_step()])
-
-
-INBOX = ("read_inbox", Folder(folder="inbox"))
-NOTES = ("read_notes", Folder(folder="notes"))
 
 
 async def test_a_run_that_reads_no_untrusted_content_is_gated_by_its_tiers_alone() -> None:
@@ -407,13 +403,6 @@ def test_a_declaration_of_the_wrong_type_fails_closed() -> None:
     assert declared_trust(SimpleNamespace(trust="trusted")) is Trust.UNTRUSTED
     assert declared_egress(SimpleNamespace(egress=0)) is True
     assert (declared_trust(SimpleNamespace()), declared_egress(SimpleNamespace())) == (Trust.TRUSTED, False)
-
-
-def multi(*step_calls: tuple[tuple[str, BaseModel], ...]) -> ScriptedCaller:
-    """A script of steps of several calls each, then done."""
-    return ScriptedCaller(
-        [*(calls_step(*(call_step(args, tool=name) for name, args in calls)) for calls in step_calls), done_step()]
-    )
 
 
 async def test_a_step_of_several_calls_after_untrusted_content_runs_its_reads_and_holds_the_rest() -> None:
