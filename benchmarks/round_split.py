@@ -74,6 +74,10 @@ class FloorRequest:
         reply = json.loads(response.content)
         scenario.Step.model_validate_json(reply["choices"][0]["message"]["content"] or "")
 
+    async def aclose(self) -> None:
+        """Close its client."""
+        await self.client.aclose()
+
 
 def wire_sides(base_url: str) -> tuple[Sample, Sample, Callable[[], Awaitable[None]]]:
     """The caller's and the floor's one request, each a sample of `n` requests (CPU seconds per request)."""
@@ -97,7 +101,7 @@ def wire_sides(base_url: str) -> tuple[Sample, Sample, Callable[[], Awaitable[No
 
     async def close() -> None:
         await caller.aclose()
-        await bare.client.aclose()
+        await bare.aclose()
 
     return agentkit, floor, close
 
@@ -190,7 +194,7 @@ def loop_sides(base_url: str) -> tuple[Callable[[int], Awaitable[None]], Sample,
 
     async def close() -> None:
         await caller.aclose()
-        await bare.client.aclose()
+        await bare.aclose()
 
     return record, timed(False), timed(True), close
 
