@@ -24,11 +24,25 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, JsonValue, TypeAdapter, ValidationError, create_model
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainValidator,
+    TypeAdapter,
+    ValidationError,
+    WrapValidator,
+    create_model,
+)
+from pydantic.fields import FieldInfo
 from pydantic_core import from_json
 
 from agentkit._cache import kept_on
@@ -168,8 +182,9 @@ class StepDeltas(Deltas):
         start = text.find("{")  # a fenced reply (MD_JSON) has prose before its JSON
         if start < 0:
             return
+        text = _without_unfinished_number(text[start:] if start else text)
         try:
-            value = from_json(text[start:] if start else text, allow_partial="trailing-strings")
+            value = from_json(text, allow_partial="trailing-strings")
         except ValueError:
             return  # not JSON (yet, or at all): validation of the complete reply says so
         if not isinstance(value, dict):
@@ -196,7 +211,7 @@ class StepDeltas(Deltas):
             return  # not valid as far as it goes: the complete step's validation says why, if it stays so
         self.answer = answer
         self.pending = True
-        partial: JsonValue = self.partial.dump_python(checked, mode="json", exclude_unset=True)
+        partial: JsonValue = self.partial.dump_python(checked, mode="json", exclude_unset=True, by_alias=True)
         self.emit(AnswerDelta(run_id=self.run_id, round=self.round, attempt=self.attempt, partial=partial))
 
 
@@ -230,12 +245,55 @@ def partial_adapter(answer: type[Any]) -> TypeAdapter[Any]:
 
 
 def _partial_type(answer: type[Any]) -> Any:
+    """A model answer as a model whose fields may all be missing, each otherwise as declared (its alias, its
+    constraints, its field validators, the model's config); any other type as it is. The model's own model
+    validators and computed fields are left out: they read the whole answer, which a partial one is not (the
+    complete step is validated against the answer type itself)."""
     if not (isinstance(answer, type) and issubclass(answer, BaseModel)):
         return answer
-    fields: dict[str, Any] = {
-        name: (info.annotation | None, None)  # type: ignore[operator]  # an annotation is a type form
-        for name, info in answer.model_fields.items()
-    }
-    config = ConfigDict(extra="forbid" if answer.model_config.get("extra") == "forbid" else "ignore")
+    checks: dict[str, list[Any]] = {name: [] for name in answer.model_fields}
+    for decorator in answer.__pydantic_decorators__.field_validators.values():
+        # the validator as its class binds it (so it still reads the answer type's own names), as a field's
+        # functional validator: the form pydantic gives a validator that is not a method of the model
+        check = _FUNCTIONAL[decorator.info.mode](decorator.func)
+        for name in answer.model_fields if "*" in decorator.info.fields else decorator.info.fields:
+            checks[name].append(check)
+    fields: dict[str, Any] = {name: _optional(info, checks[name]) for name, info in answer.model_fields.items()}
+    extra = "forbid" if answer.model_config.get("extra") == "forbid" else "ignore"
+    # a default is never validated: a missing field stays missing (None) and is left out of the partial
+    config = ConfigDict(**{**answer.model_config, "extra": extra, "validate_default": False})  # type: ignore[typeddict-item]  # a model's config is a ConfigDict
     partial: type[BaseModel] = create_model(f"Partial{answer.__name__}", __config__=config, **fields)
     return partial
+
+
+_FUNCTIONAL: dict[str, Callable[[Any], Any]] = {
+    "before": BeforeValidator,
+    "after": AfterValidator,
+    "wrap": WrapValidator,
+    "plain": PlainValidator,
+}
+"""Each mode of a field validator, and the functional validator of that mode."""
+
+
+def _optional(info: FieldInfo, checks: list[Any]) -> tuple[Any, FieldInfo]:
+    """A field as `info` declares it (its annotation and metadata: alias, constraints, validators), its model's
+    field validators (`checks`) after them, but not required: missing, it is `None`, and left out of the partial
+    (`exclude_unset`)."""
+    spec = info.asdict()
+    metadata = [*spec["metadata"], *checks]
+    # a type made at run time, as pydantic's create_model takes it: the field's type with its metadata
+    annotation = Annotated[(spec["annotation"], *metadata)] if metadata else spec["annotation"]  # type: ignore[maybe-unrecognized-str-typeform]
+    attributes = {**spec["attributes"], "default": None, "default_factory": None, "validate_default": False}
+    return annotation, Field(**attributes)
+
+
+_UNFINISHED_NUMBER = re.compile(r"(?<=[\s:,\[])-?(?:\d[\d.eE+-]*)?$")
+"""A number at the very end of the text, after the delimiter before it: more digits may still come."""
+
+
+def _without_unfinished_number(text: str) -> str:
+    """`text` without a number it ends with: the partial parser takes `12` as a finished number where the reply
+    may go on `3456`, so a number is read only once a later delimiter (`,`, `}`, `]`, a space) proves it
+    complete. In a string the same cut only shortens its text so far, as a string cut short is anyway."""
+    match = _UNFINISHED_NUMBER.search(text)
+    return text[: match.start()] if match and match.start() < len(text) else text

@@ -6,7 +6,8 @@ Routes:
   its JSON form; from the journal (`JournalFeed`) for a run the app's journal holds, else from the feed
   (`RunFeed`). A reconnecting client's `Last-Event-ID` header (or `?after=N`) resumes after that event, so
   nothing is lost or repeated; once the run ended and every event was sent, a reconnect gets
-  `204 No Content`, which tells an `EventSource` to stop.
+  `204 No Content`, which tells an `EventSource` to stop. An id past the run's events so far (one the app
+  never sent) is answered `400` at once, as an id that is not a number is.
 - `GET /runs/{run_id}`: a page that follows the run in the browser (its script reads the events above).
 - `POST /runs` (when the app was given `start`): starts a run from the request's JSON body; answers
   `201` with the run's id and where its events and page are.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -106,9 +108,17 @@ class _Routes:
         if journaled is None and run_id not in feed:
             return PlainTextResponse(f"no run {run_id!r} here", status_code=404)
         if after is None:
-            return PlainTextResponse("Last-Event-ID (or ?after=) is an event number: a whole number", 400)
+            return PlainTextResponse(
+                "Last-Event-ID (or ?after=) is an event number: a whole number in ASCII digits, or -1 for none", 400
+            )
         ended, count = (feed.ended(run_id), feed.count(run_id)) if journaled is None else journaled
-        if ended and after >= count - 1:
+        if after >= count:  # no client was sent it: waiting for it would hold the stream open, silent
+            return PlainTextResponse(
+                f"Last-Event-ID (or ?after=) {after} is past the events of run {run_id!r}: it has "
+                f"{count} {'in all' if ended else 'so far'}, numbered from 0; reconnect with the last id you got",
+                400,
+            )
+        if ended and after == count - 1:
             return Response(status_code=204)  # all sent: an EventSource stops reconnecting on 204
         if journaled is None or self.journal is None:
             events = feed.events(run_id, after=after)
@@ -198,15 +208,23 @@ async def _stream(events: AsyncIterator[tuple[int, str]]) -> AsyncIterator[Serve
 
 
 def _after(request: Request) -> int | None:
-    """The last event the client has (`-1`: none yet); `None` when what it sent is not a number."""
+    """The last event the client has (`-1`: none yet); `None` when what it sent is not an event number: ASCII
+    digits, or `-1` (Python's `int` would also take `1_0`, `+2`, ` 3` and digits of other scripts)."""
     given = request.headers.get("last-event-id") or request.query_params.get("after")
     if given is None or given == "":
         return -1
-    try:
-        after = int(given)
-    except ValueError:
+    if given == "-1":
+        return -1
+    if not _NUMBER.fullmatch(given):
         return None
-    return after if after >= -1 else None
+    try:
+        return int(given)
+    except ValueError:  # more digits than Python converts: no run has that many events
+        return None
+
+
+_NUMBER = re.compile(r"[0-9]+")
+"""An event number as a client sends it back: the `id:` the app wrote, decimal ASCII digits."""
 
 
 def _page(run_id: str) -> str:

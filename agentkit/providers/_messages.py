@@ -23,7 +23,7 @@ from pydantic_core import from_json
 
 from agentkit._deltas import grew
 from agentkit.errors import AgentkitError, ProviderError, Throttled
-from agentkit.providers._wire import transient_status
+from agentkit.providers._wire import cause_of, transient_status
 
 __all__ = [
     "STATUS_HINTS",
@@ -246,8 +246,12 @@ async def read_stream(response: httpx2.Response, model: str, *, tools: bool) -> 
             grew(folded.text(tools))  # a last line with no newline after it
     except httpx2.TimeoutException as error:
         raise anthropic.APITimeoutError(request=response.request) from error
-    except httpx2.HTTPError as error:  # the connection broke mid-stream
-        raise anthropic.APIConnectionError(request=response.request) from error
+    except httpx2.HTTPError as error:  # the connection broke mid-stream: the server was reached, and answered
+        raise ProviderError(
+            f"the stream of model {model!r} broke after the model server answered {response.status_code} "
+            f"({cause_of(error)}); it is retried",
+            transient=True,
+        ) from error
     try:
         return folded.reply()
     except BrokenStream as error:

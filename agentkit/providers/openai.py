@@ -43,7 +43,9 @@ How the work is split, and why:
   response's server-sent events are folded chunk by chunk (`_wire.Streamed`) into the reply a
   whole body would have been, so everything after the read (usage, truncation, re-asks,
   validation) is unchanged, and the text so far is reported to the run (`agentkit._deltas`)
-  after every chunk that adds to it. The overall deadline covers the whole stream.
+  after every chunk that adds to it. The overall deadline covers the whole stream. A stream must reach
+  its end (its `finish_reason`, then the usage chunk or `data: [DONE]`): one cut before it is a transient
+  `ProviderError`, retried, never a reply (`_StreamEnd`).
 * **Replies are validated with pydantic** against the exact schema class that was asked for,
   after the checks a raw reply needs first: no choices, a reply cut off by the token limit
   (`finish_reason == "length"`: its JSON may be truncated, so it is never parsed), an empty
@@ -557,14 +559,18 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
         lines only (a comment line, starting with `:`, and any other field are skipped), so no SSE
         library is needed, and each chunk's JSON is validated from its bytes. It is read to its end,
         past `[DONE]`: a body left unread closes the connection, and each streamed request would
-        then open a new one."""
+        then open a new one.
+
+        A body that ends is not a whole reply: the stream must have reached its end (`_StreamEnd`), or it was
+        cut (a proxy's timeout, a server that stopped), and the reply so far is a transient `ProviderError`,
+        retried, never taken as the model's. So is a connection that breaks mid-stream."""
         folded = Streamed()
+        end = _StreamEnd()
         tools = self.mode is StructuredMode.TOOLS
-        done = False
         rest = b""
         try:
             async for block in response.aiter_bytes():
-                if done:
+                if end.done:
                     continue
                 lines = (rest + block).split(b"\n") if rest else block.split(b"\n")
                 rest = lines.pop()  # the end of the block: a line still to be finished
@@ -573,14 +579,31 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
                         continue
                     data = line[5:].strip()
                     if data == b"[DONE]":
-                        done = True
+                        end.done = True
                         break
-                    if folded.add(_chunk(data, model)):
+                    chunk = _chunk(data, model)
+                    if folded.add(chunk):
                         grew(folded.text(tools))
+                    end.saw(chunk, folded)
+            # a last line with no newline after it: read, so that a finish_reason it says is seen; but the stream
+            # did not end as a stream ends (a line, then a blank line), so the line ends nothing (`end`)
+            last = rest[5:].strip() if not end.done and rest.startswith(b"data:") else b"[DONE]"
+            if last != b"[DONE]" and folded.add(_chunk(last, model)):
+                grew(folded.text(tools))
         except httpx2.TimeoutException as error:
             raise openai.APITimeoutError(request=response.request) from error
         except httpx2.HTTPError as error:  # the connection broke mid-stream
-            raise openai.APIConnectionError(request=response.request) from error
+            raise ProviderError(
+                f"the stream of model {model!r} broke after the model server answered {response.status_code} "
+                f"({cause_of(error)}); it is retried",
+                transient=True,
+            ) from error
+        missing = end.missing(folded)
+        if missing and folded.finish_reason != "length":  # a reply cut by the token limit is so however it ended
+            raise ProviderError(
+                f"the stream of model {model!r} ended before {missing}: the reply is incomplete; it is retried",
+                transient=True,
+            )
         return folded.reply()
 
     def _failure(self, model: str, error: Exception) -> AgentkitError:
@@ -637,6 +660,35 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
         if self.mode is StructuredMode.MD_JSON:
             return json_in_text(content)
         return str(content)
+
+
+class _StreamEnd:
+    """How far a stream got towards its end. A stream has ended when its first choice's `finish_reason` came and
+    then `data: [DONE]` or the usage chunk (`stream_options.include_usage`), as each server sends them: OpenAI,
+    vLLM, llama.cpp and Ollama send both; a stream cut after the finish reason and before the usage would
+    otherwise count no tokens. A stream with no choice at all ends at its `[DONE]` (its reply has no choices,
+    and says so)."""
+
+    __slots__ = ("done", "usage")
+
+    def __init__(self) -> None:
+        self.done = False
+        """`data: [DONE]` came (on a line of its own)."""
+        self.usage = False
+        """A chunk carrying usage came at or after the finish reason."""
+
+    def saw(self, chunk: Chunk, folded: Streamed) -> None:
+        """Note what `chunk`, just folded into `folded`, tells of the stream's end."""
+        if chunk.usage is not None and folded.finish_reason is not None:
+            self.usage = True
+
+    def missing(self, folded: Streamed) -> str:
+        """What of its end the stream folded into `folded` lacks; empty when it ended."""
+        if folded.seen and folded.finish_reason is None:
+            return "its finish_reason"
+        if self.done or self.usage:
+            return ""
+        return "data: [DONE]" if folded.seen else "its first chunk"
 
 
 class _Tally:

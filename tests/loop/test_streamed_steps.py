@@ -8,6 +8,9 @@ from typing import Any
 
 import openai
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from agentkit import (
     LoopConfig,
@@ -20,6 +23,7 @@ from agentkit import (
     run_once_text,
     run_tool_loop,
 )
+from agentkit._deltas import StepDeltas
 from agentkit.errors import Throttled
 from agentkit.events import (
     AnswerDelta,
@@ -29,6 +33,7 @@ from agentkit.events import (
     RationaleDelta,
     TextDelta,
     ToolCallStarted,
+    iter_tool_loop,
 )
 from agentkit.journal import Journal, JournalObserver
 from agentkit.providers.openai import OpenAICaller, StructuredMode
@@ -321,3 +326,110 @@ async def test_a_streamed_step_of_several_calls_runs_each_call_once_as_a_whole_s
     assert result.items == expected.items
     assert result.answer == expected.answer == Summary.model_validate(ANSWER)
     assert all(request.get("stream") is True for request in server.requests[:2])
+
+
+# --- the answer so far, checked as its type declares it --------------------------------------------------
+
+
+class _Aliased(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+    title: str = Field(alias="Title")
+    points: list[str] = Field(alias="Points")
+
+
+class _Checked(BaseModel):
+    score: int = Field(le=10)
+    label: str = Field(max_length=5)
+    code: str = ""
+
+    @field_validator("code")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        if value != value.upper():
+            raise ValueError("code must be upper case")
+        return value
+
+
+class _Numbers(BaseModel):
+    amount: int
+    ratio: float
+    values: list[float] = []
+
+
+def answer_deltas(answer: type[BaseModel], text: str) -> list[JsonValue]:
+    """The `AnswerDelta` partials of a done step whose JSON is `text`, grown one character at a time."""
+    emitted: list[Event] = []
+    deltas = StepDeltas.of(answer)(emitted.append, "r", 1, True)
+    for end in range(1, len(text) + 1):
+        deltas.grew(text[:end])
+    return [e.partial for e in emitted if isinstance(e, AnswerDelta)]
+
+
+def done_text(answer: dict[str, Any]) -> str:
+    return json.dumps({"rationale": "Answer.", "decision": {"done": True, "answer": answer}})
+
+
+def test_a_streamed_answer_keeps_its_fields_aliases() -> None:
+    """An answer type with aliases streams its answer so far under them, as the model writes it, the last partial
+    the whole answer (not an empty object for every delta)."""
+    answer = {"Title": "Tiers", "Points": ["a", "b"]}
+    partials = answer_deltas(_Aliased, done_text(answer))
+    assert partials[0] == {"Title": ""}
+    assert partials[-1] == answer
+    assert all(partials)
+
+
+@pytest.mark.parametrize(
+    ("answer", "bad"),
+    [
+        ({"label": "ok", "score": 99}, "score"),
+        ({"score": 3, "label": "waytoolong"}, "label"),
+        ({"score": 3, "label": "ok", "code": "low"}, "code"),
+    ],
+    ids=["above le", "over max_length", "refused by a field validator"],
+)
+def test_a_streamed_answer_is_checked_against_its_fields_constraints_and_validators(
+    answer: dict[str, Any], bad: str
+) -> None:
+    """A partial answer whose present fields break their declared constraints or field validators is not emitted:
+    none shows the value that breaks them."""
+    partials = answer_deltas(_Checked, done_text(answer))
+    assert partials
+    assert all(isinstance(partial, dict) for partial in partials)
+    assert not [partial for partial in partials if isinstance(partial, dict) and partial.get(bad) == answer[bad]]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    amount=st.integers(),
+    ratio=st.floats(allow_nan=False, allow_infinity=False),
+    values=st.lists(st.floats(allow_nan=False, allow_infinity=False), max_size=3),
+    spaced=st.booleans(),
+)
+def test_a_number_cut_by_a_chunk_is_not_shown_until_it_is_complete(
+    amount: int, ratio: float, values: list[float], spaced: bool
+) -> None:
+    """However the reply is cut, every number in an answer so far is one the model finished writing: a number at
+    the end of the text so far may go on, so it is left out until a delimiter ends it."""
+    answer = {"amount": amount, "ratio": ratio, "values": values}
+    text = json.dumps(answer) if spaced else json.dumps(answer, separators=(",", ":"))
+    partials = answer_deltas(_Numbers, done_text(json.loads(text)).replace(json.dumps(answer), text))
+    for partial in partials:
+        assert isinstance(partial, dict)
+        assert partial.get("amount", amount) == amount
+        assert partial.get("ratio", ratio) == ratio
+        shown = partial.get("values", [])
+        assert isinstance(shown, list)
+        assert shown == values[: len(shown)]
+    assert partials[-1] == _Numbers.model_validate(answer).model_dump(mode="json")
+
+
+async def test_a_streamed_answer_shows_no_number_before_its_end(server: FakeOpenAIServer, caller: OpenAICaller) -> None:
+    """Through the wire, a number cut by a chunk boundary appears in no AnswerDelta until it is whole."""
+    step = {"rationale": "A.", "decision": {"done": True, "answer": {"amount": 123456789, "ratio": 0.987654}}}
+    server.add(FakeReply.value(step, chunk_chars=3))
+    async with iter_tool_loop(caller, Finder(), search, "ctx", STREAM, answer=_Numbers) as run:
+        partials = [event.partial async for event in run if isinstance(event, AnswerDelta)]
+    assert partials
+    assert all(isinstance(p, dict) and p.get("amount", 123456789) == 123456789 for p in partials)
+    assert all(isinstance(p, dict) and p.get("ratio", 0.987654) == 0.987654 for p in partials)

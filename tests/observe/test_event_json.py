@@ -192,6 +192,39 @@ def test_text_that_is_not_an_event_is_refused_with_the_problem_named() -> None:
         parse_event('{"kind": "tool_call", "run_id": "r"}')
 
 
+_DELTA = json.loads(RationaleDelta(run_id="r", round=1, attempt=1, text="ab", delta="b", seq=4).to_json())
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        {**_DELTA, "seq": "4"},
+        {**_DELTA, "attempt": True},
+        {**_DELTA, "text": 5},
+        {key: value for key, value in _DELTA.items() if key != "seq"},
+        {key: value for key, value in _DELTA.items() if key != "attempt"},
+    ],
+    ids=["seq as a string", "attempt as a boolean", "text as a number", "no seq", "no attempt"],
+)
+def test_parse_event_refuses_what_the_schema_refuses(text: dict[str, Any]) -> None:
+    """A text EVENT_SCHEMA refuses (a number as a string, a boolean for an integer, a member missing) is refused
+    by parse_event too, not coerced or filled with a default."""
+    assert list(_VALIDATOR.iter_errors(text))
+    with pytest.raises(UsageError, match="not an agentkit event's JSON form"):
+        parse_event(json.dumps(text))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [_DELTA, {**_DELTA, "round": 1.0}, {**_DELTA, "extra": 1}, {**_DELTA, "seq": -5}],
+    ids=["as written", "an integral float", "an extra member", "a negative seq"],
+)
+def test_parse_event_reads_what_the_schema_takes(text: dict[str, Any]) -> None:
+    """A text EVENT_SCHEMA takes is read by parse_event."""
+    _VALIDATOR.validate(text)
+    assert parse_event(json.dumps(text)).kind == "rationale_delta"
+
+
 async def test_a_streamed_run_has_json_forms_for_its_deltas(server: FakeOpenAIServer) -> None:
     """A streamed run's RationaleDelta and AnswerDelta events (and the rest) have JSON forms that read back."""
     look = {"rationale": "Nothing is known yet; I search.", "decision": {"done": False, "call": {"query": "tiers"}}}

@@ -271,3 +271,27 @@ async def test_a_stream_as_the_api_frames_it_is_read_comments_and_crlf_included(
         15,
     )
     assert completion.response_id == "msg_1"
+
+
+async def test_a_connection_broken_mid_stream_says_the_stream_broke() -> None:
+    """A connection that breaks while the 200 streams is a transient error that says the stream broke (the server
+    was reached), not that the server could not be reached."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("content-length", "10000")  # promised, never sent: the connection breaks
+            self.end_headers()
+            self.wfile.write(sse(START) + sse(TOOL))
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    with http_server(Handler) as url:
+        async with AnthropicCaller(base_url=url, stream=True) as caller:
+            with pytest.raises(
+                ProviderError, match="the stream of model 'm' broke after the model server answered 200"
+            ):
+                await caller.complete(request(), Verdict)

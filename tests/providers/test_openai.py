@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import re
 import subprocess
 import sys
@@ -24,10 +26,10 @@ from agentkit import (
     run_tool_loop,
     tool,
 )
-from agentkit.errors import ProviderError, StructuredOutputError
+from agentkit.errors import ProviderError, StructuredOutputError, Truncated
 from agentkit.providers.openai import OpenAICaller, StructuredMode, _plan
 from agentkit.testing import FakeOpenAIServer, FakeReply, call_step, done_step
-from tests.support import Query, Searcher, corpus_search
+from tests.support import Query, Searcher, corpus_search, http_server
 
 FAST = LoopConfig(retry=RetryPolicy(wait_initial=0, wait_max=0))
 NAME_OK = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -450,3 +452,129 @@ def test_import_agentkit_does_not_import_openai_instructor_or_anthropic() -> Non
     )
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout
     assert out.strip() == "[]"
+
+
+# --- a stream's end ------------------------------------------------------------------------------------
+
+
+def chunk_line(choices: list[dict[str, Any]], **extra: Any) -> bytes:
+    """One `data:` line of a chat-completion chunk, with the blank line that ends its event."""
+    body = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m", "choices": choices, **extra}
+    return f"data: {json.dumps(body)}\n\n".encode()
+
+
+def text_chunk(text: str = "", finish: str | None = None) -> bytes:
+    return chunk_line([{"index": 0, "delta": {"content": text} if text else {}, "finish_reason": finish}])
+
+
+USAGE = chunk_line([], usage={"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15})
+DONE = b"data: [DONE]\n\n"
+WHOLE = [text_chunk('{"score": '), text_chunk("4}"), text_chunk(finish="stop"), USAGE, DONE]
+
+
+def streams(*bodies: list[bytes], cut: int | None = None) -> type[http.server.BaseHTTPRequestHandler]:
+    """A server that answers the n-th request with the n-th body as a stream, then closes the connection (cleanly;
+    with `cut`, it promises `cut` bytes and closes before them, so the connection breaks mid-stream)."""
+    queue = list(bodies)
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            if cut is not None:
+                self.send_header("content-length", str(cut))
+            self.end_headers()
+            for line in queue.pop(0) if queue else WHOLE:
+                self.wfile.write(line)
+            self.wfile.flush()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+@pytest.mark.parametrize(
+    ("body", "missing"),
+    [
+        ([text_chunk('{"score": ')], "its finish_reason"),
+        ([text_chunk('{"score": 4}')], "its finish_reason"),
+        ([text_chunk('{"score": 4}'), DONE], "its finish_reason"),
+        ([text_chunk('{"score": 4}'), text_chunk(finish="stop")], r"data: \[DONE\]"),
+        ([text_chunk('{"score": 4}'), text_chunk(finish="stop"), DONE.rstrip()], r"data: \[DONE\]"),
+        ([], "its first chunk"),
+    ],
+    ids=[
+        "mid-reply",
+        "before finish_reason",
+        "DONE without finish_reason",
+        "before usage",
+        "DONE unterminated",
+        "empty",
+    ],
+)
+async def test_a_stream_that_ends_early_is_a_transient_provider_error(body: list[bytes], missing: str) -> None:
+    """A stream cut before its end (its finish_reason, then its usage or `[DONE]`) is an incomplete reply: a
+    transient ProviderError, never taken as the model's reply (nor its JSON re-asked as the model's mistake)."""
+    with http_server(streams(body)) as url:
+        async with OpenAICaller(base_url=url, stream=True) as streaming:
+            with pytest.raises(ProviderError, match=f"ended before {missing}") as raised:
+                await streaming.complete(request(), Verdict)
+    assert raised.value.transient
+    assert raised.value.usage is not None
+    assert raised.value.usage.requests == 1
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        WHOLE,
+        WHOLE[:-1],
+        [*WHOLE[:3], DONE],
+        [text_chunk('{"score": 4}', finish="stop"), USAGE],
+    ],
+    ids=["all of it", "usage without DONE", "DONE without usage", "finish and text in one chunk"],
+)
+async def test_a_stream_that_reached_its_end_is_the_reply(body: list[bytes]) -> None:
+    """A stream ends at its finish_reason followed by `[DONE]` or the usage chunk, as each server sends them."""
+    with http_server(streams(body)) as url:
+        async with OpenAICaller(base_url=url, stream=True) as streaming:
+            completion = await streaming.complete(request(), Verdict)
+    assert completion.value == Verdict(score=4)
+    assert completion.finish_reasons == ("stop",)
+
+
+async def test_a_cut_text_stream_is_asked_again_not_applied() -> None:
+    """A prose reply whose stream is cut is retried, and the whole reply is the run's text, not the cut one."""
+    whole = [text_chunk("Three sentences. "), text_chunk("The second. The third."), text_chunk(finish="stop"), DONE]
+    with http_server(streams(whole[:1], whole)) as url:
+        async with OpenAICaller(base_url=url, stream=True) as streaming:
+            with pytest.raises(ProviderError, match="ended before"):
+                await streaming.complete_text(request())
+            completion = await streaming.complete_text(request())
+    assert completion.text == "Three sentences. The second. The third."
+
+
+async def test_a_last_line_without_a_newline_is_read_but_ends_nothing() -> None:
+    """A last `data:` line with no newline is read (its finish_reason "length" makes the reply Truncated), but a
+    stream that stops there has not ended (a line whose event is not finished completes no reply)."""
+    length = text_chunk(finish="length").rstrip()
+    stop = text_chunk(finish="stop").rstrip()
+    with http_server(streams([text_chunk('{"score": '), length], [text_chunk('{"score": 4}'), stop])) as url:
+        async with OpenAICaller(base_url=url, stream=True) as streaming:
+            with pytest.raises(Truncated):
+                await streaming.complete(request(), Verdict)
+            with pytest.raises(ProviderError, match=r"ended before data: \[DONE\]"):
+                await streaming.complete(request(), Verdict)
+
+
+async def test_a_connection_broken_mid_stream_says_the_stream_broke() -> None:
+    """A connection that breaks while the 200 streams is a transient error that says the stream broke (the server
+    was reached), not that the server could not be reached."""
+    with http_server(streams([text_chunk('{"score": ')], cut=10_000)) as url:
+        async with OpenAICaller(base_url=url, stream=True) as streaming:
+            with pytest.raises(
+                ProviderError, match="the stream of model 'm' broke after the model server answered 200"
+            ):
+                await streaming.complete(request(), Verdict)

@@ -128,6 +128,27 @@ async def test_an_ended_journaled_run_answers_no_content_once_sent_in_full(journ
         assert client.get(f"/runs/{run_id}").status_code == 200  # the page of a run only the journal holds
 
 
+async def test_an_event_id_past_a_journaled_runs_events_is_refused_at_once(journal: Journal, web: WebServer) -> None:
+    """A Last-Event-ID past the events the journal holds of a run, going on or ended, is answered 400 at once
+    (the journal says how many events the run has so far), not with a silent stream."""
+    gate = asyncio.Event()
+    running = asyncio.create_task(proposed_run(journal, gate))
+    run_id = ""
+    while not run_id:
+        await asyncio.sleep(0.01)
+        run_id = next((run.id for run in await journal.runs()), "")
+    async with httpx.AsyncClient(base_url=web.base, timeout=WAIT) as client:
+        reply = await client.get(f"/runs/{run_id}/events", headers={"last-event-id": "500"})
+        assert reply.status_code == 400
+        assert "past the events" in reply.text
+        assert not running.done()
+        gate.set()
+        await running
+        _, everything = await asyncio.to_thread(read_stream, web.base, f"/runs/{run_id}/events")
+        past = await client.get(f"/runs/{run_id}/events", params={"after": str(len(everything))})
+        assert past.status_code == 400
+
+
 async def test_every_read_of_a_journaled_run_begins_with_the_events_of_the_earlier_reads(journal: Journal) -> None:
     """The events derived from a run's state as it grows, leg after leg, always begin with those derived before:
     an event's number means the same event in every read."""

@@ -96,3 +96,31 @@ def test_unknown_runs_and_bad_event_ids_are_refused(server: WebServer) -> None:
         assert "default-src 'self'" in page.headers["content-security-policy"]
         assert client.get("/static/watch.js").headers["content-type"].startswith("text/javascript")
         assert client.get("/static/../web.py").status_code == 404
+
+
+def test_an_event_id_past_a_running_runs_events_is_refused_at_once(server: WebServer) -> None:
+    """A Last-Event-ID (or ?after=) past the events of a run still going is answered 400 at once, saying so, not
+    with a stream that stays silent until the run ends; the same id for an ended run is refused too."""
+    run_id = server.start()
+    past = str(server.count(run_id) + 5)
+    with httpx.Client(base_url=server.base, timeout=WAIT) as client:
+        reply = client.get(f"/runs/{run_id}/events", headers={"last-event-id": past})
+        assert reply.status_code == 400
+        assert "past the events" in reply.text
+        assert client.get(f"/runs/{run_id}/events", params={"after": past}).status_code == 400
+    assert not server.ended(run_id)
+    server.release()
+    assert read_stream(server.base, f"/runs/{run_id}/events")[0] == 200
+    assert read_stream(server.base, f"/runs/{run_id}/events", last_event_id=str(server.count(run_id)))[0] == 400
+
+
+@pytest.mark.parametrize("given", ["1_0", "+2", " 3", "3 ", "-2", "1.5", "0x1", "\u0663"])
+def test_an_event_id_that_is_not_ascii_digits_is_refused(server: WebServer, given: str) -> None:
+    """Only ASCII digits (or -1, none yet) are an event number: what Python's int() would also take (underscores,
+    a sign, spaces, digits of other scripts) is answered 400, as ?after= and as a header."""
+    run_id = _finished(server)
+    with httpx.Client(base_url=server.base, timeout=WAIT) as client:
+        assert client.get(f"/runs/{run_id}/events", params={"after": given}).status_code == 400
+        if given.isascii() and given == given.strip():  # a header's own spaces are HTTP's, not part of its value
+            assert client.get(f"/runs/{run_id}/events", headers={"last-event-id": given}).status_code == 400
+    assert read_stream(server.base, f"/runs/{run_id}/events", last_event_id="-1")[1]
