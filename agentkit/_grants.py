@@ -12,6 +12,7 @@ the journal keeps its own, counted in the database (`journal.grant`).
 
 from __future__ import annotations
 
+import math
 import os
 import posixpath
 import threading
@@ -41,23 +42,51 @@ def _same(a: object, b: object) -> bool:
     return json_text(a) == json_text(b)
 
 
+def _finite(value: object) -> bool:
+    """Whether `value` holds no NaN nor infinity, at any depth: JSON has none, so a stored grant would
+    read them back as `null` (or not at all), and mean something else than the grant given."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(inner) for inner in value.values())
+    if isinstance(value, list | tuple):
+        return all(_finite(inner) for inner in value)
+    return True
+
+
+_NOT_FINITE = "NaN and infinity have no JSON form (the journal would keep them as null)"
+
+
 class Equals(BaseModel):
-    """The field's value is exactly `value` (as JSON: `1` is not `1.0` nor `true`)."""
+    """The field's value is exactly `value` (as JSON: `1` is not `1.0` nor `true`; NaN and infinity,
+    which JSON cannot hold, are refused)."""
 
     model_config = _FROZEN
     kind: Literal["equals"] = "equals"
     value: JsonValue
+
+    @model_validator(mode="after")
+    def _json(self) -> Equals:
+        if not _finite(self.value):
+            raise ValueError(f"an Equals value is finite: {_NOT_FINITE}; got {self.value!r}")
+        return self
 
     def allows(self, value: object) -> bool:
         return _same(value, self.value)
 
 
 class OneOf(BaseModel):
-    """The field's value is one of `values` (each compared as `Equals` does)."""
+    """The field's value is one of `values` (each compared as `Equals` does; NaN and infinity are refused)."""
 
     model_config = _FROZEN
     kind: Literal["one_of"] = "one_of"
     values: tuple[JsonValue, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _json(self) -> OneOf:
+        if not _finite(self.values):
+            raise ValueError(f"a OneOf's values are finite: {_NOT_FINITE}; got {list(self.values)!r}")
+        return self
 
     def allows(self, value: object) -> bool:
         return any(_same(value, allowed) for allowed in self.values)
@@ -146,10 +175,10 @@ class PathPrefix(BaseModel):
     So `/srv/data/%2e%2e/x` and `/srv/data/\u2025/x` are refused. The tool still gets the value as
     written, and should open it as written.
 
-    `resolve_symlinks=True` also requires the path's `os.path.realpath` to lie inside the prefix's,
-    on the filesystem of the process that applies the grant, when it applies it; `prefix` must then
-    be absolute. A link changed after that check is the tool's to guard against (`O_NOFOLLOW`,
-    `openat2` with `RESOLVE_BENEATH`).
+    `resolve_symlinks=True` also requires the `os.path.realpath` of the path, under each of those
+    readings, to lie inside the prefix's, on the filesystem of the process that applies the grant,
+    when it applies it; `prefix` must then be absolute. A link changed after that check is the tool's
+    to guard against (`O_NOFOLLOW`, `openat2` with `RESOLVE_BENEATH`).
     """
 
     model_config = _FROZEN
@@ -157,7 +186,7 @@ class PathPrefix(BaseModel):
     prefix: str
     """The folder, POSIX style (`/srv/data` and `/srv/data/` are one folder)."""
     resolve_symlinks: bool = False
-    """Also require the value's real path (symlinks followed) to lie inside the prefix's real path."""
+    """Also require the value's real path (symlinks followed), under every reading, to lie inside the prefix's."""
 
     @model_validator(mode="after")
     def _plain(self) -> PathPrefix:
@@ -184,17 +213,20 @@ class PathPrefix(BaseModel):
         readings = _readings(value)
         if readings is None or not all(_within(form, root, absolute) for form in readings):
             return False
-        if not self.resolve_symlinks:
-            return True
+        return not self.resolve_symlinks or self._resolves_inside(readings)
+
+    def _resolves_inside(self, readings: set[str]) -> bool:
+        # Every reading, not the value alone: a layer that takes `out\\key` as `out/key` follows the link `out`.
         try:
-            real, real_root = os.path.realpath(value), os.path.realpath(self.prefix)
-            return posixpath.commonpath([real, real_root]) == real_root
+            real_root = os.path.realpath(self.prefix)
+            return all(posixpath.commonpath([os.path.realpath(form), real_root]) == real_root for form in readings)
         except (OSError, ValueError):
             return False  # a path the filesystem cannot resolve is not shown to be inside
 
 
 class Range(BaseModel):
-    """The field is a number (not a boolean) within `[min, max]`; an open end is `None`."""
+    """The field is a number (not a boolean) within `[min, max]`; an open end is `None` (never infinity,
+    nor NaN: JSON cannot hold them)."""
 
     model_config = _FROZEN
     kind: Literal["range"] = "range"
@@ -203,6 +235,11 @@ class Range(BaseModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> Range:
+        if not _finite([self.min, self.max]):
+            raise ValueError(
+                f"a range's ends are finite numbers: {_NOT_FINITE}; leave an open end None; "
+                f"got min={self.min!r}, max={self.max!r}"
+            )
         if self.min is None and self.max is None:
             raise ValueError("a range needs min, max or both")
         if self.min is not None and self.max is not None and self.min > self.max:
@@ -383,21 +420,31 @@ class Grants:
         self._grants: dict[str, Grant] = {}
         self._uses: dict[str, int] = {}
         self._keys: dict[str, str] = {}
+        self._revoked: set[str] = set()
         for given in grants:
             self.add(given)
 
     def add(self, grant: Grant) -> None:
-        """Hold `grant` too. Raises `UsageError` for a second grant of one id."""
+        """Hold `grant` too. Raises `UsageError` for a second grant of one id, or the id of a revoked one."""
         with self._lock:
+            if grant.id in self._revoked:
+                # Added again, it would start from no uses: a max_uses=1 grant would approve twice.
+                raise UsageError(
+                    f"grant {grant.id!r} was revoked, and a revoked grant does not come back; give the new grant a new "
+                    "id (a Grant made without one gets a fresh id), as the journal refuses a second grant of one id"
+                )
             if grant.id in self._grants:
                 raise UsageError(f"two grants with id {grant.id!r}; give each its own")
             self._grants[grant.id], self._uses[grant.id] = grant, 0
 
     def revoke(self, id: str) -> None:
-        """Stop `id` approving anything. Raises `UsageError` for an id it does not hold."""
+        """Stop `id` approving anything, for good: it cannot be added again. Raises `UsageError` for an id
+        it does not hold."""
         with self._lock:
             if self._grants.pop(id, None) is None:
-                raise UsageError(f"no grant {id!r} to revoke; held: {sorted(self._grants)}")
+                already = " (it was already revoked)" if id in self._revoked else ""
+                raise UsageError(f"no grant {id!r} to revoke{already}; held: {sorted(self._grants)}")
+            self._revoked.add(id)
 
     def uses(self, id: str) -> int:
         """How many calls `id` approved."""

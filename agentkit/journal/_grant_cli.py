@@ -1,15 +1,20 @@
-"""`agentkit grants add|list|revoke`: standing grants kept in a journal.
+"""`agentkit grants add|list|show|revoke`: standing grants kept in a journal.
 
 `add` checks the grant against the tool it names (`--tools MODULE:ATTR`, as `agentkit worker`
 takes them): a constraint on a field the tool's args type lacks, or an irreversible tool without
-`--allow-irreversible`, is refused before anything is stored. `--prefix` compares text (it lets
-`/srv/data/../x` through a prefix of `/srv/data/`); a path takes `--path-prefix`.
+`--allow-irreversible`, is refused before anything is stored; so are two constraints on one field,
+and NaN or infinity (JSON, where the journal keeps grants, has no form for them). `--prefix`
+compares text (it lets `/srv/data/../x` through a prefix of `/srv/data/`); a path takes
+`--path-prefix`. `list` cuts a long cell with an ellipsis; `show ID` prints one grant in full. A
+grant this version cannot read (a newer agentkit's constraint, a damaged row) is listed as
+`unreadable`, with why, below the table: it approves nothing here, and `revoke` revokes it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, TextIO, assert_never
@@ -18,9 +23,20 @@ from pydantic import ValidationError
 
 from agentkit._cli import import_object
 from agentkit._grants import Equals, Grant, OneOf, PathPrefix, Prefix, Range
-from agentkit.errors import UsageError
+from agentkit.errors import UnknownId, UsageError
 from agentkit.journal._contract import Journal
-from agentkit.journal.cli import _handler, _printable, _table, _time, db_parent
+from agentkit.journal._grants import GrantRecord
+from agentkit.journal.cli import (
+    _cut,
+    _field,
+    _flagged,
+    _handler,
+    _printable,
+    _table,
+    _time,
+    db_flag,
+    db_parent,
+)
 
 __all__ = ["register"]
 
@@ -67,6 +83,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add.set_defaults(handler=_handler(_add))
     listing = commands.add_parser("list", parents=[db], help="every grant, with its uses and state")
     listing.set_defaults(handler=_handler(_list))
+    show = commands.add_parser("show", parents=[db], help="one grant in full: what it allows, uses, state")
+    show.add_argument("id", metavar="ID", help="the grant id (from `agentkit grants list`)")
+    show.set_defaults(handler=_handler(_show))
     revoke = commands.add_parser("revoke", parents=[db], help="stop a grant approving anything")
     revoke.add_argument("id", metavar="ID", help="the grant id (from `agentkit grants list`)")
     revoke.add_argument("--by", required=True, metavar="NAME", help="who revokes it")
@@ -104,6 +123,7 @@ async def _add(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
 
 def _constraints(args: argparse.Namespace) -> dict[str, Equals | OneOf | Prefix | PathPrefix | Range]:
     rules: dict[str, Equals | OneOf | Prefix | PathPrefix | Range] = {}
+    given: dict[str, str] = {}
     if args.resolve_symlinks and not args.path_prefix:
         raise UsageError("--resolve-symlinks goes with --path-prefix FIELD=PATH")
     for flag, items in (
@@ -117,29 +137,50 @@ def _constraints(args: argparse.Namespace) -> dict[str, Equals | OneOf | Prefix 
             name, sep, value = item.partition("=")
             if not sep or not name.strip():
                 raise UsageError(f"{flag} takes FIELD=VALUE; got {item!r}")
-            rules[name.strip()] = _rule(flag, value, item, resolve_symlinks=args.resolve_symlinks)
+            field = name.strip()
+            if field in given:
+                # A grant holds one constraint per field: keeping either would silently drop the other.
+                raise UsageError(
+                    f"{flag} {item!r}: field {field!r} already has a constraint ({given[field]}); a grant takes one "
+                    "constraint per field: give one"
+                )
+            given[field] = f"{flag} {item!r}"
+            try:
+                rules[field] = _rule(flag, value, item, resolve_symlinks=args.resolve_symlinks)
+            except ValidationError as invalid:
+                reasons = "; ".join(error["msg"].removeprefix("Value error, ") for error in invalid.errors())
+                raise UsageError(f"{flag} {item!r}: {reasons}") from None
     return rules
 
 
 def _rule(flag: str, value: str, item: str, *, resolve_symlinks: bool) -> Equals | OneOf | Prefix | PathPrefix | Range:
+    """The constraint `flag` gives; raises pydantic's `ValidationError` for one its class refuses."""
     if flag == "--prefix":
         return Prefix(prefix=value)
     if flag == "--path-prefix":
-        try:
-            return PathPrefix(prefix=value, resolve_symlinks=resolve_symlinks)
-        except ValidationError as invalid:
-            reasons = "; ".join(error["msg"] for error in invalid.errors())
-            raise UsageError(f"--path-prefix {item!r}: {reasons}") from None
+        return PathPrefix(prefix=value, resolve_symlinks=resolve_symlinks)
     if flag == "--range":
         low, sep, high = value.partition(":")
         try:
             if not sep:
                 raise ValueError(value)
-            return Range(min=float(low) if low else None, max=float(high) if high else None)
+            ends = [float(end) if end else None for end in (low, high)]
         except ValueError:
             raise UsageError(f"--range takes FIELD=MIN:MAX (either end may be empty); got {item!r}") from None
+        if any(end is not None and not math.isfinite(end) for end in ends):
+            raise UsageError(
+                f"--range {item!r}: its ends are finite numbers (NaN and infinity have no JSON form, and the journal "
+                "keeps grants as JSON); leave an end empty for no bound"
+            )
+        return Range(min=ends[0], max=ends[1])
     try:
-        loaded: Any = json.loads(value)
+        # NaN and Infinity are refused, not taken as text (1e999, read as infinity, Equals and OneOf refuse).
+        loaded: Any = json.loads(value, parse_constant=_no_constant)
+    except _NotFinite:
+        raise UsageError(
+            f"{flag} {item!r}: NaN and infinity have no JSON form (the journal keeps grants as JSON); give a finite "
+            "number, or the text as a JSON string"
+        ) from None
     except ValueError:
         loaded = value
     if flag == "--equals":
@@ -147,6 +188,14 @@ def _rule(flag: str, value: str, item: str, *, resolve_symlinks: bool) -> Equals
     if not isinstance(loaded, list) or not loaded:
         raise UsageError(f'--one-of takes FIELD=JSON-LIST, such as \'mode=["a", "b"]\'; got {item!r}')
     return OneOf(values=tuple(loaded))
+
+
+class _NotFinite(Exception):
+    """`json.loads` met NaN, Infinity or -Infinity."""
+
+
+def _no_constant(text: str) -> Any:
+    raise _NotFinite(text)
 
 
 def _when(text: str | None) -> datetime | None:
@@ -195,15 +244,62 @@ async def _list(journal: Journal, args: argparse.Namespace, out: TextIO) -> None
         (
             r.id,
             r.state.value,
-            f"{r.uses}/{'-' if r.grant.max_uses is None else r.grant.max_uses}",
-            _time(r.grant.expires_at),
+            _uses(r),
+            "?" if r.unreadable else _time(r.grant.expires_at),
             r.grant.granted_by,
-            _describe(r.grant),
+            # Never the stand-in's "any args": what an unreadable row allows is not known.
+            "?" if r.unreadable else _describe(r.grant),
             r.grant.reason,
         )
         for r in records
     ]
     _table(out, ("ID", "STATE", "USES", "EXPIRES", "BY", "ALLOWS", "REASON"), rows)
+    _flagged(out, [r.unreadable for r in records])
+    if any(_cut(cell) != cell for row in rows for cell in row):
+        print(
+            f"\na cell ending in … is cut short: agentkit grants show ID{db_flag(args.db)} prints a grant in full",
+            file=out,
+        )
+
+
+def _uses(record: GrantRecord) -> str:
+    limit = "?" if record.unreadable else "-" if record.grant.max_uses is None else record.grant.max_uses
+    return f"{record.uses}/{limit}"
+
+
+async def _show(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
+    found = [r for r in await journal.grants() if r.id == args.id]
+    if not found:
+        raise UnknownId(
+            f"no grant {args.id!r} in the journal at {journal.where}; list them with `agentkit grants list`", id=args.id
+        )
+    [record] = found
+    grant = record.grant
+    lines = [("id", grant.id), ("state", record.state.value), ("tool", grant.tool_name)]
+    if record.unreadable:
+        lines.append(("allows", "? (this version cannot read what it allows; it approves nothing here)"))
+    else:
+        rules = [f"{name} {_rule_text(rule)}" for name, rule in grant.where.items()]
+        lines.append(("allows", "\n".join(rules) or "any args"))
+        lines.append(("tiers", "irreversible calls too" if grant.allow_irreversible else "not irreversible calls"))
+        untrusted = [f"{name} from {', '.join(tools)}" for name, tools in grant.from_untrusted.items()]
+        lines.append(
+            (
+                "untrusted",
+                "\n".join(untrusted)
+                or "- (a value first seen in untrusted content passes only a field = or in a list)",
+            )
+        )
+        lines.append(("expires", _time(grant.expires_at)))
+    lines += [("uses", _uses(record)), ("granted", f"by {grant.granted_by} at {_time(grant.granted_at)}")]
+    lines.append(("reason", grant.reason))
+    if record.revoked_by or record.revoked_at:
+        lines.append(
+            ("revoked", f"by {record.revoked_by or '-'} at {_time(record.revoked_at)}: {record.revoked_because}")
+        )
+    for key, value in lines:
+        print(_field(key, value), file=out)
+    _flagged(out, [record.unreadable])
 
 
 async def _revoke(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:

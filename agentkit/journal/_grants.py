@@ -10,8 +10,10 @@ processes record matching proposals at once, a grant never approves more calls t
 from __future__ import annotations
 
 import enum
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +37,9 @@ class GrantState(enum.StrEnum):
     """It approved `max_uses` calls."""
     EXPIRED = "expired"
     REVOKED = "revoked"
+    UNREADABLE = "unreadable"
+    """Its row does not read as a grant of this version of agentkit (a constraint kind it does not know, say,
+    or a damaged row): it approves nothing here. A revoked one reads as `REVOKED`."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -49,16 +54,55 @@ class GrantRecord:
     revoked_by: str | None = None
     revoked_at: datetime | None = None
     revoked_because: str | None = None
+    unreadable: str | None = None
+    """Set on a row that does not read as a grant: why, naming the row. It approves nothing, and `grant` is
+    a stand-in that approves nothing either (its id and tool, who gave it and why where the row says, no
+    constraints, expired at the epoch): what the row allows is not known, so it is never shown nor used as
+    if it allowed more, or less. `revoke_grant` revokes it."""
 
     @property
     def id(self) -> str:
         return self.grant.id
 
 
-def _record(db: Any, row: Any, at: datetime) -> GrantRecord:
+_EPOCH = datetime.fromtimestamp(0, UTC)
+
+
+def _read_grant(row: Mapping[str, Any]) -> Grant:
+    """The grant a row holds.
+
+    Raises:
+        ValueError: its body does not read as a grant of this version (pydantic's `ValidationError` is
+            one), or names another id than the row's.
+    """
     grant = Grant.model_validate_json(row["body"])
-    uses = int(row["uses"])
-    if row["revoked_at"] is not None:
+    if grant.id != row["id"]:
+        raise ValueError(f"its body is grant {grant.id!r}'s")
+    return grant
+
+
+def _why(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in error.errors())
+    return str(error).splitlines()[0] if str(error) else type(error).__name__
+
+
+def _record(db: Any, row: Any, at: datetime, *, lenient: bool = True) -> GrantRecord:
+    """A grant row as a record; one that does not read is flagged `unreadable` (unless not `lenient`: then
+    `JournalError`)."""
+    try:
+        grant, uses = _read_grant(row), int(row["uses"])
+        revoked_at = None if row["revoked_at"] is None else db.from_db_time(row["revoked_at"])
+    except Exception as error:  # any way a stored row can fail to read makes it unreadable, never wider
+        why = (
+            f"grant {row['id']!r} cannot be read: {_why(error)}. This version of agentkit does not apply it; a "
+            "newer agentkit wrote it, or it was edited by hand or damaged: revoke it (agentkit grants revoke ID) "
+            "or restore the row"
+        )
+        if not lenient:
+            raise JournalError(why) from None
+        return _unreadable(db, row, why)
+    if revoked_at is not None:
         state = GrantState.REVOKED
     elif grant.expires_at is not None and at >= grant.expires_at:
         state = GrantState.EXPIRED
@@ -66,7 +110,6 @@ def _record(db: Any, row: Any, at: datetime) -> GrantRecord:
         state = GrantState.SPENT
     else:
         state = GrantState.LIVE
-    revoked_at = None if row["revoked_at"] is None else db.from_db_time(row["revoked_at"])
     return GrantRecord(
         grant=grant,
         uses=uses,
@@ -74,6 +117,42 @@ def _record(db: Any, row: Any, at: datetime) -> GrantRecord:
         revoked_by=row["revoked_by"],
         revoked_at=revoked_at,
         revoked_because=row["revoked_because"],
+    )
+
+
+def _unreadable(db: Any, row: Any, why: str) -> GrantRecord:
+    """The record of a row that does not read: what can be read of it, and a stand-in grant that approves nothing."""
+    try:
+        body = json.loads(row["body"])
+    except Exception:
+        body = None
+    said = body if isinstance(body, dict) else {}
+
+    def text(value: object) -> str:
+        return value if isinstance(value, str) and value.strip() else "?"
+
+    max_uses, uses = row["max_uses"], row["uses"]
+    try:
+        revoked_at = None if row["revoked_at"] is None else db.from_db_time(row["revoked_at"])
+    except Exception:
+        revoked_at = None
+    stand_in = Grant(
+        id=text(row["id"]),
+        tool_name=text(row["tool_name"]),
+        max_uses=max_uses if isinstance(max_uses, int) and not isinstance(max_uses, bool) and max_uses >= 1 else 1,
+        expires_at=_EPOCH,
+        granted_by=text(said.get("granted_by")),
+        reason=text(said.get("reason")),
+    )
+    return GrantRecord(
+        grant=stand_in,
+        uses=uses if isinstance(uses, int) and not isinstance(uses, bool) else 0,
+        # Revoked is known from its own column, and holds whatever the body says.
+        state=GrantState.UNREADABLE if row["revoked_at"] is None else GrantState.REVOKED,
+        revoked_by=row["revoked_by"],
+        revoked_at=revoked_at,
+        revoked_because=row["revoked_because"],
+        unreadable=why,
     )
 
 
@@ -86,8 +165,8 @@ def apply_grants(db: Any, proposal_id: str, action: ProposedAction[Any], at: dat
     )
     for row in rows:
         try:
-            grant = Grant.model_validate_json(row["body"])
-        except ValidationError:
+            grant = _read_grant(row)
+        except ValueError:
             continue  # fail closed: a damaged grant approves nothing
         if not (grant.matches(action) and grant.live(at, int(row["uses"]))):
             continue
@@ -142,7 +221,16 @@ class GrantBook(Storage):
                 "VALUES (?, ?, ?, ?, 0, ?)",
                 (grant.id, grant.tool_name, grant.model_dump_json(), grant.max_uses, db.to_db_time(at)),
             )
-            return _record(db, db.query("SELECT * FROM agentkit_grants WHERE id = ?", (grant.id,))[0], at)
+            kept = _record(
+                db, db.query("SELECT * FROM agentkit_grants WHERE id = ?", (grant.id,))[0], at, lenient=False
+            )
+            if kept.grant != grant:
+                # Kept, it would approve what it reads back as, not what was given; the insert is rolled back.
+                raise JournalError(
+                    f"grant {grant.id!r} does not read back from the journal as given ({kept.grant!r}); nothing was "
+                    "stored"
+                )
+            return kept
 
     def _grants(self) -> list[GrantRecord]:
         at = now()
@@ -184,7 +272,8 @@ class GrantBook(Storage):
         return await self._call(self._grant, grant)
 
     async def grants(self) -> list[GrantRecord]:
-        """Every grant, oldest first, with its uses and state."""
+        """Every grant, oldest first, with its uses and state; a row that does not read as a grant is listed
+        with state `UNREADABLE` (or `REVOKED`) and why in `unreadable`, and approves nothing."""
         return await self._read(self._grants)
 
     async def revoke_grant(self, id: str, revoked_by: str, reason: str) -> GrantRecord:

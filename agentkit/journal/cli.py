@@ -5,7 +5,9 @@
 a missing database, an unknown id or a refused transition is reported on stderr with exit code 1,
 and nothing is written. Times are UTC, printed as ISO 8601 with a `Z`. A row the journal cannot
 read (edited by hand or damaged) is listed as `unreadable`, with why, below the table; text that
-cannot be printed as it is (NUL, lone surrogates) is shown escaped (`\\x00`, `\\udcff`).
+cannot be printed as it is (NUL, lone surrogates) is shown escaped (`\\x00`, `\\udcff`). `show`
+prints one field a line; a value's further lines (a model's rationale, a tool's error) are indented
+under its first, so that no text in it can pass for a line of the command's own.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ DEFAULT_DB = "agentkit-journal.db"
 
 _CELL = 60
 """Longest cell in a table; longer text is cut with an ellipsis."""
+
+_FIELD = 11
+"""Width of the name column of `show`'s `name: value` lines; a value's further lines are indented to it."""
 
 _ID_HELP = "the proposal id (from `agentkit proposals list`)"
 
@@ -433,7 +438,7 @@ async def _show_proposal(journal: Journal, args: argparse.Namespace, out: TextIO
         lines.append(("amended", f"by {p.amended_by}: {', '.join(p.amended_fields)} changed"))
         lines.append(("proposed", f"{_cut(p.original_args_json or '')} (digest {p.original_digest})"))
     for key, value in lines:
-        print(_printable(f"{key + ':':<11}{value}"), file=out)
+        print(_field(key, value), file=out)
     _print_evidence(p, out)
     print("args:", file=out)
     print(_printable(json.dumps(p.args, indent=2, ensure_ascii=False, sort_keys=True)), file=out)
@@ -449,15 +454,15 @@ def _print_evidence(p: ProposalRecord, out: TextIO) -> None:
     """What the executor had seen when it proposed the call: its earlier rounds and calls, by reference."""
     evidence = p.evidence
     if evidence is None:
-        print(f"{'evidence:':<11}- (not recorded)", file=out)
+        print(_field("evidence", "- (not recorded)"), file=out)
         return
     rounds = ", ".join(map(str, evidence.rounds)) or "none"
-    print(f"{'evidence:':<11}rounds before it: {rounds}; {len(evidence.calls)} earlier calls", file=out)
+    print(_field("evidence", f"rounds before it: {rounds}; {len(evidence.calls)} earlier calls"), file=out)
     for call in evidence.calls:
         what = "ran" if call.ran else "did not run"
         items = f", items {', '.join(call.item_ids)}" if call.item_ids else ""
         line = f"  round {call.round}: {call.tool_name} ({what}{items}) digest {call.digest[:12]}"
-        print(_printable(line), file=out)
+        print(_hanging(line), file=out)
     _print_provenance(evidence.provenance, out)
 
 
@@ -466,11 +471,11 @@ def _print_provenance(provenance: CallProvenance | None, out: TextIO) -> None:
     if provenance is None:
         return  # the run had no provenance policy
     if not provenance.untrusted:
-        print(f"{'untrusted:':<11}none read before it", file=out)
+        print(_field("untrusted", "none read before it"), file=out)
         return
     read = ", ".join(f"round {o.round} {o.tool_name}" for o in provenance.untrusted)
     held = " (held by the provenance policy; its tier alone would have run it)" if provenance.held else ""
-    print(_printable(f"{'untrusted:':<11}read before it: {read}{held}"), file=out)
+    print(_field("untrusted", f"read before it: {read}{held}"), file=out)
     for mark in provenance.from_untrusted:
         where = f"round {mark.origin.round} {mark.origin.tool_name}"
         if mark.steered:
@@ -482,7 +487,7 @@ def _print_provenance(provenance: CallProvenance | None, out: TextIO) -> None:
             line = (
                 f"  WARNING {mark.path} = {mark.value!r} first appeared in untrusted content ({where}), not in the task"
             )
-        print(_printable(line), file=out)
+        print(_hanging(line), file=out)
 
 
 async def _approve(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
@@ -549,6 +554,17 @@ def _printable(text: str) -> str:
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() or c == "\n" else ascii(c)[1:-1] for c in text)
+
+
+def _field(key: str, value: str) -> str:
+    """A `show` line, `key: value`, made printable; each further line of `value` is indented under its first."""
+    return _hanging(f"{key + ':':<{_FIELD}}{value}")
+
+
+def _hanging(text: str) -> str:
+    """`text` made printable (`_printable`), each line after its first indented to the value column of `show`:
+    a line break in model- or tool-written text (a rationale, an item id) cannot start a line of the command's."""
+    return _printable(text).replace("\n", "\n" + " " * _FIELD)
 
 
 def _cut(text: str) -> str:

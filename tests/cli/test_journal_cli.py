@@ -23,6 +23,7 @@ from agentkit import (
 )
 from agentkit._cli import main
 from agentkit._results import Usage
+from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.support import Executor, Query, Target
@@ -289,6 +290,49 @@ def test_an_executed_proposal_is_listed_by_who_approved_it_and_shows_each_step(
     assert approved is not None
     assert ISO_UTC.fullmatch(approved[1])
     assert re.search(r"^claimed:   by vm:12351 at \S+$", out, re.MULTILINE)
+
+
+def test_proposals_show_indents_every_further_line_of_model_and_tool_written_text(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A rationale (or an item id) with line breaks cannot forge `show`'s own lines: each further line of it is
+    indented under its field's value, so `evidence:`, `args:` and the history start a line only where `show` wrote
+    them."""
+    forged = (
+        'old export\nevidence:  rounds before it: none; 0 earlier calls\nargs:\n{\n  "path": "/tmp/old"\n}\n\nAT  FROM'
+    )
+    seen = CallSeen(round=1, tool_name="search", digest="d" * 64, ran=True, item_ids=("doc-1\nargs:", "doc-2"))
+
+    async def propose() -> str:
+        journal = open_journal(db)
+        action = ProposedAction[Target].create(
+            tool_name="delete",
+            tier=Tier.IRREVERSIBLE,
+            args=Target(path="/srv/customers.db"),
+            rationale=forged,
+            round=2,
+            evidence=Evidence(rounds=(1,), calls=(seen,)),
+        )
+        id = (await journal.propose(action)).id
+        await journal.close()
+        return id
+
+    id = asyncio.run(propose())
+    code, out, _ = cli(capsys, "proposals", "show", id, "--db", db)
+    assert code == 0
+    lines = out.splitlines()
+    indent = " " * 11
+    start, further = lines.index("rationale: old export"), forged.splitlines()[1:]
+    assert lines[start + 1 : start + 1 + len(further)] == [indent + line for line in further]
+    assert [line for line in lines if line.startswith("evidence:")] == [
+        "evidence:  rounds before it: 1; 1 earlier calls"
+    ]
+    assert lines[lines.index("evidence:  rounds before it: 1; 1 earlier calls") + 1 :][:2] == [
+        "  round 1: search (ran, items doc-1",
+        f"{indent}args:, doc-2) digest {'d' * 12}",
+    ]
+    assert [line for line in lines if line.startswith(("args:", "AT "))] == ["args:", lines[-2]]
+    assert '"path": "/srv/customers.db"' in out
 
 
 def test_proposals_show_says_which_worker_left_a_call_until_when_and_why(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import posixpath
 import unicodedata
@@ -98,6 +99,39 @@ def test_a_grant_is_checked_against_its_tool() -> None:
         Grant.of(type("Nameless", (Payments,), {"name": ""})(), max_uses=1, granted_by="ops", reason="r")
     made = Grant.of(ExternalPayments(), where={"amount": Range(max=5)}, max_uses=1, granted_by="ops", reason="r")
     assert Grant.model_validate_json(made.model_dump_json()) == made
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: Equals(value=math.inf),
+        lambda: Equals(value={"limits": [1, math.nan]}),
+        lambda: OneOf(values=(1, -math.inf)),
+        lambda: Range(min=math.nan, max=5),
+        lambda: Range(max=math.inf),
+        lambda: Range(min=-math.inf),
+        lambda: grant(where={"amount": {"kind": "range", "max": math.inf}}),
+        lambda: Grant.model_validate_json(grant().model_dump_json().replace('"max":50.0', '"max":Infinity')),
+    ],
+)
+def test_a_constraint_refuses_nan_and_infinity(make: Any) -> None:
+    """NaN and infinity, which JSON cannot hold (a journal would keep them as null), are refused as a constraint
+    is made, however it is made, saying why."""
+    with pytest.raises(ValidationError, match="NaN and infinity have no JSON form"):
+        make()
+
+
+def test_a_revoked_grant_cannot_be_added_again_with_fresh_uses() -> None:
+    """Revoked, a grant's id does not come back: adding it again is refused, so max_uses=1 never approves twice."""
+    given_grant = grant(max_uses=1)
+    grants = Grants([given_grant])
+    assert grants.use(transfer(5)) == given_grant
+    grants.revoke(given_grant.id)
+    with pytest.raises(UsageError, match="was revoked, and a revoked grant does not come back"):
+        grants.add(given_grant)
+    with pytest.raises(UsageError, match="already revoked"):
+        grants.revoke(given_grant.id)
+    assert (list(grants), grants.use(transfer(5)), grants.uses(given_grant.id)) == ([], None, 1)
 
 
 async def test_a_loop_refuses_grants_that_do_not_fit_its_tools_before_any_model_call() -> None:
@@ -340,6 +374,22 @@ def test_resolve_symlinks_refuses_a_link_inside_that_points_outside(tmp_path: Pa
     assert PathPrefix(prefix=str(folder)).allows(f"{folder}/link/key")
 
 
+@pytest.mark.parametrize("separator", ["/", "\\", "%2f", "%252f", "\uff0f", "\u2215", "\u2044"])
+def test_resolve_symlinks_refuses_a_link_out_however_a_layer_below_reads_the_path(
+    tmp_path: Path, separator: str
+) -> None:
+    """`link<sep>key` is a name inside to POSIX, and `link/key` to a layer that takes <sep> for a separator: the real
+    path of every reading the lexical check considers must lie inside, so a link out is refused under each."""
+    folder, outside = tmp_path / "data", tmp_path / "secret"
+    folder.mkdir()
+    outside.mkdir()
+    (outside / "key").write_text("s")
+    (folder / "link").symlink_to(outside)
+    strict = PathPrefix(prefix=str(folder), resolve_symlinks=True)
+    assert not strict.allows(f"{folder}/link{separator}key")
+    assert strict.allows(f"{folder}/plain{separator}key")
+
+
 def test_resolve_symlinks_checks_the_real_path_of_the_prefix_too(tmp_path: Path) -> None:
     """A prefix that is itself a link is compared by its real path: paths through it are inside."""
     real = tmp_path / "real"
@@ -404,10 +454,18 @@ def test_no_path_a_path_prefix_allows_lies_outside_it_however_it_is_read(lead: s
     assert all("\x00" not in form and _inside(form, "/srv/data") for form in readings), readings
 
 
+SEPARATORS = ["/", "/", "\\", "%2f", "%252F", "\uff0f", "\u2215", "\u2044", "\u29f8"]
+
+
 @settings(max_examples=300, deadline=None)
-@given(tail=st.lists(st.sampled_from(["a", "b", "link", "..", ".", ""]), max_size=6).map("/".join))
+@given(
+    tail=st.lists(
+        st.tuples(st.sampled_from(["a", "b", "link", "..", ".", ""]), st.sampled_from(SEPARATORS)), max_size=6
+    ).map(lambda parts: "".join(name + sep for name, sep in parts))
+)
 def test_no_path_resolve_symlinks_allows_resolves_outside_the_folder(tmp_path_factory: Any, tail: str) -> None:
-    """On a real tree with links out and back in, every path allowed with resolve_symlinks resolves inside."""
+    """On a real tree with links out and back in, every path allowed with resolve_symlinks resolves inside, as
+    written and as a layer below may read it (backslash, percent-decoded, look-alike slashes as separators)."""
     base = Path(os.path.realpath(tmp_path_factory.mktemp("tree")))
     folder = base / "data"
     (folder / "a").mkdir(parents=True)
@@ -416,7 +474,11 @@ def test_no_path_resolve_symlinks_allows_resolves_outside_the_folder(tmp_path_fa
     (folder / "a" / "b").symlink_to(folder / "a")
     path = f"{folder}/{tail}"
     if PathPrefix(prefix=str(folder), resolve_symlinks=True).allows(path):
+        read = unicodedata.normalize("NFKC", urllib.parse.unquote(urllib.parse.unquote(path)))
+        for slash in ("\\", "\u2215", "\u2044", "\u29f8"):
+            read = read.replace(slash, "/")
         assert _inside(os.path.realpath(path), str(folder))
+        assert _inside(os.path.realpath(read), str(folder)), read
 
 
 def deletes(*paths: str) -> ScriptedCaller:

@@ -4,6 +4,9 @@ recorded, counts one use, runs once; concurrent proposers never take a grant bey
 from __future__ import annotations
 
 import asyncio
+import json
+import math
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -12,8 +15,16 @@ import pytest
 
 from agentkit import ProposedAction, Tier, UsageError
 from agentkit._cli import main
-from agentkit.decisions import Equals, Grant, PathPrefix
-from agentkit.journal import GrantState, Journal, ProposalState, TransitionRefused, UnknownId, open_journal
+from agentkit.decisions import Equals, Grant, PathPrefix, Range
+from agentkit.journal import (
+    GrantState,
+    Journal,
+    JournalError,
+    ProposalState,
+    TransitionRefused,
+    UnknownId,
+    open_journal,
+)
 from tests.support import Deleter, PathArgs, Payments, Recording, Transfer, proposed, small_payments
 
 
@@ -86,6 +97,70 @@ async def test_bad_grant_changes_are_refused(journal: Journal) -> None:
         await journal.revoke_grant(kept.id, "eve", "again")
 
 
+def newer_body(id: str = "newer0000001", *, body_id: str | None = None) -> str:
+    """A grant as a newer agentkit might store it: a constraint kind this version does not know."""
+    body = json.loads(grant(id=body_id or id, max_uses=1).model_dump_json())
+    body["where"] = {"amount": {"kind": "glob", "pattern": "1*"}}
+    return json.dumps(body)
+
+
+def store_row(journal: Journal, id: str, body: str) -> None:
+    """Insert a grant row by hand, as another agentkit (or a person) might."""
+    with journal._tx(write=True) as db:
+        db.execute(
+            "INSERT INTO agentkit_grants (id, tool_name, body, max_uses, uses, granted_at) VALUES (?, ?, ?, 1, 0, ?)",
+            (id, "transfer", body, db.to_db_time(datetime.now(UTC))),
+        )
+
+
+async def test_a_grant_row_this_version_cannot_read_is_listed_unreadable_and_can_be_revoked(journal: Journal) -> None:
+    """A row with a constraint kind this version does not know: listed (with the others) as unreadable, why
+    named; it approves nothing, its stand-in allows nothing; revoke_grant revokes it."""
+    kept = await journal.grant(grant(), tool=Payments())
+    store_row(journal, "newer0000001", newer_body())
+    sound, newer = await journal.grants()
+    assert (sound.id, sound.state) == (kept.id, GrantState.LIVE)
+    assert (newer.id, newer.state, newer.uses) == ("newer0000001", GrantState.UNREADABLE, 0)
+    assert newer.unreadable is not None
+    assert newer.unreadable.startswith("grant 'newer0000001' cannot be read: where.amount: Input tag 'glob'")
+    assert not newer.grant.live(datetime.now(UTC), 0)
+    assert (await journal.propose(transfer("big", amount=100))).state is ProposalState.PENDING
+    revoked = await journal.revoke_grant("newer0000001", "ops", "a kind we do not run")
+    assert (revoked.state, revoked.revoked_by, revoked.unreadable) == (GrantState.REVOKED, "ops", newer.unreadable)
+    assert [(r.id, r.state) for r in await journal.grants()] == [
+        (kept.id, GrantState.LIVE),
+        ("newer0000001", GrantState.REVOKED),
+    ]
+
+
+async def test_a_grant_row_whose_body_names_another_grant_is_unreadable_and_approves_nothing(journal: Journal) -> None:
+    """A row whose stored grant has another id is not applied under either id: a use would count on another row."""
+    body = json.loads(grant(id="elsewhere", max_uses=1).model_dump_json())
+    store_row(journal, "copied", json.dumps(body))
+    assert (await journal.propose(transfer("a"))).state is ProposalState.PENDING
+    [listed] = await journal.grants()
+    assert (listed.id, listed.state) == ("copied", GrantState.UNREADABLE)
+    assert "its body is grant 'elsewhere'" in (listed.unreadable or "")
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        Equals.model_construct(kind="equals", value=math.inf),
+        Range.model_construct(kind="range", min=None, max=math.inf),
+    ],
+)
+async def test_a_grant_that_would_not_read_back_as_given_is_refused_and_nothing_is_stored(
+    journal: Journal, rule: Any
+) -> None:
+    """A grant made around validation (`model_copy(update=...)`) with infinity would read back as null, or not at
+    all: the journal refuses it, and keeps nothing."""
+    unchecked = grant().model_copy(update={"where": {"amount": rule}})
+    with pytest.raises(JournalError, match="read"):
+        await journal.grant(unchecked, tool=Payments())
+    assert await journal.grants() == []
+
+
 async def test_eight_concurrent_proposers_never_take_a_grant_beyond_its_uses(journal_url: str) -> None:
     """Eight processes' journals record matching proposals at once: exactly three are approved; workers run three."""
     setup = open_journal(journal_url)
@@ -146,10 +221,14 @@ def test_cli_grants_add_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert 'transfer where account = "acme", amount in [-, 50.0], irreversible allowed' in made
     assert main(["grants", "list", "--db", url]) == 0
     listed = capsys.readouterr().out
-    [row] = listed.splitlines()[1:]
+    [row, _, note] = listed.splitlines()[1:]
     assert row.split()[:3] == [id, "live", "0/2"]
+    assert note == f"a cell ending in … is cut short: agentkit grants show ID --db {url} prints a grant in full"
     assert main(["grants", "revoke", id, "--db", url, "--by", "ops", "--reason", "done"]) == 0
     assert "revoked" in capsys.readouterr().out
+
+
+IRREVERSIBLE_ONCE = ["--max-uses", "1", "--allow-irreversible"]
 
 
 @pytest.mark.parametrize(
@@ -160,17 +239,32 @@ def test_cli_grants_add_list_revoke(tmp_path: Path, capsys: pytest.CaptureFixtur
         (["--tool", "wire", "--max-uses", "1"], "no tool 'wire'"),
         (["--tool", "transfer", "--range", "amount=x:1", "--max-uses", "1"], "--range takes FIELD=MIN:MAX"),
         (["--tool", "transfer", "--allow-irreversible"], "--max-uses N or --unlimited"),
+        (
+            ["--tool", "transfer", "--equals", "amount=5", "--range", "amount=0:1000", *IRREVERSIBLE_ONCE],
+            "--range 'amount=0:1000': field 'amount' already has a constraint (--equals 'amount=5')",
+        ),
+        (
+            ["--tool", "delete", "--path-prefix", "path=/srv/data", "--path-prefix", "path=/", *IRREVERSIBLE_ONCE],
+            "--path-prefix 'path=/': field 'path' already has a constraint (--path-prefix 'path=/srv/data')",
+        ),
+        (["--tool", "transfer", "--range", "amount=:inf", *IRREVERSIBLE_ONCE], "its ends are finite numbers"),
+        (["--tool", "transfer", "--range", "amount=nan:5", *IRREVERSIBLE_ONCE], "its ends are finite numbers"),
+        (["--tool", "transfer", "--equals", "amount=Infinity", *IRREVERSIBLE_ONCE], "NaN and infinity have no JSON"),
+        (["--tool", "transfer", "--equals", "amount=-1e999", *IRREVERSIBLE_ONCE], "NaN and infinity have no JSON"),
+        (["--tool", "transfer", "--one-of", "amount=[1, NaN]", *IRREVERSIBLE_ONCE], "NaN and infinity have no JSON"),
     ],
 )
 def test_cli_bad_grant_exits_1_and_stores_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], complaint: str
 ) -> None:
-    """A grant on a field the args lack, of an irreversible tool without the flag, or malformed: exit 1."""
+    """A grant on a field the args lack, of an irreversible tool without the flag, two constraints on one field, NaN
+    or infinity, or malformed: exit 1, with one line saying why."""
     url = str(tmp_path / "journal.db")
     asyncio.run(_create(url))
     base = ["grants", "add", "--db", url, "--tools", "tests.journal.test_grants:TOOLSET", "--by", "ops"]
     assert main([*base, "--reason", "r", *argv]) == 1
-    assert complaint in capsys.readouterr().err
+    [error] = capsys.readouterr().err.splitlines()
+    assert complaint in error
     assert main(["grants", "list", "--db", url]) == 0
     assert "no grants" in capsys.readouterr().out
 
@@ -193,11 +287,76 @@ def test_cli_path_prefix_is_a_path_grant_and_prefix_says_it_compares_text(
     assert "--prefix compares strings" in text_out
     assert "use --path-prefix" in text_out
     assert main([*add, "--path-prefix", "path=/srv/../etc", *rest]) == 1
-    assert "--path-prefix 'path=/srv/../etc': Value error, a path prefix is a POSIX folder" in capsys.readouterr().err
+    assert "--path-prefix 'path=/srv/../etc': a path prefix is a POSIX folder" in capsys.readouterr().err
     assert main([*add, "--prefix", "path=/srv/", "--resolve-symlinks", *rest]) == 1
     assert "--resolve-symlinks goes with --path-prefix" in capsys.readouterr().err
     assert main(["grants", "list", "--db", url]) == 0
-    assert len(capsys.readouterr().out.splitlines()) == 3
+    assert len(capsys.readouterr().out.splitlines()[1:3]) == 2
+
+
+def test_cli_grants_show_prints_in_full_two_grants_the_list_cuts_alike(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two grants that differ past a listing cell's width: the cells end in an ellipsis, a note says so, and
+    `grants show ID` prints each constraint in full; an unknown id exits 1."""
+    url = str(tmp_path / "journal.db")
+    asyncio.run(_create(url))
+    add = ["grants", "add", "--db", url, "--tools", "tests.journal.test_grants:TOOLSET", "--tool", "delete"]
+    rest = [*IRREVERSIBLE_ONCE, "--by", "ops", "--reason", "data"]
+    folders = ["/srv/data/reports/quarterly/archive/one", "/srv/data/reports/quarterly/archive/two"]
+    ids = []
+    for folder in folders:
+        assert main([*add, "--path-prefix", f"path={folder}", *rest]) == 0
+        ids.append(capsys.readouterr().out.split()[1].rstrip(":"))
+    assert main(["grants", "list", "--db", url]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    [first, second] = [line.split("  ops  ")[1] for line in lines[1:3]]
+    assert first == second
+    assert first.split()[-2].endswith("…")
+    assert lines[-1].startswith("a cell ending in … is cut short: agentkit grants show ID")
+    for id, folder in zip(ids, folders, strict=True):
+        assert main(["grants", "show", id, "--db", url]) == 0
+        shown = capsys.readouterr().out.splitlines()
+        assert shown[:3] == [f"id:        {id}", "state:     live", "tool:      delete"]
+        assert f"""allows:    path is a path inside "{folder}" (no '..')""" in shown
+        assert "uses:      0/1" in shown
+    assert main(["grants", "show", "nosuch", "--db", url]) == 1
+    assert "no grant 'nosuch'" in capsys.readouterr().err
+
+
+def test_cli_grants_list_shows_an_unreadable_row_and_revoke_revokes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A row this version cannot read: `list` exits 0 with it marked unreadable (allows "?", never "any args") and
+    why below, the others as usual; `show` says so; `revoke` revokes it."""
+    url = str(tmp_path / "journal.db")
+    asyncio.run(_create(url))
+    add = ["grants", "add", "--db", url, "--tools", "tests.journal.test_grants:TOOLSET", "--tool", "transfer"]
+    assert main([*add, "--range", "amount=:5", *IRREVERSIBLE_ONCE, "--by", "ops", "--reason", "small"]) == 0
+    sound = capsys.readouterr().out.split()[1].rstrip(":")
+    with sqlite3.connect(url) as conn:
+        conn.execute(
+            "INSERT INTO agentkit_grants (id, tool_name, body, max_uses, uses, granted_at) VALUES (?, ?, ?, 1, 0, ?)",
+            ("newer0000001", "transfer", newer_body(), datetime.now(UTC).isoformat()),
+        )
+    assert main(["grants", "list", "--db", url]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert err == ""
+    assert [line.split()[:4] for line in lines[1:3]] == [
+        [sound, "live", "0/1", "-"],
+        ["newer0000001", "unreadable", "0/?", "?"],
+    ]
+    assert lines[2].split()[5] == "?"
+    assert "any args" not in out
+    assert lines[4].startswith("unreadable: grant 'newer0000001' cannot be read: where.amount: Input tag 'glob'")
+    assert main(["grants", "show", "newer0000001", "--db", url]) == 0
+    shown = capsys.readouterr().out
+    assert "allows:    ? (this version cannot read what it allows; it approves nothing here)" in shown
+    assert main(["grants", "revoke", "newer0000001", "--db", url, "--by", "ops", "--reason", "unknown kind"]) == 0
+    assert capsys.readouterr().out == "revoked newer0000001 (by ops: unknown kind)\n"
+    assert main(["grants", "list", "--db", url]) == 0
+    assert capsys.readouterr().out.splitlines()[2].split()[:2] == ["newer0000001", "revoked"]
 
 
 TOOLSET = [Payments(), Deleter()]
