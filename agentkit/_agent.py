@@ -16,6 +16,7 @@ from agentkit._media import PromptPart, split_parts
 from agentkit._outcome import StopReason
 from agentkit._proposals import ProposedAction
 from agentkit._reasoning import JsonData, Reasoning, check_extra_body, check_reasoning
+from agentkit.errors import UsageError
 
 __all__ = ["PriorCall", "Prompt", "RoleSpec", "RoundInfo", "ToolAgent", "ToolRoundInfo"]
 
@@ -77,10 +78,34 @@ class RoleSpec:
     is overridden by it, except the schema's part of the request, which it may not name."""
 
     def __post_init__(self) -> None:
-        if self.reasoning is not None:
-            check_reasoning(self.reasoning)
-        if self.extra_body is not None:
-            check_extra_body(self.extra_body, "RoleSpec.extra_body")
+        _check_role(self)
+
+
+def _check_role(role: RoleSpec) -> None:
+    """Check a role's `reasoning` and `extra_body`, and keep a copy of `extra_body` that its giver cannot change."""
+    if role.reasoning is not None:
+        check_reasoning(role.reasoning)
+    if role.extra_body is not None:
+        check_extra_body(role.extra_body, "RoleSpec.extra_body")
+        object.__setattr__(role, "extra_body", _json_copy(role.extra_body, "RoleSpec.extra_body"))
+
+
+def _json_copy(value: JsonData, where: str) -> Any:
+    """A copy of a checked JSON value down to its leaves, every mapping's keys `str` (`json.dumps` would turn an
+    int key into a string silently), so that changing the value given changes nothing sent later."""
+    if isinstance(value, Mapping):
+        copy: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise UsageError(
+                    f"{where} must hold JSON values only (dicts of str at every level): key {key!r} "
+                    f"({type(key).__name__}) is not a str; write it as a string"
+                )
+            copy[key] = _json_copy(item, f"{where}[{key!r}]")
+        return copy
+    if isinstance(value, list | tuple):
+        return type(value)(_json_copy(item, f"{where}[{index}]") for index, item in enumerate(value))
+    return value
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -8,8 +8,10 @@ at the base tier (the price of a prompt of a thousand tokens).
 
 from __future__ import annotations
 
+import datetime
+import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from types import MappingProxyType
 from typing import Any, cast
@@ -20,6 +22,10 @@ from agentkit.errors import UsageError
 __all__ = ["MILLION", "ModelPrice", "Prices", "check_cost_budget"]
 
 MILLION = Decimal(1_000_000)
+
+_SNAPSHOT = re.compile(r"(?P<name>.+)-(?P<date>\d{4}-\d{2}-\d{2}|\d{8}|\d{4})")
+"""A dated snapshot's name: the model's name, `-`, and a date as providers write one: `2025-08-07` (OpenAI),
+`20250514` (Anthropic), `0613` (month and day, OpenAI's older snapshots)."""
 
 
 def _money(value: object, where: str, *, optional: bool = False) -> None:
@@ -79,8 +85,10 @@ class ModelPrice:
 class Prices:
     """A price table: each model's `ModelPrice`, in one currency (`LoopConfig(prices=...)`).
 
-    A model is found by its exact name, else by the longest name in the table that it extends with a
-    `-` (so `"gpt-5"` prices `"gpt-5-2025-08-07"`, the dated model a server says answered).
+    A model is found by its exact name, else, when it is a dated snapshot of a name in the table, by that
+    name: the name, `-` and a date as providers write one (`"gpt-5-2025-08-07"`, `"claude-opus-4-20250514"`,
+    `"gpt-4-0613"`), the model a server says answered. Any other extension is another model, unknown unless
+    listed: `"gpt-5"` does not price `"gpt-5-mini"`, nor `"claude-opus-4"` `"claude-opus-4-5"`.
 
     Example:
         `Prices({"gpt-5-mini": ModelPrice(input=Decimal("0.25"), output=Decimal("2"), cached_input=Decimal("0.025"))})`
@@ -90,12 +98,10 @@ class Prices:
     """Each model's prices, by name."""
     currency: str = "USD"
     """The currency of every price (a label: nothing is converted)."""
-    _names: tuple[str, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_table(self.models, self.currency)
         object.__setattr__(self, "models", MappingProxyType(dict(self.models)))
-        object.__setattr__(self, "_names", tuple(sorted(self.models, key=len, reverse=True)))
 
     def __hash__(self) -> int:
         return hash((frozenset(self.models.items()), self.currency))
@@ -106,14 +112,14 @@ class Prices:
         return dict(self.models) == dict(other.models) and self.currency == other.currency
 
     def price(self, model: str) -> ModelPrice | None:
-        """The prices of `model` (its own, else those of the longest name it extends with `-`); `None`: unknown."""
+        """The prices of `model` (its own, else those of the name it is a dated snapshot of); `None`: unknown."""
         found = self.models.get(model)
         if found is not None:
             return found
-        for name in self._names:
-            if model.startswith(name + "-"):
-                return self.models[name]
-        return None
+        snapshot = _SNAPSHOT.fullmatch(model)
+        if snapshot is None or not _is_date(snapshot["date"]):
+            return None
+        return self.models.get(snapshot["name"])
 
     def cost(self, model: str, usage: Usage) -> Decimal | None:
         """What `usage` of `model` costs; `None` when the table has no price for it."""
@@ -215,3 +221,16 @@ def check_cost_budget(budget: object, prices: object) -> None:
             "LoopConfig.cost_budget needs LoopConfig.prices: a budget in money can only be kept with each model's "
             "price (Prices({...}), or Prices.from_genai_prices([...]))"
         )
+
+
+def _is_date(text: str) -> bool:
+    """`text` is a calendar date in one of `_SNAPSHOT`'s forms (a month and day in a leap year for the short form)."""
+    digits = text.replace("-", "")
+    try:
+        if len(digits) == 4:
+            datetime.date(2000, int(digits[:2]), int(digits[2:]))
+        else:
+            datetime.date(int(digits[:4]), int(digits[4:6]), int(digits[6:]))
+    except ValueError:
+        return False
+    return True

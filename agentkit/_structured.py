@@ -62,6 +62,7 @@ class StructuredRequest(RoleSpec):
     """The validation error of the previous attempt, to be shown to the model."""
 
     def __post_init__(self) -> None:
+        RoleSpec.__post_init__(self)  # a request built directly is checked as its role would be
         if self.parts:
             dynamic, parts = split_parts(self.dynamic, self.parts)
             object.__setattr__(self, "dynamic", dynamic)

@@ -282,7 +282,16 @@ _V9: tuple[Statement, ...] = (
 # own, made at run time or not): an amendment is validated only as a type whose schema has that digest.
 _V10: tuple[Statement, ...] = ("ALTER TABLE agentkit_proposals ADD COLUMN args_schema TEXT",)
 
-MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10)
+# Version 11: a finished run's usage keeps its detail counts beside its totals: the input tokens read from
+# and written to the provider's prompt cache, and the output tokens spent reasoning. A run that ended before
+# reads them as 0 (NULL: not recorded then).
+_V11: tuple[Statement, ...] = (
+    "ALTER TABLE agentkit_runs ADD COLUMN cached_input_tokens INTEGER",
+    "ALTER TABLE agentkit_runs ADD COLUMN cache_write_tokens INTEGER",
+    "ALTER TABLE agentkit_runs ADD COLUMN reasoning_tokens INTEGER",
+)
+
+MIGRATIONS: tuple[tuple[Statement, ...], ...] = (_V1, _V2, _V3, _V4, _V5, _V6, _V7, _V8, _V9, _V10, _V11)
 """`MIGRATIONS[i]` takes a journal from version `i` to `i + 1`; append, never edit."""
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -441,6 +441,9 @@ def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored |
         usage.requests,
         usage.input_tokens,
         usage.output_tokens,
+        usage.cached_input_tokens,
+        usage.cache_write_tokens,
+        usage.reasoning_tokens,
     )
     state = final_state(event)
     if state is not None:
@@ -449,10 +452,13 @@ def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored |
             return mark
     db.execute(
         "INSERT INTO agentkit_runs (id, ended_at, outcome, stop_reason, error, rounds, requests, input_tokens, "
-        "output_tokens) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
+        "output_tokens, cached_input_tokens, cache_write_tokens, reasoning_tokens) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET "
         "ended_at = excluded.ended_at, outcome = excluded.outcome, stop_reason = excluded.stop_reason, "
         "error = excluded.error, rounds = excluded.rounds, requests = excluded.requests, "
-        "input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens "
+        "input_tokens = excluded.input_tokens, output_tokens = excluded.output_tokens, "
+        "cached_input_tokens = excluded.cached_input_tokens, cache_write_tokens = excluded.cache_write_tokens, "
+        "reasoning_tokens = excluded.reasoning_tokens "
         "WHERE agentkit_runs.ended_at IS NULL",
         (event.run_id, *ending),
     )
@@ -463,7 +469,8 @@ def finish_run(db: Connection, event: RunFinished, at: datetime, known: Stored |
 
 _ENDING = (
     "ended_at = ?, outcome = ?, stop_reason = ?, error = ?, rounds = ?, requests = ?, input_tokens = ?, "
-    "output_tokens = ?, claim = NULL, lease_until = NULL, "
+    "output_tokens = ?, cached_input_tokens = ?, cache_write_tokens = ?, reasoning_tokens = ?, claim = NULL, "
+    "lease_until = NULL, "
 )
 """What a run's end sets on its row besides its state's progress (`finish_run`): the ending, and the release."""
 
@@ -1127,6 +1134,10 @@ def run_of(db: Connection, row: Mapping[str, Any], *, lenient: bool = False) -> 
         requests=f.get("requests", _optional(_integer), None) or 0,
         input_tokens=f.get("input_tokens", _optional(_integer), None) or 0,
         output_tokens=f.get("output_tokens", _optional(_integer), None) or 0,
+        # NULL in a run that ended before the journal kept them (schema version 11)
+        cached_input_tokens=f.get("cached_input_tokens", _optional(_integer), None) or 0,
+        cache_write_tokens=f.get("cache_write_tokens", _optional(_integer), None) or 0,
+        reasoning_tokens=f.get("reasoning_tokens", _optional(_integer), None) or 0,
     )
     if not finished:
         try:

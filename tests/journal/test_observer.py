@@ -41,7 +41,7 @@ from agentkit.journal import (
     open_journal,
 )
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Executor, Query, Target
+from tests.support import Executor, Query, Recorder, Target
 
 
 @tool(tier=Tier.READ_ONLY)
@@ -79,6 +79,44 @@ def script() -> ScriptedCaller:
             tokens(done_step("enough"), 20, 5),
         ]
     )
+
+
+DETAILED = Usage(
+    requests=1,
+    input_tokens=1000,
+    output_tokens=100,
+    cached_input_tokens=800,
+    cache_write_tokens=100,
+    reasoning_tokens=40,
+)
+
+
+def detailed_script() -> ScriptedCaller:
+    """A search, then done: each reply with cached, cache-written and reasoning tokens."""
+    return ScriptedCaller(
+        [
+            ScriptedReply(value=call_step(Query(query="logs"), tool="search"), usage=DETAILED),
+            ScriptedReply(value=done_step("enough"), usage=DETAILED),
+        ]
+    )
+
+
+async def test_a_finished_runs_record_keeps_its_usage_details(journal: Journal, observer: JournalObserver) -> None:
+    """`journal.run(id).usage` of a finished run has the cached, cache-written and reasoning tokens, not only totals."""
+    result = await run_tool_loop_tiered(detailed_script(), Planner(), [search, delete], None, observer=observer)
+    run = await journal.run(result.run_id)
+    assert run.state is RunState.FINISHED
+    assert run.usage == result.usage == DETAILED + DETAILED
+    assert [r.usage for r in await journal.runs()] == [DETAILED + DETAILED]
+
+
+async def test_a_run_end_recorded_on_its_own_keeps_its_usage_details(journal: Journal) -> None:
+    """A run's end written without its start (the row made by the end) keeps the usage details too."""
+    seen = Recorder()
+    result = await run_tool_loop_tiered(detailed_script(), Planner(), [search, delete], None, observer=seen)
+    [end] = [event for event in seen.events if isinstance(event, RunFinished)]
+    journal.record(end)
+    assert (await journal.run(result.run_id)).usage == result.usage == DETAILED + DETAILED
 
 
 @pytest.fixture

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agentkit import ProposedAction, Tier, tool
+from agentkit import ProposedAction, Tier, Usage, tool
 from agentkit._proposals import canonical_json
-from agentkit.journal import JournalError, JournalUnavailable, ProposalState, SQLiteJournal, open_journal
+from agentkit.journal import JournalError, JournalUnavailable, ProposalState, RunState, SQLiteJournal, open_journal
 from agentkit.journal._postgres import _PostgresConnection
 from agentkit.journal._schema import MIGRATIONS, SCHEMA_VERSION, render
 from agentkit.journal._sql import Connection, now
@@ -100,6 +100,39 @@ async def test_a_migrated_journal_follows_the_current_rules(journal_url: str) ->
             "VALUES (?, ?, ?, ?, ?, ?)",
             ("ghost", None, "pending", "x", db.to_db_time(now()), ""),
         )
+    await journal.close()
+
+
+def version_10_journal(url: str) -> None:
+    """A journal as schema version 10 left it: one run that finished, its usage totals on its row."""
+    db = connect(url)
+    try:
+        db.begin(write=True)
+        for statement in (statement for statements in MIGRATIONS[:10] for statement in statements):
+            sql = render(statement, db.dialect, db.types)
+            if sql is not None:
+                db.execute(sql)
+        db.execute("INSERT INTO agentkit_schema (version) VALUES (10)")
+        at = db.to_db_time(now())
+        db.execute(
+            "INSERT INTO agentkit_runs (id, agent, model, started_at, ended_at, outcome, stop_reason, rounds, "
+            "requests, input_tokens, output_tokens) VALUES (?, ?, ?, ?, ?, 'applied', 'executor_done', 2, 2, 30, 7)",
+            ("old-run", "Janitor", "m", at, at),
+        )
+        db.commit()
+    finally:
+        db.close()
+
+
+async def test_a_run_finished_before_version_11_reads_with_its_usage_details_zero(journal_url: str) -> None:
+    """A schema-10 journal opens and migrates; its finished run keeps its totals, its detail counts read as 0."""
+    version_10_journal(journal_url)
+    journal = open_journal(journal_url, create=False)
+    assert journal.schema_version() == SCHEMA_VERSION
+    run = await journal.run("old-run")
+    assert (run.state, run.rounds) == (RunState.FINISHED, 2)
+    assert run.usage == Usage(requests=2, input_tokens=30, output_tokens=7)
+    assert [r.usage for r in await journal.runs()] == [run.usage]
     await journal.close()
 
 

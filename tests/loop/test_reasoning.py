@@ -181,6 +181,34 @@ def test_reasoning_and_extra_body_are_checked() -> None:
     assert not Reasoning(effort="low").off
 
 
+def test_extra_body_is_a_copy_its_giver_cannot_change() -> None:
+    """Changing the dict given as `extra_body`, at any depth, afterwards changes nothing a role or request holds."""
+    body: dict[str, Any] = {"metadata": {"user_id": "u"}, "stop": [{"at": "x"}]}
+    role = RoleSpec(model="m", extra_body=body)
+    request = StructuredRequest(model="m", system="s", extra_body=body)
+    body["stream"] = True
+    body["metadata"]["user_id"] = "someone else"
+    body["stop"][0]["at"] = "y"
+    assert role.extra_body == request.extra_body == {"metadata": {"user_id": "u"}, "stop": [{"at": "x"}]}
+
+
+def test_extra_body_keys_must_be_str_at_every_level() -> None:
+    """A key that is not a `str`, however deep (JSON would turn it into a string silently), is refused, named."""
+    with pytest.raises(UsageError, match=r"RoleSpec.extra_body\['a'\] .*key 1 \(int\) is not a str"):
+        RoleSpec(model="m", extra_body={"a": {1: 2}})  # type: ignore[dict-item]  # an int key, as a typo would be
+    with pytest.raises(UsageError, match=r"RoleSpec.extra_body\['a'\]\[0\] .*key None"):
+        RoleSpec(model="m", extra_body={"a": [{None: 2}]})  # type: ignore[dict-item]  # a None key
+
+
+def test_a_request_made_directly_is_checked_as_its_role_would_be() -> None:
+    """`StructuredRequest(...)` refuses what `RoleSpec(...)` does: its own `__post_init__` skips no check."""
+    with pytest.raises(UsageError, match=r"may not set 'stream'"):
+        StructuredRequest(model="m", system="s", extra_body={"stream": True})
+    with pytest.raises(UsageError, match=r"RoleSpec.reasoning must be a Reasoning"):
+        StructuredRequest(model="m", system="s", reasoning="high")  # type: ignore[arg-type]  # a plain string
+    assert StructuredRequest(model="m", system="s", parts=("a", "b")).dynamic == "ab"
+
+
 class Summariser:
     def role(self) -> RoleSpec:
         return RoleSpec(model="summariser")
