@@ -41,6 +41,7 @@ from agentkit._tools import Tool, declared_tier
 from agentkit.errors import ToolError
 
 if TYPE_CHECKING:
+    from agentkit._grants import Grant
     from agentkit._loop import _Round, _Run
     from agentkit._tiers import Tier
 
@@ -97,15 +98,20 @@ async def run_calls(run: _Run, this: _Round, calls: Sequence[BaseModel]) -> Endi
 
 
 def _place(args: BaseModel | None, calls: Sequence[BaseModel]) -> int:
-    """The place in the step of the call whose args are `args` (the very object the step holds)."""
+    """The place in the step of the call whose args are `args`: the very object the step holds, else (a
+    granted call's record carries its proposal's copy) the first call whose args equal them."""
     for place, call in enumerate(calls):
         if getattr(call, "args", call) is args:
+            return place
+    for place, call in enumerate(calls):
+        if args is not None and getattr(call, "args", call) == args:
             return place
     return len(calls)
 
 
 async def _checked_and_run(run: _Run, this: _Round, calls: Sequence[BaseModel]) -> Ending | None:
     live: list[_Live] = []
+    granted: list[tuple[_Round, ProposedAction[Any], Grant]] = []
     stop: Ending | None = None
     for place, call in enumerate(calls):
         one = dataclasses.replace(this, position=place)
@@ -119,13 +125,20 @@ async def _checked_and_run(run: _Run, this: _Round, calls: Sequence[BaseModel]) 
             case "run", tier:
                 live.append(_Live(one, tool, tier, args))
             case "propose", tier:
-                ending = await propose(run, one, tool, tier, args)
+                ending = await propose(run, one, tool, tier, args, granted=granted)
                 if ending is not None and ending.reason is StopReason.PROPOSED:
                     stop = stop or ending
                 elif ending is not None:
                     return ending
             case _:
                 return refuse(run, one, tool, args)
+    # A call a standing grant approved runs once every call of the step is checked, as a live call does: a
+    # later call that ends the run (a stalemate, a tool without a tier) ends it before the granted call runs,
+    # and the calls after it are gated before it runs, not by what it returns.
+    for one, proposal, grant in granted:  # in the step's order, before the calls that run live
+        if (ending := await run.granted(one, proposal, grant)) is not None:
+            return ending
+        run.kept()  # the journal keeps the granted call's result now
     ending = await _run_live(run, live)
     return ending if ending is not None else stop
 
@@ -222,9 +235,18 @@ def refuse(run: _Run, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> En
     return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, error)
 
 
-async def propose(run: _Run, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
+async def propose(
+    run: _Run,
+    this: _Round,
+    tool: Tool[Any, Any],
+    tier: Tier,
+    args: BaseModel,
+    *,
+    granted: list[tuple[_Round, ProposedAction[Any], Grant]] | None = None,
+) -> Ending | None:
     """A call above the autonomy ceiling (or held by the provenance policy): a proposal, never run here (a
-    standing grant may approve it: it then runs once, `granted`); the ending of the run, if it stops there."""
+    standing grant may approve it: it then runs once, `granted`, or, given `granted`, is added to it for the
+    step to run once its other calls are proposed); the ending of the run, if it stops there."""
     if not run.bound.may_propose:
         why = f"under autonomy Tier.{run.config.autonomy.name}"
         if run.provenance.held(tool, tier):
@@ -249,6 +271,9 @@ async def propose(run: _Run, this: _Round, tool: Tool[Any, Any], tier: Tier, arg
         evidence=evidence,
     )
     grant = await run.bound.grant_for(proposal)
+    if grant is not None and granted is not None:
+        granted.append((this, proposal, grant))
+        return None
     if grant is not None:
         return await run.granted(this, proposal, grant)
     run.proposals.append(proposal)

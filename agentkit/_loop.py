@@ -68,7 +68,7 @@ from agentkit._toolbox import Toolbox
 from agentkit._tools import Tool, declared_tier
 from agentkit._usage import Usage, usage_counts, usage_of_counts
 from agentkit._views import Views
-from agentkit.errors import AgentkitError, ToolError, ToolTimeout
+from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
 
 if typing.TYPE_CHECKING:
     from agentkit._approval import Approval, Rejection
@@ -142,6 +142,11 @@ class _Round:
             usage=self.reply.usage,
             reasoning=self.reply.reasoning,
         )
+
+
+def _names_model(answered: str, model: str | None) -> bool:
+    """`answered` (the model a reply names) is `model`, or a name its server gives it (`model-2025-08-07`)."""
+    return model is not None and (answered == model or answered.startswith(model + "-"))
 
 
 def schema_digest(schema: type[BaseModel]) -> str:
@@ -226,9 +231,12 @@ class _Run:
         if prices is None or self.cost is None:
             return
         usage = usage_of_counts(entry)
-        cost = prices.cost(entry.model or self.session.role.model, usage)
-        if cost is None and entry.model:
-            cost = prices.cost(self.session.role.model, usage)
+        role = self.session.role
+        cost = prices.cost(entry.model or role.model, usage)
+        if cost is None and entry.model and not _names_model(entry.model, role.fallback_model):
+            # A reply names the model as its server does (a dated snapshot, an alias): the role's price. Not
+            # for a round the fallback model answered, which has a price of its own, or none.
+            cost = prices.cost(role.model, usage)
         if cost is None:
             self.cost = None
             return
@@ -332,6 +340,19 @@ class _Run:
         else:
             self.deferred.append((this.position, call, how))
 
+    def check_prices(self) -> None:
+        """A budget in money needs a price for every model the role may ask; raises `UsageError` before anything
+        runs, not a budget that stops counting at the first round of an unpriced model."""
+        prices, role = self.config.prices, self.session.role
+        if self.config.cost_budget is None or prices is None:
+            return
+        for model in (role.model, role.fallback_model):
+            if model is not None and prices.price(model) is None:
+                raise UsageError(
+                    f"LoopConfig.cost_budget cannot be kept: LoopConfig.prices has no price for model {model!r} "
+                    "(the role's model or its fallback); add it to the table, or leave cost_budget out"
+                )
+
     def no_tier(self) -> Ending | None:
         """A tool that declares no tier is refused before anything runs."""
         for name, tool in self.box.tools.items():
@@ -342,6 +363,7 @@ class _Run:
     async def begin(self) -> Ending | None:
         """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions
         (`settle`); then its calls join the views and the items."""
+        self.check_prices()
         ending = self.no_tier()
         for proposal, decision in self.decisions if ending is None else ():
             if (ending := await settle(self, proposal, decision)) is not None:
@@ -590,6 +612,26 @@ async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant:
     return ending
 
 
+def _call_started(run: _Run, proposal: RoundEntry, approval: Approval[Any]) -> bool:
+    """Tell the observers an approved call runs (as `dispatch` tells them of a live one); whether it told them."""
+    if not run.session.observers:
+        return False
+    assert proposal.tool is not None
+    count = run.views.calls_of[proposal.tool] + 1
+    run.session.emit(
+        ToolCallStarted(
+            run_id=run.session.run_id,
+            round=proposal.round,
+            tool_name=proposal.tool,
+            tier=approval.proposal.tier,
+            args=owned(approval.proposal.args),
+            count=count,
+            label=status_label(proposal.tool, count),
+        )
+    )
+    return True
+
+
 async def settle(run: _Run, proposal: RoundEntry, decision: Approval[Any] | Rejection[Any]) -> Ending | None:
     """A decision a resumed run settles before its first round, appended to its state: an approved call runs
     once through `execute_approved` (or the journal's claim) and its batch is that call's result; a
@@ -626,18 +668,32 @@ async def settled(
     started = time.monotonic()
     encoded, failed = None, None
     batch: Sequence[Any] = ()
+    announced = False
     try:
         tool = run.box.tools[proposal.tool]
         if run.run_approved is not None and not granted:
             ran = await run.run_approved(decision, tool, run.ctx)
             if isinstance(ran, Rejection):  # rejected before it ran: the run goes on with that decision
                 return await settled(run, proposal, ran)
+            announced = _call_started(run, proposal, decision)
             batch = ran
         else:
+            announced = _call_started(run, proposal, decision)
             batch = await execute_approved(decision, tool, ctx=run.ctx, observer=run.session.observers)
         encoded = run.encoded(proposal.tool, batch)
     except AgentkitError as error:
         failed = error
+    if announced:
+        run.session.emit(
+            ToolResultReturned(
+                run_id=run.session.run_id,
+                round=proposal.round,
+                tool_name=proposal.tool,
+                batch_size=len(batch) if failed is None else 0,
+                seconds=time.monotonic() - started,
+                error=failed,
+            )
+        )
     amendment = decision.amendment
     run.append(
         made(

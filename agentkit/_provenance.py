@@ -156,7 +156,10 @@ class Tracker:
             if entry.outcome in (RoundOutcome.RAN, RoundOutcome.RETRIED) and self._untrusted(entry.tool):
                 changes["untrusted"] = True
             if self.untrusted and entry.args is not None and entry.outcome is not RoundOutcome.DONE:
-                paths = tuple(dict.fromkeys(o.path for o in self.origins(json.loads(entry.args))))
+                # Not from a result of the call's own round: a call of a step of several is recorded once it
+                # ran, perhaps after the step's other calls, whose results it was chosen without.
+                found = self.origins(json.loads(entry.args))
+                paths = tuple(dict.fromkeys(o.path for o in found if o.origin.round < entry.round))
                 if paths:
                     changes["from_untrusted"] = paths
         elif isinstance(entry, DecisionEntry) and entry.approved and entry.error is None:

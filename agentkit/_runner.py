@@ -20,7 +20,7 @@ from typing_extensions import Unpack
 from agentkit._admission import admit
 from agentkit._agent import ToolAgent
 from agentkit._codec import Codec, decoded_args, proposal_of
-from agentkit._config import LoopConfig
+from agentkit._config import AfterProposal, LoopConfig
 from agentkit._context import Summarizer
 from agentkit._grants import Grants
 from agentkit._loop import AskGrant, Bound, RunApproved, run_core
@@ -297,9 +297,15 @@ def _codec(box: Toolbox, config: LoopConfig, observers: tuple[Observer, ...]) ->
 
 
 def awaiting(checkpoint: RunCheckpoint) -> tuple[RoundEntry, ...]:
-    """The proposals the run stopped at, each needing a decision before it goes on (none for a run
-    that died between rounds: its undecided proposals, under `AfterProposal.CONTINUE`, stay so)."""
-    return checkpoint.proposals if checkpoint.stop_reason is StopReason.PROPOSED else ()
+    """The proposals the run stopped at, each needing a decision before it goes on. Under
+    `AfterProposal.STOP`, a run that died before its end was recorded (mid-step, after a call of a step of
+    several was proposed and another ran) stopped at its proposals too. None for a run under
+    `AfterProposal.CONTINUE` that died between rounds: its undecided proposals stay so."""
+    if checkpoint.stop_reason is StopReason.PROPOSED:
+        return checkpoint.proposals
+    if checkpoint.stop_reason is None and checkpoint.config.after_proposal is AfterProposal.STOP:
+        return checkpoint.proposals
+    return ()
 
 
 def pending_proposals(checkpoint: RunCheckpoint, codec: Codec) -> list[tuple[RoundEntry, ProposedAction[Any]]]:

@@ -7,11 +7,13 @@ import asyncio
 import time
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentkit import AfterProposal, LoopConfig, RunCheckpoint, StopReason, Tier, Tool, tool
 from agentkit import run_tool_loop_tiered as tiered
+from agentkit.errors import ResumeRefused
 from agentkit.journal import Journal, JournalObserver, RunStatus
 from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
 from tests.support import NO_WAIT, Executor, Query, Target
@@ -119,6 +121,45 @@ async def test_a_step_that_runs_a_read_and_proposes_a_wipe_resumes_once_approved
     assert result.items == ["doc:a", "wiped /srv/x"]
     forked = first.checkpoint.forked("fork-1", at_round=1)
     assert [c.tool for c in forked.progress.calls] == ["search", "wipe"]
+
+
+async def test_a_run_dead_mid_step_after_a_stop_proposal_waits_for_its_decision(journal: Journal) -> None:
+    """Under AfterProposal.STOP, a process that dies in a step's live call after the step proposed a wipe leaves a
+    run that stopped at the proposal: resume is refused until the wipe is decided (the model is not asked, nothing
+    runs), then the approved wipe runs once and the finished read never again."""
+    calls.clear()
+    observer = JournalObserver(journal, lease=timedelta(seconds=0.3))
+
+    @tool(tier=Tier.READ_ONLY, name="search")
+    def dying(args: Query) -> list[str]:
+        """Find documents; the process dies inside the call for 'crash'."""
+        calls.append(args.query)
+        if args.query == "crash":
+            observer.close()
+        return [f"doc:{args.query}"]
+
+    step = calls_step(
+        call_step(Target(path="/z"), tool="wipe"),
+        call_step(Query(query="a"), tool="search"),
+        call_step(Query(query="crash"), tool="search"),
+    )
+    lost = await tiered(
+        ScriptedCaller([step, done_step()]), Executor[str](), [dying, wipe], "c", config(), observer=observer
+    )
+    await lease_runs_out(journal, lost.run_id)
+    assert (await journal.state(lost.run_id)).stop_reason is None  # it died before its end was recorded
+    calls.clear()
+    asked = ScriptedCaller([done_step()])
+    with pytest.raises(ResumeRefused, match="waits on a decision"):
+        await journal.resume(lost.run_id, asked, Executor[str](), [dying_free(), wipe], "c")
+    assert calls == []
+    assert asked.requests == []
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    result = await journal.resume(lost.run_id, asked, Executor[str](), [dying_free(), wipe], "c")
+    assert calls == ["wipe /z"]
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert result.items == ["wiped /z", "doc:a"]
 
 
 async def test_after_proposal_continue_keeps_the_steps_other_calls(journal: Journal) -> None:

@@ -9,7 +9,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agentkit import LoopConfig, RunCheckpoint, StopReason, Tier, Usage, run_tool_loop, run_tool_loop_tiered
+from agentkit import (
+    LoopConfig,
+    RoleSpec,
+    RunCheckpoint,
+    StopReason,
+    Tier,
+    Usage,
+    run_tool_loop,
+    run_tool_loop_tiered,
+)
 from agentkit.errors import UsageError
 from agentkit.journal import Journal, JournalObserver
 from agentkit.providers import ModelPrice, Prices
@@ -50,6 +59,25 @@ def test_a_model_is_priced_by_its_name_or_the_name_it_extends() -> None:
     assert prices.cost("other", Usage(input_tokens=5)) is None
 
 
+def test_a_dated_snapshot_finds_its_models_price_in_each_providers_date_form() -> None:
+    """A listed name followed by a date (OpenAI's `2025-08-07` and `0613`, Anthropic's `20250514`) is priced."""
+    prices = Prices({"gpt-4": MINI, "claude-opus-4": MINI})
+    assert prices.price("gpt-4-2024-05-13") is MINI
+    assert prices.price("gpt-4-0613") is MINI
+    assert prices.price("claude-opus-4-20250514") is MINI
+
+
+def test_a_model_that_extends_a_listed_name_other_than_by_a_date_is_unknown() -> None:
+    """`gpt-5-mini` is not `gpt-5`, nor `claude-opus-4-5` `claude-opus-4`: another model has no price."""
+    prices = Prices({"gpt-5": MINI, "claude-opus-4": MINI})
+    for model in ("gpt-5-mini", "gpt-5-nano", "gpt-5-mini-2025-08-07", "claude-opus-4-5", "claude-opus-4-1"):
+        assert prices.price(model) is None, model
+        assert prices.cost(model, Usage(input_tokens=5)) is None
+    # digits that are not a date (month 13, a 31st of February) are not a snapshot either
+    for model in ("gpt-5-2025-13-01", "gpt-5-20250231", "gpt-5-1399", "gpt-5-123"):
+        assert prices.price(model) is None, model
+
+
 def test_prices_and_budgets_are_checked() -> None:
     """Float prices, negative ones, a budget without prices or not a positive Decimal are refused, named."""
     with pytest.raises(UsageError, match=r"ModelPrice.input must be a finite Decimal >= 0.*Decimal\('0.1'\)"):
@@ -79,6 +107,45 @@ async def test_result_cost_is_the_sum_of_each_rounds_cost() -> None:
         ScriptedCaller(script), Finder(), search, "ctx", LoopConfig(prices=Prices({"other": MINI}))
     )
     assert unpriced.cost is None
+
+
+class WithFallback(Finder):
+    """An executor whose role falls back to another model."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="exec-model", fallback_model="backup-model", prompt_type="retrieval")
+
+
+async def test_a_round_the_fallback_model_answered_is_priced_at_its_own_price_or_none() -> None:
+    """A round answered by the fallback model is the fallback's to price: with no price for it, `result.cost` is
+    `None`, never the primary's price; a dated name the server gives the primary is still the primary's."""
+    script = [
+        ScriptedReply(value=call_step(Query(query="a")), usage=spent(1_000_000, 0), model="exec-model-2025-08-07"),
+        ScriptedReply(value=done_step(), usage=spent(1_000_000, 0), model="backup-model"),
+    ]
+    result = await run_tool_loop(ScriptedCaller(script), WithFallback(), search, "ctx", LoopConfig(prices=PRICES))
+    assert result.cost is None
+    backup = Prices({"exec-model": MINI, "backup-model": ModelPrice(input=Decimal(1), output=Decimal(1))})
+    again = await run_tool_loop(ScriptedCaller(script), WithFallback(), search, "ctx", LoopConfig(prices=backup))
+    assert again.cost == Decimal("0.25") + Decimal(1)
+
+
+async def test_a_cost_budget_without_a_price_for_a_model_of_the_role_is_refused_before_any_request() -> None:
+    """A budget in money cannot be kept for a model the table does not price (the role's model or its fallback):
+    `UsageError` before the model is asked, not a budget that silently stops counting."""
+    for agent in (Finder(), WithFallback()):
+        caller = ScriptedCaller([done_step()])
+        config = LoopConfig(
+            prices=Prices({"backup-model": MINI}) if isinstance(agent, WithFallback) else Prices({"other": MINI}),
+            cost_budget=Decimal(1),
+        )
+        with pytest.raises(UsageError, match="cost_budget cannot be kept"):
+            await run_tool_loop(caller, agent, search, "ctx", config)
+        assert caller.requests == []
+    fine = LoopConfig(prices=Prices({"exec-model": MINI, "backup-model": MINI}), cost_budget=Decimal(1))
+    done = await run_tool_loop(ScriptedCaller([done_step()]), WithFallback(), search, "ctx", fine)
+    assert done.error is None
+    assert done.cost == 0
 
 
 async def test_the_cost_budget_ends_the_run_before_the_round_that_would_cross_it() -> None:

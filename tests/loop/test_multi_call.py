@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from agentkit import (
     AfterProposal,
     LoopConfig,
+    Observer,
     Outcome,
     RepeatPolicy,
     StopReason,
@@ -26,6 +27,8 @@ from agentkit import (
 )
 from agentkit._state import RoundOutcome, RunCheckpoint
 from agentkit._step import build_step_model
+from agentkit.decisions import Grant, Grants, PathPrefix
+from agentkit.events import Event, ToolCallStarted, ToolResultReturned
 from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
 from tests.support import NO_WAIT, Executor, PathArgs, Query
 
@@ -303,3 +306,77 @@ async def test_a_run_of_several_calls_per_step_replays_offline() -> None:
     replay.assert_complete()
     assert again.items == recorded.items == ["A", "B", "RETRY"]
     assert (again.stop_reason, again.rounds, again.usage) == (recorded.stop_reason, 2, recorded.usage)
+
+
+def scratch(uses: int | None = 5) -> Grants:
+    return Grants(
+        [
+            Grant.of(
+                delete,
+                where={"path": PathPrefix(prefix="/tmp/scratch")},
+                max_uses=uses,
+                allow_irreversible=True,
+                granted_by="ops",
+                reason="scratch files may go",
+            )
+        ]
+    )
+
+
+@pytest.mark.parametrize("repeated", ["a later search", "the granted call itself"])
+async def test_a_step_that_ends_in_a_stalemate_runs_no_granted_call(repeated: str) -> None:
+    """Under RepeatPolicy.STOP a repeat later in the step ends the run before any of its calls runs: a call a standing
+    grant approved earlier in the step included."""
+    wipe = call_step(PathArgs(path="/tmp/scratch/a"), tool=delete)
+    if repeated == "a later search":
+        step = calls_step(wipe, call_step(Query(query="q"), tool=search), call_step(Query(query="q"), tool=search))
+    else:
+        step = calls_step(wipe, call_step(PathArgs(path="/tmp/scratch/a"), tool=delete))
+    config = several(on_repeat=RepeatPolicy.STOP)
+    result = await run_tool_loop_tiered(
+        ScriptedCaller([step, done_step()]), Executor[str](), [search, delete], "q", config, grants=scratch()
+    )
+    assert result.stop_reason is StopReason.DEGENERATION
+    assert RAN == []
+
+
+async def test_a_granted_call_keeps_its_place_in_the_trace_and_the_items() -> None:
+    """A granted call runs once the step is checked, before its live calls, and is listed in the step's order."""
+    step = calls_step(
+        call_step(PathArgs(path="/tmp/scratch/a"), tool=delete),
+        call_step(Query(query="q"), tool=search),
+        call_step(PathArgs(path="/etc/passwd"), tool=delete),
+    )
+    result = await run_tool_loop_tiered(
+        ScriptedCaller([step, done_step()]), Executor[str](), [search, delete], "q", several(), grants=scratch()
+    )
+    assert RAN == ["delete /tmp/scratch/a", "q"]
+    assert [p.args.path for p in result.proposed] == ["/etc/passwd"]  # type: ignore[attr-defined]
+    assert [r.call for r in result.trace[:3]] == [
+        PathArgs(path="/tmp/scratch/a"),
+        Query(query="q"),
+        PathArgs(path="/etc/passwd"),
+    ]
+    assert result.items == ["/tmp/scratch/a", "Q"]
+
+
+@pytest.mark.parametrize("n", [1, 3])
+async def test_observers_see_a_granted_call_run(n: int) -> None:
+    """A call a standing grant approved comes to the observers as a tool_call and its tool_result, as a live call
+    does, in a one-call step and in a step of several."""
+    seen: list[Event] = []
+
+    class Seen(Observer):
+        def on_event(self, event: Event) -> None:
+            seen.append(event)
+
+    step = call_step(PathArgs(path="/tmp/scratch/a"), tool=delete)
+    caller = ScriptedCaller([calls_step(step) if n > 1 else step, done_step()])
+    await run_tool_loop_tiered(
+        caller, Executor[str](), [search, delete], "q", several(n), grants=scratch(), observer=Seen()
+    )
+    assert RAN == ["delete /tmp/scratch/a"]
+    calls = [(e.kind, e.tool_name) for e in seen if isinstance(e, ToolCallStarted | ToolResultReturned)]
+    assert calls == [("tool_call", "delete"), ("tool_result", "delete")]
+    [returned] = [e for e in seen if isinstance(e, ToolResultReturned)]
+    assert (returned.batch_size, returned.error) == (1, None)

@@ -12,6 +12,7 @@ from pydantic import BaseModel
 
 from agentkit import AfterProposal, LoopConfig, Outcome, StopReason, Tier, UsageError, run_tool_loop, tool
 from agentkit import run_tool_loop_tiered as tiered
+from agentkit._state import RoundEntry
 from agentkit.provenance import ProvenancePolicy, Trust
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.provenance_support import (
@@ -440,3 +441,18 @@ async def test_calls_of_the_step_that_first_reads_untrusted_content_are_gated_be
     assert proposal.evidence is not None
     assert proposal.evidence.provenance is not None
     assert proposal.evidence.provenance.held
+
+
+async def test_a_call_is_not_marked_with_what_a_call_of_its_own_step_read() -> None:
+    """A step's calls are chosen before any of their results is read: a live call recorded after its sibling read
+    untrusted content is not marked as taking a value from that content, which it could not have seen."""
+    tools = world()
+    caller = multi(
+        (("read_inbox", Folder(folder=ATTACKER_MAIL)), ("read_notes", Folder(folder=ATTACKER_MAIL))),
+    )
+    result = await tiered(
+        caller, Executor[Doc](), list(tools.values()), TASK, config(max_calls_per_step=2, max_parallel_calls=1)
+    )
+    assert sorted(ran(tools)) == ["read_inbox", "read_notes"]
+    marks = {e.tool: e.from_untrusted for e in result.checkpoint.entries if isinstance(e, RoundEntry) and e.tool}
+    assert marks == {"read_inbox": (), "read_notes": ()}

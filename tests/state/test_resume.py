@@ -247,6 +247,25 @@ async def test_observers_see_the_resumed_leg_under_the_same_run_id() -> None:
     assert (started.round, len(started.prior_calls)) == (3, 2)
 
 
+async def test_observers_see_the_approved_call_of_a_resumed_leg_run() -> None:
+    """The approved call a resumed leg runs comes to its observers as a tool_call and its tool_result, after the
+    leg's start and before its first round, as the journal-derived feed shows it."""
+    caller, search, delete, first = await proposed_run([delete_step("/x"), done_step()])
+    seen: list[Event] = []
+
+    class Seen(Observer):
+        def on_event(self, event: Event) -> None:
+            seen.append(event)
+
+    approval = approve(first.proposed[0], approved_by="ops")
+    await resume_tool_loop(
+        caller, Executor[Doc](), [search, delete], "ctx", first.checkpoint, [approval], observer=Seen()
+    )
+    kinds = [event.kind for event in seen]
+    assert kinds[:4] == ["run_start", "tool_call", "tool_result", "round_start"]
+    assert [getattr(event, "tool_name", None) for event in seen[1:3]] == ["delete", "delete"]
+
+
 async def test_deadline_counts_the_run_time_spent_before_the_pause() -> None:
     """Run time recorded in the checkpoint counts against the deadline; the approved call still runs first."""
     caller, search, delete, first = await proposed_run([delete_step("/x"), done_step()], config(deadline=60))
