@@ -61,7 +61,7 @@ from agentkit._deltas import rejected, started, wanted
 from agentkit._media import ImagePart, PromptPart, parts_of
 from agentkit._reasoning import ReasoningEffort
 from agentkit._step import schema_name
-from agentkit._structured import Completion, StructuredRequest
+from agentkit._structured import Completion, StructuredRequest, fallback_limit
 from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
@@ -96,6 +96,8 @@ least the API takes, for `"minimal"`."""
 _MIN_THINKING_BUDGET = 1024
 """The least `budget_tokens` the Messages API takes."""
 _SCHEMA_KEYS = frozenset({"tools", "tool_choice"})
+_OWN_KEYS = frozenset({"thinking"})
+"""What AnthropicCaller writes from the role, which `extra_body` may not set (streaming: `check_extra_body`)."""
 """The request's members that carry the schema: `RoleSpec.extra_body` may not name them."""
 
 _PATH = "/v1/messages"
@@ -364,11 +366,6 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
 
     def _body(self, request: StructuredRequest, user: dict[str, Any], thinking: int | None) -> dict[str, Any]:
         max_tokens = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
-        if thinking is not None and thinking >= max_tokens:
-            raise UsageError(
-                f"the thinking budget ({thinking} tokens) must be below max_tokens ({max_tokens}), which it is "
-                "part of; raise RoleSpec.max_tokens or lower the budget"
-            )
         body: dict[str, Any] = {"model": request.model, "max_tokens": max_tokens}
         if request.system:
             block: dict[str, Any] = {"type": "text", "text": request.system}
@@ -387,7 +384,24 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
                     f"RoleSpec.extra_body may not name {named}: the schema's tool is AnthropicCaller's own part of "
                     "the request"
                 )
+            named = sorted(_OWN_KEYS & set(request.extra_body))
+            if named:
+                raise UsageError(
+                    f"RoleSpec.extra_body may not name {named}: thinking is set by RoleSpec.reasoning (the schema's "
+                    "tool is offered, not forced, beside it)"
+                )
             body.update(request.extra_body)
+        # After extra_body: a limit it sets is the one the budget must fit in, on the fallback model too.
+        limits: list[tuple[str, object]] = [("max_tokens", body["max_tokens"])]
+        fallback = fallback_limit(request)
+        if request.fallback_model and request.fallback_model != request.model and fallback is not None:
+            limits.append(("RoleSpec.fallback_max_tokens", fallback))
+        for name, limit in limits if thinking is not None else ():
+            if not isinstance(limit, int) or isinstance(limit, bool) or thinking is None or thinking >= limit:
+                raise UsageError(
+                    f"the thinking budget ({thinking} tokens) must be below {name} ({limit!r}), which it is part "
+                    "of; raise the limit or lower the budget"
+                )
         if self.stream or wanted():
             body["stream"] = True
         return body

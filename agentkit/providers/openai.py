@@ -488,6 +488,11 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
                     f"{self.mode.name} writes from the schema; choose the mode (OpenAICaller(mode=...)) instead"
                 )
             kwargs.update(request.extra_body)
+            if "max_tokens" in kwargs and "max_completion_tokens" in kwargs:
+                raise UsageError(
+                    "RoleSpec.extra_body sets 'max_tokens' beside the 'max_completion_tokens' a role with reasoning "
+                    "sends (RoleSpec.max_tokens): a server refuses both; give the limit once, in RoleSpec.max_tokens"
+                )
         if self.stream or wanted():
             kwargs["stream"] = True
             kwargs["stream_options"] = {"include_usage": True}  # the last chunk then carries the usage

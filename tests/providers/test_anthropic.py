@@ -245,6 +245,25 @@ async def test_extra_body_reaches_the_top_level_but_may_not_name_the_tool(
         await caller.complete(request(extra_body={"tool_choice": {"type": "any"}}), Verdict)
 
 
+@pytest.mark.parametrize(
+    ("settings", "refused"),
+    [
+        ({"max_tokens": 20_000, "extra_body": {"max_tokens": 500}}, r"below max_tokens \(500\)"),
+        ({"max_tokens": 20_000, "fallback_model": "b", "fallback_max_tokens": 2000}, "below RoleSpec.fallback_max"),
+        ({"extra_body": {"thinking": {"type": "enabled", "budget_tokens": 2048}}}, "thinking is set by"),
+    ],
+)
+async def test_a_thinking_budget_or_setting_the_request_cannot_carry_is_refused_before_any_request(
+    server: FakeAnthropicServer, caller: AnthropicCaller, settings: dict[str, Any], refused: str
+) -> None:
+    """The budget must fit the limit extra_body sets and the fallback's limit; extra_body may not set thinking (the
+    tool would be forced beside it): each a UsageError before the first request, not a 400 later."""
+    reasoning = Reasoning(budget_tokens=4096) if "thinking" not in settings.get("extra_body", {}) else None
+    with pytest.raises(UsageError, match=refused):
+        await caller.complete(request(reasoning=reasoning, **settings), Verdict)
+    assert server.requests == []
+
+
 async def test_a_reask_with_thinking_sends_the_thinking_blocks_back(server: FakeAnthropicServer) -> None:
     """A rejected tool call is answered by its tool_result after the assistant turn as sent, thinking included."""
     server.add({"score": "high"}, {"score": 3})

@@ -85,6 +85,17 @@ async def test_extra_body_may_not_name_what_the_mode_writes() -> None:
         assert server.requests == []
 
 
+async def test_extra_body_may_not_set_a_second_limit_beside_a_reasoning_roles() -> None:
+    """A role with reasoning sends its limit as max_completion_tokens, which a max_tokens in extra_body beside it
+    contradicts (a server refuses both): refused before anything is sent."""
+    role = rate(reasoning=Reasoning(effort="low"), extra_body={"max_tokens": 500})
+    async with FakeOpenAIServer() as server:
+        async with OpenAICaller(base_url=server.base_url) as caller:
+            with pytest.raises(UsageError, match="give the limit once"):
+                await caller.complete(role, Rated)
+        assert server.requests == []
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["body", "streamed"])
 async def test_reasoning_content_and_usage_details_are_read(stream: bool) -> None:
     """The message's `reasoning_content` is the completion's `reasoning`; cached and reasoning tokens are counted,
