@@ -203,7 +203,7 @@ def measure(runs: int) -> dict[str, Any]:
         for _ in range(runs + 1):  # the first is a warm-up, not counted
             model.add(FakeReply.value(STEP, chunk_chars=8, delay=HOLD))
             with httpx.Client(base_url=serving.base) as client:
-                run_id = client.post("/runs", json=None).json()["run_id"]
+                run_id = client.post("/runs", json={}).json()["run_id"]
             driver.execute_script(LISTEN, f"/runs/{run_id}/events")
             first_delta = float(_wait(driver, "window.firstDelta")) / 1000
             connected = float(_wait(driver, "window.connectedAt")) / 1000

@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from agentkit._inbox_web._security import Csrf, Reviewers, SecurityHeaders
+from agentkit._inbox_web._security import SECURITY_HEADERS, Csrf, Reviewers, SecurityHeaders
 from agentkit._proposals import CallSeen
 from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
@@ -45,6 +45,7 @@ DECIDED_SHOWN = 20
 _STATIC = {"inbox.js": "text/javascript", "inbox.css": "text/css"}
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
+_LINE_BREAK = re.compile("[\r\n]")
 
 AMEND_PREFIX = "arg."
 """The amend form's field for an argument NAME is `arg.NAME`, holding its value as the page shows it."""
@@ -67,25 +68,39 @@ async def _reject(journal: Journal, id: str, reviewer: str, form: FormData) -> P
 
 
 async def _amend(journal: Journal, id: str, reviewer: str, form: FormData) -> ProposalRecord:
-    """Approve with the args the reviewer changed: each `arg.NAME` field whose text differs from the proposed."""
+    """Approve with the args the reviewer changed: each `arg.NAME` field whose text is neither the proposed value's
+    nor what a browser sends back for the field left as shown."""
     record = await journal.get(id)
     shown = dict(_args(record))
     changes: dict[str, Any] = {}
     for key, text in form.multi_items():
         name = key.removeprefix(AMEND_PREFIX)
-        if key == name or not isinstance(text, str) or shown.get(name) == text:
+        if key == name or not isinstance(text, str) or _untouched(text, shown.get(name)):
             continue
         if isinstance(record.args.get(name), str):
             changes[name] = text
             continue
         try:
             changes[name] = json.loads(text)
-        except ValueError as error:
+        except (ValueError, RecursionError) as error:  # nested deeper than Python recurses: not a value either
             raise UsageError(
                 f"argument {name!r}: {text!r} is not a JSON value ({error}); write it as JSON, e.g. 3, true, "
                 '["a", "b"] or {"k": 1}'
             ) from None
     return await journal.approve(id, reviewer, args=changes or None, verified_as=reviewer)
+
+
+def _untouched(posted: str, shown: str | None) -> bool:
+    """Whether an amend field came back as the page showed it: as the value's text (a script posting it), or as a
+    browser sends back a one-line field it showed that text in, which no reviewer can tell from the text itself."""
+    return shown is not None and posted in (shown, _as_sent(shown))
+
+
+def _as_sent(shown: str) -> str:
+    """What a browser posts for an `<input type="text">` whose value is `shown`, left alone: the page carries a lone
+    surrogate as U+FFFD (`_writable`), HTML's parser reads a NUL in an attribute as U+FFFD, and a one-line field
+    drops every CR and LF from its value."""
+    return _LINE_BREAK.sub("", _writable(shown).replace("\0", "\ufffd"))
 
 
 DECISIONS: Mapping[str, Decision] = {"approve": _approve, "reject": _reject, "amend": _amend}
@@ -144,9 +159,16 @@ def create_app(
         Route("/static/{name}", inbox.static, methods=["GET"]),
         Route("/proposals/{id}/{decision}", inbox.decide, methods=["POST"]),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers={500: _failed})
     app.add_middleware(SecurityHeaders)
     return app
+
+
+async def _failed(request: Request, error: Exception) -> Response:
+    # Starlette answers a failure from outside every middleware added to the app, SecurityHeaders included.
+    return PlainTextResponse(
+        "500: the inbox failed on this request; its log says why", status_code=500, headers=SECURITY_HEADERS
+    )
 
 
 class _Unauthorised(Exception):
@@ -244,7 +266,7 @@ class _Inbox:
             "poll_ms": self._poll_ms,
         }
         html = self._templates.get_template("inbox.html").render(context)
-        return HTMLResponse(html, status_code=status)
+        return HTMLResponse(_writable(html), status_code=status)
 
     async def _card(self, record: ProposalRecord, runs: dict[str, _Batches | str]) -> _Card:
         """The proposal's card; `runs` keeps each run's batches (or why there are none) for the page's other cards."""
@@ -308,8 +330,12 @@ def _batches(state: RunCheckpoint) -> _Batches:
 
 
 def _items(batch: str) -> list[str]:
-    """A batch's items as the page shows them: a string as it is, anything else as indented JSON; a lone
-    surrogate (which a journal keeps exactly, and a page cannot be written with) as U+FFFD."""
+    """A batch's items as the page shows them: a string as it is, anything else as indented JSON."""
     values: list[Any] = json.loads(batch)
-    texts = (v if isinstance(v, str) else json.dumps(v, indent=2, ensure_ascii=False) for v in values)
-    return [_SURROGATE.sub("\ufffd", text) for text in texts]
+    return [v if isinstance(v, str) else json.dumps(v, indent=2, ensure_ascii=False) for v in values]
+
+
+def _writable(text: str) -> str:
+    """`text` as a UTF-8 page can carry it: each lone surrogate as U+FFFD. A journal keeps any text exactly, and one
+    model-written field (args, rationale, task, item, note) holding a surrogate would otherwise fail the whole page."""
+    return _SURROGATE.sub("\ufffd", text)

@@ -114,7 +114,8 @@ class Csrf:
 
 
 class SecurityHeaders:
-    """ASGI middleware: `SECURITY_HEADERS` on every response, refusals and errors included."""
+    """ASGI middleware: `SECURITY_HEADERS` on every response, refusals included. A 500 is sent from outside every
+    middleware (Starlette's `ServerErrorMiddleware`), so the inbox's handler for it sends them itself."""
 
     def __init__(self, app: ASGIApp) -> None:
         self._app = app

@@ -10,7 +10,9 @@ Routes:
   never sent) is answered `400` at once, as an id that is not a number is.
 - `GET /runs/{run_id}`: a page that follows the run in the browser (its script reads the events above).
 - `POST /runs` (when the app was given `start`): starts a run from the request's JSON body; answers
-  `201` with the run's id and where its events and page are.
+  `201` with the run's id and where its events and page are. A body sent as anything but `application/json`
+  is refused (`415`): a page on another site can post a form or a plain `fetch` here without asking, but not
+  JSON, which needs a CORS preflight that this app does not answer. The app authenticates nobody.
 
 sse-starlette writes the stream (framing, keep-alive pings, the client going away); the app decides what
 is sent from where.
@@ -161,9 +163,16 @@ class _Routes:
 
     async def begin(self, request: Request) -> Response:
         assert self.start is not None
+        media_type = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if media_type != "application/json":
+            sent = f"as {media_type!r}" if media_type else "without a Content-Type"
+            return PlainTextResponse(
+                f"POST /runs takes a JSON body sent as Content-Type: application/json; this one came {sent}",
+                status_code=415,
+            )
         try:
             body: JsonValue = json.loads(await request.body() or b"null")
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past what Python parses
             return PlainTextResponse("the body is not JSON", status_code=400)
         first = _FirstRun(self.feed)
         task: asyncio.Task[object] = asyncio.create_task(_run(self.start, body, first), name="agentkit-web-run")

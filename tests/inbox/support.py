@@ -7,6 +7,7 @@ which runs a coroutine on that loop, so a test acts as a worker or another revie
 from __future__ import annotations
 
 import asyncio
+import html
 import os
 import re
 import shutil
@@ -107,6 +108,16 @@ def csrf_of(page: str) -> str:
     found = re.search(r'name="csrf" value="([^"]+)"', page)
     assert found is not None, "the page has no form"
     return found.group(1)
+
+
+def as_a_browser_posts(page: str, id: str) -> dict[str, str]:
+    """Proposal ``id``'s amend fields in ``page`` as a browser posts them when the reviewer leaves them as shown: HTML's
+    parser reads a NUL in an attribute as U+FFFD, and a one-line text field drops every CR and LF from its value (the
+    HTML standard's value sanitization for ``<input type=text>``)."""
+    form = re.search(rf'<form method="post" action="/proposals/{re.escape(id)}/amend".*?</form>', page, re.DOTALL)
+    assert form is not None, f"the page has no amend form for proposal {id}"
+    fields = re.findall(r'<input type="text" id="[^"]*" name="(arg\.[^"]*)" value="([^"]*)">', form.group(0))
+    return {name: re.sub("[\r\n]", "", html.unescape(value).replace("\0", "\ufffd")) for name, value in fields}
 
 
 class Clock:

@@ -161,6 +161,28 @@ def test_amend_in_the_browser_and_the_amended_call_runs_once(server: InboxServer
     assert done.args["to"] == "team@example.com"
 
 
+def test_amending_one_field_in_the_browser_leaves_an_untouched_multi_line_field_as_proposed(
+    server: InboxServer, browser: WebDriver
+) -> None:
+    """Amend `to` beside a body of several lines (and a NUL), which its one-line field shows and posts without its
+    line breaks: only `to` is amended, and the body stays as proposed."""
+    body = "Hi team,\nthe release is Friday.\r\n-- bot\0"
+    id = server.propose("everyone@example.com", body=body)
+    page = signed_in(browser, server)
+    from selenium.webdriver.common.by import By
+
+    click(page, f"#p-{id} details.amend summary")
+    shown = page.find_element(By.CSS_SELECTOR, f"#p-{id} form.amend input[name='arg.body']").get_attribute("value")
+    assert shown == "Hi team,the release is Friday.-- bot\ufffd"
+    to = page.find_element(By.CSS_SELECTOR, f"#p-{id} form.amend input[name='arg.to']")
+    to.clear()
+    to.send_keys("team@example.com")
+    click(page, f"#p-{id} form.amend button")
+    wait_for(page, f"#p-{id}.decided .amended")
+    done = server.get(id)
+    assert (done.args["to"], done.args["body"], done.amended_fields) == ("team@example.com", body, ("to",))
+
+
 def test_a_hostile_rationale_and_args_execute_nothing(server: InboxServer, browser: WebDriver) -> None:
     """Markup in a rationale and in args shows as literal text and runs nothing, while the inbox's own script runs."""
     id = server.propose(HOSTILE, rationale=HOSTILE, body=HOSTILE)

@@ -1,6 +1,7 @@
 """The web inbox's safety invariants (hypothesis, over real HTTP): for any sequence of forms posted and workers
 run, the call runs at most once, and only after a reviewer's valid approval (amended or not) that no rejection
-overtook, as approved; and any task or item text is shown as the text it is, never as markup."""
+overtook, as approved; any task or item text is shown as the text it is, never as markup; and an amend field a
+browser posts back as shown is never amended, whatever text it holds."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from agentkit.journal import ProposalState
-from tests.inbox.support import ALICE, BOB, InboxServer, csrf_of
+from tests.inbox.support import ALICE, BOB, InboxServer, as_a_browser_posts, csrf_of
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 
@@ -113,3 +114,18 @@ def test_any_task_or_item_text_is_shown_as_the_text_it_is(server: InboxServer, t
     [item] = shown(page, id, "item")
     assert shown(page, id, "task") == [task]
     assert json.loads(item) == {"id": "p:1", "text": re.sub("[\ud800-\udfff]", "\ufffd", text)}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=st.text(st.characters(exclude_categories=())))
+@example(body="Hi,\r\nsee \udc80 below\n\0")
+def test_any_text_left_as_shown_in_the_amend_form_is_not_amended(server: InboxServer, body: str) -> None:
+    """Whatever a text argument holds (line breaks, a NUL, a lone surrogate, markup), posting the amend form as a
+    browser does with only another field edited amends that field alone; the text stays as proposed."""
+    id = server.propose(f"{uuid.uuid4().hex}@example.com", body=body)
+    with server.client(ALICE) as alice:
+        page = alice.get("/").text
+        form = as_a_browser_posts(page, id) | {"csrf": csrf_of(page), "arg.copies": "2"}
+        assert alice.post(f"/proposals/{id}/amend", data=form).status_code == 303
+    record = server.get(id)
+    assert (record.args["body"], record.args["copies"], record.amended_fields) == (body, 2, ("copies",))

@@ -11,10 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 
+from agentkit._inbox_web import _app
 from agentkit._inbox_web._app import DECIDED_SHOWN
+from agentkit._inbox_web._security import SECURITY_HEADERS
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import Journal, ProposalState, TransitionRefused
-from tests.inbox.support import ALICE, BOB, InboxServer, csrf_of
+from tests.inbox.support import ALICE, BOB, InboxServer, as_a_browser_posts, csrf_of
 
 pytest.importorskip("starlette", reason="the inbox extra is not installed")
 
@@ -297,13 +299,54 @@ def test_an_amend_form_that_changes_nothing_approves_the_call_as_proposed(server
     assert (record.state, record.amended_by, record.original_args_json) == (ProposalState.APPROVED, None, None)
 
 
+@pytest.mark.parametrize("body", ["Hi team,\nthe release is Friday.\r\n-- bot", "one\rtwo\0\n", "\n"])
+def test_an_untouched_multi_line_field_beside_an_edited_one_is_not_amended(server: InboxServer, body: str) -> None:
+    """A browser posts a one-line field holding a multi-line text without its line breaks (and a NUL as U+FFFD); left
+    untouched beside an edited field, it is not amended: only the edited field is."""
+    id = server.propose("all@example.com", body=body)
+    with server.client() as http:
+        page = http.get("/").text
+        form = as_a_browser_posts(page, id) | {"csrf": csrf_of(page), "arg.to": "team@example.com"}
+        assert form["arg.body"] != body  # what the browser sends is not the value: no line breaks
+        assert http.post(f"/proposals/{id}/amend", data=form).status_code == 303
+    record = server.get(id)
+    assert record.args == {"to": "team@example.com", "body": body, "copies": 1}
+    assert (record.state, record.amended_fields) == (ProposalState.APPROVED, ("to",))
+
+
+def test_an_untouched_field_holding_a_lone_surrogate_is_not_amended(server: InboxServer) -> None:
+    """A lone surrogate, which the page carries as U+FFFD and a browser posts back so, is no change of the field."""
+    id = server.propose("all@example.com", body="caf\udce9 menu")
+    with server.client() as http:
+        page = http.get("/").text
+        form = as_a_browser_posts(page, id) | {"csrf": csrf_of(page), "arg.copies": "2"}
+        assert form["arg.body"] == "caf\ufffd menu"
+        assert http.post(f"/proposals/{id}/amend", data=form).status_code == 303
+    record = server.get(id)
+    assert (record.args["body"], record.args["copies"], record.amended_fields) == ("caf\udce9 menu", 2, ("copies",))
+
+
+def test_an_edited_multi_line_field_is_amended_to_what_was_posted(server: InboxServer) -> None:
+    """A multi-line field the reviewer did change is amended to the text posted, as any other edit."""
+    id = server.propose("all@example.com", body="line one\nline two")
+    with server.client() as http:
+        page = http.get("/").text
+        form = as_a_browser_posts(page, id) | {"csrf": csrf_of(page), "arg.body": "line one, line 2"}
+        assert http.post(f"/proposals/{id}/amend", data=form).status_code == 303
+    record = server.get(id)
+    assert (record.args["body"], record.amended_fields) == ("line one, line 2", ("body",))
+
+
 @pytest.mark.parametrize(
     ("field", "text", "message"),
     [
         ("arg.copies", "many", "argument 'copies': 'many' is not a JSON value"),
         ("arg.copies", '"many"', "copies"),
         ("arg.bogus", "1", "bogus"),
+        ("arg.copies", "[" * 50_000, "argument 'copies': '[[[["),
+        ("arg.copies", "[" * 5_000 + "]" * 5_000, "is not a JSON value"),
     ],
+    ids=["not-json", "wrong-type", "no-such-field", "nested-unclosed", "nested-deeper-than-python-recurses"],
 )
 def test_an_amendment_that_does_not_validate_is_refused_with_nothing_changed(
     server: InboxServer, field: str, text: str, message: str
@@ -502,3 +545,47 @@ def test_the_page_shows_a_steered_value_as_read_after_untrusted_content(server: 
         shown = section(http.get("/").text, id)
     assert '<li class="mark steered">' in shown
     assert "first appeared in a trusted result read after untrusted content (round 2 list_hotels)" in shown
+
+
+def test_a_lone_surrogate_in_a_pending_or_decided_proposal_shows_as_u_fffd(server: InboxServer) -> None:
+    """A lone surrogate (which a journal keeps exactly) in the args, rationale or note of a pending and of a decided
+    proposal shows as U+FFFD; the page, and a refusal shown on it, still load for every reviewer."""
+    pending = server.propose("pending\udcff@example.com", rationale="why \udcff pending", body="\ud800")
+    decided = server.propose("decided\udc80@example.com", rationale="why \udc80 decided")
+
+    async def reject(journal: Journal) -> None:
+        await journal.reject(decided, "carol", "not \udc80 this")
+
+    server.run(reject)
+    with server.client(ALICE) as alice, server.client(BOB) as bob:
+        page = alice.get("/")
+        assert bob.get("/").status_code == 200
+        refused = alice.post(f"/proposals/{decided}/reject", data={"csrf": csrf_of(page.text), "reason": "again"})
+    assert page.status_code == 200
+    assert refused.status_code == 409
+    assert "Nothing changed" in refused.text
+    shown, done = section(page.text, pending), section(page.text, decided)
+    assert "pending\ufffd@example.com" in shown
+    assert "why \ufffd pending" in shown
+    assert "decided\ufffd@example.com" in done
+    assert "why \ufffd decided" in done
+    assert "not \ufffd this" in done
+    assert section(refused.text, pending) == shown
+
+
+def test_a_request_that_fails_answers_500_with_the_security_headers(
+    server: InboxServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A handler that raises is answered 500 with every header the inbox sends, and without the error's text."""
+
+    async def fail(*args: object) -> None:
+        raise RuntimeError("the secret cause")
+
+    monkeypatch.setitem(_app.DECISIONS, "approve", fail)
+    id = server.propose("ops@example.com")
+    with server.client() as http:
+        failed = http.post(f"/proposals/{id}/approve", data={"csrf": csrf_of(http.get("/").text)})
+    assert failed.status_code == 500
+    assert {name: failed.headers.get(name) for name in SECURITY_HEADERS} == dict(SECURITY_HEADERS)
+    assert "secret cause" not in failed.text
+    assert server.get(id).state is ProposalState.PENDING

@@ -41,6 +41,8 @@ class WebServer:
 
     def __init__(self, *, model_url: str | None = None, journal_url: str | None = None) -> None:
         self.feed = RunFeed()
+        self.bodies: list[object] = []
+        """The body of each run `POST /runs` started, in order."""
         self._journal_url = journal_url
         """A journal to follow runs from (`create_app(journal=...)`), opened by the server itself: another handle
         than the one that records the runs, as in another process."""
@@ -139,6 +141,7 @@ class WebServer:
 
     async def _start(self, body: object, observer: Observer) -> object:
         assert self._gate is not None
+        self.bodies.append(body)
         if self._model_url is None:
             return await start_run(ScriptedCaller(script()), self._gate, observer)
         async with OpenAICaller(base_url=self._model_url, stream=True) as caller:

@@ -124,3 +124,44 @@ def test_an_event_id_that_is_not_ascii_digits_is_refused(server: WebServer, give
         if given.isascii() and given == given.strip():  # a header's own spaces are HTTP's, not part of its value
             assert client.get(f"/runs/{run_id}/events", headers={"last-event-id": given}).status_code == 400
     assert read_stream(server.base, f"/runs/{run_id}/events", last_event_id="-1")[1]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("text/plain", b'{"task":"wire money","x":"="}'),  # what a cross-site form with enctype=text/plain sends
+        ("application/x-www-form-urlencoded", b"task=wire+money"),
+        (
+            "multipart/form-data; boundary=b",
+            b'--b\r\nContent-Disposition: form-data; name="task"\r\n\r\nx\r\n--b--\r\n',
+        ),
+        (None, b""),  # a cross-site fetch without a body
+        ("application/jsonp", b"{}"),
+    ],
+    ids=["text-plain", "form-urlencoded", "multipart", "none", "not-quite-json"],
+)
+def test_a_run_is_not_started_from_a_body_not_sent_as_json(
+    server: WebServer, content_type: str | None, body: bytes
+) -> None:
+    """POST /runs refuses (415) a body sent as anything but application/json, which a page on another site can post
+    without a CORS preflight; no run starts. The same body sent as JSON starts one."""
+    headers = {"origin": "https://elsewhere.example"} | ({} if content_type is None else {"content-type": content_type})
+    with httpx.Client(base_url=server.base, timeout=WAIT) as client:
+        refused = client.post("/runs", content=body, headers=headers)
+        assert refused.status_code == 415
+        assert "application/json" in refused.text
+        assert server.bodies == []
+        sent = client.post(
+            "/runs", content=b'{"task":"x"}', headers={"content-type": "Application/JSON; charset=utf-8"}
+        )
+    assert sent.status_code == 201
+    assert server.bodies == [{"task": "x"}]
+    assert sent.json()["run_id"] in server.feed
+
+
+def test_a_json_body_nested_past_what_python_parses_is_refused_with_400(server: WebServer) -> None:
+    """A body nested deeper than Python's parser goes is not JSON to the app: 400, no run, no 500."""
+    with httpx.Client(base_url=server.base, timeout=WAIT) as client:
+        refused = client.post("/runs", content=b"[" * 50_000, headers={"content-type": "application/json"})
+    assert refused.status_code == 400
+    assert server.bodies == []
