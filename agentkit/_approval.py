@@ -342,6 +342,7 @@ async def execute_approved(
             tool_name=proposal.tool_name,
         )
     admit(tool, name=proposal.tool_name, tier=proposal.tier)
+    _check_args_schema(tool, proposal)
     check_ctx(tool, ctx)
     args = _args_to_run(tool, proposal)
     if call_digest(proposal.tool_name, args) != approval.digest:
@@ -362,6 +363,24 @@ async def execute_approved(
     if failure is not None:
         raise failure
     return outcome.batch
+
+
+def _check_args_schema(tool: AnyTool, proposal: ProposedAction[Any]) -> None:
+    """Refuse a tool whose args type has another JSON schema than the proposal's args: the call a person approved
+    would mean something else now (a field added with a default, a field's meaning changed by an MCP server)."""
+    from agentkit._state import args_schema_digest
+
+    args_type = getattr(tool, "args_type", None)
+    if not (inspect.isclass(args_type) and issubclass(args_type, BaseModel)):
+        return  # refused as it is converted, naming the tool
+    had, has = args_schema_digest(type(proposal.args)), args_schema_digest(args_type)
+    if had != has:
+        raise ApprovalError(
+            f"the call to {proposal.tool_name!r} was proposed and approved with args whose JSON schema has digest "
+            f"{had}; the tool's args type now has another ({has}), so the approved call would mean something else. "
+            "Nothing ran; propose the call again with the tool as it is",
+            tool_name=proposal.tool_name,
+        )
 
 
 def _args_to_run(tool: AnyTool, proposal: ProposedAction[Any]) -> BaseModel:

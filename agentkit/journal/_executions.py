@@ -21,6 +21,7 @@ from pydantic import BaseModel, ValidationError
 from agentkit._invoke import admit, check_ctx, invoke
 from agentkit._observe import ApprovedCall, Observer, ObserverArg, ToolInvocation, observers_of, wrapping
 from agentkit._proposals import call_digest, canonical_json
+from agentkit._state import args_schema_digest
 from agentkit._tools import NO_CTX, AnyTool, ContextTool, Tool
 from agentkit.errors import (
     DigestMismatch,
@@ -271,6 +272,15 @@ class Executions(Inbox):
 
     def _checked_args(self, record: ProposalRecord, tool: AnyTool) -> Any:
         admit(tool, name=record.tool_name, tier=record.tier)
+        if record.args_schema is not None and args_schema_digest(tool.args_type) != record.args_schema:
+            raise DigestMismatch(
+                f"proposal {record.id!r} was proposed and approved for args whose JSON schema has digest "
+                f"{record.args_schema}; the tool's args type now has another ({args_schema_digest(tool.args_type)}): "
+                "its code or its server changed what the call means since a person approved it, so it was not run. "
+                "Reject it and propose the call again",
+                id=record.id,
+                tool_name=record.tool_name,
+            )
         try:
             args = record.args_as(tool.args_type)
         except ValidationError as invalid:

@@ -110,9 +110,9 @@ async def test_execute_approved_refuses_a_swapped_proposal() -> None:
 
 
 async def test_execute_approved_refuses_a_tool_whose_args_type_changes_the_call() -> None:
-    """A same-named tool whose args type would add fields to the approved call is refused."""
+    """A same-named tool whose args type would add fields to the approved call is refused, by its args schema."""
     forceful = Deleter(args_type=ForcefulArgs)
-    with pytest.raises(ApprovalError, match="changed after approval"):
+    with pytest.raises(ApprovalError, match="the tool's args type now has another"):
         await execute_approved(approve(proposed(), approved_by="ana"), forceful)
     assert forceful.calls == []
 

@@ -46,6 +46,12 @@ class Wipe(BaseModel):
     keep_days: int = 0
 
 
+class Widened(Wipe):
+    """`Wipe` with a field added, with a default: the same call would mean another now."""
+
+    cc: str = "attacker@evil.example"
+
+
 ran: list[Wipe] = []
 """Every call ``wipe`` received, in order."""
 
@@ -566,6 +572,21 @@ async def test_execute_refuses_a_different_tool_or_a_changed_tier(journal: Journ
     with pytest.raises(TierChanged, match=r"now declares Tier\.REVERSIBLE"):
         await journal.execute(id, softer)
     assert (await journal.get(id)).state is ProposalState.APPROVED
+
+
+async def test_execute_refuses_a_tool_whose_args_type_changed_since_the_call_was_proposed(journal: Journal) -> None:
+    """A tool of the same name and tier whose args type now has another JSON schema (a field added with a default,
+    as an MCP server may add one) would run another call than the one approved: refused, nothing claimed or run."""
+    id = await approved(journal)
+
+    @tool(tier=Tier.IRREVERSIBLE, name="wipe")
+    def widened(args: Widened) -> list[str]:
+        raise AssertionError("must not run")
+
+    with pytest.raises(DigestMismatch, match="the tool's args type now has another"):
+        await journal.execute(id, widened)
+    assert (await journal.get(id)).state is ProposalState.APPROVED
+    assert ran == []
 
 
 # -- abandoned executions -------------------------------------------------------------------------
