@@ -34,7 +34,7 @@ from agentkit._results import TieredLoopResult
 from agentkit._runner import ToolLoop, pending_proposals
 from agentkit._state import DecisionEntry, RoundEntry, RunCheckpoint, ToolEntry
 from agentkit._usage import usage_counts
-from agentkit.errors import ApprovalError, ToolSetChanged, UsageError
+from agentkit.errors import ApprovalError, ResumeRefused, ToolSetChanged, UsageError
 from agentkit.temporal._activities import RECORD_TOOLS
 from agentkit.temporal._agent import DurableAgent
 from agentkit.temporal._errors import error_fields, error_kind
@@ -101,8 +101,9 @@ class AgentRun:
         self.status = RunStatus.RUNNING
         self.rounds = 0
         self.requests = 0
-        self.pending: dict[int, PendingProposal] = {}
-        self.decided: dict[int, Decision] = {}
+        self.pending: dict[tuple[int, str], PendingProposal] = {}
+        """The proposals the run waits on, by round and digest (a step of several calls may propose several)."""
+        self.decided: dict[tuple[int, str], Decision] = {}
         self.unknown: PendingProposal | None = None
         self.resolution: Resolution | None = None
         self.records: list[DecisionRecord] = []
@@ -252,7 +253,10 @@ class AgentRun:
         """The run stopped at the checkpoint's proposals: they wait for decisions."""
         now = workflow.now()
         tools = self.agents[self.agent].box.tools
-        self.pending = {entry.round: _pending(entry, now, checkpoint, tools) for entry in checkpoint.proposals}
+        self.pending = {
+            (entry.round, entry.call_digest or ""): _pending(entry, now, checkpoint, tools)
+            for entry in checkpoint.proposals
+        }
         self.decided, self.rounds, self.requests = {}, checkpoint.rounds, checkpoint.usage.requests
         self.status = RunStatus.WAITING
 
@@ -264,7 +268,7 @@ class AgentRun:
         self.status = RunStatus.RUNNING
         decisions: list[Approval[Any] | Rejection[Any]] = []
         for stored, proposal in pending_proposals(checkpoint, Codec(durable.box.tools)):
-            decision = self.decided[stored.round]
+            decision = self.decided[(stored.round, stored.call_digest or "")]
             if decision.approve:
                 decisions.append(approve(proposal, approved_by=decision.by, note=decision.reason, args=decision.args))
             else:
@@ -274,7 +278,15 @@ class AgentRun:
         if not self.lost:
             return result
         # The approved call's outcome is unknown: a human says whether it took effect; it never re-runs.
-        lost = next(p for p in pending.values() if self.decided[p.round].approve)
+        lost = _lost_call(pending, result.checkpoint)
+        if lost is None:
+            # A call a standing grant approved later in the leg: no person decided it, none can account for it here.
+            raise ApplicationError(
+                "the outcome of a call a standing grant approved is unknown (its activity ended without one); it is "
+                "not re-run, and the run ends here",
+                type="OutcomeLost",
+                non_retryable=True,
+            )
         if self.tools is not None:
             self.continue_leg(checkpoint, lost)
         self.resolving(checkpoint, lost)
@@ -293,7 +305,16 @@ class AgentRun:
         assert self.resolution is not None
         self.unknown, self.status = None, RunStatus.RUNNING
         resolved = _resolved(checkpoint, self.resolution)
-        after: TieredLoopResult[Any, Any] = await loop.resume(ctx, resolved)
+        try:
+            after: TieredLoopResult[Any, Any] = await loop.resume(ctx, resolved)
+        except ResumeRefused as refused:
+            # Another call of the lost call's step was decided too (it may have run): resuming would need its
+            # decision again, and could run it twice. The run ends here, saying so, rather than retry for ever.
+            raise ApplicationError(
+                f"the run cannot go on after the lost call's account: {refused}; nothing was run again",
+                type="ResumeRefused",
+                non_retryable=True,
+            ) from refused
         return after
 
     def finished(self, durable: DurableAgent[Any, Any], result: TieredLoopResult[Any, Any]) -> DurableOutcome:
@@ -337,7 +358,7 @@ class AgentRun:
             status=self.status,
             rounds=self.outcome.rounds if self.outcome else self.rounds,
             requests=self.outcome.requests if self.outcome else self.requests,
-            pending=[p for r, p in sorted(self.pending.items()) if r not in self.decided],
+            pending=[p for key, p in sorted(self.pending.items()) if key not in self.decided],
             unknown=self.unknown,
             decisions=list(self.records),
             outcome=self.outcome,
@@ -350,25 +371,22 @@ class AgentRun:
             raise _refused(f"{self.refusal}; the decision changed nothing")
         if not decision.by.strip():
             raise _refused("a decision must name who decided (by=...); nothing changed")
-        earlier = [r for r in self.records if r.round == decision.round]
-        if decision.round in self.decided or (earlier and decision.round not in self.pending):
+        key = (decision.round, decision.digest)
+        earlier = [r for r in self.records if (r.round, r.digest) == key]
+        if key in self.decided or (earlier and key not in self.pending):
             said = f" ({earlier[-1].kind} by {earlier[-1].by})" if earlier else ""
             raise _refused(
                 f"the proposal of round {decision.round} was already decided{said}; a proposal takes one "
                 "decision. Nothing changed"
             )
-        proposal = self.pending.get(decision.round)
+        proposal = self.pending.get(key)
         if proposal is None or self.status is not RunStatus.WAITING:
-            waiting = sorted(p for p in self.pending if p not in self.decided)
+            waiting = [f"round {r} {p.tool_name!r} digest {d[:12]!r}" for (r, d), p in sorted(self.pending.items())]
+            of_round = [w for (r, _), w in zip(sorted(self.pending), waiting, strict=True) if r == decision.round]
+            why = "a decision binds to the exact call" if of_round else "nothing of that round waits"
             raise _refused(
-                f"run {self.run_id!r} has no pending proposal of round {decision.round} (pending: {waiting or 'none'});"
-                " nothing changed"
-            )
-        if decision.digest != proposal.digest:
-            raise _refused(
-                f"digest {decision.digest[:12]!r} is not that of the proposal of round {decision.round} "
-                f"({proposal.tool_name!r}, digest {proposal.digest[:12]!r}): a decision binds to the exact call. "
-                "Nothing changed"
+                f"run {self.run_id!r} has no pending proposal of round {decision.round} with digest "
+                f"{decision.digest[:12]!r} ({why}; pending: {', '.join(waiting) or 'none'}); nothing changed"
             )
         if decision.args is not None:
             self.check_amendment(proposal, decision)
@@ -391,7 +409,7 @@ class AgentRun:
     @workflow.update(name="decide")
     def decide(self, decision: Decision) -> RunState:
         proposal = self.check_decision(decision)
-        self.decided[decision.round] = decision
+        self.decided[(decision.round, decision.digest)] = decision
         kind = "approved" if decision.approve else "rejected"
         self.records.append(_record(proposal, kind, decision.by, decision.reason))
         return self.state()
@@ -483,6 +501,15 @@ def _record(proposal: PendingProposal, kind: str, by: str, reason: str) -> Decis
         reason=reason,
         at=workflow.now(),
     )
+
+
+def _lost_call(pending: Mapping[tuple[int, str], PendingProposal], after: RunCheckpoint) -> PendingProposal | None:
+    """The pending proposal whose approved call lost its outcome: the one whose decision, the last the leg recorded,
+    carries the error (the leg ended there); `None` when that call was not one people decided (a granted one)."""
+    for entry in reversed(after.entries):
+        if isinstance(entry, DecisionEntry) and entry.approved and entry.error is not None:
+            return pending.get((entry.round, entry.call_digest))
+    return None
 
 
 def _resolved(checkpoint: RunCheckpoint, resolution: Resolution) -> RunCheckpoint:

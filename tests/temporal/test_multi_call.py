@@ -51,3 +51,23 @@ async def test_a_steps_reads_run_at_the_same_time(temporal: TemporalTest) -> Non
         result = await asyncio.wait_for(handle.result(), timeout=120)
     assert result.items == [Doc(id="doc:barrier:1"), Doc(id="doc:barrier:2")]
     await temporal.replay(*(await temporal.legs(handle.run_id)))
+
+
+async def test_two_gated_calls_of_a_step_are_two_proposals_each_decided_on_its_own(temporal: TemporalTest) -> None:
+    """A step that proposes two sends waits on both; each takes its own decision (bound to its digest): the amended
+    approval of one runs that one, amended, and the rejection of the other runs nothing. Both legs replay."""
+    step = calls(named("search", query="a"), named("send", to="bob", text="hi"), named("send", to="ann", text="yo"))
+    temporal.fake.add(step, DONE)
+    async with temporal.worker():
+        handle = await temporal.runs.start(temporal.gather, Brief(topic="t"))
+        pending = (await until(handle, RunStatus.WAITING)).pending
+        assert sorted(str(p.args["to"]) for p in pending) == ["ann", "bob"]
+        bob = next(p for p in pending if p.args["to"] == "bob")
+        ann = next(p for p in pending if p.args["to"] == "ann")
+        state = await handle.approve(bob, by="alice", args={"text": "amended"})
+        assert [p.args["to"] for p in state.pending] == ["ann"]  # still waiting: ann is not decided
+        await handle.reject(ann, by="alice", reason="not ann")
+        result = await handle.result()
+    assert sorted(temporal.tool_log()) == ["search a", "send bob amended"]
+    assert Doc(id="sent:bob") in result.items
+    await temporal.replay(*(await temporal.legs(handle.run_id)))

@@ -85,7 +85,7 @@ async def test_bad_updates_are_rejected_and_change_nothing(temporal: TemporalTes
         before = await until(handle, RunStatus.WAITING)
         [proposal] = before.pending
         bad = [
-            (proposal.round, "0" * 64, "alice", "is not that of the proposal"),
+            (proposal.round, "0" * 64, "alice", "a decision binds to the exact call"),
             (proposal.round + 5, proposal.digest, "alice", "no pending proposal of round 6"),
             (proposal.round, proposal.digest, " ", "must name who decided"),
         ]
