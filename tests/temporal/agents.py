@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from agentkit import LoopConfig, Prompt, RoleSpec, Tier, ToolRoundInfo, tool
+from agentkit.decisions import Equals, Grant, Grants
 from agentkit.providers.openai import OpenAICaller
 from agentkit.temporal import ActivityPolicy, AgentSpec, DurableAgent, RunHandle, RunState, RunStatus
 
@@ -99,7 +100,8 @@ def make_agents(
     model_url: str, log: Path, *, heartbeat: float = 1.0, redeploy: str | None = None
 ) -> list[DurableAgent[Any, Any]]:
     """The agents: ``research`` (search, send), ``lookup`` (search only), ``editor`` (search, note, send) and
-    ``gather`` (the editor's tools, up to three calls a step).
+    ``gather`` (the editor's tools, up to three calls a step) and ``granted`` (research's tools, a standing grant
+    for a send to bob).
 
     ``redeploy`` builds ``research`` as a later deploy might: ``"retiered"`` declares ``send``
     READ_ONLY, ``"added"`` adds a tool, ``"removed"`` drops ``send``.
@@ -174,7 +176,25 @@ def make_agents(
             config=LoopConfig(max_rounds=6, max_calls_per_step=3),
             policy=policy,
         ),
+        DurableAgent(
+            name="granted",
+            agent=Researcher(),
+            tools=[search, send],
+            caller=caller,
+            ctx_type=Brief,
+            config=LoopConfig(max_rounds=6),
+            policy=policy,
+            grants=Grants([Grant.of(send, where={"to": Equals(value="bob")}, **_TO_BOB)]),
+        ),
     ]
+
+
+_TO_BOB: dict[str, Any] = {
+    "max_uses": None,
+    "allow_irreversible": True,
+    "granted_by": "ops",
+    "reason": "bob may be written to",
+}
 
 
 async def _held(log: Path, call: str) -> None:
@@ -203,6 +223,7 @@ SPECS = [
     AgentSpec(name="lookup", ctx_type=Brief, item_type=Doc),
     AgentSpec(name="editor", ctx_type=Brief, item_type=Doc),
     AgentSpec(name="gather", ctx_type=Brief, item_type=Doc),
+    AgentSpec(name="granted", ctx_type=Brief, item_type=Doc),
 ]
 """What a client knows of ``AGENTS``: names, ctx type, item type (no caller, no tools)."""
 

@@ -10,6 +10,8 @@ import signal
 from datetime import timedelta
 
 import pytest
+from temporalio.client import WorkflowFailureError
+from temporalio.exceptions import ApplicationError
 
 from agentkit import Outcome, StopReason
 from agentkit.temporal import RunStatus
@@ -160,6 +162,28 @@ async def test_approved_call_whose_worker_dies_is_outcome_unknown_never_rerun(te
     )
     assert [(r.kind, r.by) for r in result.decisions] == [("approved", "alice"), ("resolved_not_ran", "ops")]
     assert (result.outcome, result.stop_reason) == (Outcome.SILENT, StopReason.NOTHING_RETRIEVED)
+
+
+async def test_a_granted_call_lost_after_a_persons_decision_ends_the_run_and_never_runs_again(
+    temporal: TemporalTest,
+) -> None:
+    """Round 1's send to carl waits for a person and runs once approved; round 2's send to bob, which a standing
+    grant approves, loses its worker mid-call. No person decided it and carl's call ran, so neither is shown as
+    lost: the run ends (OutcomeLost, not retried) and nothing runs again."""
+    temporal.fake.add(step("send", to="carl", text="hi"), step("send", to="bob", text="hang"), DONE)
+    with temporal.process() as first:
+        handle = await temporal.runs.start(temporal.agents[4], Brief(topic="t"))
+        [proposal] = (await until(handle, RunStatus.WAITING)).pending
+        await handle.approve(proposal, by="alice")
+        await temporal.logged("started send bob")
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    with temporal.process(), pytest.raises(WorkflowFailureError) as failed:
+        await asyncio.wait_for(handle.result(), timeout=120)
+    cause = failed.value.cause
+    assert isinstance(cause, ApplicationError)
+    assert (cause.type, cause.non_retryable) == ("OutcomeLost", True)
+    assert temporal.tool_log() == ["send carl hi", "started send bob"]
 
 
 async def test_two_workers_share_the_runs_of_one_task_queue(temporal: TemporalTest) -> None:
