@@ -149,7 +149,7 @@ def _published(schema: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
     root = _Inliner(schema).node(schema, ())
     if not isinstance(root, dict):
         raise UnusableSchema("its input schema is not an object schema")
-    for key in ("$defs", "definitions", "$schema", "$id"):
+    for key in ("$schema", "$id"):
         root.pop(key, None)
     kind = root.get("type", "object")
     if kind != "object" and not (isinstance(kind, list) and "object" in kind):
@@ -161,20 +161,33 @@ def _published(schema: dict[str, Any]) -> tuple[dict[str, Any], frozenset[str]]:
     required = set(root.get("required", ()))
     optional = set()
     for key, sub in properties.items():
-        if key not in required and isinstance(sub, dict) and not _accepts_null(sub):
+        if key not in required and not _accepts_null(sub):
             properties[key] = {"anyOf": [sub, {"type": "null"}], "default": None}
             optional.add(key)
     return root, frozenset(optional)
 
 
-def _accepts_null(node: Mapping[str, Any]) -> bool:
+def _accepts_null(node: Any) -> bool:
+    """Whether the schema `node` accepts `null` (`true` accepts every value, `false` none)."""
+    if isinstance(node, bool):
+        return node
+    if not isinstance(node, Mapping):
+        return True  # not a schema (check_schema refused it already): leave it as it is
     kind = node.get("type")
     if kind == "null" or (isinstance(kind, list) and "null" in kind):
         return True
     if None in node.get("enum", ()) or ("const" in node and node["const"] is None):
         return True
     variants = [*node.get("anyOf", ()), *node.get("oneOf", ())]
-    return any(isinstance(variant, Mapping) and _accepts_null(variant) for variant in variants)
+    return any(_accepts_null(variant) for variant in variants)
+
+
+_DATA = frozenset({"const", "enum", "default", "examples"})
+"""Keywords whose values are JSON data, not schemas: a `$ref` in them is a value, left as it is."""
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
+"""Keywords whose values map names to schemas: the names are data (a property may be called `default`)."""
+_DEFINITIONS = frozenset({"$defs", "definitions"})
+"""Dropped wherever they are: every reference into them is inlined, and a `$ref` left in one would dangle."""
 
 
 class _Inliner:
@@ -184,6 +197,7 @@ class _Inliner:
         self._schema = schema
 
     def node(self, value: Any, resolving: tuple[str, ...]) -> Any:
+        """`value`, a schema (an object or a boolean) or a list of schemas, with its references inlined."""
         if isinstance(value, list):
             return [self.node(item, resolving) for item in value]
         if not isinstance(value, dict):
@@ -194,21 +208,27 @@ class _Inliner:
                 raise UnusableSchema(f"its input schema is recursive ({ref!r} refers to itself)")
             target = self._resolve(ref)
             siblings = {key: sub for key, sub in value.items() if key != "$ref"}
+            if isinstance(target, bool):  # `true` adds nothing to its siblings; `false` refuses whatever they say
+                return self.node(siblings, (*resolving, ref)) if target and siblings else target
             return self.node({**target, **siblings}, (*resolving, ref))
-        return {
-            key: sub
-            if key in ("$defs", "definitions", "const", "enum", "default", "examples")
-            else self.node(sub, resolving)
-            for key, sub in value.items()
-        }
+        return {key: self._keyword(key, sub, resolving) for key, sub in value.items() if key not in _DEFINITIONS}
 
-    def _resolve(self, ref: str) -> dict[str, Any]:
+    def _keyword(self, key: str, value: Any, resolving: tuple[str, ...]) -> Any:
+        if key in _DATA:
+            return value
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            return {name: self.node(sub, resolving) for name, sub in value.items()}
+        return self.node(value, resolving)
+
+    def _resolve(self, ref: str) -> dict[str, Any] | bool:
         target: Any = self._schema
         if ref != "#" and not ref.startswith("#/"):
             raise UnusableSchema(f"its input schema refers outside itself ({ref!r})")
         for part in ref.removeprefix("#").strip("/").split("/") if ref != "#" else ():
             part = part.replace("~1", "/").replace("~0", "~")
             target = target.get(part) if isinstance(target, Mapping) else None
+        if isinstance(target, bool):
+            return target
         if not isinstance(target, Mapping):
             raise UnusableSchema(f"its input schema has a reference that does not resolve ({ref!r})")
         return dict(target)

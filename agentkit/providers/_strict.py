@@ -13,7 +13,8 @@ writes a value, which validates), and an object's undeclared keys are closed off
 `extra="allow"` still validates without them). Dropped constraints (`maxLength`,
 `minLength`, `default`) are still enforced where the reply is validated: by pydantic,
 against the real model. What the subset cannot express at all (a free-form `dict`, a tuple,
-an untyped `Any`) is a `UsageError` naming the field.
+an untyped `Any`, a boolean subschema outside a union or an intersection) is a `UsageError`
+naming the field.
 """
 
 from __future__ import annotations
@@ -76,7 +77,11 @@ class _Tightener:
             out["$defs"] = {key: self._node(value, key, frozenset()) for key, value in defs.items()}
         return out
 
-    def _node(self, node: Mapping[str, Any], path: str, inlining: frozenset[str]) -> dict[str, Any]:
+    def _node(self, node: Mapping[str, Any] | bool, path: str, inlining: frozenset[str]) -> dict[str, Any]:
+        if node is True:  # a boolean schema: `true` is any value, which the subset cannot say
+            raise self._refuse(path, "a value of any type (true)", "give the field a type")
+        if node is False:
+            raise self._refuse(path, "a schema no value matches (false)", "leave the field out")
         ref = node.get("$ref")
         if isinstance(ref, str):
             siblings = {key: value for key, value in node.items() if key != "$ref"}
@@ -102,7 +107,7 @@ class _Tightener:
         elif key in ("anyOf", "oneOf"):  # a discriminated union is still a union of closed objects
             out.setdefault("anyOf", []).extend(self._variants(value, path, inlining))
         elif key == "items":
-            if not isinstance(value, Mapping):
+            if not isinstance(value, (Mapping, bool)):
                 raise self._refuse(path, "an array with per-position items", "use list[...] instead")
             out[key] = self._node(value, f"{path}[]", inlining)
         elif key == "prefixItems":
@@ -119,6 +124,9 @@ class _Tightener:
         parts = node.get("allOf")
         if parts is None:
             return {}
+        parts = [part for part in parts if part is not True]  # `true` takes nothing away from an intersection
+        if not parts:
+            return {}
         if len(parts) != 1:
             raise self._refuse(path, "an intersection (allOf)", "declare the fields in one model")
         return self._node(parts[0], path, inlining)
@@ -126,6 +134,8 @@ class _Tightener:
     def _variants(self, variants: list[Any], path: str, inlining: frozenset[str]) -> list[dict[str, Any]]:
         flat: list[dict[str, Any]] = []
         for variant in variants:
+            if variant is False and any(other is not False for other in variants):
+                continue  # a variant no value matches adds nothing to the union (an optional `false` property)
             tight = self._node(variant, path, inlining)
             if tight.keys() == {"anyOf"}:  # a union inside a union: splice it in
                 flat.extend(tight["anyOf"])

@@ -12,6 +12,7 @@ Scenarios:
                evolve (changes read_file's input schema), annotated tools for every tier rule.
     bad-names  a name with a dot, and a tool named "done".
     duplicate  a server that lists its one tool twice.
+    raw-schemas  tools listed with hand-written input schemas (RAW_SCHEMAS), each echoing its arguments.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from typing import Annotated, Any
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError as ToolFailed
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from mcp.types import Tool as ToolDefinition
-from mcp.types import ToolAnnotations
 from pydantic import Field
 
 
@@ -157,6 +158,34 @@ def duplicate_server() -> MCPServer:
     return server
 
 
+RAW_SCHEMAS: dict[str, dict[str, Any]] = {
+    "save": {  # a property named like a keyword, whose schema is a $ref
+        "type": "object",
+        "properties": {"default": {"$ref": "#/$defs/Word"}},
+        "required": ["default"],
+        "$defs": {"Word": {"type": "string", "pattern": "^[a-z]+$"}},
+    },
+    "loose": {"type": "object", "properties": {"q": True}},  # a boolean subschema: any value
+}
+
+
+class _RawSchemas(MCPServer):
+    """Lists RAW_SCHEMAS as they are (no function signature in between); a call echoes its arguments."""
+
+    async def list_tools(self) -> list[ToolDefinition]:
+        return [
+            ToolDefinition(name=name, description=name, input_schema=schema) for name, schema in RAW_SCHEMAS.items()
+        ]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> CallToolResult:
+        _log(f"{name} {sorted(arguments.items())}")
+        return CallToolResult(content=[TextContent(type="text", text=f"{name} got {sorted(arguments.items())}")])
+
+
+def raw_schemas_server() -> MCPServer:
+    return _RawSchemas("raw-schemas", log_level="WARNING")
+
+
 def bad_names_server() -> MCPServer:
     server = MCPServer("bad-names", log_level="WARNING")
 
@@ -177,7 +206,12 @@ def bad_names_server() -> MCPServer:
     return server
 
 
-SCENARIOS: dict[str, Any] = {"files": files_server, "bad-names": bad_names_server, "duplicate": duplicate_server}
+SCENARIOS: dict[str, Any] = {
+    "files": files_server,
+    "bad-names": bad_names_server,
+    "duplicate": duplicate_server,
+    "raw-schemas": raw_schemas_server,
+}
 
 if __name__ == "__main__":
     built: MCPServer = SCENARIOS[sys.argv[1]]()

@@ -16,6 +16,7 @@ from pydantic import ValidationError
 
 from agentkit._proposals import call_digest, canonical_json
 from agentkit._step import build_step_model
+from agentkit.errors import UsageError
 from agentkit.mcp import McpArgs
 from agentkit.mcp._args import UnusableSchema, args_model
 from agentkit.providers._strict import strict_schema
@@ -156,3 +157,105 @@ def test_the_same_schema_gives_the_same_args_type() -> None:
     assert args_model("search", SEARCH) is args_model("search", dict(reversed(list(SEARCH.items()))))
     assert args_model("search", SEARCH) is not args_model("search", {**SEARCH, "required": []})
     assert args_model("search", SEARCH) is not args_model("find", SEARCH)
+
+
+@pytest.mark.parametrize("name", ["default", "enum", "const", "examples", "$defs", "definitions", "$ref"])
+def test_a_property_named_like_a_keyword_has_its_ref_inlined(name: str) -> None:
+    """A property's name is a name, whatever it is: its `$ref` is inlined and the args type validates and shows it."""
+    schema = {
+        "type": "object",
+        "properties": {name: {"$ref": "#/$defs/Word"}},
+        "required": [name],
+        "$defs": {"Word": {"type": "string", "pattern": "^[a-z]+$"}},
+    }
+    named = args_model(f"t_{name}", schema)
+    assert named.model_json_schema() == {
+        "type": "object",
+        "properties": {name: {"type": "string", "pattern": "^[a-z]+$"}},
+        "required": [name],
+    }
+    assert named.model_validate({name: "abc"}).root == {name: "abc"}
+    with pytest.raises(ValidationError, match=r"does not match"):
+        named.model_validate({name: "ABC"})
+
+
+def test_refs_under_pattern_properties_and_nested_defs_are_inlined() -> None:
+    """Every schema map is walked (patternProperties too), and no `$defs` is left anywhere to hold a dangling `$ref`."""
+    schema = {
+        "type": "object",
+        "properties": {"tags": {"type": "object", "patternProperties": {"^enum$": {"$ref": "#/$defs/N"}}}},
+        "patternProperties": {"^x-": {"$ref": "#/$defs/N"}},
+        "$defs": {"N": {"type": "integer", "$defs": {"M": {"$ref": "#/$defs/N"}}}},
+    }
+    published = json.dumps(args_model("maps", schema).model_json_schema())
+    assert "$ref" not in published
+    assert "$defs" not in published
+    assert args_model("maps", schema).model_validate({"tags": {"enum": 1}, "x-a": 2}).root == {
+        "tags": {"enum": 1},
+        "x-a": 2,
+    }
+
+
+def test_keyword_values_that_are_data_are_kept_as_they_are() -> None:
+    """`default`, `enum`, `const` and `examples` hold values, not schemas: an object shaped like a `$ref` stays."""
+    value = {"$ref": "#/$defs/N"}
+    schema = {
+        "type": "object",
+        "properties": {"p": {"type": "object", "const": value, "examples": [value]}},
+        "required": ["p"],
+        "$defs": {"N": {"type": "integer"}},
+    }
+    published = args_model("data", schema)._spec
+    assert published is not None
+    assert published.published["properties"]["p"] == {"type": "object", "const": value, "examples": [value]}
+
+
+def test_boolean_subschemas_mean_any_value_and_no_value() -> None:
+    """`true` takes any value (null included, so it is not made nullable); an optional `false` can only be left out."""
+    schema = {
+        "type": "object",
+        "properties": {"anything": True, "nothing": False, "ref": {"$ref": "#/$defs/Any", "description": "free"}},
+        "$defs": {"Any": True},
+    }
+    flags = args_model("flags", schema)
+    assert flags.model_json_schema()["properties"] == {
+        "anything": True,
+        "nothing": {"anyOf": [False, {"type": "null"}], "default": None},
+        "ref": {"anyOf": [{"description": "free"}, {"type": "null"}], "default": None},
+    }
+    assert flags.model_validate({"anything": [1, None], "nothing": None, "ref": {"a": 1}}).root == {
+        "anything": [1, None],
+        "ref": {"a": 1},
+    }
+    with pytest.raises(ValidationError, match=r"False schema does not allow 1"):
+        flags.model_validate({"nothing": 1})
+
+
+@pytest.mark.parametrize(
+    ("properties", "field"),
+    [
+        ({"q": True}, r"q' is a value of any type \(true\)"),
+        ({"q": {"type": "array", "items": True}}, r"q\[\]' is a value of any type \(true\)"),
+        ({"q": {"anyOf": [{"type": "string"}, True]}}, r"q' is a value of any type \(true\)"),
+    ],
+)
+def test_a_true_subschema_in_strict_mode_is_a_usage_error_naming_the_field(
+    properties: dict[str, Any], field: str
+) -> None:
+    """Strict mode cannot say "any value": a `true` subschema is refused by name, not crashed on."""
+    schema = args_model("loose", {"type": "object", "properties": properties, "required": ["q"]}).model_json_schema()
+    with pytest.raises(UsageError, match=field):
+        strict_schema(schema, "loose")
+
+
+def test_an_optional_false_property_in_strict_mode_can_only_be_null() -> None:
+    """An optional `false` property is the union of nothing and null: strict mode keeps the null and requires it."""
+    schema = args_model("never", {"type": "object", "properties": {"q": False}}).model_json_schema()
+    assert strict_schema(schema, "never") == {
+        "type": "object",
+        "properties": {"q": {"anyOf": [{"type": "null"}]}},
+        "required": ["q"],
+        "additionalProperties": False,
+    }
+    with pytest.raises(UsageError, match=r"field 'q' is a schema no value matches \(false\)"):
+        strict_schema({"type": "object", "properties": {"q": False}}, "never")

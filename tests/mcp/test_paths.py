@@ -29,7 +29,7 @@ from agentkit import (
     run_tool_loop_tiered,
 )
 from agentkit._approval import ApprovalError
-from agentkit.errors import TierChanged
+from agentkit.errors import TierChanged, UsageError
 from agentkit.journal import JournalObserver, ProposalState, SQLiteJournal, TransitionRefused
 from agentkit.mcp import McpConnection, McpItem, McpTool, connect_stdio
 from agentkit.program import Capability, CapabilitySet, apply_plan, gate_program
@@ -215,3 +215,32 @@ async def test_mcp_step_schemas_pass_openai_strict_mode_end_to_end(tools: dict[s
         schema = fake.requests[0]["response_format"]["json_schema"]
     assert schema["strict"] is True
     assert (result.outcome, result.items) == (Outcome.APPLIED, [{"result": ["abc"]}])
+
+
+def raw_schemas_server(log: Path) -> McpConnection:
+    env = {"MCP_TEST_LOG": str(log)}
+    return connect_stdio(sys.executable, ["-P", str(SERVERS), "raw-schemas"], name="raw-schemas", env=env)
+
+
+async def test_a_property_named_default_whose_schema_is_a_ref_runs_through_strict_mode(log: Path) -> None:
+    """A listed property called ``default`` has its ``$ref`` inlined: a strict run sends the schema, then the call."""
+    async with raw_schemas_server(log) as server:
+        toolset = await server.tools(tiers={"save": Tier.READ_ONLY}, include=["save"])
+        with FakeOpenAIServer([call_step({"default": "abc"}, tool="save"), done_step()]) as fake:
+            async with OpenAICaller(base_url=fake.base_url, strict=True) as caller:
+                result = await run_tool_loop(caller, Agent(), toolset, "save", FAST)
+            fake.assert_complete()
+    assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE)
+    assert calls(log) == ["save [('default', 'abc')]"]
+
+
+async def test_a_listed_true_subschema_in_strict_mode_is_a_usage_error_naming_the_field(log: Path) -> None:
+    """A listed ``{"q": true}`` is wired, and a strict-mode run refuses it by field before any request."""
+    async with raw_schemas_server(log) as server:
+        toolset = await server.tools(tiers={"loose": Tier.READ_ONLY}, include=["loose"])
+        with FakeOpenAIServer([done_step()]) as fake:
+            async with OpenAICaller(base_url=fake.base_url, strict=True) as caller:
+                with pytest.raises(UsageError, match=r"field 'decision\.call\.args\.q' is a value of any type"):
+                    await run_tool_loop(caller, Agent(), toolset, "save", FAST)
+            assert fake.requests == []
+    assert calls(log) == []

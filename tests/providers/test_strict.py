@@ -252,3 +252,35 @@ async def test_strict_reply_cut_short_is_still_an_error(server: FakeOpenAIServer
     async with OpenAICaller(base_url=server.base_url, strict=True) as caller:
         with pytest.raises(StructuredOutputError, match="cut off"):
             await caller.complete(request(), Rich)
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ({"type": "object", "properties": {"q": True}}, r"field 'q' is a value of any type \(true\)"),
+        ({"type": "object", "properties": {"q": False}}, r"field 'q' is a schema no value matches \(false\)"),
+        ({"type": "object", "properties": {"q": {"type": "array", "items": True}}}, r"field 'q\[\]' is a value of any"),
+        ({"type": "object", "properties": {"q": {"anyOf": [False, False]}}}, r"field 'q' is a schema no value"),
+        ({"type": "object", "properties": {"q": {"type": "string", "allOf": [False]}}}, r"field 'q' is a schema no"),
+    ],
+)
+def test_a_boolean_subschema_strict_mode_cannot_express_is_a_usage_error_naming_the_field(
+    schema: dict[str, Any], message: str
+) -> None:
+    """``true`` (any value) and ``false`` (no value) have no strict form: a UsageError names the field, no crash."""
+    with pytest.raises(UsageError, match=message):
+        strict_schema(schema, "loose")
+
+
+def test_boolean_subschemas_strict_mode_can_express_are_rewritten() -> None:
+    """A ``false`` variant adds nothing to a union and is dropped; ``true`` takes nothing from an intersection."""
+    schema = {
+        "type": "object",
+        "properties": {"a": {"anyOf": [False, {"type": "null"}]}, "b": {"type": "string", "allOf": [True]}},
+    }
+    assert strict_schema(schema, "bools") == {
+        "type": "object",
+        "properties": {"a": {"anyOf": [{"type": "null"}]}, "b": {"type": "string"}},
+        "required": ["a", "b"],
+        "additionalProperties": False,
+    }
