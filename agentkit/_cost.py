@@ -14,12 +14,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agentkit._usage import Usage
 from agentkit.errors import UsageError
 
-__all__ = ["MILLION", "ModelPrice", "Prices", "check_cost_budget"]
+if TYPE_CHECKING:
+    from agentkit._agent import RoleSpec
+
+__all__ = ["MILLION", "ModelPrice", "Prices", "check_cost_budget", "check_priced"]
 
 MILLION = Decimal(1_000_000)
 
@@ -234,3 +237,16 @@ def _is_date(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def check_priced(prices: Prices | None, budget: Decimal | None, role: RoleSpec) -> None:
+    """A budget in money needs a price for every model the role may ask; raises `UsageError` before anything
+    runs, not a budget that stops counting at the first round of an unpriced model."""
+    if budget is None or prices is None:
+        return
+    for model in (role.model, role.fallback_model):
+        if model is not None and prices.price(model) is None:
+            raise UsageError(
+                f"LoopConfig.cost_budget cannot be kept: LoopConfig.prices has no price for model {model!r} "
+                "(the role's model or its fallback); add it to the table, or leave cost_budget out"
+            )

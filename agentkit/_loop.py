@@ -18,7 +18,7 @@ import itertools
 import time
 import typing
 import weakref
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -33,6 +33,7 @@ from agentkit._codec import Codec, Unencodable
 from agentkit._config import LoopConfig
 from agentkit._context import SummaryCutOff
 from agentkit._copy import owned
+from agentkit._cost import check_priced
 from agentkit._degeneration import SameFunc
 from agentkit._deltas import StepDeltas
 from agentkit._events import (
@@ -68,7 +69,7 @@ from agentkit._toolbox import Toolbox
 from agentkit._tools import Tool, declared_tier
 from agentkit._usage import Usage, usage_counts, usage_of_counts
 from agentkit._views import Views
-from agentkit.errors import AgentkitError, ToolError, ToolTimeout, UsageError
+from agentkit.errors import AgentkitError, ToolError, ToolTimeout
 
 if typing.TYPE_CHECKING:
     from agentkit._approval import Approval, Rejection
@@ -340,31 +341,11 @@ class _Run:
         else:
             self.deferred.append((this.position, call, how))
 
-    def check_prices(self) -> None:
-        """A budget in money needs a price for every model the role may ask; raises `UsageError` before anything
-        runs, not a budget that stops counting at the first round of an unpriced model."""
-        prices, role = self.config.prices, self.session.role
-        if self.config.cost_budget is None or prices is None:
-            return
-        for model in (role.model, role.fallback_model):
-            if model is not None and prices.price(model) is None:
-                raise UsageError(
-                    f"LoopConfig.cost_budget cannot be kept: LoopConfig.prices has no price for model {model!r} "
-                    "(the role's model or its fallback); add it to the table, or leave cost_budget out"
-                )
-
-    def no_tier(self) -> Ending | None:
-        """A tool that declares no tier is refused before anything runs."""
-        for name, tool in self.box.tools.items():
-            if declared_tier(tool) is None:
-                return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, missing_tier(name))
-        return None
-
     async def begin(self) -> Ending | None:
         """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions
         (`settle`); then its calls join the views and the items."""
-        self.check_prices()
-        ending = self.no_tier()
+        check_priced(self.config.prices, self.config.cost_budget, self.session.role)
+        ending = _no_tier(self.box.tools)
         for proposal, decision in self.decisions if ending is None else ():
             if (ending := await settle(self, proposal, decision)) is not None:
                 break
@@ -586,6 +567,14 @@ class _Run:
         """Hand the observers that want one the state so far (a round ended; the run goes on)."""
         if self.keepers:
             deliver_checkpoint(self.keepers, self.session.run_id, self.state)
+
+
+def _no_tier(tools: Mapping[str, Tool[Any, Any]]) -> Ending | None:
+    """A tool that declares no tier is refused before anything runs."""
+    for name, tool in tools.items():
+        if declared_tier(tool) is None:
+            return Ending(Outcome.ERROR, StopReason.TOOL_DECLARES_NO_TIER, missing_tier(name))
+    return None
 
 
 async def granted(run: _Run, this: _Round, proposal: ProposedAction[Any], grant: Grant) -> Ending | None:

@@ -59,7 +59,7 @@ from pydantic import BaseModel, ValidationError
 from agentkit._cache import kept_on
 from agentkit._deltas import rejected, started, wanted
 from agentkit._media import ImagePart, PromptPart, parts_of
-from agentkit._reasoning import ReasoningEffort
+from agentkit._reasoning import Reasoning, ReasoningEffort
 from agentkit._step import schema_name
 from agentkit._structured import Completion, StructuredRequest, fallback_limit
 from agentkit._text import TextCompletion
@@ -143,6 +143,28 @@ def _new_plan(schema: type[BaseModel]) -> _Plan:
 
 class _InvalidReply(ValueError):
     """A reply that carries no answer to validate (no tool call, several, an empty reply); re-asked."""
+
+
+def thinking_budget(reasoning: Reasoning | None) -> int | None:
+    """The thinking budget a role's `RoleSpec.reasoning` asks of the Messages API, or `None` for no thinking.
+
+    Raises:
+        UsageError: a budget below the least the API takes.
+    """
+    if reasoning is None or reasoning.off:
+        return None
+    if reasoning.budget_tokens is not None:
+        budget = reasoning.budget_tokens
+    elif reasoning.effort is not None:
+        budget = THINKING_BUDGETS[reasoning.effort]
+    else:
+        return None
+    if budget < _MIN_THINKING_BUDGET:
+        raise UsageError(
+            f"Reasoning.budget_tokens={budget} is below {_MIN_THINKING_BUDGET}, the least thinking budget the "
+            "Messages API takes; raise it, or use Reasoning(effort='off') for no thinking"
+        )
+    return budget
 
 
 class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
@@ -279,7 +301,7 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
             Truncated: `stop_reason: "max_tokens"` (a `StructuredOutputError`).
         """
         plan = _plan(schema)
-        thinking = self._thinking(request)
+        thinking = thinking_budget(request.reasoning)
         asked_for = _CALL_IT.format(name=plan.name) if thinking else ""
         body = self._body(request, _user_turn(request.parts or request.dynamic, request.reask, asked_for), thinking)
         tools_json = plan.offered_json if thinking else plan.forced_json
@@ -320,7 +342,7 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
             ProviderError: the server failed.
             Truncated: `stop_reason: "max_tokens"`.
         """
-        thinking = self._thinking(request)
+        thinking = thinking_budget(request.reasoning)
         body = self._body(request, _user_turn(request.parts or request.dynamic, request.reask, ""), thinking)
         tally = _Tally()
         try:
@@ -345,24 +367,6 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
             finish_reasons=(reply.stop_reason,) if reply.stop_reason else (),
             reasoning=_reasoning(reply),
         )
-
-    def _thinking(self, request: StructuredRequest) -> int | None:
-        """The thinking budget of this request (`RoleSpec.reasoning`), or `None` for no thinking."""
-        reasoning = request.reasoning
-        if reasoning is None or reasoning.off:
-            return None
-        if reasoning.budget_tokens is not None:
-            budget = reasoning.budget_tokens
-        elif reasoning.effort is not None:
-            budget = THINKING_BUDGETS[reasoning.effort]
-        else:
-            return None
-        if budget < _MIN_THINKING_BUDGET:
-            raise UsageError(
-                f"Reasoning.budget_tokens={budget} is below {_MIN_THINKING_BUDGET}, the least thinking budget the "
-                "Messages API takes; raise it, or use Reasoning(effort='off') for no thinking"
-            )
-        return budget
 
     def _body(self, request: StructuredRequest, user: dict[str, Any], thinking: int | None) -> dict[str, Any]:
         max_tokens = request.max_tokens if request.max_tokens is not None else self.default_max_tokens

@@ -26,6 +26,7 @@ from agentkit._structured import Completion, StructuredRequest
 from agentkit._usage import Usage
 from agentkit.errors import ProviderError, StructuredOutputError, Throttled, UsageError
 from agentkit.providers._wire import detail_count, token_count, transient_status
+from agentkit.providers.openai import limit_and_reasoning
 
 __all__ = ["InstructorCaller", "InstructorClient"]
 
@@ -131,13 +132,8 @@ class InstructorCaller:
                 "RoleSpec.reasoning and set the provider's own parameter on the client, or use OpenAICaller or "
                 "AnthropicCaller"
             )
-        if self._wire is _Wire.CHAT and reasoning is not None:
-            # as OpenAICaller sends it: a reasoning model takes its limit (hidden reasoning included) only as
-            # max_completion_tokens, and "off" is OpenAI's "none"
-            if limit is not None:
-                options["max_completion_tokens"] = limit
-            if reasoning.effort is not None:
-                options["reasoning_effort"] = "none" if reasoning.off else reasoning.effort
+        if self._wire is _Wire.CHAT:
+            options.update(limit_and_reasoning(reasoning, limit, self._max_tokens_field))  # as OpenAICaller sends them
         elif limit is not None:
             options[self._max_tokens_field] = limit
         if self._wire is _Wire.MESSAGES:
@@ -233,21 +229,11 @@ def _wire_of(client: object) -> _Wire:
 
 def _thinking(request: StructuredRequest) -> int | None:
     """The thinking budget of a request over an anthropic client, by `AnthropicCaller`'s rules; `None`: none."""
-    from agentkit.providers.anthropic import _MIN_THINKING_BUDGET, THINKING_BUDGETS
+    from agentkit.providers.anthropic import thinking_budget
 
-    reasoning = request.reasoning
-    if reasoning is None or reasoning.off:
-        return None
-    budget = reasoning.budget_tokens
-    if budget is None and reasoning.effort is not None:
-        budget = THINKING_BUDGETS[reasoning.effort]
+    budget = thinking_budget(request.reasoning)
     if budget is None:
         return None
-    if budget < _MIN_THINKING_BUDGET:
-        raise UsageError(
-            f"Reasoning.budget_tokens={budget} is below {_MIN_THINKING_BUDGET}, the least thinking budget the "
-            "Messages API takes; raise it, or use Reasoning(effort='off') for no thinking"
-        )
     if request.max_tokens is None or budget >= request.max_tokens:
         raise UsageError(
             f"the thinking budget ({budget} tokens) must be below RoleSpec.max_tokens ({request.max_tokens}), which "

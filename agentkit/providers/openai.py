@@ -73,6 +73,7 @@ from pydantic import BaseModel, ValidationError
 from agentkit._cache import kept_on
 from agentkit._deltas import grew, rejected, started, wanted
 from agentkit._media import ImagePart, PromptPart, parts_of
+from agentkit._reasoning import Reasoning
 from agentkit._step import schema_name
 from agentkit._structured import Completion, StructuredRequest
 from agentkit._text import TextCompletion
@@ -472,14 +473,9 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
-        reasoning = request.reasoning
-        if request.max_tokens is not None:
-            # a reasoning model takes its limit (hidden reasoning included) as max_completion_tokens only
-            kwargs["max_completion_tokens" if reasoning is not None else self._max_tokens_field] = request.max_tokens
+        kwargs.update(limit_and_reasoning(request.reasoning, request.max_tokens, self._max_tokens_field))
         if request.seed is not None:
             kwargs["seed"] = request.seed
-        if reasoning is not None and reasoning.effort is not None:
-            kwargs["reasoning_effort"] = "none" if reasoning.off else reasoning.effort
         if request.extra_body:
             clash = sorted(set(request.extra_body) & set(planned))
             if clash:
@@ -514,7 +510,7 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
                         response = await self._post(content, True)
                         try:
                             if response.is_success:
-                                reply = await self._read_stream(response, model)
+                                reply = await _read_stream(response, model, tools=self.mode is StructuredMode.TOOLS)
                             else:
                                 await response.aread()
                         finally:
@@ -554,62 +550,6 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
             first = choices[0] if choices else None
             sent(kwargs["messages"], None if first is None else _raw_text(first), _reasoning(first))
         return reply
-
-    async def _read_stream(self, response: httpx2.Response, model: str) -> Reply:
-        """A streamed reply (server-sent events, one chunk in each `data:` line, `[DONE]` last) folded into the
-        reply a whole body would have been, its text reported after each chunk that adds to it
-        (`agentkit._deltas`).
-
-        The body is read as bytes and cut into lines here: OpenAI's stream is `data:` lines and blank
-        lines only (a comment line, starting with `:`, and any other field are skipped), so no SSE
-        library is needed, and each chunk's JSON is validated from its bytes. It is read to its end,
-        past `[DONE]`: a body left unread closes the connection, and each streamed request would
-        then open a new one.
-
-        A body that ends is not a whole reply: the stream must have reached its end (`_StreamEnd`), or it was
-        cut (a proxy's timeout, a server that stopped), and the reply so far is a transient `ProviderError`,
-        retried, never taken as the model's. So is a connection that breaks mid-stream."""
-        folded = Streamed()
-        end = _StreamEnd()
-        tools = self.mode is StructuredMode.TOOLS
-        rest = b""
-        try:
-            async for block in response.aiter_bytes():
-                if end.done:
-                    continue
-                lines = (rest + block).split(b"\n") if rest else block.split(b"\n")
-                rest = lines.pop()  # the end of the block: a line still to be finished
-                for line in lines:
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        end.done = True
-                        break
-                    chunk = _chunk(data, model)
-                    if folded.add(chunk):
-                        grew(folded.text(tools))
-                    end.saw(chunk, folded)
-            # a last line with no newline after it: read, so that a finish_reason it says is seen; but the stream
-            # did not end as a stream ends (a line, then a blank line), so the line ends nothing (`end`)
-            last = rest[5:].strip() if not end.done and rest.startswith(b"data:") else b"[DONE]"
-            if last != b"[DONE]" and folded.add(_chunk(last, model)):
-                grew(folded.text(tools))
-        except httpx2.TimeoutException as error:
-            raise openai.APITimeoutError(request=response.request) from error
-        except httpx2.HTTPError as error:  # the connection broke mid-stream
-            raise ProviderError(
-                f"the stream of model {model!r} broke after the model server answered {response.status_code} "
-                f"({cause_of(error)}); it is retried",
-                transient=True,
-            ) from error
-        missing = end.missing(folded)
-        if missing and folded.finish_reason != "length":  # a reply cut by the token limit is so however it ended
-            raise ProviderError(
-                f"the stream of model {model!r} ended before {missing}: the reply is incomplete; it is retried",
-                transient=True,
-            )
-        return folded.reply()
 
     def _failure(self, model: str, error: Exception) -> AgentkitError:
         """The error of a request that failed on the way or with an HTTP status."""
@@ -665,6 +605,74 @@ class OpenAICaller(ClientOwner[openai.AsyncOpenAI]):
         if self.mode is StructuredMode.MD_JSON:
             return json_in_text(content)
         return str(content)
+
+
+def limit_and_reasoning(reasoning: Reasoning | None, limit: int | None, limit_field: str) -> dict[str, Any]:
+    """A chat completion's token limit and reasoning effort as a role asks them: a reasoning model takes its limit
+    (hidden reasoning included) as `max_completion_tokens` only, else `limit_field` carries it; `effort="off"` is
+    OpenAI's `"none"`."""
+    fields: dict[str, Any] = {}
+    if limit is not None:
+        fields["max_completion_tokens" if reasoning is not None else limit_field] = limit
+    if reasoning is not None and reasoning.effort is not None:
+        fields["reasoning_effort"] = "none" if reasoning.off else reasoning.effort
+    return fields
+
+
+async def _read_stream(response: httpx2.Response, model: str, *, tools: bool) -> Reply:
+    """A streamed reply (server-sent events, one chunk in each `data:` line, `[DONE]` last) folded into the
+    reply a whole body would have been (`tools`: the TOOLS mode's, its step in a tool call), its text reported
+    after each chunk that adds to it (`agentkit._deltas`).
+
+    The body is read as bytes and cut into lines here: OpenAI's stream is `data:` lines and blank
+    lines only (a comment line, starting with `:`, and any other field are skipped), so no SSE
+    library is needed, and each chunk's JSON is validated from its bytes. It is read to its end,
+    past `[DONE]`: a body left unread closes the connection, and each streamed request would
+    then open a new one.
+
+    A body that ends is not a whole reply: the stream must have reached its end (`_StreamEnd`), or it was
+    cut (a proxy's timeout, a server that stopped), and the reply so far is a transient `ProviderError`,
+    retried, never taken as the model's. So is a connection that breaks mid-stream."""
+    folded = Streamed()
+    end = _StreamEnd()
+    rest = b""
+    try:
+        async for block in response.aiter_bytes():
+            if end.done:
+                continue
+            lines = (rest + block).split(b"\n") if rest else block.split(b"\n")
+            rest = lines.pop()  # the end of the block: a line still to be finished
+            for line in lines:
+                if not line.startswith(b"data:"):
+                    continue
+                data = line[5:].strip()
+                if data == b"[DONE]":
+                    end.done = True
+                    break
+                chunk = _chunk(data, model)
+                if folded.add(chunk):
+                    grew(folded.text(tools))
+                end.saw(chunk, folded)
+        # a last line with no newline after it: read, so that a finish_reason it says is seen; but the stream
+        # did not end as a stream ends (a line, then a blank line), so the line ends nothing (`end`)
+        last = rest[5:].strip() if not end.done and rest.startswith(b"data:") else b"[DONE]"
+        if last != b"[DONE]" and folded.add(_chunk(last, model)):
+            grew(folded.text(tools))
+    except httpx2.TimeoutException as error:
+        raise openai.APITimeoutError(request=response.request) from error
+    except httpx2.HTTPError as error:  # the connection broke mid-stream
+        raise ProviderError(
+            f"the stream of model {model!r} broke after the model server answered {response.status_code} "
+            f"({cause_of(error)}); it is retried",
+            transient=True,
+        ) from error
+    missing = end.missing(folded)
+    if missing and folded.finish_reason != "length":  # a reply cut by the token limit is so however it ended
+        raise ProviderError(
+            f"the stream of model {model!r} ended before {missing}: the reply is incomplete; it is retried",
+            transient=True,
+        )
+    return folded.reply()
 
 
 class _StreamEnd:
