@@ -228,7 +228,8 @@ async def read_stream(response: httpx2.Response, model: str, *, tools: bool) -> 
     The body is read as bytes and cut into lines here: each event's `data:` line carries its JSON, whose `type`
     names it as its `event:` line does, so only `data:` lines are read (a comment line, starting with `:`, and any
     other field are skipped) and no SSE library is needed. It is read to its end, past `message_stop`: a body left
-    unread closes the connection, and each streamed request would then open a new one."""
+    unread closes the connection, and each streamed request would then open a new one. A body that ends before
+    a whole `message_stop` line (one with its newline) is not a whole reply: a transient `ProviderError`."""
     folded = Streamed()
     rest = b""
     try:
@@ -242,8 +243,12 @@ async def read_stream(response: httpx2.Response, model: str, *, tools: bool) -> 
                     grew(folded.text(tools))
                 if folded.stopped:
                     break
-        if not folded.stopped and rest.startswith(b"data:") and _fold(folded, rest[5:].strip(), model):
-            grew(folded.text(tools))  # a last line with no newline after it
+        if not folded.stopped and rest.startswith(b"data:"):
+            # a last line with no newline after it: read, so that an error it reports is seen; but the stream did
+            # not end as a stream ends (a line, then a blank line), so its `message_stop` ends nothing
+            if _fold(folded, rest[5:].strip(), model):
+                grew(folded.text(tools))
+            folded.stopped = False
     except httpx2.TimeoutException as error:
         raise anthropic.APITimeoutError(request=response.request) from error
     except httpx2.HTTPError as error:  # the connection broke mid-stream: the server was reached, and answered

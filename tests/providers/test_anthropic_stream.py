@@ -257,9 +257,10 @@ def sse(data: dict[str, Any]) -> bytes:
 
 
 async def test_a_stream_as_the_api_frames_it_is_read_comments_and_crlf_included() -> None:
-    """CRLF line ends, a comment line, events split across reads and no newline after the last: the same message."""
+    """CRLF line ends, a comment line, events split across reads and no blank line after the last: the same
+    message."""
     framed = b"".join(sse(event) for event in [START, {"type": "ping"}, TOOL, piece('{"score":'), piece(" 6}"), *STOP])
-    framed = b": a comment\r\n\r\n" + framed.rstrip(b"\r\n")
+    framed = b": a comment\r\n\r\n" + framed.rstrip(b"\r\n") + b"\r\n"
     cut = [framed[i : i + 7] for i in range(0, len(framed), 7)]
     with http_server(api_stream(cut)) as url:
         async with AnthropicCaller(base_url=url, stream=True) as caller:
@@ -271,6 +272,21 @@ async def test_a_stream_as_the_api_frames_it_is_read_comments_and_crlf_included(
         15,
     )
     assert completion.response_id == "msg_1"
+
+
+async def test_a_message_stop_line_without_its_newline_ends_nothing() -> None:
+    """A body that stops inside the `message_stop` line (no newline after it) has not ended: a transient
+    ProviderError, never taken as the model's reply; the same stream with the newline is the reply."""
+    framed = b"".join(sse(event) for event in [START, TOOL, piece('{"score": 6}'), *STOP]).rstrip(b"\r\n")
+    with http_server(api_stream([framed])) as url:
+        async with AnthropicCaller(base_url=url, stream=True) as caller:
+            with pytest.raises(ProviderError, match="ended before message_stop") as raised:
+                await caller.complete(request(), Verdict)
+    assert raised.value.transient
+    with http_server(api_stream([framed + b"\r\n"])) as url:
+        async with AnthropicCaller(base_url=url, stream=True) as caller:
+            completion = await caller.complete(request(), Verdict)
+    assert completion.value == Verdict(score=6)
 
 
 async def test_a_connection_broken_mid_stream_says_the_stream_broke() -> None:
