@@ -254,10 +254,10 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
         file=out,
     )
     if run.error:
-        print(_printable(f"error: {run.error}"), file=out)
+        print(_hanging(f"error: {run.error}"), file=out)
     if damage is not None:
         print(
-            _printable(
+            _hanging(
                 f"state unreadable: {damage}. Resuming, forking and exporting the run are refused until the "
                 "row is restored (from a backup)"
             ),

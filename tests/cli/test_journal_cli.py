@@ -138,6 +138,40 @@ def test_journal_show_prints_the_rounds_as_a_table(db: str, capsys: pytest.Captu
     assert rows[2].split()[:2] == ["3", "done"]
 
 
+@tool(tier=Tier.READ_ONLY)
+def explode(args: Query) -> list[str]:
+    """Fail with a message of several lines."""
+    raise RuntimeError(f"{args.query}\nROUND  STEP  CALL\n1      done")
+
+
+def test_journal_show_indents_every_further_line_of_a_run_error(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A run's error with line breaks (a tool's exception) cannot forge `show`'s own lines: each further line is
+    indented under the first, so the rounds' table starts a line only where `show` wrote it."""
+
+    async def run() -> str:
+        journal = open_journal(db)
+        try:
+            with JournalObserver(journal) as observer:
+                result = await run_tool_loop_tiered(
+                    ScriptedCaller([call_step(Query(query="boom"), tool="explode")]),
+                    Planner(),
+                    [explode],
+                    None,
+                    observer=observer,
+                )
+            return result.run_id
+        finally:
+            await journal.close()
+
+    run_id = asyncio.run(run())
+    code, out, _ = cli(capsys, "journal", "show", run_id, "--db", db)
+    assert code == 0
+    lines = out.splitlines()
+    [error] = [i for i, line in enumerate(lines) if line.startswith("error: ")]
+    assert lines[error + 1 : error + 3] == [" " * 11 + "ROUND  STEP  CALL", " " * 11 + "1      done"]
+    assert [line for line in lines if line.startswith("ROUND")] == [lines[lines.index("") + 1]]
+
+
 def resumed_run(url: str, decide: str) -> str:
     """A run that proposes one deletion and stops; the proposal ``decide``d ("approve" or "reject"), then the run
     resumed to its end; returns the run id."""
