@@ -482,6 +482,8 @@ def _cost_up(b: Summary, c: Summary, money: tuple[Decimal, Decimal] | None, tole
     """The cost per run risen beyond `tolerance`: in money where both reports priced every run, else in tokens."""
     if money is not None:
         was, now = money
+        if was == 0 < now:  # a free baseline (a local model priced at 0): any spend is a rise no tolerance covers
+            return [Regression(kind=RegressionKind.COST_UP, detail=f"cost per run {_money(was)} -> {_money(now)}")]
         if was > 0 and now > was * (1 + Decimal(str(tolerance))):
             detail = (
                 f"cost per run {_money(was)} -> {_money(now)} (+{float(now / was) - 1:.0%}, tolerance {tolerance:.0%})"

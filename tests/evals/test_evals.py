@@ -468,6 +468,16 @@ async def test_compare_reports_and_judges_cost_in_money_where_every_run_is_price
     assert EvalReport.model_validate_json(base.model_dump_json()).summary.cost == Decimal(2)
 
 
+async def test_compare_flags_any_spend_over_a_baseline_that_cost_nothing() -> None:
+    """A baseline priced at 0 (a free local model) against a candidate that costs money is a cost rise whatever the
+    tolerance; two free reports are none."""
+    free = await _priced("finds", tokens=1_000, price="0")
+    assert free.summary.cost_per_run == 0
+    dear = compare(free, await _priced("finds", tokens=1_000, price="1"), cost_tolerance=10.0)
+    assert [r.detail for r in dear.regressions] == ["cost per run 0 -> 0.0020"]
+    assert compare(free, await _priced("finds", tokens=5_000, price="0")).ok
+
+
 async def test_compare_allows_a_pass_rate_within_the_spread_seen_across_repeats() -> None:
     calls = 0
     failing: set[int] = set()
