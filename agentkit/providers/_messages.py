@@ -111,6 +111,10 @@ _GROWS = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta":
 """Each delta that adds to a member of its block, and the member: a tool's input is folded apart."""
 
 
+_STOPPED_MID_BLOCK = frozenset({"max_tokens", "model_context_window_exceeded", "refusal"})
+"""The stop reasons that may end a reply inside a block: the token limit, the context window, the API's refusal."""
+
+
 class Streamed:
     """A streamed reply folded event by event into the `Message` a whole body would have been."""
 
@@ -213,7 +217,7 @@ class Streamed:
         try:
             return json.loads(text)
         except ValueError as error:
-            if self.stop_reason == "max_tokens":  # cut off mid-input: kept as far as it goes, never validated
+            if self.stop_reason in _STOPPED_MID_BLOCK:  # cut off mid-input: kept as far as it goes, never validated
                 try:
                     return from_json(text, allow_partial=True)
                 except ValueError:

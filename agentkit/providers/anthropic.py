@@ -66,7 +66,7 @@ from agentkit._text import TextCompletion
 from agentkit._transcript import listened, sent
 from agentkit._usage import Usage
 from agentkit.errors import AgentkitError, ProviderError, Truncated, UsageError
-from agentkit.providers._messages import STATUS_HINTS, Message, read_stream
+from agentkit.providers._messages import STATUS_HINTS, Block, Message, read_stream
 from agentkit.providers._send import ClientOwner, ClosedWhenGarbage, InFlight, Send, through_client, through_http
 from agentkit.providers._wire import (
     cause_of,
@@ -310,8 +310,8 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
             for asked in range(self.max_reasks + 1):
                 reply = await self._send(body, tools_json, tally)
                 raw = _raw_text(reply)
-                if reply.stop_reason == "max_tokens":
-                    raise _truncated(request, plan.name, raw, body["max_tokens"])
+                if reply.stop_reason in _CUT:
+                    raise _truncated(request, reply.stop_reason, raw, body["max_tokens"], name=plan.name)
                 try:
                     value = schema.model_validate(_tool_input(reply, plan.name))
                 except (ValidationError, _InvalidReply) as invalid:
@@ -348,14 +348,8 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
         try:
             reply = await self._send(body, "", tally)
             text = _text(reply)
-            if reply.stop_reason == "max_tokens":
-                raise Truncated(
-                    f"the reply of model {request.model!r} was cut off by the token limit (stop_reason "
-                    f"'max_tokens', max_tokens={body['max_tokens']}); raise RoleSpec.max_tokens or ask for a "
-                    "shorter answer",
-                    raw=text,
-                    max_tokens=body["max_tokens"],
-                )
+            if reply.stop_reason in _CUT:
+                raise _truncated(request, reply.stop_reason, text, body["max_tokens"])
         except AgentkitError as error:
             error.usage = tally.usage
             raise
@@ -524,12 +518,14 @@ def _build_client(
     base_url: str | None, api_key: str | None, timeout: float
 ) -> tuple[anthropic.AsyncAnthropic, httpx2.AsyncClient]:
     """The `anthropic` client, on an HTTP client of the SDK's defaults made here (sent through by `through_http`)."""
-    if api_key is None and not os.environ.get("ANTHROPIC_API_KEY"):
+    # ANTHROPIC_AUTH_TOKEN is the SDK's bearer token (a gateway's): the client built below reads it itself
+    if api_key is None and not os.environ.get("ANTHROPIC_API_KEY") and not os.environ.get("ANTHROPIC_AUTH_TOKEN"):
         url = base_url or os.environ.get("ANTHROPIC_BASE_URL")
         if url is None or not on_this_machine(url):
             raise UsageError(
                 f"no API key for the model server at {url or 'api.anthropic.com'}: pass api_key=... or set "
-                "ANTHROPIC_API_KEY (a server on localhost, such as FakeAnthropicServer, needs none)"
+                "ANTHROPIC_API_KEY (or ANTHROPIC_AUTH_TOKEN, a bearer token; a server on localhost, such as "
+                "FakeAnthropicServer, needs none)"
             )
         api_key = "not-needed"
     http = _OwnedHttpClient(timeout=timeout)
@@ -582,16 +578,17 @@ def _base64(data: bytes) -> str:
 
 
 def _tool_input(reply: Message, name: str) -> object:
+    if reply.stop_reason == "refusal":  # stopped by the API's classifier: a call it carries may be cut mid-input
+        raise _InvalidReply(
+            f"the model refused (stop_reason 'refusal'); call the tool {name!r} with input matching its schema"
+        )
     calls = [block for block in reply.content if block.type == "tool_use"]
     if len(calls) > 1:
         raise _InvalidReply(
             f"the reply made {len(calls)} calls to the tool; make exactly one call, with the whole answer in its input"
         )
     if not calls:
-        refused = " (the model refused)" if reply.stop_reason == "refusal" else ""
-        raise _InvalidReply(
-            f"the reply made no call to the tool {name!r}; call it with input matching its schema{refused}"
-        )
+        raise _InvalidReply(f"the reply made no call to the tool {name!r}; call it with input matching its schema")
     return calls[0].input
 
 
@@ -614,7 +611,11 @@ def _reasoning(reply: Message) -> str | None:
 def _reasked(body: dict[str, Any], reply: Message, invalid: Exception) -> dict[str, Any]:
     """The request again, with the rejected reply (thinking blocks included: the API requires them before a tool
     result) and a `tool_result` per call carrying the error; without a call, a user turn with it."""
-    said = [block.model_dump(exclude_unset=True) for block in reply.content]
+    # The API sends empty text blocks but refuses them (and blank ones) in a request: they are left out, and a
+    # reply of nothing else (its thinking aside, which only a tool call needs) is an empty one.
+    said = [block.model_dump(exclude_unset=True) for block in reply.content if _kept(block)]
+    if all(block["type"] == "thinking" or block["type"] == "redacted_thinking" for block in said):
+        said = []
     error = _REASK_TOOL.format(error=invalid)
     results = [
         {"type": "tool_result", "tool_use_id": block.id, "content": error, "is_error": True}
@@ -631,11 +632,28 @@ def _reasked(body: dict[str, Any], reply: Message, invalid: Exception) -> dict[s
     return {**body, "messages": [*body["messages"][:-1], merged]}
 
 
-def _truncated(request: StructuredRequest, name: str, raw: str, max_tokens: int) -> Truncated:
+_CUT = frozenset({"max_tokens", "model_context_window_exceeded"})
+"""The stop reasons of a reply cut off before its end: `Truncated`, never parsed."""
+
+
+def _kept(block: Block) -> bool:
+    """Whether `block` of a rejected reply goes back to the API: every block but text that is empty or blank."""
+    return block.type != "text" or bool((block.text or "").strip())
+
+
+def _truncated(request: StructuredRequest, reason: str, raw: str, max_tokens: int, *, name: str = "") -> Truncated:
+    """A reply cut off by the token limit or by the model's context window (`reason`), for schema `name` (a
+    structured reply) or a text one."""
+    if reason == "max_tokens":
+        cut = f"by the token limit (stop_reason 'max_tokens', max_tokens={max_tokens})"
+        short = "keep the reply short (LoopConfig.rationale_max_length)" if name else "ask for a shorter answer"
+        fix = f"raise RoleSpec.max_tokens or {short}"
+    else:
+        cut = f"by the model's context window (stop_reason {reason!r}: the prompt and max_tokens={max_tokens} fill it)"
+        fix = "shorten the prompt (LoopConfig.context) or lower RoleSpec.max_tokens"
+    answer = f" before it was a complete answer for schema {name!r}" if name else ""
     return Truncated(
-        f"the reply of model {request.model!r} was cut off by the token limit (stop_reason 'max_tokens', "
-        f"max_tokens={max_tokens}) before it was a complete answer for schema {name!r}; raise "
-        "RoleSpec.max_tokens or keep the reply short (LoopConfig.rationale_max_length)",
+        f"the reply of model {request.model!r} was cut off {cut}{answer}; {fix}",
         schema_name=name,
         raw=raw,
         max_tokens=max_tokens,

@@ -61,6 +61,7 @@ _TOP_LEVEL = frozenset(
 _TOOL_NAME = re.compile(r"\A[a-zA-Z0-9_-]{1,64}\Z")
 _USER_BLOCKS = frozenset({"text", "image", "document", "tool_result"})
 _ASSISTANT_BLOCKS = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
+_THINKING = frozenset({"thinking", "redacted_thinking"})
 _IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
 _MAX_BREAKPOINTS = 4
 _ERROR_TYPES = {
@@ -395,6 +396,8 @@ def _check_text(block: Mapping[str, Any], where: str) -> None:
     text = block.get("text")
     if not isinstance(text, str) or not text:
         raise RequestRejected(f"{where}: text content blocks must be non-empty", where)
+    if not text.strip():
+        raise RequestRejected(f"{where}: text content blocks must contain non-whitespace text", where)
 
 
 def _check_system(system: object) -> int:
@@ -459,12 +462,20 @@ def _check_tool_choice(choice: object, tools: Mapping[str, Mapping[str, Any]]) -
         raise RequestRejected(f"tool_choice.name: no tool named {choice.get('name')!r} in tools", "tool_choice")
 
 
+def _check_ranges(body: Mapping[str, Any]) -> None:
+    """`temperature` and `top_p` from 0 to 1, `top_k` a whole number from 0."""
+    for key in ("temperature", "top_p"):
+        value = body.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1):
+            raise RequestRejected(f"{key}: Input should be a number from 0 to 1", key)
+    top_k = body.get("top_k")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0):
+        raise RequestRejected("top_k: Input should be an integer >= 0", "top_k")
+
+
 def _check_sampling(body: Mapping[str, Any]) -> None:
-    temperature = body.get("temperature")
-    if temperature is not None and (
-        isinstance(temperature, bool) or not isinstance(temperature, int | float) or not 0 <= temperature <= 1
-    ):
-        raise RequestRejected("temperature: Input should be a number from 0 to 1", "temperature")
+    _check_ranges(body)
+    temperature, top_p, top_k = body.get("temperature"), body.get("top_p"), body.get("top_k")
     thinking = body.get("thinking")
     if thinking is None:
         return
@@ -485,8 +496,27 @@ def _check_sampling(body: Mapping[str, Any]) -> None:
         raise RequestRejected("Thinking may not be enabled when tool_choice forces tool use.", "tool_choice")
     if temperature is not None and temperature != 1:
         raise RequestRejected("`temperature` may only be set to 1 when thinking is enabled.", "temperature")
-    if body.get("top_k") is not None:
+    if top_k is not None:
         raise RequestRejected("`top_k` is not supported when thinking is enabled.", "top_k")
+    if top_p is not None and not 0.95 <= top_p <= 1:
+        raise RequestRejected("`top_p` must be between 0.95 and 1 when thinking is enabled.", "top_p")
+    _check_thinking_turn(body["messages"])
+
+
+def _check_thinking_turn(messages: list[Any]) -> None:
+    """With thinking on, the last assistant turn, when it calls a tool, starts with its thinking block (as the API
+    sent it): the tool's result continues that turn."""
+    turns = [message for message in messages if message["role"] == "assistant"]
+    if not turns or isinstance(turns[-1]["content"], str):
+        return
+    blocks = turns[-1]["content"]
+    if any(block.get("type") == "tool_use" for block in blocks) and blocks[0].get("type") not in _THINKING:
+        where = f"messages.{len(messages) - 1 - messages[::-1].index(turns[-1])}.content.0.type"
+        raise RequestRejected(
+            f"{where}: Expected `thinking` or `redacted_thinking`, but found {blocks[0].get('type')!r}. When "
+            "`thinking` is enabled, a final `assistant` message must start with a thinking block.",
+            where,
+        )
 
 
 def _check_messages(messages: object) -> int:
@@ -578,8 +608,8 @@ def _check_source(block: Mapping[str, Any], kind: str, where: str) -> None:
     if not isinstance(source, dict) or source.get("type") not in ("base64", "url", "text"):
         raise RequestRejected(f"{where}.source.type: Input should be 'base64', 'url' or 'text'", where)
     if source["type"] == "url":
-        if not isinstance(source.get("url"), str):
-            raise RequestRejected(f"{where}.source.url: Field required", where)
+        if not isinstance(source.get("url"), str) or not source["url"].startswith(("https://", "http://")):
+            raise RequestRejected(f"{where}.source.url: Input should be an http(s) URL", where)
         return
     media = source.get("media_type")
     allowed = _IMAGE_TYPES if kind == "image" else frozenset({"application/pdf", "text/plain"})

@@ -23,7 +23,7 @@ from agentkit import (
     UsageError,
     run_tool_loop,
 )
-from agentkit.errors import ProviderError, StructuredOutputError
+from agentkit.errors import ProviderError, StructuredOutputError, Truncated
 from agentkit.prompting import DocumentPart, ImagePart
 from agentkit.providers import Reasoning
 from agentkit.providers.anthropic import DEFAULT_MAX_TOKENS, THINKING_BUDGETS, AnthropicCaller
@@ -325,6 +325,83 @@ async def test_an_empty_reply_is_reasked_in_the_users_turn(
     assert [block["type"] for block in turn["content"]] == ["text", "text"]
 
 
+@pytest.mark.parametrize("text", ["", " \n"], ids=["empty", "blank"])
+async def test_an_empty_or_blank_text_reply_is_reasked_in_the_users_turn(
+    server: FakeAnthropicServer, caller: AnthropicCaller, text: str
+) -> None:
+    """The API sends empty text blocks but refuses them (and blank ones) in a request: a reply of nothing else is
+    re-asked as an empty one, never sent back to be refused with a 400."""
+    server.add(FakeReply.text(text), {"score": 2})
+    assert (await caller.complete(request(), Verdict)).value == Verdict(score=2)
+    (turn,) = server.requests[1]["messages"]
+    assert "made no call to the tool 'Verdict'" in message_text(turn)
+
+
+def replies(*messages: dict[str, Any], seen: list[dict[str, Any]]) -> type[http.server.BaseHTTPRequestHandler]:
+    """A server that answers its requests with `messages` in turn (each a message's content and stop reason), and
+    keeps each request's body in `seen`."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            usage = {"input_tokens": 5, "output_tokens": 2}
+            body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "usage": usage}
+            data = json.dumps({**body, **messages[len(seen) - 1]}).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    return Handler
+
+
+def called(value: object, stop: str = "tool_use", *before: dict[str, Any]) -> dict[str, Any]:
+    """A message that calls the tool `Verdict` with `value`, after the blocks `before`, stopped for `stop`."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "Verdict", "input": value}
+    return {"content": [*before, call], "stop_reason": stop}
+
+
+async def test_a_blank_text_block_beside_an_invalid_call_is_not_sent_back() -> None:
+    """A re-ask sends the rejected reply back without its empty text block, which the API would refuse."""
+    seen: list[dict[str, Any]] = []
+    blank = {"type": "text", "text": ""}
+    with http_server(replies(called({"score": "high"}, "tool_use", blank), called({"score": 3}), seen=seen)) as url:
+        async with AnthropicCaller(base_url=url) as caller:
+            assert (await caller.complete(request(), Verdict)).value == Verdict(score=3)
+    assistant = seen[1]["messages"][1]
+    assert [block["type"] for block in assistant["content"]] == ["tool_use"]
+
+
+async def test_a_reply_stopped_by_the_context_window_is_truncated_never_parsed() -> None:
+    """`stop_reason: "model_context_window_exceeded"` cut the reply off as the token limit does: `Truncated`, even
+    when the call's input so far validates, and for a text reply too; the message says to shorten the prompt."""
+    seen: list[dict[str, Any]] = []
+    text = {"content": [{"type": "text", "text": "Otters eat fi"}], "stop_reason": "model_context_window_exceeded"}
+    with http_server(replies(called({"score": 1}, "model_context_window_exceeded"), text, seen=seen)) as url:
+        async with AnthropicCaller(base_url=url) as caller:
+            with pytest.raises(Truncated, match=r"context window.*shorten the prompt") as structured:
+                await caller.complete(request(), Verdict)
+            with pytest.raises(Truncated, match="context window") as prose:
+                await caller.complete_text(request())
+    assert structured.value.schema_name == "Verdict"
+    assert prose.value.raw == "Otters eat fi"
+    assert len(seen) == 2
+
+
+async def test_a_refusal_is_reasked_even_when_its_call_validates() -> None:
+    """A reply the API stopped as a refusal is not the model's answer, even if its call's input validates: it is
+    asked again, told that the model refused."""
+    seen: list[dict[str, Any]] = []
+    with http_server(replies(called({"score": 1}, "refusal"), called({"score": 3}), seen=seen)) as url:
+        async with AnthropicCaller(base_url=url) as caller:
+            assert (await caller.complete(request(), Verdict)).value == Verdict(score=3)
+    assert "the model refused" in message_text(seen[1]["messages"][-1])
+
+
 async def test_a_run_reaches_the_fallback_after_overloaded(
     server: FakeAnthropicServer, caller: AnthropicCaller
 ) -> None:
@@ -440,6 +517,37 @@ def test_a_remote_server_without_a_key_is_a_usage_error(monkeypatch: pytest.Monk
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     with pytest.raises(UsageError, match=r"api_key=.*ANTHROPIC_API_KEY"):
         AnthropicCaller()
+
+
+async def test_the_sdks_bearer_token_from_the_environment_is_a_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    """ANTHROPIC_AUTH_TOKEN (the SDK's bearer token, as a gateway takes it) stands for a key: a remote server is not
+    refused, and the token goes out as `Authorization: Bearer`."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setenv("ANTHROPIC_AUTH_TOKEN", "gateway-token")
+    headers: list[str | None] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            headers.append(self.headers.get("authorization"))
+            content = [{"type": "tool_use", "id": "toolu_1", "name": "Verdict", "input": {"score": 5}}]
+            usage = {"input_tokens": 5, "output_tokens": 2}
+            body = {"id": "m", "type": "message", "content": content, "stop_reason": "tool_use", "usage": usage}
+            data = json.dumps(body)
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data.encode())
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    AnthropicCaller()  # api.anthropic.com: not refused for want of a key
+    with http_server(Handler) as url:
+        async with AnthropicCaller(base_url=url) as caller:
+            assert (await caller.complete(request(), Verdict)).value == Verdict(score=5)
+    assert headers == ["Bearer gateway-token"]
 
 
 def test_a_client_together_with_a_base_url_is_a_usage_error() -> None:

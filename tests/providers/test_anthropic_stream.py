@@ -289,6 +289,40 @@ async def test_a_message_stop_line_without_its_newline_ends_nothing() -> None:
     assert completion.value == Verdict(score=6)
 
 
+async def test_a_refusal_mid_input_is_reasked_not_taken_for_a_broken_stream() -> None:
+    """A stream the API stops as a refusal inside the call's input is the model's refusal, asked again once (its
+    partial input kept as far as it goes): not an unreadable stream retried as the server's fault."""
+    refused = [
+        START,
+        TOOL,
+        piece('{"sco'),
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_delta", "delta": {"stop_reason": "refusal"}, "usage": {"output_tokens": 3}},
+        {"type": "message_stop"},
+    ]
+    whole = [START, TOOL, piece('{"score": 6}'), *STOP]
+    bodies = [b"".join(sse(event) for event in refused), b"".join(sse(event) for event in whole)]
+    seen: list[dict[str, Any]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.end_headers()
+            self.wfile.write(bodies[len(seen) - 1])
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    with http_server(Handler) as url:
+        async with AnthropicCaller(base_url=url, stream=True) as caller:
+            completion = await caller.complete(request(), Verdict)
+    assert completion.value == Verdict(score=6)
+    assert len(seen) == 2
+    assert "the model refused" in json.dumps(seen[1]["messages"][-1])
+
+
 async def test_a_connection_broken_mid_stream_says_the_stream_broke() -> None:
     """A connection that breaks while the 200 streams is a transient error that says the stream broke (the server
     was reached), not that the server could not be reached."""

@@ -59,6 +59,12 @@ def rejected(server: FakeAnthropicServer, **body: Any) -> str:
     return str(error["error"]["message"])
 
 
+def accepted(server: FakeAnthropicServer, **body: Any) -> bool:
+    """Whether the fake answers a request with 200."""
+    response = post(server, {"model": "m", "max_tokens": 2000, "messages": user("hi"), **body})
+    return response.status_code == 200
+
+
 # --- the wire format ---------------------------------------------------------------------------------
 
 
@@ -185,6 +191,10 @@ def test_a_request_without_a_key_is_refused_401(server: FakeAnthropicServer) -> 
         ({"thinking": {"type": "enabled", "budget_tokens": 4096}}, "`max_tokens` must be greater"),
         ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "temperature": 0.2}, "only be set to 1"),
         ({"temperature": 1.5}, "temperature"),
+        ({"messages": [{"role": "user", "content": [{"type": "text", "text": " \n"}]}]}, "non-whitespace text"),
+        ({"top_p": 7}, "top_p: Input should be a number from 0 to 1"),
+        ({"top_k": -3}, "top_k: Input should be an integer >= 0"),
+        ({"thinking": {"type": "enabled", "budget_tokens": 1024}, "top_p": 0.5}, "between 0.95 and 1"),
         ({"stream": "yes"}, "stream: Input should be a valid boolean"),
     ],
 )
@@ -201,6 +211,21 @@ def test_thinking_with_a_forced_tool_is_refused(server: FakeAnthropicServer) -> 
         server, thinking={"type": "enabled", "budget_tokens": 1024}, tools=[TOOL], tool_choice={"type": "any"}
     )
     assert "Thinking may not be enabled when tool_choice forces tool use" in problem
+
+
+def test_with_thinking_a_tool_calling_turn_must_start_with_its_thinking_block(server: FakeAnthropicServer) -> None:
+    """The API's rule: with thinking on, the last assistant turn that calls a tool starts with its thinking block
+    (sent back as it came); without thinking, or with the block first, the turn is accepted."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "Score", "input": {}}
+    thought = {"type": "thinking", "thinking": "hmm", "signature": "sig"}
+    answer = [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": "bad"}]}]
+    thinking = {"thinking": {"type": "enabled", "budget_tokens": 1024}, "tools": [TOOL]}
+    bare = [*user("hi"), {"role": "assistant", "content": [call]}, *answer]
+    assert "must start with a thinking block" in rejected(server, messages=bare, **thinking)
+    assert "messages.1.content.0.type" in rejected(server, messages=bare, **thinking)
+    assert accepted(server, messages=bare, tools=[TOOL])
+    first = [*user("hi"), {"role": "assistant", "content": [thought, call]}, *answer]
+    assert accepted(server, messages=first, **thinking)
 
 
 def test_more_than_four_breakpoints_are_refused(server: FakeAnthropicServer) -> None:
@@ -224,6 +249,7 @@ def test_a_tool_use_must_be_answered_by_its_tool_result(server: FakeAnthropicSer
         ({"type": "base64", "media_type": "image/bmp", "data": "AAAA"}, "media_type"),
         ({"type": "base64", "media_type": "image/png", "data": "not base64!"}, "invalid base64"),
         ({"type": "file"}, "source.type"),
+        ({"type": "url", "url": "nope"}, "source.url: Input should be an http(s) URL"),
     ],
 )
 def test_image_sources_are_checked(server: FakeAnthropicServer, source: dict[str, Any], problem: str) -> None:
