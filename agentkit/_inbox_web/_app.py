@@ -1,8 +1,11 @@
 """The web inbox as an ASGI app (Starlette): pending proposals, their history, and a reviewer's decisions.
 
-Routes (every one needs a reviewer's token: the `agentkit_inbox` cookie, which `/?token=...`
-sets, or an `Authorization: Bearer` header):
+Routes (every one needs a reviewer's token: the `agentkit_inbox` cookie, which signing in sets,
+or an `Authorization: Bearer` header):
 
+- `GET /?token=...` and `GET|POST /signin`: signing in with the printed link, in two steps (`_signin`):
+  the token becomes the cookie only through the inbox's own `/signin`, and never replaces another
+  reviewer's cookie unless that reviewer confirms. These need the link's token, not the cookie.
 - `GET /`: the page; `GET /stamp`: a digest of every proposal's state, which the page's
   script polls to reload itself when another reviewer or a worker acted.
 - `POST /proposals/{id}/{decision}`: one decision (`DECISIONS`: approve, reject with a reason,
@@ -28,6 +31,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from agentkit._inbox_web._security import SECURITY_HEADERS, Csrf, Reviewers, SecurityHeaders
+from agentkit._inbox_web._signin import COOKIE, SignIn
 from agentkit._proposals import CallSeen
 from agentkit._state import DecisionEntry, RoundOutcome, RunCheckpoint
 from agentkit._state import RoundEntry as StateRound
@@ -35,9 +39,6 @@ from agentkit.errors import AgentkitError, ApprovalError, UsageError
 from agentkit.journal import Journal, ProposalRecord, ProposalState, Transition, UnknownId
 
 __all__ = ["AMEND_PREFIX", "COOKIE", "DECISIONS", "create_app"]
-
-COOKIE = "agentkit_inbox"
-"""The cookie that carries a reviewer's token after the first visit (HttpOnly, SameSite=Strict)."""
 
 DECIDED_SHOWN = 20
 """How many decided proposals the page lists, newest first."""
@@ -155,6 +156,7 @@ def create_app(
     inbox = _Inbox(journal, reviewers, Csrf(max_age=csrf_max_age, clock=clock), poll)
     routes = [
         Route("/", inbox.page, methods=["GET"]),
+        Route("/signin", inbox.sign_in.answer, methods=["GET", "POST"]),
         Route("/stamp", inbox.stamp, methods=["GET"]),
         Route("/static/{name}", inbox.static, methods=["GET"]),
         Route("/proposals/{id}/{decision}", inbox.decide, methods=["POST"]),
@@ -186,6 +188,7 @@ class _Inbox:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
+        self.sign_in = SignIn(reviewers, csrf, self._page)
 
     def _reviewer(self, request: Request) -> str:
         token = request.cookies.get(COOKIE)
@@ -202,10 +205,8 @@ class _Inbox:
         if given is not None:
             if self._reviewers.named(given) is None:
                 return _refused()
-            # Trade the token in the URL for a cookie, and drop it from the address bar and history.
-            response = RedirectResponse("/", status_code=303)
-            response.set_cookie(COOKIE, given, httponly=True, samesite="strict", path="/")
-            return response
+            # Trade the token in the URL for a cookie through /signin, and drop it from the address bar and history.
+            return self.sign_in.link(request, given)
         try:
             reviewer = self._reviewer(request)
         except _Unauthorised:
@@ -265,7 +266,10 @@ class _Inbox:
             "stamp": stamp,
             "poll_ms": self._poll_ms,
         }
-        html = self._templates.get_template("inbox.html").render(context)
+        return self._page("inbox.html", context, status)
+
+    def _page(self, template: str, context: Mapping[str, Any], status: int) -> Response:
+        html = self._templates.get_template(template).render(context)
         return HTMLResponse(_writable(html), status_code=status)
 
     async def _card(self, record: ProposalRecord, runs: dict[str, _Batches | str]) -> _Card:

@@ -34,6 +34,7 @@ def main(path: str) -> None:
         with chromium(width=1000, height=2000) as driver:
             from selenium.webdriver.common.by import By
 
+            driver.implicitly_wait(15)  # the link's page moves on to /signin, then to the inbox, by itself
             driver.get(f"{server.base}/?token={ALICE}")
             driver.find_element(By.CSS_SELECTOR, f"#p-{ids[1]} form.approve button").click()
             driver.find_element(By.CSS_SELECTOR, f"#p-{ids[1]}.decided")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import html
+import http.server
 import os
 import re
 import shutil
@@ -30,6 +31,7 @@ from tests.support import NO_WAIT, Executor
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
+    from starlette.types import Receive, Scope, Send
 
 T = TypeVar("T")
 
@@ -148,6 +150,8 @@ class InboxServer:
         self._thread = threading.Thread(target=self._serve, daemon=True)
         self._server: Any = None
         self._failure: BaseException | None = None
+        self.requests: list[Mapping[str, str]] = []
+        """Each request the inbox answered: its headers, and its path and query as ``:path`` and ``:query``."""
 
     def __enter__(self) -> InboxServer:
         self._thread.start()
@@ -241,13 +245,20 @@ class InboxServer:
                 clock=self.clock,
             )
             started = self._started
+            requests = self.requests
+
+            async def recorded(scope: Scope, receive: Receive, send: Send) -> None:
+                if scope["type"] == "http":
+                    headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
+                    requests.append(headers | {":path": scope["path"], ":query": scope["query_string"].decode()})
+                await app(scope, receive, send)
 
             class Server(uvicorn.Server):
                 async def startup(self, sockets: list[socket.socket] | None = None) -> None:
                     await super().startup(sockets)
                     started.set()
 
-            self._server = Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+            self._server = Server(uvicorn.Config(recorded, log_level="warning", lifespan="off"))
             try:
                 await self._server.serve(sockets=[self._socket])
             finally:
@@ -260,6 +271,38 @@ class InboxServer:
             self._started.set()
         finally:
             self._loop.close()
+
+
+class OtherSite:
+    """Another site, at ``http://127.0.0.2:PORT/`` (an address is a site of its own, so not the inbox's
+    127.0.0.1): one page whose link ``#go`` leads to ``href``, as a chat app or a web mail client shows a link."""
+
+    def __init__(self, href: str) -> None:
+        page = f'<!doctype html><title>elsewhere</title><a id="go" href="{html.escape(href)}">the inbox</a>'.encode()
+
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/html; charset=utf-8")
+                self.send_header("content-length", str(len(page)))
+                self.end_headers()
+                self.wfile.write(page)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Page)
+        self.url = f"http://127.0.0.2:{self._server.server_address[1]}/"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> OtherSite:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(30)
 
 
 def browser_or_skip() -> None:

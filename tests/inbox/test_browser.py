@@ -15,7 +15,7 @@ import pytest
 
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import Journal, ProposalState
-from tests.inbox.support import ALICE, InboxServer, chromium
+from tests.inbox.support import ALICE, BOB, InboxServer, OtherSite, chromium
 
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
@@ -39,11 +39,24 @@ def browser() -> Iterator[WebDriver]:
         yield driver
 
 
-def signed_in(browser: WebDriver, server: InboxServer, token: str = ALICE) -> WebDriver:
+def signed_out(browser: WebDriver, server: InboxServer) -> WebDriver:
+    # Selenium deletes the cookies of the page shown: show one of the inbox's host first (a test may end elsewhere).
+    browser.get(f"{server.base}/stamp")
     browser.delete_all_cookies()
-    browser.get(f"{server.base}/?token={token}")
+    return browser
+
+
+def signed_in(browser: WebDriver, server: InboxServer, token: str = ALICE) -> WebDriver:
+    signed_out(browser, server).get(f"{server.base}/?token={token}")
     wait_for(browser, "#reviewer")
     return browser
+
+
+def wait_until(browser: WebDriver, url: str) -> None:
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    WebDriverWait(browser, WAIT).until(expected_conditions.url_to_be(url))
 
 
 def wait_for(browser: WebDriver, css: str) -> None:
@@ -215,10 +228,53 @@ def test_the_page_follows_a_decision_made_elsewhere(server: InboxServer, browser
     assert page.find_elements("css selector", f"#p-{id} form") == []
 
 
+def test_the_printed_link_followed_from_another_site_opens_the_inbox_at_once(
+    server: InboxServer, browser: WebDriver
+) -> None:
+    """The printed link followed from another site's page opens the inbox on the first try, its address without the
+    token; the tab's history goes back to that site, not to the token's address, and no request sent the token
+    as its Referer."""
+    server.propose("ops@example.com", rationale="the weekly report is due")
+    page = signed_out(browser, server)
+    with OtherSite(f"{server.base}/?token={ALICE}") as site:
+        page.get(site.url)
+        click(page, "#go")
+        wait_for(page, "#reviewer")
+        assert text_of(page, "#reviewer") == "alice"
+        assert text_of(page, ".rationale") == "the weekly report is due"
+        assert page.current_url == f"{server.base}/"
+        page.back()
+        wait_until(page, site.url)
+    assert [r for r in server.requests if ALICE in r.get("referer", "")] == []
+    assert [r[":path"] for r in server.requests if ALICE in r[":query"]] == ["/"]
+
+
+def test_a_link_from_another_site_holding_another_reviewers_token_asks_before_switching(
+    server: InboxServer, browser: WebDriver
+) -> None:
+    """Alice, signed in, follows a link from another site that holds bob's token: the inbox asks whether to switch
+    and stays hers until she confirms; her confirming makes it bob's."""
+    page = signed_in(browser, server, ALICE)
+    with OtherSite(f"{server.base}/?token={BOB}") as site:
+        page.get(site.url)
+        click(page, "#go")
+        wait_for(page, "form.switch")
+        assert (text_of(page, "#signed-in-as"), text_of(page, "#link-for")) == ("alice", "bob")
+        page.get(f"{server.base}/")
+        wait_for(page, "#reviewer")
+        assert text_of(page, "#reviewer") == "alice"
+        page.get(site.url)
+        click(page, "#go")
+        wait_for(page, "form.switch")
+        click(page, "form.switch button[value=switch]")
+        wait_for(page, "#reviewer")
+        assert text_of(page, "#reviewer") == "bob"
+
+
 def test_a_browser_without_the_token_is_refused(server: InboxServer, browser: WebDriver) -> None:
     """Opening the inbox without a token (or with a wrong one) shows the refusal and no proposal."""
     server.propose("ops@example.com", rationale="secret plans")
-    browser.delete_all_cookies()
+    signed_out(browser, server)
     for url in (f"{server.base}/", f"{server.base}/?token=wrong-token-0123456789"):
         browser.get(url)
         assert "needs a reviewer's token" in text_of(browser, "body")

@@ -95,21 +95,6 @@ def test_a_request_without_a_token_is_refused_and_changes_nothing(server: InboxS
     assert len(server.history(id)) == 1
 
 
-def test_the_token_in_the_url_becomes_a_strict_http_only_cookie(server: InboxServer) -> None:
-    """``/?token=...`` sets the token as an HttpOnly, SameSite=Strict cookie and redirects to ``/`` without it."""
-    with server.client(None) as http:
-        response = http.get("/", params={"token": BOB})
-        assert response.status_code == 303
-        assert response.headers["location"] == "/"
-        cookie = response.headers["set-cookie"]
-        assert cookie.startswith(f"agentkit_inbox={BOB};")
-        assert "HttpOnly" in cookie
-        assert "SameSite=strict" in cookie
-        page = http.get("/", headers={"cookie": f"agentkit_inbox={BOB}"})
-    assert page.status_code == 200
-    assert '<strong id="reviewer">bob</strong>' in page.text
-
-
 def test_approve_records_the_reviewer_that_the_token_names(server: InboxServer) -> None:
     """A form posted with bob's token approves the proposal as ``bob``."""
     id = server.propose("ops@example.com")
