@@ -28,7 +28,8 @@ It is built like `OpenAICaller`, from the same pieces:
   (529 `overloaded_error` included), 408, 409, timeouts and lost connections are transient. Every request
   runs under one overall deadline of `timeout` seconds, and at most `max_in_flight` are on the wire at once.
 * **Truncation.** `stop_reason: "max_tokens"` is `Truncated`, never parsed. The Messages API requires
-  `max_tokens`, so a role without one sends `default_max_tokens`.
+  `max_tokens`, so a role without one sends `default_max_tokens` (plus the thinking budget, which counts
+  within it).
 * **Usage from the wire is checked** by `_wire.token_count`: a negative or absurd count is a `ProviderError`.
 * **Streaming is the same exchange, read as it arrives.** With `stream=True` (or a run that asks for it) the body
   also says `stream: true`; the server-sent events are folded (`_messages.Streamed`) into the message a whole
@@ -200,7 +201,7 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
         max_in_flight: Requests this caller has on the wire at once; more wait their turn. `None`: no bound.
         cache_system: Mark the system prompt (and with it the tool before it) as a prompt-cache
             breakpoint (`cache_control: {"type": "ephemeral"}`). On by default.
-        default_max_tokens: `max_tokens` for a role that sets none.
+        default_max_tokens: `max_tokens` for a role that sets none (with thinking on, this plus the budget).
         stream: Ask the API to stream every reply (`stream: true`) and report its tool input (or text) as it
             grows to the run, which emits `RationaleDelta` and `AnswerDelta` (`TextDelta` for prose). `False`
             (the default) streams only the runs that ask for it (`LoopConfig(stream=True)`,
@@ -363,7 +364,9 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
         )
 
     def _body(self, request: StructuredRequest, user: dict[str, Any], thinking: int | None) -> dict[str, Any]:
-        max_tokens = request.max_tokens if request.max_tokens is not None else self.default_max_tokens
+        max_tokens = request.max_tokens
+        if max_tokens is None:  # the default room for the answer, after the thinking when there is a budget
+            max_tokens = self.default_max_tokens + (thinking or 0)
         body: dict[str, Any] = {"model": request.model, "max_tokens": max_tokens}
         if request.system:
             block: dict[str, Any] = {"type": "text", "text": request.system}
@@ -389,17 +392,8 @@ class AnthropicCaller(ClientOwner[anthropic.AsyncAnthropic]):
                     "tool is offered, not forced, beside it)"
                 )
             body.update(request.extra_body)
-        # After extra_body: a limit it sets is the one the budget must fit in, on the fallback model too.
-        limits: list[tuple[str, object]] = [("max_tokens", body["max_tokens"])]
-        fallback = fallback_limit(request)
-        if request.fallback_model and request.fallback_model != request.model and fallback is not None:
-            limits.append(("RoleSpec.fallback_max_tokens", fallback))
-        for name, limit in limits if thinking is not None else ():
-            if not isinstance(limit, int) or isinstance(limit, bool) or thinking is None or thinking >= limit:
-                raise UsageError(
-                    f"the thinking budget ({thinking} tokens) must be below {name} ({limit!r}), which it is part "
-                    "of; raise the limit or lower the budget"
-                )
+        if thinking is not None:  # after extra_body: a limit it sets is the one the budget must fit in
+            _check_budget(thinking, body["max_tokens"], request)
         if self.stream or wanted():
             body["stream"] = True
         return body
@@ -634,6 +628,20 @@ def _reasked(body: dict[str, Any], reply: Message, invalid: Exception) -> dict[s
 
 _CUT = frozenset({"max_tokens", "model_context_window_exceeded"})
 """The stop reasons of a reply cut off before its end: `Truncated`, never parsed."""
+
+
+def _check_budget(thinking: int, max_tokens: object, request: StructuredRequest) -> None:
+    """The thinking budget below the request's `max_tokens`, and below the fallback model's limit too."""
+    limits: list[tuple[str, object]] = [("max_tokens", max_tokens)]
+    fallback = fallback_limit(request)
+    if request.fallback_model and request.fallback_model != request.model and fallback is not None:
+        limits.append(("RoleSpec.fallback_max_tokens", fallback))
+    for name, limit in limits:
+        if not isinstance(limit, int) or isinstance(limit, bool) or thinking >= limit:
+            raise UsageError(
+                f"the thinking budget ({thinking} tokens) must be below {name} ({limit!r}), which it is part "
+                "of; raise the limit or lower the budget"
+            )
 
 
 def _kept(block: Block) -> bool:

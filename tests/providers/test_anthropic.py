@@ -25,7 +25,7 @@ from agentkit import (
 )
 from agentkit.errors import ProviderError, StructuredOutputError, Truncated
 from agentkit.prompting import DocumentPart, ImagePart
-from agentkit.providers import Reasoning
+from agentkit.providers import Reasoning, ReasoningEffort
 from agentkit.providers.anthropic import DEFAULT_MAX_TOKENS, THINKING_BUDGETS, AnthropicCaller
 from agentkit.testing import FakeAnthropicServer, FakeReply, call_step, done_step
 from tests.media_support import JPEG, PDF, PNG
@@ -102,6 +102,18 @@ async def test_a_role_without_max_tokens_sends_the_default(
     """The Messages API requires max_tokens: a role that sets none sends default_max_tokens."""
     await caller.complete(request(), Verdict)
     assert server.requests[0]["max_tokens"] == DEFAULT_MAX_TOKENS
+
+
+@pytest.mark.parametrize("effort", ["low", "medium", "high"])
+async def test_a_role_with_reasoning_and_without_max_tokens_keeps_the_default_room_after_the_thinking(
+    server: FakeAnthropicServer, caller: AnthropicCaller, effort: ReasoningEffort
+) -> None:
+    """The thinking budget counts within max_tokens: a role that sets an effort and no max_tokens sends the default
+    plus the budget, so the answer keeps its room and no effort level needs a limit set beside it."""
+    await caller.complete(request(reasoning=Reasoning(effort=effort)), Verdict)
+    budget = THINKING_BUDGETS[effort]
+    assert server.requests[0]["max_tokens"] == DEFAULT_MAX_TOKENS + budget
+    assert server.requests[0]["thinking"] == {"type": "enabled", "budget_tokens": budget}
 
 
 async def test_complete_text_sends_no_tool(server: FakeAnthropicServer, caller: AnthropicCaller) -> None:
