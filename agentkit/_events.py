@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import JsonValue, TypeAdapter, computed_field
+from pydantic_core import PydanticSerializationError, to_json
 
 from agentkit._agent import RoundInfo, ToolRoundInfo
 from agentkit._config import LoopConfig
@@ -71,6 +73,20 @@ class Continued:
 _WRITERS: dict[type[EventBase], TypeAdapter[Any]] = {}
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _mended(value: object) -> object:
+    """`value` (an event's JSON-mode dump) with every lone surrogate in its text and keys made U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {_mended(key): _mended(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mended(item) for item in value]
+    return value
+
+
 def _writer(cls: type[EventBase]) -> TypeAdapter[Any]:
     """The adapter that writes events of `cls` (made on its first event: it reads every field's type)."""
     writer = _WRITERS.get(cls)
@@ -92,7 +108,13 @@ class EventBase:
         """The event as JSON: an object with its `seq`, `kind`, `run_id`, `round` and its own fields (tool args
         as their JSON, an error as its class name and message), as
         `agentkit.events.EVENT_SCHEMA` describes it; `agentkit.events.parse_event` reads it back."""
-        return _writer(type(self)).dump_json(self).decode()
+        writer = _writer(type(self))
+        try:
+            return writer.dump_json(self).decode()
+        except PydanticSerializationError:
+            # A lone surrogate (a tool's text decoded with `surrogateescape`, a stream's `\udce9`) is not text in
+            # any encoding, and JSON readers refuse its escape: written as U+FFFD, so the event still reaches a UI.
+            return to_json(_mended(writer.dump_python(self, mode="json")), inf_nan_mode="null").decode()
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

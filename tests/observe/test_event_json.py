@@ -116,6 +116,32 @@ async def test_tool_args_are_written_as_their_json_and_read_back_as_event_args()
     assert back.args.model_dump() == {"query": "née"}
 
 
+_ESCAPED = b"caf\xe9".decode("utf-8", "surrogateescape")
+"""A file name read from a disk as Python reads one it cannot decode: a lone surrogate in it."""
+
+
+@tool(tier=Tier.READ_ONLY, name="search")
+def listing(args: Query) -> list[Doc]:
+    """List files, whose names may not decode."""
+    if args.query == "missing":
+        raise RuntimeError(f"no such file: {_ESCAPED}")
+    return [Doc(id=_ESCAPED)]
+
+
+async def test_a_lone_surrogate_is_written_as_the_replacement_character_and_reads_back() -> None:
+    """A lone surrogate in a tool's items or error (a file name decoded with `surrogateescape`) is written as
+    U+FFFD: every event of the run still has its JSON form, in the schema, and reads back; nothing is dropped."""
+    recorder = Recorder()
+    steps = [call_step(Query(query="all"), tool=listing), call_step(Query(query="missing"), tool=listing)]
+    await run_tool_loop(ScriptedCaller(steps), Finder(), [listing], "ctx", LoopConfig(retry=NO_WAIT), observer=recorder)
+    assert_json_forms(recorder.events)
+    written = [event.to_json() for event in recorder.events]
+    assert any("caf\ufffd" in text for text in written)
+    assert not any("\\udce9" in text for text in written)
+    failed = [e for e in recorder.events if isinstance(e, ToolResultReturned) and e.error is not None]
+    assert json.loads(failed[0].to_json())["error"]["message"].endswith("caf\ufffd")
+
+
 async def test_errors_are_written_as_their_class_and_message() -> None:
     """A tool's error is its class name and message in the JSON form, and a ReportedError read back."""
     recorder = Recorder()
