@@ -132,8 +132,9 @@ class ResumeRefused(UsageError):
 
 
 class ToolSetChanged(ResumeRefused):
-    """The tools a path brings to a run are not the ones the run recorded: a tier changed, a tool was
-    added or removed, a tool's args take another schema, or the order differs. Nothing ran."""
+    """The tools a path brings to a run are not the ones the run recorded: a tier changed, a tool now
+    declares another trust or egress, a tool was added or removed, a tool's args take another schema, or
+    the order differs. Nothing ran."""
 
     def __init__(self, message: str, *, problems: Sequence[str] = ()) -> None:
         super().__init__(message)
