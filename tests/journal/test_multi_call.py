@@ -11,10 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agentkit import AfterProposal, LoopConfig, RunCheckpoint, StopReason, Tier, Tool, tool
+from agentkit import AfterProposal, LoopConfig, RepeatPolicy, RunCheckpoint, StopReason, Tier, Tool, tool
 from agentkit import run_tool_loop_tiered as tiered
+from agentkit.decisions import Grant, PathPrefix
 from agentkit.errors import ResumeRefused
-from agentkit.journal import Journal, JournalObserver, RunStatus
+from agentkit.journal import Journal, JournalObserver, ProposalState, RunStatus
 from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
 from tests.support import NO_WAIT, Executor, Query, Target
 
@@ -196,3 +197,70 @@ async def test_the_inbox_evidence_of_a_later_proposal_lists_every_call_of_a_step
         (1, "search", True),
     ]
     assert pending.evidence.rounds == (1,)
+
+
+async def test_the_same_gated_call_twice_in_a_step_is_one_inbox_entry_decided_once(journal: Journal) -> None:
+    """Two identical wipes of a repeat-exempt tool in one step: the run proposes the first, records the second as
+    its duplicate; the inbox's one entry, approved, runs the wipe once, and the resumed executor sees both calls
+    settled (the wipe's batch, and the duplicate's note)."""
+    calls.clear()
+    wiping = call_step(Target(path="/srv/a"), tool="wipe")
+    exempt = config(repeat_exempt=frozenset({"wipe"}))
+    with JournalObserver(journal) as observer:
+        first = await tiered(
+            ScriptedCaller([calls_step(wiping, wiping)]),
+            Executor[str](),
+            [dying_free(), wipe],
+            "c",
+            exempt,
+            observer=observer,
+        )
+    assert first.stop_reason is StopReason.PROPOSED
+    assert len(first.proposed) == 1
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "ops")
+    agent = Executor[str]()
+    result = await journal.resume(first.run_id, ScriptedCaller([done_step()]), agent, [dying_free(), wipe], "c")
+    assert calls == ["wipe /srv/a"]
+    assert result.items == ["wiped /srv/a"]
+    shown = agent.infos[0].prior_calls
+    assert [(c.proposed, list(c.batch)) for c in shown] == [(False, ["wiped /srv/a"]), (False, [])]
+    assert (await journal.get(pending.id)).state is ProposalState.EXECUTED
+
+
+async def test_a_journal_grant_of_a_call_in_a_step_that_ends_in_a_stalemate_approves_its_entry_once(
+    journal: Journal,
+) -> None:
+    """A repeat later in the step ends the run before its wipe runs: the wipe is left in the inbox, where the
+    journal's grant approves it (one use), and it runs exactly once when a worker executes it."""
+    calls.clear()
+    kept = await journal.grant(
+        Grant.of(
+            wipe,
+            where={"path": PathPrefix(prefix="/tmp")},
+            max_uses=1,
+            allow_irreversible=True,
+            granted_by="ops",
+            reason="scratch",
+        ),
+        tool=wipe,
+    )
+    look = call_step(Query(query="a"), tool="search")
+    step = calls_step(call_step(Target(path="/tmp/x"), tool="wipe"), look, look)
+    with JournalObserver(journal) as observer:
+        result = await tiered(
+            ScriptedCaller([step]),
+            Executor[str](),
+            [dying_free(), wipe],
+            "c",
+            config(on_repeat=RepeatPolicy.STOP),
+            observer=observer,
+        )
+    assert result.stop_reason is StopReason.DEGENERATION
+    assert calls == []
+    [entry] = await journal.proposals()
+    assert (entry.state, entry.approved_by) == (ProposalState.APPROVED, f"grant:{kept.id}")
+    assert (await journal.execute(entry.id, wipe)).ok
+    assert calls == ["wipe /tmp/x"]
+    [listed] = await journal.grants()
+    assert listed.uses == 1

@@ -380,3 +380,126 @@ async def test_observers_see_a_granted_call_run(n: int) -> None:
     assert calls == [("tool_call", "delete"), ("tool_result", "delete")]
     [returned] = [e for e in seen if isinstance(e, ToolResultReturned)]
     assert (returned.batch_size, returned.error) == (1, None)
+
+
+EXEMPT = frozenset({"delete"})
+"""`delete` exempt from the repeat guard: the same gated call twice in a step passes the guard."""
+
+
+def entries_of(result: Any, outcome: RoundOutcome) -> list[Any]:
+    return [e for e in result.checkpoint.entries if e.kind == "round" and e.outcome is outcome]
+
+
+async def test_the_same_gated_call_twice_in_a_step_is_proposed_once() -> None:
+    """Two identical gated calls of a repeat-exempt tool in one step give one proposal (one key, one decision);
+    the second is recorded as its duplicate, not run, and the executor is told; approved, the call runs once."""
+    from agentkit import approve, resume_tool_loop
+
+    wipe = call_step(PathArgs(path="/srv/a"), tool=delete)
+    config = several(2, repeat_exempt=EXEMPT)
+    paused = await run_tool_loop_tiered(
+        ScriptedCaller([calls_step(wipe, wipe)]), Executor[str](), [search, delete], "q", config
+    )
+    assert paused.stop_reason is StopReason.PROPOSED
+    [proposal] = paused.proposed
+    assert [e.call_digest for e in paused.checkpoint.proposals] == [proposal.digest]
+    [duplicate] = entries_of(paused, RoundOutcome.REFUSED)
+    assert (duplicate.position, duplicate.repeats) == (1, 1)
+    agent = Executor[str]()
+    decision = approve(proposal, approved_by="ops")
+    resumed = await resume_tool_loop(
+        ScriptedCaller([done_step()]), agent, [search, delete], "q", paused.checkpoint, [decision]
+    )
+    assert RAN == ["delete /srv/a"]
+    assert resumed.items == ["/srv/a"]
+    shown = agent.infos[0].prior_calls
+    assert [(c.proposed, list(c.batch)) for c in shown] == [(False, ["/srv/a"]), (False, [])]
+    assert shown[1].observation is not None
+    assert "repeats call 1 of this step" in shown[1].observation
+
+
+@pytest.mark.parametrize("uses", [1, 5])
+async def test_a_duplicate_of_a_granted_call_neither_runs_nor_spends_a_use(uses: int) -> None:
+    """A standing grant approves the first of two identical gated calls in a step: it runs once and counts one use;
+    the second is its duplicate (not run, not granted, not left as a proposal nobody can decide)."""
+    wipe = call_step(PathArgs(path="/tmp/scratch/a"), tool=delete)
+    grants = scratch(uses)
+    result = await run_tool_loop_tiered(
+        ScriptedCaller([calls_step(wipe, wipe), done_step()]),
+        Executor[str](),
+        [search, delete],
+        "q",
+        several(2, repeat_exempt=EXEMPT),
+        grants=grants,
+    )
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    assert RAN == ["delete /tmp/scratch/a"]
+    [held] = grants
+    assert grants.uses(held.id) == 1
+    assert (result.proposed, result.checkpoint.proposals) == ([], ())
+    assert [e.position for e in entries_of(result, RoundOutcome.REFUSED)] == [1]
+
+
+@pytest.mark.parametrize("repeated", ["a later search", "the granted call itself"])
+async def test_a_step_that_ends_in_a_stalemate_spends_no_grant_use(repeated: str) -> None:
+    """A repeat later in the step ends the run before the call a grant matched runs: the grant keeps its use, and
+    the call is left a proposal, as the step's other gated calls are."""
+    wipe = call_step(PathArgs(path="/tmp/scratch/a"), tool=delete)
+    if repeated == "a later search":
+        step = calls_step(wipe, call_step(Query(query="q"), tool=search), call_step(Query(query="q"), tool=search))
+    else:
+        step = calls_step(wipe, wipe)
+    grants = scratch(1)
+    result = await run_tool_loop_tiered(
+        ScriptedCaller([step]), Executor[str](), [search, delete], "q", several(), grants=grants
+    )
+    assert result.stop_reason is StopReason.DEGENERATION
+    assert RAN == []
+    [held] = grants
+    assert grants.uses(held.id) == 0
+    assert [p.args.path for p in result.proposed] == ["/tmp/scratch/a"]  # type: ignore[attr-defined]
+
+
+async def test_a_granted_call_left_unrun_by_a_failure_spends_no_use() -> None:
+    """Two calls a grant matches in one step: the first fails and ends the run, so the second never runs; only the
+    call that ran counts a use, and the other is left a proposal."""
+
+    @tool(tier=Tier.IRREVERSIBLE, name="delete")
+    def failing(args: PathArgs) -> list[str]:
+        """Delete a path; the first one fails."""
+        RAN.append(f"delete {args.path}")
+        if args.path.endswith("/a"):
+            raise RuntimeError("the disk is gone")
+        return [args.path]
+
+    step = calls_step(*(call_step(PathArgs(path=f"/tmp/scratch/{p}"), tool=failing) for p in "ab"))
+    grants = scratch(5)
+    result = await run_tool_loop_tiered(
+        ScriptedCaller([step]), Executor[str](), [search, failing], "q", several(2), grants=grants
+    )
+    assert result.stop_reason is StopReason.TOOL_ERROR
+    assert RAN == ["delete /tmp/scratch/a"]
+    [held] = grants
+    assert grants.uses(held.id) == 1
+    assert [p.args.path for p in result.proposed] == ["/tmp/scratch/b"]  # type: ignore[attr-defined]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(paths=st.lists(st.integers(min_value=0, max_value=2), min_size=1, max_size=4))
+async def test_every_proposal_of_a_step_has_its_own_key_and_runs_once_approved(paths: list[int]) -> None:
+    """Whatever gated calls of a repeat-exempt tool a step repeats, its proposals have distinct keys, the run waits
+    on each of them, and approving them all runs each distinct call exactly once."""
+    from agentkit import approve, resume_tool_loop
+
+    RAN.clear()
+    config = several(4, repeat_exempt=EXEMPT)
+    step = calls_step(*(call_step(PathArgs(path=f"/p{n}"), tool=delete) for n in paths))
+    paused = await run_tool_loop_tiered(ScriptedCaller([step]), Executor[str](), [search, delete], "q", config)
+    digests = [p.digest for p in paused.proposed]
+    assert len(set(digests)) == len(digests) == len(set(paths))
+    assert sorted(e.call_digest or "" for e in paused.checkpoint.proposals) == sorted(digests)
+    decisions = [approve(p, approved_by="ops") for p in paused.proposed]
+    await resume_tool_loop(
+        ScriptedCaller([done_step()]), Executor[str](), [search, delete], "q", paused.checkpoint, decisions
+    )
+    assert sorted(RAN) == sorted(f"delete /p{n}" for n in set(paths))
