@@ -12,8 +12,10 @@ Why a model that carries the server's JSON schema, and not a pydantic model rebu
 * **The model sees the server's schema,** with two rewrites: local `$ref` are inlined (a schema
   nested in the step schema cannot keep its own `$defs`), and an optional top-level property
   also accepts `null` (OpenAI's strict mode makes every property required, so `null` is how
-  the model says "leave it out"; such a `null` is dropped before validation). The provider
-  rewrites the result into OpenAI's strict subset where it sends strict schemas.
+  the model says "leave it out"; such a `null` is dropped before validation). A `$ref` key inside
+  a value (`const`, `enum`, `default`, `examples`) is data, never inlined; as schema builders take
+  it for a reference, such a value is spelt out as a schema, or left out (`_data_apart`). The
+  provider rewrites the result into OpenAI's strict subset where it sends strict schemas.
 """
 
 from __future__ import annotations
@@ -183,7 +185,7 @@ def _accepts_null(node: Any) -> bool:
 
 
 _DATA = frozenset({"const", "enum", "default", "examples"})
-"""Keywords whose values are JSON data, not schemas: a `$ref` in them is a value, left as it is."""
+"""Keywords whose values are JSON data, not schemas: a `$ref` in them is a value, never inlined."""
 _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "dependentSchemas"})
 """Keywords whose values map names to schemas: the names are data (a property may be called `default`)."""
 _DEFINITIONS = frozenset({"$defs", "definitions"})
@@ -211,7 +213,8 @@ class _Inliner:
             if isinstance(target, bool):  # `true` adds nothing to its siblings; `false` refuses whatever they say
                 return self.node(siblings, (*resolving, ref)) if target and siblings else target
             return self.node({**target, **siblings}, (*resolving, ref))
-        return {key: self._keyword(key, sub, resolving) for key, sub in value.items() if key not in _DEFINITIONS}
+        inlined = {key: self._keyword(key, sub, resolving) for key, sub in value.items() if key not in _DEFINITIONS}
+        return _data_apart(inlined)
 
     def _keyword(self, key: str, value: Any, resolving: tuple[str, ...]) -> Any:
         if key in _DATA:
@@ -232,3 +235,59 @@ class _Inliner:
         if not isinstance(target, Mapping):
             raise UnusableSchema(f"its input schema has a reference that does not resolve ({ref!r})")
         return dict(target)
+
+
+def _data_apart(node: dict[str, Any]) -> dict[str, Any]:
+    """`node` with no `$ref` key left in its data (`const`, `enum`, `default`, `examples`).
+
+    Whatever builds a JSON schema from the published one (pydantic, the step schema) takes every `{"$ref": ...}`
+    it meets for a reference, in data too, and fails on it (or inlines it). So such a value is not published
+    as data: a `const` or `enum` value becomes the schema that admits exactly it (`_literal`), and a `default` or
+    `examples` is left out (they only inform; the server's own schema, with them, still checks the arguments).
+    """
+    held = [key for key in _DATA if key in node and _holds_ref(node[key])]
+    if not held:
+        return node
+    out = {key: sub for key, sub in node.items() if key not in held}
+    exact: list[dict[str, Any]] = []
+    if "const" in held:
+        exact.append(_literal(node["const"]))
+    if "enum" in held and isinstance(node["enum"], list):
+        variants = [_literal(item) for item in node["enum"] if _holds_ref(item)]
+        plain = [item for item in node["enum"] if not _holds_ref(item)]
+        exact.append({"anyOf": [*variants, {"enum": plain}] if plain else variants})
+    for schema in exact:
+        if schema.keys() & out.keys():  # both say the same keyword: each must hold
+            out["allOf"] = [*out.get("allOf", ()), schema]
+        else:  # beside the node's own keywords (an enum's `anyOf` where `_accepts_null` looks for it)
+            out.update(schema)
+    return out
+
+
+_REFERENCING = frozenset({"$ref", "$defs"})
+"""The keys pydantic reads as references or definitions wherever they are, in data too."""
+
+
+def _holds_ref(value: Any) -> bool:
+    """Whether the JSON value `value` has an object with a `$ref` (or `$defs`) key anywhere in it."""
+    if isinstance(value, dict):
+        return not _REFERENCING.isdisjoint(value) or any(_holds_ref(sub) for sub in value.values())
+    if isinstance(value, list):
+        return any(_holds_ref(sub) for sub in value)
+    return False
+
+
+def _literal(value: Any) -> dict[str, Any]:
+    """The schema that admits exactly the JSON value `value` (as `{"const": value}` does), with no `$ref` key in
+    data: an object or array holding one is spelt out key by key, item by item."""
+    if isinstance(value, dict) and _holds_ref(value):
+        return {
+            "type": "object",
+            "properties": {key: _literal(sub) for key, sub in value.items()},
+            "required": list(value),
+            "additionalProperties": False,
+        }
+    if isinstance(value, list) and _holds_ref(value):
+        items = [_literal(sub) for sub in value]
+        return {"type": "array", "prefixItems": items, "items": False, "minItems": len(items), "maxItems": len(items)}
+    return {"const": value}

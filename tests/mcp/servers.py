@@ -166,6 +166,16 @@ RAW_SCHEMAS: dict[str, dict[str, Any]] = {
         "$defs": {"Word": {"type": "string", "pattern": "^[a-z]+$"}},
     },
     "loose": {"type": "object", "properties": {"q": True}},  # a boolean subschema: any value
+    "pick": {  # `$ref` keys inside values (const, enum, default, examples): data, not references
+        "type": "object",
+        "properties": {
+            "ref": {"const": {"$ref": "#/$defs/Word"}},
+            "word": {"$ref": "#/$defs/Word", "default": {"$ref": "#/$defs/Word"}, "examples": [{"$ref": "x"}]},
+            "mode": {"enum": [{"$ref": "#/$defs/Word"}, "plain"]},
+        },
+        "required": ["ref", "word"],
+        "$defs": {"Word": {"type": "string", "pattern": "^[a-z]+$"}},
+    },
 }
 
 

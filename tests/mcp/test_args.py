@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from jsonschema import Draft202012Validator
 from pydantic import ValidationError
 
 from agentkit._proposals import call_digest, canonical_json
@@ -196,18 +197,72 @@ def test_refs_under_pattern_properties_and_nested_defs_are_inlined() -> None:
     }
 
 
-def test_keyword_values_that_are_data_are_kept_as_they_are() -> None:
-    """`default`, `enum`, `const` and `examples` hold values, not schemas: an object shaped like a `$ref` stays."""
-    value = {"$ref": "#/$defs/N"}
-    schema = {
+REF_VALUE = {"$ref": "#/$defs/N"}
+"""A value shaped like a reference to an existing definition: inlined, it would become an integer schema."""
+DATA_REFS = {
+    "type": "object",
+    "properties": {
+        "exact": {"const": REF_VALUE, "description": "the literal reference"},
+        "mode": {"enum": [REF_VALUE, "plain"], "default": REF_VALUE},
+        "nested": {"const": {"at": [REF_VALUE, 1]}},
+        "n": {"$ref": "#/$defs/N", "examples": [REF_VALUE]},
+    },
+    "required": ["exact"],
+    "$defs": {"N": {"type": "integer"}},
+}
+
+
+def test_a_ref_shaped_value_in_const_enum_default_or_examples_is_data_not_a_reference() -> None:
+    """A ``$ref`` key inside ``const``, ``enum``, ``default`` or ``examples`` is never inlined and never reaches
+    pydantic as a reference: the args model's and the step's JSON schemas build, and the value validates as
+    itself (an integer, as if the reference had been inlined, does not)."""
+    data = args_model("data", DATA_REFS)
+    schema = data.model_json_schema()
+    build_step_model((("data", data),)).model_json_schema()
+    published = Draft202012Validator(schema)
+    good = {"exact": REF_VALUE, "mode": REF_VALUE, "nested": {"at": [REF_VALUE, 1]}, "n": 2}
+    assert published.is_valid(good)
+    assert data.model_validate(good).root == good
+    for wrong in ({"exact": 1}, {"exact": {**REF_VALUE, "x": 1}}, {"exact": REF_VALUE, "mode": 1}):
+        assert not published.is_valid(wrong)
+        with pytest.raises(ValidationError):
+            data.model_validate(wrong)
+    assert "$defs" not in schema
+    assert schema["properties"]["exact"]["description"] == "the literal reference"
+
+
+def test_a_ref_shaped_value_in_strict_mode_is_spelt_out_field_by_field() -> None:
+    """The strict rewrite of a step over such args keeps the value exact: an object whose one field is the
+    reference's text."""
+    step = build_step_model(
+        (("data", args_model("data", {**DATA_REFS, "properties": {"exact": {"const": REF_VALUE}}})),)
+    )
+    strict = strict_schema(step.model_json_schema(), "step")
+    call = strict["properties"]["decision"]["anyOf"][1]["properties"]["call"]
+    assert call["properties"]["args"]["properties"]["exact"] == {
         "type": "object",
-        "properties": {"p": {"type": "object", "const": value, "examples": [value]}},
-        "required": ["p"],
-        "$defs": {"N": {"type": "integer"}},
+        "properties": {"$ref": {"enum": ["#/$defs/N"], "type": "string"}},
+        "required": ["$ref"],
+        "additionalProperties": False,
     }
-    published = args_model("data", schema)._spec
-    assert published is not None
-    assert published.published["properties"]["p"] == {"type": "object", "const": value, "examples": [value]}
+
+
+ref_keys = st.sampled_from(["$ref", "a", "$defs"])
+ref_values = st.recursive(
+    json_scalars | st.just("#/$defs/N"),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(ref_keys, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(value=ref_values)
+def test_any_const_value_builds_and_admits_exactly_itself(value: Any) -> None:
+    """For every JSON value, a ``const`` of it builds a JSON schema that admits the value, and not the value
+    wrapped in a list."""
+    schema = {"type": "object", "properties": {"v": {"const": value}}, "required": ["v"], "$defs": {"N": {}}}
+    published = Draft202012Validator(args_model("data", schema).model_json_schema())
+    assert published.is_valid({"v": value})
+    assert not published.is_valid({"v": [value]})
 
 
 def test_boolean_subschemas_mean_any_value_and_no_value() -> None:

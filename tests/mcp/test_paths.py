@@ -234,6 +234,20 @@ async def test_a_property_named_default_whose_schema_is_a_ref_runs_through_stric
     assert calls(log) == ["save [('default', 'abc')]"]
 
 
+async def test_a_listed_ref_shaped_value_is_data_and_runs_through_strict_mode(log: Path) -> None:
+    """A listed schema whose ``const``, ``enum``, ``default`` and ``examples`` hold ``{"$ref": ...}`` values is
+    wired (those values are data, never inlined): a strict run sends the schema, then the call with the value."""
+    ref = {"$ref": "#/$defs/Word"}
+    async with raw_schemas_server(log) as server:
+        toolset = await server.tools(tiers={"pick": Tier.READ_ONLY}, include=["pick"])
+        with FakeOpenAIServer([call_step({"ref": ref, "word": "abc", "mode": None}, tool="pick"), done_step()]) as fake:
+            async with OpenAICaller(base_url=fake.base_url, strict=True) as caller:
+                result = await run_tool_loop(caller, Agent(), toolset, "pick", FAST)
+            fake.assert_complete()
+    assert (result.outcome, result.stop_reason) == (Outcome.APPLIED, StopReason.EXECUTOR_DONE)
+    assert calls(log) == [f"pick {[('ref', ref), ('word', 'abc')]}"]
+
+
 async def test_a_listed_true_subschema_in_strict_mode_is_a_usage_error_naming_the_field(log: Path) -> None:
     """A listed ``{"q": true}`` is wired, and a strict-mode run refuses it by field before any request."""
     async with raw_schemas_server(log) as server:
