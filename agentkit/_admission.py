@@ -3,9 +3,10 @@
 Every path that continues a run (an in-process resume, the journal's resume, a Temporal replay or
 continuation, a worker executing an approved call) admits the state it loaded and the tools it
 brings here, before any model call or tool run: the state must be of this version and reproduce
-its digests, be the run's own, and record the same tool set. A tier that changed, a tool added or
-removed, a tool whose args take another shape, another order: each is named, and the run is
-refused with `ToolSetChanged`.
+its digests, be the run's own, and record the same tool set. A tier that changed, a trust or egress
+declaration that changed, a tool added or removed, a tool whose args take another shape, another
+order: each is named, and the run is refused with `ToolSetChanged`. A state written before trust and
+egress were recorded (their fields absent) has them compared for no tool: it goes on as it did.
 """
 
 from __future__ import annotations
@@ -15,14 +16,18 @@ from collections.abc import Iterable, Mapping
 from agentkit._state import RunCheckpoint, ToolEntry, tool_entry
 from agentkit._tiers import Tier
 from agentkit._tools import AnyTool, declared_tier
+from agentkit._trust import Trust, declared_egress, declared_trust
 from agentkit.errors import ResumeRefused, ToolSetChanged
 
 __all__ = ["admit", "admit_tools", "differences", "tool_entries"]
 
 
 def tool_entries(tools: Mapping[str, AnyTool]) -> tuple[ToolEntry, ...]:
-    """The record of `tools`, in their order, with the tiers they declare now."""
-    return tuple(tool_entry(name, declared_tier(tool), tool.args_type) for name, tool in tools.items())
+    """The record of `tools`, in their order, with the tiers, trust and egress they declare now."""
+    return tuple(
+        tool_entry(name, declared_tier(tool), tool.args_type, trust=declared_trust(tool), egress=declared_egress(tool))
+        for name, tool in tools.items()
+    )
 
 
 def differences(recorded: Iterable[ToolEntry], given: Iterable[ToolEntry]) -> list[str]:
@@ -39,6 +44,7 @@ def differences(recorded: Iterable[ToolEntry], given: Iterable[ToolEntry]) -> li
             problems.append(f"tool {name!r} now declares {_tier(other.tier)}, the run had {_tier(entry.tier)}")
         if other.args != entry.args:
             problems.append(f"tool {name!r} now takes args of another schema than the run's")
+        problems += _declarations(name, entry, other)
     if not problems and list(kept) != list(now):
         problems.append(f"the tools are in another order ({list(now)}; the run had {list(kept)})")
     return problems
@@ -89,3 +95,24 @@ def admit(state: RunCheckpoint, tools: Mapping[str, AnyTool], *, run_id: str | N
 
 def _tier(tier: Tier | None) -> str:
     return f"Tier.{tier.name}" if tier is not None else "no tier"
+
+
+def _declarations(name: str, recorded: ToolEntry, given: ToolEntry) -> list[str]:
+    """How `given`'s trust and egress differ from the run's, where both record them (a state written before they
+    were recorded has them as `None`)."""
+    problems = []
+    if None not in (recorded.trust, given.trust) and recorded.trust is not given.trust:
+        problems.append(
+            f"tool {name!r} now declares {_trust(given.trust)}, the run had {_trust(recorded.trust)}: its results "
+            "decide whether untrusted content entered the run"
+        )
+    if None not in (recorded.egress, given.egress) and recorded.egress != given.egress:
+        problems.append(
+            f"tool {name!r} now declares egress={given.egress}, the run had egress={recorded.egress}: the provenance "
+            "policy holds egress calls"
+        )
+    return problems
+
+
+def _trust(trust: Trust | None) -> str:
+    return f"Trust.{trust.name}" if trust is not None else "no trust"

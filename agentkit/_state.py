@@ -37,13 +37,13 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 from agentkit._cache import kept_on, value_cache
 from agentkit._config import AfterProposal, LoopConfig, RepeatPolicy
 from agentkit._context import ContextWindow, Summarizer
-from agentkit._cost import Prices
+from agentkit._cost import Prices, inherited_prices
 from agentkit._degeneration import same_args
 from agentkit._lossless import Text, to_stored
 from agentkit._outcome import Outcome, StopReason
 from agentkit._structured import RetryPolicy
 from agentkit._tiers import AutonomyRung, Tier
-from agentkit._trust import ProvenancePolicy
+from agentkit._trust import ProvenancePolicy, Trust
 from agentkit._usage import Usage
 from agentkit.errors import ResumeRefused
 
@@ -106,8 +106,13 @@ def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
+def _unset(value: object) -> bool:
+    return value is None
+
+
 class ToolEntry(BaseModel):
-    """One tool of a run's set, as the run records it: its name, its tier, the shape of its args."""
+    """One tool of a run's set, as the run records it: its name, its tier, the shape of its args, and its
+    provenance declarations (the trust of its results, whether it sends data out)."""
 
     model_config = _FROZEN
     name: Text
@@ -115,6 +120,24 @@ class ToolEntry(BaseModel):
     """The declared tier; `None`: the tool declares none (it never runs)."""
     args: str
     """SHA-256 of the args type's JSON schema (sorted keys): a change of fields, types or constraints shows."""
+    trust: Trust | None = Field(default=None, exclude_if=_unset)
+    """The trust the tool declares (`declared_trust`); `None`: not recorded (a state written before it was),
+    and then not compared when the run goes on. Left out of the header's digest when `None` or
+    `Trust.TRUSTED`, so a run of tools that declare the defaults digests as it did before it was recorded."""
+    egress: bool | None = Field(default=None, exclude_if=_unset)
+    """Whether the tool declares egress (`declared_egress`); `None`: not recorded, as `trust`. Left out of the
+    header's digest when `None` or `False`."""
+
+    def unrecorded(self) -> set[str]:
+        """The fields left out of the header's digest: those added since, unrecorded or at the value a tool
+        that declares nothing has. Removing one from a stored state by hand goes unseen by the digests, and
+        only stops that declaration from being compared; changing one to another value does not."""
+        left_out = set()
+        if self.trust is None or self.trust is Trust.TRUSTED:
+            left_out.add("trust")
+        if self.egress is None or self.egress is False:
+            left_out.add("egress")
+        return left_out
 
 
 class CheckpointContext(BaseModel):
@@ -354,6 +377,10 @@ class RoundEntry(BaseModel):
     counts and `reasoning` when `None`, so a state written before they were recorded still verifies."""
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    by_model: str | None = None
+    """A round that asked several models (a fallback after a failed primary, a summarizer on a model of its own):
+    its usage split by the model asked, as `json_text` of `{model: counts}`, so each share is priced at its own
+    model's price. `None` for a round of one model (priced at `model`); left out of the digest then."""
     reasoning: Text | None = None
     """The reasoning the model wrote before its step, when the server returned it."""
     llm_seconds: float = 0.0
@@ -593,7 +620,8 @@ class RunCheckpoint(BaseModel):
     config: CheckpointConfig = Field(default_factory=lambda: CheckpointConfig.of(LoopConfig()))
     """The run's `LoopConfig`, field by field; a resumed run goes on under it."""
     tools: tuple[ToolEntry, ...] = ()
-    """The tool set's names, tiers and args schemas, in order; going on with another set is refused."""
+    """The tool set's names, tiers, args schemas and provenance declarations, in order; going on with another set
+    is refused."""
     same: Text | None = None
     """The repeat comparator's (`same=`) `module.qualname`; `None`: the default, args compared by value. A
     function cannot round-trip through JSON, so a resumed run is given it again; going on with another
@@ -691,6 +719,9 @@ class RunCheckpoint(BaseModel):
         if record.provenance is None and self.config.provenance is not None:
             # A fork keeps its parent's taint, and so the policy that enforces it: a config without one keeps the run's.
             record = record.model_copy(update={"provenance": self.config.provenance})
+        if record.prices is not None and self.config.prices is not None:
+            # The rounds a fork inherits keep their models' prices: a new table adds to the run's, never reprices it.
+            record = record.model_copy(update={"prices": inherited_prices(self.config.prices, record.prices)})
         state = RunCheckpoint.start(run_id, record, self.tools, same=self.same, parent=self.run_id, forked_at=at_round)
         for entry in self.entries:
             if (isinstance(entry, RoundEntry) and entry.round <= at_round) or (
@@ -879,6 +910,7 @@ _LATER_ROUND_FIELDS = (
     "reasoning_tokens",
     "reasoning",
     "media",
+    "by_model",
 )
 """A round's fields that later versions record, each left out of its digest while `None` (0 for a count, `()`
 for the media)."""
@@ -1020,6 +1052,7 @@ def _writers() -> dict[type[BaseModel], dict[str, _Writer]]:
         "cached_input_tokens": _whole,
         "cache_write_tokens": _whole,
         "reasoning_tokens": _whole,
+        "by_model": _plain_text,
         "reasoning": _free_text,
         "llm_seconds": _real,
         "tool_seconds": _real,
@@ -1081,6 +1114,9 @@ def _head(state: RunCheckpoint) -> str:
         )
         if isinstance(state.config, CheckpointConfig) and state.config.unrecorded():
             left_out["config"] = state.config.unrecorded()
+        declared = {i: t.unrecorded() for i, t in enumerate(state.tools) if isinstance(t, ToolEntry) and t.unrecorded()}
+        if declared:
+            left_out["tools"] = declared
         return json_text(state.model_dump(mode="json", exclude=left_out))
     forked_at, parent, run_id, version = written
     tools = ",".join(_shared_text(tool) for tool in state.tools)
@@ -1101,8 +1137,8 @@ def _shared_text(value: BaseModel) -> str:
     found = _SHARED_TEXTS.get(id(value))
     if found is not None and found[0] is value:
         return found[1]
-    # A config digests without the fields added since, where it holds what a state without them means.
-    left_out = value.unrecorded() if isinstance(value, CheckpointConfig) else None
+    # A config or tool entry digests without the fields added since, where it holds what a state without them means.
+    left_out = value.unrecorded() if isinstance(value, CheckpointConfig | ToolEntry) else None
     text = json_text(value.model_dump(mode="json", exclude=left_out or None))
     if len(_SHARED_TEXTS) >= _SHARED_SIZE:
         _SHARED_TEXTS.clear()
@@ -1123,14 +1159,20 @@ def _fast_content(entry: BaseModel, exclude: frozenset[str]) -> str | None:
     return "{" + ",".join(parts) + "}"
 
 
-def tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
+def tool_entry(
+    name: str, tier: Tier | None, args_type: type[BaseModel], *, trust: Trust | None = None, egress: bool | None = None
+) -> ToolEntry:
     """The record of one tool (made once per tool, and kept on its args type: a service runs many runs over
-    the same tools, and tools made per request go with their args types)."""
-    return kept_on(args_type, ("tool entry", name, tier), lambda: _tool_entry(name, tier, args_type))
+    the same tools, and tools made per request go with their args types). `trust` and `egress`: what the tool
+    declares (`None`: not recorded)."""
+    key = ("tool entry", name, tier, trust, egress)
+    return kept_on(args_type, key, lambda: _tool_entry(name, tier, args_type, trust, egress))
 
 
-def _tool_entry(name: str, tier: Tier | None, args_type: type[BaseModel]) -> ToolEntry:
-    return ToolEntry(name=name, tier=tier, args=args_schema_digest(args_type))
+def _tool_entry(
+    name: str, tier: Tier | None, args_type: type[BaseModel], trust: Trust | None, egress: bool | None
+) -> ToolEntry:
+    return ToolEntry(name=name, tier=tier, args=args_schema_digest(args_type), trust=trust, egress=egress)
 
 
 def args_schema_digest(args_type: type[BaseModel]) -> str:

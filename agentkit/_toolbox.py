@@ -9,9 +9,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from agentkit._admission import tool_entries
 from agentkit._cites import Citing, citing, restricted, retrieved_ids
 from agentkit._config import AfterProposal, LoopConfig
-from agentkit._state import ToolEntry, tool_entry
+from agentkit._state import ToolEntry
 from agentkit._step import ToolStep, build_step_model, step_call_parts
 from agentkit._tiers import Tier, runs_live
 from agentkit._tools import AnyTool, Tool, declared_tier, validate_tool_names
@@ -142,8 +143,8 @@ class Toolbox:
         )
 
     def entries(self) -> tuple[ToolEntry, ...]:
-        """The tool set as the run's state records it (tiers read now)."""
-        return tuple(tool_entry(name, declared_tier(t), t.args_type) for name, t in self.tools.items())
+        """The tool set as the run's state records it (tiers, trust and egress read now)."""
+        return tool_entries(self.tools)
 
     def resolve(self, call: BaseModel) -> tuple[Tool[Any, Any], BaseModel]:
         name, args = step_call_parts(call)

@@ -54,9 +54,9 @@ class RunStatus(StrEnum):
     """Failed before it could play: no agent of its name on the worker, or a ctx that does not validate as
     the agent's `ctx_type`; `RunState.error` says why (`result()` raises `WorkflowFailureError`)."""
     REFUSED = "refused"
-    """The worker's tools are not the ones the run recorded (a redeploy changed a tier, added or removed a
-    tool, or changed a tool's args); `RunState.refused` says what differs. Nothing runs; the run fails
-    as soon as an Update or a signal reaches it on such a worker."""
+    """The worker's tools are not the ones the run recorded (a redeploy changed a tier, a trust or an egress,
+    added or removed a tool, or changed a tool's args); `RunState.refused` says what differs. Nothing runs;
+    the run fails as soon as an Update or a signal reaches it on such a worker."""
 
 
 SETTLED = frozenset({RunStatus.FINISHED, RunStatus.FAILED, RunStatus.REFUSED})
@@ -295,7 +295,7 @@ class ToolReply(BaseModel):
 
 
 class ToolSet(BaseModel):
-    """A run's tool set as it first ran (names, tiers, args schemas), recorded in its history."""
+    """A run's tool set as it first ran (names, tiers, args schemas, trust and egress), recorded in its history."""
 
     model_config = _FROZEN
     agent: str

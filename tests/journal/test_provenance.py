@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from agentkit import AfterProposal, LoopConfig, StopReason, run_tool_loop_tiered
 from agentkit.decisions import Grant, Range
-from agentkit.journal import Journal, JournalObserver, ProposalState
+from agentkit.errors import ToolSetChanged
+from agentkit.journal import Journal, JournalObserver, ProposalState, RunStatus
+from agentkit.provenance import Trust
 from agentkit.testing import ScriptedCaller, call_step, done_step
 from tests.provenance_support import ATTACKER_IBAN, TASK, Folder, Payment, Url, WorldTool, ran, world
 from tests.support import NO_WAIT, Doc, Executor
@@ -59,6 +63,23 @@ async def test_a_resumed_journaled_run_keeps_its_taint(journal: Journal) -> None
     assert held.evidence is not None
     assert held.evidence.provenance is not None
     assert held.evidence.provenance.held
+
+
+async def test_a_journaled_run_whose_tool_now_declares_other_trust_is_refused_holding_nothing(
+    journal: Journal,
+) -> None:
+    """Resuming from the journal with the untrusted inbox now declared trusted is refused, naming the tool and
+    both declarations: the run is not held, and nothing runs."""
+    tools = world()
+    run_id = await bill_paid_run(journal, tools)
+    [pending] = await journal.pending()
+    await journal.approve(pending.id, "alice")
+    tools["read_inbox"].trust = Trust.TRUSTED
+    with pytest.raises(ToolSetChanged, match=r"'read_inbox' now declares Trust\.TRUSTED, the run had Trust\.UNTRUSTED"):
+        await journal.resume(run_id, ScriptedCaller([done_step()]), Executor[Doc](), list(tools.values()), TASK)
+    run = await journal.run(run_id)
+    assert (run.status, run.lease_until) == (RunStatus.READY, None)
+    assert sorted(ran(tools)) == ["read_inbox"]
 
 
 async def test_a_fork_after_the_untrusted_read_keeps_its_taint_and_one_before_it_does_not(journal: Journal) -> None:

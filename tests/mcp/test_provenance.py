@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentkit import AfterProposal, LoopConfig, Tier, UsageError, run_tool_loop_tiered
+from agentkit import AfterProposal, LoopConfig, Tier, UsageError, approve, resume_tool_loop, run_tool_loop_tiered
+from agentkit.errors import ToolSetChanged
 from agentkit.mcp import McpConnection, McpItem, connect_stdio
 from agentkit.provenance import Trust
 from agentkit.testing import ScriptedCaller, call_step, done_step
@@ -87,3 +88,29 @@ async def test_mcp_tools_told_trusted_and_local_run_as_before(files: McpConnecti
     result = await run_tool_loop_tiered(caller, Executor[McpItem](), tools, "find otters", LoopConfig(retry=NO_WAIT))
     assert result.proposed == []
     assert len(result.items) == 2
+
+
+async def test_a_run_resumed_with_mcp_tools_wired_with_other_provenance_is_refused(files: McpConnection) -> None:
+    """A run whose MCP tools were vouched for (`trust=`, `egress=`) cannot go on with the same tools wired with the
+    defaults (untrusted, egress): the refusal names each tool and both declarations, and nothing runs."""
+    tiers = {"search": Tier.READ_ONLY, "echo": Tier.IRREVERSIBLE}
+    vouched = await files.tools(
+        tiers=tiers, include=["search", "echo"], trust={"search": Trust.TRUSTED}, egress={"echo": False}
+    )
+    caller = ScriptedCaller(
+        [call_step({"query": "otters"}, tool="search"), call_step({"text": "otters-1"}, tool="echo"), done_step()]
+    )
+    first = await run_tool_loop_tiered(caller, Executor[McpItem](), vouched, "find otters", LoopConfig(retry=NO_WAIT))
+    [proposal] = first.proposed
+    plain = await files.tools(tiers=tiers, include=["search", "echo"])
+    later = ScriptedCaller([done_step()])
+    with pytest.raises(ToolSetChanged) as refused:
+        await resume_tool_loop(
+            later, Executor[McpItem](), plain, "find otters", first.checkpoint, [approve(proposal, approved_by="a")]
+        )
+    assert refused.value.problems == (
+        "tool 'search' now declares Trust.UNTRUSTED, the run had Trust.TRUSTED: its results decide whether "
+        "untrusted content entered the run",
+        "tool 'echo' now declares egress=True, the run had egress=False: the provenance policy holds egress calls",
+    )
+    assert later.remaining == 1

@@ -118,6 +118,7 @@ def test_entries_built_without_validation_digest_as_validated_ones() -> None:
         ("tier", 0),
         ("outcome", "retried"),
         ("elapsed", 7.0),
+        ("by_model", '{"gpt-4o":{"input_tokens":9,"output_tokens":0,"requests":1}}'),
     ],
 )
 def test_an_edit_to_an_entry_is_refused_naming_it(field: str, value: Any) -> None:
@@ -135,7 +136,7 @@ def test_a_rounds_media_digests_are_sealed_and_a_round_without_media_digests_as_
     digests are part of its digest, so editing one in the JSON is refused."""
     plain = RoundEntry(round=1, outcome=RoundOutcome.DONE)
     assert "media" not in _content(plain)
-    later = {"trace", "media", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "reasoning"}
+    later = {"trace", "media", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "reasoning", "by_model"}
     unrecorded = {"digest", "untrusted", "from_untrusted", "position", *later}  # provenance, too, left out when none
     assert _content(plain) == json_text(plain.model_dump(mode="json", exclude=unrecorded))
     seen = RoundEntry(round=1, outcome=RoundOutcome.DONE, media=("image:image/png:" + "a" * 64,))

@@ -26,6 +26,7 @@ from agentkit._state import (
     made,
     tool_entry,
 )
+from agentkit._trust import Trust
 from tests.support import Query
 
 text = st.text(alphabet=st.characters(exclude_categories=()))
@@ -61,6 +62,7 @@ round_fields = st.fixed_dictionaries(
         "cached_input_tokens": st.integers(0, 10**6),
         "cache_write_tokens": st.integers(0, 10**6),
         "reasoning_tokens": st.integers(0, 10**6),
+        "by_model": maybe_str,
         "reasoning": maybe_text,
         "untrusted": st.booleans(),
         "from_untrusted": st.tuples(text),
@@ -137,7 +139,15 @@ def dumped_content(entry: RoundEntry | DecisionEntry | EndEntry) -> str:
     exclude = {"digest"}
     if isinstance(entry, RoundEntry):
         # each field recorded later than the first states is left out while empty (so old states still verify)
-        later = ("trace", "reasoning", "cached_input_tokens", "cache_write_tokens", "reasoning_tokens", "media")
+        later = (
+            "trace",
+            "reasoning",
+            "cached_input_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "media",
+            "by_model",
+        )
         exclude |= {name for name in later if getattr(entry, name) in (None, 0, ())}
         if entry.position is None:
             exclude.add("position")
@@ -199,6 +209,8 @@ def test_an_entry_holding_a_value_not_of_its_fields_type_is_digested_through_its
     deadline=st.none() | st.floats(min_value=0.001, max_value=1e6),
     loaded=st.booleans(),
     priced=st.sampled_from([None, "table", "budget"]),
+    trust=st.sampled_from([None, Trust.TRUSTED, Trust.UNTRUSTED]),
+    egress=st.sampled_from([None, False, True]),
 )
 def test_a_states_digested_header_is_json_text_of_its_dump(
     run_id: str,
@@ -209,12 +221,15 @@ def test_a_states_digested_header_is_json_text_of_its_dump(
     deadline: float | None,
     loaded: bool,
     priced: str | None,
+    trust: Trust | None,
+    egress: bool | None,
 ) -> None:
     """The header's digest is written part by part (the config's and tools' text kept per object): byte for
     byte `json_text` of its JSON dump (less `same`, and the config's `prices` and `cost_budget`, when they are
-    `None`, and `repeat_exempt` when empty, as headers were digested before they were recorded), for a fresh
-    state and for one read back."""
-    tools = (tool_entry("search", Tier.READ_ONLY, Query), tool_entry("delete", Tier.IRREVERSIBLE, Query))
+    `None`, `repeat_exempt` when empty, and a tool's `trust` and `egress` when unrecorded or at the defaults,
+    as headers were digested before they were recorded), for a fresh state and for one read back."""
+    search = tool_entry("search", Tier.READ_ONLY, Query, trust=trust, egress=egress)
+    tools = (search, tool_entry("delete", Tier.IRREVERSIBLE, Query))
     prices = Prices({"m": ModelPrice(input=Decimal("0.5"), output=Decimal(2))}) if priced else None
     budget = Decimal("0.10") if priced == "budget" else None
     config = LoopConfig(max_rounds=max_rounds, deadline=deadline, prices=prices, cost_budget=budget)
@@ -224,6 +239,9 @@ def test_a_states_digested_header_is_json_text_of_its_dump(
     left_out: dict[str, Any] = dict.fromkeys({"entries", "digest"} | ({"same"} if same is None else set()), True)
     unset = {name for name, value in (("prices", prices), ("cost_budget", budget)) if value is None}
     left_out["config"] = dict.fromkeys({"repeat_exempt"} | unset, True)  # fields added since, at their defaults
+    defaults = {"trust"} if trust in (None, Trust.TRUSTED) else set()
+    defaults |= {"egress"} if egress in (None, False) else set()
+    left_out["tools"] = {0: defaults, 1: {"trust", "egress"}}
     for _ in range(2):  # the second time from the kept texts
         assert _head(state) == json_text(state.model_dump(mode="json", exclude=left_out))
     state.verify()

@@ -104,7 +104,7 @@ def make_agents(
     for a send to bob).
 
     ``redeploy`` builds ``research`` as a later deploy might: ``"retiered"`` declares ``send``
-    READ_ONLY, ``"added"`` adds a tool, ``"removed"`` drops ``send``.
+    READ_ONLY, ``"added"`` adds a tool, ``"removed"`` drops ``send``, ``"egress"`` declares ``send`` egress.
     """
 
     @tool(tier=Tier.READ_ONLY)
@@ -147,6 +147,8 @@ def make_agents(
         tools = [search, send, count]
     elif redeploy == "removed":
         tools = [search]
+    elif redeploy == "egress":
+        tools = [search, dataclasses.replace(send, egress=True)]
     return [
         DurableAgent(
             name="research",

@@ -19,6 +19,7 @@ CHANGES = [
     ("retiered", "tool 'send' now declares Tier.READ_ONLY, the run had Tier.IRREVERSIBLE"),
     ("added", "tool 'count' was not in the run"),
     ("removed", "tool 'send' is missing"),
+    ("egress", "tool 'send' now declares egress=True, the run had egress=False"),
 ]
 
 
@@ -27,9 +28,9 @@ async def test_waiting_run_refuses_a_worker_whose_tools_changed(
     temporal: TemporalTest, redeploy: str, named: str
 ) -> None:
     """A run waits on a proposed IRREVERSIBLE send; the worker is replaced by one whose tool set differs
-    (send re-tiered READ_ONLY, a tool added, send removed). The rejection is refused naming the difference,
-    the send never runs (tool-side log), no model call is made, and the run fails saying why, at once
-    (not a workflow task retried forever). Waiting for it to wait raises RunEnded, and changes nothing."""
+    (send re-tiered READ_ONLY, a tool added, send removed, send declared egress). The rejection is refused
+    naming the difference, the send never runs (tool-side log), no model call is made, and the run fails saying
+    why, at once (not a workflow task retried forever). Waiting for it to wait raises RunEnded, and changes nothing."""
     temporal.fake.add(step("send", to="bob", text="hi"), DONE)
     async with temporal.worker():
         handle = await temporal.runs.start(temporal.research, Brief(topic="t"))
