@@ -9,6 +9,7 @@ at the base tier (the price of a prompt of a thousand tokens).
 from __future__ import annotations
 
 import datetime
+import json
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -16,13 +17,24 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, cast
 
-from agentkit._usage import Usage
-from agentkit.errors import UsageError
+from agentkit._usage import ByModel, Usage, usage_less, written_counts
+from agentkit.errors import ResumeRefused, UsageError
 
 if TYPE_CHECKING:
     from agentkit._agent import RoleSpec
 
-__all__ = ["MILLION", "ModelPrice", "Prices", "check_cost_budget", "check_priced"]
+__all__ = [
+    "MILLION",
+    "ModelPrice",
+    "Prices",
+    "answering_model",
+    "by_model_text",
+    "check_cost_budget",
+    "check_priced",
+    "inherited_prices",
+    "round_cost",
+    "unpriced_error",
+]
 
 MILLION = Decimal(1_000_000)
 
@@ -239,14 +251,96 @@ def _is_date(text: str) -> bool:
     return True
 
 
-def check_priced(prices: Prices | None, budget: Decimal | None, role: RoleSpec) -> None:
+def check_priced(prices: Prices | None, budget: Decimal | None, role: RoleSpec, *, resumed: str | None = None) -> None:
     """A budget in money needs a price for every model the role may ask; raises `UsageError` before anything
-    runs, not a budget that stops counting at the first round of an unpriced model."""
+    runs, not a budget that stops counting at the first round of an unpriced model. `resumed`: the id of the run
+    a resume goes on with (its table is the one its state keeps): `ResumeRefused`, worded for a resume.
+
+    Raises:
+        UsageError: naming the model and the fix (`ResumeRefused` for a resume).
+    """
     if budget is None or prices is None:
         return
     for model in (role.model, role.fallback_model):
         if model is not None and prices.price(model) is None:
+            if resumed is not None:
+                raise ResumeRefused(
+                    f"run {resumed!r} cannot go on under its cost_budget: the price table its state keeps has no "
+                    f"price for model {model!r} (this agent's role's model or its fallback); resume it with an "
+                    "agent on a model the table prices, or fork it with a config whose prices add this model "
+                    "(journal.fork(..., config=...)). Nothing ran"
+                )
             raise UsageError(
                 f"LoopConfig.cost_budget cannot be kept: LoopConfig.prices has no price for model {model!r} "
                 "(the role's model or its fallback); add it to the table, or leave cost_budget out"
             )
+
+
+def by_model_text(usage: Usage, model: str, others: ByModel) -> str:
+    """A round's `usage` split by model as its entry keeps it (`RoundEntry.by_model`): `others` (each model's
+    share but the role's), and what is left of it as `model`'s (the role's)."""
+    split: dict[str, dict[str, int]] = {}
+    rest = usage
+    for name, share in others.items():
+        split[name] = written_counts(share)
+        rest = usage_less(rest, share)
+    if rest.requests or rest.total_tokens:
+        split[model] = written_counts(rest)
+    return json.dumps(split, sort_keys=True, separators=(",", ":"))
+
+
+def _shares(text: str) -> dict[str, Usage]:
+    return {name: Usage(**{k: int(v) for k, v in counts.items()}) for name, counts in json.loads(text).items()}
+
+
+def answering_model(answered: str, role: RoleSpec) -> str:
+    """The model whose price a round pays that a server says `answered` answered, when the table has no price
+    for that name: of the role's model and its fallback, the one `answered` names most specifically (itself, or
+    an alias such as `gpt-4o-mini-latest`), the role's model first; the role's model when it names neither (a
+    failed round names none)."""
+    named = [model for model in (role.model, role.fallback_model) if model and _names(answered, model)]
+    return max(named, key=len) if named else role.model
+
+
+def _names(answered: str, model: str) -> bool:
+    return answered == model or answered.startswith(model + "-")
+
+
+def round_cost(prices: Prices, role: RoleSpec, model: str, usage: Usage, by_model: str | None) -> Decimal | str:
+    """What a round costs at `prices`: each model's share of it (`by_model`) at that model's price, else the whole
+    at the price of the model that answered (`model`; see `answering_model`); or the name of the model that
+    has no price in the table."""
+    if by_model is not None:
+        total = Decimal(0)
+        for name, share in _shares(by_model).items():
+            price = prices.price(name)
+            if price is None:
+                if share.total_tokens:
+                    return name
+                continue
+            total += price.cost(share)
+        return total
+    price = prices.price(model) if model else None
+    if price is None:
+        model = answering_model(model, role)
+        price = prices.price(model)
+        if price is None:
+            return model
+    return price.cost(usage)
+
+
+def unpriced_error(model: str) -> UsageError:
+    """Why a run under a `cost_budget` stopped: a round of `model`, which the price table has no price for."""
+    return UsageError(
+        f"LoopConfig.cost_budget cannot be kept: a round of model {model!r} has no price in LoopConfig.prices, so "
+        "the run stopped before its next round; add the model to the table (a summarizer's model included)"
+    )
+
+
+def inherited_prices(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any]:
+    """A fork's price table (as its state keeps one, `Prices.to_json`): `new`, plus the models of the run's table
+    (`old`) that `new` does not name, so the rounds a fork inherits keep their own models' prices (a table in
+    another currency is taken as it is: prices are not converted)."""
+    if old.get("currency", "USD") != new.get("currency", "USD"):
+        return dict(new)
+    return {**new, "models": {**old["models"], **new["models"]}}

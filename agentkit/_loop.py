@@ -12,6 +12,7 @@ the run's `RunSession`; tools run through `agentkit._invoke`.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import itertools
@@ -33,7 +34,7 @@ from agentkit._codec import Codec, Unencodable
 from agentkit._config import LoopConfig
 from agentkit._context import SummaryCutOff
 from agentkit._copy import owned
-from agentkit._cost import check_priced
+from agentkit._cost import by_model_text, check_priced, round_cost, unpriced_error
 from agentkit._degeneration import SameFunc
 from agentkit._deltas import StepDeltas
 from agentkit._events import (
@@ -67,7 +68,7 @@ from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
 from agentkit._toolbox import Toolbox
 from agentkit._tools import Tool, declared_tier
-from agentkit._usage import Usage, usage_counts, usage_of_counts
+from agentkit._usage import ByModel, Usage, add_by_model, counting_models, usage_counts, usage_of_counts
 from agentkit._views import Views
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout
 
@@ -122,9 +123,12 @@ class _Round:
     closing: bool = False
     position: int | None = None
     """In a step of several calls: the call's place in the step (`agentkit._calls`)."""
+    by_model: str | None = None
+    """The round's usage by model, when it asked several (`RoundEntry.by_model`)."""
 
-    def traced(self, entry: RoundEntry, args: BaseModel | None, batch_size: int) -> RoundRecord:
-        """The round's record in the result's trace (its typed args, which the entry holds as JSON)."""
+    def traced(self, entry: RoundEntry, args: BaseModel | None, batch_size: int, usage: Usage) -> RoundRecord:
+        """The round's record in the result's trace (its typed args, which the entry holds as JSON); `usage`: the
+        usage its entry carries (a step of several calls counts the step's once)."""
         outcome = entry.outcome
         return RoundRecord(
             round=self.round,
@@ -140,14 +144,9 @@ class _Round:
             error=entry.error,
             llm_seconds=self.reply.seconds,
             tool_seconds=entry.tool_seconds,
-            usage=self.reply.usage,
+            usage=usage,
             reasoning=self.reply.reasoning,
         )
-
-
-def _names_model(answered: str, model: str | None) -> bool:
-    """`answered` (the model a reply names) is `model`, or a name its server gives it (`model-2025-08-07`)."""
-    return model is not None and (answered == model or answered.startswith(model + "-"))
 
 
 def schema_digest(schema: type[BaseModel]) -> str:
@@ -219,7 +218,11 @@ class _Run:
         order once it is through (`show`); `None`: each joins at once."""
         self.cost: Decimal | None = None
         """What the run's rounds cost so far (`LoopConfig.prices`); `None` without prices or with a round unpriced."""
+        self.unpriced: str | None = None
+        """The model of the first round the price table has no price for (under a `cost_budget`, the run stops)."""
         self.largest_round_cost = Decimal(0)
+        self.summary_models: ByModel | None = None
+        """What the summarizer's runs spent this round, by model (taken with the views' summary usage)."""
         if self.config.prices is not None:
             self.cost = Decimal(0)
             for entry in state.entries:
@@ -227,19 +230,13 @@ class _Run:
                     self.priced(entry)
 
     def priced(self, entry: RoundEntry) -> None:
-        """Add a round's cost to the run's, at the price of the model that answered it (else the role's)."""
+        """Add a round's cost to the run's: each model's share at its price (`round_cost`)."""
         prices = self.config.prices
         if prices is None or self.cost is None:
             return
-        usage = usage_of_counts(entry)
-        role = self.session.role
-        cost = prices.cost(entry.model or role.model, usage)
-        if cost is None and entry.model and not _names_model(entry.model, role.fallback_model):
-            # A reply names the model as its server does (a dated snapshot, an alias): the role's price. Not
-            # for a round the fallback model answered, which has a price of its own, or none.
-            cost = prices.cost(role.model, usage)
-        if cost is None:
-            self.cost = None
+        cost = round_cost(prices, self.session.role, entry.model, usage_of_counts(entry), entry.by_model)
+        if isinstance(cost, str):
+            self.cost, self.unpriced = None, cost
             return
         self.cost += cost
         self.largest_round_cost = max(self.largest_round_cost, cost)
@@ -263,6 +260,9 @@ class _Run:
         if budget is not None and self.session.usage.total_tokens + rounds * self.largest_round_tokens > budget:
             return Ending(None, StopReason.BUDGET_EXHAUSTED)
         money = self.config.cost_budget
+        if money is not None and self.cost is None and self.unpriced is not None:
+            # A round that cannot be priced leaves no cost to keep the budget by: the run stops, never runs unkept.
+            return Ending(Outcome.ERROR, StopReason.BUDGET_EXHAUSTED, unpriced_error(self.unpriced))
         if money is not None and self.cost is not None and self.cost + rounds * self.largest_round_cost > money:
             return Ending(None, StopReason.BUDGET_EXHAUSTED)
         return None
@@ -315,6 +315,7 @@ class _Run:
             schema_digest=schema_digest(this.schema),
             media=reply.media,
             **usage_counts(counted),
+            by_model=None if charged else this.by_model,
             reasoning=None if charged else reply.reasoning,
             llm_seconds=0.0 if charged else reply.seconds,
             tool_seconds=tool_seconds,
@@ -330,7 +331,7 @@ class _Run:
         )
         self.append(entry)
         self.priced(entry)
-        self.trace.append(this.traced(entry, args, len(batch)))
+        self.trace.append(this.traced(entry, args, len(batch), counted))
         return entry
 
     def show(self, this: _Round, call: PriorCall[Any], **how: Any) -> None:
@@ -344,7 +345,6 @@ class _Run:
     async def begin(self) -> Ending | None:
         """Before the first round: refuse a tool without a tier, then settle a resumed run's decisions
         (`settle`); then its calls join the views and the items."""
-        check_priced(self.config.prices, self.config.cost_budget, self.session.role)
         ending = _no_tier(self.box.tools)
         for proposal, decision in self.decisions if ending is None else ():
             if (ending := await settle(self, proposal, decision)) is not None:
@@ -371,11 +371,13 @@ class _Run:
         bounds a summarizer too. A closing round's (`closing`: the tools' ending) says why the tools stopped."""
         why = None if closing is None else closing.reason
         repeated = self.repeated if why is StopReason.DEGENERATION else None
-        infos = await self.views.infos(
-            round, closing=closing is not None, deadline=self.remaining(), closed_by=why, repeated=repeated
-        )
+        # The summarizer's runs are priced at their own models: counted by model while it runs.
+        with counting_models() if self.views.summarizes else _UNCOUNTED as self.summary_models:
+            infos = await self.views.infos(
+                round, closing=closing is not None, deadline=self.remaining(), closed_by=why, repeated=repeated
+            )
         if not isinstance(infos, tuple):
-            self.session.usage += self.views.take_summary_usage()  # no round follows to carry it
+            summary_failed(self, round, infos, closing=closing is not None)  # no round follows to carry its spend
         if isinstance(infos, SummaryCutOff):
             return Ending(None, StopReason.DEADLINE)
         if isinstance(infos, AgentkitError):
@@ -400,13 +402,17 @@ class _Run:
         finally:
             ASKING.reset(asking)
         summarizing = self.views.take_summary_usage()
+        others = reply.others
         if summarizing.requests:
             # the round's summarizer asked a model through agentkit: its usage is the round's too
             self.session.usage += summarizing
             reply = dataclasses.replace(reply, usage=reply.usage + summarizing)
+            others = summarized_on(self.session, others, self.summary_models)
+            self.summary_models = None
         self.largest_round_tokens = max(self.largest_round_tokens, reply.usage.total_tokens)
         rationale = reply.value.rationale if reply.value is not None else ""
-        this = _Round(info.round, reply, schema, rationale, closing=closing)
+        by_model = None if not others else by_model_text(reply.usage, self.session.role.model, others)
+        this = _Round(info.round, reply, schema, rationale, closing=closing, by_model=by_model)
         if reply.value is None:
             assert reply.stop_reason is not None
             outcome = None if reply.error is None else Outcome.ERROR
@@ -569,6 +575,42 @@ class _Run:
             deliver_checkpoint(self.keepers, self.session.run_id, self.state)
 
 
+_UNCOUNTED: contextlib.nullcontext[None] = contextlib.nullcontext()
+"""A run without a summarizer counts nothing by model."""
+
+
+def summarized_on(session: RunSession, others: ByModel | None, models: ByModel | None) -> ByModel | None:
+    """`others` (a round's usage on models other than the role's) with the summarizer's on such models (`models`:
+    what its runs spent by model), which the session counts as theirs too."""
+    role = session.role.model
+    extra = {name: usage for name, usage in (models or {}).items() if name != role}
+    if not extra:
+        return others
+    session.spent_on(extra)
+    merged = dict(others or {})
+    for name, usage in extra.items():
+        add_by_model(merged, name, usage)
+    return merged
+
+
+def summary_failed(run: _Run, round: int, why: SummaryCutOff | AgentkitError, *, closing: bool) -> None:
+    """A summarizer that failed, or that the deadline cut off, after its runs spent: the round is recorded
+    `FAILED` with that spend (no executor's reply), so the run's state, usage and cost keep it."""
+    spent = run.views.take_summary_usage()
+    if not spent.requests:
+        return
+    run.session.usage += spent
+    others = summarized_on(run.session, None, run.summary_models)
+    run.summary_models = None
+    schema = run.box.step_for(run.views.executed, run.views.items, closing=closing)
+    assert schema is not None  # asked before the summary was: `close` asks a closing round only when it can be
+    by_model = None if not others else by_model_text(spent, run.session.role.model, others)
+    run.rounds = round
+    failed = _Round(round, Reply(value=None, usage=spent), schema, closing=closing, by_model=by_model)
+    error = StopReason.DEADLINE.value if isinstance(why, SummaryCutOff) else str(why)
+    run.record(failed, RoundOutcome.FAILED, error=error)
+
+
 def _no_tier(tools: Mapping[str, Tool[Any, Any]]) -> Ending | None:
     """A tool that declares no tier is refused before anything runs."""
     for name, tool in tools.items():
@@ -719,6 +761,7 @@ async def run_core(
     """
     role = bound.agent.role()
     config, box = bound.config, bound.box
+    check_priced(config.prices, config.cost_budget, role)  # before the run starts: nothing to report aborted
     session = RunSession(
         bound.observers,
         agent=bound.agent,

@@ -22,6 +22,7 @@ from agentkit._agent import ToolAgent
 from agentkit._codec import Codec, decoded_args, proposal_of
 from agentkit._config import AfterProposal, LoopConfig
 from agentkit._context import Summarizer
+from agentkit._cost import check_priced
 from agentkit._grants import Grants
 from agentkit._loop import AskGrant, Bound, RunApproved, run_core
 from agentkit._observe import Observer, observers_of, wants_checkpoints
@@ -219,7 +220,8 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
                 differs from the run's (`ToolSetChanged`); a decision is for a proposal the run
                 does not wait on, is one of two for one proposal, or is a spent approval; a proposal
                 the run waits on has no decision; `summarize`, or this loop's `same=`, is missing or
-                another function than the run's. Nothing ran.
+                another function than the run's; the run keeps a `cost_budget` and its state's price table
+                has no price for this agent's model (or its fallback). Nothing ran.
         """
         resume = self.prepared(checkpoint, decisions, summarize=summarize)
         return await resume(ctx)
@@ -246,6 +248,7 @@ class ToolLoop(Generic[Ctx, Args, R, Answer]):
         _check_summarizer(checkpoint, summarize)
         _check_comparator(checkpoint, self._bound.same)
         config = checkpoint.config.rebuild(summarize)
+        check_priced(config.prices, config.cost_budget, self._bound.agent.role(), resumed=checkpoint.run_id)
         box = Toolbox.build(self._tools, config, self._answer)
         codec = Codec(box.tools)
         if not checkpoint.resumable:

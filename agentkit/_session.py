@@ -37,9 +37,10 @@ from agentkit._structured import (
     StructuredCaller,
     StructuredRequest,
     generate_structured,
+    usage_of,
 )
 from agentkit._timing import timeout_scope
-from agentkit._usage import Usage, run_spent
+from agentkit._usage import ByModel, Usage, add_by_model, check_counts, run_spent
 from agentkit.errors import AgentkitError, ExecutorError, Throttled, Truncated, UsageError
 
 if TYPE_CHECKING:
@@ -104,20 +105,43 @@ class Reply(Generic[M_co]):
     """The prompt's images and documents by digest (`media_digests`)."""
     reasoning: str | None = None
     """The reasoning the model wrote before its reply, when the server returned it."""
+    others: ByModel | None = None
+    """Of `usage`, what the attempts on models other than the role's spent, by model (the fallback's); `None`:
+    every attempt asked the role's model."""
 
 
 class _Counted:
-    """Counts the requests that started, so that one cut off by a deadline is still counted."""
+    """Counts the requests that started, so that one cut off by a deadline is still counted, and what the
+    attempts on a model other than the role's (`model`) spent, so that each model's share is priced at its own."""
 
-    __slots__ = ("caller", "started")
+    __slots__ = ("caller", "model", "others", "started")
 
-    def __init__(self, caller: StructuredCaller) -> None:
+    def __init__(self, caller: StructuredCaller, model: str) -> None:
         self.caller = caller
+        self.model = model
         self.started = 0
+        self.others: ByModel | None = None
 
     async def complete(self, request: StructuredRequest, schema: type[M]) -> Completion[M]:
         self.started += 1
-        return await self.caller.complete(request, schema)
+        model = request.model
+        try:
+            completion = await self.caller.complete(request, schema)
+        except Exception as raised:
+            used = usage_of(raised)
+            check_counts(used, self.caller)
+            if model != self.model:
+                self.spent(model, used)
+            raise
+        check_counts(completion.usage, self.caller)  # every attempt of any caller enters the run here
+        if model != self.model:
+            self.spent(model, completion.usage)
+        return completion
+
+    def spent(self, model: str, usage: Usage) -> None:
+        if self.others is None:
+            self.others = {}
+        add_by_model(self.others, model, usage)
 
 
 class RunSession:
@@ -152,6 +176,8 @@ class RunSession:
         self.run_id = run_id or uuid.uuid4().hex
         """A resumed run keeps its run id and the usage it had spent (`usage`)."""
         self.usage = usage or Usage()
+        self.others: ByModel | None = None
+        """Of this leg's usage, what went to models other than the role's, by model (`Reply.others`)."""
         self._settings: dict[str, Any] = {name: getattr(role, name) for name in _ROLE_FIELDS}
         """The role's part of every request (a request is the role plus the prompt)."""
         self._start: RunStarted | None = None
@@ -214,7 +240,7 @@ class RunSession:
         """Report the run's result (observers get `seen`, a copy, where the result holds mutable parts)."""
         if self.observers:
             self.emit(RunFinished(run_id=self.run_id, result=seen if seen is not None else result))
-        run_spent(result.usage)
+        run_spent(result.usage, self.role.model, self.others)
         return result
 
     async def ask(
@@ -251,7 +277,7 @@ class RunSession:
         request = StructuredRequest(system=prompt.system, dynamic=prompt.dynamic, parts=prompt.parts, **self._settings)
         digest = prompt_digest(prompt)
         media = media_digests(prompt.parts)
-        counted = _Counted(caller)
+        counted = _Counted(caller, request.model)
         finished: list[Usage] = []
         # Attempts are reported to the observers, and counted for a call the deadline may cut short.
         streamed = None if deltas is None or not self.observers else deltas(self.emit, self.run_id, round, stream)
@@ -306,8 +332,18 @@ class RunSession:
                 media=media,
                 reasoning=completion.reasoning,
             )
+        if counted.others is not None:
+            reply = dataclasses.replace(reply, others=counted.others)
+            self.spent_on(counted.others)
         self.usage += reply.usage
         return reply
+
+    def spent_on(self, others: ByModel) -> None:
+        """Count usage of models other than the role's (`others`, already in the run's usage) as theirs."""
+        if self.others is None:
+            self.others = {}
+        for model, usage in others.items():
+            add_by_model(self.others, model, usage)
 
     def _attempt_hook(self, round: int, finished: list[Usage], streamed: Deltas | None) -> Callable[[Attempt], None]:
         def hook(attempt: Attempt) -> None:

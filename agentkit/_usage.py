@@ -7,7 +7,20 @@ from collections.abc import Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-__all__ = ["USAGE_COUNTS", "Usage", "counting_runs", "run_spent", "usage_counts", "usage_of_counts", "written_counts"]
+__all__ = [
+    "USAGE_COUNTS",
+    "ByModel",
+    "Usage",
+    "add_by_model",
+    "check_counts",
+    "counting_models",
+    "counting_runs",
+    "run_spent",
+    "usage_counts",
+    "usage_less",
+    "usage_of_counts",
+    "written_counts",
+]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -77,7 +90,42 @@ def written_counts(usage: Usage) -> dict[str, int]:
 _ALWAYS = frozenset(USAGE_COUNTS[:3])
 
 
+def check_counts(usage: Usage, caller: object) -> None:
+    """Refuse a usage a caller reported whose counts are not whole numbers >= 0 (a negative count would lift a
+    budget, a float one would be priced as a fraction of a token); one pass over six fields.
+
+    Raises:
+        UsageError: naming the caller, the count and the fix.
+    """
+    for name in USAGE_COUNTS:
+        count = getattr(usage, name)
+        if type(count) is not int or count < 0:
+            from agentkit.errors import UsageError
+
+            raise UsageError(
+                f"model caller {type(caller).__name__} reported a usage with {name}={count!r}; a StructuredCaller "
+                "reports each count (Completion.usage, or a failed call's error.usage) as a whole number >= 0"
+            )
+
+
+def usage_less(usage: Usage, part: Usage) -> Usage:
+    """`usage` less `part`, a part of it (what is left of a round's usage once another model's share is taken)."""
+    return Usage(**{name: getattr(usage, name) - getattr(part, name) for name in USAGE_COUNTS})
+
+
+ByModel = dict[str, Usage]
+"""Usage by the name of the model asked: how a round that asked several models (a fallback after a failed
+primary, a summarizer on a model of its own) is priced, each model's share at its own price."""
+
+
+def add_by_model(into: ByModel, model: str, usage: Usage) -> None:
+    """Add `usage` to `model`'s share in `into`."""
+    had = into.get(model)
+    into[model] = usage if had is None else had + usage
+
+
 _SPENT: ContextVar[list[Usage] | None] = ContextVar("agentkit_spent", default=None)
+_MODELS: ContextVar[ByModel | None] = ContextVar("agentkit_spent_models", default=None)
 
 
 @contextlib.contextmanager
@@ -92,11 +140,31 @@ def counting_runs() -> Generator[list[Usage]]:
         _SPENT.reset(token)
 
 
-def run_spent(usage: Usage) -> None:
-    """Report a finished run's usage to the `counting_runs` around it, if any (one read of a context variable)."""
+@contextlib.contextmanager
+def counting_models() -> Generator[ByModel]:
+    """Collect, by model, the usage of every run that finishes in this context: how a loop prices its
+    summarizer's model calls at the summarizer's models, not its executor's."""
+    spent: ByModel = {}
+    token = _MODELS.set(spent)
+    try:
+        yield spent
+    finally:
+        _MODELS.reset(token)
+
+
+def run_spent(usage: Usage, model: str = "", others: ByModel | None = None) -> None:
+    """Report a finished run's usage to the `counting_runs` around it, if any (one read of a context variable),
+    and to the `counting_models` around it: `others` by model, the rest as `model`'s."""
     spent = _SPENT.get()
     if spent is not None:
         spent.append(usage)
+    models = _MODELS.get()
+    if models is not None:
+        rest = usage
+        for name, part in (others or {}).items():
+            add_by_model(models, name, part)
+            rest = usage_less(rest, part)
+        add_by_model(models, model, rest)
 
 
 def usage_of_counts(record: object) -> Usage:

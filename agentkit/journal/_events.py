@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import fields, is_dataclass, replace
+from decimal import Decimal
 from typing import Any, assert_never, overload
 
 from agentkit import _events as ev
@@ -18,7 +19,8 @@ __all__ = ["event_data", "fold_events", "loop_config_data", "said"]
 
 
 def loop_config_data(config: LoopConfig) -> dict[str, Any]:
-    """A run's `LoopConfig` as JSON data: every field, tiers by name, other enums by value."""
+    """A run's `LoopConfig` as JSON data: every field, tiers by name, other enums by value, money (`Decimal`) as
+    its exact text, mappings as objects, sets (sorted) and tuples as arrays."""
     data: dict[str, Any] = _plain(config)
     return data
 
@@ -32,6 +34,14 @@ def _plain(value: object) -> Any:
         return {f.name: _plain(getattr(value, f.name)) for f in fields(value)}
     if value is None or isinstance(value, bool | int | float | str):
         return value
+    if isinstance(value, Decimal):
+        return str(value)  # money, exactly: "0.09", as the run's state keeps it
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, frozenset | set):
+        return sorted((_plain(item) for item in value), key=str)
+    if isinstance(value, tuple | list):
+        return [_plain(item) for item in value]
     # A field that is not JSON (a future callable policy, say) is kept readable rather than dropped.
     return repr(value)
 

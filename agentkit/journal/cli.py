@@ -20,6 +20,7 @@ import shlex
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any, TextIO
 
 from agentkit._cli import positive_int, working_folder_importable
@@ -248,9 +249,10 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
     print(f"config {_config(run.loop_config)}", file=out)
     outcome = f"{run.outcome.value}, stop {run.stop_reason.value}" if run.outcome and run.stop_reason else "-"
     usage = run.usage
+    read = _parts(cached=usage.cached_input_tokens, cache_written=usage.cache_write_tokens)
     print(
-        f"outcome {outcome}; {run.rounds} rounds, {usage.requests} requests, "
-        f"{usage.input_tokens} tokens in, {usage.output_tokens} out",
+        f"outcome {outcome}; {run.rounds} rounds, {usage.requests} requests, {usage.input_tokens} tokens in{read}, "
+        f"{usage.output_tokens} out{_parts(reasoning=usage.reasoning_tokens)}{await _cost_text(journal, run)}",
         file=out,
     )
     if run.error:
@@ -289,6 +291,38 @@ async def _settings(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
         await journal.require_verified_approvers(args.require_verified == "on")
     required = await journal.verified_approvers_required()
     print(f"require-verified-approver: {'on' if required else 'off'}", file=out)
+
+
+def _parts(**counts: int) -> str:
+    """The detail counts of a total that are not 0: ` (80 cached)`, or nothing."""
+    shown = ", ".join(f"{count} {name.replace('_', '-')}" for name, count in counts.items() if count)
+    return f" ({shown})" if shown else ""
+
+
+async def _cost_text(journal: Journal, run: RunRecord) -> str:
+    """`; cost 0.0012 USD` for a run whose state keeps a price table, priced as the run priced it (each model's
+    share at its price); nothing for a run without one, or whose state cannot be read."""
+    from agentkit._agent import RoleSpec
+    from agentkit._cost import Prices, round_cost
+    from agentkit._state import RoundEntry as StateRound
+    from agentkit._usage import usage_of_counts
+
+    try:
+        state = await journal.state(run.id)
+    except AgentkitError:
+        return ""
+    if state.config.prices is None:
+        return ""
+    prices = Prices.from_json(state.config.prices)
+    role = RoleSpec(model=run.model or "-")
+    total = Decimal(0)
+    for entry in state.entries:
+        if isinstance(entry, StateRound):
+            cost = round_cost(prices, role, entry.model, usage_of_counts(entry), entry.by_model)
+            if isinstance(cost, str):
+                return f"; cost unknown (no price for model {cost!r})"
+            total += cost
+    return f"; cost {total} {prices.currency}"
 
 
 def _config(config: dict[str, Any] | None) -> str:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from datetime import timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,7 @@ from agentkit._cli import main
 from agentkit._results import Usage
 from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
+from agentkit.providers import ModelPrice, Prices
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.support import Executor, Query, Target
 
@@ -136,6 +138,29 @@ def test_journal_show_prints_the_rounds_as_a_table(db: str, capsys: pytest.Captu
     assert rows[1].split()[:5] == ["2", "proposed", "delete", '{"path":"/tmp/a"}', "irreversible"]
     assert rows[1].rstrip().endswith("/tmp/a is stale")
     assert rows[2].split()[:2] == ["3", "done"]
+
+
+def test_journal_show_prints_the_detail_counts_and_the_cost_and_the_config_is_json(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A priced run's usage line gives the cached and reasoning tokens and the cost; its stored config holds
+    money, the price table and sets as JSON values, not Python reprs."""
+    used = Usage(requests=1, input_tokens=10_000, cached_input_tokens=8_000, output_tokens=500, reasoning_tokens=400)
+    price = ModelPrice(input=Decimal("0.15"), output=Decimal("0.60"), cached_input=Decimal("0.075"))
+    config = LoopConfig(prices=Prices({"cli-model": price}), cost_budget=Decimal("0.09"))
+    journal = open_journal(db)
+    with JournalObserver(journal) as observer:
+        caller = ScriptedCaller([ScriptedReply(value=done_step("done"), usage=used)])
+        result = asyncio.run(run_tool_loop_tiered(caller, Planner(), [search], None, config, observer=observer))
+    run = asyncio.run(journal.run(result.run_id))
+    asyncio.run(journal.close())
+    assert run.loop_config is not None
+    assert (run.loop_config["cost_budget"], run.loop_config["repeat_exempt"]) == ("0.09", [])
+    assert run.loop_config["prices"]["models"]["cli-model"]["cached_input"] == "0.075"
+    code, out, _ = cli(capsys, "journal", "show", result.run_id, "--db", db)
+    assert code == 0
+    assert "10000 tokens in (8000 cached), 500 out (400 reasoning); cost 0.0012 USD" in out
+    assert result.cost == Decimal("0.0012")
 
 
 @tool(tier=Tier.READ_ONLY)

@@ -4,26 +4,40 @@ the cost survives the journal (a resume prices the first leg's rounds from the s
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from agentkit import (
+    ContextWindow,
     LoopConfig,
+    Outcome,
+    PriorCall,
+    Prompt,
     RoleSpec,
+    RoundInfo,
     RunCheckpoint,
     StopReason,
     Tier,
     Usage,
+    resume_tool_loop,
+    run_once_text,
     run_tool_loop,
     run_tool_loop_tiered,
 )
-from agentkit.errors import UsageError
+from agentkit._cost import round_cost
+from agentkit._state import RoundEntry
+from agentkit._usage import usage_of_counts
+from agentkit.errors import ResumeRefused, UsageError
 from agentkit.journal import Journal, JournalObserver
 from agentkit.providers import ModelPrice, Prices
-from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
+from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, calls_step, done_step
 from tests.support import NO_WAIT, Finder, Query, delete, search
+
+if TYPE_CHECKING:
+    from typing import Any
 
 MINI = ModelPrice(input=Decimal("0.25"), output=Decimal(2), cached_input=Decimal("0.025"))
 PRICES = Prices({"exec-model": MINI})
@@ -181,3 +195,184 @@ async def test_the_cost_and_its_prices_survive_the_journal_and_a_resume(journal:
     second = ScriptedCaller([ScriptedReply(value=done_step(), usage=spent(1_000_000, 0))])
     resumed = await journal.resume(stopped.run_id, second, Finder(), [search, delete], "ctx")
     assert resumed.cost == Decimal("0.45") + Decimal("0.25")
+
+
+BACKUP = ModelPrice(input=Decimal(10), output=Decimal(40))
+BOTH = Prices({"exec-model": MINI, "backup-model": BACKUP})
+INVALID = {"not": "a step"}
+"""A reply that fails validation: the attempt is spent, with its usage."""
+
+
+async def test_a_round_that_failed_over_prices_each_models_attempts_at_that_models_price() -> None:
+    """The primary's failed attempts are priced at the primary's price, the fallback's answer at the fallback's
+    (not the whole round at the model that answered); the state keeps the split, so a resume prices alike."""
+    script = [
+        ScriptedReply(value=INVALID, usage=spent(1_000_000, 0)),
+        ScriptedReply(value=INVALID, usage=spent(1_000_000, 0)),
+        ScriptedReply(value=done_step(), usage=spent(100_000, 10_000), model="backup-model"),
+    ]
+    result = await run_tool_loop(ScriptedCaller(script), WithFallback(), search, "ctx", LoopConfig(prices=BOTH))
+    assert result.cost == 2 * Decimal("0.25") + Decimal(1) + Decimal("0.4")
+    assert result.usage == Usage(requests=3, input_tokens=2_100_000, output_tokens=10_000)
+    [entry] = result.checkpoint.entries[:1]
+    assert isinstance(entry, RoundEntry)
+    assert entry.by_model is not None
+    loaded = RunCheckpoint.model_validate_json(result.checkpoint.model_dump_json())
+    loaded.verify()
+    assert round_cost(BOTH, WithFallback().role(), entry.model, usage_of_counts(entry), entry.by_model) == result.cost
+
+
+async def test_a_round_whose_every_attempt_failed_prices_each_models_attempts_at_that_models_price() -> None:
+    """A round with no answer, on the primary and then the fallback, is priced model by model, not all at the
+    role's model."""
+    script = [ScriptedReply(value=INVALID, usage=spent(1_000_000, 0)) for _ in range(3)]
+    config = LoopConfig(prices=BOTH, retry=NO_WAIT)
+    result = await run_tool_loop(ScriptedCaller(script), WithFallback(), search, "ctx", config)
+    assert result.stop_reason is StopReason.LLM_ERROR
+    assert result.cost == 2 * Decimal("0.25") + Decimal(10)
+
+
+class Summarizer:
+    """A summarizer's own executor, on a model of its own."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model=self.model)
+
+    def render(self, ctx: str, info: RoundInfo) -> Prompt:
+        return Prompt(system="summarize", dynamic=ctx)
+
+
+def summarizing_on(model: str, usage: Usage) -> ContextWindow:
+    """A window whose summarizer asks `model` through agentkit, spending `usage` a summary."""
+
+    async def summarize(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:
+        said = ScriptedCaller([ScriptedReply(value="a summary", usage=usage)])
+        return (await run_once_text(said, Summarizer(model), "the calls")).unwrap()
+
+    return ContextWindow(last=1, summarize=summarize)
+
+
+async def test_a_summarizer_on_another_model_is_priced_at_its_models_price() -> None:
+    """The summarizer's model calls count in the round's usage but are priced at the summarizer's model."""
+    script = [ScriptedReply(value=call_step(Query(query=q)), usage=spent(1_000_000, 0)) for q in "ab"]
+    script.append(ScriptedReply(value=done_step(), usage=spent(1_000_000, 0)))
+    window = summarizing_on("backup-model", spent(100_000, 0))
+    config = LoopConfig(prices=BOTH, context=window, retry=NO_WAIT)
+    result = await run_tool_loop(ScriptedCaller(script), Finder(), search, "ctx", config)
+    assert result.stop_reason is StopReason.EXECUTOR_DONE
+    summaries = result.usage.requests - 3
+    assert summaries > 0
+    assert result.cost == 3 * Decimal("0.25") + summaries * Decimal(1)
+
+
+class Aliased(Finder):
+    """An executor on a model whose name extends its fallback's (`gpt-4o-mini` beside `gpt-4o`)."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="exec-model-mini", fallback_model="exec-model", prompt_type="retrieval")
+
+
+async def test_an_alias_of_the_roles_model_is_priced_at_the_roles_model_not_a_shorter_fallback() -> None:
+    """A reply naming `exec-model-mini-latest` is the role's model (the longest name it extends), not the fallback
+    `exec-model`: priced at the role's price, so the cost budget keeps counting."""
+    mini = ModelPrice(input=Decimal(1), output=Decimal(0))
+    prices = Prices({"exec-model-mini": mini, "exec-model": BACKUP})
+    script = [
+        ScriptedReply(value=call_step(Query(query=q)), usage=spent(1_000_000, 0), model="exec-model-mini-latest")
+        for q in "abcd"
+    ]
+    config = LoopConfig(prices=prices, cost_budget=Decimal("2.5"), max_rounds=4, retry=NO_WAIT)
+    result = await run_tool_loop(ScriptedCaller(script), Aliased(), search, "ctx", config)
+    assert result.cost == Decimal(2)
+    assert (result.rounds, result.stop_reason) == (2, StopReason.BUDGET_EXHAUSTED)
+
+
+async def test_a_round_that_cannot_be_priced_under_a_cost_budget_ends_the_run_with_an_error() -> None:
+    """A round of a model the table has no price for (a summarizer's) leaves no cost to keep the budget by: the run
+    ends ERROR, BUDGET_EXHAUSTED, naming the model, before its next round; it never goes on unkept."""
+    script = [ScriptedReply(value=call_step(Query(query=q)), usage=spent(1_000, 0)) for q in "abcdef"]
+    window = summarizing_on("cheap-model", spent(1_000, 0))
+    config = LoopConfig(prices=PRICES, cost_budget=Decimal(100), context=window, max_rounds=6, retry=NO_WAIT)
+    result = await run_tool_loop(ScriptedCaller(script), Finder(), search, "ctx", config)
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.BUDGET_EXHAUSTED)
+    assert result.cost is None
+    assert "'cheap-model'" in str(result.error)
+    assert result.rounds == 3  # the first summary came with round 3; no round ran after it
+
+
+async def test_a_step_of_several_calls_counts_its_usage_once_in_the_trace() -> None:
+    """Every call of a step has its record in the trace, but the step's usage is on one of them: the trace's
+    usage adds up to the run's, as the state's does."""
+    both = calls_step(call_step(Query(query="a")), call_step(Query(query="b")))
+    script = [ScriptedReply(value=both, usage=spent(1_000, 10)), ScriptedReply(value=done_step(), usage=spent(1, 1))]
+    config = LoopConfig(max_calls_per_step=2, retry=NO_WAIT)
+    result = await run_tool_loop(ScriptedCaller(script), Finder(), search, "ctx", config)
+    assert len(result.trace) == 3
+    assert sum((r.usage for r in result.trace), Usage()) == result.usage == result.checkpoint.usage
+
+
+class OnNewModel(Finder):
+    """The executor of a fork that goes on with another model."""
+
+    def role(self) -> RoleSpec:
+        return RoleSpec(model="new-model", prompt_type="retrieval")
+
+
+async def test_a_fork_with_a_new_price_table_keeps_the_inherited_rounds_prices() -> None:
+    """A fork whose config names another model and a table of its price only still prices the rounds it
+    inherits at their own model's price (the run's table), never at the new model's."""
+    script = [ScriptedReply(value=call_step(Query(query=q)), usage=spent(1_000_000, 0)) for q in "ab"]
+    parent = await run_tool_loop(
+        ScriptedCaller(script), Finder(), search, "ctx", LoopConfig(prices=PRICES, max_rounds=2, retry=NO_WAIT)
+    )
+    new = LoopConfig(prices=Prices({"new-model": BACKUP}), max_rounds=3, retry=NO_WAIT)
+    fork = parent.checkpoint.forked("fork", at_round=2, config=new)
+    prices = fork.config.rebuild().prices
+    assert prices is not None
+    assert (prices.price("exec-model"), prices.price("new-model")) == (MINI, BACKUP)
+    more = ScriptedCaller([ScriptedReply(value=done_step(), usage=spent(1_000_000, 0))])
+    resumed = await resume_tool_loop(more, OnNewModel(), search, "ctx", fork, [])
+    assert resumed.cost == 2 * Decimal("0.25") + Decimal(10)
+
+
+async def test_a_summarizer_that_raises_after_its_model_call_keeps_that_spend_in_the_state_and_the_cost() -> None:
+    """A summarizer whose run spent, then raised, ends the run EXECUTOR_ERROR; what it spent is in the run's
+    state (a FAILED round of its own), its usage and its cost, at the summarizer's model's price."""
+
+    async def summarize(summary: str | None, calls: tuple[PriorCall[Any], ...]) -> str:
+        said = ScriptedCaller([ScriptedReply(value="a summary", usage=spent(100_000, 0))])
+        await run_once_text(said, Summarizer("backup-model"), "the calls")
+        raise RuntimeError("the summary store is down")
+
+    script = [ScriptedReply(value=call_step(Query(query=q)), usage=spent(1_000_000, 0)) for q in "abc"]
+    config = LoopConfig(prices=BOTH, context=ContextWindow(last=1, summarize=summarize), retry=NO_WAIT)
+    result = await run_tool_loop(ScriptedCaller(script), Finder(), search, "ctx", config)
+    assert result.stop_reason is StopReason.EXECUTOR_ERROR
+    assert result.checkpoint.usage == result.usage == Usage(requests=3, input_tokens=2_100_000)
+    assert result.cost == 2 * Decimal("0.25") + Decimal(1)
+    assert "the summary store is down" in (result.trace[-1].error or "")
+
+
+async def test_a_resume_on_a_model_the_runs_table_does_not_price_is_refused_and_leaves_the_run_as_it_was(
+    journal: Journal,
+) -> None:
+    """A journaled run under a cost budget, resumed by an agent on a model its stored table has no price for, is
+    refused before anything runs (`ResumeRefused`, worded for a resume): the run is not marked aborted, and a
+    resume with the right agent still goes on."""
+    first = ScriptedCaller([ScriptedReply(value=call_step(Query(query="x"), tool="delete"), usage=spent(1_000, 0))])
+    config = LoopConfig(retry=NO_WAIT, autonomy=Tier.READ_ONLY, prices=PRICES, cost_budget=Decimal("5"))
+    with JournalObserver(journal) as observer:
+        stopped = await run_tool_loop_tiered(first, Finder(), [search, delete], "ctx", config, observer=observer)
+    [pending] = await journal.pending()
+    await journal.reject(pending.id, "ops", reason="no")
+    before = (await journal.run(stopped.run_id)).status
+    caller = ScriptedCaller([done_step()])
+    with pytest.raises(ResumeRefused, match=r"'new-model'.*fork it with a config whose prices add this model"):
+        await journal.resume(stopped.run_id, caller, OnNewModel(), [search, delete], "ctx")
+    assert caller.requests == []
+    assert (await journal.run(stopped.run_id)).status is before
+    resumed = await journal.resume(stopped.run_id, ScriptedCaller([done_step()]), Finder(), [search, delete], "ctx")
+    assert resumed.stop_reason is StopReason.NOTHING_RETRIEVED  # the one call was rejected

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentkit import LoopConfig, Outcome, RetryPolicy, RoleSpec, StopReason, Usage, run_tool_loop
-from agentkit.errors import ProviderError, Throttled
+from agentkit.errors import ProviderError, Throttled, UsageError
 from agentkit.events import LLMCallFinished
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
 from tests.support import NO_WAIT, Doc, Finder, Query, Recorder, search
@@ -177,3 +178,19 @@ async def test_usage_of_attempts_before_a_deadline_is_kept() -> None:
     reported = sum((e.usage for e in recorder.events if isinstance(e, LLMCallFinished)), Usage())
     assert reported == used(50, 5)
     assert result.usage == reported
+
+
+async def test_a_callers_negative_or_fractional_counts_are_refused_naming_the_caller() -> None:
+    """A caller that reports a negative count (which would lift a budget) or a float one, on a reply or on a
+    failed attempt's error, is a wiring mistake: `UsageError` naming the caller and the count, never a run that
+    goes on with them (even where a later attempt's counts would make the round's sum look whole)."""
+    failed = ProviderError("down", transient=True)
+    failed.usage = Usage(requests=1, input_tokens=-5_000)
+    bad: list[list[ScriptedReply | BaseException]] = [
+        [ScriptedReply(value=done_step(), usage=Usage(requests=1, input_tokens=-10))],
+        [ScriptedReply(value=done_step(), usage=Usage(requests=1, output_tokens=1.5))],  # type: ignore[arg-type]  # a caller's mistake, on purpose
+        [failed, reply(done_step(), 10_000)],
+    ]
+    for script in bad:
+        with pytest.raises(UsageError, match=r"model caller ScriptedCaller reported a usage with \w+_tokens=-?[\d.]+"):
+            await run_tool_loop(ScriptedCaller(script), Finder(), search, "ctx", LoopConfig(retry=NO_WAIT))
