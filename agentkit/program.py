@@ -11,6 +11,10 @@ instead of one call per round. Here the calls are made against declared capabili
    values for a human, the same type the tiered loop returns, approved with `approve`);
 3. `apply_plan` runs `plan.apply` only, in order, past failures, and reports every error.
 
+A program written after the model read untrusted content (`gate_program(..., untrusted=True)`) is
+gated as a loop's `ProvenancePolicy` gates a run once untrusted content has entered it: by
+default, egress calls and everything above `READ_ONLY` are proposed, not applied.
+
 Capabilities are tools: a `Capability` is a `Tool` (usable in every loop), and a
 `CapabilitySet` takes any `Tool`, `@tool` ones included. A capability that can never run
 live (external-reversible, irreversible) is propose-only: it is declared without a handler, so no
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import typing
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -33,8 +38,18 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentkit._invoke import admit, check_ctx, invoke, missing_tier, refused
 from agentkit._proposals import ProposedAction
 from agentkit._tiers import AutonomyRung, Tier, max_rung_for, runs_live, tier_choices
-from agentkit._tools import NO_CTX, ContextTool, Tool, args_type_of, check_name, declared_tier, wants_ctx
-from agentkit.errors import AgentkitError, CallRefused, ProgramError, UsageError
+from agentkit._tools import (
+    NO_CTX,
+    ContextTool,
+    Tool,
+    args_type_of,
+    check_args_type,
+    check_name,
+    declared_tier,
+    wants_ctx,
+)
+from agentkit._trust import ProvenancePolicy, Trust, check_declarations, held_by_policy
+from agentkit.errors import AgentkitError, ProgramError, UsageError
 
 __all__ = [
     "ApplyReport",
@@ -59,17 +74,23 @@ R_co = TypeVar("R_co", covariant=True)
 Handler = Callable[[Args], Sequence[R]] | Callable[[Args], Awaitable[Sequence[R]]]
 """What applies a capability's call: a sync or async function returning a batch."""
 
+_PROVENANCE = ProvenancePolicy()
+"""The policy a program written after untrusted content is gated by, unless another is given (the loop's default)."""
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Capability(Generic[Args, R_co]):
     """One thing a program may ask for: a name, a description, a tier and typed args; a `Tool`.
 
     `handler` applies the call; a capability without one is propose-only. A capability whose
-    tier can never run live (external-reversible, irreversible) must be propose-only.
+    tier can never run live (external-reversible, irreversible) must be propose-only. `trust` and
+    `egress` are declared as on a `@tool` (see docs/provenance.md); a capability made from another
+    tool (an MCP tool) carries that tool's over (`trust=t.trust, egress=t.egress`).
 
     Raises:
-        UsageError: a missing or non-`Tier` tier, a bad name, a non-pydantic `args_type`,
-            or a handler on a capability that can never run live.
+        UsageError: a missing or non-`Tier` tier, a bad name, a non-pydantic `args_type`, a
+            `trust` that is not a `Trust`, an `egress` that is not a bool, or a handler on a
+            capability that can never run live.
     """
 
     name: str
@@ -82,11 +103,16 @@ class Capability(Generic[Args, R_co]):
     """The pydantic model of its arguments."""
     handler: Handler[Args, R_co] | None = None
     """Applies a call; `None` makes the capability propose-only."""
+    trust: Trust = Trust.TRUSTED
+    """What its results are: the user's own data, or text a third party can write (see `ProvenancePolicy`)."""
+    egress: bool = False
+    """It sends data out (an email, an HTTP request, a post, a share, an invite)."""
 
     def __post_init__(self) -> None:
         check_name(self.name, "capability")
         if declared_tier(self) is None:
             raise UsageError(str(missing_tier(self.name)))
+        check_declarations(self.trust, self.egress, "Capability")
         if not (inspect.isclass(self.args_type) and issubclass(self.args_type, BaseModel)):
             raise UsageError(f"capability {self.name!r} needs a pydantic args_type; got {self.args_type!r}")
         if self.handler is not None and wants_ctx(self.handler):
@@ -120,24 +146,39 @@ class Capability(Generic[Args, R_co]):
         return typing.cast("Sequence[R_co]", batch)
 
 
-def propose_only(name: str, *, description: str, tier: Tier, args_type: type[Args]) -> Capability[Args, Never]:
+def propose_only(
+    name: str,
+    *,
+    description: str,
+    tier: Tier,
+    args_type: type[Args],
+    trust: Trust = Trust.TRUSTED,
+    egress: bool = False,
+) -> Capability[Args, Never]:
     """Declare a capability without a handler: its calls can only ever be proposed.
 
     Typed as producing no items, so it joins a `CapabilitySet` of any result type.
     """
-    return Capability(name=name, description=description, tier=tier, args_type=args_type)
+    return Capability(name=name, description=description, tier=tier, args_type=args_type, trust=trust, egress=egress)
 
 
 def capability(
-    *, tier: Tier, name: str | None = None, description: str | None = None
+    *,
+    tier: Tier,
+    name: str | None = None,
+    description: str | None = None,
+    trust: Trust = Trust.TRUSTED,
+    egress: bool = False,
 ) -> Callable[[Handler[Args, R]], Capability[Args, R]]:
     """Turn a typed function `(args: Args) -> Sequence[R]` (sync or async) into a `Capability`.
 
     Like `@tool`: the name comes from the function, the description from its docstring, the
-    args type from its first parameter's annotation; `tier` is required.
+    args type from its first parameter's annotation; `tier` is required, and `trust` and
+    `egress` are declared as on a `@tool`.
     """
     if not isinstance(tier, Tier):
         raise UsageError(f"@capability(tier=...) needs a Tier, got {tier!r}; choose one of {tier_choices()}")
+    check_declarations(trust, egress, "@capability")
 
     def wrap(fn: Handler[Args, R]) -> Capability[Args, R]:
         fn_name = getattr(fn, "__name__", "capability")
@@ -147,6 +188,8 @@ def capability(
             tier=tier,
             args_type=args_type_of(fn, "@capability"),
             handler=fn,
+            trust=trust,
+            egress=egress,
         )
 
     return wrap
@@ -159,7 +202,8 @@ class CapabilitySet(Generic[R]):
     run's ctx too; `apply_plan` then needs `ctx=`).
 
     Raises:
-        UsageError: no capabilities, two with the same name, or something that is not a tool.
+        UsageError: no capabilities, two with the same name, something that is not a tool, or an
+            args type that leaves a field out of its dump (an approval could not cover the call).
     """
 
     def __init__(self, *capabilities: Tool[Any, R] | ContextTool[Any, R, Any]) -> None:
@@ -170,6 +214,8 @@ class CapabilitySet(Generic[R]):
             check_name(declared.name, "capability")
             if declared.name in self._by_name:
                 raise UsageError(f"two capabilities are named {declared.name!r}; names must be unique in a set")
+            if inspect.isclass(declared.args_type) and issubclass(declared.args_type, BaseModel):
+                check_args_type(declared.name, declared.args_type)
             self._by_name[declared.name] = declared
         if not self._by_name:
             raise UsageError("a CapabilitySet needs at least one Capability")
@@ -192,13 +238,21 @@ class CapabilitySet(Generic[R]):
         """The capability names, sorted."""
         return sorted(self._by_name)
 
-    def render(self, *, ceiling: Tier | None = None) -> str:
+    def render(
+        self,
+        *,
+        ceiling: Tier | None = None,
+        untrusted: bool = False,
+        provenance: ProvenancePolicy | None = _PROVENANCE,
+    ) -> str:
         """The model-facing list of capabilities, sorted by name, byte-stable across calls.
 
         Each entry gives the name, the tier, the description and the args' JSON schema (compact,
         keys sorted). With `ceiling`, each entry also says whether its calls run at once or
-        wait for approval, so the model can plan for it.
+        wait for approval, so the model can plan for it; pass the `untrusted` and `provenance`
+        the program will be gated with (`gate_program`), so that it says what that gate does.
         """
+        _check_provenance(untrusted, provenance)
         entries = []
         for name in self.names:
             declared = self._by_name[name]
@@ -207,13 +261,28 @@ class CapabilitySet(Generic[R]):
             tier = Tier.IRREVERSIBLE if declared_or_none is None else declared_or_none
             when = ""
             if ceiling is not None:
-                when = "; runs at once" if runs_live(tier, ceiling) else "; needs human approval"
+                live = _runs_live(declared, tier, ceiling, untrusted, provenance)
+                when = "; runs at once" if live else "; needs human approval"
             description = " ".join(declared.description.split())
             schema = json.dumps(
                 _without_titles(declared.args_type.model_json_schema()), sort_keys=True, separators=(",", ":")
             )
             entries.append(f"- {name} ({tier.name.lower()}{when}): {description}\n  args: {schema}")
         return "\n".join(entries)
+
+
+def _check_provenance(untrusted: object, provenance: object) -> None:
+    if not isinstance(untrusted, bool):
+        raise UsageError(f"untrusted must be True or False, got {untrusted!r}")
+    if provenance is not None and not isinstance(provenance, ProvenancePolicy):
+        raise UsageError(f"provenance must be a ProvenancePolicy or None, got {provenance!r}")
+
+
+def _runs_live(
+    declared: object, tier: Tier, ceiling: Tier, untrusted: bool, provenance: ProvenancePolicy | None
+) -> bool:
+    """Whether a call may run live: its tier under `ceiling`, and not held by `provenance` (the loop's one rule)."""
+    return runs_live(tier, ceiling) and not held_by_policy(declared, tier, provenance, untrusted)
 
 
 def _without_titles(schema: Any) -> Any:
@@ -283,6 +352,10 @@ class Plan(Generic[R]):
     """Every problem found; any problem rejects the whole program."""
     ceiling: Tier
     """The autonomy ceiling the program was gated under."""
+    untrusted: bool = False
+    """The program was written after the model read untrusted content: `provenance` holds calls too."""
+    provenance: ProvenancePolicy | None = _PROVENANCE
+    """What still runs live when `untrusted` (`None`: tiers alone)."""
     run_id: str = ""
     """Stamped on the proposals."""
     capabilities: CapabilitySet[R] = field(repr=False, compare=False)
@@ -313,54 +386,69 @@ def gate_program(
     ceiling: Tier,
     *,
     capabilities: CapabilitySet[R],
+    untrusted: bool = False,
+    provenance: ProvenancePolicy | None = _PROVENANCE,
     run_id: str | None = None,
     round: int = 1,
 ) -> Plan[R]:
     """Verify a whole program, then split it by tier into calls to apply and calls to propose.
 
-    Every call is checked before any is sorted: an unknown capability, args that do not validate
-    or a capability with no tier rejects the **whole** program (`plan.issues` lists every
-    problem; `plan.apply` and `plan.propose` are empty). A verified call goes to
-    `plan.apply` when its tier is at or below `ceiling` and may auto-run at all, otherwise it
-    becomes a `ProposedAction` in `plan.propose`.
+    Every call is checked before any is sorted: an unknown capability, args that do not validate,
+    a capability with no tier (or one no call may be admitted to), or a proposal that could not be
+    stored and approved exactly (args holding NaN or Infinity, or changed by a JSON round trip)
+    rejects the **whole** program (`plan.issues` lists every problem; `plan.apply` and
+    `plan.propose` are empty). A verified call goes to `plan.apply` when its tier is at or below
+    `ceiling` and may auto-run at all, and `provenance` does not hold it; otherwise it becomes a
+    `ProposedAction` in `plan.propose`.
 
     Args:
         calls: The program: `ProgramCall` values, or mappings of the same shape.
         ceiling: The highest tier allowed to run live (external-reversible and irreversible never do).
         capabilities: The declared capabilities.
+        untrusted: The model had read untrusted content (a web page, an email, a result of a tool
+            declared `Trust.UNTRUSTED`) when it wrote the program. Then `provenance` holds calls as
+            a loop's policy does once untrusted content has entered its run: by default, egress
+            calls and everything above `READ_ONLY` are proposed.
+        provenance: What still runs live when `untrusted` (`LoopConfig.provenance`'s policy);
+            `None` gates by tiers alone.
         run_id: Stamped on the proposals; a fresh id when omitted.
         round: Stamped on the proposals (the model turn that produced the program).
 
     Raises:
-        UsageError: `ceiling` is not a `Tier`.
+        UsageError: `ceiling` is not a `Tier`, `untrusted` not a bool, or `provenance` not a
+            `ProvenancePolicy` or `None`.
     """
     if not isinstance(ceiling, Tier):
         raise UsageError(f"ceiling must be a Tier, got {ceiling!r}; choose one of {tier_choices()}")
+    _check_provenance(untrusted, provenance)
     run_id = run_id or uuid.uuid4().hex
-    verified: list[PlannedCall] = []
+    apply: list[PlannedCall] = []
+    propose: list[ProposedAction[Any]] = []
     issues: list[ProgramIssue] = []
     for index, raw in enumerate(calls):
         checked = _verify(index, raw, capabilities)
         if isinstance(checked, ProgramIssue):
             issues.append(checked)
+        elif _runs_live(capabilities.get(checked.tool_name), checked.tier, ceiling, untrusted, provenance):
+            apply.append(checked)
         else:
-            verified.append(checked)
+            proposal = _proposal(checked, run_id=run_id, round=round)
+            if isinstance(proposal, ProgramIssue):
+                issues.append(proposal)
+            else:
+                propose.append(proposal)
     if issues:
-        return Plan(issues=tuple(issues), ceiling=ceiling, run_id=run_id, capabilities=capabilities)
-    apply = tuple(call for call in verified if runs_live(call.tier, ceiling))
-    propose = tuple(
-        ProposedAction[BaseModel].create(
-            tool_name=call.tool_name,
-            tier=call.tier,
-            args=call.args,
-            rationale=call.rationale,
-            round=round,
-            run_id=run_id,
-        )
-        for call in verified
-        if not runs_live(call.tier, ceiling)
+        apply, propose = [], []
+    return Plan(
+        apply=tuple(apply),
+        propose=tuple(propose),
+        issues=tuple(issues),
+        ceiling=ceiling,
+        untrusted=untrusted,
+        provenance=provenance,
+        run_id=run_id,
+        capabilities=capabilities,
     )
-    return Plan(apply=apply, propose=propose, ceiling=ceiling, run_id=run_id, capabilities=capabilities)
 
 
 def _verify(index: int, raw: object, capabilities: CapabilitySet[Any]) -> PlannedCall | ProgramIssue:
@@ -373,9 +461,12 @@ def _verify(index: int, raw: object, capabilities: CapabilitySet[Any]) -> Planne
     if declared is None:
         message = f"unknown capability {call.tool!r}; choose one of {capabilities.names}"
         return ProgramIssue(index=index, tool_name=call.tool, message=message)
-    tier = declared_tier(declared)
-    if tier is None:
-        return ProgramIssue(index=index, tool_name=call.tool, message=str(missing_tier(call.tool)))
+    try:
+        # What apply_plan and approval would refuse (no tier, a renamed tool, an args type that
+        # leaves a field out of its dump) is found now, before any call of the program runs.
+        tier = admit(declared, name=call.tool)
+    except AgentkitError as refusal:
+        return ProgramIssue(index=index, tool_name=call.tool, message=str(refusal))
     try:
         # An argument the capability does not declare would be dropped silently; refuse it, unless
         # the args model says for itself what to do with extra data.
@@ -384,6 +475,39 @@ def _verify(index: int, raw: object, capabilities: CapabilitySet[Any]) -> Planne
     except ValidationError as invalid:
         return ProgramIssue(index=index, tool_name=call.tool, message=f"invalid args: {_errors(invalid)}")
     return PlannedCall(index=index, tool_name=call.tool, tier=tier, args=args, rationale=call.rationale)
+
+
+def _proposal(call: PlannedCall, *, run_id: str, round: int) -> ProposedAction[Any] | ProgramIssue:
+    """The call as a proposal, or why it cannot be one: a proposal is stored as JSON and approved by
+    its digest, so its args must survive the trip exactly."""
+    try:
+        if not _finite(call.args.model_dump(mode="json")):
+            raise UsageError(
+                "its args hold NaN or Infinity, which a stored proposal cannot carry (JSON has no such number); "
+                "use a finite number"
+            )
+        # As the loop builds its proposals: typed by the args' own model, so they dump (and store) whole.
+        return ProposedAction[Any].create(
+            tool_name=call.tool_name,
+            tier=call.tier,
+            args=call.args,
+            rationale=call.rationale,
+            round=round,
+            run_id=run_id,
+        )
+    except ValueError as unfit:  # UsageError from the round-trip check, or a serializer that fails
+        return ProgramIssue(index=call.index, tool_name=call.tool_name, message=f"cannot be proposed: {unfit}")
+
+
+def _finite(value: object) -> bool:
+    """Whether a JSON value holds no NaN or infinite number."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, Mapping):
+        return all(_finite(inner) for inner in value.values())
+    if isinstance(value, list | tuple):
+        return all(_finite(inner) for inner in value)
+    return True
 
 
 def _errors(invalid: ValidationError) -> str:
@@ -440,8 +564,10 @@ async def apply_plan(plan: Plan[R], *, ctx: object = NO_CTX) -> ApplyReport[R]:
 
     A failing call does not stop the rest; each call's outcome is in the report. A call is re-
     checked before it runs, so a hand-made or altered plan cannot run more than its tiers allow:
-    a call that is unknown to the set, no longer runs live under `plan.ceiling`, has args of
-    the wrong type or has no handler is an error, never run and never skipped silently.
+    a call that is unknown to the set, no longer runs live under `plan.ceiling`, is held by
+    `plan.provenance` (a plan gated `untrusted`), is refused admission (its capability renamed or
+    its tier removed), has args of the wrong type or has no handler is an error, never run and
+    never skipped silently.
 
     Args:
         plan: From `gate_program`.
@@ -472,11 +598,13 @@ async def _apply_one(call: PlannedCall, plan: Plan[R], ctx: object) -> CallResul
         tier = admit(declared, name=name)
         if not runs_live(tier, plan.ceiling):
             raise refused(name, f"it is Tier.{tier.name} and may not run live under Tier.{plan.ceiling.name}")
+        if held_by_policy(declared, tier, plan.provenance, plan.untrusted):
+            raise refused(name, "the program was written after untrusted content and the provenance policy holds it")
         if not isinstance(call.args, declared.args_type):
             raise refused(name, f"its args are {type(call.args).__name__}, not {declared.args_type.__name__}")
         if isinstance(declared, Capability) and declared.handler is None:
             raise refused(name, "the capability has no handler (it is propose-only); propose the call instead")
-    except CallRefused as refusal:
+    except AgentkitError as refusal:  # a refusal, or what admit raises (a renamed tool): this call's error
         return CallResult(call=call, error=refusal)
     outcome = await invoke(declared, call.args, ctx=ctx)
     failure = outcome.failure()

@@ -154,22 +154,24 @@ ProgramStep = tuple[str, int, int]
 
 @SETTINGS
 @given(
-    cap_tiers=st.lists(st.tuples(real_tiers, st.booleans(), st.booleans()), min_size=1, max_size=4),
+    cap_tiers=st.lists(st.tuples(real_tiers, st.booleans(), st.booleans(), st.booleans()), min_size=1, max_size=4),
     ceiling=ceilings,
     program=st.lists(
         st.tuples(st.sampled_from(["ok", "ok", "ok", "unknown", "bad"]), st.integers(0, 3), st.integers(0, 3)),
         max_size=6,
     ),
+    untrusted=st.booleans(),
 )
 def test_program_gate_never_applies_a_gated_or_invalid_program(
-    cap_tiers: list[tuple[Tier, bool, bool]], ceiling: Tier, program: list[ProgramStep]
+    cap_tiers: list[tuple[Tier, bool, bool, bool]], ceiling: Tier, program: list[ProgramStep], untrusted: bool
 ) -> None:
-    """Random capability sets and programs: apply_plan runs only live-tier calls of a wholly valid program."""
+    """Random capability sets and programs: apply_plan runs only live-tier calls of a wholly valid program, and
+    of a program written after untrusted content, no egress call and nothing above READ_ONLY."""
     world = World()
     declared: list[Capability[N, int]] = []
-    for i, (tier, with_handler, lose_tier) in enumerate(cap_tiers):
+    for i, (tier, with_handler, lose_tier, egress) in enumerate(cap_tiers):
         handler = world.handler(f"c{i}") if with_handler and tier <= Tier.REVERSIBLE else None
-        cap = Capability(name=f"c{i}", description="x", tier=tier, args_type=N, handler=handler)
+        cap = Capability(name=f"c{i}", description="x", tier=tier, args_type=N, handler=handler, egress=egress)
         if lose_tier:
             object.__setattr__(cap, "tier", None)  # a tier lost after declaration must still fail closed
         declared.append(cap)
@@ -178,23 +180,29 @@ def test_program_gate_never_applies_a_gated_or_invalid_program(
     for kind, index, n in program:
         name = f"c{index % len(declared)}" if kind != "unknown" else "nope"
         calls.append({"tool": name, "args": {"n": n} if kind != "bad" else {"n": "many"}})
-    plan = gate_program(calls, ceiling, capabilities=caps)
+    plan = gate_program(calls, ceiling, capabilities=caps, untrusted=untrusted)
     report = asyncio.run(apply_plan(plan))
 
     tier_of = {cap.name: cap.tier for cap in declared}
+    egress_of = {cap.name: cap.egress for cap in declared}
+
+    def live(name: str) -> bool:
+        held = untrusted and (egress_of[name] or tier_of[name] is not Tier.READ_ONLY)
+        return may_run_live(tier_of[name], ceiling) and not held
+
     invalid = any(c["tool"] not in tier_of or c["args"]["n"] == "many" or tier_of[c["tool"]] is None for c in calls)
     if invalid:
         assert plan.rejected
         assert world.called == []
         assert (plan.apply, plan.propose) == ((), ())
         return
-    expected = [(c["tool"], c["args"]["n"]) for c in calls if may_run_live(tier_of[c["tool"]], ceiling)]
+    expected = [(c["tool"], c["args"]["n"]) for c in calls if live(c["tool"])]
     # A plan types each call's args as plain BaseModel (its capabilities may differ), so read N's field by name.
     ran_or_failed = [(r.call.tool_name, r.call.args.model_dump()["n"]) for r in report.results]
     assert ran_or_failed == expected
-    assert all(may_run_live(tier_of[name], ceiling) for name, _ in world.called)
+    assert all(live(name) for name, _ in world.called)
     assert world.called == [(name, n) for (name, n), r in zip(expected, report.results, strict=True) if r.ok]
-    proposed = [(c["tool"], c["args"]["n"]) for c in calls if not may_run_live(tier_of[c["tool"]], ceiling)]
+    proposed = [(c["tool"], c["args"]["n"]) for c in calls if not live(c["tool"])]
     assert [(p.tool_name, p.args.model_dump()["n"]) for p in plan.propose] == proposed
     assert all(p.digest_matches() for p in plan.propose)
 

@@ -33,6 +33,7 @@ from agentkit.errors import TierChanged, UsageError
 from agentkit.journal import JournalObserver, ProposalState, SQLiteJournal, TransitionRefused
 from agentkit.mcp import McpConnection, McpItem, McpTool, connect_stdio
 from agentkit.program import Capability, CapabilitySet, apply_plan, gate_program
+from agentkit.provenance import Trust, declared_egress, declared_trust
 from agentkit.providers.openai import OpenAICaller
 from agentkit.testing import FakeOpenAIServer, ScriptedCaller, call_step, done_step
 
@@ -71,7 +72,8 @@ async def tools(log: Path) -> AsyncIterator[dict[str, McpTool]]:
 
 
 def capability(tool: McpTool) -> Capability[Any, McpItem]:
-    """A program capability from an MCP tool: live-runnable tiers get the tool's call as handler."""
+    """A program capability from an MCP tool, its trust and egress carried over: live-runnable tiers get the
+    tool's call as handler."""
     live = tool.tier <= Tier.REVERSIBLE
     return Capability(
         name=tool.name,
@@ -79,6 +81,8 @@ def capability(tool: McpTool) -> Capability[Any, McpItem]:
         tier=tool.tier,
         args_type=tool.args_type,
         handler=tool.call if live else None,
+        trust=tool.trust,
+        egress=tool.egress,
     )
 
 
@@ -102,6 +106,20 @@ async def test_a_program_of_mcp_calls_is_gated_whole_then_applied_and_proposed(
     assert report.ok
     assert report.items == [{"result": ["old-1", "old-2"]}, {"result": ["ab", "ab"]}]
     assert calls(log) == ["bounded ab 2"]
+
+
+async def test_a_program_of_mcp_calls_written_after_untrusted_content_sends_nothing(
+    tools: dict[str, McpTool], log: Path
+) -> None:
+    """A capability made from an MCP tool is untrusted and egress like it: gated untrusted, even a read is proposed."""
+    capabilities = CapabilitySet(*(capability(tool) for tool in tools.values()))
+    assert all((declared_trust(cap), declared_egress(cap)) == (Trust.UNTRUSTED, True) for cap in capabilities)
+    program = [{"tool": "search", "args": {"query": "old"}}, {"tool": "bounded", "args": {"name": "ab", "count": 2}}]
+    plan = gate_program(program, Tier.REVERSIBLE, capabilities=capabilities, untrusted=True)
+    assert plan.apply == ()
+    assert [p.tool_name for p in plan.propose] == ["search", "bounded"]
+    assert (await apply_plan(plan)).ok
+    assert calls(log) == []
 
 
 async def test_a_program_with_schema_invalid_mcp_args_is_rejected_whole(tools: dict[str, McpTool], log: Path) -> None:

@@ -26,6 +26,7 @@ from agentkit.program import (
     gate_program,
     propose_only,
 )
+from agentkit.provenance import ProvenancePolicy, Trust
 from agentkit.testing import ScriptedCaller
 from tests.typing.models import DeleteArgs, Doc, Planner, SearchArgs, delete, fetch, search
 
@@ -91,3 +92,28 @@ async def program_path() -> None:
     assert_type(report.items, list[Doc])
     approval = approve(plan.propose[0], approved_by="ana")
     assert_type(await execute_approved(approval, delete), Sequence[Doc])
+
+
+@capability(tier=Tier.READ_ONLY, trust=Trust.UNTRUSTED, egress=True)
+def browse(args: SearchArgs) -> list[Doc]:
+    """Fetch a page (sends the query out)."""
+    return []
+
+
+async def program_after_untrusted_content() -> None:
+    assert_type(browse, Capability[SearchArgs, Doc])
+    assert_type(browse.trust, Trust)
+    assert_type(browse.egress, bool)
+    post = propose_only("post", description="Post.", tier=Tier.IRREVERSIBLE, args_type=DeleteArgs, egress=True)
+    assert_type(post, Capability[DeleteArgs, Never])
+    wrapped = Capability(
+        name="w", description="w", tier=Tier.READ_ONLY, args_type=SearchArgs, handler=browse.call, trust=Trust.UNTRUSTED
+    )
+    assert_type(wrapped, Capability[SearchArgs, Doc])
+    caps = CapabilitySet(browse, post)
+    assert_type(caps.render(ceiling=Tier.READ_ONLY, untrusted=True, provenance=ProvenancePolicy()), str)
+    plan = gate_program([], Tier.READ_ONLY, capabilities=caps, untrusted=True, provenance=None)
+    assert_type(plan, Plan[Doc])
+    assert_type(plan.untrusted, bool)
+    assert_type(plan.provenance, ProvenancePolicy | None)
+    assert_type(await apply_plan(plan), ApplyReport[Doc])
