@@ -40,7 +40,7 @@ from agentkit._degeneration import repeat_of
 from agentkit._events import DegenerationDetected, ProposalCaptured
 from agentkit._invoke import missing_tier
 from agentkit._outcome import Ending, Outcome, StopReason
-from agentkit._proposals import ProposedAction, call_digest
+from agentkit._proposals import ProposedAction, call_digest, finite
 from agentkit._provenance import with_provenance
 from agentkit._session import executor_failed
 from agentkit._state import RoundOutcome
@@ -160,7 +160,7 @@ def _checked(
         case "run", tier:
             live.append(_Live(this, tool, tier, args))
         case "propose", tier:
-            if (held := _not_allowed(run, this, tool, tier, args)) is not None:
+            if (held := _not_allowed(run, this, tool, tier, args) or _unfit(run, this, tool, tier, args)) is not None:
                 return held
             first = gated.get(call_digest(tool.name, args))
             if first is not None:
@@ -310,7 +310,7 @@ def refuse(run: _Run, this: _Round, tool: Tool[Any, Any], args: BaseModel) -> En
 async def propose(run: _Run, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
     """A call above the autonomy ceiling (or held by the provenance policy): a proposal, never run here (a
     standing grant may approve it: it then runs once); the ending of the run, if it stops there."""
-    if (held := _not_allowed(run, this, tool, tier, args)) is not None:
+    if (held := _not_allowed(run, this, tool, tier, args) or _unfit(run, this, tool, tier, args)) is not None:
         return held
     proposal = _proposal(run, this, tool, tier, args)
     grant = await run.bound.grant_for(proposal)
@@ -329,6 +329,21 @@ def _not_allowed(run: _Run, this: _Round, tool: Tool[Any, Any], tier: Tier, args
     error = ToolError(
         f"tool {tool.name!r} (Tier.{tier.name}) cannot run live {why}; use run_tool_loop_tiered for tools "
         "that need approval",
+        tool_name=tool.name,
+    )
+    run.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=tier, error=str(error))
+    return Ending(Outcome.ERROR, StopReason.TOOL_ERROR, error)
+
+
+def _unfit(run: _Run, this: _Round, tool: Tool[Any, Any], tier: Tier, args: BaseModel) -> Ending | None:
+    """A gated call whose args hold NaN or Infinity (a model's JSON may): no proposal can carry it (it is stored,
+    shown and approved as JSON, which has no such number), so the run ends in an error, never proposed nor run,
+    with what it gathered; else `None`."""
+    if finite(args.model_dump(mode="json")):
+        return None
+    error = ToolError(
+        f"the call to {tool.name!r} (Tier.{tier.name}) was not proposed: its args hold NaN or Infinity, which a "
+        "proposal cannot carry (JSON has no such number)",
         tool_name=tool.name,
     )
     run.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=tier, error=str(error))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 import typing
 from collections.abc import Sequence
@@ -257,6 +258,18 @@ class ProposedAction(BaseModel, Generic[Args]):
     def digest_matches(self) -> bool:
         """Whether `digest` still matches the tool name and args (they were not altered)."""
         return call_digest(self.tool_name, self.args) == self.digest
+
+
+def finite(value: object) -> bool:
+    """Whether a JSON-mode dump (`model_dump(mode="json")`) holds no NaN or infinite number: what no stored
+    proposal can carry, JSON having no such number."""
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, dict):
+        return all(finite(inner) for inner in value.values())
+    if isinstance(value, list | tuple):
+        return all(finite(inner) for inner in value)
+    return True
 
 
 def _check_round_trip(tool_name: str, args: BaseModel) -> None:

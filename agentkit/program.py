@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import math
 import typing
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
@@ -36,7 +35,7 @@ from typing import Any, Generic, Never, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentkit._invoke import admit, check_ctx, invoke, missing_tier, refused
-from agentkit._proposals import ProposedAction
+from agentkit._proposals import ProposedAction, finite
 from agentkit._tiers import AutonomyRung, Tier, max_rung_for, runs_live, tier_choices
 from agentkit._tools import (
     NO_CTX,
@@ -481,7 +480,7 @@ def _proposal(call: PlannedCall, *, run_id: str, round: int) -> ProposedAction[A
     """The call as a proposal, or why it cannot be one: a proposal is stored as JSON and approved by
     its digest, so its args must survive the trip exactly."""
     try:
-        if not _finite(call.args.model_dump(mode="json")):
+        if not finite(call.args.model_dump(mode="json")):
             raise UsageError(
                 "its args hold NaN or Infinity, which a stored proposal cannot carry (JSON has no such number); "
                 "use a finite number"
@@ -497,17 +496,6 @@ def _proposal(call: PlannedCall, *, run_id: str, round: int) -> ProposedAction[A
         )
     except ValueError as unfit:  # UsageError from the round-trip check, or a serializer that fails
         return ProgramIssue(index=call.index, tool_name=call.tool_name, message=f"cannot be proposed: {unfit}")
-
-
-def _finite(value: object) -> bool:
-    """Whether a JSON value holds no NaN or infinite number."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, Mapping):
-        return all(_finite(inner) for inner in value.values())
-    if isinstance(value, list | tuple):
-        return all(_finite(inner) for inner in value)
-    return True
 
 
 def _errors(invalid: ValidationError) -> str:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from datetime import UTC
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from agentkit import (
     AfterProposal,
@@ -26,7 +28,7 @@ from agentkit import (
 from agentkit._proposals import call_digest
 from agentkit.errors import MissingTierError, StructuredOutputError
 from agentkit.events import ProposalCaptured, ToolCallStarted
-from agentkit.testing import ScriptedCaller, call_step, done_step
+from agentkit.testing import ScriptedCaller, call_step, calls_step, done_step
 from tests.support import NO_WAIT, Doc, Executor, PathArgs, Query, Recording
 
 TIER_NAMES = ("Tier.READ_ONLY", "Tier.REVERSIBLE", "Tier.EXTERNAL_REVERSIBLE", "Tier.IRREVERSIBLE")
@@ -415,3 +417,32 @@ async def test_proposal_is_not_altered_by_code_that_edits_what_the_executor_saw(
     (proposal,) = result.proposed
     assert proposal.args == PathArgs(path="/tmp/a")
     assert proposal.digest_matches()
+
+
+class Payment(BaseModel):
+    amount: float
+
+
+@pytest.mark.parametrize("amount", [math.nan, math.inf, -math.inf])
+@pytest.mark.parametrize("calls_per_step", [1, 2])
+async def test_a_gated_call_with_a_non_finite_number_is_neither_proposed_nor_run(
+    amount: float, calls_per_step: int
+) -> None:
+    """A gated call whose args hold NaN or Infinity (a model's JSON may) cannot be carried by a proposal (stored,
+    shown and approved as JSON, which has no such number): the run ends in a tool error naming it, nothing is
+    proposed or run, and what the run gathered is kept, in a step of one call or of several."""
+    search = Recording("search", Tier.READ_ONLY)
+    pay = Recording("pay", Tier.IRREVERSIBLE, Payment)
+    paying = call_step(Payment(amount=amount), tool="pay")
+    if calls_per_step == 1:
+        steps = [call_step(Query(query="a"), tool="search"), paying]
+    else:
+        steps = [calls_step(call_step(Query(query="a"), tool="search"), paying)]
+    result = await run_tool_loop_tiered(
+        ScriptedCaller(steps), Agent(), [search, pay], "ctx", config(max_calls_per_step=calls_per_step)
+    )
+    assert (result.outcome, result.stop_reason) == (Outcome.ERROR, StopReason.TOOL_ERROR)
+    assert "its args hold NaN or Infinity" in str(result.error)
+    assert (pay.calls, result.proposed) == ([], [])
+    if calls_per_step == 1:
+        assert result.items == [Doc(id="search:1")]
