@@ -76,6 +76,9 @@ class SignIn:
         if why is not None:
             return self._ask(current, wanted, error=f"Nothing changed: {why}.", status=403)
         if form.get("choice") == "switch":
+            if form.get("to") != wanted:  # another link replaced the one the page named: nobody confirmed this one
+                error = f"Nothing changed: the link waiting to sign in is {wanted}'s, not the one you confirmed."
+                return self._ask(current, wanted, error=error, status=409)
             return _signed_in(token)
         return _forget_link(RedirectResponse("/", status_code=303))
 

@@ -103,13 +103,28 @@ def test_switching_takes_the_confirm_forms_post_with_its_csrf_token(server: Inbo
     """The confirm page's switch, posted with its CSRF token, makes bob's token the session cookie."""
     csrf = csrf_of(confirm_page(server, ALICE, BOB).text)
     with server.client(None) as http:
-        form = {"csrf": csrf, "choice": "switch"}
+        form = {"csrf": csrf, "choice": "switch", "to": "bob"}
         response = http.post("/signin", data=form, headers=cookies((SESSION, ALICE), (PENDING, BOB)))
     assert response.status_code == 303
     assert response.headers["location"] == "/"
     set = set_cookies(response)
     assert set[SESSION].startswith(f"{SESSION}={BOB};")
     assert "Max-Age=0" in set[PENDING]
+
+
+def test_a_switch_confirmed_for_one_reviewer_never_signs_in_another(journal_url: str) -> None:
+    """Alice confirms switching to bob; if another link (carol's) replaced the waiting token before she clicked,
+    the switch is refused (409) and shown again for carol: the form names whom it confirms."""
+    carol = "carol-token-0123456789abcdef"
+    with InboxServer(journal_url, tokens={"alice": ALICE, "bob": BOB, "carol": carol}) as server:
+        csrf = csrf_of(confirm_page(server, ALICE, BOB).text)
+        with server.client(None) as http:
+            form = {"csrf": csrf, "choice": "switch", "to": "bob"}
+            response = http.post("/signin", data=form, headers=cookies((SESSION, ALICE), (PENDING, carol)))
+    assert response.status_code == 409
+    assert SESSION not in set_cookies(response)
+    assert '<strong id="link-for">carol</strong>' in response.text
+    assert "Nothing changed" in response.text
 
 
 @pytest.mark.parametrize("csrf", [None, "", "garbage", "bob's"])
