@@ -33,6 +33,7 @@ __all__ = [
     "answer_matches",
     "as_check",
     "cites_only_retrieved",
+    "ends_without_error",
     "item_key",
     "never_proposes",
     "outcome_is",
@@ -177,6 +178,18 @@ def outcome_is(*outcomes: Outcome) -> Check[Any, Any]:
         return Verdict(got in wanted, f"outcome {got.value} (stop: {run.result.stop_reason.value})")
 
     return Check(f"outcome is {names}", check)
+
+
+def ends_without_error() -> Check[Any, Any]:
+    """The run's outcome is not `Outcome.ERROR` (what a case that states no outcome or stop reason expects)."""
+
+    def check(run: CaseRun[Any, Any]) -> Verdict:
+        result = run.result
+        if result.outcome is Outcome.ERROR:
+            return Verdict(False, f"ended in an error (stop: {result.stop_reason.value}): {result.error}")
+        return Verdict(True, "")
+
+    return Check("ends without an error", check)
 
 
 def stop_reason_is(*reasons: StopReason) -> Check[Any, Any]:

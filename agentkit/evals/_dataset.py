@@ -64,10 +64,14 @@ class Expect(BaseModel):
     """Answer fields holding cited ids (one or a list): each must be an id the run retrieved."""
 
     def checks(self) -> list[Check[Any, Any]]:
-        """The built-in checks these expectations stand for, in field order."""
+        """The built-in checks these expectations stand for, in field order. A case that states neither an
+        outcome nor a stop reason expects a run that ended without an error: a run that never reached its model
+        does not pass a case by what it did not do (`never_proposes`, say)."""
         made: list[Check[Any, Any]] = []
         if self.outcome is not None:
             made.append(builtin.outcome_is(*_listed(self.outcome)))
+        elif self.stop_reason is None:
+            made.append(builtin.ends_without_error())
         if self.stop_reason is not None:
             made.append(builtin.stop_reason_is(*_listed(self.stop_reason)))
         if self.recall_at_k is not None:

@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from agentkit import LoopConfig, Outcome, StopReason, Tier, ToolLoop, Usage, UsageError, tool
 from agentkit._demo.search import load_corpus
 from agentkit._structured import StructuredRequest
+from agentkit.errors import ProviderError
 from agentkit.evals import (
     Case,
     CaseRun,
@@ -620,3 +621,22 @@ async def test_a_case_whose_step_searches_and_proposes_is_judged_on_both() -> No
     [judged] = report.cases
     assert judged.passed
     assert [p.tool for p in judged.runs[0].proposals] == ["send", "send"]
+
+
+async def test_a_run_that_ends_in_an_error_fails_a_case_that_states_no_outcome() -> None:
+    """A run that never reached its model does not pass a case by what it did not do: a case stating neither an
+    outcome nor a stop reason expects a run that ended without an error; one that states the error's stop reason
+    takes it."""
+
+    def unreachable(request: StructuredRequest, schema: type[BaseModel] | None) -> ScriptedReply:
+        raise ProviderError("connection refused", transient=False)
+
+    keeps = Case(name="keeps", ctx="keeps", expect=Expect(never_proposes=["send"]))
+    expects = Case(name="expects", ctx="expects", expect=Expect(stop_reason=StopReason.LLM_ERROR))
+    report = await evaluate(dataset(keeps, expects), loop(FunctionCaller(unreachable)).run)
+    (run,) = report.case("keeps").runs
+    assert [(c.name, c.passed) for c in run.checks] == [("ends without an error", False), ("never proposes send", True)]
+    assert not report.case("keeps").passed
+    assert report.case("expects").passed
+    quiet = Case(name="finds", ctx="finds", expect=Expect(never_proposes=["send"]))
+    assert (await evaluate(dataset(quiet), loop(scripted()).run)).case("finds").passed

@@ -27,6 +27,7 @@ from agentkit.evals import (
     Task,
     Verdict,
     compare,
+    ends_without_error,
     evaluate,
     evaluate_case,
     outcome_is,
@@ -61,6 +62,7 @@ async def check(caller: StructuredCaller) -> None:
     assert_type(Dataset.from_file("cases.json"), Dataset[Any])
 
     loop = ToolLoop(caller, Finder(), search, LoopConfig(), answer=Reply)
+    assert_type(ends_without_error(), Check[Any, Any])
     report = await evaluate(questions, loop.run, checks=[cites_something, outcome_is(Outcome.APPLIED)], repeats=2)
     assert_type(report, EvalReport)
     assert_type(report.cases, tuple[CaseReport, ...])
