@@ -9,6 +9,7 @@ help is plain text and an unknown flag is reported with the usage of the command
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import os
 import re
@@ -18,6 +19,7 @@ from importlib import metadata
 from typing import Any, NoReturn, cast
 
 __all__ = [
+    "MAX_COUNT",
     "CommandParser",
     "import_object",
     "main",
@@ -75,14 +77,20 @@ class CommandParser(argparse.ArgumentParser):
         self.set_defaults(command_parser=self)
 
 
+MAX_COUNT = 2**31 - 1
+"""The largest count a command takes (`--limit`, `--max-uses`, ...): a database stores it as an integer."""
+
+
 def positive_int(text: str) -> int:
-    """An `argparse` type: a whole number of at least 1."""
+    """An `argparse` type: a whole number from 1 to `MAX_COUNT`."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    if value > MAX_COUNT:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_COUNT}, got {text}")
     return value
 
 
@@ -193,6 +201,10 @@ def run() -> NoReturn:
     sys.exit(code)
 
 
+_WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EFBIG})
+"""The `OSError`s that mean output could not be written (`main` reports them in one line)."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code."""
     args, stray = build_parser().parse_known_args(argv)
@@ -211,3 +223,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141  # 128 + SIGPIPE, as a shell reports a command its pipe closed
+    except OSError as failed:
+        if failed.errno not in _WRITE_FAILURES:
+            raise
+        # Output to a full disk (`> /dev/full`) or a failing device: one line, not a traceback.
+        print(f"agentkit: error: could not write {failed.filename or 'the output'}: {failed.strerror}", file=sys.stderr)
+        try:
+            sys.stdout.flush()
+        except OSError:
+            # What stdout still holds cannot be written: drop it, so the interpreter's final flush does not raise.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        return 1

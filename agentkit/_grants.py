@@ -104,6 +104,14 @@ class Prefix(BaseModel):
     kind: Literal["prefix"] = "prefix"
     prefix: str
 
+    @model_validator(mode="after")
+    def _not_empty(self) -> Prefix:
+        if not self.prefix:
+            raise ValueError(
+                "a prefix is not empty (every text starts with ''); to allow any value, leave the field out"
+            )
+        return self
+
     def allows(self, value: object) -> bool:
         return isinstance(value, str) and value.startswith(self.prefix)
 

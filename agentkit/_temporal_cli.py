@@ -106,10 +106,16 @@ def _proposal_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--by", required=True, metavar="NAME", help="who decides")
 
 
-def _runs(args: argparse.Namespace) -> Any:
+async def _runs(args: argparse.Namespace) -> Any:
     from agentkit.temporal import DurableRuns
 
-    return DurableRuns.connect(args.address, task_queue=args.task_queue, namespace=args.namespace)
+    try:
+        return await DurableRuns.connect(args.address, task_queue=args.task_queue, namespace=args.namespace)
+    except ValueError as invalid:
+        # The SDK refuses an address it cannot parse (empty, a space in the host) before connecting.
+        raise UsageError(
+            f"--address {args.address!r} is not an address ({invalid}); give HOST:PORT, such as localhost:7233"
+        ) from None
 
 
 def _run(work: Any) -> int:

@@ -150,6 +150,10 @@ def _handle(args: argparse.Namespace) -> int:
     except UsageError as error:
         print(f"agentkit demo: {error}", file=sys.stderr)
         return 2
+    except AgentkitError as error:
+        # Another process resumed the run first (RunClaimed), or the journal failed: one line, not a traceback.
+        print(f"agentkit demo: {error}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         # asyncio.run has cancelled the demo by now, and leaving `async with LocalModel` stopped the
         # embedded server; what is left to say fits on one line.

@@ -110,6 +110,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.local and (args.model or args.api_key):
         parser.error("--model and --api-key name a model on --base-url; --local needs neither")
     try:
+        if args.out is not None:
+            _check_writable(args.out)  # before the evaluation: a report it could not keep would be lost
         dataset = _dataset(args.dataset)
         factory = import_object("--agent", args.agent, "myapp.agents:make_agent")
         if not callable(factory):
@@ -123,9 +125,28 @@ def _run(args: argparse.Namespace) -> int:
         return 130
     print(report.table())
     if args.out is not None:
-        report.save(args.out)
+        try:
+            report.save(args.out)
+        except OSError as failed:
+            print(
+                f"agentkit eval run: the report is above, but --out {str(args.out)!r} could not be written: "
+                f"{failed.strerror or failed}",
+                file=sys.stderr,
+            )
+            return 1
         print(f"\nreport written to {args.out}")
     return 0
+
+
+def _check_writable(out: Path) -> None:
+    """Refuse an `--out` path the report could not be written to (a folder, a missing or read-only folder)."""
+    folder = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise UsageError(f"--out {str(out)!r} is a folder; give a file path, such as {str(out / 'report.json')!r}")
+    if not folder.is_dir():
+        raise UsageError(f"--out {str(out)!r}: the folder {str(folder)!r} does not exist; create it first")
+    if not os.access(out if out.exists() else folder, os.W_OK):
+        raise UsageError(f"--out {str(out)!r} cannot be written (no permission); choose another path")
 
 
 def _dataset(spec: str) -> Dataset[Any]:

@@ -3,9 +3,10 @@
 `add` checks the grant against the tool it names (`--tools MODULE:ATTR`, as `agentkit worker`
 takes them): a constraint on a field the tool's args type lacks, or an irreversible tool without
 `--allow-irreversible`, is refused before anything is stored; so are two constraints on one field,
-and NaN or infinity (JSON, where the journal keeps grants, has no form for them). `--prefix`
-compares text (it lets `/srv/data/../x` through a prefix of `/srv/data/`); a path takes
-`--path-prefix`. `list` cuts a long cell with an ellipsis; `show ID` prints one grant in full. A
+NaN or infinity (JSON, where the journal keeps grants, has no form for them), a constraint no call
+could meet (a value of another type than its field's, an empty `--prefix`) and an `--expires`
+already past. `--prefix` compares text (it lets `/srv/data/../x` through a prefix of `/srv/data/`);
+a path takes `--path-prefix`. `list` cuts a long cell with an ellipsis; `show ID` prints one grant in full. A
 grant this version cannot read (a newer agentkit's constraint, a damaged row) is listed as
 `unreadable`, with why, below the table: it approves nothing here, and `revoke` revokes it.
 """
@@ -16,13 +17,14 @@ import argparse
 import json
 import math
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TextIO, assert_never
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError, create_model
 
-from agentkit._cli import import_object
+from agentkit._cli import import_object, positive_int
 from agentkit._grants import Equals, Grant, OneOf, PathPrefix, Prefix, Range
+from agentkit._state import json_text
 from agentkit.errors import UnknownId, UsageError
 from agentkit.journal._contract import Journal
 from agentkit.journal._grants import GrantRecord
@@ -56,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     add.add_argument("--by", required=True, metavar="NAME", help="who grants it")
     add.add_argument("--reason", required=True, metavar="TEXT", help="why, for the record")
     uses = add.add_mutually_exclusive_group()
-    uses.add_argument("--max-uses", type=int, metavar="N", help="how many calls it approves at most")
+    uses.add_argument("--max-uses", type=positive_int, metavar="N", help="how many calls it approves at most")
     uses.add_argument("--unlimited", action="store_true", help="no limit on uses (say so explicitly)")
     add.add_argument("--expires", metavar="ISO", help="when it stops approving (ISO 8601 with a zone, e.g. ...Z)")
     add.add_argument("--equals", action="append", default=[], metavar="FIELD=JSON", help="the field is exactly this")
@@ -111,6 +113,7 @@ async def _add(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
         expires_at=_when(args.expires),
         allow_irreversible=args.allow_irreversible,
     )
+    _check_can_match(grant, tool.args_type)  # type: ignore[attr-defined]  # Grant.of checked it has one
     kept = await journal.grant(grant, tool=tool)  # type: ignore[arg-type]  # checked by Grant.of above
     print(_printable(f"granted {kept.id}: {_describe(kept.grant)}"), file=out)
     if any(isinstance(rule, Prefix) for rule in kept.grant.where.values()):
@@ -209,7 +212,88 @@ def _when(text: str | None) -> datetime | None:
         ) from None
     if at.tzinfo is None:
         raise UsageError(f"--expires needs a time zone (end it with Z for UTC); got {text!r}")
+    if at <= datetime.now(UTC):
+        raise UsageError(f"--expires {text!r} is already past: the grant would approve nothing; give a later time")
     return at
+
+
+def _check_can_match(grant: Grant, args_type: type[BaseModel]) -> None:
+    """Refuse a constraint no call can meet: a value of another type than its field's (`--equals note=1` on a
+    text field), `--prefix` on a field that is not text, `--range` on one that is not a number."""
+    for name, rule in grant.where.items():
+        field = args_type.model_fields[name]
+        # The field alone, as the args type validates it: what a call's value of it dumps to, as a grant sees it.
+        probe: type[BaseModel] = create_model(
+            "Probe", __config__=args_type.model_config, **{name: (field.annotation, field)}
+        )  # type: ignore[call-overload]  # one field, named at run time
+        flag = _FLAGS[type(rule)]
+        match rule:
+            case Equals() | OneOf():
+                values = [rule.value] if isinstance(rule, Equals) else list(rule.values)
+                for value in values:
+                    dumped = _as_called(probe, name, value)
+                    if dumped is None or json_text(dumped) != json_text(value):
+                        fix = "" if dumped is None else f" (a call's {name} reads {json.dumps(dumped)})"
+                        raise UsageError(
+                            f"{flag} {name}={json.dumps(value)}: no call of {grant.tool_name!r} has {name} equal to it"
+                            f"{fix}; give a value of {name}'s type, {_type_name(field.annotation)}"
+                        )
+            case Prefix() | PathPrefix():
+                if not _admits(probe.model_json_schema(), name, {"string"}):
+                    raise UsageError(
+                        f"{flag} {name}=...: {name} is {_type_name(field.annotation)}, not text, so no call matches; "
+                        "use --equals, --one-of or --range for it"
+                    )
+            case Range():
+                if not _admits(probe.model_json_schema(), name, {"number", "integer"}):
+                    raise UsageError(
+                        f"--range {name}=...: {name} is {_type_name(field.annotation)}, not a number, so no call "
+                        "matches; use --equals, --one-of or --prefix for it"
+                    )
+            case _:
+                assert_never(rule)
+
+
+_FLAGS: dict[type, str] = {
+    Equals: "--equals",
+    OneOf: "--one-of",
+    Prefix: "--prefix",
+    PathPrefix: "--path-prefix",
+    Range: "--range",
+}
+
+
+def _as_called(probe: type[BaseModel], name: str, value: object) -> object | None:
+    """What `value`, as a call's `name`, is once validated and dumped as JSON (`None`: the field refuses it)."""
+    try:
+        dumped: object = probe.model_validate({name: value}).model_dump(mode="json")[name]
+    except ValidationError:
+        return None
+    return dumped
+
+
+def _admits(schema: dict[str, Any], name: str, kinds: set[str]) -> bool:
+    """Whether the JSON schema of field `name` allows a value of one of the JSON types `kinds` (or any type)."""
+    found = _json_types(schema["properties"][name], schema.get("$defs", {}))
+    return found is None or bool(found & kinds)
+
+
+def _json_types(schema: dict[str, Any], defs: dict[str, Any]) -> set[str] | None:
+    """The JSON types `schema` allows (`None`: any)."""
+    if "$ref" in schema:
+        return _json_types(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+    for key in ("anyOf", "oneOf", "allOf"):
+        if key in schema:
+            parts = [_json_types(part, defs) for part in schema[key]]
+            return None if any(part is None for part in parts) else set().union(*(p for p in parts if p))
+    if "type" in schema:
+        kinds = schema["type"]
+        return set(kinds) if isinstance(kinds, list) else {kinds}
+    return None
+
+
+def _type_name(annotation: Any) -> str:
+    return getattr(annotation, "__name__", None) or str(annotation).replace("typing.", "")
 
 
 def _describe(grant: Grant) -> str:

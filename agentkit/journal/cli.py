@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import shlex
 import sys
@@ -140,7 +141,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     stuck = inbox.add_parser("stuck", parents=[db], help="executions a worker claimed and never finished")
     stuck.add_argument(
         "--older-than",
-        type=float,
+        type=_stuck_minutes,
         default=DEFAULT_STUCK_AFTER.total_seconds() / 60,
         metavar="MINUTES",
         help=f"claimed at least this long ago (default {DEFAULT_STUCK_AFTER.total_seconds() / 60:g})",
@@ -384,6 +385,20 @@ def _step(entry: RoundEntry) -> str:
 
 # -- proposals ------------------------------------------------------------------------------------
 
+MAX_STUCK_MINUTES = 10 * 365 * 24 * 60
+"""`stuck --older-than` at most ten years: further back, the cut-off time would fall before the calendar's start."""
+
+
+def _stuck_minutes(text: str) -> float:
+    """An `argparse` type: minutes, a finite number from 0 to `MAX_STUCK_MINUTES`."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of minutes, got {text!r}") from None
+    if not 0 <= value <= MAX_STUCK_MINUTES:  # False for NaN too
+        raise argparse.ArgumentTypeError(f"must be a number of minutes from 0 to {MAX_STUCK_MINUTES}, got {text!r}")
+    return value
+
 
 async def _list(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:
     state = ProposalState(args.state) if args.state else None
@@ -541,7 +556,9 @@ def _amendment(text: str | None, sets: Sequence[str]) -> dict[str, Any] | None:
     fields: dict[str, Any] = {}
     if text is not None:
         try:
-            loaded = json.loads(text)
+            loaded = finite_json(text)
+        except NotFinite as constant:
+            raise UsageError(f"--args {text!r}: {constant}") from None
         except ValueError as invalid:
             raise UsageError(
                 f'--args is not JSON ({invalid}); give an object such as \'{{"path": "/tmp/x"}}\''
@@ -554,10 +571,43 @@ def _amendment(text: str | None, sets: Sequence[str]) -> dict[str, Any] | None:
         if not sep or not name.strip():
             raise UsageError(f"--set takes FIELD=VALUE; got {item!r}")
         try:
-            fields[name.strip()] = json.loads(value)
+            fields[name.strip()] = finite_json(value)
+        except NotFinite as constant:
+            raise UsageError(f"--set {item!r}: {constant}") from None
         except ValueError:
             fields[name.strip()] = value
     return fields
+
+
+class NotFinite(ValueError):
+    """JSON text held NaN, Infinity, or a number too large for a float (which Python reads as infinity)."""
+
+
+def finite_json(text: str) -> Any:
+    """`json.loads(text)`, refusing what has no JSON form once stored: NaN, Infinity and overflowing numbers.
+
+    Raises:
+        NotFinite: such a number, the message naming it and the fix.
+        ValueError: `text` is not JSON.
+    """
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+_NOT_FINITE_FIX = (
+    "NaN and infinity have no JSON form (the journal keeps calls as JSON); give a finite number, "
+    "or the text as a JSON string"
+)
+
+
+def _no_constant(text: str) -> Any:
+    raise NotFinite(f"{text} is not a number JSON can hold: {_NOT_FINITE_FIX}")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise NotFinite(f"{text} is too large for a number (it reads as infinity): {_NOT_FINITE_FIX}")
+    return value
 
 
 async def _reject(journal: Journal, args: argparse.Namespace, out: TextIO) -> None:

@@ -80,6 +80,7 @@ def test_a_grant_matches_its_tool_and_every_constrained_field() -> None:
         ({"max_uses": 0}, "greater than or equal to 1"),
         ({"expires_at": datetime(2030, 1, 1)}, "time zone"),
         ({"where": {"amount": {"kind": "range"}}}, "needs min, max or both"),
+        ({"where": {"account": {"kind": "prefix", "prefix": ""}}}, "a prefix is not empty"),
     ],
 )
 def test_an_incomplete_grant_is_refused(changes: dict[str, Any], complaint: str) -> None:
