@@ -245,7 +245,7 @@ async def _show_run(journal: Journal, args: argparse.Namespace, out: TextIO) -> 
     rounds, damage = await journal._read(journal._readable_rounds, run.id)
     print(f"run {run.id}  ({run.status.value})", file=out)
     tools = ", ".join(str(name) for name in run.config.get("tools", []))
-    print(_printable(f"agent {run.agent}, model {run.model}, tools {tools}"), file=out)
+    print(_hanging(f"agent {run.agent}, model {run.model}, tools {tools}"), file=out)
     print(f"started {_time(run.started_at)}, ended {_time(run.ended_at)}", file=out)
     print(f"config {_config(run.loop_config)}", file=out)
     outcome = f"{run.outcome.value}, stop {run.stop_reason.value}" if run.outcome and run.stop_reason else "-"

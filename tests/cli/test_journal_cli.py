@@ -197,6 +197,30 @@ def test_journal_show_indents_every_further_line_of_a_run_error(db: str, capsys:
     assert [line for line in lines if line.startswith("ROUND")] == [lines[lines.index("") + 1]]
 
 
+def test_journal_show_indents_a_model_name_of_several_lines(db: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A model name with a line break (a role's setting, written by whoever wrote the agent) cannot forge a line of
+    `show`'s own: its further line is indented under the first."""
+
+    class Forger(Executor[str]):
+        def __init__(self) -> None:
+            super().__init__("m\nROUND  STEP", system="plan")
+
+    async def run() -> str:
+        journal = open_journal(db)
+        try:
+            with JournalObserver(journal) as observer:
+                caller = ScriptedCaller([done_step("done")])
+                return (await run_tool_loop_tiered(caller, Forger(), [search], None, observer=observer)).run_id
+        finally:
+            await journal.close()
+
+    code, out, _ = cli(capsys, "journal", "show", asyncio.run(run()), "--db", db)
+    assert code == 0
+    lines = out.splitlines()
+    assert [line for line in lines if line.startswith("ROUND")] == [lines[lines.index("") + 1]]
+    assert " " * 11 + "ROUND  STEP, tools search" in lines
+
+
 def resumed_run(url: str, decide: str) -> str:
     """A run that proposes one deletion and stops; the proposal ``decide``d ("approve" or "reject"), then the run
     resumed to its end; returns the run id."""
