@@ -28,7 +28,7 @@ from agentkit.decisions import CallSeen, Evidence
 from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
 from agentkit.providers import ModelPrice, Prices
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Executor, Query, Target
+from tests.support import Executor, Query, Target, expire_lease
 
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
 
@@ -161,64 +161,6 @@ def test_journal_show_prints_the_detail_counts_and_the_cost_and_the_config_is_js
     assert code == 0
     assert "10000 tokens in (8000 cached), 500 out (400 reasoning); cost 0.0012 USD" in out
     assert result.cost == Decimal("0.0012")
-
-
-@tool(tier=Tier.READ_ONLY)
-def explode(args: Query) -> list[str]:
-    """Fail with a message of several lines."""
-    raise RuntimeError(f"{args.query}\nROUND  STEP  CALL\n1      done")
-
-
-def test_journal_show_indents_every_further_line_of_a_run_error(db: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """A run's error with line breaks (a tool's exception) cannot forge `show`'s own lines: each further line is
-    indented under the first, so the rounds' table starts a line only where `show` wrote it."""
-
-    async def run() -> str:
-        journal = open_journal(db)
-        try:
-            with JournalObserver(journal) as observer:
-                result = await run_tool_loop_tiered(
-                    ScriptedCaller([call_step(Query(query="boom"), tool="explode")]),
-                    Planner(),
-                    [explode],
-                    None,
-                    observer=observer,
-                )
-            return result.run_id
-        finally:
-            await journal.close()
-
-    run_id = asyncio.run(run())
-    code, out, _ = cli(capsys, "journal", "show", run_id, "--db", db)
-    assert code == 0
-    lines = out.splitlines()
-    [error] = [i for i, line in enumerate(lines) if line.startswith("error: ")]
-    assert lines[error + 1 : error + 3] == [" " * 11 + "ROUND  STEP  CALL", " " * 11 + "1      done"]
-    assert [line for line in lines if line.startswith("ROUND")] == [lines[lines.index("") + 1]]
-
-
-def test_journal_show_indents_a_model_name_of_several_lines(db: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """A model name with a line break (a role's setting, written by whoever wrote the agent) cannot forge a line of
-    `show`'s own: its further line is indented under the first."""
-
-    class Forger(Executor[str]):
-        def __init__(self) -> None:
-            super().__init__("m\nROUND  STEP", system="plan")
-
-    async def run() -> str:
-        journal = open_journal(db)
-        try:
-            with JournalObserver(journal) as observer:
-                caller = ScriptedCaller([done_step("done")])
-                return (await run_tool_loop_tiered(caller, Forger(), [search], None, observer=observer)).run_id
-        finally:
-            await journal.close()
-
-    code, out, _ = cli(capsys, "journal", "show", asyncio.run(run()), "--db", db)
-    assert code == 0
-    lines = out.splitlines()
-    assert [line for line in lines if line.startswith("ROUND")] == [lines[lines.index("") + 1]]
-    assert " " * 11 + "ROUND  STEP, tools search" in lines
 
 
 def resumed_run(url: str, decide: str) -> str:
@@ -579,7 +521,8 @@ def test_the_default_database_is_in_the_working_directory(
 def test_stuck_and_resolve_let_a_human_decide_an_abandoned_execution(
     db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """stuck lists an execution whose worker vanished; resolve records the decision."""
+    """stuck lists an execution whose worker vanished; resolve refuses while its lease lasts, then records the
+    decision."""
     record_run(db, "/tmp/a")
     [p] = inbox(db)
     journal = open_journal(db)
@@ -597,9 +540,16 @@ def test_stuck_and_resolve_let_a_human_decide_an_abandoned_execution(
     claimed = re.search(r"^claimed:   by gone-worker at (\S+)$", out, re.MULTILINE)
     assert claimed is not None
     assert ISO_UTC.fullmatch(claimed[1])
-    code, out, _ = cli(
-        capsys, "proposals", "resolve", p.id, "--by", "carol", "--as", "failed", "--note", "nothing deleted", "--db", db
-    )
+    resolve = ("proposals", "resolve", p.id, "--by", "carol", "--as", "failed", "--note", "nothing deleted", "--db", db)
+    code, out, err = cli(capsys, *resolve)
+    assert (code, out) == (1, "")
+    assert "under a lease that lasts until" in err
+    assert "`agentkit proposals stuck`" in err
+    assert inbox(db)[0].state is ProposalState.EXECUTING
+    journal = open_journal(db)
+    expire_lease(journal, p.id)  # its worker's lease ran out
+    asyncio.run(journal.close())
+    code, out, _ = cli(capsys, *resolve)
     assert (code, out.strip()) == (0, f"resolved {p.id} as failed (by carol: nothing deleted)")
     assert inbox(db)[0].state is ProposalState.FAILED
     assert cli(capsys, "proposals", "stuck", "--older-than", "0", "--db", db)[1].startswith("no execution")
