@@ -233,7 +233,13 @@ async def _serve(args: argparse.Namespace, tools: list[Tool[Any, Any]], out: Tex
         try:
             done = await work_task
         except asyncio.CancelledError:
-            print("cancelled: running calls were interrupted; see `agentkit proposals stuck`", file=out)
+            # A thread cannot be interrupted: only an async tool's call stops here; a sync tool's runs to its end.
+            print(
+                "cancelled: running calls of async tools were interrupted; a sync tool's call cannot be, so it runs "
+                "to its end and is recorded unless the cancel reached its worker first. A call left unrecorded stays "
+                "executing; `agentkit proposals stuck` lists it once its lease runs out",
+                file=out,
+            )
             return signal.SIGINT in signals
         print(
             f"stopped: {done.executed} executed, {done.failed} failed, {len(done.not_recorded)} not recorded, "

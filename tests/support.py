@@ -368,6 +368,12 @@ def raw_sql(journal: Journal, sql: str) -> None:
         db.execute(sql)
 
 
+def expire_lease(journal: Journal, id: str) -> None:
+    """End the lease of proposal `id`'s claim now, as when its worker died and the lease ran out."""
+    with journal._tx(write=True) as db:
+        db.execute("UPDATE agentkit_proposals SET lease_until = claimed_at WHERE id = ?", (id,))
+
+
 class Searcher:
     """An executor with every role field set (a fallback model unless told otherwise), for the provider tests."""
 

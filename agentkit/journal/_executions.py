@@ -103,6 +103,23 @@ LEFT_PER_TRANSACTION = 64
 cost a commit per this many, and one transaction stays short."""
 
 
+def _lease_ran_out(record: ProposalRecord) -> None:
+    """Refuse to resolve a call whose worker still holds its lease: the call may be running, and would run twice."""
+    at = now()
+    if record.lease_until is None or record.lease_until <= at:
+        return
+    until, left = record.lease_until.isoformat(timespec="seconds"), (record.lease_until - at).total_seconds()
+    raise TransitionRefused(
+        f"cannot resolve proposal {record.id!r}: worker {record.claimed_by!r} holds its claim under a lease that "
+        f"lasts until {until} ({left:.0f} s from now) and is renewed while the call runs, so the call may still be "
+        "running and resolving it now could run it twice; nothing changed. Let that worker finish, or stop it; "
+        "once the lease has run out (no worker renews it) you can resolve it, and `agentkit proposals stuck` "
+        "(Journal.stuck()) lists it",
+        id=record.id,
+        state=record.state.value,
+    )
+
+
 class Executions(Inbox):
     """Approved proposals claimed, run once and recorded; abandoned executions listed and resolved."""
 
@@ -134,7 +151,7 @@ class Executions(Inbox):
             sets |= {"finished_at": AT, "claim": None, "lease_until": None}
             if target is ProposalState.FAILED:
                 sets["error"] = f"resolved by {by}: {why}"
-        return self._move(id, "resolve", (ProposalState.EXECUTING,), target, by, why, sets)
+        return self._move(id, "resolve", (ProposalState.EXECUTING,), target, by, why, sets, guard=_lease_ran_out)
 
     def _claim(
         self, id: str, tool: AnyTool, worker: str, token: str | None = None, lease: timedelta = DEFAULT_LEASE
@@ -350,7 +367,11 @@ class Executions(Inbox):
         return await self._read(self._stuck, older_than=older_than)
 
     async def resolve(self, id: str, resolved_by: str, state: ProposalState, note: str) -> ProposalRecord:
-        """A human's decision on an abandoned execution: executing -> executed, failed or approved (run again)."""
+        """A human's decision on an abandoned execution: executing -> executed, failed or approved (run again).
+
+        Refused (`TransitionRefused`, naming when the lease ends) while the claim's lease is live: its worker
+        may still be running the call.
+        """
         return await self._call(self._resolve, id, resolved_by, state, note)
 
     @overload

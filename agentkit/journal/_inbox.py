@@ -6,7 +6,7 @@ state does not allow raises `TransitionRefused` and writes nothing.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
@@ -33,7 +33,10 @@ HINTS = {
     ProposalState.PENDING: "a human must approve it first",
     ProposalState.APPROVED: "it is approved and waits for a worker to execute it",
     ProposalState.REJECTED: "it was rejected, which is final; propose the call again if it is still wanted",
-    ProposalState.EXECUTING: "a worker claimed it; once you confirmed that worker is gone (claimed_by), resolve() it",
+    ProposalState.EXECUTING: (
+        "a worker claimed it; once you confirmed that worker is gone (claimed_by) and its lease ran out (it shows "
+        "in stuck()), resolve() it"
+    ),
     ProposalState.EXECUTED: "it was executed, which is final",
     ProposalState.FAILED: "its execution failed, which is final; propose the call again to retry",
 }
@@ -105,7 +108,13 @@ class Inbox(Storage):
         note: str,
         sets: Mapping[str, object],
         verified_as: str | None = None,
+        guard: Callable[[ProposalRecord], None] | None = None,
     ) -> ProposalRecord:
+        """One change of state, checked and written in one transaction.
+
+        `guard` refuses the change (by raising) on more than the state; the row is then read locked,
+        so on PostgreSQL nothing changes it between the guard's check and the write.
+        """
         at = now()
         with self._tx(write=True) as db:
             verified = verified_as or vouched(db)
@@ -116,7 +125,8 @@ class Inbox(Storage):
                     id=id,
                     state="",
                 )
-            before = self._fetch(db, id).state
+            record = self._fetch(db, id, lock=guard is not None)
+            before = record.state
             if before not in allowed:
                 states = " or ".join(s.value for s in allowed)
                 raise TransitionRefused(
@@ -125,6 +135,8 @@ class Inbox(Storage):
                     id=id,
                     state=before.value,
                 )
+            if guard is not None:
+                guard(record)
             values = {name: db.to_db_time(at) if value is AT else value for name, value in sets.items()}
             assignments = "".join(f", {name} = ?" for name in values)
             changed = db.execute(

@@ -21,7 +21,7 @@ from agentkit._invoke import check_ctx
 from agentkit._observe import Observer
 from agentkit._tiers import tier_choices
 from agentkit._tools import AnyTool, declared_tier
-from agentkit.errors import NothingRan, OutcomeNotRecorded, UsageError
+from agentkit.errors import JournalError, NothingRan, UsageError
 from agentkit.journal._executions import Claim
 from agentkit.journal._records import Execution
 
@@ -42,7 +42,8 @@ class WorkOutcome(enum.StrEnum):
     FAILED = "failed"
     """The tool ran and failed; recorded `failed` with its error."""
     NOT_RECORDED = "not_recorded"
-    """The tool ran but its outcome could not be recorded (`OutcomeNotRecorded`); it stays executing."""
+    """The tool ran but this worker could not record its outcome: the database failed (`OutcomeNotRecorded`; it
+    stays executing), or a human resolved the call while it ran (the human's decision stands); `error` says which."""
     LEFT = "left"
     """Not run: the stored call does not check out against this worker's tool (digest, tier, args, or a row that
     does not read); it stays approved, set aside until its `left_until` (see `ProposalRecord.left_until`)."""
@@ -75,7 +76,8 @@ class WorkReport:
     failed: int = 0
     """Calls that ran and were recorded `failed`."""
     not_recorded: list[str] = field(default_factory=list)
-    """Proposals whose tool ran but whose outcome was not recorded: resolve them, never re-run them."""
+    """Proposals whose tool ran but whose outcome this worker did not record: resolve those still executing,
+    never re-run them."""
     left: list[str] = field(default_factory=list)
     """Approved proposals this worker would not run (their stored call did not check out); they stay approved,
     set aside for a while, each listed once."""
@@ -222,12 +224,13 @@ class _Worker:
         tool = self.tools[claim.record.tool_name]
         try:
             execution = await self.journal._run_claimed(claim, tool, self.ctx, self.observers)
-        except OutcomeNotRecorded as lost:
+        except Exception as lost:
+            # Nothing else collects this task's exception: anything that ends the call unrecorded (the database
+            # failed, a human resolved the call while it ran, or a bug) is reported here, never left in the task.
+            why = str(lost) if isinstance(lost, JournalError) else f"{type(lost).__name__}: {lost}"
             self.result.not_recorded.append(claim.record.id)
             self.tell(
-                Worked(
-                    outcome=WorkOutcome.NOT_RECORDED, proposal_id=claim.record.id, tool_name=tool.name, error=str(lost)
-                )
+                Worked(outcome=WorkOutcome.NOT_RECORDED, proposal_id=claim.record.id, tool_name=tool.name, error=why)
             )
             return
         failed = execution.error is not None

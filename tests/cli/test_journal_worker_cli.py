@@ -147,6 +147,24 @@ def test_a_signal_stops_the_worker_after_its_running_call_is_recorded(
     assert states(db, ids) == [ProposalState.EXECUTED, ProposalState.APPROVED]
 
 
+def test_a_second_ctrl_c_does_not_claim_a_sync_call_was_interrupted(workdir: Path) -> None:
+    """Ctrl-C twice while a sync tool runs: the call runs to its end and is recorded, and the worker says so."""
+    db = workdir / "journal.db"
+    ids = approve(db, "slow")
+    worker = start_worker(workdir, db, "--poll", "0.05")
+    wait_for_file(workdir / "started", worker)
+    worker.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    worker.send_signal(signal.SIGINT)
+    out, err = worker.communicate(timeout=120)
+    assert worker.returncode == 130, err
+    assert "running calls were interrupted;" not in out
+    assert "a sync tool's call cannot be, so it runs to its end" in out
+    assert "Traceback" not in err
+    assert (workdir / "ran.log").read_text().split() == ["slow"]
+    assert states(db, ids) == [ProposalState.EXECUTED]
+
+
 @pytest.mark.parametrize(("sent", "code"), [(signal.SIGTERM, 0), (signal.SIGINT, 130)])
 def test_signals_repeated_while_the_worker_stops_end_it_cleanly(workdir: Path, sent: signal.Signals, code: int) -> None:
     """The installed `agentkit worker`, sent the signal again and again as it stops (as `timeout -s INT` sends it

@@ -40,7 +40,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION, VERSION_TABLE
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.support import Executor, Query, Target
+from tests.support import Executor, Query, Target, expire_lease
 
 SPAWN = multiprocessing.get_context("spawn")
 WORKERS = 8
@@ -294,7 +294,8 @@ def test_twelve_processes_opening_a_fresh_postgresql_journal_at_once_all_succeed
 async def test_a_worker_killed_mid_execution_leaves_the_proposal_surfaced_never_rerun(
     journal: Journal, journal_url: str, tmp_path: Path
 ) -> None:
-    """SIGKILL inside the tool: the proposal stays executing, stuck() lists it, no worker may run it again."""
+    """SIGKILL inside the tool: the proposal stays executing, stuck() lists it, no worker may run it again, and a
+    human may resolve it once its lease has run out."""
     id = await approved_wipe(journal)
     log = tmp_path / "executions.log"
     reopened = killed(hanging_executor, (journal_url, id, str(log)), journal_url, log)
@@ -304,6 +305,9 @@ async def test_a_worker_killed_mid_execution_leaves_the_proposal_surfaced_never_
     with pytest.raises(TransitionRefused, match="it is executing"):
         await reopened.execute(id, recording_wipe(str(log)))
     assert len(executions(log)) == 1
+    with pytest.raises(TransitionRefused, match="lease that lasts until"):
+        await reopened.resolve(id, "carol", ProposalState.EXECUTED, "the data is gone; it ran")
+    expire_lease(reopened, id)
     resolved = await reopened.resolve(id, "carol", ProposalState.EXECUTED, "the data is gone; it ran")
     assert resolved.state is ProposalState.EXECUTED
     await reopened.close()

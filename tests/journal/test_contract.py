@@ -38,7 +38,7 @@ from agentkit.journal import (
 )
 from agentkit.journal._schema import SCHEMA_VERSION
 from agentkit.journal._store import DEFAULT_LEASE
-from tests.support import raw_sql
+from tests.support import expire_lease, raw_sql
 
 
 class Wipe(BaseModel):
@@ -690,6 +690,7 @@ async def test_a_human_resolves_an_abandoned_execution(journal: Journal, decisio
     """resolve records the decision, who made it and why; the proposal leaves stuck()."""
     id = await approved(journal)
     await abandon(journal, id)
+    expire_lease(journal, id)
     record = await journal.resolve(id, "carol", decision, "checked the target by hand")
     assert (record.state, record.resolved_by, record.note) == (decision, "carol", "checked the target by hand")
     assert await journal.stuck(older_than=timedelta(0)) == []
@@ -701,6 +702,7 @@ async def test_resolving_as_approved_lets_a_worker_run_it_again(journal: Journal
     """A human who checked that the call did not happen may hand it back to the workers."""
     id = await approved(journal)
     await abandon(journal, id)
+    expire_lease(journal, id)
     await journal.resolve(id, "carol", ProposalState.APPROVED, "target untouched; run it")
     execution = await journal.execute(id, wipe)
     assert execution.proposal.state is ProposalState.EXECUTED
@@ -717,10 +719,29 @@ async def test_resolve_is_only_for_executions(journal: Journal) -> None:
     assert (await journal.get(id)).state is ProposalState.PENDING
 
 
+@pytest.mark.parametrize("decision", [ProposalState.EXECUTED, ProposalState.FAILED, ProposalState.APPROVED])
+async def test_resolving_a_call_whose_lease_is_live_is_refused(journal: Journal, decision: ProposalState) -> None:
+    """A claim under a live lease may still be running: resolve refuses, names the lease's end, changes nothing."""
+    id = await approved(journal)
+    journal._claim(id, wipe, "alive", "token-1", DEFAULT_LEASE)
+    until = (await journal.get(id)).lease_until
+    assert until is not None
+    with pytest.raises(TransitionRefused, match="lease that lasts until") as refused:
+        await journal.resolve(id, "carol", decision, "looked dead")
+    assert until.isoformat(timespec="seconds") in str(refused.value)
+    assert "agentkit proposals stuck" in str(refused.value)
+    record = await journal.get(id)
+    assert (record.state, record.claimed_by, record.resolved_by) == (ProposalState.EXECUTING, "alive", None)
+    assert journal._renew(id, "token-1", DEFAULT_LEASE)
+    expire_lease(journal, id)
+    assert (await journal.resolve(id, "carol", decision, "its worker is gone")).state is decision
+
+
 async def test_a_late_finish_after_a_human_resolved_is_not_recorded(journal: Journal) -> None:
     """A worker that finishes after a human decided cannot overwrite the decision."""
     id = await approved(journal)
     claim = journal._claim(id, wipe, "slowpoke", "token-1", DEFAULT_LEASE)
+    expire_lease(journal, id)  # its renewals stopped reaching the journal
     await journal.resolve(id, "carol", ProposalState.FAILED, "worker looked dead")
     with pytest.raises(JournalError, match="resolved it while it ran"):
         journal._finish(id, claim.token, "slowpoke", batch=["late"], error=None)

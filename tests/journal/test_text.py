@@ -31,7 +31,7 @@ from agentkit.events import Event, RunAborted, RunFinished, RunStarted
 from agentkit.journal import Journal, JournalObserver, ProposalState, RunState, SQLiteJournal
 from agentkit.journal._sql import from_stored, to_stored
 from agentkit.testing import ScriptedCaller, call_step
-from tests.support import Executor
+from tests.support import Executor, expire_lease
 
 NOT_UTF8 = b"caf\xe9 \xff\xfe".decode("utf-8", "surrogateescape")
 """Latin-1 bytes read as UTF-8 with ``surrogateescape``: lone low surrogates."""
@@ -150,6 +150,7 @@ async def test_rejections_and_resolutions_keep_their_text_exactly(journal: Journ
     await journal.approve(abandoned, "alice")
     # Claim it without running anything, as a worker that died would have.
     journal._claim(abandoned, hostile_tool("act", "return", text), f"gone {text}")
+    expire_lease(journal, abandoned)
     assert (await journal.get(abandoned)).claimed_by == f"gone {text}"
     resolved = await journal.resolve(abandoned, f"carol {text}", ProposalState.FAILED, f"checked {text}")
     assert (resolved.resolved_by, resolved.note) == (f"carol {text}", f"checked {text}")

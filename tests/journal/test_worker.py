@@ -22,7 +22,7 @@ from agentkit.journal import (
     Worked,
     WorkOutcome,
 )
-from tests.support import Mail, Wipe, mail, wipe_tool
+from tests.support import Mail, Wipe, expire_lease, mail, wipe_tool
 
 
 async def approved(journal: Journal, target: str, *, tool_name: str = "wipe") -> str:
@@ -138,6 +138,27 @@ async def test_a_failing_tool_is_recorded_failed_and_the_worker_goes_on(journal:
     assert (report.executed, report.failed) == (1, 1)
     assert "disk on fire" in ((await journal.get(broken)).error or "")
     assert (await journal.get(fine)).state is ProposalState.EXECUTED
+
+
+async def test_a_call_resolved_while_it_ran_is_reported_not_recorded(journal: Journal) -> None:
+    """Its lease ran out and a human resolved it mid-call: the worker reports and counts it, raises nothing."""
+    id, after = await approved(journal, "slow"), await approved(journal, "next")
+
+    @tool(tier=Tier.IRREVERSIBLE, name="wipe")
+    async def wipe(args: Wipe) -> list[str]:
+        if args.target == "slow":
+            await asyncio.to_thread(expire_lease, journal, id)
+            await journal.resolve(id, "carol", ProposalState.FAILED, "its renewals stopped")
+        return [args.target]
+
+    seen: list[Worked] = []
+    report = await journal.work([wipe], until_empty=True, lease=timedelta(minutes=5), report=seen.append)
+    assert (report.executed, report.failed, report.not_recorded) == (1, 0, [id])
+    [lost] = [w for w in seen if w.outcome is WorkOutcome.NOT_RECORDED]
+    assert lost.proposal_id == id
+    assert "a human resolved it while it ran" in (lost.error or "")
+    assert (await journal.get(id)).state is ProposalState.FAILED
+    assert (await journal.get(after)).state is ProposalState.EXECUTED
 
 
 async def test_a_claim_carries_a_lease_that_its_worker_renews_while_the_tool_runs(journal: Journal) -> None:
