@@ -12,7 +12,6 @@ the journal keeps its own, counted in the database (`journal.grant`).
 
 from __future__ import annotations
 
-import math
 import os
 import posixpath
 import threading
@@ -25,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, model_validator
 
-from agentkit._proposals import ProposedAction
+from agentkit._proposals import ProposedAction, finite
 from agentkit._state import json_text
 from agentkit._tiers import Tier
 from agentkit._tools import AnyTool
@@ -42,18 +41,6 @@ def _same(a: object, b: object) -> bool:
     return json_text(a) == json_text(b)
 
 
-def _finite(value: object) -> bool:
-    """Whether `value` holds no NaN nor infinity, at any depth: JSON has none, so a stored grant would
-    read them back as `null` (or not at all), and mean something else than the grant given."""
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, dict):
-        return all(_finite(inner) for inner in value.values())
-    if isinstance(value, list | tuple):
-        return all(_finite(inner) for inner in value)
-    return True
-
-
 _NOT_FINITE = "NaN and infinity have no JSON form (the journal would keep them as null)"
 
 
@@ -67,7 +54,7 @@ class Equals(BaseModel):
 
     @model_validator(mode="after")
     def _json(self) -> Equals:
-        if not _finite(self.value):
+        if not finite(self.value):
             raise ValueError(f"an Equals value is finite: {_NOT_FINITE}; got {self.value!r}")
         return self
 
@@ -84,7 +71,7 @@ class OneOf(BaseModel):
 
     @model_validator(mode="after")
     def _json(self) -> OneOf:
-        if not _finite(self.values):
+        if not finite(self.values):
             raise ValueError(f"a OneOf's values are finite: {_NOT_FINITE}; got {list(self.values)!r}")
         return self
 
@@ -243,7 +230,7 @@ class Range(BaseModel):
 
     @model_validator(mode="after")
     def _bounded(self) -> Range:
-        if not _finite([self.min, self.max]):
+        if not finite([self.min, self.max]):
             raise ValueError(
                 f"a range's ends are finite numbers: {_NOT_FINITE}; leave an open end None; "
                 f"got min={self.min!r}, max={self.max!r}"

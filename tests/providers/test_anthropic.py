@@ -429,25 +429,8 @@ async def test_a_run_reaches_the_fallback_after_overloaded(
 
 def bad_usage(field: str, value: object) -> type[http.server.BaseHTTPRequestHandler]:
     """A server whose every message calls the tool `Verdict` and reports `field` as `value`."""
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers["content-length"]))
-            usage = {"input_tokens": 5, "output_tokens": 2, "cache_read_input_tokens": 0}
-            usage[field] = value  # type: ignore[assignment]  # a broken server's count
-            content = [{"type": "tool_use", "id": "toolu_1", "name": "Verdict", "input": {"score": 1}}]
-            body = {"id": "msg_1", "type": "message", "content": content, "stop_reason": "tool_use", "usage": usage}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.send_header("content-length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    return Handler
+    usage: dict[str, object] = {"input_tokens": 5, "output_tokens": 2, "cache_read_input_tokens": 0, field: value}
+    return replies({**called({"score": 1}), "usage": usage}, seen=[])
 
 
 @pytest.mark.parametrize(
