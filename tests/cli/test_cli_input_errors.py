@@ -16,11 +16,8 @@ from agentkit.errors import RunClaimed
 from agentkit.evals import EvalReport
 from agentkit.journal import ProposalState, open_journal
 from agentkit.testing import FakeOpenAIServer
-from tests.cli.test_evals_cli import dataset_file, replies
-from tests.cli.test_journal_cli import cli, db, inbox, record_run
+from tests.cli.support import cli, dataset_file, inbox, record_run, replies
 from tests.support import Deleter, Payments
-
-__all__ = ["db"]  # the fixture, used by name
 
 TOOLS = [Payments(), Deleter()]
 

@@ -3,70 +3,14 @@ gate: exit 0 without a regression, 1 with one, 2 when the reports cannot be comp
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from agentkit._cli import main
-from agentkit._demo.search import load_corpus
 from agentkit.evals import EvalReport
-from agentkit.testing import FakeOpenAIServer, FakeReply
-
-CORPUS = {p.id: p for p in load_corpus()}
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def dataset_file(tmp_path: Path, name: str = "two-questions") -> Path:
-    path = tmp_path / f"{name}.json"
-    path.write_text(
-        json.dumps(
-            {
-                "name": name,
-                "cases": [
-                    {
-                        "name": "voyager",
-                        "ctx": "When was the Voyager 1 space probe launched?",
-                        "expect": {
-                            "outcome": "applied",
-                            "retrieved": ["space-01"],
-                            "answer_matches": {"answer": "1977"},
-                        },
-                    },
-                    {
-                        "name": "mercury",
-                        "ctx": "Which metal is liquid at room temperature?",
-                        "expect": {"retrieved": ["chem-01"], "cites_only_retrieved": ["passage_id"]},
-                    },
-                ],
-            }
-        )
-    )
-    return path
-
-
-def _search(query: str) -> FakeReply:
-    return FakeReply.value({"rationale": "search", "decision": {"done": False, "call": {"query": query}}})
-
-
-def _answer(passage: str, text: str | None = None) -> FakeReply:
-    answer = {"passage_id": passage, "answer": text or CORPUS[passage].text}
-    return FakeReply.value({"rationale": "found", "decision": {"done": True, "answer": answer}})
-
-
-def replies(*, voyager_says: str | None = None) -> list[Any]:
-    return [
-        _search("Voyager 1 launched"),
-        _answer("space-01", voyager_says),
-        _search("metal liquid room temperature"),
-        _answer("chem-01"),
-    ]
+from agentkit.testing import FakeOpenAIServer
+from tests.cli.support import cli, dataset_file, replies
 
 
 def evaluate_on(server: FakeOpenAIServer, capsys: pytest.CaptureFixture[str], dataset: Path, out: Path) -> str:

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 
 from agentkit import (
-    AfterProposal,
     LoopConfig,
     ProposedAction,
     Tier,
@@ -25,70 +24,13 @@ from agentkit import (
 from agentkit._cli import main
 from agentkit._results import Usage
 from agentkit.decisions import CallSeen, Evidence
-from agentkit.journal import JournalObserver, ProposalRecord, ProposalState, open_journal
+from agentkit.journal import JournalObserver, ProposalState, open_journal
 from agentkit.providers import ModelPrice, Prices
 from agentkit.testing import ScriptedCaller, ScriptedReply, call_step, done_step
-from tests.support import Executor, Query, Target, expire_lease
+from tests.cli.support import Planner, cli, delete, inbox, record_run, search
+from tests.support import Query, Target, expire_lease
 
 ISO_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ")
-
-
-@tool(tier=Tier.READ_ONLY)
-def search(args: Query) -> list[str]:
-    """Find documents."""
-    return [args.query] * 3
-
-
-@tool(tier=Tier.IRREVERSIBLE)
-def delete(args: Target) -> list[str]:
-    """Delete a path."""
-    return [f"deleted {args.path}"]
-
-
-class Planner(Executor[str]):
-    def __init__(self) -> None:
-        super().__init__("cli-model", system="plan")
-
-
-def record_run(url: str, *paths: str) -> str:
-    """One journaled run: a search, then one proposed deletion per path; returns the run id."""
-    used = Usage(requests=1, input_tokens=100, output_tokens=20)
-    steps = [
-        ScriptedReply(value=call_step(Query(query="stale"), tool="search"), usage=used),
-        *(ScriptedReply(value=call_step(Target(path=p), tool="delete", rationale=f"{p} is stale")) for p in paths),
-        ScriptedReply(value=done_step("done")),
-    ]
-    journal = open_journal(url)
-    config = LoopConfig(after_proposal=AfterProposal.CONTINUE, max_rounds=None, token_budget=10_000)
-    with JournalObserver(journal) as observer:
-        result = asyncio.run(
-            run_tool_loop_tiered(ScriptedCaller(steps), Planner(), [search, delete], None, config, observer=observer)
-        )
-    asyncio.run(journal.close())
-    return result.run_id
-
-
-def inbox(url: str) -> list[ProposalRecord]:
-    async def read() -> list[ProposalRecord]:
-        journal = open_journal(url, create=False)
-        try:
-            return await journal.proposals()
-        finally:
-            await journal.close()
-
-    return asyncio.run(read())
-
-
-def cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-@pytest.fixture
-def db(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    monkeypatch.delenv("AGENTKIT_JOURNAL", raising=False)
-    return str(tmp_path / "journal.db")
 
 
 def test_journal_runs_lists_recent_runs_with_outcome_rounds_and_tokens(

@@ -10,10 +10,8 @@ import pytest
 from agentkit import Tier, run_tool_loop_tiered, tool
 from agentkit.journal import JournalObserver, open_journal
 from agentkit.testing import ScriptedCaller, call_step, done_step
-from tests.cli.test_journal_cli import Planner, cli, db, search
+from tests.cli.support import Planner, cli, search
 from tests.support import Executor, Query
-
-__all__ = ["db"]  # the fixture, used by name
 
 
 @tool(tier=Tier.READ_ONLY)
