@@ -350,15 +350,15 @@ async def test_an_empty_or_blank_text_reply_is_reasked_in_the_users_turn(
 
 
 def replies(*messages: dict[str, Any], seen: list[dict[str, Any]]) -> type[http.server.BaseHTTPRequestHandler]:
-    """A server that answers its requests with `messages` in turn (each a message's content and stop reason), and
-    keeps each request's body in `seen`."""
+    """A server that answers its requests with `messages` in turn (each a message's content and stop reason; the
+    last one answers every request after), and keeps each request's body in `seen`."""
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             seen.append(json.loads(self.rfile.read(int(self.headers["content-length"]))))
             usage = {"input_tokens": 5, "output_tokens": 2}
             body = {"id": "msg_1", "type": "message", "role": "assistant", "model": "m", "usage": usage}
-            data = json.dumps({**body, **messages[len(seen) - 1]}).encode()
+            data = json.dumps({**body, **messages[min(len(seen), len(messages)) - 1]}).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(data)))
