@@ -180,12 +180,20 @@ def _duplicate(run: _Run, this: _Round, tool: Tool[Any, Any], tier: Tier, args: 
     call of the step answers it. One approval so runs the call once, and no decision is left without a proposal."""
     position = (first.this.position or 0) + 1
     note = f"not run: it repeats call {position} of this step, which was proposed for approval; that call answers it"
-    run.views.refusals += 1  # the state reads a refused entry back as a refusal (`fold`)
+    _refused(run, this, tool, tier, args, note, repeats=this.round)
+
+
+def _refused(
+    run: _Run, this: _Round, tool: Tool[Any, Any], tier: Tier | None, args: BaseModel, note: str, *, repeats: int
+) -> None:
+    """Record a call refused as a repeat of round `repeats` (not run; the executor is told `note`), and count it
+    as the state reads a refused entry back (`fold`)."""
+    run.views.refusals += 1
     told: PriorCall[Any] = PriorCall(
-        round=this.round, tool_name=tool.name, args=args, observation=note, repeats=this.round
+        round=this.round, tool_name=tool.name, args=args, observation=note, repeats=repeats
     )
     entry = run.record(
-        this, RoundOutcome.REFUSED, tool=tool.name, args=args, tier=tier, observation=note, repeats=this.round
+        this, RoundOutcome.REFUSED, tool=tool.name, args=args, tier=tier, observation=note, repeats=repeats
     )
     run.show(this, told, ran=False, args=entry.args)
 
@@ -274,22 +282,9 @@ def check_repeat(
             run.session.emit(event)
         if refuse:
             # Not run; the executor is told which earlier round's results answer it.
-            run.views.refusals += 1
             earlier = run.views.recent_rounds[index]
             note = f"not run: it repeats the call of round {earlier}; that round's results answer it"
-            told: PriorCall[Any] = PriorCall(
-                round=this.round, tool_name=tool.name, args=args, observation=note, repeats=earlier
-            )
-            entry = run.record(
-                this,
-                RoundOutcome.REFUSED,
-                tool=tool.name,
-                args=args,
-                tier=declared_tier(tool),
-                observation=note,
-                repeats=earlier,
-            )
-            run.show(this, told, ran=False, args=entry.args)
+            _refused(run, this, tool, declared_tier(tool), args, note, repeats=earlier)
             return "refused"
         run.record(this, RoundOutcome.ENDED, tool=tool.name, args=args, tier=declared_tier(tool))
         earlier = run.views.recent_rounds[index]

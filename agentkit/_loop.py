@@ -68,7 +68,7 @@ from agentkit._structured import StructuredCaller
 from agentkit._tiers import Tier
 from agentkit._toolbox import Toolbox
 from agentkit._tools import Tool, declared_tier
-from agentkit._usage import ByModel, Usage, add_by_model, counting_models, usage_counts, usage_of_counts
+from agentkit._usage import ByModel, Usage, counting_models, merged_by_model, usage_counts, usage_of_counts
 from agentkit._views import Views
 from agentkit.errors import AgentkitError, ToolError, ToolTimeout
 
@@ -586,11 +586,8 @@ def summarized_on(session: RunSession, others: ByModel | None, models: ByModel |
     extra = {name: usage for name, usage in (models or {}).items() if name != role}
     if not extra:
         return others
-    session.spent_on(extra)
-    merged = dict(others or {})
-    for name, usage in extra.items():
-        add_by_model(merged, name, usage)
-    return merged
+    session.others = merged_by_model(session.others, extra)
+    return merged_by_model(dict(others or {}), extra)
 
 
 def summary_failed(run: _Run, round: int, why: SummaryCutOff | AgentkitError, *, closing: bool) -> None:

@@ -40,7 +40,7 @@ from agentkit._structured import (
     usage_of,
 )
 from agentkit._timing import timeout_scope
-from agentkit._usage import ByModel, Usage, add_by_model, check_counts, run_spent
+from agentkit._usage import ByModel, Usage, check_counts, merged_by_model, run_spent
 from agentkit.errors import AgentkitError, ExecutorError, Throttled, Truncated, UsageError
 
 if TYPE_CHECKING:
@@ -131,17 +131,12 @@ class _Counted:
             used = usage_of(raised)
             check_counts(used, self.caller)
             if model != self.model:
-                self.spent(model, used)
+                self.others = merged_by_model(self.others, {model: used})
             raise
         check_counts(completion.usage, self.caller)  # every attempt of any caller enters the run here
         if model != self.model:
-            self.spent(model, completion.usage)
+            self.others = merged_by_model(self.others, {model: completion.usage})
         return completion
-
-    def spent(self, model: str, usage: Usage) -> None:
-        if self.others is None:
-            self.others = {}
-        add_by_model(self.others, model, usage)
 
 
 class RunSession:
@@ -334,16 +329,9 @@ class RunSession:
             )
         if counted.others is not None:
             reply = dataclasses.replace(reply, others=counted.others)
-            self.spent_on(counted.others)
+            self.others = merged_by_model(self.others, counted.others)
         self.usage += reply.usage
         return reply
-
-    def spent_on(self, others: ByModel) -> None:
-        """Count usage of models other than the role's (`others`, already in the run's usage) as theirs."""
-        if self.others is None:
-            self.others = {}
-        for model, usage in others.items():
-            add_by_model(self.others, model, usage)
 
     def _attempt_hook(self, round: int, finished: list[Usage], streamed: Deltas | None) -> Callable[[Attempt], None]:
         def hook(attempt: Attempt) -> None:

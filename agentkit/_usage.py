@@ -11,10 +11,10 @@ __all__ = [
     "USAGE_COUNTS",
     "ByModel",
     "Usage",
-    "add_by_model",
     "check_counts",
     "counting_models",
     "counting_runs",
+    "merged_by_model",
     "run_spent",
     "usage_counts",
     "usage_less",
@@ -118,10 +118,13 @@ ByModel = dict[str, Usage]
 primary, a summarizer on a model of its own) is priced, each model's share at its own price."""
 
 
-def add_by_model(into: ByModel, model: str, usage: Usage) -> None:
-    """Add `usage` to `model`'s share in `into`."""
-    had = into.get(model)
-    into[model] = usage if had is None else had + usage
+def merged_by_model(into: ByModel | None, more: ByModel) -> ByModel:
+    """`into` (a new one when `None`) with each model's usage in `more` added to that model's share."""
+    merged: ByModel = {} if into is None else into
+    for model, usage in more.items():
+        had = merged.get(model)
+        merged[model] = usage if had is None else had + usage
+    return merged
 
 
 _SPENT: ContextVar[list[Usage] | None] = ContextVar("agentkit_spent", default=None)
@@ -161,10 +164,10 @@ def run_spent(usage: Usage, model: str = "", others: ByModel | None = None) -> N
     models = _MODELS.get()
     if models is not None:
         rest = usage
-        for name, part in (others or {}).items():
-            add_by_model(models, name, part)
+        for part in (others or {}).values():
             rest = usage_less(rest, part)
-        add_by_model(models, model, rest)
+        merged_by_model(models, others or {})
+        merged_by_model(models, {model: rest})
 
 
 def usage_of_counts(record: object) -> Usage:
